@@ -1,0 +1,42 @@
+"""One exception family for assay: every error names where it happened and how to fix it.
+
+Each class subclasses the builtin a caller would already catch (ValueError, TypeError, ...).
+"""
+
+from __future__ import annotations
+
+
+class AssayError(Exception):
+    """Base of every error assay raises on purpose."""
+
+
+class HashError(AssayError, ValueError):
+    """A value cannot be hashed canonically (NaN, unsupported type, non-string key)."""
+
+
+class RowsError(AssayError, ValueError):
+    """Bad input to `assay.rows()` or a measurement call; names argument, prompt and completion."""
+
+
+class RowsTypeError(AssayError, TypeError):
+    """Input of the wrong type (a non-string completion, a callable of the wrong arity)."""
+
+
+class StoreError(AssayError, RuntimeError):
+    """The content store cannot be used (unwritable root, unknown key format)."""
+
+
+class DataError(AssayError, ValueError):
+    """Bad preference data (empty text, chosen == rejected, missing seed id, bad cell)."""
+
+
+class SpecError(AssayError, ValueError):
+    """A study spec is invalid; the message carries the YAML path of each problem."""
+
+
+class VerifierError(AssayError, ValueError):
+    """A verifier is misconfigured (not raised for a failing candidate: that is a verdict)."""
+
+
+class MeasureError(AssayError, ValueError):
+    """A measurement cannot be computed from the rows given (no binary rewards, k < 1, ...)."""

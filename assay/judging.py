@@ -1,0 +1,219 @@
+"""The judging contract: what a verifier is, and how any verdict becomes (reward, status, reason).
+
+Shared by ``assay.rows(reward=...)`` and ``assay.grade``; nothing here runs in parallel.
+
+A *verifier* is any object with ``check(candidate, reference, row)`` returning a score in
+[0, 1], a ``(score, reason)`` tuple, or ``None`` (cannot judge). A *judge* may also be a plain
+callable: ``(prompt, completion)``, ``(prompt, completion, reference)``, or ``(row)``, whose
+result may additionally be a dict ``{"reward", "reason", "markers", "meta"}``.
+
+Whatever the judge returns is normalized by :func:`normalize_verdict`. NaN, a number outside
+[0, 1], a string, or an exception never pass: the reward stays ``None`` and ``judge_status``
+says why (``invalid_result``, ``error``), with the text in ``reason``.
+
+Example:
+    >>> j = as_judge(lambda prompt, completion, reference: completion == reference)
+    >>> j.judge({"prompt": "2+3?", "final_text": "5", "privileged": {"reference": "5"}}).reward
+    1.0
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+import numbers
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+from assay.errors import RowsTypeError
+
+#: Every value ``judge_status`` can take, with its meaning.
+JUDGE_STATUSES: dict[str, str] = {
+    "ok": "the judge returned a valid score",
+    "given": "the score was supplied as a number, not computed",
+    "unjudged": "no judge ran on this row (reward is None)",
+    "no_verdict": "the judge returned None: it cannot judge this row",
+    "no_reference": "the judge needs a reference and the row has none",
+    "invalid_result": "the judge returned something that is not a score in [0, 1]",
+    "error": "the judge raised; reason holds the exception",
+    "timeout": "the judge ran past its time limit",
+}
+
+
+@runtime_checkable
+class VerifierLike(Protocol):
+    """Structural type of a verifier: ``check(candidate, reference, row)``."""
+
+    def check(self, candidate: str, reference: Any, row: Mapping[str, Any]) -> Any: ...
+
+
+class Verifier:
+    """Base class for verifiers. Subclasses implement :meth:`check`.
+
+    Attributes:
+        name: recorded as each graded row's ``judge_name``.
+        needs_reference: rows without ``privileged.reference`` get status ``no_reference``.
+        parallel: hint for :func:`assay.grade`: worth running in worker processes (CPU-bound or
+            needs a working timeout).
+    """
+
+    name: str = "verifier"
+    needs_reference: bool = True
+    parallel: bool = False
+
+    def check(self, candidate: str, reference: Any, row: Mapping[str, Any]) -> Any:
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}()"
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """One normalized judgement of one row."""
+
+    reward: float | None
+    status: str
+    reason: str | None = None
+    meta: dict[str, Any] | None = None
+    markers: dict[str, float] = field(default_factory=dict)
+
+
+def _score(value: Any) -> tuple[float | None, str | None]:
+    """(score, None) for a valid score, else (None, why)."""
+    if isinstance(value, bool):
+        return float(value), None
+    if isinstance(value, numbers.Real):  # numpy scalars register as Real too
+        x = float(value)
+        if math.isnan(x):
+            return None, "judge returned NaN"
+        if not 0.0 <= x <= 1.0:
+            return None, f"judge returned {x!r}, outside [0, 1]"
+        return x, None
+    return None, f"judge returned {type(value).__name__} {value!r:.80}, not a number in [0, 1]"
+
+
+def normalize_verdict(raw: Any) -> Verdict:
+    """Turn whatever a judge returned into a :class:`Verdict` (never raises).
+
+    Example:
+        >>> normalize_verdict((1, "matched")).reward, normalize_verdict(float("nan")).status
+        (1.0, 'invalid_result')
+    """
+    if isinstance(raw, Verdict):
+        return raw
+    if raw is None:
+        return Verdict(None, "no_verdict", "judge returned None (cannot judge)")
+    reason = None
+    markers: dict[str, float] = {}
+    meta = None
+    value = raw
+    if isinstance(raw, tuple) and len(raw) == 2 and (raw[1] is None or isinstance(raw[1], str)):
+        value, reason = raw
+        if value is None:
+            return Verdict(None, "no_verdict", reason or "judge returned None (cannot judge)")
+    elif isinstance(raw, Mapping):
+        if "reward" not in raw:
+            return Verdict(None, "invalid_result", f"judge returned a dict without 'reward': {sorted(raw)}")
+        value = raw["reward"]
+        reason = raw.get("reason")
+        meta = raw.get("meta")
+        mk = raw.get("markers") or {}
+        if not isinstance(mk, Mapping):
+            return Verdict(None, "invalid_result", "judge returned 'markers' that is not a dict")
+        for k, v in mk.items():
+            s = v if isinstance(v, numbers.Real) else None
+            if not isinstance(k, str) or s is None or (isinstance(s, float) and math.isnan(s)):
+                return Verdict(None, "invalid_result", f"judge returned marker {k!r}={v!r}: markers are str -> finite number")
+            markers[k] = float(s)
+        if value is None:
+            return Verdict(None, "no_verdict", reason or "judge returned reward None", meta, markers)
+    score, why = _score(value)
+    if score is None:
+        return Verdict(None, "invalid_result", why if reason is None else f"{why} ({reason})", meta, markers)
+    return Verdict(score, "ok", reason, meta, markers)
+
+
+@dataclass(frozen=True)
+class Judge:
+    """A uniform wrapper: ``judge(row) -> Verdict`` whatever the underlying judge is."""
+
+    name: str
+    fn: Callable[[Mapping[str, Any]], Any]
+    needs_reference: bool = False
+    parallel: bool = False
+    source: Any = None
+
+    def judge(self, row: Mapping[str, Any]) -> Verdict:
+        if self.needs_reference and _reference(row) is None:
+            return Verdict(None, "no_reference", f"{self.name} needs privileged.reference; pass references=")
+        try:
+            raw = self.fn(row)
+        except TimeoutError as e:
+            return Verdict(None, "timeout", f"{type(e).__name__}: {e}")
+        except Exception as e:  # a judge that raises never passes the row
+            return Verdict(None, "error", f"{type(e).__name__}: {e}")
+        return normalize_verdict(raw)
+
+
+def _reference(row: Mapping[str, Any]) -> Any:
+    priv = row.get("privileged") or {}
+    return priv.get("reference") if isinstance(priv, Mapping) else None
+
+
+def _positional_arity(fn: Callable[..., Any]) -> int | None:
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return None
+    n = 0
+    for p in sig.parameters.values():
+        if p.kind is p.VAR_POSITIONAL:
+            return None
+        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.default is p.empty:
+            n += 1
+    return n
+
+
+def judge_name_of(obj: Any) -> str:
+    """The name recorded in ``judge_name`` for a verifier or callable."""
+    name = getattr(obj, "name", None)
+    if isinstance(name, str) and name:
+        return name
+    return getattr(obj, "__name__", None) or type(obj).__name__
+
+
+def as_judge(reward: Any, *, argument: str = "reward") -> Judge:
+    """Wrap a verifier or callable as a :class:`Judge`; TypeError names what is wrong.
+
+    Example:
+        >>> as_judge(lambda row: 1).name
+        '<lambda>'
+    """
+    if isinstance(reward, Judge):
+        return reward
+    name = judge_name_of(reward)
+    check = getattr(reward, "check", None)
+    if callable(check) and not isinstance(reward, type):
+        def via_check(row: Mapping[str, Any], _c=check) -> Any:
+            return _c(row["final_text"], _reference(row), row)
+        return Judge(name, via_check, bool(getattr(reward, "needs_reference", True)),
+                     bool(getattr(reward, "parallel", False)), reward)
+    if isinstance(reward, type):
+        raise RowsTypeError(f"{argument}: got the class {reward.__name__}; pass an instance, e.g. {reward.__name__}()")
+    if not callable(reward):
+        raise RowsTypeError(f"{argument}: expected a verifier, a callable, or numbers; got {type(reward).__name__}")
+    arity = _positional_arity(reward)
+    if arity == 1:
+        return Judge(name, reward, False, False, reward)
+    if arity == 2:
+        return Judge(name, lambda row, _f=reward: _f(row["prompt"], row["final_text"]), False, False, reward)
+    if arity == 3:
+        return Judge(name, lambda row, _f=reward: _f(row["prompt"], row["final_text"], _reference(row)),
+                     False, False, reward)
+    raise RowsTypeError(
+        f"{argument}: callable {name} takes {arity if arity is not None else 'a variable number of'} "
+        "required positional arguments; a judge takes (row), (prompt, completion) or "
+        "(prompt, completion, reference)"
+    )

@@ -1,0 +1,695 @@
+"""Rows, the contract every measurement reads: one completion of one prompt with its verdict.
+
+``rows()`` builds them from prompts and completions; ``as_table()`` reads any row-like input.
+
+Inside, rows are an Arrow table with the columns of :data:`ROW_SCHEMA`; at the API edge a row is
+a dict. ``privileged`` and ``judge_meta`` hold arbitrary JSON and are stored as JSON text, so
+every round trip (dicts, Arrow, pandas, Parquet) is lossless.
+
+Example:
+    >>> import assay
+    >>> qs = ["What is 2 + 3?", "What is 7 * 6?"]
+    >>> r = assay.rows(qs, [["5", "4"], ["42", "42"]], [[1, 0], [1, 1]])
+    >>> [row["reward"] for row in r], r[0]["rollout_index"], r[1]["rollout_index"]
+    ([1.0, 0.0, 1.0, 1.0], 0, 1)
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import numbers
+import os
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from functools import cached_property
+from typing import Any, overload
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from assay.errors import RowsError, RowsTypeError
+from assay.hashing import content_hash, digest_bytes
+
+ROWS_SCHEMA_VERSION = 1
+
+MESSAGE_TYPE = pa.struct([("role", pa.string()), ("content", pa.string())])
+MARKERS_TYPE = pa.map_(pa.string(), pa.float64())
+
+#: The canonical columns, in order. ``privileged`` and ``judge_meta`` are JSON text.
+ROW_SCHEMA = pa.schema(
+    [
+        pa.field("task_id", pa.string(), nullable=False),
+        pa.field("prompt", pa.string(), nullable=False),
+        pa.field("final_text", pa.string(), nullable=False),
+        pa.field("reward", pa.float64()),
+        pa.field("markers", MARKERS_TYPE),
+        pa.field("messages", pa.list_(MESSAGE_TYPE)),
+        pa.field("rollout_index", pa.int64()),
+        pa.field("privileged", pa.string()),
+        pa.field("judge_name", pa.string()),
+        pa.field("judge_status", pa.string()),
+        pa.field("reason", pa.string()),
+        pa.field("judge_meta", pa.string()),
+        pa.field("schema_version", pa.int32()),
+    ]
+)
+COLUMNS = tuple(ROW_SCHEMA.names)
+_JSON_COLUMNS = ("privileged", "judge_meta")
+
+
+# ---------------------------------------------------------------------------------------------
+# helpers
+
+
+def _to_json(value: Any, where: str) -> str | None:
+    if value is None:
+        return None
+
+    def default(o: Any) -> Any:
+        if isinstance(o, np.ndarray):
+            return o.tolist()
+        if isinstance(o, np.generic):
+            return o.item()
+        if isinstance(o, (tuple, set, frozenset)):
+            return list(o)
+        raise TypeError(type(o).__name__)
+
+    try:
+        return json.dumps(value, ensure_ascii=False, sort_keys=True, allow_nan=False, default=default)
+    except (TypeError, ValueError) as e:
+        raise RowsError(f"{where}: value is not JSON-serializable ({e}); use str/number/list/dict values") from None
+
+
+def _from_json(text: str | None) -> Any:
+    return None if text is None else json.loads(text)
+
+
+def task_id_for(messages: Sequence[Mapping[str, str]]) -> str:
+    """Default task id: a hash of the whole conversation (every message, role and content).
+
+    Two conversations that end in the same last turn never merge into one task.
+
+    Example:
+        >>> task_id_for([{"role": "user", "content": "Hi"}]) == task_id_for([{"role": "user", "content": "Hi"}])
+        True
+    """
+    return content_hash([[m["role"], m["content"]] for m in messages], "task")
+
+
+def _messages_of(prompt: Any, i: int) -> tuple[list[dict[str, str]], str]:
+    """(messages, last user turn) for prompt i, or an error naming it."""
+    if isinstance(prompt, str):
+        return [{"role": "user", "content": prompt}], prompt
+    if prompt is None:
+        raise RowsTypeError(f"prompts[{i}] is None; give a string or a list of {{'role', 'content'}} messages")
+    if isinstance(prompt, Sequence) and not isinstance(prompt, (bytes, bytearray)):
+        msgs = []
+        for j, m in enumerate(prompt):
+            if not isinstance(m, Mapping) or set(m) - {"role", "content"} or "role" not in m or "content" not in m:
+                raise RowsError(
+                    f"prompts[{i}][{j}]: a message is a dict with exactly 'role' and 'content' "
+                    f"(strings), got {m!r:.120}"
+                )
+            if not isinstance(m["role"], str) or not isinstance(m["content"], str):
+                raise RowsTypeError(f"prompts[{i}][{j}]: 'role' and 'content' must be strings, got {m!r:.120}")
+            msgs.append({"role": m["role"], "content": m["content"]})
+        users = [m["content"] for m in msgs if m["role"] == "user"]
+        if not users:
+            raise RowsError(f"prompts[{i}] has no message with role 'user'; the row's prompt is the last user turn")
+        return msgs, users[-1]
+    raise RowsTypeError(f"prompts[{i}]: expected a string or a list of messages, got {type(prompt).__name__}")
+
+
+def _is_seq(x: Any) -> bool:
+    return isinstance(x, (list, tuple, np.ndarray)) or (
+        isinstance(x, Sequence) and not isinstance(x, (str, bytes, bytearray, Mapping))
+    )
+
+
+def _check_number(x: Any, where: str, *, lo: float | None = 0.0, hi: float | None = 1.0,
+                  what: str = "reward", allow_none: bool = True) -> float | None:
+    if x is None:
+        if allow_none:
+            return None
+        raise RowsTypeError(f"{where}: {what} is None")
+    if isinstance(x, (bool, np.bool_)):
+        return float(x)
+    if not isinstance(x, numbers.Real):
+        raise RowsTypeError(f"{where}: {what} must be a number, got {type(x).__name__} {x!r:.60}")
+    v = float(x)
+    if math.isnan(v):
+        raise RowsError(f"{where}: {what} is NaN; use None for an unjudged row, never NaN")
+    if (lo is not None and v < lo) or (hi is not None and v > hi):
+        raise RowsError(f"{where}: {what} {v!r} is outside [{lo}, {hi}]; rescale it to [0, 1]")
+    if not math.isfinite(v):
+        raise RowsError(f"{where}: {what} {v!r} is not finite")
+    return v
+
+
+def _check_markers(m: Any, where: str) -> dict[str, float]:
+    if m is None:
+        return {}
+    if not isinstance(m, Mapping):
+        raise RowsTypeError(f"{where}: markers must be a dict {{name: number}}, got {type(m).__name__}")
+    out = {}
+    for k, v in m.items():
+        if not isinstance(k, str):
+            raise RowsTypeError(f"{where}: marker name {k!r} is not a string")
+        if v is None:
+            raise RowsTypeError(f"{where}: marker {k!r} is None; omit the key for a missing measurement")
+        out[k] = _check_number(v, where, lo=None, hi=None, what=f"marker {k!r}", allow_none=False)
+    return out
+
+
+def _markers_array(dicts: Sequence[Mapping[str, float]]) -> pa.Array:
+    return pa.array([list(d.items()) for d in dicts], type=MARKERS_TYPE)
+
+
+# ---------------------------------------------------------------------------------------------
+# Rows
+
+
+class Rows(Sequence):
+    """An immutable sequence of rows backed by an Arrow table of :data:`ROW_SCHEMA`.
+
+    Indexing gives a dict (or a ``Rows`` for a slice); ``to_arrow``, ``to_pandas``,
+    ``to_parquet`` and their inverses are lossless. ``checksum()`` is content-based, computed
+    once.
+
+    Example:
+        >>> r = rows(["a?"], ["x"], [1])
+        >>> Rows.from_arrow(r.to_arrow()) == r
+        True
+    """
+
+    __slots__ = ("_table", "__dict__")
+
+    def __init__(self, table: pa.Table) -> None:
+        if not isinstance(table, pa.Table):
+            raise RowsTypeError(f"Rows() needs a pyarrow.Table, got {type(table).__name__}; use as_table()")
+        if table.schema.remove_metadata() != ROW_SCHEMA:
+            table = as_table(table, require=())
+        self._table = table
+
+    # sequence protocol ----------------------------------------------------------------------
+    def __len__(self) -> int:
+        return self._table.num_rows
+
+    @overload
+    def __getitem__(self, i: int) -> dict[str, Any]: ...
+    @overload
+    def __getitem__(self, i: slice) -> Rows: ...
+    def __getitem__(self, i: int | slice) -> dict[str, Any] | Rows:
+        if isinstance(i, slice):
+            idx = range(len(self))[i]
+            return Rows(self._table.take(pa.array(list(idx), type=pa.int64())))
+        n = len(self)
+        if not -n <= i < n:
+            raise IndexError(f"row index {i} out of range for {n} rows")
+        return self._records[i % n]
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        return iter(self._records)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Rows):
+            return NotImplemented
+        return self._table.equals(other._table)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        t = self._table
+        tasks = len(pc.unique(t.column("task_id"))) if len(self) else 0
+        judged = len(self) - t.column("reward").null_count
+        return f"Rows(n={len(self)}, tasks={tasks}, judged={judged})"
+
+    @cached_property
+    def _records(self) -> list[dict[str, Any]]:
+        return table_to_records(self._table)
+
+    # conversions ---------------------------------------------------------------------------
+    @property
+    def table(self) -> pa.Table:
+        """The underlying Arrow table (immutable)."""
+        return self._table
+
+    def to_arrow(self) -> pa.Table:
+        """The rows as an Arrow table of :data:`ROW_SCHEMA`."""
+        return self._table
+
+    @classmethod
+    def from_arrow(cls, table: pa.Table) -> Rows:
+        """Rows from an Arrow table (canonical or loose columns; validated)."""
+        return cls(as_table(table, require=("prompt", "final_text")))
+
+    def to_pandas(self) -> Any:
+        """A pandas DataFrame with one dict-valued ``markers``/``privileged`` per row."""
+        import pandas as pd
+
+        return pd.DataFrame.from_records(self._records, columns=list(COLUMNS))
+
+    @classmethod
+    def from_pandas(cls, df: Any) -> Rows:
+        """Rows from a DataFrame (as written by :meth:`to_pandas`, or with fewer columns)."""
+        return cls(as_table(df, require=("prompt", "final_text")))
+
+    @classmethod
+    def from_records(cls, records: Iterable[Mapping[str, Any]]) -> Rows:
+        """Rows from a list of dict rows."""
+        return cls(as_table(list(records), require=("prompt", "final_text")))
+
+    def to_parquet(self, path: str | os.PathLike[str]) -> None:
+        """Write the rows to a Parquet file."""
+        pq.write_table(self._table, path, compression="zstd")
+
+    @classmethod
+    def read_parquet(cls, path: str | os.PathLike[str]) -> Rows:
+        """Read rows written by :meth:`to_parquet`."""
+        return cls(as_table(pq.read_table(path), require=("prompt", "final_text")))
+
+    def checksum(self) -> str:
+        """Content id ``rows:<32 hex>`` over every column, order-sensitive; cached.
+
+        Strings are NFC-normalized before hashing, as in :mod:`assay.hashing`.
+        """
+        cached = self.__dict__.get("_checksum")
+        if cached is None:
+            cached = table_checksum(self._table, "rows")
+            self.__dict__["_checksum"] = cached
+        return cached
+
+    def __assay_content__(self) -> str:
+        return self.checksum()
+
+
+def table_checksum(table: pa.Table, prefix: str) -> str:
+    """Content id of an Arrow table: column names, types and values, in order.
+
+    Vectorized: string columns are NFC-normalized in Arrow, then every column is serialized
+    as canonical JSON in one C-level ``json.dumps`` call.
+    """
+    cols: dict[str, Any] = {}
+    for name in table.column_names:
+        col = table.column(name)
+        if pa.types.is_string(col.type) or pa.types.is_large_string(col.type):
+            col = pc.utf8_normalize(col, "NFC")
+        values = col.to_pylist()
+        if pa.types.is_map(col.type):
+            values = [None if v is None else sorted(v) for v in values]
+        cols[name] = [str(col.type), values]
+    data = json.dumps(cols, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    return digest_bytes(data.encode("utf-8"), prefix)
+
+
+def table_to_records(table: pa.Table) -> list[dict[str, Any]]:
+    """Dict rows from a canonical table (markers as dicts, JSON columns decoded)."""
+    cols = {name: table.column(name).to_pylist() for name in table.column_names}
+    if "markers" in cols:
+        cols["markers"] = [dict(m) if m is not None else {} for m in cols["markers"]]
+    for name in _JSON_COLUMNS:
+        if name in cols:
+            cols[name] = [_from_json(v) for v in cols[name]]
+    names = list(cols)
+    return [dict(zip(names, vals)) for vals in zip(*cols.values())] if names else []
+
+
+# ---------------------------------------------------------------------------------------------
+# as_table: every measurement's entry point
+
+
+def _column_values(data: Any, name: str) -> list[Any] | None:
+    """Values of one column from a list of dicts / DataFrame / Arrow table, or None if absent."""
+    if isinstance(data, pa.Table):
+        if name not in data.column_names:
+            return None
+        col = data.column(name)
+        vals = col.to_pylist()
+        if pa.types.is_map(col.type):
+            vals = [dict(v) if v is not None else None for v in vals]
+        return vals
+    if hasattr(data, "columns") and hasattr(data, "to_dict"):  # pandas
+        if name not in data.columns:
+            return None
+        vals = data[name].tolist()
+        return [None if (isinstance(v, float) and math.isnan(v) and name != "reward") else v for v in vals]
+    present = any(name in r for r in data)
+    if not present:
+        return None
+    return [r.get(name) for r in data]
+
+
+def as_table(data: Any, *, require: Iterable[str] = ("prompt", "final_text"),
+             argument: str = "rows") -> pa.Table:
+    """Read ``Rows``, a list of dict rows, a pandas DataFrame or an Arrow table into a table of
+    :data:`ROW_SCHEMA`, validating every value. Errors name ``argument`` and the row index.
+
+    ``require`` lists columns that must be present and non-null (``task_id`` is satisfied by a
+    ``prompt`` or ``messages`` to hash). A missing ``reward`` column means unjudged rows.
+
+    Example:
+        >>> t = as_table([{"task_id": "t1", "reward": 1}, {"task_id": "t1", "reward": 0}], require=("reward",))
+        >>> t.column("reward").to_pylist(), t.column("prompt").to_pylist()
+        ([1.0, 0.0], ['', ''])
+    """
+    if isinstance(data, Rows):
+        data = data.table
+    if isinstance(data, pa.Table) and data.schema.remove_metadata() == ROW_SCHEMA:
+        table = data.replace_schema_metadata(None)
+        _require(table, tuple(require), argument)
+        return table
+    if isinstance(data, pa.RecordBatch):
+        data = pa.Table.from_batches([data])
+    if isinstance(data, Mapping) or isinstance(data, str):
+        raise RowsTypeError(f"{argument}: expected rows (a list of dicts, Rows, DataFrame or Arrow table), got {type(data).__name__}")
+    if not isinstance(data, pa.Table) and not (hasattr(data, "columns") and hasattr(data, "to_dict")):
+        try:
+            data = list(data)
+        except TypeError:
+            raise RowsTypeError(f"{argument}: expected rows, got {type(data).__name__}") from None
+        for i, r in enumerate(data):
+            if not isinstance(r, Mapping):
+                raise RowsTypeError(f"{argument}[{i}]: a row is a dict, got {type(r).__name__}")
+    n = data.num_rows if isinstance(data, pa.Table) else len(data)
+    known = set(COLUMNS)
+    present = set(data.column_names) if isinstance(data, pa.Table) else (
+        set(data.columns) if hasattr(data, "columns") else set().union(*[set(r) for r in data]) if n else set())
+    # Columns outside the contract are not dropped silently: engine-emitted extras like
+    # scenario_id are tolerated, anything else is named.
+    unknown = sorted(str(c) for c in present - known - {"scenario_id", "arm", "run_id", "lineage", "steps"})
+    if unknown:
+        raise RowsError(
+            f"{argument}: unknown row keys {unknown}; row keys are {list(COLUMNS)}. Put extra "
+            "measurements in 'markers' and extra data in 'privileged'"
+        )
+    get = {c: _column_values(data, c) for c in COLUMNS}
+
+    def where(i: int) -> str:
+        return f"{argument}[{i}]"
+
+    out: dict[str, list[Any]] = {}
+    # text columns
+    for c in ("prompt", "final_text"):
+        vals = get[c]
+        if vals is None:
+            out[c] = [""] * n if c not in require else _missing(c, argument)
+            continue
+        for i, v in enumerate(vals):
+            if not isinstance(v, str):
+                if v is None:
+                    raise RowsTypeError(f"{where(i)}: '{c}' is None; a row needs a string {c} (never the text 'None')")
+                raise RowsTypeError(f"{where(i)}: '{c}' must be a string, got {type(v).__name__}")
+        out[c] = list(vals)
+    # messages
+    msgs = get["messages"]
+    if msgs is None:
+        msgs_out = [[{"role": "user", "content": p}] if p else [] for p in out["prompt"]]
+    else:
+        msgs_out = []
+        for i, m in enumerate(msgs):
+            if m is None or (hasattr(m, "__len__") and len(m) == 0):
+                p = out["prompt"][i]
+                msgs_out.append([{"role": "user", "content": p}] if p else [])
+            else:
+                msgs_out.append(_messages_of(list(m), i)[0] if _is_seq(m) else _messages_of(m, i)[0])
+    out["messages"] = msgs_out
+    # task ids
+    tids = get["task_id"]
+    memo: dict[str, str] = {}
+
+    def default_tid(i: int) -> str:
+        m = msgs_out[i]
+        if not m:
+            raise RowsError(f"{where(i)}: no 'task_id' and no 'prompt' or 'messages' to derive one from")
+        if len(m) == 1:
+            key = m[0]["content"] if m[0]["role"] == "user" else None
+            if key is not None:
+                if key not in memo:
+                    memo[key] = task_id_for(m)
+                return memo[key]
+        return task_id_for(m)
+
+    if tids is None:
+        out["task_id"] = [default_tid(i) for i in range(n)]
+    else:
+        t_out = []
+        for i, v in enumerate(tids):
+            if v is None:
+                t_out.append(default_tid(i))
+            elif isinstance(v, str) and v:
+                t_out.append(v)
+            elif isinstance(v, (int, np.integer)) and not isinstance(v, bool):
+                raise RowsTypeError(f"{where(i)}: 'task_id' {v!r} is an integer; task ids are strings (use str())")
+            else:
+                raise RowsTypeError(f"{where(i)}: 'task_id' must be a non-empty string, got {v!r:.60}")
+        out["task_id"] = t_out
+    # reward
+    rv = get["reward"]
+    if rv is None:
+        if "reward" in require:
+            _missing("reward", argument)
+        out["reward"] = [None] * n
+    else:
+        out["reward"] = [_check_number(v, where(i)) for i, v in enumerate(rv)]
+    # markers
+    mk = get["markers"]
+    out["markers"] = [{}] * n if mk is None else [_check_markers(m, where(i)) for i, m in enumerate(mk)]
+    # rollout index: given, or numbered within task in order
+    ri = get["rollout_index"]
+    if ri is None or all(v is None for v in ri):
+        counters: dict[str, int] = {}
+        r_out = []
+        for t in out["task_id"]:
+            k = counters.get(t, 0)
+            r_out.append(k)
+            counters[t] = k + 1
+        out["rollout_index"] = r_out
+    else:
+        for i, v in enumerate(ri):
+            if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < 0:
+                raise RowsTypeError(f"{where(i)}: 'rollout_index' must be a non-negative integer, got {v!r}")
+        out["rollout_index"] = [int(v) for v in ri]
+    # JSON columns: dicts at the edge, JSON text inside (a string in a table is taken as JSON)
+    for c in _JSON_COLUMNS:
+        vals = get[c]
+        if vals is None:
+            out[c] = [None] * n
+            continue
+        col: list[Any] = []
+        from_arrow = isinstance(data, pa.Table) and pa.types.is_string(data.column(c).type)
+        for i, v in enumerate(vals):
+            if from_arrow and v is not None:
+                try:
+                    json.loads(v)
+                except json.JSONDecodeError:
+                    raise RowsError(f"{where(i)}: '{c}' column holds invalid JSON text") from None
+                col.append(v)
+            elif c == "privileged" and v is not None and not isinstance(v, Mapping):
+                raise RowsTypeError(f"{where(i)}: 'privileged' must be a dict, got {type(v).__name__}")
+            else:
+                col.append(_to_json(v, f"{where(i)}.{c}"))
+        out[c] = col
+    for c in ("judge_name", "judge_status", "reason"):
+        vals = get[c]
+        if vals is None:
+            out[c] = [None] * n
+            continue
+        for i, v in enumerate(vals):
+            if v is not None and not isinstance(v, str):
+                raise RowsTypeError(f"{where(i)}: '{c}' must be a string or None, got {type(v).__name__}")
+        out[c] = list(vals)
+    sv = get["schema_version"]
+    out["schema_version"] = [ROWS_SCHEMA_VERSION] * n if sv is None else [
+        ROWS_SCHEMA_VERSION if v is None else int(v) for v in sv]
+    table = _build_table(out)
+    _require(table, tuple(require), argument)
+    return table
+
+
+def _missing(col: str, argument: str) -> list[Any]:
+    raise RowsError(f"{argument}: required key '{col}' is missing from the rows")
+
+
+def _require(table: pa.Table, require: tuple[str, ...], argument: str) -> None:
+    for c in require:
+        if c == "task_id":
+            continue
+        col = table.column(c)
+        if col.null_count:
+            i = pc.index(pc.is_null(col), True).as_py()
+            raise RowsError(f"{argument}[{i}]: required key '{c}' is missing (None); {col.null_count} rows lack it")
+
+
+def _build_table(cols: Mapping[str, list[Any]]) -> pa.Table:
+    arrays = []
+    for f in ROW_SCHEMA:
+        if f.name == "markers":
+            arrays.append(_markers_array(cols["markers"]))
+        else:
+            arrays.append(pa.array(cols[f.name], type=f.type))
+    return pa.Table.from_arrays(arrays, schema=ROW_SCHEMA)
+
+
+# ---------------------------------------------------------------------------------------------
+# rows(): build from prompts and completions
+
+
+def _flatten_completions(prompts_n: int, completions: Any) -> list[list[str]]:
+    if not _is_seq(completions):
+        raise RowsTypeError(f"completions: expected a sequence with one entry per prompt, got {type(completions).__name__}")
+    if len(completions) != prompts_n:
+        raise RowsError(f"completions: {len(completions)} entries for {prompts_n} prompts; give one entry (a string or a list of k strings) per prompt")
+    out = []
+    for i, c in enumerate(completions):
+        if isinstance(c, str):
+            out.append([c])
+            continue
+        if c is None:
+            raise RowsTypeError(f"completions[{i}] is None; every completion must be a string (never the text 'None')")
+        if not _is_seq(c):
+            raise RowsTypeError(f"completions[{i}]: expected a string or a sequence of strings, got {type(c).__name__}")
+        if len(c) == 0:
+            raise RowsError(f"completions[{i}] is empty: prompt {i} would contribute no row; drop the prompt or give it a completion")
+        group = []
+        for j, s in enumerate(c):
+            if not isinstance(s, str):
+                what = "None" if s is None else type(s).__name__
+                raise RowsTypeError(f"completions[{i}][{j}] (prompt {i}, completion {j}) is {what}, not a string")
+            group.append(s)
+        out.append(group)
+    return out
+
+
+def _per_completion(values: Any, shape: list[int], argument: str, is_leaf: Any) -> list[list[Any]]:
+    """Values nested like completions, or flat (one per completion), as nested lists."""
+    total = sum(shape)
+    if not _is_seq(values):
+        raise RowsTypeError(f"{argument}: expected a sequence nested like completions, or flat, got {type(values).__name__}")
+    values = list(values)
+    nested = len(values) == len(shape) and any(not is_leaf(v) for v in values)
+    if nested:
+        out = []
+        for i, (v, k) in enumerate(zip(values, shape)):
+            if is_leaf(v):
+                if k != 1:
+                    raise RowsError(f"{argument}[{i}]: prompt {i} has {k} completions but one value; give a list of {k}")
+                out.append([v])
+            else:
+                v = list(v)
+                if len(v) != k:
+                    raise RowsError(f"{argument}[{i}]: {len(v)} values for prompt {i}'s {k} completions")
+                out.append(v)
+        return out
+    if len(values) != total:
+        raise RowsError(
+            f"{argument}: {len(values)} values for {len(shape)} prompts with {total} completions; "
+            "give one per completion (flat) or nest them like completions"
+        )
+    out, pos = [], 0
+    for k in shape:
+        out.append(values[pos:pos + k])
+        pos += k
+    return out
+
+
+def _is_number_leaf(v: Any) -> bool:
+    return v is None or isinstance(v, (numbers.Real, np.bool_, bool)) or isinstance(v, str)
+
+
+def rows(
+    prompts: Sequence[str | Sequence[Mapping[str, str]]],
+    completions: Sequence[str | Sequence[str]],
+    reward: Any = None,
+    *,
+    references: Sequence[Any] | None = None,
+    task_ids: Sequence[str] | None = None,
+    markers: Sequence[Any] | None = None,
+    workers: int | None = None,
+) -> Rows:
+    """Build rows from prompts and completions, optionally grading them.
+
+    Args:
+        prompts: strings, or message lists ``[{"role", "content"}]``; the row's ``prompt`` is
+            the last user turn and ``messages`` keeps the whole list.
+        completions: one string per prompt, or a sequence of k strings per prompt.
+        reward: ``None`` (unjudged); a verifier (``check(candidate, reference, row)``); a
+            callable ``(prompt, completion)``, ``(prompt, completion, reference)`` or
+            ``(row) -> verdict``; or numbers in [0, 1] nested like completions or flat.
+        references: the gold answer per prompt, stored under ``privileged.reference``.
+        task_ids: a name per prompt; default: a hash of the whole conversation, so the same
+            prompt twice is one task with rollouts numbered continuously.
+        markers: ``{name: number}`` per completion, nested like completions or flat.
+        workers: worker processes for grading with a verifier (see :func:`assay.grade`).
+
+    Returns:
+        :class:`Rows`.
+
+    Example:
+        >>> r = rows(["2+3?"], [["5", "4"]], lambda p, c, ref: c == ref, references=["5"])
+        >>> [x["reward"] for x in r], r[0]["judge_status"]
+        ([1.0, 0.0], 'ok')
+    """
+    if isinstance(prompts, (str, bytes)) or not _is_seq(prompts):
+        raise RowsTypeError(f"prompts: expected a sequence of prompts, got {type(prompts).__name__}")
+    prompts = list(prompts)
+    n = len(prompts)
+    parsed = [_messages_of(p, i) for i, p in enumerate(prompts)]
+    groups = _flatten_completions(n, completions)
+    shape = [len(g) for g in groups]
+    if references is not None:
+        if not _is_seq(references) or len(references) != n:
+            got = len(references) if _is_seq(references) else type(references).__name__
+            raise RowsError(f"references: expected one reference per prompt ({n}), got {got}")
+        references = list(references)
+    if task_ids is not None:
+        if not _is_seq(task_ids) or len(task_ids) != n:
+            raise RowsError(f"task_ids: expected one task id per prompt ({n})")
+        for i, t in enumerate(task_ids):
+            if not isinstance(t, str) or not t:
+                raise RowsTypeError(f"task_ids[{i}] must be a non-empty string, got {t!r:.60}")
+    mk = None
+    if markers is not None:
+        mk = _per_completion(markers, shape, "markers", lambda v: v is None or isinstance(v, Mapping))
+    numbers_given = reward is not None and _is_seq(reward) and not callable(reward)
+    rw = None
+    if numbers_given:
+        rw = _per_completion(reward, shape, "reward", _is_number_leaf)
+    elif reward is not None and not (callable(reward) or callable(getattr(reward, "check", None))):
+        raise RowsTypeError(f"reward: expected a verifier, a callable, or numbers; got {type(reward).__name__}")
+
+    cols: dict[str, list[Any]] = {c: [] for c in COLUMNS}
+    counters: dict[str, int] = {}
+    for i, ((msgs, last_user), group) in enumerate(zip(parsed, groups)):
+        tid = task_ids[i] if task_ids is not None else task_id_for(msgs)
+        priv = None if references is None else _to_json({"reference": references[i]}, f"references[{i}]")
+        for j, text in enumerate(group):
+            where = f"prompt {i}, completion {j}"
+            k = counters.get(tid, 0)
+            counters[tid] = k + 1
+            cols["task_id"].append(tid)
+            cols["prompt"].append(last_user)
+            cols["final_text"].append(text)
+            cols["messages"].append(msgs)
+            cols["rollout_index"].append(k)
+            cols["privileged"].append(priv)
+            cols["markers"].append({} if mk is None else _check_markers(mk[i][j], f"markers ({where})"))
+            if rw is not None:
+                r = _check_number(rw[i][j], f"reward ({where})")
+                cols["reward"].append(r)
+                cols["judge_name"].append("given" if r is not None else None)
+                cols["judge_status"].append("given" if r is not None else "unjudged")
+            else:
+                cols["reward"].append(None)
+                cols["judge_name"].append(None)
+                cols["judge_status"].append("unjudged")
+            cols["reason"].append(None)
+            cols["judge_meta"].append(None)
+            cols["schema_version"].append(ROWS_SCHEMA_VERSION)
+    out = Rows(_build_table(cols))
+    if reward is not None and not numbers_given:
+        from assay.grading import grade
+
+        out = grade(out, reward, workers=workers, argument="reward")
+    return out

@@ -1,0 +1,187 @@
+"""Content-addressed store: Arrow tables as Parquet, small documents as JSON, by checksum.
+
+Blobs are named by the SHA-256 of their bytes and verified on every read; refs name blobs.
+
+Layout under the root (default ``$ASSAY_STORE`` or ``./.assay``)::
+
+    blobs/<2 hex>/<64 hex>.<parquet|json|bin>   immutable, named by sha256 of the file bytes
+    refs/<2 hex>/<sha256 of name>.json          {"name":..., "blob":..., "meta":...}
+
+Every write goes to a unique temp file in the same directory, is fsynced, then ``os.replace``d
+into place, so a reader sees either nothing or a whole file; two writers of the same key both
+write complete identical bytes and the last rename wins. A blob whose bytes do not match its
+name (truncated, bit-flipped) is reported through ``warnings`` and treated as missing: it is
+never returned. Refs are the cache layer's pointers: a ref to a missing or corrupt blob is a
+miss, so a killed run leaves at worst an unreferenced blob behind.
+
+Example:
+    >>> import tempfile, pyarrow as pa
+    >>> s = Store(tempfile.mkdtemp())
+    >>> key = s.put_table(pa.table({"x": [1, 2]}))
+    >>> s.get_table(key).column("x").to_pylist()
+    [1, 2]
+    >>> s.set_ref("stage:demo", key); s.get_ref("stage:demo")["blob"] == key
+    True
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import tempfile
+import warnings
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from assay.errors import StoreError
+from assay.hashing import canonical_json
+
+_EXT = {"parquet", "json", "bin"}
+
+
+class CorruptEntryWarning(UserWarning):
+    """A store entry failed verification and was treated as missing."""
+
+
+def default_root() -> Path:
+    """``$ASSAY_STORE`` when set, else ``./.assay``."""
+    return Path(os.environ.get("ASSAY_STORE") or ".assay")
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+
+
+class Store:
+    """A content-addressed store rooted at a directory (see module docstring)."""
+
+    def __init__(self, root: str | os.PathLike[str] | None = None) -> None:
+        self.root = Path(root) if root is not None else default_root()
+
+    def __repr__(self) -> str:
+        return f"Store({str(self.root)!r})"
+
+    # -- blobs -------------------------------------------------------------------------------
+    def _blob_path(self, key: str) -> Path:
+        try:
+            kind, hexd = key.split(":", 1)
+            ext = {"tbl": "parquet", "doc": "json", "bin": "bin"}[kind]
+        except (ValueError, KeyError):
+            raise StoreError(
+                f"not a store key: {key!r}; keys look like 'tbl:<sha256>', 'doc:<sha256>' or "
+                "'bin:<sha256>' and come from put_table/put_json/put_bytes"
+            ) from None
+        if len(hexd) != 64 or any(c not in "0123456789abcdef" for c in hexd):
+            raise StoreError(f"not a store key: {key!r} (expected 64 lowercase hex digits)")
+        return self.root / "blobs" / hexd[:2] / f"{hexd}.{ext}"
+
+    def _put(self, data: bytes, kind: str) -> str:
+        key = f"{kind}:{hashlib.sha256(data).hexdigest()}"
+        path = self._blob_path(key)
+        if not self._verified(path, key):
+            _atomic_write(path, data)
+        return key
+
+    def _verified(self, path: Path, key: str) -> bytes | None:
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:
+            return None
+        if hashlib.sha256(data).hexdigest() != key.split(":", 1)[1]:
+            warnings.warn(
+                f"store entry {path} is corrupt (checksum mismatch, {len(data)} bytes); "
+                "treated as missing and will be rewritten",
+                CorruptEntryWarning,
+                stacklevel=3,
+            )
+            return None
+        return data
+
+    def has(self, key: str) -> bool:
+        """True when ``key`` is present and verifies."""
+        return self._verified(self._blob_path(key), key) is not None
+
+    def put_bytes(self, data: bytes) -> str:
+        """Store raw bytes; returns ``bin:<sha256>``."""
+        return self._put(bytes(data), "bin")
+
+    def get_bytes(self, key: str) -> bytes | None:
+        """The bytes under ``key``, or None when missing or corrupt."""
+        return self._verified(self._blob_path(key), key)
+
+    def put_json(self, doc: Any) -> str:
+        """Store a JSON-like document in canonical form; returns ``doc:<sha256>``."""
+        return self._put(canonical_json(doc), "doc")
+
+    def get_json(self, key: str) -> Any | None:
+        """The document under ``key``, or None when missing or corrupt."""
+        data = self._verified(self._blob_path(key), key)
+        return None if data is None else json.loads(data)
+
+    def put_table(self, table: pa.Table) -> str:
+        """Store an Arrow table as Parquet (zstd); returns ``tbl:<sha256 of the file>``."""
+        if not isinstance(table, pa.Table):
+            raise StoreError(f"put_table needs a pyarrow.Table, got {type(table).__name__}")
+        buf = io.BytesIO()
+        pq.write_table(table, buf, compression="zstd")
+        return self._put(buf.getvalue(), "tbl")
+
+    def get_table(self, key: str) -> pa.Table | None:
+        """The table under ``key``, or None when missing or corrupt."""
+        data = self._verified(self._blob_path(key), key)
+        if data is None:
+            return None
+        return pq.read_table(pa.BufferReader(data))
+
+    # -- refs (named pointers, e.g. a stage's cache key -> its output blob) ------------------
+    def _ref_path(self, name: str) -> Path:
+        h = hashlib.sha256(name.encode("utf-8")).hexdigest()
+        return self.root / "refs" / h[:2] / f"{h}.json"
+
+    def set_ref(self, name: str, blob: str, meta: dict[str, Any] | None = None) -> None:
+        """Point ``name`` at ``blob`` (which must already be stored), atomically."""
+        if not self.has(blob):
+            raise StoreError(f"set_ref({name!r}): blob {blob} is not in the store; put it first")
+        doc = {"name": name, "blob": blob, "meta": meta or {}}
+        _atomic_write(self._ref_path(name), canonical_json(doc))
+
+    def get_ref(self, name: str) -> dict[str, Any] | None:
+        """``{"name", "blob", "meta"}`` for ``name``, or None when absent, unreadable, or the blob
+        it names is missing or corrupt (a ref is only as good as its blob)."""
+        path = self._ref_path(name)
+        try:
+            doc = json.loads(path.read_bytes())
+        except FileNotFoundError:
+            return None
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            warnings.warn(f"store ref {path} is unreadable; treated as missing",
+                          CorruptEntryWarning, stacklevel=2)
+            return None
+        if not isinstance(doc, dict) or doc.get("name") != name or not self.has(doc.get("blob", "")):
+            return None
+        return doc
+
+    def delete_ref(self, name: str) -> None:
+        """Remove a ref if present."""
+        try:
+            self._ref_path(name).unlink()
+        except FileNotFoundError:
+            pass
