@@ -17,8 +17,9 @@ from typing import Any
 
 # Eager: these are the core contract, and a module named like its function (assay/rows.py
 # defines rows()) must be imported here so the function, not the module, is ``assay.rows``.
-from assay.grading import grade
-from assay.rows import Rows, rows
+from assay.grading import grade as grade
+from assay.rows import Rows as Rows
+from assay.rows import rows as rows
 
 __version__ = "0.1.0"
 

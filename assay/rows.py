@@ -189,9 +189,7 @@ class Rows(Sequence):
     def __init__(self, table: pa.Table) -> None:
         if not isinstance(table, pa.Table):
             raise RowsTypeError(f"Rows() needs a pyarrow.Table, got {type(table).__name__}; use as_table()")
-        if table.schema.remove_metadata() != ROW_SCHEMA:
-            table = as_table(table, require=())
-        self._table = table
+        self._table = as_table(table, require=())
 
     # sequence protocol ----------------------------------------------------------------------
     def __len__(self) -> int:
@@ -249,7 +247,10 @@ class Rows(Sequence):
         """A pandas DataFrame with one dict-valued ``markers``/``privileged`` per row."""
         import pandas as pd
 
-        return pd.DataFrame.from_records(self._records, columns=list(COLUMNS))
+        df = pd.DataFrame.from_records(self._records, columns=list(COLUMNS))
+        # Nullable dtype: an unjudged row is <NA>, never NaN (a NaN reward read back is an error).
+        df["reward"] = pd.array(self._table.column("reward").to_pylist(), dtype="Float64")
+        return df
 
     @classmethod
     def from_pandas(cls, df: Any) -> Rows:
@@ -334,11 +335,20 @@ def _column_values(data: Any, name: str) -> list[Any] | None:
         if name not in data.columns:
             return None
         vals = data[name].tolist()
-        return [None if (isinstance(v, float) and math.isnan(v) and name != "reward") else v for v in vals]
+        # pd.NA / None are explicit "missing"; a float NaN is only "missing" outside reward,
+        # where NaN would otherwise pass as a score.
+        return [None if (v is _PD_NA or (isinstance(v, float) and math.isnan(v) and name != "reward")) else v
+                for v in vals]
     present = any(name in r for r in data)
     if not present:
         return None
     return [r.get(name) for r in data]
+
+
+try:
+    from pandas import NA as _PD_NA
+except ImportError:  # pragma: no cover - pandas is a dependency
+    _PD_NA = object()
 
 
 def as_table(data: Any, *, require: Iterable[str] = ("prompt", "final_text"),
@@ -357,7 +367,9 @@ def as_table(data: Any, *, require: Iterable[str] = ("prompt", "final_text"),
     if isinstance(data, Rows):
         data = data.table
     if isinstance(data, pa.Table) and data.schema.remove_metadata() == ROW_SCHEMA:
-        table = data.replace_schema_metadata(None)
+        # cast: Parquet renames nested fields (list item -> element), which compare equal but
+        # would print differently; one canonical schema keeps checksums stable.
+        table = data.replace_schema_metadata(None).cast(ROW_SCHEMA)
         _require(table, tuple(require), argument)
         return table
     if isinstance(data, pa.RecordBatch):

@@ -175,7 +175,12 @@ class Store:
             warnings.warn(f"store ref {path} is unreadable; treated as missing",
                           CorruptEntryWarning, stacklevel=2)
             return None
-        if not isinstance(doc, dict) or doc.get("name") != name or not self.has(doc.get("blob", "")):
+        if not isinstance(doc, dict) or doc.get("name") != name:
+            return None
+        try:
+            if not self.has(doc.get("blob") or ""):
+                return None
+        except StoreError:
             return None
         return doc
 
