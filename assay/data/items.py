@@ -1,0 +1,979 @@
+"""Typed, immutable preference items: Response, Prompt, Pair, Quadruple, Tournament, Trajectory.
+
+Every item validates itself at construction and stamps its lineage with a content hash.
+
+Payload vs record: an item's *payload* (``__assay_content__()``) is what is scored: prompt and
+response texts with their spans and meta, the axis / factors / edges. Its ``content_hash``
+(``ch:``) is the hash of the payload and is what clone detection groups on. The item's *record*
+adds the lineage (seed, builder, ops) and the item-level ``meta``; a view's checksum hashes the
+records, so a changed seed id or meta changes the dataset id too.
+
+Example:
+    >>> p = make_pair("What is 2+2?", "4", "5", "correctness", seed_id="s-1", builder_id="hand")
+    >>> p.prompt_text, p.chosen.text, p.seed_id, p.content_hash[:3]
+    ('What is 2+2?', '4', 's-1', 'ch:')
+    >>> from assay.hashing import content_hash
+    >>> p.content_hash == content_hash(p.__assay_content__(), "ch")
+    True
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import unicodedata
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+from assay.data.lineage import Lineage
+from assay.errors import DataError, HashError
+from assay.hashing import canonicalize, digest_bytes
+
+EMPTY_META: Mapping[str, Any] = MappingProxyType({})
+SPAN_UNITS = ("char", "token")
+
+_dumps = json.JSONEncoder(
+    ensure_ascii=False, sort_keys=True, separators=(",", ":"), allow_nan=False
+).encode
+
+
+_is_normalized = unicodedata.is_normalized
+
+
+def _is_nfc(s: str) -> bool:
+    return _is_normalized("NFC", s)
+
+
+def _nfc(s: str) -> str:
+    return s if _is_normalized("NFC", s) else unicodedata.normalize("NFC", s)
+
+
+def _ch(payload: Any) -> str:
+    # ``payload`` is already canonical (NFC strings, plain lists/dicts, finite numbers), so the C
+    # encoder produces exactly assay.hashing.canonical_json's bytes without the Python walk.
+    return digest_bytes(_dumps(payload).encode("utf-8"), "ch")
+
+
+def freeze(value: Any, where: str) -> Any:
+    """A deep read-only copy of JSON-like ``value``: mappings become MappingProxyType, lists tuples.
+
+    Numbers must be finite; numpy scalars become Python numbers; anything else is a DataError
+    naming ``where``.
+
+    Example:
+        >>> m = freeze({"a": [1, 2]}, "meta")
+        >>> m["a"], type(m).__name__
+        ((1, 2), 'mappingproxy')
+    """
+    if value is None or isinstance(value, (bool, str)):
+        return value
+    if isinstance(value, int):
+        return int(value)
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise DataError(f"{where} is {value!r}: NaN and infinities are not data; use None")
+        return value
+    if isinstance(value, Mapping):
+        out = {}
+        for k, v in value.items():
+            if not isinstance(k, str):
+                raise DataError(f"{where} has a non-string key {k!r}; keys must be strings")
+            out[k] = freeze(v, f"{where}.{k}")
+        return MappingProxyType(out)
+    if isinstance(value, (list, tuple)):
+        return tuple(freeze(v, f"{where}[{i}]") for i, v in enumerate(value))
+    if type(value).__module__ == "numpy":
+        try:
+            return freeze(canonicalize(value), where)
+        except HashError as e:
+            raise DataError(f"{where}: {e}") from None
+    raise DataError(
+        f"{where} has a value of type {type(value).__name__}; item meta must be JSON-like "
+        "(None, bool, int, finite float, str, lists, string-keyed mappings)"
+    )
+
+
+def _meta(value: Any, where: str) -> Mapping[str, Any]:
+    if value is None or (isinstance(value, Mapping) and not value):
+        return EMPTY_META
+    if not isinstance(value, Mapping):
+        raise DataError(f"{where} must be a mapping (or None), got {type(value).__name__}")
+    return freeze(value, where)
+
+
+def thaw(value: Any) -> Any:
+    """Plain (mutable, JSON-ready) copy of a frozen value: mappings to dict, tuples to list."""
+    if isinstance(value, Mapping):
+        return {k: thaw(v) for k, v in value.items()}
+    if isinstance(value, tuple):
+        return [thaw(v) for v in value]
+    return value
+
+
+def _text(value: Any, where: str, *, allow_empty: bool = False) -> str:
+    if not isinstance(value, str):
+        raise DataError(
+            f"{where} must be a string, got {type(value).__name__} ({value!r:.60}); "
+            "convert it yourself (None is not the text 'None')"
+        )
+    if not allow_empty and not value.strip():
+        raise DataError(f"{where} is empty or whitespace; every text must have content")
+    return value
+
+
+# ------------------------------------------------------------------------------------ spans
+
+
+@dataclass(frozen=True, slots=True)
+class Span:
+    """A typed interval ``[start, end)`` of a text, in characters or tokens (``unit``).
+
+    ``kind`` names what the span is ("receipt", "narrative", "step", "error", ...).
+
+    Example:
+        >>> Span(0, 4, "receipt").end
+        4
+    """
+
+    start: int
+    end: int
+    kind: str = "span"
+    unit: str = "char"
+    meta: Mapping[str, Any] = field(default_factory=lambda: EMPTY_META)
+
+    def __post_init__(self) -> None:
+        for name in ("start", "end"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+                raise DataError(f"Span.{name} must be a non-negative int, got {v!r}")
+        if self.end < self.start:
+            raise DataError(f"Span end {self.end} is before start {self.start}")
+        if not isinstance(self.kind, str) or not self.kind:
+            raise DataError(f"Span.kind must be a non-empty string, got {self.kind!r}")
+        if self.unit not in SPAN_UNITS:
+            raise DataError(f"Span.unit must be one of {SPAN_UNITS}, got {self.unit!r}")
+        if self.meta is not EMPTY_META:
+            object.__setattr__(self, "meta", _meta(self.meta, "Span.meta"))
+
+    def __len__(self) -> int:
+        return self.end - self.start
+
+    def __hash__(self) -> int:
+        return hash((self.start, self.end, self.kind, self.unit, tuple(self.meta.items())))
+
+    def __assay_content__(self) -> list[Any]:
+        out: list[Any] = [self.start, self.end, _nfc(self.kind), self.unit]
+        if self.meta:
+            out.append(canonicalize(self.meta))
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"start": self.start, "end": self.end, "kind": self.kind, "unit": self.unit,
+                "meta": thaw(self.meta)}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Span:
+        return cls(d["start"], d["end"], d.get("kind", "span"), d.get("unit", "char"),
+                   d.get("meta") or EMPTY_META)
+
+
+def _spans(value: Any, text: str, where: str) -> tuple[Span, ...]:
+    if value is None or value == ():
+        return ()
+    if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
+        raise DataError(f"{where} must be a sequence of Span, got {type(value).__name__}")
+    out = []
+    for i, s in enumerate(value):
+        if isinstance(s, Mapping):
+            s = Span.from_dict(s)
+        if not isinstance(s, Span):
+            raise DataError(f"{where}[{i}] must be a Span, got {type(s).__name__}")
+        if s.unit == "char" and s.end > len(text):
+            raise DataError(
+                f"{where}[{i}] ends at char {s.end} but the text has {len(text)} chars"
+            )
+        out.append(s)
+    return tuple(out)
+
+
+# ---------------------------------------------------------------------- prompt and response
+
+
+@dataclass(frozen=True, slots=True)
+class Response:
+    """A response text with its typed spans and read-only meta.
+
+    Example:
+        >>> r = Response("See receipt #12.", spans=(Span(4, 15, "receipt"),))
+        >>> r.span_text(r.spans[0])
+        'receipt #12'
+    """
+
+    text: str
+    spans: tuple[Span, ...] = ()
+    meta: Mapping[str, Any] = field(default_factory=lambda: EMPTY_META)
+
+    def __post_init__(self) -> None:
+        _text(self.text, "Response.text")
+        if self.spans:
+            object.__setattr__(self, "spans", _spans(self.spans, self.text, "Response.spans"))
+        if self.meta is not EMPTY_META:
+            object.__setattr__(self, "meta", _meta(self.meta, "Response.meta"))
+
+    def __hash__(self) -> int:
+        return hash((self.text, self.spans))
+
+    def span_text(self, span: Span) -> str:
+        """The characters a char-unit span covers."""
+        if span.unit != "char":
+            raise DataError("span_text reads char spans; map token spans with a SpanMap first")
+        return self.text[span.start : span.end]
+
+    def __assay_content__(self) -> Any:
+        # A plain response hashes as its text, so Response("x") and "x" are the same payload.
+        if not self.spans and not self.meta:
+            return _nfc(self.text)
+        return {
+            "text": _nfc(self.text),
+            "spans": [s.__assay_content__() for s in self.spans],
+            "meta": canonicalize(self.meta),
+        }
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"text": self.text, "spans": [s.to_dict() for s in self.spans],
+                "meta": thaw(self.meta)}
+
+    @classmethod
+    def from_dict(cls, d: Any) -> Response:
+        if isinstance(d, str):
+            return cls(d)
+        return cls(d["text"], tuple(Span.from_dict(s) for s in d.get("spans") or ()),
+                   d.get("meta") or EMPTY_META)
+
+
+@dataclass(frozen=True, slots=True)
+class Prompt:
+    """A prompt text with optional typed spans and meta (a plain ``str`` works wherever a
+    Prompt does and hashes the same when there are no spans or meta).
+
+    Example:
+        >>> str(Prompt("Hi"))
+        'Hi'
+    """
+
+    text: str
+    spans: tuple[Span, ...] = ()
+    meta: Mapping[str, Any] = field(default_factory=lambda: EMPTY_META)
+
+    def __post_init__(self) -> None:
+        _text(self.text, "Prompt.text")
+        if self.spans:
+            object.__setattr__(self, "spans", _spans(self.spans, self.text, "Prompt.spans"))
+        if self.meta is not EMPTY_META:
+            object.__setattr__(self, "meta", _meta(self.meta, "Prompt.meta"))
+
+    def __str__(self) -> str:
+        return self.text
+
+    def __hash__(self) -> int:
+        return hash((self.text, self.spans))
+
+    def __assay_content__(self) -> Any:
+        if not self.spans and not self.meta:
+            return _nfc(self.text)
+        return {
+            "text": _nfc(self.text),
+            "spans": [s.__assay_content__() for s in self.spans],
+            "meta": canonicalize(self.meta),
+        }
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"text": self.text, "spans": [s.to_dict() for s in self.spans],
+                "meta": thaw(self.meta)}
+
+    @classmethod
+    def from_dict(cls, d: Any) -> Prompt | str:
+        if isinstance(d, str):
+            return d
+        return cls(d["text"], tuple(Span.from_dict(s) for s in d.get("spans") or ()),
+                   d.get("meta") or EMPTY_META)
+
+
+def _prompt(value: Any, who: str, *, allow_empty: bool = False) -> str | Prompt:
+    if isinstance(value, Prompt):
+        return value
+    return _text(value, f"{who}: prompt", allow_empty=allow_empty)
+
+
+def _prompt_text(p: str | Prompt) -> str:
+    return p if isinstance(p, str) else p.text
+
+
+def _prompt_content(p: str | Prompt) -> Any:
+    return _nfc(p) if isinstance(p, str) else p.__assay_content__()
+
+
+def _response(value: Any, who: str, name: str) -> Response:
+    if isinstance(value, Response):
+        return value
+    if isinstance(value, str):
+        if not value.strip():
+            raise DataError(f"{who}: {name}.text is empty or whitespace; every text must have content")
+        return Response(value)
+    raise DataError(
+        f"{who}: {name} must be a Response or a string, got {type(value).__name__} ({value!r:.60})"
+    )
+
+
+_set = object.__setattr__
+
+
+def _new_lineage(seed_id: Any, builder_id: Any, ops: Any) -> Lineage:
+    # Fast path for the common case (validated strings, no ops); anything else validates fully.
+    if (type(seed_id) is str and type(builder_id) is str and seed_id and builder_id
+            and not seed_id.isspace() and (ops == () or ops is None)):
+        lin = object.__new__(Lineage)
+        _set(lin, "seed_id", seed_id)
+        _set(lin, "builder_id", builder_id)
+        _set(lin, "ops", ())
+        _set(lin, "content_hash", None)
+        return lin
+    return Lineage(seed_id, builder_id, tuple(ops or ()), None)
+
+
+def _plain_response(text: str) -> Response:
+    r = object.__new__(Response)
+    _set(r, "text", text)
+    _set(r, "spans", ())
+    _set(r, "meta", EMPTY_META)
+    return r
+
+
+def _check_lineage(value: Any, kind: str) -> Lineage:
+    if type(value) is not Lineage:
+        raise DataError(
+            f"{kind}.lineage must be a Lineage, got {type(value).__name__}; "
+            f"build items with make_pair(...) or pass Lineage(seed_id=...)"
+        )
+    return value
+
+
+class _Item:
+    """Base of the item types: immutability, lazy content hash, equality, records, copies.
+
+    The ``ch:`` content hash is computed on first use of ``lineage`` / ``content_hash`` (it is
+    a pure function of the immutable payload, so caching it is not a mutation); a lineage given
+    with a content hash is verified at construction.
+    """
+
+    __slots__ = ("_lineage",)
+    kind = ""
+    _fields: tuple[str, ...] = ()
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(
+            f"{type(self).__name__} is immutable; make a changed copy with .replace(...) "
+            "or a mutated one with .derive(op, ...)"
+        )
+
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError(f"{type(self).__name__} is immutable")
+
+    def _init_lineage(self, lineage: Lineage, who: str) -> None:
+        _set(self, "_lineage", lineage)
+        if lineage.content_hash is not None:
+            ch = _ch(self.__assay_content__())
+            if ch != lineage.content_hash:
+                raise DataError(
+                    f"{who}: lineage.content_hash {lineage.content_hash} does not match the "
+                    f"item's content ({ch}); leave it None to have it stamped, or derive mutated "
+                    "items with item.derive(op, ...)"
+                )
+
+    @property
+    def lineage(self) -> Lineage:
+        """Seed, builder, ops and the content hash (stamped on first access)."""
+        lin = self._lineage
+        if lin.content_hash is None:
+            lin = object.__new__(Lineage)
+            _set(lin, "seed_id", self._lineage.seed_id)
+            _set(lin, "builder_id", self._lineage.builder_id)
+            _set(lin, "ops", self._lineage.ops)
+            _set(lin, "content_hash", _ch(self.__assay_content__()))
+            _set(self, "_lineage", lin)
+        return lin
+
+    @property
+    def seed_id(self) -> str:
+        return self._lineage.seed_id
+
+    @property
+    def content_hash(self) -> str:
+        """The ``ch:`` id of the payload (``lineage.content_hash``)."""
+        return self.lineage.content_hash  # type: ignore[return-value]
+
+    @property
+    def prompt_text(self) -> str:
+        return _prompt_text(self.prompt)  # type: ignore[attr-defined]
+
+    def __assay_content__(self) -> Any:  # pragma: no cover - each type overrides
+        raise NotImplementedError
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not type(self):
+            return NotImplemented
+        a, b = self._lineage, other._lineage  # type: ignore[attr-defined]
+        if (a.seed_id, a.builder_id, a.ops) != (b.seed_id, b.builder_id, b.ops):
+            return False
+        return all(getattr(self, f) == getattr(other, f) for f in self._fields if f != "lineage")
+
+    def __hash__(self) -> int:
+        return hash((self.kind, self._lineage.seed_id, self._lineage.ops, self.prompt_text))
+
+    def __repr__(self) -> str:
+        body = ", ".join(f"{f}={getattr(self, f)!r}" for f in self._fields)
+        return f"{type(self).__name__}({body})"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), tuple(getattr(self, f) for f in self._fields))
+
+    def replace(self, **changes: Any) -> Any:
+        """A copy with ``changes``; the lineage keeps seed/builder/ops and the hash is redone.
+
+        Example:
+            >>> p = make_pair("Q", "yes", "no", "x", seed_id="s", builder_id="b")
+            >>> p.replace(axis="y").axis
+            'y'
+        """
+        bad = [k for k in changes if k not in self._fields]
+        if bad:
+            raise DataError(f"{type(self).__name__}.replace: unknown fields {bad}; "
+                            f"fields are {list(self._fields)}")
+        lin = self._lineage
+        kw = {f: getattr(self, f) for f in self._fields}
+        kw["lineage"] = Lineage(lin.seed_id, lin.builder_id, lin.ops, None)
+        kw.update(changes)
+        return type(self)(**kw)
+
+    def derive(self, op: str, **changes: Any) -> Any:
+        """A mutated copy: ``changes`` applied, ``op`` appended to the lineage, hash re-stamped.
+
+        The seed id is kept, so the mutation does not add an independent unit.
+
+        Example:
+            >>> p = make_pair("Q", "yes", "no", "x", seed_id="s", builder_id="b")
+            >>> q = p.derive("swap", chosen="no", rejected="yes")
+            >>> q.seed_id, q.lineage.ops, q.content_hash != p.content_hash
+            ('s', ('swap',), True)
+        """
+        if not isinstance(op, str) or not op:
+            raise DataError(f"derive: op must be a non-empty string (seed {self.seed_id!r})")
+        lin = self._lineage
+        return self.replace(lineage=Lineage(lin.seed_id, lin.builder_id, (*lin.ops, op), None),
+                            **changes)
+
+    def __assay_record__(self) -> list[Any]:
+        """Canonical record (payload, seed, builder, ops, meta): what a view checksum hashes."""
+        lin = self._lineage
+        meta = self.meta  # type: ignore[attr-defined]
+        return [self.__assay_content__(), _nfc(lin.seed_id), _nfc(lin.builder_id),
+                [_nfc(o) for o in lin.ops], canonicalize(meta) if meta else {}]
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready record of the item (inverse: :func:`item_from_dict`)."""
+        d = self._payload_dict()
+        d["kind"] = self.kind
+        d["lineage"] = self.lineage.to_dict()
+        d["meta"] = thaw(self.meta)  # type: ignore[attr-defined]
+        return d
+
+    def _payload_dict(self) -> dict[str, Any]:  # pragma: no cover - each type overrides
+        raise NotImplementedError
+
+
+def _who(kind: str, lineage: Lineage) -> str:
+    return f"{kind}(seed_id={lineage.seed_id!r})"
+
+
+# -------------------------------------------------------------------------------- Pair
+
+
+class Pair(_Item):
+    """A chosen and a rejected response to one prompt, differing along ``axis`` by construction.
+
+    Validated at construction: non-empty string texts, ``chosen`` differs from ``rejected``
+    (after Unicode NFC), a non-empty ``axis``, a lineage with a seed id. Strings given for
+    ``chosen``/``rejected`` become :class:`Response`; ``meta`` is frozen read-only.
+
+    Example:
+        >>> p = Pair("Q?", "good", "bad", "helpfulness", Lineage("s-1"))
+        >>> p.chosen.text, p.axis, p.lineage.content_hash[:3]
+        ('good', 'helpfulness', 'ch:')
+    """
+
+    __slots__ = ("prompt", "chosen", "rejected", "axis", "meta")
+    kind = "pair"
+    _fields = ("prompt", "chosen", "rejected", "axis", "lineage", "meta")
+    prompt: str | Prompt
+    chosen: Response
+    rejected: Response
+    axis: str
+    meta: Mapping[str, Any]
+
+    def __init__(self, prompt: str | Prompt, chosen: str | Response, rejected: str | Response,
+                 axis: str, lineage: Lineage, meta: Mapping[str, Any] | None = None) -> None:
+        _check_lineage(lineage, "Pair")
+        if type(prompt) is str:
+            if not prompt or prompt.isspace():
+                raise DataError(f"{_who('Pair', lineage)}: prompt is empty or whitespace; "
+                                "every text must have content")
+        else:
+            _prompt(prompt, _who("Pair", lineage))
+        if type(chosen) is str and chosen and not chosen.isspace():
+            chosen = _plain_response(chosen)
+        else:
+            chosen = _response(chosen, _who("Pair", lineage), "chosen")
+        if type(rejected) is str and rejected and not rejected.isspace():
+            rejected = _plain_response(rejected)
+        else:
+            rejected = _response(rejected, _who("Pair", lineage), "rejected")
+        ct, rt = chosen.text, rejected.text
+        if ct == rt or (not (_is_nfc(ct) and _is_nfc(rt)) and _nfc(ct) == _nfc(rt)):
+            raise DataError(
+                f"{_who('Pair', lineage)}: chosen and rejected have the same text; a pair must "
+                "differ (check the builder for a copy bug)"
+            )
+        if type(axis) is not str or not axis or axis.isspace():
+            raise DataError(f"{_who('Pair', lineage)}: axis must be a non-empty string, got {axis!r}")
+        if meta is None or meta is EMPTY_META:
+            meta = EMPTY_META
+        else:
+            meta = _meta(meta, f"{_who('Pair', lineage)}: meta")
+        _set(self, "prompt", prompt)
+        _set(self, "chosen", chosen)
+        _set(self, "rejected", rejected)
+        _set(self, "axis", axis)
+        _set(self, "meta", meta)
+        self._init_lineage(lineage, _who("Pair", lineage))
+
+    def __assay_content__(self) -> list[Any]:
+        p = self.prompt
+        return ["pair", _nfc(p) if type(p) is str else p.__assay_content__(),
+                self.chosen.__assay_content__(), self.rejected.__assay_content__(),
+                _nfc(self.axis)]
+
+    def _payload_dict(self) -> dict[str, Any]:
+        p = self.prompt
+        return {"prompt": p if isinstance(p, str) else p.to_dict(), "axis": self.axis,
+                "chosen": self.chosen.to_dict(), "rejected": self.rejected.to_dict()}
+
+
+def make_pair(
+    prompt: str | Prompt,
+    chosen: str | Response,
+    rejected: str | Response,
+    axis: str,
+    *,
+    seed_id: str,
+    builder_id: str,
+    ops: Sequence[str] = (),
+    meta: Mapping[str, Any] | None = None,
+) -> Pair:
+    """Build a :class:`Pair` with its lineage (content hash stamped on first use).
+
+    Example:
+        >>> make_pair("Q", "a", "b", "x", seed_id="s-1", builder_id="hand").lineage.builder_id
+        'hand'
+    """
+    return Pair(prompt, chosen, rejected, axis, _new_lineage(seed_id, builder_id, ops), meta)
+
+
+# --------------------------------------------------------------------------- Quadruple
+
+
+def _cell_key(k: Any, who: str) -> tuple[str, str]:
+    if isinstance(k, str) and k.count("|") == 1:
+        k = tuple(k.split("|"))
+    if (not isinstance(k, tuple) or len(k) != 2
+            or not all(isinstance(x, str) and x for x in k)):
+        raise DataError(
+            f"{who}: cell key {k!r} must be a pair of non-empty level names, e.g. "
+            "('agree', 'wrong') or 'agree|wrong'"
+        )
+    return k  # type: ignore[return-value]
+
+
+class Quadruple(_Item):
+    """A 2x2 design on one prompt: ``cells[(level_a, level_b)] -> Response``.
+
+    ``factors`` names the two crossed factors (e.g. ``("stance", "user")``). The four keys must be
+    the full product of two levels per factor (``"a|b"`` strings are accepted as keys).
+    ``cell_prompts`` optionally gives a different prompt per level of the second factor (in the
+    sycophancy design the user's claim is right in one prompt and wrong in the other);
+    ``prompt_for(key)`` returns the prompt a cell answers. ``cells`` is a read-only mapping.
+
+    Example:
+        >>> q = Quadruple("Q", {("agree", "right"): "a", ("agree", "wrong"): "b",
+        ...                     ("disagree", "right"): "c", ("disagree", "wrong"): "d"},
+        ...               ("stance", "user"), Lineage("q-1"))
+        >>> q.levels, q.cells[("agree", "wrong")].text
+        ((('agree', 'disagree'), ('right', 'wrong')), 'b')
+    """
+
+    __slots__ = ("prompt", "cells", "factors", "meta", "cell_prompts")
+    kind = "quadruple"
+    _fields = ("prompt", "cells", "factors", "lineage", "meta", "cell_prompts")
+    prompt: str | Prompt
+    cells: Mapping[tuple[str, str], Response]
+    factors: tuple[str, str]
+    meta: Mapping[str, Any]
+    cell_prompts: Mapping[str, str | Prompt]
+
+    def __init__(self, prompt: str | Prompt, cells: Mapping[Any, str | Response],
+                 factors: tuple[str, str], lineage: Lineage,
+                 meta: Mapping[str, Any] | None = None,
+                 cell_prompts: Mapping[str, str | Prompt] | None = None) -> None:
+        _check_lineage(lineage, "Quadruple")
+        who = _who("Quadruple", lineage)
+        _prompt(prompt, who)
+        f = factors
+        if (not isinstance(f, (tuple, list)) or len(f) != 2
+                or not all(isinstance(x, str) and x for x in f) or f[0] == f[1]):
+            raise DataError(f"{who}: factors must be two distinct non-empty names, got {f!r}")
+        if not isinstance(cells, Mapping) or len(cells) != 4:
+            n = len(cells) if isinstance(cells, Mapping) else type(cells).__name__
+            raise DataError(f"{who}: cells must be a mapping of exactly 4 cells, got {n}")
+        fixed: dict[tuple[str, str], Response] = {}
+        for k, v in cells.items():
+            key = _cell_key(k, who)
+            if key in fixed:
+                raise DataError(f"{who}: cell {key!r} given twice")
+            fixed[key] = _response(v, who, f"cells[{key!r}]")
+        a_levels = sorted({k[0] for k in fixed})
+        b_levels = sorted({k[1] for k in fixed})
+        if len(a_levels) != 2 or len(b_levels) != 2:
+            raise DataError(
+                f"{who}: cells must cross two levels of {f[0]!r} with two of {f[1]!r}; "
+                f"got keys {sorted(fixed)}"
+            )
+        if len({_nfc(r.text) for r in fixed.values()}) != 4:
+            raise DataError(f"{who}: two cells have the same text; each cell must differ")
+        ordered = {(a, b): fixed[(a, b)] for a in a_levels for b in b_levels}
+        cp: Mapping[str, Any] = EMPTY_META
+        if cell_prompts:
+            if not isinstance(cell_prompts, Mapping):
+                raise DataError(f"{who}: cell_prompts must map a level of {f[1]!r} to a prompt")
+            cpd = {}
+            for lv, p in cell_prompts.items():
+                if lv not in b_levels:
+                    raise DataError(
+                        f"{who}: cell_prompts key {lv!r} is not a level of {f[1]!r} {b_levels}"
+                    )
+                cpd[lv] = _prompt(p, f"{who} cell_prompts[{lv!r}]")
+            cp = MappingProxyType(cpd)
+        _set(self, "prompt", prompt)
+        _set(self, "cells", MappingProxyType(ordered))
+        _set(self, "factors", tuple(f))
+        _set(self, "meta", _meta(meta, f"{who}: meta"))
+        _set(self, "cell_prompts", cp)
+        self._init_lineage(lineage, who)
+
+    @property
+    def levels(self) -> tuple[tuple[str, str], tuple[str, str]]:
+        keys = list(self.cells)
+        return (keys[0][0], keys[2][0]), (keys[0][1], keys[1][1])
+
+    def prompt_for(self, key: tuple[str, str]) -> str:
+        """The prompt text the cell ``key`` answers."""
+        p = self.cell_prompts.get(key[1], self.prompt)
+        return _prompt_text(p)
+
+    def __assay_content__(self) -> list[Any]:
+        cells = [[_nfc(a), _nfc(b), r.__assay_content__()] for (a, b), r in self.cells.items()]
+        cp = {lv: _prompt_content(p) for lv, p in self.cell_prompts.items()}
+        return ["quadruple", _prompt_content(self.prompt), [_nfc(x) for x in self.factors],
+                cells, canonicalize(cp)]
+
+    def _payload_dict(self) -> dict[str, Any]:
+        def pd(p: Any) -> Any:
+            return p if isinstance(p, str) else p.to_dict()
+        return {"prompt": pd(self.prompt), "factors": list(self.factors),
+                "cells": {f"{a}|{b}": r.to_dict() for (a, b), r in self.cells.items()},
+                "cell_prompts": {k: pd(v) for k, v in self.cell_prompts.items()}}
+
+
+# --------------------------------------------------------------------------- Tournament
+
+
+def _count(v: Any, where: str) -> float:
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+        raise DataError(f"{where} must be a finite non-negative number, got {v!r}")
+    return v
+
+
+@dataclass(frozen=True, slots=True)
+class EdgeObs:
+    """Observed comparisons of responses ``i`` and ``j``: ``wins_i``, ``wins_j`` and ``ties``.
+
+    ``source`` names the annotator or judge, so a measurement can be sliced by source.
+
+    Example:
+        >>> EdgeObs(0, 1, 3, 1, source="judge-a").n
+        4
+    """
+
+    i: int
+    j: int
+    wins_i: float = 1
+    wins_j: float = 0
+    ties: float = 0
+    source: str | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("i", "j"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+                raise DataError(f"EdgeObs.{name} must be a non-negative response index, got {v!r}")
+        if self.i == self.j:
+            raise DataError(f"EdgeObs compares response {self.i} with itself")
+        for name in ("wins_i", "wins_j", "ties"):
+            _count(getattr(self, name), f"EdgeObs({self.i},{self.j}).{name}")
+        if self.n <= 0:
+            raise DataError(f"EdgeObs({self.i},{self.j}) has no comparisons (all counts are 0)")
+        if self.source is not None and (not isinstance(self.source, str) or not self.source):
+            raise DataError(f"EdgeObs.source must be a non-empty string or None, got {self.source!r}")
+
+    @property
+    def n(self) -> float:
+        return self.wins_i + self.wins_j + self.ties
+
+    def __assay_content__(self) -> list[Any]:
+        return [self.i, self.j, self.wins_i, self.wins_j, self.ties,
+                None if self.source is None else _nfc(self.source)]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"i": self.i, "j": self.j, "wins_i": self.wins_i, "wins_j": self.wins_j,
+                "ties": self.ties, "source": self.source}
+
+
+class Tournament(_Item):
+    """Several responses to one prompt and the pairwise outcomes observed among them.
+
+    Example:
+        >>> t = Tournament("Q", ("a", "b", "c"), (EdgeObs(0, 1, 2, 1), EdgeObs(1, 2)), Lineage("t"))
+        >>> len(t.responses), t.edges[0].n
+        (3, 3)
+    """
+
+    __slots__ = ("prompt", "responses", "edges", "meta")
+    kind = "tournament"
+    _fields = ("prompt", "responses", "edges", "lineage", "meta")
+    prompt: str | Prompt
+    responses: tuple[Response, ...]
+    edges: tuple[EdgeObs, ...]
+    meta: Mapping[str, Any]
+
+    def __init__(self, prompt: str | Prompt, responses: Sequence[str | Response],
+                 edges: Sequence[EdgeObs | Mapping[str, Any]], lineage: Lineage,
+                 meta: Mapping[str, Any] | None = None) -> None:
+        _check_lineage(lineage, "Tournament")
+        who = _who("Tournament", lineage)
+        _prompt(prompt, who)
+        if isinstance(responses, (str, Mapping)) or not isinstance(responses, Sequence):
+            raise DataError(f"{who}: responses must be a sequence of responses")
+        resp = tuple(_response(r, who, f"responses[{i}]") for i, r in enumerate(responses))
+        if len(resp) < 2:
+            raise DataError(f"{who}: a tournament needs at least 2 responses, got {len(resp)}")
+        if isinstance(edges, (str, Mapping)) or not isinstance(edges, Sequence):
+            raise DataError(f"{who}: edges must be a sequence of EdgeObs")
+        fixed = []
+        for e_i, e in enumerate(edges):
+            if isinstance(e, Mapping):
+                try:
+                    e = EdgeObs(**e)
+                except TypeError as exc:
+                    raise DataError(f"{who}: edges[{e_i}]: {exc}") from None
+                except DataError as exc:
+                    raise DataError(f"{who}: edges[{e_i}]: {exc}") from None
+            if not isinstance(e, EdgeObs):
+                raise DataError(f"{who}: edges[{e_i}] must be an EdgeObs, got {type(e).__name__}")
+            if e.i >= len(resp) or e.j >= len(resp):
+                raise DataError(
+                    f"{who}: edges[{e_i}] refers to response {max(e.i, e.j)} but there are only "
+                    f"{len(resp)} responses (indices 0..{len(resp) - 1})"
+                )
+            fixed.append(e)
+        if not fixed:
+            raise DataError(f"{who}: a tournament needs at least one edge")
+        _set(self, "prompt", prompt)
+        _set(self, "responses", resp)
+        _set(self, "edges", tuple(fixed))
+        _set(self, "meta", _meta(meta, f"{who}: meta"))
+        self._init_lineage(lineage, who)
+
+    def __assay_content__(self) -> list[Any]:
+        return ["tournament", _prompt_content(self.prompt),
+                [r.__assay_content__() for r in self.responses],
+                [e.__assay_content__() for e in self.edges]]
+
+    def _payload_dict(self) -> dict[str, Any]:
+        p = self.prompt
+        return {"prompt": p if isinstance(p, str) else p.to_dict(),
+                "responses": [r.to_dict() for r in self.responses],
+                "edges": [e.to_dict() for e in self.edges]}
+
+
+# --------------------------------------------------------------------------- Trajectory
+
+
+@dataclass(frozen=True, slots=True)
+class TrajStep:
+    """One step of an agent episode: who acted (``role``), the text, typed spans (receipts,
+    narrative), and read-only meta (tool name, call id, ...).
+
+    Example:
+        >>> TrajStep("tool", "ls -> a.txt", spans=(Span(0, 2, "receipt"),)).spans[0].kind
+        'receipt'
+    """
+
+    role: str
+    text: str
+    spans: tuple[Span, ...] = ()
+    meta: Mapping[str, Any] = field(default_factory=lambda: EMPTY_META)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.role, str) or not self.role:
+            raise DataError(f"TrajStep.role must be a non-empty string, got {self.role!r}")
+        _text(self.text, f"TrajStep({self.role}).text", allow_empty=True)
+        if self.spans:
+            object.__setattr__(self, "spans", _spans(self.spans, self.text, "TrajStep.spans"))
+        if self.meta is not EMPTY_META:
+            object.__setattr__(self, "meta", _meta(self.meta, "TrajStep.meta"))
+
+    def __hash__(self) -> int:
+        return hash((self.role, self.text, self.spans))
+
+    def __assay_content__(self) -> list[Any]:
+        return [_nfc(self.role), _nfc(self.text), [s.__assay_content__() for s in self.spans],
+                canonicalize(self.meta)]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"role": self.role, "text": self.text, "spans": [s.to_dict() for s in self.spans],
+                "meta": thaw(self.meta)}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> TrajStep:
+        return cls(d["role"], d["text"], tuple(Span.from_dict(s) for s in d.get("spans") or ()),
+                   d.get("meta") or EMPTY_META)
+
+
+class Trajectory(_Item):
+    """An agent episode: ordered steps and a read-only ``outcome`` (success, reward, ...).
+
+    Example:
+        >>> t = Trajectory((TrajStep("agent", "done"),), {"success": True}, Lineage("e-1"))
+        >>> t.outcome["success"], t.prompt_text
+        (True, '')
+    """
+
+    __slots__ = ("steps", "outcome", "prompt", "meta")
+    kind = "trajectory"
+    _fields = ("steps", "outcome", "lineage", "prompt", "meta")
+    steps: tuple[TrajStep, ...]
+    outcome: Mapping[str, Any]
+    prompt: str | Prompt
+    meta: Mapping[str, Any]
+
+    def __init__(self, steps: Sequence[TrajStep | Mapping[str, Any]], outcome: Mapping[str, Any],
+                 lineage: Lineage, prompt: str | Prompt = "",
+                 meta: Mapping[str, Any] | None = None) -> None:
+        _check_lineage(lineage, "Trajectory")
+        who = _who("Trajectory", lineage)
+        _prompt(prompt, who, allow_empty=True)
+        if isinstance(steps, (str, Mapping)) or not isinstance(steps, Sequence):
+            raise DataError(f"{who}: steps must be a sequence of TrajStep")
+        fixed = []
+        for i, s in enumerate(steps):
+            if isinstance(s, Mapping):
+                s = TrajStep.from_dict(s)
+            if not isinstance(s, TrajStep):
+                raise DataError(f"{who}: steps[{i}] must be a TrajStep, got {type(s).__name__}")
+            fixed.append(s)
+        if not fixed:
+            raise DataError(f"{who}: a trajectory needs at least one step")
+        if not isinstance(outcome, Mapping):
+            raise DataError(f"{who}: outcome must be a mapping, got {type(outcome).__name__}")
+        _set(self, "steps", tuple(fixed))
+        _set(self, "outcome", _meta(outcome, f"{who}: outcome"))
+        _set(self, "prompt", prompt)
+        _set(self, "meta", _meta(meta, f"{who}: meta"))
+        self._init_lineage(lineage, who)
+
+    def __assay_content__(self) -> list[Any]:
+        return ["trajectory", _prompt_content(self.prompt),
+                [s.__assay_content__() for s in self.steps], canonicalize(self.outcome)]
+
+    def _payload_dict(self) -> dict[str, Any]:
+        p = self.prompt
+        return {"prompt": p if isinstance(p, str) else p.to_dict(),
+                "steps": [s.to_dict() for s in self.steps], "outcome": thaw(self.outcome)}
+
+
+ITEM_TYPES: dict[str, type] = {
+    "pair": Pair, "quadruple": Quadruple, "tournament": Tournament, "trajectory": Trajectory,
+}
+
+
+def content_of(item: Any) -> Any:
+    """The canonical payload of an item (what its ``content_hash`` hashes)."""
+    return item.__assay_content__()
+
+
+def seed_id_of(item: Any) -> str:
+    """The seed id of an item (its ``lineage.seed_id``)."""
+    try:
+        return item.lineage.seed_id
+    except AttributeError:
+        raise DataError(f"{type(item).__name__} has no lineage; build items with make_pair") from None
+
+
+def item_from_dict(d: Mapping[str, Any], where: str = "item") -> Any:
+    """Rebuild an item from :meth:`to_dict` output, verifying its content hash.
+
+    Example:
+        >>> p = make_pair("Q", "a", "b", "x", seed_id="s", builder_id="h")
+        >>> item_from_dict(p.to_dict()) == p
+        True
+    """
+    kind = d.get("kind")
+    if kind not in ITEM_TYPES:
+        raise DataError(f"{where}: unknown item kind {kind!r}; expected one of {sorted(ITEM_TYPES)}")
+    lin_d = d.get("lineage") or {}
+    try:
+        lin = Lineage(lin_d.get("seed_id"), lin_d.get("builder_id", "unknown"),  # type: ignore[arg-type]
+                      tuple(lin_d.get("ops") or ()), lin_d.get("content_hash"))
+    except DataError as e:
+        raise DataError(f"{where}: {e}") from None
+    meta = d.get("meta") or EMPTY_META
+    try:
+        if kind == "pair":
+            return Pair(Prompt.from_dict(d["prompt"]), Response.from_dict(d["chosen"]),
+                        Response.from_dict(d["rejected"]), d["axis"], lin, meta)
+        if kind == "quadruple":
+            return Quadruple(Prompt.from_dict(d["prompt"]),
+                             {k: Response.from_dict(v) for k, v in d["cells"].items()},
+                             tuple(d["factors"]), lin, meta,
+                             {k: Prompt.from_dict(v) for k, v in (d.get("cell_prompts") or {}).items()}
+                             or EMPTY_META)
+        if kind == "tournament":
+            return Tournament(Prompt.from_dict(d["prompt"]),
+                              tuple(Response.from_dict(r) for r in d["responses"]),
+                              tuple(EdgeObs(**e) for e in d["edges"]), lin, meta)
+        return Trajectory(tuple(TrajStep.from_dict(s) for s in d["steps"]), d["outcome"], lin,
+                          Prompt.from_dict(d.get("prompt", "")) if d.get("prompt") else "", meta)
+    except KeyError as e:
+        raise DataError(f"{where}: a {kind} record is missing field {e.args[0]!r}") from None
+    except DataError as e:
+        raise DataError(f"{where}: {e}") from None
