@@ -339,9 +339,6 @@ def _column_values(data: Any, name: str) -> list[Any] | None:
         # where NaN would otherwise pass as a score.
         return [None if (v is _PD_NA or (isinstance(v, float) and math.isnan(v) and name != "reward")) else v
                 for v in vals]
-    present = any(name in r for r in data)
-    if not present:
-        return None
     return [r.get(name) for r in data]
 
 
@@ -382,12 +379,16 @@ def as_table(data: Any, *, require: Iterable[str] = ("prompt", "final_text"),
         except TypeError:
             raise RowsTypeError(f"{argument}: expected rows, got {type(data).__name__}") from None
         for i, r in enumerate(data):
-            if not isinstance(r, Mapping):
+            if type(r) is not dict and not isinstance(r, Mapping):
                 raise RowsTypeError(f"{argument}[{i}]: a row is a dict, got {type(r).__name__}")
     n = data.num_rows if isinstance(data, pa.Table) else len(data)
     known = set(COLUMNS)
-    present = set(data.column_names) if isinstance(data, pa.Table) else (
-        set(data.columns) if hasattr(data, "columns") else set().union(*[set(r) for r in data]) if n else set())
+    if isinstance(data, pa.Table):
+        present = set(data.column_names)
+    elif hasattr(data, "columns"):
+        present = set(data.columns)
+    else:  # one pass over the rows: the distinct key tuples are usually a single one
+        present = set().union(*{tuple(r) for r in data}) if n else set()
     # Columns outside the contract are not dropped silently: engine-emitted extras like
     # scenario_id are tolerated, anything else is named.
     unknown = sorted(str(c) for c in present - known - {"scenario_id", "arm", "run_id", "lineage", "steps"})
@@ -396,55 +397,65 @@ def as_table(data: Any, *, require: Iterable[str] = ("prompt", "final_text"),
             f"{argument}: unknown row keys {unknown}; row keys are {list(COLUMNS)}. Put extra "
             "measurements in 'markers' and extra data in 'privileged'"
         )
-    get = {c: _column_values(data, c) for c in COLUMNS}
+    get = {c: _column_values(data, c) if c in present else None for c in COLUMNS}
 
     def where(i: int) -> str:
         return f"{argument}[{i}]"
 
-    out: dict[str, list[Any]] = {}
-    # text columns
+    arrays: dict[str, pa.Array] = {}
+    # text columns: vectorized, with a per-row pass only to word the error
     for c in ("prompt", "final_text"):
         vals = get[c]
         if vals is None:
-            out[c] = [""] * n if c not in require else _missing(c, argument)
+            if c in require:
+                _missing(c, argument)
+            arrays[c] = pa.array([""] * n, type=pa.string())
             continue
-        for i, v in enumerate(vals):
-            if not isinstance(v, str):
+        arr = _try_array(vals, pa.string())
+        if arr is None or arr.null_count:
+            for i, v in enumerate(vals):
                 if v is None:
                     raise RowsTypeError(f"{where(i)}: '{c}' is None; a row needs a string {c} (never the text 'None')")
-                raise RowsTypeError(f"{where(i)}: '{c}' must be a string, got {type(v).__name__}")
-        out[c] = list(vals)
-    # messages
+                if not isinstance(v, str):
+                    raise RowsTypeError(f"{where(i)}: '{c}' must be a string, got {type(v).__name__}")
+        arrays[c] = arr
+    prompts = get["prompt"] if get["prompt"] is not None else [""] * n
+    # messages: absent means the prompt was a single user turn
     msgs = get["messages"]
     if msgs is None:
-        msgs_out = [[{"role": "user", "content": p}] if p else [] for p in out["prompt"]]
+        msgs_out = None
+        arrays["messages"] = _single_turn_messages(arrays["prompt"])
     else:
         msgs_out = []
         for i, m in enumerate(msgs):
             if m is None or (hasattr(m, "__len__") and len(m) == 0):
-                p = out["prompt"][i]
+                p = prompts[i]
                 msgs_out.append([{"role": "user", "content": p}] if p else [])
             else:
                 msgs_out.append(_messages_of(list(m), i)[0] if _is_seq(m) else _messages_of(m, i)[0])
-    out["messages"] = msgs_out
+        arrays["messages"] = pa.array(msgs_out, type=pa.list_(MESSAGE_TYPE))
     # task ids
-    tids = get["task_id"]
     memo: dict[str, str] = {}
 
     def default_tid(i: int) -> str:
+        if msgs_out is None:
+            p = prompts[i]
+            if not p:
+                raise RowsError(f"{where(i)}: no 'task_id' and no 'prompt' or 'messages' to derive one from")
+            if p not in memo:
+                memo[p] = task_id_for([{"role": "user", "content": p}])
+            return memo[p]
         m = msgs_out[i]
         if not m:
             raise RowsError(f"{where(i)}: no 'task_id' and no 'prompt' or 'messages' to derive one from")
-        if len(m) == 1:
-            key = m[0]["content"] if m[0]["role"] == "user" else None
-            if key is not None:
-                if key not in memo:
-                    memo[key] = task_id_for(m)
-                return memo[key]
         return task_id_for(m)
 
-    if tids is None:
-        out["task_id"] = [default_tid(i) for i in range(n)]
+    tids = get["task_id"]
+    fast = _try_array(tids, pa.string()) if tids is not None else None
+    if fast is not None and not fast.null_count and (n == 0 or pc.min(pc.utf8_length(fast)).as_py() > 0):
+        t_out = tids
+    elif tids is None:
+        t_out = [default_tid(i) for i in range(n)]
     else:
         t_out = []
         for i, v in enumerate(tids):
@@ -456,38 +467,48 @@ def as_table(data: Any, *, require: Iterable[str] = ("prompt", "final_text"),
                 raise RowsTypeError(f"{where(i)}: 'task_id' {v!r} is an integer; task ids are strings (use str())")
             else:
                 raise RowsTypeError(f"{where(i)}: 'task_id' must be a non-empty string, got {v!r:.60}")
-        out["task_id"] = t_out
-    # reward
+    arrays["task_id"] = pa.array(t_out, type=pa.string())
+    # reward: vectorized range/NaN check; per-row pass only to word the error
     rv = get["reward"]
     if rv is None:
         if "reward" in require:
             _missing("reward", argument)
-        out["reward"] = [None] * n
+        arrays["reward"] = pa.nulls(n, pa.float64())
     else:
-        out["reward"] = [_check_number(v, where(i)) for i, v in enumerate(rv)]
+        arr = _try_array(rv, pa.float64())
+        ok = arr is not None
+        if ok:
+            x = arr.to_numpy(zero_copy_only=False)
+            valid = ~np.asarray(arr.is_null())
+            ok = bool(np.all((x[valid] >= 0.0) & (x[valid] <= 1.0)))  # False for NaN too
+        arrays["reward"] = arr if ok else pa.array([_check_number(v, where(i)) for i, v in enumerate(rv)], type=pa.float64())
     # markers
     mk = get["markers"]
-    out["markers"] = [{}] * n if mk is None else [_check_markers(m, where(i)) for i, m in enumerate(mk)]
+    if mk is None or all(not m for m in mk if not isinstance(m, float)):
+        if mk is not None:
+            for i, m in enumerate(mk):
+                if m is not None and not isinstance(m, Mapping):
+                    _check_markers(m, where(i))
+        arrays["markers"] = pa.array([[]] * n, type=MARKERS_TYPE)
+    else:
+        arrays["markers"] = _markers_array([_check_markers(m, where(i)) for i, m in enumerate(mk)])
     # rollout index: given, or numbered within task in order
     ri = get["rollout_index"]
     if ri is None or all(v is None for v in ri):
-        counters: dict[str, int] = {}
-        r_out = []
-        for t in out["task_id"]:
-            k = counters.get(t, 0)
-            r_out.append(k)
-            counters[t] = k + 1
-        out["rollout_index"] = r_out
+        import pandas as pd
+
+        codes = pd.factorize(np.asarray(t_out, dtype=object))[0]
+        arrays["rollout_index"] = pa.array(pd.Series(codes).groupby(codes, sort=False).cumcount().to_numpy(), type=pa.int64())
     else:
         for i, v in enumerate(ri):
             if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < 0:
                 raise RowsTypeError(f"{where(i)}: 'rollout_index' must be a non-negative integer, got {v!r}")
-        out["rollout_index"] = [int(v) for v in ri]
+        arrays["rollout_index"] = pa.array([int(v) for v in ri], type=pa.int64())
     # JSON columns: dicts at the edge, JSON text inside (a string in a table is taken as JSON)
     for c in _JSON_COLUMNS:
         vals = get[c]
         if vals is None:
-            out[c] = [None] * n
+            arrays[c] = pa.nulls(n, pa.string())
             continue
         col: list[Any] = []
         from_arrow = isinstance(data, pa.Table) and pa.types.is_string(data.column(c).type)
@@ -502,22 +523,47 @@ def as_table(data: Any, *, require: Iterable[str] = ("prompt", "final_text"),
                 raise RowsTypeError(f"{where(i)}: 'privileged' must be a dict, got {type(v).__name__}")
             else:
                 col.append(_to_json(v, f"{where(i)}.{c}"))
-        out[c] = col
+        arrays[c] = pa.array(col, type=pa.string())
     for c in ("judge_name", "judge_status", "reason"):
         vals = get[c]
         if vals is None:
-            out[c] = [None] * n
+            arrays[c] = pa.nulls(n, pa.string())
             continue
-        for i, v in enumerate(vals):
-            if v is not None and not isinstance(v, str):
-                raise RowsTypeError(f"{where(i)}: '{c}' must be a string or None, got {type(v).__name__}")
-        out[c] = list(vals)
+        arr = _try_array(vals, pa.string())
+        if arr is None:
+            for i, v in enumerate(vals):
+                if v is not None and not isinstance(v, str):
+                    raise RowsTypeError(f"{where(i)}: '{c}' must be a string or None, got {type(v).__name__}")
+        arrays[c] = arr
     sv = get["schema_version"]
-    out["schema_version"] = [ROWS_SCHEMA_VERSION] * n if sv is None else [
-        ROWS_SCHEMA_VERSION if v is None else int(v) for v in sv]
-    table = _build_table(out)
+    arrays["schema_version"] = pa.array(
+        np.full(n, ROWS_SCHEMA_VERSION, dtype=np.int32) if sv is None
+        else [ROWS_SCHEMA_VERSION if v is None else int(v) for v in sv], type=pa.int32())
+    table = pa.Table.from_arrays([arrays[f.name] for f in ROW_SCHEMA], schema=ROW_SCHEMA)
     _require(table, tuple(require), argument)
     return table
+
+
+def _try_array(values: list[Any], typ: pa.DataType) -> pa.Array | None:
+    """Strict Arrow conversion (no str->number, no number->str); None if any value is off."""
+    try:
+        # Arrow refuses str->float and number->str; bools become 1.0/0.0 as _check_number does.
+        return pa.array(values, type=typ, from_pandas=False)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError):
+        return None
+
+
+def _single_turn_messages(prompts: pa.Array) -> pa.Array:
+    """``[{"role": "user", "content": p}]`` per prompt (empty list for an empty prompt), built
+    column-wise."""
+    prompts = prompts.combine_chunks() if isinstance(prompts, pa.ChunkedArray) else prompts
+    nonempty = np.asarray(pc.greater(pc.utf8_length(prompts), 0).fill_null(False))
+    offsets = np.concatenate([[0], np.cumsum(nonempty)]).astype(np.int32)
+    content = prompts.filter(pa.array(nonempty))
+    structs = pa.StructArray.from_arrays(
+        [pa.array(np.full(len(content), "user", dtype=object), type=pa.string()), content],
+        fields=list(MESSAGE_TYPE))
+    return pa.ListArray.from_arrays(pa.array(offsets), structs, type=pa.list_(MESSAGE_TYPE))
 
 
 def _missing(col: str, argument: str) -> list[Any]:
