@@ -1,0 +1,1 @@
+"""Prefect tasks wrapping the study stages (see tasks/stages.py)."""

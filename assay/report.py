@@ -1,0 +1,347 @@
+"""The study report: report.md, report.json and PNG plots, built from the stages' stored results.
+
+Every number printed comes from a result object's own ``str()``/``report()`` (interval and n).
+
+``build_report`` is pure (documents in, file bytes out) so the report stage can cache it;
+``write_run_dir`` materializes a finished run; ``read_report`` is what ``assay report`` prints.
+
+Example:
+    >>> from assay.results import Estimate, Interval
+    >>> est = collect_estimates({"pass1": Estimate("pass@1", 0.5, Interval(0.3, 0.7, 0.95, "t"), 10)})
+    >>> est[0]["name"], est[0]["low"], est[0]["n"]
+    ('pass@1', 0.3, 10)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import json
+import math
+import os
+import tempfile
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from assay.errors import AssayError
+from assay.results import Estimate
+
+REPORT_VERSION = 1
+
+
+def collect_estimates(obj: Any, path: str = "") -> list[dict[str, Any]]:
+    """Every :class:`Estimate` inside a result (dataclasses, mappings, sequences), flattened to
+    ``{path, name, value, low, high, level, method, n, unit, n_rows}`` in field order."""
+    out: list[dict[str, Any]] = []
+    if isinstance(obj, Estimate):
+        iv = obj.interval
+        out.append({"path": path, "name": obj.name, "value": _num(obj.value),
+                    "low": _num(iv.low) if iv else None, "high": _num(iv.high) if iv else None,
+                    "level": iv.level if iv else None, "method": iv.method if iv else None,
+                    "n": obj.n, "unit": obj.unit, "n_rows": obj.n_rows, "note": obj.note})
+    elif dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        for f in dataclasses.fields(obj):
+            out += collect_estimates(getattr(obj, f.name), f"{path}.{f.name}" if path else f.name)
+    elif isinstance(obj, Mapping):
+        for k, v in obj.items():
+            out += collect_estimates(v, f"{path}.{k}" if path else str(k))
+    elif isinstance(obj, (list, tuple)):
+        for i, v in enumerate(obj):
+            out += collect_estimates(v, f"{path}[{i}]")
+    return out
+
+
+def _num(x: Any) -> float | None:
+    try:
+        v = float(x)
+    except (TypeError, ValueError):
+        return None
+    return v if math.isfinite(v) else None
+
+
+def result_doc(kind: str, label: str, result: Any, **extra: Any) -> dict[str, Any]:
+    """A stored, JSON-ready record of one measurement: its line, report, data and estimates."""
+    from assay.results import to_plain
+
+    report = result.report() if hasattr(result, "report") else str(result)
+    return {"kind": kind, "label": label, "text": str(result), "report": report,
+            "data": to_plain(result), "estimates": collect_estimates(result), **extra}
+
+
+# ------------------------------------------------------------------------------- plots
+
+
+def _plot_estimates(title: str, ests: Sequence[dict[str, Any]], xlabel: str,
+                    baseline: Sequence[float | None] | None = None) -> bytes | None:
+    ests = [e for e in ests if e["value"] is not None]
+    if not ests:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    labels = [e["label"] for e in ests]
+    vals = [e["value"] for e in ests]
+    lo = [e["value"] - e["low"] if e["low"] is not None else 0.0 for e in ests]
+    hi = [e["high"] - e["value"] if e["high"] is not None else 0.0 for e in ests]
+    fig, ax = plt.subplots(figsize=(7, 0.45 * len(ests) + 1.4), dpi=100)
+    ys = list(range(len(ests)))[::-1]
+    ax.errorbar(vals, ys, xerr=[lo, hi], fmt="o", capsize=3, color="#1f5f99", label="estimate, 95% CI")
+    if baseline is not None:
+        bx = [(b, y) for b, y in zip(baseline, ys) if b is not None]
+        if bx:
+            ax.scatter([b for b, _ in bx], [y for _, y in bx], marker="|", s=200, color="#c0392b",
+                       label="length-only baseline")
+    ax.set_yticks(ys)
+    ax.set_yticklabels([f"{lab} (n={e['n']})" for lab, e in zip(labels, ests)], fontsize=8)
+    ax.set_xlim(-0.02, 1.02)
+    ax.set_xlabel(xlabel)
+    ax.set_title(title, fontsize=10)
+    ax.grid(axis="x", alpha=0.3)
+    ax.legend(fontsize=7, loc="lower right")
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", metadata={"Software": None})
+    plt.close(fig)
+    return buf.getvalue()
+
+
+def _first(ests: Sequence[dict[str, Any]], pred: Any) -> dict[str, Any] | None:
+    return next((e for e in ests if pred(e)), None)
+
+
+# ------------------------------------------------------------------------------- the report
+
+
+def build_report(spec_doc: Mapping[str, Any], sources: Sequence[Mapping[str, Any]],
+                 measures: Sequence[Mapping[str, Any]], contamination: Sequence[Mapping[str, Any]],
+                 audits: Sequence[Mapping[str, Any]]) -> dict[str, bytes]:
+    """report.md, report.json and the PNGs, as ``{file name: bytes}``.
+
+    ``spec_doc``: name, checksum, description. ``sources``: per source name, rows, tasks,
+    verifier. The others: documents made by :func:`result_doc`.
+    """
+    files: dict[str, bytes] = {}
+    plots: list[tuple[str, str]] = []
+
+    pass_ests = []
+    for m in measures:
+        if m["kind"] == "pass_at":
+            e = _first(m["estimates"], lambda e: e["name"].startswith("pass@1"))
+            if e:
+                pass_ests.append({**e, "label": m.get("source", m["label"])})
+    for c in contamination:
+        e = _first(c.get("clean_estimates", []), lambda e: e["name"].startswith("pass@1"))
+        if e:
+            pass_ests.append({**e, "label": f"{c.get('source')} (clean subset)"})
+    png = _plot_estimates("pass@1 per source (95% intervals over tasks)", pass_ests, "pass@1")
+    if png:
+        files["pass_rates.png"] = png
+        plots.append(("pass_rates.png", "pass@1 per source"))
+
+    cont_ests = []
+    for c in contamination:
+        e = _first(c["estimates"], lambda e: "rate" in e["name"] or "contamin" in e["name"])
+        if e:
+            cont_ests.append({**e, "label": c.get("source", c["label"])})
+    png = _plot_estimates("contamination rate per source", cont_ests, "fraction of eval items")
+    if png:
+        files["contamination.png"] = png
+        plots.append(("contamination.png", "contamination rate"))
+
+    for a in audits:
+        dims = a.get("dimensions") or []
+        if dims:
+            png = _plot_estimates(f"reward model {a['label']}: pair accuracy per dimension",
+                                  [{**d, "label": d["dimension"]} for d in dims], "pair accuracy",
+                                  baseline=[d.get("baseline") for d in dims])
+            if png:
+                fname = f"reward_{a['label']}.png"
+                files[fname] = png
+                plots.append((fname, f"reward model {a['label']}"))
+
+    md = _markdown(spec_doc, sources, measures, contamination, audits, plots)
+    files["report.md"] = md.encode("utf-8")
+    doc = {"report_version": REPORT_VERSION, "study": dict(spec_doc), "sources": list(sources),
+           "measurements": list(measures), "contamination": list(contamination),
+           "reward_audits": list(audits), "plots": [p for p, _ in plots]}
+    files["report.json"] = (json.dumps(doc, indent=2, sort_keys=True, ensure_ascii=False,
+                                       allow_nan=False) + "\n").encode("utf-8")
+    return files
+
+
+def _block(text: str) -> str:
+    return "```text\n" + text.rstrip() + "\n```\n"
+
+
+def _markdown(spec_doc: Mapping[str, Any], sources: Sequence[Mapping[str, Any]],
+              measures: Sequence[Mapping[str, Any]], contamination: Sequence[Mapping[str, Any]],
+              audits: Sequence[Mapping[str, Any]], plots: Sequence[tuple[str, str]]) -> str:
+    out = [f"# Study `{spec_doc['name']}`\n"]
+    if spec_doc.get("description"):
+        out.append(spec_doc["description"].strip() + "\n")
+    out.append(f"Spec checksum `{spec_doc['checksum']}`. Intervals are 95% unless stated; n counts "
+               "tasks (independent units), not rows.\n")
+    if sources:
+        out.append("## Sources\n")
+        out.append("| source | tasks | rows | graded by |\n|---|---:|---:|---|")
+        for s in sources:
+            out.append(f"| {s['name']} | {s['tasks']} | {s['rows']} | {s['verifier']} |")
+        out.append("")
+    if measures:
+        out.append("## Measurements\n")
+        for m in measures:
+            out.append(f"### {m['label']}\n")
+            out.append(_block(m["report"]))
+    if contamination:
+        out.append("## Contamination\n")
+        for c in contamination:
+            out.append(f"### {c['label']}\n")
+            out.append(_block(c["report"]))
+            if c.get("clean_report"):
+                out.append("Scores on the full set and on the clean subset:\n")
+                out.append(_block(c["clean_report"]))
+    if audits:
+        out.append("## Reward-model audits\n")
+        for a in audits:
+            out.append(f"### {a['label']}\n")
+            out.append(_block(a["report"]))
+    if plots:
+        out.append("## Plots\n")
+        for f, title in plots:
+            out.append(f"![{title}]({f})\n")
+    return "\n".join(out).rstrip() + "\n"
+
+
+# ------------------------------------------------------------------------------- run dir
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_run_dir(out: str | os.PathLike[str], files: Mapping[str, bytes],
+                  rows: Mapping[str, Any], run_info: Mapping[str, Any]) -> Path:
+    """Write report files, ``rows/<source>.parquet`` and ``run.json`` (each atomically)."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    for name, data in files.items():
+        _atomic_write(out / name, data)
+    for name, r in rows.items():
+        buf = io.BytesIO()
+        import pyarrow.parquet as pq
+
+        pq.write_table(r.to_arrow(), buf, compression="zstd")
+        _atomic_write(out / "rows" / f"{name}.parquet", buf.getvalue())
+    _atomic_write(out / "run.json", (json.dumps(dict(run_info), indent=2, sort_keys=True) + "\n").encode())
+    return out
+
+
+class ReportError(AssayError, FileNotFoundError):
+    """A run directory has no report (the run never finished, or the path is wrong)."""
+
+
+def read_report(run_dir: str | os.PathLike[str]) -> str:
+    """The Markdown report of a finished run (what ``assay report RUN_DIR`` prints)."""
+    p = Path(run_dir) / "report.md"
+    try:
+        return p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ReportError(f"{p} not found: {run_dir} is not a finished run directory "
+                          "(run `assay run SPEC --output DIR` first)") from None
+
+
+# ------------------------------------------------------------------------------- night over night
+
+
+def previous_run(root: str | os.PathLike[str], before: str, spec_checksum: str) -> Path | None:
+    """The latest run directory under ``root`` named before ``before`` (ISO dates sort) whose
+    run.json has the same spec checksum; None on the first night or after a spec change."""
+    root = Path(root)
+    if not root.is_dir():
+        return None
+    for d in sorted((p for p in root.iterdir() if p.is_dir() and p.name < before), reverse=True):
+        try:
+            info = json.loads((d / "run.json").read_text())
+        except (FileNotFoundError, json.JSONDecodeError):
+            continue
+        if info.get("spec_checksum") == spec_checksum and (d / "report.md").is_file():
+            return d
+    return None
+
+
+def compare_runs(previous: str | os.PathLike[str], current: str | os.PathLike[str], *,
+                 alpha: float = 0.05) -> list[dict[str, Any]]:
+    """Per source present in both run dirs: ``assay.compare(previous rows, current rows)``; a
+    source whose verdict is ``worse`` is a regression.
+
+    Returns result documents (see :func:`result_doc`) with ``source`` and ``regression`` set.
+    """
+    import assay
+    from assay.rows import Rows
+
+    prev_dir, cur_dir = Path(previous) / "rows", Path(current) / "rows"
+    out = []
+    for p in sorted(cur_dir.glob("*.parquet")):
+        old = prev_dir / p.name
+        if not old.is_file():
+            continue
+        res = assay.compare(Rows.read_parquet(old), Rows.read_parquet(p), alpha=alpha)
+        verdicts = _verdicts(res)
+        out.append(result_doc("nightly_compare", f"{p.stem}: previous night -> tonight", res,
+                              source=p.stem, verdicts=verdicts,
+                              regression=any(v == "worse" for v in verdicts)))
+    return out
+
+
+def _verdicts(res: Any) -> list[str]:
+    """Every verdict string in a compare result (one per metric)."""
+    found: list[str] = []
+
+    def walk(o: Any) -> None:
+        if dataclasses.is_dataclass(o) and not isinstance(o, type):
+            for f in dataclasses.fields(o):
+                v = getattr(o, f.name)
+                if f.name == "verdict" and isinstance(v, str):
+                    found.append(v)
+                else:
+                    walk(v)
+        elif isinstance(o, Mapping):
+            for k, v in o.items():
+                if k == "verdict" and isinstance(v, str):
+                    found.append(v)
+                else:
+                    walk(v)
+        elif isinstance(o, (list, tuple)):
+            for v in o:
+                walk(v)
+
+    walk(res)
+    return found
+
+
+def nightly_markdown(name: str, night: str, previous: Path | None,
+                     comparisons: Sequence[Mapping[str, Any]]) -> str:
+    """The nightly summary: regressions first, then every comparison with its numbers."""
+    lines = [f"# Nightly `{name}`: {night}\n"]
+    if previous is None:
+        lines.append("No previous night with the same spec checksum: nothing to compare.\n")
+        return "\n".join(lines)
+    regs = [c for c in comparisons if c["regression"]]
+    lines.append(f"Compared with {previous.name}. "
+                 + (f"**REGRESSION** in {', '.join(c['source'] for c in regs)}.\n" if regs
+                    else "No regression detected.\n"))
+    for c in comparisons:
+        lines.append(f"## {c['label']}{'  (REGRESSION)' if c['regression'] else ''}\n")
+        lines.append(_block(c["report"]))
+    return "\n".join(lines)

@@ -1,0 +1,185 @@
+"""The embedded Prefect setup for local runs: project-local home, quiet settings, own API server.
+
+No server to start by hand: ``embedded_server()`` launches Prefect's API in a child process.
+
+Why our own child instead of Prefect's implicit temporary server: we start it *before* importing
+Prefect (the two start-ups overlap), the child dies with its parent (``PR_SET_PDEATHSIG``), so a
+SIGKILLed run leaves no orphaned server holding pipes, and its log goes to a file we can show
+when it fails. This module imports nothing from Prefect, so it can run first.
+
+Example:
+    >>> env = local_settings("/tmp/proj/.prefect", "warning")
+    >>> env["PREFECT_SERVER_ANALYTICS_ENABLED"], env["PREFECT_LOGGING_LEVEL"]
+    ('false', 'WARNING')
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+from assay.errors import AssayError
+
+
+class OrchestrationError(AssayError, RuntimeError):
+    """Prefect could not be set up (the API server did not start, a runner needs a server)."""
+
+
+def local_settings(prefect_home: str | os.PathLike[str], log_level: str = "warning") -> dict[str, str]:
+    """Environment for quiet, offline, project-local Prefect runs.
+
+    The task-run recorder and event persister are off: with SQLite they cause multi-second lock
+    stalls, and resume rests on our content store, not on Prefect's run history.
+    """
+    return {
+        "PREFECT_HOME": str(prefect_home),
+        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+        "PREFECT_LOGGING_LEVEL": log_level.upper(),
+        "PREFECT_LOGGING_TO_API_ENABLED": "false",
+        "PREFECT_SERVER_SERVICES_TASK_RUN_RECORDER_ENABLED": "false",
+        "PREFECT_SERVER_SERVICES_EVENT_PERSISTER_ENABLED": "false",
+        "PREFECT_UI_ENABLED": "false",
+    }
+
+
+def apply_local_settings(prefect_home: str | os.PathLike[str], log_level: str = "warning") -> None:
+    """Set :func:`local_settings` in ``os.environ`` where the user has not set them."""
+    for k, v in local_settings(prefect_home, log_level).items():
+        os.environ.setdefault(k, v)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _die_with_parent() -> None:  # runs in the child between fork and exec
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
+
+
+class EmbeddedServer:
+    """A Prefect API server in a child process on 127.0.0.1, tied to this process's life."""
+
+    def __init__(self, port: int | None = None, log_path: str | os.PathLike[str] | None = None) -> None:
+        self.port = port or free_port()
+        self.api_url = f"http://127.0.0.1:{self.port}/api"
+        home = Path(os.environ.get("PREFECT_HOME", ".prefect"))
+        self.log_path = Path(log_path) if log_path else home / "embedded-server.log"
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> EmbeddedServer:
+        """Launch the server; returns at once (call :meth:`wait` before using the API)."""
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        env = dict(os.environ, PREFECT__SERVER_EPHEMERAL="1", PREFECT__SERVER_FINAL="1",
+                   PREFECT_UI_ENABLED="0")
+        env.pop("PREFECT_API_URL", None)
+        log = open(self.log_path, "wb")  # noqa: SIM115 - handed to the child
+        try:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "uvicorn", "--factory", "prefect.server.api.server:create_app",
+                 "--host", "127.0.0.1", "--port", str(self.port), "--log-level", "error",
+                 "--lifespan", "on"],
+                env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,
+            )
+        finally:
+            log.close()
+        return self
+
+    def wait(self, timeout: float = 90.0) -> None:
+        """Block until ``/health`` answers; OrchestrationError with the server log otherwise."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process is None or self.process.poll() is not None:
+                break
+            try:
+                with urllib.request.urlopen(f"{self.api_url}/health", timeout=2) as r:
+                    if r.status == 200:
+                        return
+            except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
+                pass
+            time.sleep(0.05)
+        tail = ""
+        with contextlib.suppress(OSError):
+            tail = self.log_path.read_text(errors="replace")[-2000:]
+        code = None if self.process is None else self.process.poll()
+        self.stop()
+        raise OrchestrationError(
+            f"the embedded Prefect API server did not become healthy within {timeout:.0f} s "
+            f"(exit code {code}); its log ({self.log_path}) ends with:\n{tail}\n"
+            "Set PREFECT_API_URL to use a running server (`prefect server start`) instead."
+        )
+
+    def stop(self) -> None:
+        p, self.process = self.process, None
+        if p is None or p.poll() is not None:
+            return
+        p.terminate()
+        try:
+            p.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+
+
+@contextlib.contextmanager
+def embedded_server() -> Iterator[EmbeddedServer | None]:
+    """Start an embedded server unless ``PREFECT_API_URL`` names one (a real server); yields the
+    server (call ``.wait()`` before the first API call) or None, and stops it on exit.
+
+    ``PREFECT_API_URL`` is exported while the block runs, so Prefect (import it inside the
+    block, after the server has started: the two start-ups overlap) and any worker processes it
+    spawns talk to the same server.
+    """
+    if os.environ.get("PREFECT_API_URL"):
+        yield None
+        return
+    server = EmbeddedServer().start()
+    os.environ["PREFECT_API_URL"] = server.api_url
+    try:
+        yield server
+    finally:
+        server.stop()
+        os.environ.pop("PREFECT_API_URL", None)
+
+
+def wait_for(server_url: str, timeout: float = 90.0) -> None:
+    """Wait for a server URL's ``/health`` (used by the embedded path after importing Prefect)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(f"{server_url}/health", timeout=2) as r:
+                if r.status == 200:
+                    return
+        except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
+            time.sleep(0.05)
+    raise OrchestrationError(f"Prefect API at {server_url} is not healthy after {timeout:.0f} s")
+
+
+def require_real_server(runner: str) -> None:
+    """Dask and Ray workers are separate processes: each needs a server it can reach, or each
+    starts its own temporary one (20-30 s apiece). Raise unless ``PREFECT_API_URL`` names a
+    server that is not our embedded one."""
+    if runner == "local":
+        return
+    if not os.environ.get("PREFECT_API_URL") or os.environ.get("ASSAY_EMBEDDED_API"):
+        raise OrchestrationError(
+            f"execution.runner: {runner} needs a real Prefect server reachable by every worker "
+            "(without one each worker process starts its own temporary server, 20-30 s each). "
+            "Start one with `prefect server start --host 127.0.0.1`, set "
+            "PREFECT_API_URL=http://127.0.0.1:4200/api, and run again; or use runner: local."
+        )

@@ -1,0 +1,136 @@
+"""The study flow: a spec's stages as Prefect tasks, then the run directory and artifacts.
+
+``run_spec`` is the entry point ``assay run`` uses: embedded server, quiet settings, runner.
+
+The chain itself lives in ``assay.stages.run_study``; this flow only decides where each stage
+runs (a Prefect task here, locally or on Dask) so the same chain also runs without Prefect.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from prefect import flow
+
+from assay import stages
+from assay.report import write_run_dir
+from assay.spec import load_spec
+from assay.store import Store
+from flows.embedded import OrchestrationError, require_real_server
+from tasks.stages import TASKS
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^a-z0-9-]+", "-", text.lower()).strip("-") or "study"
+
+
+def _publish_artifacts(name: str, files: dict[str, bytes]) -> None:
+    """The report as a Markdown artifact and every estimate as a table artifact."""
+    from prefect.artifacts import create_markdown_artifact, create_table_artifact
+
+    slug = _slug(name)
+    create_markdown_artifact(markdown=files["report.md"].decode(), key=f"{slug}-report",
+                             description=f"assay study {name}: report.md")
+    doc = json.loads(files["report.json"])
+    table = []
+    for section in ("measurements", "contamination", "reward_audits"):
+        for m in doc[section]:
+            for e in m.get("estimates", []):
+                table.append({"measurement": m["label"], "estimate": e["name"], "value": e["value"],
+                              "low": e["low"], "high": e["high"], "n": e["n"], "unit": e["unit"]})
+    if table:
+        create_table_artifact(table=table, key=f"{slug}-estimates",
+                              description=f"assay study {name}: every estimate with interval and n")
+
+
+def finish_run(store: Store, spec: Any, run: stages.StudyRun, out: Path) -> dict[str, Any]:
+    """Write the run directory (report files, rows Parquet, run.json) and return run.json."""
+    files = stages.report_files(store, run.report)
+    rows = {name: stages.concat_rows(store, parts) for name, parts in run.graded.items()}
+    info = {"study": spec.name, "spec_checksum": run.spec_checksum,
+            "cached": run.cached_stages, "computed": run.computed_stages,
+            "store": str(store.root.resolve()), "files": sorted(files)}
+    write_run_dir(out, files, rows, info)
+    return info
+
+
+@flow(name="assay-study", persist_result=False, log_prints=False, validate_parameters=True)
+def study(spec: str, output: str | None = None, store_root: str | None = None,
+          publish: bool = True) -> dict[str, Any]:
+    """Run the study in spec file ``spec``; write ``output`` (default from the spec)."""
+    s = load_spec(spec)
+    store = Store(store_root)
+    local = s.execution.runner == "local"
+
+    def call(fn: Any, *args: Any, **kwargs: Any) -> stages.StageResult:
+        return TASKS[fn](*args, **kwargs)
+
+    def call_many(fn: Any, calls: list[tuple[tuple[Any, ...], dict[str, Any]]]) -> list[Any]:
+        if local:  # one shard at a time; each grade call already uses every core
+            return [TASKS[fn](*a, **k) for a, k in calls]
+        futures = [TASKS[fn].submit(*a, **{**k, "workers": 1}) for a, k in calls]
+        return [f.result() for f in futures]
+
+    run = stages.run_study(s, store, call=call, call_many=call_many)
+    out = s.output_dir(output)
+    info = finish_run(store, s, run, out)
+    if publish:
+        _publish_artifacts(s.name, stages.report_files(store, run.report))
+    print(stages.summarize(run.results), file=sys.stderr, flush=True)
+    print(f"report: {out / 'report.md'}", file=sys.stderr, flush=True)
+    return {**info, "output": str(out)}
+
+
+def task_runner_for(spec: Any) -> Any:
+    """The task runner a spec's execution settings ask for; Dask and Ray need a real server."""
+    runner = spec.execution.runner
+    if runner == "local":
+        from prefect.task_runners import ThreadPoolTaskRunner
+
+        return ThreadPoolTaskRunner(max_workers=1)
+    require_real_server(runner)
+    if runner == "dask":
+        from prefect_dask import DaskTaskRunner
+
+        if spec.execution.address:
+            return DaskTaskRunner(address=spec.execution.address)
+        n = spec.execution.workers or os.cpu_count() or 1
+        return DaskTaskRunner(cluster_kwargs={"n_workers": n, "threads_per_worker": 1,
+                                              "processes": True, "dashboard_address": None})
+    try:
+        from prefect_ray import RayTaskRunner
+    except ImportError:
+        raise OrchestrationError("execution.runner: ray needs the prefect-ray package "
+                                 "(pip install prefect-ray), which is not installed") from None
+    return RayTaskRunner(address=spec.execution.address) if spec.execution.address else RayTaskRunner()
+
+
+@contextlib.contextmanager
+def _quiet_local() -> Iterator[None]:
+    """Heartbeats off for embedded runs (each costs ~1 s to join at flow end)."""
+    from prefect.settings import PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settings
+
+    with temporary_settings(updates={PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None}):
+        yield
+
+
+def run_spec(spec_path: str, output: str | None = None, store_root: str | None = None, *,
+             embedded: bool = True, publish: bool = True) -> dict[str, Any]:
+    """Run a study flow with the runner its spec names (call under ``flows.embedded`` set-up)."""
+    spec = load_spec(spec_path)
+    runner = task_runner_for(spec)
+    t0 = time.perf_counter()
+    flow_ = study.with_options(task_runner=runner)
+    ctx = _quiet_local() if embedded else contextlib.nullcontext()
+    with ctx:
+        result = flow_(spec=str(spec_path), output=output, store_root=store_root, publish=publish)
+    result["seconds"] = round(time.perf_counter() - t0, 3)
+    return result

@@ -1,0 +1,44 @@
+"""Prefect tasks, one per study stage: thin shells around the core functions in assay.stages.
+
+Each task returns a small StageResult pointer; the data and the cache live in the content store.
+
+Prefect's own result cache is off (``NO_CACHE``, no persisted results): the stage function looks
+its key up in our store (verified, atomic) and returns at once on a hit. Prefect's cache would add
+a second, non-atomic copy keyed on run state, which is what breaks resume after a SIGKILL.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from prefect import task
+from prefect.cache_policies import NO_CACHE
+
+from assay import stages
+
+
+def _task(fn: Callable[..., Any], name: str, run_name: str) -> Any:
+    return task(fn, name=name, task_run_name=run_name, cache_policy=NO_CACHE,
+                persist_result=False, retries=0)
+
+
+build_rows = _task(stages.run_build_rows, "build-rows", "build-rows-{source_name}")
+filter_rows = _task(stages.run_filter_rows, "filter-rows", "filter-rows-{source_name}")
+grade_shard = _task(stages.run_grade_shard, "grade", "grade-{source_name}-{shard}")
+decontaminate = _task(stages.run_decontaminate, "decontaminate", "decontaminate")
+score_reward_model = _task(stages.run_reward_audit, "score-reward-model",
+                           "score-reward-model-{model_name}")
+measure = _task(stages.run_measure, "measure", "measure")
+report = _task(stages.run_report, "report", "report")
+
+#: core stage function -> its task (what flows/study.py dispatches on).
+TASKS: dict[Callable[..., Any], Any] = {
+    stages.run_build_rows: build_rows,
+    stages.run_filter_rows: filter_rows,
+    stages.run_grade_shard: grade_shard,
+    stages.run_decontaminate: decontaminate,
+    stages.run_reward_audit: score_reward_model,
+    stages.run_measure: measure,
+    stages.run_report: report,
+}
