@@ -22,6 +22,7 @@ from assay.data.items import (
     content_of,
     item_from_dict,
     make_pair,
+    make_pairs,
     seed_id_of,
 )
 from assay.data.lineage import EFFECTIVE_N_KINDS, Lineage, effective_n, kish_ess
@@ -30,6 +31,6 @@ from assay.data.view import DataView, EffectiveN, apply_derivation, validate_ste
 __all__ = [
     "DataView", "EFFECTIVE_N_KINDS", "EdgeObs", "EffectiveN", "Lineage", "Pair", "Prompt",
     "Quadruple", "Response", "Span", "Tournament", "TrajStep", "Trajectory", "apply_derivation",
-    "content_of", "effective_n", "item_from_dict", "kish_ess", "make_pair", "seed_id_of",
+    "content_of", "effective_n", "item_from_dict", "kish_ess", "make_pair", "make_pairs", "seed_id_of",
     "validate_steps",
 ]

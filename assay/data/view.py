@@ -478,7 +478,7 @@ class DataView:
 
     def seed_ids(self) -> list[str]:
         """The seed id of every item, in order."""
-        return [it._lineage.seed_id for it in self._items]
+        return [it._seed for it in self._items]
 
     def effective_n(self, kind: str = "seeds", *, icc: float = 1.0) -> float:
         """Effective sample size by name; default: the number of independent seeds.
@@ -623,14 +623,13 @@ _CHUNK = 2048
 
 def _stream_checksum(items: Sequence[Any], weights: Sequence[float] | None) -> str:
     # Byte-identical to canonical_json(material) (a JSON array's elements are joined by ","),
-    # but encoded chunk by chunk so a 100k-item view never holds its whole JSON at once.
+    # but encoded item by item in chunks so a 100k-item view never holds its whole JSON.
     h = hashlib.sha256()
     h.update(f"assay-hash-v{HASH_SCHEMA}\x00ds\x00".encode())
     h.update(b'{"items":[' if weights is not None else b"[")
     first = True
     for k in range(0, len(items), _CHUNK):
-        enc = _dumps([it.__assay_record__() for it in items[k : k + _CHUNK]])
-        body = enc[1:-1].encode("utf-8")
+        body = ",".join([it.__assay_record_json__() for it in items[k : k + _CHUNK]]).encode()
         if not first:
             h.update(b",")
         h.update(body)
