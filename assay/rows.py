@@ -269,7 +269,9 @@ class Rows(Sequence):
     @classmethod
     def read_parquet(cls, path: str | os.PathLike[str]) -> Rows:
         """Read rows written by :meth:`to_parquet`."""
-        return cls(as_table(pq.read_table(path), require=("prompt", "final_text")))
+        # single-threaded read: see assay.store.Store.get_table (apache/arrow#34314)
+        table = pq.read_table(path, use_threads=False, pre_buffer=False)
+        return cls(as_table(table, require=("prompt", "final_text")))
 
     def checksum(self) -> str:
         """Content id ``rows:<32 hex>`` over every column, order-sensitive; cached.

@@ -149,7 +149,10 @@ class Store:
         data = self._verified(self._blob_path(key), key)
         if data is None:
             return None
-        return pq.read_table(pa.BufferReader(data))
+        # No reader threads: Arrow's parquet thread pools can abort the process at interpreter
+        # exit ("terminate called without an active exception", apache/arrow#34314); the bytes
+        # are already in memory, so threads buy little here.
+        return pq.read_table(pa.BufferReader(data), use_threads=False, pre_buffer=False)
 
     # -- refs (named pointers, e.g. a stage's cache key -> its output blob) ------------------
     def _ref_path(self, name: str) -> Path:

@@ -131,9 +131,10 @@ RACER = textwrap.dedent("""
 def test_two_processes_writing_the_same_key(tmp_path):
     script = tmp_path / "r.py"
     script.write_text(RACER)
-    procs = [subprocess.Popen([sys.executable, str(script), str(tmp_path / "s")], stdout=subprocess.PIPE, text=True)
-             for _ in range(2)]
-    outs = [p.communicate(timeout=120)[0].strip() for p in procs]
-    assert all(p.returncode == 0 for p in procs)
+    procs = [subprocess.Popen([sys.executable, str(script), str(tmp_path / "s")], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    res = [p.communicate(timeout=120) for p in procs]
+    outs = [o.strip() for o, _ in res]
+    assert all(p.returncode == 0 for p in procs), [(p.returncode, e[-2000:]) for p, (_, e) in zip(procs, res)]
     assert outs[0] == outs[1]
     assert Store(tmp_path / "s").get_table(outs[0]).num_rows == 200_000
