@@ -1,0 +1,433 @@
+"""ContaminationIndex: the corpus side as sorted n-gram fingerprints, built once, kept in the store.
+
+Built in one streaming pass in bounded memory, saved under a ref named by the corpus checksum and
+the parameters, and loaded (not rebuilt) on later runs against the same corpus.
+
+Why the corpus side: the training corpus is the large, slow-changing side; eval sets come and go
+(a new benchmark, a new split, a nightly eval of new items). Indexing the corpus once turns every
+later question "which of these eval items occur in the corpus?" into a lookup of the eval items'
+few n-grams: no pass over the corpus, however many eval sets are checked.
+
+Layout (fixed size per entry, numpy arrays, no Python objects per n-gram):
+
+- One entry per distinct (n-gram, document) pair, plus one per whole document and one per
+  (short segment, document) pair, each family hashed with its own salt (the exact rule; segments
+  are sentences or lines shorter than n tokens, for items shorter than n tokens).
+- A 64-bit span hash is cut into a partition number (its top ``pbits`` bits, chosen so a
+  partition holds ~8k entries) and a 32-bit fingerprint (the next 32 bits). Entries are sorted by
+  (partition, fingerprint, document); ``offsets`` gives each partition's range. A lookup is a
+  vectorized binary search inside each query's partition. The identity of an n-gram is its top
+  ``pbits + 32`` bits, so a random lookup collides with a given corpus n-gram with probability
+  2^-(pbits+32): about 2e-6 per lookup in the whole index (documented false-match rate).
+- The document frequency of an n-gram is the length of its range (entries are deduplicated per
+  document), which is what the boilerplate cutoff reads.
+- MinHash signatures of the short documents (``near_dup_max_tokens`` or fewer tokens) for the
+  near-duplicate rule: a longer document cannot reach a Jaccard threshold against an eval item a
+  fraction of its size, and its copies of eval items are what the coverage rule finds.
+
+Example:
+    >>> import tempfile
+    >>> from assay.store import Store
+    >>> store = Store(tempfile.mkdtemp())
+    >>> docs = ["the quick brown fox jumps over the lazy dog", "lorem ipsum dolor sit amet"]
+    >>> idx = ContaminationIndex.build(docs, n=3, store=store)
+    >>> again = ContaminationIndex.build(docs, n=3, store=store)
+    >>> idx.built, again.built, again.n_docs
+    (True, False, 2)
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from assay.decontam.neardup import signatures
+from assay.decontam.ngrams import EXACT_SALT, NGRAM_SALT, SHINGLE_SALT, WHOLE_SALT, SpanHasher
+from assay.decontam.normalize import encode
+from assay.decontam.sources import CorpusSource, Fields
+from assay.errors import RowsError, StoreError
+from assay.hashing import combine
+
+INDEX_VERSION = 1
+FP_BITS = 32
+_TARGET_PER_PARTITION = 1 << 13
+_SUPER_BITS = 8  # build-time radix partitions (256), each sorted on its own
+_SHARD_BYTES = 64 << 20
+_M32 = np.uint64(0xFFFFFFFF)
+
+
+def resolve_store(store: Any):  # -> Store | None
+    """``None`` -> the default store, ``False`` -> no store, a path -> a Store there."""
+    from assay.store import Store
+
+    if store is False:
+        return None
+    if store is None:
+        return Store()
+    if isinstance(store, (str, os.PathLike)):
+        return Store(store)
+    if isinstance(store, Store):
+        return store
+    raise StoreError(f"store: expected an assay.Store, a path, None (default store) or False, got {type(store).__name__}")
+
+
+class _Runs:
+    """(key, doc) pairs radix-split by their top 8 bits; spilled to disk past a memory limit."""
+
+    def __init__(self, memory_limit: int) -> None:
+        self.memory_limit = memory_limit
+        self.mem: list[list[tuple[np.ndarray, np.ndarray]]] = [[] for _ in range(1 << _SUPER_BITS)]
+        self.nbytes = 0
+        self.total = 0
+        self.tmp: Path | None = None
+        self.spilled = np.zeros(1 << _SUPER_BITS, dtype=np.int64)
+
+    def add(self, keys: np.ndarray, docs: np.ndarray) -> None:
+        if len(keys) == 0:
+            return
+        sp = (keys >> np.uint64(64 - _SUPER_BITS)).astype(np.uint8)
+        order = np.argsort(sp, kind="stable")  # radix sort on uint8
+        keys = keys[order]
+        docs = docs.astype(np.uint32)[order]
+        bounds = np.zeros((1 << _SUPER_BITS) + 1, dtype=np.int64)
+        np.cumsum(np.bincount(sp, minlength=1 << _SUPER_BITS), out=bounds[1:])
+        for s in np.flatnonzero(np.diff(bounds)):
+            a, b = bounds[s], bounds[s + 1]
+            self.mem[s].append((keys[a:b], docs[a:b]))
+        self.nbytes += 12 * len(keys)
+        self.total += len(keys)
+        if self.nbytes > self.memory_limit:
+            self.spill()
+
+    def spill(self) -> None:
+        if self.tmp is None:
+            self.tmp = Path(tempfile.mkdtemp(prefix="assay-decontam-"))
+        for s, parts in enumerate(self.mem):
+            if not parts:
+                continue
+            k = np.concatenate([p[0] for p in parts])
+            d = np.concatenate([p[1] for p in parts])
+            with open(self.tmp / f"{s}.k", "ab") as fk:
+                k.tofile(fk)
+            with open(self.tmp / f"{s}.d", "ab") as fd:
+                d.tofile(fd)
+            self.spilled[s] += len(k)
+            parts.clear()
+        self.nbytes = 0
+
+    def take(self, s: int) -> tuple[np.ndarray, np.ndarray]:
+        ks = [p[0] for p in self.mem[s]]
+        ds = [p[1] for p in self.mem[s]]
+        if self.spilled[s]:
+            assert self.tmp is not None
+            ks.insert(0, np.fromfile(self.tmp / f"{s}.k", dtype=np.uint64))
+            ds.insert(0, np.fromfile(self.tmp / f"{s}.d", dtype=np.uint32))
+        self.mem[s] = []
+        if not ks:
+            return np.zeros(0, dtype=np.uint64), np.zeros(0, dtype=np.uint32)
+        return np.concatenate(ks), np.concatenate(ds)
+
+    def close(self) -> None:
+        if self.tmp is not None:
+            shutil.rmtree(self.tmp, ignore_errors=True)
+            self.tmp = None
+
+
+def _partition_bits(total: int) -> int:
+    return int(min(30, max(_SUPER_BITS, math.ceil(math.log2(max(total, 1) / _TARGET_PER_PARTITION)))))
+
+
+def _sort_super(keys: np.ndarray, docs: np.ndarray, pbits: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Sort one radix partition by (identity, doc), drop repeated pairs; returns (partition
+    index within the super partition, fingerprint, doc)."""
+    ident_bits = pbits + FP_BITS
+    local_bits = ident_bits - _SUPER_BITS
+    local = (keys << np.uint64(_SUPER_BITS)) >> np.uint64(64 - local_bits)
+    idx_bits = 64 - local_bits
+    m = len(keys)
+    if m < (1 << idx_bits):
+        # Pack (identity, position) into one uint64: a plain sort is an argsort, and ties keep
+        # input order, which is document order.
+        packed = (local << np.uint64(idx_bits)) | np.arange(m, dtype=np.uint64)
+        packed.sort()
+        perm = (packed & np.uint64((1 << idx_bits) - 1)).astype(np.int64)
+        local = packed >> np.uint64(idx_bits)
+    else:
+        perm = np.argsort(local, kind="stable")
+        local = local[perm]
+    docs = docs[perm]
+    keep = np.ones(m, dtype=bool)
+    keep[1:] = (local[1:] != local[:-1]) | (docs[1:] != docs[:-1])
+    local, docs = local[keep], docs[keep]
+    return (local >> np.uint64(FP_BITS)).astype(np.int64), (local & _M32).astype(np.uint32), docs
+
+
+@dataclass
+class BuildStats:
+    """What a build did (or that it was loaded)."""
+
+    seconds: float = 0.0
+    docs: int = 0
+    tokens: int = 0
+    entries: int = 0
+    short_docs: int = 0
+    spilled: bool = False
+    loaded: bool = False
+    load_seconds: float = 0.0
+
+
+@dataclass
+class ContaminationIndex:
+    """The corpus-side index (see the module docstring). Build with :meth:`build`."""
+
+    n: int
+    n_docs: int
+    pbits: int
+    offsets: np.ndarray
+    fps: np.ndarray
+    docs: np.ndarray
+    minhash_docs: np.ndarray
+    minhash_sigs: np.ndarray
+    params: dict[str, Any]
+    corpus_checksum: str | None
+    ref_name: str | None = None
+    built: bool = True
+    stats: BuildStats = field(default_factory=BuildStats)
+    _doc_ids: Any = None
+    _doc_ids_key: str | None = None
+    _store: Any = None
+
+    # -- public --------------------------------------------------------------------------------
+    @classmethod
+    def build(cls, corpus: Any, *, n: int = 13, text_field: Fields = "text", id_field: str | None = "id",
+              store: Any = None, reuse: bool = True, batch_size: int = 256,
+              near_dup_max_tokens: int = 512, shingle: int = 3, num_perm: int = 128,
+              memory_limit: int = 2 << 30) -> ContaminationIndex:
+        """Build the index of ``corpus`` (texts, rows or JSONL/Parquet paths), or load the one
+        already saved for the same corpus checksum and parameters.
+
+        ``store``: an ``assay.Store`` or a path (``None``: the default store, ``$ASSAY_STORE`` or
+        ``./.assay``; ``False``: keep it in memory only). ``reuse=False`` rebuilds and overwrites.
+        ``memory_limit`` (bytes) bounds the build's buffered entries; beyond it they spill to a
+        temporary directory.
+
+        Example:
+            >>> idx = ContaminationIndex.build(["a b c d e"], n=2, store=False)
+            >>> idx.n_docs, idx.doc_ids()
+            (1, ['0'])
+        """
+        if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+            raise RowsError(f"n must be a positive integer (n-gram length in tokens), got {n!r}")
+        if not isinstance(shingle, int) or isinstance(shingle, bool) or shingle < 1:
+            raise RowsError(f"shingle must be a positive integer (tokens per MinHash shingle), got {shingle!r}")
+        params = {
+            "n": n, "text_field": list(text_field) if isinstance(text_field, tuple) else text_field,
+            "id_field": id_field, "near_dup_max_tokens": int(near_dup_max_tokens),
+            "shingle": shingle, "num_perm": int(num_perm), "version": INDEX_VERSION,
+        }
+        src = corpus if isinstance(corpus, CorpusSource) else CorpusSource(
+            corpus, text_field=text_field, id_field=id_field)
+        st = resolve_store(store)
+        checksum = ref_name = None
+        if st is not None and src.reiterable:
+            t0 = time.perf_counter()
+            checksum = src.checksum(st)
+            ref_name = "decontam-index:" + combine("decontam-index", checksum, params)
+            if reuse:
+                loaded = cls._load(st, ref_name)
+                if loaded is not None:
+                    loaded.stats.load_seconds = time.perf_counter() - t0
+                    return loaded
+        idx = cls._build(src, params, batch_size=batch_size, memory_limit=memory_limit)
+        idx.corpus_checksum = checksum
+        if st is not None and ref_name is not None:
+            idx._save(st, ref_name)
+        return idx
+
+    def doc_ids(self, which: Sequence[int] | np.ndarray | None = None) -> list[str]:
+        """Corpus document ids (all, or those at the given positions)."""
+        if self._doc_ids is None:
+            if self._store is None or self._doc_ids_key is None:
+                raise StoreError("this index's document ids are not available (its store entry is gone)")
+            t = self._store.get_table(self._doc_ids_key)
+            if t is None:
+                raise StoreError(f"document ids {self._doc_ids_key} are missing or corrupt in {self._store}")
+            self._doc_ids = t.column("id").combine_chunks()
+        if which is None:
+            return self._doc_ids.to_pylist()
+        return self._doc_ids.take(pa.array(np.asarray(which, dtype=np.int64))).to_pylist()
+
+    def ranges(self, hashes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """For each 64-bit span hash, the [lo, hi) range of its entries in ``docs`` (hi - lo is
+        the number of corpus documents holding it)."""
+        q = np.asarray(hashes, dtype=np.uint64)
+        if len(q) == 0 or len(self.fps) == 0:
+            z = np.zeros(len(q), dtype=np.int64)
+            return z, z.copy()
+        ident = q >> np.uint64(64 - self.pbits - FP_BITS)
+        part = (ident >> np.uint64(FP_BITS)).astype(np.int64)
+        f = (ident & _M32).astype(np.uint32)
+        lo0 = self.offsets[part]
+        hi0 = self.offsets[part + 1]
+        return _bsearch(self.fps, f, lo0, hi0, right=False), _bsearch(self.fps, f, lo0, hi0, right=True)
+
+    def doc_frequency(self, hashes: np.ndarray) -> np.ndarray:
+        """Number of corpus documents holding each span hash."""
+        lo, hi = self.ranges(hashes)
+        return hi - lo
+
+    def __repr__(self) -> str:
+        return (f"ContaminationIndex(n={self.n}, docs={self.n_docs}, entries={len(self.fps)}, "
+                f"short_docs={len(self.minhash_docs)}, built={self.built})")
+
+    # -- build ---------------------------------------------------------------------------------
+    @classmethod
+    def _build(cls, src: CorpusSource, params: dict[str, Any], *, batch_size: int,
+               memory_limit: int) -> ContaminationIndex:
+        t0 = time.perf_counter()
+        n = params["n"]
+        k = params["shingle"]
+        maxlen = params["near_dup_max_tokens"]
+        runs = _Runs(memory_limit)
+        ids: list[str] = []
+        mh_docs: list[np.ndarray] = []
+        mh_sigs: list[np.ndarray] = []
+        tokens = 0
+        try:
+            for batch_ids, texts in src.batches(batch_size):
+                base = len(ids)
+                ids.extend(batch_ids)
+                enc = encode(texts)
+                tokens += len(enc.hashes)
+                sh = SpanHasher(enc)
+                h, _pos, d = sh.ngrams(n, NGRAM_SALT)
+                runs.add(h, d + base)
+                eh, ed = sh.whole_texts(WHOLE_SALT)
+                sgh, sgd = sh.segments(n, EXACT_SALT)
+                runs.add(np.concatenate([eh, sgh]), np.concatenate([ed, sgd]) + base)
+                lens = enc.lengths()
+                short = (lens >= k) & (lens <= maxlen)
+                if short.any():
+                    shh, _p, shd = sh.ngrams(k, SHINGLE_SALT, docs=np.flatnonzero(short))
+                    sig = signatures(shh, shd, num_perm=params["num_perm"])
+                    mh_docs.append(np.unique(shd).astype(np.uint32) + np.uint32(base))
+                    mh_sigs.append(sig)
+            pbits = _partition_bits(runs.total)
+            sub = 1 << (pbits - _SUPER_BITS)
+            counts = np.zeros(1 << pbits, dtype=np.int64)
+            fps_parts, doc_parts = [], []
+            for s in range(1 << _SUPER_BITS):
+                keys, docs = runs.take(s)
+                if len(keys) == 0:
+                    continue
+                part, fp, dd = _sort_super(keys, docs, pbits)
+                counts[s * sub:(s + 1) * sub] = np.bincount(part, minlength=sub)
+                fps_parts.append(fp)
+                doc_parts.append(dd)
+            spilled = runs.tmp is not None
+        finally:
+            runs.close()
+        offsets = np.zeros((1 << pbits) + 1, dtype=np.int64)
+        np.cumsum(counts, out=offsets[1:])
+        fps = np.concatenate(fps_parts) if fps_parts else np.zeros(0, dtype=np.uint32)
+        docs = np.concatenate(doc_parts) if doc_parts else np.zeros(0, dtype=np.uint32)
+        stats = BuildStats(seconds=time.perf_counter() - t0, docs=len(ids), tokens=tokens,
+                           entries=len(fps), short_docs=sum(len(x) for x in mh_docs), spilled=spilled)
+        return cls(
+            n=n, n_docs=len(ids), pbits=pbits, offsets=offsets, fps=fps, docs=docs,
+            minhash_docs=np.concatenate(mh_docs) if mh_docs else np.zeros(0, dtype=np.uint32),
+            minhash_sigs=(np.concatenate(mh_sigs) if mh_sigs else np.zeros((0, params["num_perm"]), dtype=np.uint64)),
+            params=params, corpus_checksum=None, built=True, stats=stats,
+            _doc_ids=pa.array(ids, type=pa.string()),
+        )
+
+    # -- store ---------------------------------------------------------------------------------
+    def _save(self, store: Any, ref_name: str) -> None:
+        t0 = time.perf_counter()
+        shards = []
+        step = _SHARD_BYTES // 8
+        for a in range(0, max(len(self.fps), 1), step):
+            fp = self.fps[a:a + step]
+            dd = self.docs[a:a + step]
+            shards.append({"count": len(fp), "key": store.put_bytes(fp.tobytes() + dd.tobytes())})
+        manifest = {
+            "kind": "assay.decontam.index", "version": INDEX_VERSION, "params": self.params,
+            "n_docs": self.n_docs, "pbits": self.pbits, "corpus": self.corpus_checksum,
+            "offsets": store.put_bytes(self.offsets.astype("<i8").tobytes()),
+            "shards": shards,
+            "doc_ids": store.put_table(pa.table({"id": self._doc_ids})),
+            "minhash_docs": store.put_bytes(self.minhash_docs.astype("<u4").tobytes()),
+            "minhash_sigs": store.put_bytes(self.minhash_sigs.astype("<u8").tobytes()),
+            "stats": {"seconds": self.stats.seconds, "docs": self.stats.docs, "tokens": self.stats.tokens,
+                      "entries": self.stats.entries, "short_docs": self.stats.short_docs},
+        }
+        key = store.put_json(manifest)
+        store.set_ref(ref_name, key, {"corpus": self.corpus_checksum, "n": self.n})
+        self.ref_name = ref_name
+        self._doc_ids_key = manifest["doc_ids"]
+        self._store = store
+        self.stats.seconds += time.perf_counter() - t0
+
+    @classmethod
+    def _load(cls, store: Any, ref_name: str) -> ContaminationIndex | None:
+        ref = store.get_ref(ref_name)
+        if ref is None:
+            return None
+        m = store.get_json(ref["blob"])
+        if not m or m.get("kind") != "assay.decontam.index" or m.get("version") != INDEX_VERSION:
+            return None
+        keys = [s["key"] for s in m["shards"]] + [m["offsets"], m["minhash_docs"], m["minhash_sigs"]]
+        # Verified reads (sha256) of the shards run in threads: hashlib releases the GIL.
+        with ThreadPoolExecutor(2) as ex:
+            blobs = list(ex.map(store.get_bytes, keys))
+        if any(b is None for b in blobs):
+            return None  # a missing or corrupt piece: rebuild rather than trust it
+        shard_blobs = blobs[: len(m["shards"])]
+        fps = np.empty(sum(s["count"] for s in m["shards"]), dtype=np.uint32)
+        docs = np.empty(len(fps), dtype=np.uint32)
+        a = 0
+        for s, b in zip(m["shards"], shard_blobs):
+            c = s["count"]
+            fps[a:a + c] = np.frombuffer(b, dtype="<u4", count=c)
+            docs[a:a + c] = np.frombuffer(b, dtype="<u4", count=c, offset=4 * c)
+            a += c
+        offsets, mh_docs, mh_sigs = blobs[len(m["shards"]):]
+        num_perm = m["params"]["num_perm"]
+        stats = BuildStats(loaded=True, docs=m["n_docs"], entries=len(fps),
+                           short_docs=len(mh_docs) // 4, tokens=m["stats"]["tokens"])
+        return cls(
+            n=m["params"]["n"], n_docs=m["n_docs"], pbits=m["pbits"],
+            offsets=np.frombuffer(offsets, dtype="<i8"), fps=fps, docs=docs,
+            minhash_docs=np.frombuffer(mh_docs, dtype="<u4"),
+            minhash_sigs=np.frombuffer(mh_sigs, dtype="<u8").reshape(-1, num_perm),
+            params=m["params"], corpus_checksum=m["corpus"], ref_name=ref_name, built=False,
+            stats=stats, _doc_ids_key=m["doc_ids"], _store=store,
+        )
+
+
+def _bsearch(arr: np.ndarray, x: np.ndarray, lo: np.ndarray, hi: np.ndarray, *, right: bool) -> np.ndarray:
+    """Vectorized lower (or upper) bound of ``x[i]`` in ``arr[lo[i]:hi[i]]`` (sorted slices)."""
+    lo = lo.copy()
+    hi = hi.copy()
+    last = len(arr) - 1
+    while True:
+        active = lo < hi
+        if not active.any():
+            return lo
+        mid = (lo + hi) >> 1
+        v = arr[np.minimum(mid, last)]
+        go = (v <= x) if right else (v < x)
+        go &= active
+        lo = np.where(go, mid + 1, lo)
+        hi = np.where(active & ~go, mid, hi)
