@@ -1,0 +1,104 @@
+"""FunctionRewardModel: a Python function as a reward model (heuristics, planted-bias models).
+
+Calibration models with a known bias (for instance "longer is better") check that the audit sees it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from assay.hashing import combine
+from assay.reward.base import (
+    PROTOCOL_VERSION,
+    RewardModelError,
+    ScoreRun,
+    check_scores,
+    check_texts,
+)
+
+
+class FunctionRewardModel:
+    """Wrap ``fn(prompt, response) -> float`` (or, with ``batched=True``,
+    ``fn(prompts, responses) -> sequence of floats``) as a reward model.
+
+    The fingerprint hashes ``name``, ``version`` and the function's source code, so editing the
+    function invalidates cached scores. Behaviour that the source does not show (a closure over
+    a changing value, a model loaded elsewhere) must be named in ``version``. A function without
+    retrievable source (a builtin, a lambda typed at a prompt) needs ``version``.
+    ``calls`` counts the items passed to ``fn`` (cache tests read it).
+
+    Example:
+        >>> longer = FunctionRewardModel(lambda p, r: len(r), name="length", version="1")
+        >>> longer.score(["Q", "Q"], ["short", "much longer"]).tolist()
+        [5.0, 11.0]
+    """
+
+    def __init__(self, fn: Callable[..., Any], *, name: str | None = None,
+                 version: str | None = None, batched: bool = False) -> None:
+        if not callable(fn):
+            raise RewardModelError(f"FunctionRewardModel needs a callable, got {type(fn).__name__}")
+        self.fn = fn
+        self.batched = batched
+        self.name = name or getattr(fn, "__qualname__", None) or type(fn).__name__
+        self.version = version
+        try:
+            source: str | None = inspect.getsource(fn)
+        except (OSError, TypeError):
+            source = None
+        if source is None and version is None:
+            raise RewardModelError(
+                f"FunctionRewardModel({self.name!r}): the function's source is not available to "
+                "fingerprint it; pass version='...' and change it whenever the function changes")
+        self._source_hash = hashlib.sha256(source.encode()).hexdigest() if source else None
+        self._last_run: ScoreRun | None = None
+        self.calls = 0
+
+    @property
+    def fingerprint(self) -> str:
+        return combine("rm", "function", self.name, self.version, self._source_hash,
+                       {"batched": self.batched, "protocol": PROTOCOL_VERSION})
+
+    @property
+    def last_run(self) -> ScoreRun | None:
+        return self._last_run
+
+    def __repr__(self) -> str:
+        return f"FunctionRewardModel({self.name!r})"
+
+    def score(self, prompts: Sequence[str], responses: Sequence[str]) -> np.ndarray:
+        """One float64 per item; a non-finite value is an error naming the item."""
+        t0 = time.perf_counter()
+        prompts, responses = check_texts(prompts, responses)
+        if self.batched:
+            raw: Any = self.fn(prompts, responses)
+        else:
+            raw = []
+            for i, (p, r) in enumerate(zip(prompts, responses)):
+                v = self.fn(p, r)
+                if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)):
+                    raise RewardModelError(
+                        f"{self.name} returned {type(v).__name__} ({v!r:.40}) for item {i}; a "
+                        "reward function must return a number")
+                raw.append(v)
+        self.calls += len(prompts)
+        scores = check_scores(raw, len(prompts), self.name)
+        self._last_run = ScoreRun(n_items=len(prompts), n_scored=len(prompts),
+                                  n_batches=1 if prompts else 0,
+                                  seconds=time.perf_counter() - t0)
+        return scores
+
+
+def length_reward(prompt: str, response: str) -> float:
+    """A planted length-preferring calibration model: the response's length in characters.
+
+    Example:
+        >>> length_reward("Q", "four")
+        4.0
+    """
+    return float(len(response))
