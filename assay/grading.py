@@ -1,16 +1,36 @@
 """Grading: apply a verifier or judge to rows and return new graded rows.
 
-Sequential reference implementation of the contract; parallel workers build on it.
+Cheap judges run in-process; ``parallel`` verifiers (MathEqual) run in worker processes with a
+hard per-row deadline; verifiers with ``grade_batch`` (CodeExec) run their own sandbox pool.
 """
 
 from __future__ import annotations
 
+import math
+import multiprocessing
+import os
+import threading
+import time
+from collections import deque
+from collections.abc import Mapping, Sequence
+from multiprocessing.connection import wait
 from typing import Any
 
 import pyarrow as pa
 
-from assay.judging import Judge, as_judge
+from assay.errors import RowsError, RowsTypeError
+from assay.judging import Judge, Verdict, as_judge, normalize_verdict
 from assay.rows import MARKERS_TYPE, Rows, _to_json, as_table, table_to_records
+
+#: Rows per message to a worker process: big enough to amortize pickling, small enough to
+#: balance the load and to re-queue little work when a worker is killed.
+CHUNK_ROWS = 32
+#: Seconds one row may take in a worker before the worker is killed (verifiers may set
+#: ``hard_timeout``; MathEqual uses 3 x its timeout + 5).
+DEFAULT_HARD_TIMEOUT = 60.0
+#: Below this many rows, a parallel verifier on the main thread runs in-process (its
+#: signal-based timeout works there) because starting workers would cost more than it saves.
+IN_PROCESS_BELOW = 16
 
 
 def grade(rows: Any, verifier: Any, *, workers: int | None = None, argument: str = "verifier") -> Rows:
@@ -18,6 +38,15 @@ def grade(rows: Any, verifier: Any, *, workers: int | None = None, argument: str
 
     The input is never mutated. Each graded row records ``judge_name``, ``judge_status``,
     ``reason`` and ``judge_meta``; markers a judge returns are merged into the row's markers.
+
+    Args:
+        rows: rows in any form :func:`assay.rows.as_table` reads.
+        verifier: a verifier (``check(candidate, reference, row)``) or a judge callable.
+        workers: parallelism. ``None``: one per core for verifiers marked ``parallel``
+            (MathEqual, CodeExec), in-process for the rest. An integer >= 1 sets the number of
+            worker processes / sandboxes for parallel verifiers (a ``parallel`` verifier still
+            runs in a worker process with ``workers=1`` unless the batch is small and this is the
+            main thread, so its timeout works).
 
     Example:
         >>> import assay
@@ -29,8 +58,179 @@ def grade(rows: Any, verifier: Any, *, workers: int | None = None, argument: str
     judge: Judge = as_judge(verifier, argument=argument)
     table = as_table(rows, require=("prompt", "final_text"))
     records = table_to_records(table)
-    verdicts = [judge.judge(r) for r in records]
+    verdicts = judge_records(judge, records, workers=workers)
     return Rows(_with_verdicts(table, judge.name, verdicts))
+
+
+def _check_workers(workers: Any) -> None:
+    if workers is None:
+        return
+    if isinstance(workers, bool) or not isinstance(workers, int):
+        raise RowsTypeError(f"workers={workers!r}: must be an integer >= 1 or None (one per core)")
+    if workers < 1:
+        raise RowsError(f"workers={workers}: must be >= 1, or None for one per core")
+
+
+def cores() -> int:
+    """Cores this process may run on."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def judge_records(judge: Judge, records: Sequence[Mapping[str, Any]], *,
+                  workers: int | None = None) -> list[Verdict]:
+    """One :class:`Verdict` per record (dict rows), in order; never raises for a bad verdict."""
+    _check_workers(workers)
+    judge = as_judge(judge)
+    verdicts: list[Verdict | None] = [None] * len(records)
+    todo = []
+    for i, r in enumerate(records):
+        if judge.needs_reference and _reference(r) is None:
+            verdicts[i] = Verdict(None, "no_reference", f"{judge.name} needs privileged.reference; pass references=")
+        else:
+            todo.append(i)
+    if not todo:
+        return verdicts  # type: ignore[return-value]
+    batch = getattr(judge.source, "grade_batch", None)
+    if callable(batch):
+        try:
+            raw = batch([records[i] for i in todo], workers=workers)
+            if len(raw) != len(todo):
+                raise RuntimeError(f"grade_batch returned {len(raw)} verdicts for {len(todo)} rows")
+            for i, v in zip(todo, raw):
+                verdicts[i] = normalize_verdict(v)
+        except Exception as e:  # the whole batch failed: every row says so, none passes
+            for i in todo:
+                verdicts[i] = Verdict(None, "error", f"{type(e).__name__}: {e}")
+        return verdicts  # type: ignore[return-value]
+    n = len(todo)
+    main = threading.current_thread() is threading.main_thread()
+    use_pool = judge.parallel and hasattr(os, "fork") and (
+        not main or n >= IN_PROCESS_BELOW or (workers is not None and workers > 1))
+    if use_pool:
+        k = workers if workers is not None else cores()
+        k = max(1, min(k, math.ceil(n / 4)))
+        hard = float(getattr(judge.source, "hard_timeout", None) or DEFAULT_HARD_TIMEOUT)
+        results = _run_pool(judge, [records[i] for i in todo], k, hard)
+        for i, v in zip(todo, results):
+            verdicts[i] = v
+    else:
+        for i in todo:
+            verdicts[i] = judge.judge(records[i])
+    return verdicts  # type: ignore[return-value]
+
+
+def _reference(row: Mapping[str, Any]) -> Any:
+    priv = row.get("privileged") or {}
+    return priv.get("reference") if isinstance(priv, Mapping) else None
+
+
+# ---------------------------------------------------------------------------------------------
+# worker processes
+
+
+def _worker(judge: Judge, conn: Any) -> None:
+    """Worker loop: receive a chunk [(index, row)], send one (index, Verdict) per row."""
+    while True:
+        try:
+            chunk = conn.recv()
+        except EOFError:
+            return
+        if chunk is None:
+            return
+        for i, row in chunk:
+            v = judge.judge(row)
+            try:
+                conn.send((i, v))
+            except Exception as e:  # an unpicklable meta/markers value
+                conn.send((i, Verdict(None, "invalid_result", f"verdict could not be sent back: {e}")))
+
+
+class _Slot:
+    def __init__(self, ctx: Any, judge: Judge) -> None:
+        parent, child = ctx.Pipe()
+        self.proc = ctx.Process(target=_worker, args=(judge, child), daemon=True)
+        self.proc.start()
+        child.close()
+        self.conn = parent
+        self.pending: deque[int] = deque()
+        self.since = time.monotonic()
+
+    def kill(self) -> None:
+        try:
+            self.proc.kill()
+            self.proc.join(5)
+        except Exception:
+            pass
+        self.conn.close()
+
+
+def _run_pool(judge: Judge, rows: list[Mapping[str, Any]], workers: int, hard_timeout: float) -> list[Verdict]:
+    """Grade ``rows`` on ``workers`` forked processes. A worker that passes ``hard_timeout`` on
+    one row, or dies, is replaced: that row gets ``timeout``/``error`` and the rest of its chunk
+    is re-queued."""
+    ctx = multiprocessing.get_context("fork")
+    out: list[Verdict | None] = [None] * len(rows)
+    size = max(1, min(CHUNK_ROWS, math.ceil(len(rows) / (workers * 4))))
+    queue: deque[list[int]] = deque(list(range(s, min(s + size, len(rows)))) for s in range(0, len(rows), size))
+    slots: list[_Slot] = []
+
+    def feed(slot: _Slot) -> None:
+        if queue and not slot.pending:
+            idx = queue.popleft()
+            slot.pending.extend(idx)
+            slot.since = time.monotonic()
+            slot.conn.send([(i, rows[i]) for i in idx])
+
+    try:
+        slots = [_Slot(ctx, judge) for _ in range(workers)]
+        for s in slots:
+            feed(s)
+        while any(s.pending for s in slots):
+            ready = wait([s.conn for s in slots if s.pending], timeout=0.5)
+            now = time.monotonic()
+            for k, s in enumerate(slots):
+                if not s.pending:
+                    continue
+                failed = None
+                if s.conn in ready:
+                    try:
+                        while s.conn.poll():
+                            i, v = s.conn.recv()
+                            out[i] = v
+                            s.pending.remove(i)
+                            s.since = time.monotonic()
+                    except (EOFError, OSError):
+                        code = s.proc.exitcode
+                        failed = Verdict(None, "error", f"grading worker died (exit code {code}) on this row")
+                elif now - s.since > hard_timeout:
+                    failed = Verdict(None, "timeout", f"{judge.name} ran past the hard limit of "
+                                     f"{hard_timeout:g}s on this row; its worker was killed")
+                if failed is not None:
+                    first = s.pending.popleft()
+                    out[first] = failed
+                    if s.pending:
+                        queue.appendleft(list(s.pending))
+                    s.kill()
+                    slots[k] = s = _Slot(ctx, judge)
+                feed(s)
+            for s in slots:
+                feed(s)
+    finally:
+        for s in slots:
+            try:
+                s.conn.send(None)
+            except Exception:
+                pass
+        for s in slots:
+            s.proc.join(2)
+            if s.proc.is_alive():
+                s.kill()
+            else:
+                s.conn.close()
+    return out  # type: ignore[return-value]
 
 
 def _with_verdicts(table: pa.Table, name: str, verdicts: list[Any]) -> pa.Table:

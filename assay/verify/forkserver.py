@@ -1,0 +1,494 @@
+"""The sandbox fork server: a stdlib-only script that runs untrusted candidates, one per fork.
+
+Started by :mod:`assay.verify.sandbox` as ``python -I -S forkserver.py``; never imported by assay.
+
+Protocol (stdin/stdout of this process, length-prefixed JSON): the parent sends a config, this
+server answers ``hello`` with the isolation it achieved, then answers one reply per job. Each job
+runs in a fresh ``fork()`` of this server, in its own session/process group, in a private temp
+dir, with rlimits, a scrubbed environment and (as root) a throwaway uid; after the job every
+process of that group/uid is killed before the reply is sent, so nothing outlives a job.
+
+Pass channel: after forking, this server writes a random nonce into a pipe the child holds; the
+harness reads it only after the last test returned and writes it back on a second pipe. The nonce
+did not exist when the child was forked, so it is not in the child's memory; exit tricks
+(``sys.exit(0)``, ``os._exit(0)``, killing the parent, printing "PASSED") cannot produce it. A
+candidate that deliberately reads the harness's pipe inside its own process could, as with any
+in-process test harness; that is outside this threat model and still contained by the sandbox.
+"""
+
+import ctypes
+import ctypes.util
+import errno
+import fcntl
+import json
+import os
+import resource
+import select
+import signal
+import struct
+import sys
+import time
+
+CLONE_NEWNS = 0x00020000
+CLONE_NEWUSER = 0x10000000
+CLONE_NEWNET = 0x40000000
+MS_NOSUID, MS_NODEV, MS_BIND, MS_REC, MS_PRIVATE = 2, 4, 4096, 16384, 1 << 18
+PR_SET_PDEATHSIG, PR_SET_NO_NEW_PRIVS, PR_SET_CHILD_SUBREAPER = 1, 38, 36
+NONCE_FD, RESULT_FD = 3, 4
+TAIL = 4000
+
+_libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+
+
+def _prctl(option, arg):
+    return _libc.prctl(ctypes.c_int(option), ctypes.c_ulong(arg), ctypes.c_ulong(0),
+                       ctypes.c_ulong(0), ctypes.c_ulong(0))
+
+
+def _read_exact(fd, n):
+    buf = b""
+    while len(buf) < n:
+        chunk = os.read(fd, n - len(buf))
+        if not chunk:
+            return None
+        buf += chunk
+    return buf
+
+
+def _recv():
+    head = _read_exact(0, 4)
+    if head is None:
+        return None
+    body = _read_exact(0, struct.unpack(">I", head)[0])
+    return None if body is None else json.loads(body)
+
+
+def _send(obj):
+    data = json.dumps(obj).encode()
+    data = struct.pack(">I", len(data)) + data
+    while data:
+        data = data[os.write(1, data):]
+
+
+def _mount_tmpfs(path):
+    if not os.path.isdir(path):
+        return False
+    rc = _libc.mount(b"tmpfs", path.encode(), b"tmpfs", ctypes.c_ulong(MS_NOSUID | MS_NODEV),
+                     b"size=256m,mode=1777")
+    return rc == 0
+
+
+def _isolate():
+    """Network and mount namespaces where the kernel allows them; what happened, as a dict."""
+    info = {"root": os.geteuid() == 0, "netns": False, "mountns": False, "private_tmp": [],
+            "uid_drop": False, "notes": []}
+    uid, gid = os.geteuid(), os.getegid()
+    flags = CLONE_NEWNET | CLONE_NEWNS
+    if uid != 0:
+        flags |= CLONE_NEWUSER
+    if _libc.unshare(ctypes.c_int(flags)) != 0:
+        info["notes"].append("unshare(net, mount) failed: " + os.strerror(ctypes.get_errno()))
+        if _libc.unshare(ctypes.c_int(CLONE_NEWNET | (CLONE_NEWUSER if uid else 0))) == 0:
+            info["netns"] = True
+        else:
+            info["notes"].append("unshare(net) failed: " + os.strerror(ctypes.get_errno()))
+        return info
+    if uid != 0:
+        try:
+            with open("/proc/self/setgroups", "w") as f:
+                f.write("deny")
+            with open("/proc/self/uid_map", "w") as f:
+                f.write(f"{uid} {uid} 1")
+            with open("/proc/self/gid_map", "w") as f:
+                f.write(f"{gid} {gid} 1")
+        except OSError as e:
+            info["notes"].append(f"user namespace map failed: {e}")
+    info["netns"] = True
+    if _libc.mount(b"none", b"/", None, ctypes.c_ulong(MS_REC | MS_PRIVATE), None) == 0:
+        info["mountns"] = True
+        for p in ("/tmp", "/var/tmp", "/dev/shm", "/run/lock"):
+            if _mount_tmpfs(p):
+                info["private_tmp"].append(p)
+    else:
+        info["notes"].append("making / private failed: " + os.strerror(ctypes.get_errno()))
+    return info
+
+
+def _world_readable(path):
+    """Whether a uid that is neither owner nor group could read ``path`` (every ancestor o+x)."""
+    import stat
+    path = os.path.abspath(path)
+    parts = path.split(os.sep)
+    for i in range(1, len(parts) + 1):
+        p = os.sep.join(parts[:i]) or os.sep
+        try:
+            st = os.stat(p)
+        except OSError:
+            return True  # absent entries (python311.zip) are harmless
+        need = stat.S_IXOTH | (stat.S_IROTH if i == len(parts) else 0)
+        if stat.S_ISDIR(st.st_mode) and (st.st_mode & need) != need:
+            return False
+    return True
+
+
+def _expose_sys_path(info):
+    """Bind-mount sys.path entries a dropped uid could not read (e.g. under /root) to a private
+    path, so candidates can still import the standard library."""
+    hidden = [p for p in sys.path if p and not _world_readable(p)]
+    if not hidden:
+        return True
+    if not info["mountns"] or "/tmp" not in info["private_tmp"]:
+        info["notes"].append(f"no mount namespace to expose {hidden}")
+        return False
+    root = "/tmp/.assay-python"
+    os.makedirs(root, 0o755, exist_ok=True)
+    os.chmod(root, 0o755)
+    new_path = []
+    for i, p in enumerate(sys.path):
+        if p in hidden and os.path.isdir(p):
+            dst = f"{root}/{i}"
+            os.mkdir(dst, 0o755)
+            if _libc.mount(p.encode(), dst.encode(), None, ctypes.c_ulong(MS_BIND | MS_REC), None) != 0:
+                info["notes"].append(f"bind mount of {p} failed: " + os.strerror(ctypes.get_errno()))
+                return False
+            new_path.append(dst)
+        else:
+            new_path.append(p)
+    moved = {old: new for old, new in zip(sys.path, new_path) if old != new}
+    sys.path[:] = new_path
+    sys.path_importer_cache.clear()
+    # packages imported before the move look submodules up in their own __path__
+    for mod in list(sys.modules.values()):
+        paths = getattr(mod, "__path__", None)
+        if not isinstance(paths, list):
+            continue
+        for k, entry in enumerate(paths):
+            for old, new in moved.items():
+                if entry == old or entry.startswith(old + os.sep):
+                    paths[k] = new + entry[len(old):]
+    return True
+
+
+def _scan_procs():
+    """(pid, ppid, uid) of every process, from /proc."""
+    out = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/status") as f:
+                ppid = uid = None
+                for line in f:
+                    if line.startswith("PPid:"):
+                        ppid = int(line.split()[1])
+                    elif line.startswith("Uid:"):
+                        uid = int(line.split()[1])
+                        break
+            out.append((int(name), ppid, uid))
+        except (OSError, ValueError, IndexError):
+            continue
+    return out
+
+
+def _descendants(root):
+    procs = _scan_procs()
+    kids = {}
+    for pid, ppid, _ in procs:
+        kids.setdefault(ppid, []).append(pid)
+    out, stack = [], [root]
+    while stack:
+        for c in kids.get(stack.pop(), []):
+            out.append(c)
+            stack.append(c)
+    return out
+
+
+def _reap():
+    """Reap exited children; True while live children remain. As a child subreaper, every
+    orphaned descendant is re-parented here, so no children means no descendants at all."""
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return False
+        if pid == 0:
+            return True
+
+
+def _kill_uid(uid):
+    """kill(-1, SIGKILL) from a process running as ``uid``: atomically kills every process of
+    that uid (the kernel holds the task list while it signals, so a fork bomb cannot outrun it)."""
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.setgroups([])
+            os.setgid(uid)
+            os.setuid(uid)
+            os.kill(-1, signal.SIGKILL)
+        except BaseException:
+            os._exit(1)
+        os._exit(0)
+    os.waitpid(pid, 0)
+
+
+def _cleanup(pgid, uid):
+    """Kill whatever the job left: its process group, its uid (when dropped), and any other
+    descendant of this server; returns how many processes survived (0 expected)."""
+    if not _reap():
+        return 0
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except OSError:
+        pass
+    if uid is not None:
+        _kill_uid(uid)
+    for attempt in range(300):
+        if not _reap():
+            return 0
+        if uid is None or attempt >= 3:
+            left = _descendants(os.getpid())
+            for sig in (signal.SIGSTOP, signal.SIGKILL):
+                for p in left:
+                    try:
+                        os.kill(p, sig)
+                    except OSError:
+                        pass
+        time.sleep(0.001 * min(attempt + 1, 10))
+    return len(_descendants(os.getpid()))
+
+
+def _set_limits(job):
+    cpu = max(1, int(job["cpu_seconds"]))
+    mem = int(job["memory_mb"]) * 1024 * 1024
+    limits = [
+        (resource.RLIMIT_CPU, (cpu, cpu + 1)),
+        (resource.RLIMIT_AS, (mem, mem)),
+        (resource.RLIMIT_FSIZE, (int(job["file_mb"]) * 1024 * 1024,) * 2),
+        (resource.RLIMIT_NOFILE, (int(job["max_files"]),) * 2),
+        (resource.RLIMIT_CORE, (0, 0)),
+    ]
+    if job.get("nproc") is not None:
+        limits.append((resource.RLIMIT_NPROC, (int(job["nproc"]),) * 2))
+    for what, value in limits:
+        resource.setrlimit(what, value)
+
+
+def _child(job, jobdir, uid, nonce_r, res_w, out_w):
+    """Runs in the forked child: confine, then run the program; never returns."""
+    try:
+        os.setsid()
+        fds = [os.open("/dev/null", os.O_RDONLY), out_w, out_w, nonce_r, res_w]
+        high = [fcntl.fcntl(fd, fcntl.F_DUPFD, 10) for fd in fds]
+        for target, fd in enumerate(high):
+            os.dup2(fd, target)
+        os.closerange(5, 65536)
+        os.chdir(jobdir)
+        os.environ.clear()
+        os.environ.update({"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": jobdir, "TMPDIR": jobdir,
+                           "LANG": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1"})
+        for sig in (signal.SIGPIPE, signal.SIGINT, signal.SIGTERM, signal.SIGCHLD, signal.SIGALRM):
+            signal.signal(sig, signal.SIG_DFL)
+        _set_limits(job)
+        if uid is not None:
+            os.setgroups([])
+            os.setgid(uid)
+            os.setuid(uid)
+        _prctl(PR_SET_NO_NEW_PRIVS, 1)
+        _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    except BaseException:
+        os._exit(3)
+    _harness(job)
+
+
+def _harness(job):
+    """Run the candidate and its tests in this process; write the nonce only if all returned."""
+    read, write, exit_ = os.read, os.write, os._exit
+    try:
+        namespace = {"__name__": "__candidate__", "__builtins__": __builtins__}
+        exec(compile(job["program"], "candidate.py", "exec"), namespace)
+        entry = job.get("entry_point")
+        if entry:
+            if "check" not in namespace:
+                raise NameError("the tests define no check(candidate)")
+            if entry not in namespace:
+                raise NameError(f"entry point {entry!r} is not defined by the candidate")
+            namespace["check"](namespace[entry])
+        for name in job.get("test_functions") or ():
+            namespace[name]()
+    except BaseException:
+        try:
+            import traceback
+            sys.stderr.write(traceback.format_exc()[-TAIL:])
+            sys.stderr.flush()
+        except BaseException:
+            pass
+        exit_(1)
+    try:
+        write(RESULT_FD, read(NONCE_FD, 64))
+    except BaseException:
+        exit_(2)
+    exit_(0)
+
+
+def _run(job, base, uid_base, seq):
+    jobdir = os.path.join(base, f"job{seq}")
+    os.mkdir(jobdir, 0o700)
+    uid = None
+    if uid_base is not None:
+        uid = uid_base
+        os.chown(jobdir, uid, uid)
+    nonce_r, nonce_w = os.pipe()
+    res_r, res_w = os.pipe()
+    out_r, out_w = os.pipe()
+    start = time.monotonic()
+    pid = os.fork()
+    if pid == 0:
+        _child(job, jobdir, uid, nonce_r, res_w, out_w)
+    for fd in (nonce_r, res_w, out_w):
+        os.close(fd)
+    nonce = os.urandom(24).hex().encode()
+    os.write(nonce_w, nonce)
+    os.close(nonce_w)
+    pidfd = os.pidfd_open(pid) if hasattr(os, "pidfd_open") else None
+    deadline = start + float(job["timeout"])
+    tail, result, status = b"", b"", None
+    open_fds = [out_r, res_r]
+    timed_out = False
+    while status is None:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            timed_out = True
+            break
+        watch = open_fds + ([pidfd] if pidfd is not None else [])
+        ready, _, _ = select.select(watch, [], [], min(left, 0.05 if pidfd is None else left))
+        for fd in ready:
+            if fd == pidfd:
+                continue
+            data = os.read(fd, 65536)
+            if not data:
+                open_fds.remove(fd)
+            elif fd == out_r:
+                tail = (tail + data)[-TAIL:]
+            elif len(result) < 256:
+                result += data
+        wpid, wstatus = os.waitpid(pid, os.WNOHANG)
+        if wpid == pid:
+            status = wstatus
+    if status is None:
+        os.kill(pid, signal.SIGKILL)
+        _, status = os.waitpid(pid, 0)
+    seconds = time.monotonic() - start
+    left_over = _cleanup(pid, uid)
+    for fd in (out_r, res_r):
+        os.set_blocking(fd, False)
+        try:
+            while True:
+                data = os.read(fd, 65536)
+                if not data:
+                    break
+                if fd == out_r:
+                    tail = (tail + data)[-TAIL:]
+                elif len(result) < 256:
+                    result += data
+        except BlockingIOError:
+            pass
+        os.close(fd)
+    if pidfd is not None:
+        os.close(pidfd)
+    _rmtree(jobdir)
+    code = os.waitstatus_to_exitcode(status)
+    passed = (not timed_out) and code == 0 and result == nonce
+    if passed:
+        verdict = "passed"
+    elif timed_out:
+        verdict = "timeout"
+    elif code < 0:
+        verdict = "killed"
+    else:
+        verdict = "failed"
+    return {"id": job.get("id"), "status": verdict, "exit_code": code, "seconds": round(seconds, 4),
+            "output_tail": tail.decode("utf-8", "replace"), "left_over": left_over}
+
+
+def _rmtree(path):
+    for root, dirs, files in os.walk(path, topdown=False):
+        for name in files:
+            try:
+                os.unlink(os.path.join(root, name))
+            except OSError:
+                pass
+        for name in dirs:
+            p = os.path.join(root, name)
+            try:
+                if os.path.islink(p):
+                    os.unlink(p)
+                else:
+                    os.rmdir(p)
+            except OSError:
+                pass
+    try:
+        os.rmdir(path)
+    except OSError:
+        pass
+
+
+def main():
+    _prctl(PR_SET_CHILD_SUBREAPER, 1)
+    _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    config = _recv()
+    if config is None:
+        return
+    info = _isolate() if config.get("isolate", True) else {"root": os.geteuid() == 0, "netns": False,
+                                                           "mountns": False, "private_tmp": [],
+                                                           "uid_drop": False, "notes": ["isolate=False"]}
+    uid_base = None
+    if os.geteuid() == 0 and config.get("uid") is not None:
+        if _expose_sys_path(info):
+            uid_base = int(config["uid"])
+            info["uid_drop"] = True
+        else:
+            info["notes"].append("kept root: a dropped uid could not import the standard library")
+    info["uid"] = uid_base
+    nproc = None
+    if config.get("max_procs") is not None:
+        if uid_base is not None:
+            nproc = int(config["max_procs"])
+        else:  # RLIMIT_NPROC counts every process of this uid, so leave room for the existing ones
+            mine = os.getuid()
+            nproc = sum(1 for _, _, u in _scan_procs() if u == mine) + int(config["max_procs"]) + 64
+    info["nproc"] = nproc
+    for name in config.get("preload") or ():
+        try:
+            __import__(name)
+        except Exception:
+            pass
+    import gc
+    import tempfile
+    gc.collect()
+    gc.freeze()  # keeps the collector from touching (and copying) inherited pages in each fork
+    base = tempfile.mkdtemp(prefix="assay-sandbox-", dir="/tmp" if "/tmp" in info["private_tmp"] else None)
+    os.chmod(base, 0o711)
+    _send({"hello": True, "isolation": info, "pid": os.getpid()})
+    seq = 0
+    try:
+        while True:
+            job = _recv()
+            if job is None:
+                break
+            seq += 1
+            try:
+                job.setdefault("nproc", nproc)
+                reply = _run(job, base, uid_base, seq)
+            except Exception as e:  # a server-side failure is reported, never a pass
+                reply = {"id": job.get("id"), "status": "error", "exit_code": None, "seconds": 0.0,
+                         "output_tail": f"sandbox error: {type(e).__name__}: {e}", "left_over": 0}
+            _send(reply)
+    except OSError as e:
+        if e.errno != errno.EPIPE:
+            raise
+    finally:
+        _rmtree(base)
+
+
+if __name__ == "__main__":
+    main()

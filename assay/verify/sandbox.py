@@ -1,0 +1,226 @@
+"""A pool of sandbox fork servers that run untrusted code jobs in parallel.
+
+Parent side of :mod:`assay.verify.forkserver`: starts one server per worker, feeds it jobs from a
+shared queue on one thread per server, restarts a server that dies, and closes them all on exit.
+
+Example:
+    >>> with SandboxPool(1) as pool:
+    ...     [r["status"] for r in pool.run([job("assert 1 + 1 == 2"), job("assert 1 + 1 == 3")])]
+    ['passed', 'failed']
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import secrets
+import select
+import struct
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from assay.errors import VerifierError
+
+SERVER_SCRIPT = str(Path(__file__).with_name("forkserver.py"))
+
+#: Modules the servers import once so each forked candidate finds them loaded (fast, and
+#: cheap to fork: a bigger server forks slower, so heavy modules load lazily per job).
+PRELOAD = (
+    "math", "re", "string", "collections", "itertools", "functools", "heapq", "bisect", "random",
+    "statistics", "fractions", "decimal", "typing", "copy", "operator",
+)
+
+
+def default_workers() -> int:
+    """Worker count sized to the cores this process may use."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def job(program: str, *, entry_point: str | None = None, test_functions: Sequence[str] = (),
+        timeout: float = 10.0, memory_mb: int = 1024, cpu_seconds: float | None = None,
+        file_mb: int = 16, max_files: int = 64) -> dict[str, Any]:
+    """One sandbox job: run ``program``; with ``entry_point``, then call ``check(entry_point)``;
+    then each of ``test_functions``. Passes only if all of them return."""
+    if not timeout or timeout <= 0:
+        raise VerifierError(f"timeout={timeout!r}: must be a positive number of seconds")
+    return {
+        "program": program, "entry_point": entry_point, "test_functions": list(test_functions),
+        "timeout": float(timeout), "memory_mb": int(memory_mb),
+        "cpu_seconds": float(cpu_seconds if cpu_seconds is not None else timeout + 1),
+        "file_mb": int(file_mb), "max_files": int(max_files),
+    }
+
+
+class _Server:
+    """One fork server process and its pipes."""
+
+    def __init__(self, python: str, isolate: bool, max_procs: int, preload: Sequence[str]):
+        env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "PYTHONHASHSEED": "0"}
+        self.proc = subprocess.Popen(
+            [python, "-I", "-S", "-B", SERVER_SCRIPT], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL, env=env, cwd="/", close_fds=True, start_new_session=True,
+        )
+        uid = 1_000_000 + secrets.randbelow(1_000_000_000)
+        self._send({"isolate": isolate, "uid": uid, "max_procs": max_procs, "preload": list(preload)})
+        hello = self._recv(timeout=30.0)
+        if not hello or not hello.get("hello"):
+            self.kill()
+            raise VerifierError("the sandbox server did not start; is this a POSIX system with fork()?")
+        self.isolation: dict[str, Any] = hello["isolation"]
+
+    def _send(self, obj: Any) -> None:
+        data = json.dumps(obj).encode()
+        self.proc.stdin.write(struct.pack(">I", len(data)) + data)
+        self.proc.stdin.flush()
+
+    def _read_exact(self, n: int, deadline: float) -> bytes | None:
+        fd = self.proc.stdout.fileno()
+        buf = b""
+        while len(buf) < n:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([fd], [], [], left)[0]:
+                return None
+            chunk = os.read(fd, n - len(buf))
+            if not chunk:
+                return None
+            buf += chunk
+        return buf
+
+    def _recv(self, timeout: float) -> Any:
+        deadline = time.monotonic() + timeout
+        head = self._read_exact(4, deadline)
+        if head is None:
+            return None
+        body = self._read_exact(struct.unpack(">I", head)[0], deadline)
+        return None if body is None else json.loads(body)
+
+    def run(self, one: dict[str, Any]) -> dict[str, Any] | None:
+        """The reply, or None when the server died or stopped answering (it is then killed)."""
+        try:
+            self._send(one)
+        except (BrokenPipeError, OSError):
+            self.kill()
+            return None
+        reply = self._recv(timeout=one["timeout"] + 30.0)
+        if reply is None:
+            self.kill()
+        return reply
+
+    def close(self) -> None:
+        try:
+            self.proc.stdin.close()
+            self.proc.wait(timeout=10)
+        except Exception:
+            self.kill()
+        finally:
+            if self.proc.stdout:
+                self.proc.stdout.close()
+
+    def kill(self) -> None:
+        try:
+            os.killpg(self.proc.pid, 9)
+        except OSError:
+            pass
+        try:
+            self.proc.kill()
+            self.proc.wait(timeout=10)
+        except Exception:
+            pass
+
+
+class SandboxPool:
+    """``workers`` fork servers; :meth:`run` spreads jobs over them and keeps input order.
+
+    Args:
+        workers: servers (parallel candidates); default: the usable cores.
+        python: interpreter for the servers (default: this one, run with ``-I -S``).
+        isolate: try network and mount namespaces (recorded in :attr:`isolation`).
+        max_procs: RLIMIT_NPROC for a candidate (processes and threads of its uid).
+        preload: modules imported once in each server.
+    """
+
+    def __init__(self, workers: int | None = None, *, python: str | None = None, isolate: bool = True,
+                 max_procs: int = 32, preload: Sequence[str] = PRELOAD):
+        n = default_workers() if workers is None else workers
+        if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+            raise VerifierError(f"workers={workers!r}: must be a positive integer or None (one per core)")
+        if os.name != "posix" or not hasattr(os, "fork"):
+            raise VerifierError("CodeExec needs a POSIX system with fork(); this is " + sys.platform)
+        self._args = (python or sys.executable, isolate, max_procs, tuple(preload))
+        self._servers: list[_Server | None] = []
+        self._lock = threading.Lock()
+        try:
+            for _ in range(n):
+                self._servers.append(_Server(*self._args))
+        except BaseException:
+            self.close()
+            raise
+        self.isolation: dict[str, Any] = dict(self._servers[0].isolation)
+        self.isolation.pop("uid", None)
+
+    def __enter__(self) -> SandboxPool:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    @property
+    def workers(self) -> int:
+        return len(self._servers)
+
+    def run(self, jobs: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Run every job; replies in input order. A server that dies mid-job (a candidate may
+        kill its parent when not running as root) gives that job status ``server_died`` and is
+        replaced."""
+        results: list[dict[str, Any] | None] = [None] * len(jobs)
+        todo: queue.SimpleQueue[int] = queue.SimpleQueue()
+        for i in range(len(jobs)):
+            todo.put(i)
+        errors: list[BaseException] = []
+
+        def drive(slot: int) -> None:
+            try:
+                while True:
+                    try:
+                        i = todo.get_nowait()
+                    except queue.Empty:
+                        return
+                    server = self._servers[slot]
+                    if server is None:
+                        server = self._servers[slot] = _Server(*self._args)
+                    start = time.monotonic()
+                    reply = server.run(jobs[i])
+                    if reply is None:
+                        self._servers[slot] = None
+                        reply = {"status": "server_died", "exit_code": None, "left_over": 0,
+                                 "seconds": round(time.monotonic() - start, 4),
+                                 "output_tail": "the sandbox server died or hung while running this job"}
+                    results[i] = reply
+            except BaseException as e:  # surfaced to the caller below
+                errors.append(e)
+
+        threads = [threading.Thread(target=drive, args=(s,), daemon=True) for s in range(len(self._servers))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        if errors:
+            raise errors[0]
+        return [r if r is not None else {"status": "error", "exit_code": None, "seconds": 0.0,
+                                         "output_tail": "not run", "left_over": 0} for r in results]
+
+    def close(self) -> None:
+        """Stop every server (each kills whatever its last job left behind)."""
+        for s in self._servers:
+            if s is not None:
+                s.close()
+        self._servers = [None] * len(self._servers)

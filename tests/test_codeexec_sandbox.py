@@ -1,0 +1,206 @@
+"""Adversarial suite for CodeExec: exit tricks, fork bombs, loops, memory, escapes, secrets."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import psutil
+import pytest
+
+import assay
+from assay.verify import CodeExec
+from assay.verify.code import extract_code
+from assay.verify.sandbox import SandboxPool, job
+
+CHECK = {"test": "def check(f):\n    assert f(2) == 4\n    assert f(-3) == 9\n", "entry_point": "sq"}
+GOOD = "def sq(x):\n    return x * x\n"
+MARK = "987654.25"  # a unique sleep duration: finds leaked sleepers by their command line
+
+
+def _leaked() -> list[psutil.Process]:
+    out = []
+    for p in psutil.process_iter(["cmdline", "uids"]):
+        try:
+            cmd = " ".join(p.info["cmdline"] or [])
+            uid = p.info["uids"].real if p.info["uids"] else 0
+        except (psutil.Error, TypeError):
+            continue
+        if MARK in cmd or uid >= 1_000_000:
+            out.append(p)
+    return out
+
+
+def _grade(candidates, **kw):
+    rows = assay.rows(["sq"] * len(candidates), candidates, CodeExec(**kw), references=[CHECK] * len(candidates))
+    return list(rows)
+
+
+ADVERSARIAL = {
+    "sys_exit_0": GOOD + "import sys\nsys.exit(0)\n",
+    "os_exit_0": GOOD + "import os\nos._exit(0)\n",
+    "raise_systemexit": "raise SystemExit(0)\n",
+    "print_passed": "print('PASSED')\nprint('all tests passed')\nimport os\nos._exit(0)\n",
+    "kill_parent": "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\n" + GOOD,
+    "kill_all": "import os, signal\ntry:\n    os.kill(-1, signal.SIGKILL)\nexcept OSError:\n    pass\nos._exit(0)\n",
+    "exit_in_check": GOOD + "import builtins\nbuiltins.__dict__['assert_'] = None\ndef sq(x):\n    raise SystemExit(0)\n",
+    "atexit_trick": "import atexit, os\natexit.register(lambda: os._exit(0))\nraise RuntimeError('boom')\n",
+    "fork_bomb": "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n",
+    "infinite_loop": "def sq(x):\n    while True:\n        pass\n",
+    "memory_hog": "x = bytearray(8 * 1024 ** 3)\n" + GOOD,
+    "memory_grow": "x = []\nwhile True:\n    x.append(bytearray(50 * 1024 ** 2))\n",
+    "huge_output": "import sys\nwhile True:\n    sys.stdout.write('x' * 65536)\n",
+    "huge_file": "with open('big', 'wb') as f:\n    while True:\n        f.write(b'x' * 1024 ** 2)\n",
+    "many_files": "fs = [open(f'f{i}', 'w') for i in range(10000)]\n" + GOOD,
+}
+# Honest code that also leaves processes behind: may pass, but nothing it starts may survive.
+CONTAINED = {
+    "sleeper_setsid": ("import os\nif os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n"
+                       f"        os.execv('/bin/sleep', ['sleep', '{MARK}'])\n    os._exit(0)\n" + GOOD),
+    "sleeper_popen": f"import subprocess\nsubprocess.Popen(['sleep', '{MARK}'], start_new_session=True)\n" + GOOD,
+    "python_sleeper": "import os, time\nif os.fork() == 0:\n    os.setsid()\n    time.sleep(1000)\n" + GOOD,
+}
+ADVERSARIAL |= {
+    "network": "import socket\nsocket.create_connection(('1.1.1.1', 53), timeout=1)\n" + GOOD,
+    "network_dns": "import socket\nsocket.getaddrinfo('example.com', 80)\n" + GOOD,
+}
+
+
+@pytest.fixture(scope="module")
+def adversarial():
+    before = {p.pid for p in psutil.Process().children(recursive=True)}
+    start = time.monotonic()
+    cases = ADVERSARIAL | CONTAINED
+    names = list(cases)
+    rows = _grade([cases[n] for n in names], timeout=2.0, memory_mb=512, file_mb=4)
+    elapsed = time.monotonic() - start
+    after = {p.pid for p in psutil.Process().children(recursive=True)}
+    return dict(zip(names, rows)), elapsed, after - before
+
+
+def test_honest_candidate_passes_and_meta_records_isolation():
+    r = _grade([GOOD, "def sq(x):\n    return x + x\n"])
+    assert [x["reward"] for x in r] == [1.0, 0.0]
+    assert r[0]["judge_status"] == "ok" and r[0]["judge_name"] == "CodeExec"
+    sandbox = r[0]["judge_meta"]["sandbox"]
+    assert set(sandbox) >= {"netns", "mountns", "uid_drop"}
+    assert r[1]["reason"] == "failed: AssertionError"
+
+
+@pytest.mark.parametrize("name", list(ADVERSARIAL))
+def test_adversarial_candidate_never_passes(adversarial, name):
+    rows, _, _ = adversarial
+    row = rows[name]
+    assert row["reward"] == 0.0, (name, row["reason"], row["judge_meta"])
+    assert row["judge_status"] == "ok"
+
+
+def test_adversarial_suite_is_bounded_and_leaves_no_process(adversarial):
+    rows, elapsed, new_children = adversarial
+    assert elapsed < 30, elapsed  # 5 timeouts of 2 s on 2 workers, plus the rest
+    assert not new_children
+    assert not _leaked()
+    assert rows["infinite_loop"]["judge_meta"]["outcome"] == "timeout"
+    assert rows["fork_bomb"]["judge_meta"]["outcome"] in ("timeout", "failed", "killed")
+    assert rows["memory_hog"]["reason"] == "failed: MemoryError"
+    for name in CONTAINED:
+        assert rows[name]["reward"] == 1.0, rows[name]["reason"]
+        assert "left_over_processes" not in rows[name]["judge_meta"]
+
+
+def test_sleepers_are_killed_even_when_the_candidate_passes():
+    before = {p.pid for p in psutil.Process().children(recursive=True)}
+    honest_but_leaky = [
+        GOOD + f"import subprocess\nsubprocess.Popen(['sleep', '{MARK}'], start_new_session=True)\n",
+        GOOD + "import os, time\nif os.fork() == 0:\n    os.setsid()\n    time.sleep(1000)\n",
+    ]
+    rows = _grade(honest_but_leaky, timeout=5.0)
+    assert [r["reward"] for r in rows] == [1.0, 1.0]  # the tests did pass; the leftovers die anyway
+    assert not _leaked()
+    assert {p.pid for p in psutil.Process().children(recursive=True)} <= before
+
+
+def test_scrubbed_environment(monkeypatch):
+    monkeypatch.setenv("ASSAY_TEST_SECRET", "hunter2")
+    probe = GOOD + "import os\nassert 'hunter2' not in repr(dict(os.environ))\n"
+    assert _grade([probe])[0]["reward"] == 1.0
+    leak = GOOD + "import os\nassert os.environ.get('ASSAY_TEST_SECRET') == 'hunter2'\n"
+    assert _grade([leak])[0]["reward"] == 0.0
+
+
+def test_no_write_outside_the_temp_dir(tmp_path):
+    target = tmp_path / "escape.txt"
+    shared_tmp = f"/tmp/assay-escape-{os.getpid()}.txt"
+    writers = [
+        GOOD + f"open({str(target)!r}, 'w').write('x')\n",
+        GOOD + f"open({shared_tmp!r}, 'w').write('x')\n",
+        GOOD + "open('inside.txt', 'w').write('x')\nassert open('inside.txt').read() == 'x'\n",
+    ]
+    with SandboxPool(1) as pool:
+        iso = pool.isolation
+    rows = _grade(writers)
+    assert not target.exists()
+    assert not os.path.exists(shared_tmp)
+    assert rows[2]["reward"] == 1.0  # its own temp dir is writable
+    if iso["uid_drop"]:
+        assert rows[0]["reward"] == 0.0
+    if not iso["mountns"] and not iso["uid_drop"]:
+        pytest.skip("neither a mount namespace nor a dropped uid: writes are not confined here")
+
+
+def test_network_namespace_when_available():
+    with SandboxPool(1) as pool:
+        iso = pool.isolation
+    if not iso["netns"]:
+        pytest.skip(f"no network namespace here: {iso['notes']}")
+    probe = GOOD + ("import socket\ns = socket.socket()\ns.settimeout(1)\n"
+                    "try:\n    s.connect(('1.1.1.1', 53))\n    ok = True\nexcept OSError:\n    ok = False\nassert not ok\n")
+    assert _grade([probe])[0]["reward"] == 1.0
+
+
+def test_nonce_is_not_in_the_candidates_memory():
+    # every frame above the candidate (the harness, the fork server's job loop) and the
+    # server's globals: no 48-hex-digit token (the nonce's shape) may be reachable. (Proved
+    # able to fail: with the nonce drawn before fork() it finds it in the job loop's locals.)
+    probe = GOOD + (
+        "import re, sys\n"
+        "pat = re.compile('[0-9a-f]{48}')\n"
+        "def scan(v):\n"
+        "    if isinstance(v, bytes):\n"
+        "        v = v.decode('latin-1')\n"
+        "    return isinstance(v, str) and pat.search(v) is not None\n"
+        "hits, f = [], sys._getframe()\n"
+        "while f is not None:\n"
+        "    hits += [k for k, v in f.f_locals.items() if scan(v)]\n"
+        "    f = f.f_back\n"
+        "hits += [k for k, v in list(vars(sys.modules['__main__']).items()) if scan(v)]\n"
+        "assert not hits, hits\n"
+    )
+    assert _grade([probe])[0]["reward"] == 1.0
+
+
+def test_plain_tests_and_test_functions():
+    v = CodeExec(tests="assert add(1, 2) == 3\ndef test_more():\n    assert add(-1, 1) == 0\n")
+    rows = assay.rows(["add"], [["def add(a, b):\n    return a + b\n",
+                                "def add(a, b):\n    return a + b if a > 0 else 1\n"]], v)
+    assert [r["reward"] for r in rows] == [1.0, 0.0]
+
+
+def test_fenced_code_is_extracted():
+    text = "Sure!\n```python\ndef sq(x):\n    return x * x\n```\nThis squares x."
+    assert extract_code(text).startswith("def sq")
+    assert _grade([text])[0]["reward"] == 1.0
+
+
+def test_bad_tests_are_an_error_not_a_fail():
+    rows = assay.rows(["x"], [["pass"]], CodeExec(), references=[{"tests": "oops"}])
+    assert rows[0]["reward"] is None and rows[0]["judge_status"] == "error"
+    assert "test" in rows[0]["reason"]
+    rows = assay.rows(["x"], [["pass"]], CodeExec())
+    assert rows[0]["judge_status"] == "no_reference"
+
+
+def test_sandbox_pool_direct():
+    with SandboxPool(2) as pool:
+        out = pool.run([job("assert 1 + 1 == 2"), job("assert 1 + 1 == 3"), job("import os; os._exit(0)")])
+    assert [r["status"] for r in out] == ["passed", "failed", "failed"]

