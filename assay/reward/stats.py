@@ -63,7 +63,7 @@ def cluster_proportion(outcomes: Sequence[float] | np.ndarray, clusters: Sequenc
     Methodology 24:193) do for Clopper-Pearson: ``n_eff = p(1-p) / v`` with ``v`` the
     cluster-robust (linearization) variance of the ratio mean over seeds, capped at the number
     of items, and scaled by ``(z / t_{k-1})^2`` so few seeds widen the interval. With one item
-    per seed this is the plain Wilson interval. When every outcome is equal ``v`` is 0, and
+    per seed this is the Wilson interval at ``n (k-1)/k`` times that factor. When every outcome is equal ``v`` is 0, and
     ``n_eff`` falls back to the number of seeds (an all-correct result never claims certainty).
     ``n`` of the estimate is the number of seeds.
 
