@@ -1,0 +1,217 @@
+"""eval_variance: where the uncertainty of an eval score comes from, and what shrinks it.
+
+Between-task and within-task (sampling) variance from one run, run-to-run spread from several.
+
+Miller (2024), "Adding Error Bars to Evals" (arXiv:2411.00640), section 2-3: with T tasks and
+K samples per task, the score is the mean of per-task means ``x_i``, and
+
+    Var(score) = (sigma_b^2 + sigma_w^2 / K) / T
+
+where ``sigma_b^2`` is the variance of the tasks' true means (between-task) and
+``sigma_w^2 = E[Var(reward | task)]`` the sampling variance of one row within a task. Both are
+estimated by the method of moments from a single run with K >= 2: ``sigma_w^2`` is the mean
+unbiased within-task variance (for binary rewards ``c(n - c) / (n (n - 1))``), and
+``sigma_b^2 = var(x_i) - mean(sigma_w_i^2 / K_i)``, truncated at 0. More samples per task only
+shrink the second term (floor ``sqrt(sigma_b^2 / T)``); more tasks shrink both.
+
+With several runs of the same tasks, the rows are pooled per task for the decomposition, and
+the observed spread of the run means is compared with what sampling alone predicts for a
+re-run of fixed tasks, ``sqrt(mean_i(sigma_w_i^2 / K_i) / T)``. Re-run noise is therefore
+already inside the interval over tasks: it is reported, never added as a second hurdle.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from scipy import stats
+
+from assay.errors import MeasureError
+from assay.measure.grouping import read_runs, task_stats
+from assay.measure.intervals import task_interval
+from assay.results import Estimate, Result
+
+
+@dataclass(frozen=True)
+class VarianceComponents:
+    """The decomposition of one metric (pass@1 or a marker)."""
+
+    metric: str
+    mean: Estimate
+    n_tasks: int
+    samples_per_task: float
+    between: float
+    within: float
+    se: float
+    se_double_samples: float
+    se_double_tasks: float
+    se_floor_samples: float
+    sampling_share: float
+    run_means: tuple[float, ...]
+    run_sd: float | None
+    run_sd_expected: float | None
+    run_spread_p: float | None
+
+    def __str__(self) -> str:
+        s = (f"{self.mean}: se {self.se:.4f} = sqrt((between {self.between:.4f} + within {self.within:.4f}/"
+             f"{self.samples_per_task:.3g}) / {self.n_tasks}); x2 samples -> se {self.se_double_samples:.4f}, "
+             f"x2 tasks -> se {self.se_double_tasks:.4f}")
+        if self.run_sd is not None:
+            s += f"; run sd {self.run_sd:.4f} over {len(self.run_means)} runs (sampling predicts {self.run_sd_expected:.4f})"
+        return s
+
+    def to_dict(self) -> dict[str, Any]:
+        from assay.results import to_plain
+
+        return to_plain({f: getattr(self, f) for f in self.__dataclass_fields__})
+
+
+@dataclass(frozen=True)
+class EvalVariance(Result):
+    """Variance decomposition per metric; ``components[0]`` is pass@1."""
+
+    components: tuple[VarianceComponents, ...]
+    n_runs: int
+    notes: tuple[str, ...] = ()
+    warnings: tuple[str, ...] = ()
+
+    def __getitem__(self, name: str) -> VarianceComponents:
+        for c in self.components:
+            if c.metric in (name, f"marker:{name}"):
+                return c
+        raise KeyError(f"no metric {name!r}; decomposed: {[c.metric for c in self.components]}")
+
+    def __str__(self) -> str:
+        return " | ".join(str(c) for c in self.components)
+
+    def report(self) -> str:
+        lines = ["eval_variance (Miller 2024, arXiv:2411.00640): Var(score) = (between + within / K) / T"]
+        for c in self.components:
+            lines.append(f"  {c}")
+            lines.append(
+                f"    {100 * c.sampling_share:.0f}% of the score's variance is sampling noise; more samples per task "
+                f"can shrink se by at most {100 * (1 - c.se_floor_samples / c.se) if c.se > 0 else 0:.0f}%, "
+                f"doubling the tasks shrinks it by {100 * (1 - c.se_double_tasks / c.se) if c.se > 0 else 0:.0f}%"
+            )
+        lines += [f"note: {n}" for n in self.notes]
+        lines += [f"warning: {w}" for w in self.warnings]
+        return "\n".join(lines)
+
+
+def _decompose(metric: str, per_run: list[tuple[np.ndarray, np.ndarray, np.ndarray]], n_tasks: int,
+               level: float, binary: bool, notes: list[str]) -> VarianceComponents | None:
+    """per_run: (codes, values, mask) for each run."""
+    codes = np.concatenate([c[m] for c, _, m in per_run])
+    vals = np.concatenate([v[m] for _, v, m in per_run])
+    st = task_stats(codes, vals, np.ones(len(codes), dtype=bool), n_tasks)
+    present = st.n > 0
+    T = int(present.sum())
+    if T == 0:
+        return None
+    n = st.n[present]
+    x = st.s[present] / n
+    wv = st.within_var()[present]
+    has_w = ~np.isnan(wv)
+    floor = float(np.mean(1.0 / n))
+    if binary:
+        interval = task_interval(x, floor=floor, level=level)
+    else:
+        interval = None
+        if T > 1:
+            q = stats.t.ppf(0.5 + level / 2, T - 1)
+            h = q * x.std(ddof=1) / np.sqrt(T)
+            from assay.results import Interval
+
+            interval = Interval(float(x.mean() - h), float(x.mean() + h), level, "t over tasks")
+    mean = Estimate(metric, float(x.mean()), interval, T, "tasks", int(st.rows[present].sum()))
+    K = float(len(n) / np.sum(1.0 / n))  # harmonic mean samples per task
+    if not has_w.any():
+        notes.append(f"{metric}: every task has one sample, so within-task variance cannot be estimated (need k >= 2)")
+        within = float("nan")
+        within_over_k = float("nan")
+        between = float(x.var(ddof=1)) if T > 1 else float("nan")
+    else:
+        within = float(wv[has_w].mean())
+        within_over_k = float(np.mean(np.where(has_w, wv, within) / n))
+        total = float(x.var(ddof=1)) if T > 1 else 0.0
+        between = max(total - within_over_k, 0.0)
+        if total - within_over_k < 0:
+            notes.append(f"{metric}: the between-task estimate was negative (sampling noise) and is truncated at 0")
+    var_mean = (between + (within / K if np.isfinite(within) else 0.0)) / T
+    se = float(np.sqrt(var_mean))
+    w = within if np.isfinite(within) else 0.0
+    se2k = float(np.sqrt((between + w / (2 * K)) / T))
+    se2t = float(np.sqrt((between + w / K) / (2 * T)))
+    floor_se = float(np.sqrt(between / T))
+    share = float((w / K) / (between + w / K)) if (between + w / K) > 0 else float("nan")
+    # Run-to-run spread of the same tasks: sampling alone predicts sqrt(mean(w_i / K_i) / T).
+    run_means: list[float] = []
+    for c, v, m in per_run:
+        s = task_stats(c, v, m, n_tasks)
+        p = s.n > 0
+        if p.any():
+            run_means.append(float((s.s[p] / s.n[p]).mean()))
+    run_sd = expected = pval = None
+    if len(per_run) >= 2 and len(run_means) >= 2:
+        run_sd = float(np.std(run_means, ddof=1))
+        k_run = K / len(per_run)
+        if np.isfinite(within):
+            expected = float(np.sqrt(within / k_run / T))
+            if expected > 0:
+                r = len(run_means)
+                chi = (r - 1) * run_sd ** 2 / expected ** 2
+                pval = float(stats.chi2.sf(chi, r - 1))
+    return VarianceComponents(metric, mean, T, K, between, within, se, se2k, se2t, floor_se, share,
+                              tuple(run_means), run_sd, expected, pval)
+
+
+def eval_variance(*runs: Any, level: float = 0.95) -> EvalVariance:
+    """Decompose an eval score's variance into between-task and within-task parts (Miller 2024).
+
+    Args:
+        runs: one or more runs of graded rows (each any row-like input), on the same tasks.
+        level: level of the interval on each mean.
+
+    Example:
+        >>> run = [{"task_id": f"t{i}", "reward": float((i + j) % 3 == 0)} for i in range(30) for j in range(4)]
+        >>> ev = eval_variance(run)
+        >>> c = ev["pass@1"]
+        >>> c.n_tasks, c.samples_per_task, c.se_double_samples < c.se
+        (30, 4.0, True)
+    """
+    if not runs:
+        raise MeasureError("eval_variance needs at least one run of rows")
+    frames, task_ids = read_runs(list(runs), argument="runs")
+    n_tasks = len(task_ids)
+    notes: list[str] = []
+    warnings: list[str] = []
+    comps: list[VarianceComponents] = []
+    per_run = [(f.codes, f.reward, f.binary_mask()) for f in frames]
+    c = _decompose("pass@1", per_run, n_tasks, level, True, notes)
+    if c is None:
+        raise MeasureError("eval_variance: no row has a binary reward; grade the rows first")
+    comps.append(c)
+    skipped = sum(f.counts()["partial"] + f.counts()["unjudged"] for f in frames)
+    if skipped:
+        notes.append(f"{skipped} partial or unjudged rows are not in pass@1")
+    shared = set.intersection(*[set(f.markers) for f in frames])
+    for name in sorted(shared):
+        per = [(f.codes, np.nan_to_num(f.markers[name]), ~np.isnan(f.markers[name])) for f in frames]
+        mc = _decompose(f"marker:{name}", per, n_tasks, level, False, notes)
+        if mc is not None:
+            comps.append(mc)
+    if len(frames) >= 2:
+        for comp in comps:
+            if comp.run_spread_p is not None and comp.run_spread_p < 0.01:
+                warnings.append(
+                    f"{comp.metric}: runs differ more than sampling explains (run sd {comp.run_sd:.4f} vs "
+                    f"{comp.run_sd_expected:.4f}, p={comp.run_spread_p:.3g}): the runs may not be the same tasks, "
+                    "judge or settings"
+                )
+        notes.append("re-run noise is within-task sampling variance, already inside the interval over tasks; "
+                     "do not add it again as a separate hurdle")
+    elif c.within != c.within:
+        warnings.append("one sample per task: give k >= 2 samples per task to separate sampling from task variance")
+    return EvalVariance(tuple(comps), len(frames), tuple(notes), tuple(warnings))

