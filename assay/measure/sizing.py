@@ -8,8 +8,10 @@ alone (within-task sampling variance, ``sigma^2 = (E[p(1-p)] + E[q(1-q)]) / k`` 
 ``q = p + effect``, i.e. the effect shifts every task alike), or from the binomial model at
 ``base``. The normal-limit power of the sign-flip test,
 ``Phi((sqrt(n) |mu| - z sqrt(sigma^2 + mu^2)) / sigma)``, gives a first n; below 300 tasks the
-n is then checked by simulating the exact test itself on binomial data (tasks' rates drawn
-from the pilot's, k samples per arm; seeded), taking the larger of the two answers.
+n is then checked by simulating the exact test itself on binomial data (tasks' true rates from a
+Beta fitted to the pilot by moments, k samples per arm, the effect a uniform shift; seeded) and the
+simulated n is used; with a paired pilot the larger of the two, as its measured sd may carry an
+uneven effect the simulation does not model.
 """
 
 from __future__ import annotations
@@ -52,9 +54,33 @@ class HoldoutSize(Result):
                 f"alpha {self.alpha} (sd {self.sd:.3f} from {self.sd_source}, k={self.k}{sim})")
 
 
-def _simulated_power(n: int, effect: float, k: int, rates: np.ndarray, alpha: float, seed: int) -> float:
+def _rate_model(n: np.ndarray, c: np.ndarray) -> tuple[float, float]:
+    """Beta(a, b) of the tasks' true rates by the method of moments (between-task variance as in
+    eval_variance); (mean, 0) means every task at the mean rate, the conservative case when the
+    pilot has one sample per task or no between-task variance."""
+    rates = c / n
+    m = float(rates.mean())
+    multi = n >= 2
+    if len(rates) < 2 or not multi.any() or not 0 < m < 1:
+        return m, 0.0
+    within = float(np.mean(c[multi] * (n[multi] - c[multi]) / (n[multi] * (n[multi] - 1)) / n[multi]))
+    between = float(rates.var(ddof=1)) - within
+    if between <= 0 or between >= m * (1 - m):
+        return m, 0.0
+    return m, m * (1 - m) / between - 1.0
+
+
+def _draw_rates(rng: np.random.Generator, model: tuple[float, float], size: tuple[int, int]) -> np.ndarray:
+    m, conc = model
+    if conc <= 0:
+        return np.full(size, m)
+    return rng.beta(m * conc, (1 - m) * conc, size=size)
+
+
+def _simulated_power(n: int, effect: float, k: int, model: tuple[float, float], alpha: float, seed: int) -> float:
     rng = np.random.default_rng(seed)
-    p = rng.choice(rates, size=(SIM_REPS, n), replace=True)
+    p = _draw_rates(rng, model, (SIM_REPS, n))
+    p = np.clip(p, 0.0, 1.0 - effect) if effect > 0 else np.clip(p, -effect, 1.0)
     q = np.clip(p + effect, 0.0, 1.0)
     a = rng.binomial(k, q) - rng.binomial(k, p)
     return float(np.mean(lattice_pvalues(a) < alpha))
@@ -88,8 +114,7 @@ def holdout_size(effect: float, *, before: Any = None, after: Any = None, k: int
         raise MeasureError("holdout_size: give before= with after= (a paired pilot), or before= alone")
     notes: list[str] = []
     warnings: list[str] = []
-    mu = abs(effect)
-    rates: np.ndarray
+    model: tuple[float, float]
     if before is not None and after is not None:
         (fb, fa), task_ids = read_runs([before, after], argument="pilot")
         n_t = len(task_ids)
@@ -113,7 +138,7 @@ def holdout_size(effect: float, *, before: Any = None, after: Any = None, k: int
             sd = float(np.sqrt(var))
             notes.append(f"sampling variance rescaled from the pilot's k={k_pilot} to k={k_eff}")
         source = f"paired pilot ({int(paired.sum())} tasks)"
-        rates = sb.s[paired] / sb.n[paired]
+        model = _rate_model(sb.n[paired], sb.s[paired])
         base_out = None
     elif before is not None:
         fb = read_frame(before, argument="before")
@@ -133,7 +158,10 @@ def holdout_size(effect: float, *, before: Any = None, after: Any = None, k: int
         eq = epq + effect * (1 - 2 * float(np.mean(p))) - effect ** 2
         sd = float(np.sqrt(max(epq + max(eq, 0.0), 1e-12) / k_eff))
         source = f"before rows ({int(have.sum())} tasks)"
-        rates = p
+        model = _rate_model(sb.n[have], sb.s[have])
+        if model[1] == 0:
+            notes.append("simulation check draws every task at the pilot's mean rate (no between-task variance "
+                         "measurable): conservative")
         base_out = None
     else:
         if not 0 < base < 1:
@@ -142,7 +170,7 @@ def holdout_size(effect: float, *, before: Any = None, after: Any = None, k: int
         q = min(max(base + effect, 0.0), 1.0)
         sd = float(np.sqrt((base * (1 - base) + q * (1 - q)) / k_eff))
         source = "model"
-        rates = np.array([base])
+        model = (base, 0.0)
         base_out = base
         notes.append(f"no pilot rows: binomial model at base {base} with k={k_eff}; pass before= for a measured sd")
     if sd <= 0:
@@ -152,22 +180,21 @@ def holdout_size(effect: float, *, before: Any = None, after: Any = None, k: int
     n = n_normal
     sim = None
     if n_normal < SIMULATE_BELOW:
-        rates_c = np.clip(rates, 0.0, 1.0 - mu) if effect > 0 else np.clip(rates, mu, 1.0)
         n_min = 1
         while min_attainable_p(n_min) >= alpha:
             n_min += 1
         lo, hi = max(n_min, n_normal // 2), max(n_min, n_normal)
         # Grow hi until the simulated exact test reaches the target, then bisect for the smallest n.
-        while _simulated_power(hi, effect, k_eff, rates_c, alpha, seed) < power and hi < 4 * SIMULATE_BELOW:
+        while _simulated_power(hi, effect, k_eff, model, alpha, seed) < power and hi < 4 * SIMULATE_BELOW:
             lo, hi = hi, hi * 2
         while lo < hi:
             mid = (lo + hi) // 2
-            if _simulated_power(mid, effect, k_eff, rates_c, alpha, seed) >= power:
+            if _simulated_power(mid, effect, k_eff, model, alpha, seed) >= power:
                 hi = mid
             else:
                 lo = mid + 1
         n_sim = hi
-        sim = _simulated_power(n_sim, effect, k_eff, rates_c, alpha, seed)
+        sim = _simulated_power(n_sim, effect, k_eff, model, alpha, seed)
         if source.startswith("paired"):
             n = max(n_normal, n_sim)
         else:

@@ -126,7 +126,7 @@ def _decompose(metric: str, per_run: list[tuple[np.ndarray, np.ndarray, np.ndarr
 
             interval = Interval(float(x.mean() - h), float(x.mean() + h), level, "t over tasks")
     mean = Estimate(metric, float(x.mean()), interval, T, "tasks", int(st.rows[present].sum()))
-    K = float(len(n) / np.sum(1.0 / n))  # harmonic mean samples per task
+    K = float(n[0]) if np.all(n == n[0]) else float(len(n) / np.sum(1.0 / n))  # harmonic mean samples per task
     if not has_w.any():
         notes.append(f"{metric}: every task has one sample, so within-task variance cannot be estimated (need k >= 2)")
         within = float("nan")
