@@ -66,7 +66,29 @@ def result_doc(kind: str, label: str, result: Any, **extra: Any) -> dict[str, An
 
     report = result.report() if hasattr(result, "report") else str(result)
     return {"kind": kind, "label": label, "text": str(result), "report": report,
-            "data": to_plain(result), "estimates": collect_estimates(result), **extra}
+            "data": _drop_timings(to_plain(result)), "estimates": collect_estimates(result), **extra}
+
+
+def _drop_timings(obj: Any) -> Any:
+    """JSON-ready data without wall-clock timings (not results: equal inputs must give equal
+    reports). Row sets become their size and checksum; arrays become lists."""
+    if isinstance(obj, dict):
+        return {k: _drop_timings(v) for k, v in obj.items() if k not in _TIMING_KEYS}
+    if isinstance(obj, (list, tuple)):
+        return [_drop_timings(v) for v in obj]
+    if obj is None or isinstance(obj, (str, bool, int)):
+        return obj
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if hasattr(obj, "checksum") and hasattr(obj, "to_arrow"):  # Rows
+        return {"n_rows": len(obj), "checksum": obj.checksum()}
+    if hasattr(obj, "tolist"):
+        return _drop_timings(obj.tolist())
+    return str(obj)
+
+
+_TIMING_KEYS = frozenset({"seconds", "elapsed", "elapsed_s", "wall_seconds", "throughput",
+                          "rows_per_second", "timings"})
 
 
 # ------------------------------------------------------------------------------- plots

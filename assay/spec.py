@@ -230,7 +230,7 @@ class RewardSpec(_Model):
 
 
 class PassAtSpec(_Model):
-    k: int | list[int] = Field(1, description="k for pass@k (pass@1 is always reported)")
+    k: int | None = Field(None, ge=1, description="k for pass@k, pass^k (pass@1 is always reported)")
     sources: list[str] | None = None
 
 

@@ -259,11 +259,13 @@ def rows_from_records(records: Sequence[Mapping[str, Any]], fields: Any, *, wher
 def build_source_rows(source: Any, spec: Any) -> Rows:
     """The ungraded (or given-score) rows of one source."""
     if source.kind == "humaneval":
+        import assay
         from assay import benchmarks
 
         problems = benchmarks.humaneval()
         p = source.policy
-        return benchmarks.seeded_code_policy(problems, k=p.k, seed=p.seed, skill=p.skill)
+        completions = benchmarks.seeded_code_policy(problems, k=p.k, seed=p.seed, skill=p.skill)
+        return assay.rows(completions=completions, **problems.inputs())
     path = spec.resolve(source.path)
     fmt = source.format or path.suffix.lower().lstrip(".")
     return rows_from_records(_read_records(path, fmt), source.fields, where=f"source {source.name!r} ({path})")
@@ -277,7 +279,18 @@ def source_params(source: Any, spec: Any) -> dict[str, Any]:
     d = source.model_dump(mode="json", exclude={"name", "steps", "verifier"})
     if source.kind == "file":
         d["path"] = file_checksum(spec.resolve(source.path))
+    else:  # the problems and the policy are code: their source is part of the key
+        d["code"] = [code_checksum(m) for m in ("assay.benchmarks.problems", "assay.benchmarks.policy")]
     return d
+
+
+def code_checksum(module: str) -> str:
+    """Checksum of a module's source file: a stage whose behaviour lives in code we do not
+    version by hand (a verifier, the seeded policy) recomputes when that code changes."""
+    from assay.spec import file_checksum
+
+    mod = importlib.import_module(module)
+    return file_checksum(mod.__file__)
 
 
 def run_build_rows(store: Store, spec: Any, source_name: str, *, progress: Any = None) -> StageResult:
@@ -392,9 +405,8 @@ def verifier_fingerprint(vspec: Any) -> Any:
     verify = importlib.import_module("assay.verify")
     from assay.spec import VERIFIER_CLASSES
 
-    cls = getattr(verify, VERIFIER_CLASSES[vspec.kind], None)
-    return {"kind": vspec.kind, "params": vspec.params,
-            "version": getattr(cls, "version", None)}
+    cls = getattr(verify, VERIFIER_CLASSES[vspec.kind])
+    return {"kind": vspec.kind, "params": vspec.params, "code": code_checksum(cls.__module__)}
 
 
 def shard_bounds(rows: Rows, shard_rows: int) -> list[tuple[int, int]]:
@@ -455,7 +467,7 @@ def run_decontaminate(store: Store, spec: Any, graded: Mapping[str, Sequence[Sta
                       progress: Any = None) -> StageResult:
     """Eval-side contamination of each checked source against the spec's corpus, with pass@1
     on the full set and on the clean subset."""
-    from assay.report import result_doc
+    from assay.report import collect_estimates, result_doc
     from assay.spec import file_checksum
 
     d = spec.decontaminate
@@ -472,15 +484,12 @@ def run_decontaminate(store: Store, spec: Any, graded: Mapping[str, Sequence[Sta
             rows = concat_rows(store, graded[name])
             n_rows += len(rows)
             rep = dc.contamination(rows, paths, n=d.n, text_field=d.text_field,
-                                   id_field=d.id_field, **d.params)
+                                   id_field=d.id_field, store=store, **d.params)
             extra: dict[str, Any] = {"source": name}
-            clean = getattr(rep, "clean_pass_at", None)
-            if callable(clean):
-                cmp_ = clean(rows)
-                from assay.report import collect_estimates
-
-                extra["clean_report"] = cmp_.report() if hasattr(cmp_, "report") else str(cmp_)
-                extra["clean_estimates"] = collect_estimates(cmp_)
+            if hasattr(rep, "rescore"):  # pass@1 on the full set next to the clean subset
+                split = rep.rescore(rows)
+                extra["clean_report"] = split.report() if hasattr(split, "report") else str(split)
+                extra["clean_estimates"] = collect_estimates(getattr(split, "clean", None))
             docs.append(result_doc("contamination", f"contamination[{name}]", rep, **extra))
         return {"contamination": docs}, {"rows": n_rows}
 

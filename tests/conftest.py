@@ -1,0 +1,55 @@
+"""Session fixtures for the Prefect tests: one real `prefect server start` on 127.0.0.1.
+
+Prefect reads its settings at import, so the environment is set here before any test imports it.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+BIN = Path(sys.executable).parent
+
+
+@pytest.fixture(scope="session")
+def prefect_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """API URL of a real Prefect server (own PREFECT_HOME, free port), stopped at session end."""
+    from flows.embedded import free_port, local_settings, wait_for
+
+    if "prefect" in sys.modules and not os.environ.get("PREFECT_API_URL"):
+        pytest.fail("prefect was imported before the prefect_server fixture; import it lazily")
+    base = tmp_path_factory.mktemp("prefect")
+    settings = {**local_settings(base / "home"), "PREFECT_SERVER_LOGGING_LEVEL": "WARNING"}
+    saved = {k: os.environ.get(k) for k in [*settings, "PREFECT_API_URL"]}
+    os.environ.update(settings)
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}
+    with open(base / "server.log", "wb") as log:
+        proc = subprocess.Popen(
+            [str(BIN / "prefect"), "server", "start", "--host", "127.0.0.1", "--port", str(port),
+             "--no-ui", "--analytics-off", "--no-scheduler", "--no-late-runs"],
+            env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            start_new_session=True)
+    url = f"http://127.0.0.1:{port}/api"
+    try:
+        wait_for(url, timeout=120)
+        os.environ["PREFECT_API_URL"] = url
+        yield url
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+            proc.wait(timeout=20)
+        except (ProcessLookupError, subprocess.TimeoutExpired):
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
