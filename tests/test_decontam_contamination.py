@@ -220,3 +220,25 @@ def test_wilson_matches_statsmodels_and_holds_coverage():
     ks = rng.binomial(30, 0.2, size=3000)
     hits = np.mean([wilson_interval(int(k), 30).contains(0.2) for k in ks])
     assert 0.93 <= hits <= 0.97
+
+
+def test_rescore_puts_clean_subset_pass_at_1_next_to_the_full_set():
+    import assay
+    from assay.measure import pass_at
+
+    problems = _humaneval()
+    tids = sorted(problems, key=lambda t: int(t.split("/")[1]))[:30]
+    prompts = [problems[t]["prompt"] for t in tids]
+    rng = random.Random(5)
+    rewards = [[int(rng.random() < (0.9 if i < 6 else 0.4)) for _ in range(4)] for i in range(30)]
+    rows = assay.rows(prompts, [["x"] * 4 for _ in tids], rewards, task_ids=tids)
+    corpus = prompts[:6] + ["an unrelated document about gardens and rain"]  # the six easy tasks leak
+    r = contamination(rows, corpus, store=False)
+    assert r.contaminated_task_ids() == tids[:6]
+    split = r.rescore(rows)
+    assert split.full.value == pytest.approx(pass_at(rows).value)
+    assert split.clean.value == pytest.approx(np.mean([np.mean(x) for x in rewards[6:]]))
+    assert split.n_removed == 6 and split.clean.n_tasks == 24
+    assert "clean:" in str(split) and "[" in str(split)
+    clean_rows = r.clean(rows)
+    assert isinstance(clean_rows, assay.Rows) and len(clean_rows) == 24 * 4

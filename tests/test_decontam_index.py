@@ -135,3 +135,21 @@ def test_bad_corpus_inputs_name_the_problem(tmp_path):
         ContaminationIndex.build(["a"], n=0, store=False)
     with pytest.raises(RowsTypeError, match="single string"):
         ContaminationIndex.build("no such\nfile", store=False)
+
+
+def test_bounded_memory_build_writes_the_store_and_loads_equal(tmp_path):
+    from assay.errors import StoreError
+
+    corpus = _corpus(seed=9, docs=120)
+    store = Store(tmp_path)
+    lean = ContaminationIndex.build(corpus, n=3, store=store, materialize=False, memory_limit=1)
+    assert lean.stats.spilled and lean.stats.entries > 0
+    with pytest.raises(StoreError, match="materialize"):
+        lean.ranges(np.zeros(1, dtype=np.uint64))
+    loaded = ContaminationIndex.build(corpus, n=3, store=store)
+    ref = ContaminationIndex.build(corpus, n=3, store=False)
+    assert not loaded.built and loaded.stats.entries == ref.stats.entries
+    assert np.array_equal(loaded.fps, ref.fps) and np.array_equal(loaded.docs, ref.docs)
+    # a one-shot generator is indexed too, saved under the checksum taken while streaming
+    once = ContaminationIndex.build((t for t in corpus), n=3, store=store)
+    assert once.built and once.corpus_checksum and np.array_equal(once.fps, ref.fps)

@@ -23,6 +23,7 @@ def test_unicode_tokens_scripts_and_normalization():
     assert tokens("カタカナとひらがな") == list("カタカナとひらがな")
     assert tokens("snake_case x-y 3.14") == ["snake", "case", "x", "y", "3", "14"]
     assert tokens("") == [] and tokens("  ...  ") == []
+    assert tokens("𠀀𠀁 abc 𝐀𝐁 😀x") == ["𠀀", "𠀁", "abc", "ab", "x"]  # astral: CJK ext. B, math bold, emoji
     # decomposed and composed spellings are one token
     assert tokens(unicodedata.normalize("NFD", "Café")) == tokens("café") == ["café"]
     assert normalize_text("ÀB") == "àb"

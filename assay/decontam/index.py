@@ -38,6 +38,7 @@ Example:
 
 from __future__ import annotations
 
+import hashlib
 import math
 import os
 import shutil
@@ -207,20 +208,25 @@ class ContaminationIndex:
     _doc_ids: Any = None
     _doc_ids_key: str | None = None
     _store: Any = None
+    _shards: list[dict[str, Any]] | None = None
+    _stream_checksum: str | None = None
+    materialized: bool = True
 
     # -- public --------------------------------------------------------------------------------
     @classmethod
     def build(cls, corpus: Any, *, n: int = 13, text_field: Fields = "text", id_field: str | None = "id",
               store: Any = None, reuse: bool = True, batch_size: int = 256,
               near_dup_max_tokens: int = 512, shingle: int = 3, num_perm: int = 128,
-              memory_limit: int = 2 << 30) -> ContaminationIndex:
+              memory_limit: int = 2 << 30, materialize: bool = True) -> ContaminationIndex:
         """Build the index of ``corpus`` (texts, rows or JSONL/Parquet paths), or load the one
         already saved for the same corpus checksum and parameters.
 
         ``store``: an ``assay.Store`` or a path (``None``: the default store, ``$ASSAY_STORE`` or
         ``./.assay``; ``False``: keep it in memory only). ``reuse=False`` rebuilds and overwrites.
         ``memory_limit`` (bytes) bounds the build's buffered entries; beyond it they spill to a
-        temporary directory.
+        temporary directory. ``materialize=False`` (with a store) writes the index to the store
+        without keeping its arrays in memory: memory stays bounded for any corpus size, and a
+        later ``build`` of the same corpus loads it.
 
         Example:
             >>> idx = ContaminationIndex.build(["a b c d e"], n=2, store=False)
@@ -249,9 +255,15 @@ class ContaminationIndex:
                 if loaded is not None:
                     loaded.stats.load_seconds = time.perf_counter() - t0
                     return loaded
-        idx = cls._build(src, params, batch_size=batch_size, memory_limit=memory_limit)
+        if not materialize and st is None:
+            raise StoreError("materialize=False keeps the index only in the store: pass store=")
+        idx = cls._build(src, params, batch_size=batch_size, memory_limit=memory_limit,
+                         store=st, materialize=materialize)
         idx.corpus_checksum = checksum
-        if st is not None and ref_name is not None:
+        if st is not None:
+            if ref_name is None:  # a one-shot iterator: its checksum is known only now
+                idx.corpus_checksum = checksum = idx._stream_checksum
+                ref_name = "decontam-index:" + combine("decontam-index", checksum, params)
             idx._save(st, ref_name)
         return idx
 
@@ -271,6 +283,9 @@ class ContaminationIndex:
     def ranges(self, hashes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """For each 64-bit span hash, the [lo, hi) range of its entries in ``docs`` (hi - lo is
         the number of corpus documents holding it)."""
+        if not self.materialized:
+            raise StoreError("this index was built with materialize=False; load it with "
+                             "ContaminationIndex.build(corpus, store=...) to query it")
         q = np.asarray(hashes, dtype=np.uint64)
         if len(q) == 0 or len(self.fps) == 0:
             z = np.zeros(len(q), dtype=np.int64)
@@ -294,8 +309,9 @@ class ContaminationIndex:
     # -- build ---------------------------------------------------------------------------------
     @classmethod
     def _build(cls, src: CorpusSource, params: dict[str, Any], *, batch_size: int,
-               memory_limit: int) -> ContaminationIndex:
+               memory_limit: int, store: Any = None, materialize: bool = True) -> ContaminationIndex:
         t0 = time.perf_counter()
+        stream_hash = None if src.reiterable else hashlib.sha256()
         n = params["n"]
         k = params["shingle"]
         maxlen = params["near_dup_max_tokens"]
@@ -306,6 +322,9 @@ class ContaminationIndex:
         tokens = 0
         try:
             for batch_ids, texts in src.batches(batch_size):
+                if stream_hash is not None:
+                    stream_hash.update(("\x1f".join(batch_ids) + "\x1d" + "\x1e".join(texts) + "\x1c").encode(
+                        "utf-8", "surrogatepass"))
                 base = len(ids)
                 ids.extend(batch_ids)
                 enc = encode(texts)
@@ -327,14 +346,35 @@ class ContaminationIndex:
             sub = 1 << (pbits - _SUPER_BITS)
             counts = np.zeros(1 << pbits, dtype=np.int64)
             fps_parts, doc_parts = [], []
+            shards: list[dict[str, Any]] = []
+            pending: list[tuple[np.ndarray, np.ndarray]] = []
+            pending_n = 0
+
+            def flush() -> None:
+                nonlocal pending, pending_n
+                if pending:
+                    fp = np.concatenate([p[0] for p in pending])
+                    dd = np.concatenate([p[1] for p in pending])
+                    shards.append({"count": len(fp), "key": store.put_bytes(fp.tobytes() + dd.tobytes())})
+                pending, pending_n = [], 0
+
             for s in range(1 << _SUPER_BITS):
                 keys, docs = runs.take(s)
                 if len(keys) == 0:
                     continue
                 part, fp, dd = _sort_super(keys, docs, pbits)
+                del keys, docs
                 counts[s * sub:(s + 1) * sub] = np.bincount(part, minlength=sub)
-                fps_parts.append(fp)
-                doc_parts.append(dd)
+                if materialize:
+                    fps_parts.append(fp)
+                    doc_parts.append(dd)
+                if store is not None:  # written as they come: the build never holds them all
+                    pending.append((fp, dd))
+                    pending_n += len(fp)
+                    if pending_n * 8 >= _SHARD_BYTES:
+                        flush()
+            if store is not None:
+                flush()
             spilled = runs.tmp is not None
         finally:
             runs.close()
@@ -343,24 +383,28 @@ class ContaminationIndex:
         fps = np.concatenate(fps_parts) if fps_parts else np.zeros(0, dtype=np.uint32)
         docs = np.concatenate(doc_parts) if doc_parts else np.zeros(0, dtype=np.uint32)
         stats = BuildStats(seconds=time.perf_counter() - t0, docs=len(ids), tokens=tokens,
-                           entries=len(fps), short_docs=sum(len(x) for x in mh_docs), spilled=spilled)
+                           entries=int(offsets[-1]), short_docs=sum(len(x) for x in mh_docs), spilled=spilled)
         return cls(
             n=n, n_docs=len(ids), pbits=pbits, offsets=offsets, fps=fps, docs=docs,
             minhash_docs=np.concatenate(mh_docs) if mh_docs else np.zeros(0, dtype=np.uint32),
             minhash_sigs=(np.concatenate(mh_sigs) if mh_sigs else np.zeros((0, params["num_perm"]), dtype=np.uint64)),
             params=params, corpus_checksum=None, built=True, stats=stats,
-            _doc_ids=pa.array(ids, type=pa.string()),
+            _doc_ids=pa.array(ids, type=pa.string()), _shards=shards if store is not None else None,
+            _stream_checksum=None if stream_hash is None else "corpus:" + stream_hash.hexdigest()[:32],
+            materialized=materialize,
         )
 
     # -- store ---------------------------------------------------------------------------------
     def _save(self, store: Any, ref_name: str) -> None:
         t0 = time.perf_counter()
-        shards = []
-        step = _SHARD_BYTES // 8
-        for a in range(0, max(len(self.fps), 1), step):
-            fp = self.fps[a:a + step]
-            dd = self.docs[a:a + step]
-            shards.append({"count": len(fp), "key": store.put_bytes(fp.tobytes() + dd.tobytes())})
+        shards = self._shards
+        if shards is None:
+            shards = []
+            step = _SHARD_BYTES // 8
+            for a in range(0, len(self.fps), step):
+                fp = self.fps[a:a + step]
+                dd = self.docs[a:a + step]
+                shards.append({"count": len(fp), "key": store.put_bytes(fp.tobytes() + dd.tobytes())})
         manifest = {
             "kind": "assay.decontam.index", "version": INDEX_VERSION, "params": self.params,
             "n_docs": self.n_docs, "pbits": self.pbits, "corpus": self.corpus_checksum,

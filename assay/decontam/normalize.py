@@ -55,22 +55,39 @@ _K2 = np.uint64(0xBF58476D1CE4E5B9)
 _K3 = np.uint64(0x94D049BB133111EB)
 
 
+_UNKNOWN = 255
+
+
+def _class_of(i: int) -> int:
+    if chr(i) in _SENTENCE_ENDS:
+        return END
+    if unicodedata.category(chr(i))[0] not in "LNM":
+        return SEP
+    return CHAR if any(lo <= i <= hi for lo, hi in _CHAR_TOKEN_RANGES) else WORD
+
+
 def char_classes() -> np.ndarray:
-    """The code point -> class table (SEP, WORD, CHAR, END), built once per process (~0.5 s)."""
+    """The code point -> class table (SEP, WORD, CHAR, END). The Basic Multilingual Plane is
+    filled once per process; astral code points are classified when first seen."""
     global _TABLE
     if _TABLE is None:
-        cat = unicodedata.category
-        table = np.fromiter(
-            (WORD if cat(chr(i))[0] in "LNM" else SEP for i in range(0x110000)),
-            dtype=np.uint8, count=0x110000,
-        )
-        for lo, hi in _CHAR_TOKEN_RANGES:
-            block = table[lo:hi + 1]
-            block[block == WORD] = CHAR
-        for ch in _SENTENCE_ENDS:
-            table[ord(ch)] = END
+        table = np.full(0x110000, _UNKNOWN, dtype=np.uint8)
+        table[:0x10000] = np.fromiter((_class_of(i) for i in range(0x10000)), dtype=np.uint8, count=0x10000)
         _TABLE = table
     return _TABLE
+
+
+def _classify(cp: np.ndarray) -> np.ndarray:
+    table = char_classes()
+    if cp.dtype == np.uint8:
+        return table[:256][cp]
+    cls = table[cp]
+    unknown = cls == _UNKNOWN
+    if unknown.any():
+        for i in np.unique(cp[unknown]).tolist():
+            table[i] = _class_of(i)
+        cls = table[cp]
+    return cls
 
 
 def normalize_text(text: str) -> str:
@@ -158,7 +175,6 @@ def encode(texts: Sequence[str], *, spans: bool = False) -> Encoded:
         >>> bool((e.hashes[:2] == e.hashes[2:]).all()), e.lengths().tolist()
         (True, [2, 2])
     """
-    table = char_classes()
     norm = [normalize_text(t) for t in texts]
     n_docs = len(norm)
     # "\n" between texts is a separator and a segment end, so no token or segment crosses texts.
@@ -170,7 +186,7 @@ def encode(texts: Sequence[str], *, spans: bool = False) -> Encoded:
     lens = np.fromiter((len(s) for s in norm), dtype=np.int64, count=n_docs)
     doc_char_start = np.zeros(n_docs + 1, dtype=np.int64)
     np.cumsum(lens + 1, out=doc_char_start[1:])
-    cls = table[:256][cp] if cp.dtype == np.uint8 else table[cp]
+    cls = _classify(cp)
     w = cls == WORD
     c = cls == CHAR
     intok = (cls & 1).view(np.bool_)
@@ -198,8 +214,8 @@ def encode(texts: Sequence[str], *, spans: bool = False) -> Encoded:
     h *= _powers(_BINV, m)[tok_start]
     h += (tok_end - tok_start).astype(np.uint64) * _K1
     splitmix64(h)
-    doc = (np.searchsorted(doc_char_start, tok_start, side="right") - 1).astype(np.int64)
     doc_token_start = np.searchsorted(tok_start, doc_char_start).astype(np.int64)
+    doc = np.repeat(np.arange(n_docs, dtype=np.int64), np.diff(doc_token_start))
     # Segment ends: newline, ! ? 。, and "." not followed by a word character (so "3.14" stays).
     ends_mask = cls == END
     ends_mask |= (cp == ord(".")) & ~next_w

@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from statistics import NormalDist
 from typing import Any
 
 from assay.results import Estimate, Interval, Result, to_plain
@@ -34,11 +35,9 @@ def wilson_interval(k: int, n: int, level: float = 0.95) -> Interval:
         >>> round(i.low, 4), round(i.high, 4), i.method
         (0.1078, 0.6032, 'wilson')
     """
-    from scipy.stats import norm
-
     if n <= 0:
         return Interval(math.nan, math.nan, level, "wilson")
-    z = float(norm.ppf(1 - (1 - level) / 2))
+    z = NormalDist().inv_cdf(1 - (1 - level) / 2)
     p = k / n
     denom = 1 + z * z / n
     center = (p + z * z / (2 * n)) / denom
@@ -140,10 +139,11 @@ class ContaminationReport(Result):
         keep = [i for i, t in enumerate(table.column("task_id").to_pylist()) if t not in bad]
         return _take_rows(rows, table, keep)
 
-    def rescore(self, rows: Any, *, k: int = 1) -> CleanSplit:
-        """pass@k on every task and on the clean tasks only, side by side (``assay.measure.pass_at``).
+    def rescore(self, rows: Any, *, k: int | None = None) -> CleanSplit:
+        """pass@1 (and pass@k) on every task and on the clean tasks only, side by side, through
+        ``assay.measure.pass_at``; ``rows`` are the graded eval rows (task ids as in the report).
 
-        Example (needs graded rows with rewards): ``report.rescore(graded_rows)``.
+        Example (needs graded rows with rewards): ``print(report.rescore(graded_rows))``.
         """
         return rescore(rows, self.contaminated_task_ids(), k=k)
 
@@ -223,8 +223,8 @@ class CleanSplit(Result):
         return f"full: {self.full} | clean: {self.clean} | {self.n_removed} contaminated tasks removed"
 
 
-def rescore(rows: Any, contaminated_task_ids: Sequence[str], *, k: int = 1) -> CleanSplit:
-    """pass@k of ``rows`` on all tasks and without ``contaminated_task_ids``."""
+def rescore(rows: Any, contaminated_task_ids: Sequence[str], *, k: int | None = None) -> CleanSplit:
+    """``assay.measure.pass_at`` of ``rows`` on all tasks and without ``contaminated_task_ids``."""
     from assay.decontam.filtering import _take_rows
     from assay.measure import pass_at  # lazy: the measurement stage is a separate module
     from assay.rows import as_table
@@ -234,7 +234,6 @@ def rescore(rows: Any, contaminated_task_ids: Sequence[str], *, k: int = 1) -> C
     tids = table.column("task_id").to_pylist()
     keep = [i for i, t in enumerate(tids) if t not in bad]
     removed = len({t for t in tids if t in bad})
-    full = pass_at(rows, k=k) if k != 1 else pass_at(rows)
-    clean_rows = _take_rows(rows, table, keep)
-    clean = pass_at(clean_rows, k=k) if k != 1 else pass_at(clean_rows)
+    full = pass_at(rows, k=k)
+    clean = pass_at(_take_rows(rows, table, keep), k=k)
     return CleanSplit(full=full, clean=clean, n_removed=removed, method="assay.measure.pass_at")

@@ -1,0 +1,211 @@
+"""Benchmark: assay.decontam against the peer whileai.decontaminate on the same synthetic data.
+
+10,000 eval prompts against 100,000 documents of 1,000 words (seeded), some documents quoting an
+eval prompt inside them. Timed end to end (index build included), then again on a rerun that
+reuses the saved index; recall on the embedded copies for both tools. A separate run streams a
+JSONL corpus through the index build and reports throughput and peak memory.
+
+The peer runs in its own interpreter (/work/peers/bin/python) on the same generated data: this
+file is also its driver (``--role peer``), importing only the standard library and whileai there.
+
+Usage:
+    .venv/bin/python benchmarks/decontaminate.py                 # the full comparison
+    .venv/bin/python benchmarks/decontaminate.py --docs 5000 --evals 1000 --stream-docs 20000
+    .venv/bin/python benchmarks/decontaminate.py --skip-peer --stream-docs 1000000   # streaming only
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+PEER_PYTHON = "/work/peers/bin/python"
+SEED = 20261130
+SYLLABLES = ["ka", "lo", "mi", "nu", "pe", "ra", "si", "to", "ve", "zu", "dan", "mor", "tel", "vis",
+             "qua", "ber", "shi", "gon", "lut", "rex"]
+
+
+def vocabulary(size: int = 50_000) -> list[str]:
+    rng = random.Random(SEED)
+    words: set[str] = set()
+    while len(words) < size:
+        words.add("".join(rng.choice(SYLLABLES) for _ in range(rng.randint(2, 4))))
+    return sorted(words)
+
+
+def make_data(n_docs: int, n_evals: int, n_planted: int, doc_words: int = 1000):
+    """(eval prompts, corpus texts, {doc index: eval index}) for the seed; pure stdlib."""
+    rng = random.Random(SEED)
+    vocab = vocabulary()
+    evals = []
+    for _ in range(n_evals):
+        words = rng.choices(vocab, k=rng.randint(20, 80))
+        evals.append(" ".join(words).capitalize() + "?")
+    docs = []
+    for _ in range(n_docs):
+        words = rng.choices(vocab, k=doc_words)
+        for j in range(40, doc_words, 40):
+            words[j] += "."
+        docs.append(" ".join(words))
+    planted: dict[int, int] = {}
+    for d, e in zip(rng.sample(range(n_docs), n_planted), rng.sample(range(n_evals), n_planted)):
+        words = docs[d].split(" ")
+        at = rng.randint(100, doc_words - 200)
+        docs[d] = " ".join(words[:at]) + "\n" + evals[e] + "\n" + " ".join(words[at:])
+        planted[d] = e
+    return evals, docs, planted
+
+
+def peak_rss_mb() -> float:
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+# -- peer side (runs under /work/peers/bin/python) ---------------------------------------------
+def run_peer(args: argparse.Namespace) -> dict:
+    import warnings
+
+    import whileai as wai
+
+    warnings.simplefilter("ignore")
+    evals, docs, planted = make_data(args.docs, args.evals, args.planted)
+    train = [{"prompt": t, "doc": i} for i, t in enumerate(docs)]
+    against = [{"prompt": p} for p in evals]
+    times = []
+    for _ in range(args.peer_repeats):
+        t0 = time.perf_counter()
+        kept, report = wai.decontaminate(train, against=[against])
+        times.append(time.perf_counter() - t0)
+    kept_docs = {r["doc"] for r in kept}
+    caught = sum(1 for d in planted if d not in kept_docs)
+    return {"seconds": times, "caught": caught, "planted": len(planted),
+            "n_contaminated": report["n_contaminated"], "peak_rss_mb": peak_rss_mb()}
+
+
+# -- our side ----------------------------------------------------------------------------------
+def run_ours(args: argparse.Namespace) -> dict:
+    from assay.decontam import contamination
+    from assay.store import Store
+
+    evals, docs, planted = make_data(args.docs, args.evals, args.planted)
+    eval_rows = [{"task_id": f"e{i}", "prompt": p} for i, p in enumerate(evals)]
+    want = {f"e{e}" for e in planted.values()}
+    first, rerun, recall = [], [], []
+    detail = {}
+    for _ in range(args.repeats):
+        with tempfile.TemporaryDirectory(prefix="assay-bench-") as tmp:
+            store = Store(tmp)
+            t0 = time.perf_counter()
+            r = contamination(eval_rows, docs, store=store)
+            first.append(time.perf_counter() - t0)
+            t0 = time.perf_counter()
+            r2 = contamination(eval_rows, docs, store=store)
+            rerun.append(time.perf_counter() - t0)
+            assert r2.corpus["index_reused"] and not r.corpus["index_reused"]
+            found = {i.task_id for i in r.items if i.contaminated}
+            recall.append(len(found & want) / len(want))
+            detail = {"false_positives": len(found - want), "rate": str(r.rate), "by_rule": r.by_rule,
+                      "first_split": r.seconds, "rerun_split": r2.seconds}
+    return {"first": first, "rerun": rerun, "recall": recall, **detail, "peak_rss_mb": peak_rss_mb()}
+
+
+def run_stream(args: argparse.Namespace) -> dict:
+    """Build the index from a JSONL corpus on disk: throughput and peak memory (own process)."""
+    from assay.decontam import ContaminationIndex
+    from assay.store import Store
+
+    path = Path(args.stream_file)
+    with tempfile.TemporaryDirectory(prefix="assay-stream-") as tmp:
+        t0 = time.perf_counter()
+        idx = ContaminationIndex.build(path, store=Store(tmp), memory_limit=args.memory_limit_mb << 20,
+                                       materialize=False)
+        secs = time.perf_counter() - t0
+        stats = idx.stats
+    return {"seconds": secs, "docs": stats.docs, "tokens": stats.tokens, "entries": stats.entries,
+            "spilled": stats.spilled, "docs_per_s": stats.docs / secs, "tokens_per_s": stats.tokens / secs,
+            "file_mb": path.stat().st_size / 2**20, "peak_rss_mb": peak_rss_mb()}
+
+
+def write_stream_file(path: Path, n_docs: int, doc_words: int) -> None:
+    rng = random.Random(SEED + 1)
+    vocab = vocabulary()
+    with open(path, "w", encoding="utf-8") as fh:
+        for i in range(n_docs):
+            fh.write(json.dumps({"id": f"s{i}", "text": " ".join(rng.choices(vocab, k=doc_words))}) + "\n")
+
+
+def _sub(python: str, role: str, args: argparse.Namespace, extra: list[str] | None = None) -> dict:
+    cmd = [python, os.path.abspath(__file__), "--role", role, "--docs", str(args.docs), "--evals", str(args.evals),
+           "--planted", str(args.planted), "--repeats", str(args.repeats), "--peer-repeats", str(args.peer_repeats),
+           "--memory-limit-mb", str(args.memory_limit_mb), *(extra or [])]
+    out = subprocess.run(cmd, capture_output=True, text=True, check=False,
+                         cwd=str(Path(__file__).resolve().parents[1]))
+    if out.returncode != 0:
+        raise SystemExit(f"{role} run failed:\n{out.stderr[-3000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--role", default="main", choices=["main", "peer", "ours", "stream"])
+    ap.add_argument("--docs", type=int, default=100_000)
+    ap.add_argument("--evals", type=int, default=10_000)
+    ap.add_argument("--planted", type=int, default=200)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--peer-repeats", type=int, default=1)
+    ap.add_argument("--skip-peer", action="store_true")
+    ap.add_argument("--stream-docs", type=int, default=200_000, help="0 skips the streaming run")
+    ap.add_argument("--stream-words", type=int, default=1000)
+    ap.add_argument("--stream-file", default="")
+    ap.add_argument("--memory-limit-mb", type=int, default=1024)
+    args = ap.parse_args()
+    if args.role == "peer":
+        print(json.dumps(run_peer(args)))
+        return
+    if args.role == "ours":
+        print(json.dumps(run_ours(args)))
+        return
+    if args.role == "stream":
+        print(json.dumps(run_stream(args)))
+        return
+    print(f"data: {args.evals} eval prompts (20-80 words), {args.docs} documents of 1,000 words, "
+          f"{args.planted} documents quoting an eval prompt inside them (seed {SEED})")
+    ours = _sub(sys.executable, "ours", args)
+    med_first, med_rerun = statistics.median(ours["first"]), statistics.median(ours["rerun"])
+    print(f"assay.decontam: end to end incl. index build {med_first:.2f}s (median of {len(ours['first'])}: "
+          f"{', '.join(f'{x:.2f}' for x in ours['first'])}); rerun reusing the saved index {med_rerun:.2f}s "
+          f"({', '.join(f'{x:.2f}' for x in ours['rerun'])}); recall on embedded copies "
+          f"{min(ours['recall']):.0%}, false positives {ours['false_positives']}; peak RSS {ours['peak_rss_mb']:.0f} MB")
+    print(f"  first run split: {ours['first_split']}; rerun split: {ours['rerun_split']}")
+    if not args.skip_peer:
+        peer = _sub(PEER_PYTHON, "peer", args)
+        med_peer = statistics.median(peer["seconds"])
+        print(f"whileai.decontaminate (default n=8, overlap=0.8): {med_peer:.2f}s (median of {len(peer['seconds'])}); "
+              f"caught {peer['caught']} of {peer['planted']} embedded copies; peak RSS {peer['peak_rss_mb']:.0f} MB")
+        print(f"ratio end to end: {med_peer / med_first:.1f}x faster; rerun with the saved index: "
+              f"{med_peer / med_rerun:.1f}x faster")
+    if args.stream_docs:
+        with tempfile.TemporaryDirectory(prefix="assay-stream-data-") as tmp:
+            path = Path(args.stream_file) if args.stream_file else Path(tmp) / "stream.jsonl"
+            if not path.exists():
+                t0 = time.perf_counter()
+                write_stream_file(path, args.stream_docs, args.stream_words)
+                print(f"wrote {args.stream_docs} documents ({path.stat().st_size / 2**20:.0f} MB) in "
+                      f"{time.perf_counter() - t0:.0f}s")
+            s = _sub(sys.executable, "stream", args, ["--stream-file", str(path)])
+            print(f"streaming index build: {s['docs']} documents, {s['tokens']:,} tokens, {s['entries']:,} entries "
+                  f"in {s['seconds']:.1f}s = {s['docs_per_s']:,.0f} docs/s, {s['tokens_per_s'] / 1e6:.1f}M tokens/s; "
+                  f"peak RSS {s['peak_rss_mb']:.0f} MB (memory_limit {args.memory_limit_mb} MB, spilled: {s['spilled']})")
+
+
+if __name__ == "__main__":
+    main()
