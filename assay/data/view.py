@@ -65,9 +65,9 @@ STEP_FIELDS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
 #: Computed fields a ``where`` step may name besides dotted attribute paths (``chosen.text``,
 #: ``meta.domain``, ``lineage.ops``).
 COMPUTED_FIELDS: dict[str, Callable[[Any], Any]] = {
-    "seed_id": lambda it: it.lineage.seed_id,
-    "builder_id": lambda it: it.lineage.builder_id,
-    "n_ops": lambda it: len(it.lineage.ops),
+    "seed_id": operator.attrgetter("_seed"),
+    "builder_id": operator.attrgetter("_builder"),
+    "n_ops": lambda it: len(it._ops),
     "content_hash": lambda it: it.lineage.content_hash,
     "prompt_text": lambda it: it.prompt_text,
     "kind": lambda it: it.kind,
@@ -164,6 +164,17 @@ def apply_derivation(view: DataView, steps: Any) -> DataView:
         else:
             view = view.collapse_duplicates(warn=False)[0]
     return view
+
+
+def _fast_getter(field: str) -> Callable[[Any], Any] | None:
+    if field in COMPUTED_FIELDS:
+        return COMPUTED_FIELDS[field]
+    if "." not in field and not field.startswith("_"):
+        return operator.attrgetter(field)
+    if field.startswith("meta.") and field.count(".") == 1:
+        key = field[5:]
+        return lambda it: it.meta[key]
+    return None
 
 
 def _resolve(item: Any, field: str, index: int) -> Any:
@@ -363,19 +374,33 @@ class DataView:
         value = list(value) if isinstance(value, tuple) else value
         step = validate_steps([{"op": "where", "field": field, "cmp": cmp, "value": value}])[0]
         fn = WHERE_OPS[cmp]  # type: ignore[index]
-        keep = []
-        for i, it in enumerate(self._items):
-            got = _resolve(it, field, i)
-            if isinstance(got, tuple):
-                got = list(got)
+        keep = None
+        getter = _fast_getter(field)
+        if getter is not None:
+            # Fast pass; any surprise (missing field, odd type) falls back to the careful loop,
+            # which names the item and the problem.
             try:
-                ok = fn(got, value)
-            except TypeError:
-                raise DataError(
-                    f"where: cannot compare item {i}'s {field} ({got!r:.40}) {cmp} {value!r:.40}"
-                ) from None
-            if ok:
-                keep.append(i)
+                vals = [getter(it) for it in self._items]
+                if cmp == "==" and isinstance(value, (str, int, float)):
+                    keep = [i for i, g in enumerate(vals) if g == value]
+                elif not any(isinstance(g, tuple) for g in vals):
+                    keep = [i for i, g in enumerate(vals) if fn(g, value)]
+            except Exception:
+                keep = None
+        if keep is None:
+            keep = []
+            for i, it in enumerate(self._items):
+                got = _resolve(it, field, i)
+                if isinstance(got, tuple):
+                    got = list(got)
+                try:
+                    ok = fn(got, value)
+                except TypeError:
+                    raise DataError(
+                        f"where: cannot compare item {i}'s {field} ({got!r:.40}) {cmp} {value!r:.40}"
+                    ) from None
+                if ok:
+                    keep.append(i)
         items, w = self._take(keep)
         return DataView._derived(self, items, w, step)
 
@@ -449,19 +474,18 @@ class DataView:
         acc: list[float] = []
         seeds: dict[int, set[str]] = {}
         base = self._weights
-        for i, it in enumerate(self._items):
-            ch = it.lineage.content_hash
+        its = self._items
+        for i, ch in enumerate([it.content_hash for it in its]):
             j = first.get(ch)
-            wi = 1 if base is None else base[i]
             if j is None:
                 first[ch] = len(order)
                 order.append(i)
-                acc.append(wi)
+                acc.append(1 if base is None else base[i])
             else:
-                acc[j] += wi
-                if it.lineage.seed_id != self._items[order[j]].lineage.seed_id:
-                    seeds.setdefault(j, {self._items[order[j]].lineage.seed_id}).add(
-                        it.lineage.seed_id)
+                acc[j] += 1 if base is None else base[i]
+                s0 = its[order[j]]._seed
+                if its[i]._seed != s0:
+                    seeds.setdefault(j, {s0}).add(its[i]._seed)
         merged = len(self._items) - len(order)
         if warn and merged:
             msg = f"collapse_duplicates merged {merged} duplicate items into {len(order)} unique"
