@@ -286,9 +286,11 @@ def read_report(run_dir: str | os.PathLike[str]) -> str:
 # ------------------------------------------------------------------------------- night over night
 
 
-def previous_run(root: str | os.PathLike[str], before: str, spec_checksum: str) -> Path | None:
+def previous_run(root: str | os.PathLike[str], before: str, spec_definition: str) -> Path | None:
     """The latest run directory under ``root`` named before ``before`` (ISO dates sort) whose
-    run.json has the same spec checksum; None on the first night or after a spec change."""
+    run.json has the same spec definition (``StudySpec.definition_checksum``: the data files
+    may change from night to night, how they are graded and measured may not); None on the
+    first night or after a spec change."""
     root = Path(root)
     if not root.is_dir():
         return None
@@ -297,7 +299,7 @@ def previous_run(root: str | os.PathLike[str], before: str, spec_checksum: str) 
             info = json.loads((d / "run.json").read_text())
         except (FileNotFoundError, json.JSONDecodeError):
             continue
-        if info.get("spec_checksum") == spec_checksum and (d / "report.md").is_file():
+        if info.get("spec_definition") == spec_definition and (d / "report.md").is_file():
             return d
     return None
 

@@ -373,6 +373,12 @@ class StudySpec(_Model):
         """``spec:<hex>`` over :meth:`results_content` (reads the files it names)."""
         return content_hash(self.results_content(), "spec")
 
+    def definition_checksum(self) -> str:
+        """``specdef:<hex>``: like :meth:`checksum` but with the files' paths instead of their
+        contents, so a nightly spec whose model outputs change every night keeps its identity
+        while any change to how they are graded or measured breaks it."""
+        return content_hash(self.model_dump(mode="json", exclude=set(NON_RESULT_FIELDS)), "specdef")
+
     def to_yaml(self) -> str:
         """The spec as YAML (defaults included), loadable by :func:`parse_spec`."""
         doc = self.model_dump(mode="json")

@@ -48,7 +48,7 @@ def nightly(specs: list[str], root: str = "runs/nightly", night: str | None = No
         base = Path(root) / spec.name
         out = base / night
         info = study(spec=path, output=str(out), store_root=store_root)
-        prev = previous_run(base, night, info["spec_checksum"])
+        prev = previous_run(base, night, info["spec_definition"])
         comparisons = compare_nights(str(prev), str(out)) if prev else []
         md = nightly_markdown(spec.name, night, prev, comparisons)
         doc = {"night": night, "previous": prev.name if prev else None,

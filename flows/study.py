@@ -56,6 +56,7 @@ def finish_run(store: Store, spec: Any, run: stages.StudyRun, out: Path) -> dict
     files = stages.report_files(store, run.report)
     rows = {name: stages.concat_rows(store, parts) for name, parts in run.graded.items()}
     info = {"study": spec.name, "spec_checksum": run.spec_checksum,
+            "spec_definition": spec.definition_checksum(),
             "cached": run.cached_stages, "computed": run.computed_stages,
             "store": str(store.root.resolve()), "files": sorted(files)}
     write_run_dir(out, files, rows, info)

@@ -132,6 +132,14 @@ def test_checksum_changes_with_everything_that_changes_results(tmp_path: Path) -
     (tmp_path / "data.jsonl").rename(sub / "moved.jsonl")
     p.write_text(BASE.replace("path: data.jsonl", "path: sub/moved.jsonl"))
     assert load_spec(p).checksum() == edited
+    # The definition checksum (a nightly study's identity) ignores the data's content, not how
+    # it is graded or measured.
+    definition = load_spec(p).definition_checksum()
+    (sub / "moved.jsonl").write_text('{"id": "1", "q": "2+2?", "a": "4", "gold": "4"}\n')
+    assert load_spec(p).definition_checksum() == definition
+    assert load_spec(p).checksum() != edited
+    p.write_text(BASE.replace("path: data.jsonl", "path: sub/moved.jsonl").replace("stop: 3", "stop: 4"))
+    assert load_spec(p).definition_checksum() != definition
 
 
 def test_relative_paths_resolve_from_spec_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,0 +1,67 @@
+"""The nightly flow: night-over-night comparison flags a real regression and nothing else."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+SPEC = """
+name: nightly-demo
+sources:
+  - name: model
+    kind: file
+    path: answers.jsonl
+    fields: {prompt: q, completion: c, task_id: id, reward: r}
+measure:
+  pass_at: {k: 1}
+"""
+
+
+def write_night(tmp: Path, pass_rate_of: callable) -> Path:
+    with open(tmp / "answers.jsonl", "w") as f:
+        for i in range(40):
+            for j in range(4):
+                f.write(json.dumps({"id": f"t{i}", "q": f"question {i}", "c": f"answer {j}",
+                                    "r": int(pass_rate_of(i, j))}) + "\n")
+    p = tmp / "spec.yaml"
+    p.write_text(SPEC)
+    return p
+
+
+def test_nightly_flags_regression_against_previous_night(prefect_server: str, tmp_path: Path) -> None:
+    from flows.nightly import nightly
+
+    root, store = tmp_path / "nights", str(tmp_path / "store")
+    good = lambda i, j: (i + j) % 5 != 0  # noqa: E731  ~80% pass
+    spec = write_night(tmp_path, good)
+    first = nightly(specs=[str(spec)], root=str(root), night="2026-11-01", store_root=store)
+    assert first["regressions"] == [] and first["studies"]["nightly-demo"]["previous"] is None
+    # Same data the next night: compared, no regression.
+    second = nightly(specs=[str(spec)], root=str(root), night="2026-11-02", store_root=store)
+    assert second["studies"]["nightly-demo"]["previous"] == "2026-11-01"
+    assert second["regressions"] == []
+    # The model breaks on most tasks: flagged.
+    write_night(tmp_path, lambda i, j: good(i, j) and i % 3 == 0)
+    third = nightly(specs=[str(spec)], root=str(root), night="2026-11-03", store_root=store)
+    assert third["studies"]["nightly-demo"]["previous"] == "2026-11-02"
+    assert third["regressions"] == ["nightly-demo/model"]
+    md = (root / "nightly-demo" / "2026-11-03" / "nightly.md").read_text()
+    assert "REGRESSION" in md and "2026-11-02" in md
+    doc = json.loads((root / "nightly-demo" / "2026-11-03" / "nightly.json").read_text())
+    assert doc["regressions"] == ["model"] and doc["comparisons"][0]["verdicts"]
+    assert (root / "nightly-demo" / "2026-11-03" / "report.md").is_file()
+
+
+def test_deployment_definition_offline() -> None:
+    """deployments/prefect.yaml names the nightly flow, a cron with a timezone, concurrency 1
+    and a process work pool; the flow's parameter schema accepts the listed parameters."""
+    import yaml
+
+    root = Path(__file__).resolve().parents[1]
+    cfg = yaml.safe_load((root / "deployments" / "prefect.yaml").read_text())
+    (dep,) = cfg["deployments"]
+    assert dep["entrypoint"] == "flows/nightly.py:nightly"
+    assert dep["schedules"][0]["cron"] and dep["schedules"][0]["timezone"]
+    assert dep["concurrency_limit"] == 1 and dep["work_pool"]["name"]
+    for spec in dep["parameters"]["specs"]:
+        assert (root / spec).is_file()
