@@ -10,6 +10,8 @@ import warnings
 import numpy as np
 import pyarrow as pa
 import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
 
 from assay.data import (
     DataView,
@@ -54,6 +56,21 @@ def test_checksum_equals_reference_content_hash_of_records():
                     for i in range(4100)])
     assert big.checksum() == content_hash([it.__assay_record__() for it in big], "ds")
     assert DataView([]).checksum() == content_hash([], "ds")
+
+
+@settings(max_examples=150, deadline=None, database=None)
+@given(st.lists(st.tuples(st.text(min_size=1), st.text(min_size=1), st.text(min_size=1),
+                          st.text(min_size=1)), min_size=1, max_size=4))
+def test_fast_paths_agree_with_the_canonical_hash_for_any_text(rows):
+    items = []
+    for k, (p, c, r, a) in enumerate(rows):
+        assume(p.strip() and c.strip() and r.strip() and a.strip())
+        assume(unicodedata.normalize("NFC", c) != unicodedata.normalize("NFC", r))
+        items.append(make_pair(p, c, r, a, seed_id=f"s{k}", builder_id="h"))
+    v = DataView(items)
+    assert v.checksum() == content_hash([it.__assay_record__() for it in items], "ds")
+    for it in items:
+        assert it.content_hash == content_hash(it.__assay_content__(), "ch")
 
 
 def test_checksum_is_stable_and_sensitive():
@@ -276,6 +293,10 @@ def test_view_effective_n_counts_seeds_not_clones():
     assert v.effective_n("kish_rows") == pytest.approx(41**2 / (40**2 + 1))
     rep = v.effective_n_report()
     assert rep.seeds == 2 and rep.rows == 41 and "2 independent seeds" in str(rep)
+    assert v.effective_n("prompts") == 2.0 and rep.prompts == 2.0
+    shared = DataView([make_pair("Same prompt", "a", f"b{k}", f"axis{k}", seed_id=f"m{k}",
+                                 builder_id="h") for k in range(4)])
+    assert shared.effective_n() == 4.0 and shared.effective_n("prompts") == 1.0
     assert rep.to_dict()["kish_rows"] == pytest.approx(rep.kish_rows)
 
 

@@ -33,6 +33,7 @@ from assay.data.items import (
     Response,
     _dumps,
     _Item,
+    _nfc,
     item_from_dict,
 )
 from assay.data.lineage import Lineage
@@ -212,9 +213,11 @@ class EffectiveN(Result):
     design: float
     icc: float
     weighted: float
+    prompts: float
 
     def __str__(self) -> str:
-        return (f"effective n: {self.seeds:g} independent seeds, {self.rows:g} rows; "
+        return (f"effective n: {self.seeds:g} independent seeds ({self.prompts:g} prompts), "
+                f"{self.rows:g} rows; "
                 f"row-weighted Kish {self.kish_rows:.2f}, design (icc={self.icc:g}) "
                 f"{self.design:.2f}, weighted ESS {self.weighted:.2f}")
 
@@ -507,10 +510,13 @@ class DataView:
     def effective_n(self, kind: str = "seeds", *, icc: float = 1.0) -> float:
         """Effective sample size by name; default: the number of independent seeds.
 
-        ``kind`` is one of ``seeds``, ``kish_rows``, ``design``, ``weighted``, ``rows``; the
-        formulas are in :func:`assay.data.lineage.effective_n`. ``weighted`` uses ``weights``
-        (equal weights when the view has none).
+        ``kind`` is one of ``seeds``, ``kish_rows``, ``design``, ``weighted``, ``rows`` (formulas
+        in :func:`assay.data.lineage.effective_n`) or ``prompts``: the number of distinct prompt
+        texts (after NFC), the unit when several seeds share a prompt (the matched block).
+        ``weighted`` uses ``weights`` (equal weights when the view has none).
         """
+        if kind == "prompts":
+            return float(len({_nfc(it.prompt_text) for it in self._items}))
         w = None
         if kind == "weighted":
             w = self._weights if self._weights is not None else np.ones(len(self))
@@ -525,6 +531,7 @@ class DataView:
             kish_rows=_effective_n(s, kind="kish_rows"),
             design=_effective_n(s, kind="design", icc=icc), icc=icc,
             weighted=_effective_n(s, kind="weighted", weights=w) if len(s) else 0.0,
+            prompts=self.effective_n("prompts"),
         )
 
     def checksum(self) -> str:
