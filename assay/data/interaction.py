@@ -19,7 +19,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from scipy import stats
 
 from assay.data.items import Quadruple
 from assay.errors import DataError
@@ -50,6 +49,8 @@ class InteractionResult(Result):
 
 
 def _cluster_t(values: np.ndarray, clusters: Sequence[str], name: str, level: float) -> Estimate:
+    from scipy import stats  # lazy: scipy.stats costs ~1 s to import
+
     # Average within seed, then a Student t interval over the k seed means (df = k - 1):
     # the seed is the independent unit (clones and mutations of one seed are not).
     order: dict[str, list[float]] = {}

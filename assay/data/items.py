@@ -1,6 +1,6 @@
 """Typed, immutable preference items: Response, Prompt, Pair, Quadruple, Tournament, Trajectory.
 
-Every item validates itself at construction and stamps its lineage with a content hash.
+Every item validates itself at construction; its content hash is computed once, on first use.
 
 Payload vs record: an item's *payload* (``__assay_content__()``) is what is scored: prompt and
 response texts with their spans and meta, the axis / factors / edges. Its ``content_hash``

@@ -30,7 +30,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from scipy import stats
 
 from assay.data.cards import DatasetCard, data_checksum, load_dataset
 from assay.data.items import Lineage, Quadruple, make_pair
@@ -251,6 +250,8 @@ class LengthBaselineResult(Result):
 
 
 def _wilson(p: float, n: int, level: float) -> tuple[float, float]:
+    from scipy import stats  # lazy: scipy.stats costs ~1 s to import
+
     z = float(stats.norm.ppf(0.5 + level / 2))
     den = 1 + z * z / n
     centre = (p + z * z / (2 * n)) / den
