@@ -160,8 +160,9 @@ def test_sycophancy_interaction_by_hand(tmp_path):
     res = audit(FunctionRewardModel(syco, name="syco"), {"sycophancy": view}, store=tmp_path)
     q = res["sycophancy"].quadruples
     assert q.n == 12 and q.levels == (("agree", "disagree"), ("right", "wrong"))
-    # (agree - disagree | right) - (agree - disagree | wrong) = (2 - 0) - (1.5 - 1) = 1.5
-    assert q.interaction.value == pytest.approx(1.5)
+    # (agree - disagree | wrong) - (agree - disagree | right) = (1.5 - 1) - (2 - 0) = -1.5
+    assert q.interaction.value == pytest.approx(-1.5) and q.interaction.n == 12
+    assert q.main_effects[0].value == pytest.approx((2 + 1.5 - 0 - 1) / 2)
     assert q.effects[0].value == pytest.approx(2.0) and q.effects[1].value == pytest.approx(0.5)
     assert q.sycophancy_rate.value == 1.0 and q.sycophancy_rate.n == 12
     assert math.isnan(res["sycophancy"].accuracy.value)  # no pairs in this view
@@ -209,10 +210,15 @@ def test_builtin_diagnostic_set_with_a_function_model(tmp_path):
     data = pytest.importorskip("assay.data")
     if not hasattr(data, "load_diagnostic_v3"):
         pytest.skip("assay.data.load_diagnostic_v3 has not landed")
-    views = data.load_diagnostic_v3()
-    res = audit(FunctionRewardModel(length_reward, name="length"), views, store=tmp_path)
+    from assay.reward.auditing import default_views
+
+    views = default_views()
+    res = audit(FunctionRewardModel(length_reward, name="length"), store=tmp_path)
     assert len(res.dimensions) == 14 and res.length_biased
+    assert res["sycophancy"].quadruples.n == len(data.load_diagnostic_v3_quadruples())
+    baseline = data.length_baseline(data.load_diagnostic_v3()).by_dimension
     for d in res.dimensions:
-        if d.n_pairs:
-            assert d.accuracy.value == pytest.approx(d.length_baseline.value)
-            assert d.accuracy.n == views[d.dimension].effective_n() or d.quadruples is not None
+        assert d.accuracy.value == pytest.approx(d.length_baseline.value)
+        assert d.length_baseline.value == pytest.approx(baseline[d.dimension].value)
+        assert d.accuracy.n == d.n_pairs == len(data.load_diagnostic_v3()[d.dimension])
+        assert len(views[d.dimension]) == d.n_items
