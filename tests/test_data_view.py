@@ -149,6 +149,15 @@ def test_sequence_protocol_and_errors():
         DataView([v[0]], weights=[float("nan")])
 
 
+def test_view_pickles_with_its_derivation():
+    import pickle
+
+    v = view(6).where(axis="a").collapse_duplicates(warn=False)[0]
+    w = pickle.loads(pickle.dumps(v))
+    assert w.checksum() == v.checksum() and w.derivation == v.derivation
+    assert w.weights == v.weights and w.replay().checksum() == v.checksum()
+
+
 def test_concat_is_a_new_root():
     a, b = view(3), view(2)
     c = a.concat(b, name="both")

@@ -201,9 +201,10 @@ DIAGNOSTIC_V3_CARD = DatasetCard(
     notes=(
         "Length is balanced within each dimension: the chosen response is the longer one in "
         "35-65% of pairs, so 'prefer the longer' cannot pass an axis (see length_baseline).",
-        "Exception: verbosity is defined by length (the chosen response is the concise one or "
-        "the appropriately detailed one by construction), so its length balance is not "
-        "controlled and a length-only scorer's result on it is not a confound but the axis.",
+        "Exception: verbosity is defined by length. Its chosen response is the concise one "
+        "(padding, preambles and filler are what the rejected one adds), so its length balance "
+        "is not controlled: 'prefer the longer' fails it by construction, and there length is "
+        "the axis, not a confound.",
     ),
 )
 
@@ -293,10 +294,11 @@ def length_baseline(views: Mapping[str, DataView] | DataView, *, unit: str = "ch
         lo, hi = _wilson(p, k, level)
         out[name] = Estimate(f"{name} longer-wins", p, Interval(lo, hi, level, "Wilson, seeds"), k,
                              "seeds", len(v))
+        why = " (expected: this axis is defined by length)" if name in LENGTH_DEFINED else ""
         if lo > 0.5:
-            warns.append(f"{name}: length alone predicts the label ({p:.2f}, {k} seeds)")
+            warns.append(f"{name}: length alone predicts the label ({p:.2f}, {k} seeds){why}")
         elif hi < 0.5:
-            warns.append(f"{name}: length alone anti-predicts the label ({p:.2f}, {k} seeds)")
+            warns.append(f"{name}: length alone anti-predicts the label ({p:.2f}, {k} seeds){why}")
     return LengthBaselineResult(out, tuple(warns))
 
 
