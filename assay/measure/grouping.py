@@ -69,7 +69,13 @@ def _markers_of(col: pa.ChunkedArray, n: int) -> dict[str, np.ndarray]:
         return {}
     keys = arr.keys.slice(lo, hi - lo)
     values = arr.items.slice(lo, hi - lo).to_numpy(zero_copy_only=False).astype(np.float64, copy=False)
-    row_of = np.repeat(np.arange(n), np.diff(offsets))
+    lengths = np.diff(offsets)
+    if len(keys) == n and np.all(lengths == 1):
+        # One marker per row: often the same name on every row, then no scatter is needed.
+        uniq = pc.unique(keys)
+        if len(uniq) == 1:
+            return {uniq[0].as_py(): values}
+    row_of = np.repeat(np.arange(n), lengths)
     key_codes = keys.dictionary_encode()
     names = key_codes.dictionary.to_pylist()
     idx = key_codes.indices.to_numpy()
@@ -117,14 +123,17 @@ def read_frame(data: Any, *, argument: str = "rows", weights: Any = None) -> Fra
     return frame_of_table(table, argument=argument, weights=weights)
 
 
-def frame_of_table(table: pa.Table, *, argument: str = "rows", weights: Any = None) -> Frame:
-    """Columns of an already validated canonical table (see :func:`read_frame`)."""
+def frame_of_table(table: pa.Table, *, argument: str = "rows", weights: Any = None,
+                   codes: np.ndarray | None = None, task_ids: np.ndarray | None = None) -> Frame:
+    """Columns of an already validated canonical table (see :func:`read_frame`); ``codes`` and
+    ``task_ids`` when the task coding is shared with other tables (:func:`read_runs`)."""
     n = table.num_rows
     if n == 0:
         raise MeasureError(f"{argument}: no rows")
-    enc = table.column("task_id").combine_chunks().dictionary_encode()
-    codes = enc.indices.to_numpy().astype(np.int64, copy=False)
-    task_ids = np.asarray(enc.dictionary.to_pylist(), dtype=object)
+    if codes is None or task_ids is None:
+        enc = table.column("task_id").combine_chunks().dictionary_encode()
+        codes = enc.indices.to_numpy().astype(np.int64, copy=False)
+        task_ids = np.asarray(enc.dictionary.to_pylist(), dtype=object)
     reward_col = table.column("reward")
     if reward_col.null_count == n:
         raise MeasureError(
@@ -151,10 +160,9 @@ def read_runs(runs: Sequence[Any], *, argument: str = "runs") -> tuple[list[Fram
     task_ids = np.asarray(enc.dictionary.to_pylist(), dtype=object)
     frames, start = [], 0
     for i, t in enumerate(tables):
-        f = frame_of_table(t, argument=f"{argument}[{i}]")
         codes = all_codes[start:start + t.num_rows]
         start += t.num_rows
-        frames.append(Frame(f.table, codes, task_ids, f.reward, f.weight, f.markers))
+        frames.append(frame_of_table(t, argument=f"{argument}[{i}]", codes=codes, task_ids=task_ids))
     return frames, task_ids
 
 

@@ -138,6 +138,26 @@ def _leaks(table: pa.Table, idx: np.ndarray) -> np.ndarray:
     return out
 
 
+def _normalize_ws(texts: pa.ChunkedArray | pa.Array) -> pa.Array:
+    """Trim, and collapse whitespace runs to one space. The regex runs only on the rows that
+    need it (found by fast literal searches for RE2's \\s characters beyond a single space)."""
+    t = pc.utf8_trim_whitespace(texts)
+    t = t.combine_chunks() if isinstance(t, pa.ChunkedArray) else t
+    need = None
+    for lit in ("  ", "\t", "\n", "\r", "\f"):
+        m = pc.match_substring(t, lit)
+        need = m if need is None else pc.or_(need, m)
+    rows = np.flatnonzero(pc.fill_null(need, False).to_numpy(zero_copy_only=False))
+    if len(rows) == 0:
+        return t
+    fixed = pc.replace_substring_regex(t.take(pa.array(rows)), r"\s+", " ")
+    # Splice the fixed rows back with one take over [original; fixed].
+    combined = pa.concat_arrays([t, fixed])
+    index = np.arange(len(t))
+    index[rows] = len(t) + np.arange(len(rows))
+    return combined.take(pa.array(index))
+
+
 def _cut_off(table: pa.Table, idx: np.ndarray, markers: dict[str, np.ndarray]) -> np.ndarray:
     take = pa.array(idx)
     meta = table.column("judge_meta").take(take)
@@ -223,9 +243,8 @@ def select(rows: Any, mode: str = "rl", band: tuple[float, float] = (0.2, 0.8)) 
         idx2 = np.flatnonzero(keep)
         dup = np.zeros(n, dtype=bool)
         if len(idx2):
-            norm = pc.replace_substring_regex(pc.utf8_trim_whitespace(table.column("final_text").take(pa.array(idx2))),
-                                              r"\s+", " ")
-            tcodes = norm.combine_chunks().dictionary_encode().indices.to_numpy(zero_copy_only=False).astype(np.int64)
+            norm = _normalize_ws(table.column("final_text").take(pa.array(idx2)))
+            tcodes = norm.dictionary_encode().indices.to_numpy(zero_copy_only=False).astype(np.int64)
             key = codes[idx2] * (int(tcodes.max()) + 1) + tcodes
             _, first = np.unique(key, return_index=True)
             is_dup = np.ones(len(idx2), dtype=bool)

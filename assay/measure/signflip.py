@@ -13,6 +13,7 @@ How the null distribution is computed:
 - *lattice*: when ``d_i * L`` are integers (pass rates with k samples per task: L = k), the
   distribution of ``sum(eps_i * a_i)`` is exact: its characteristic function is
   ``prod_i cos(theta * a_i)``, inverted by FFT; batched over many samples for simulation.
+  Used up to 20,000 non-zero differences.
 - *enumeration*: up to 20 non-zero differences, every sign pattern.
 - *Monte Carlo*: up to 2000 non-zero differences, 19,999 random sign patterns (seeded);
   ``p = (1 + hits) / (1 + B)`` is a valid p-value (Phipson & Smyth 2010).
@@ -32,6 +33,7 @@ MAX_ENUMERATE = 20
 MAX_MONTE_CARLO = 2000
 MONTE_CARLO_DRAWS = 19_999
 MAX_FFT = 1 << 22
+MAX_EXACT_LATTICE = 20_000  # beyond, the normal limit is exact to many digits and far cheaper
 
 
 @dataclass(frozen=True)
@@ -126,7 +128,7 @@ def signflip_test(d: np.ndarray, *, lattice: int | None = None, seed: int = 0) -
     minp = min_attainable_p(m)
     if m == 0:
         return SignFlip(1.0, "exact (all differences zero)", 0, 1.0)
-    a = _lattice_scale(nz, lattice)
+    a = _lattice_scale(nz, lattice) if m <= MAX_EXACT_LATTICE else None
     if a is not None:
         return SignFlip(float(lattice_pvalues(a[None, :])[0]), "exact sign-flip (lattice)", m, minp)
     obs = abs(nz.sum())

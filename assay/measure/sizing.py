@@ -7,7 +7,7 @@ The per-task difference ``d_i`` has standard deviation ``sigma``; read, best fir
 alone (within-task sampling variance, ``sigma^2 = (E[p(1-p)] + E[q(1-q)]) / k`` with
 ``q = p + effect``, i.e. the effect shifts every task alike), or from the binomial model at
 ``base``. The normal-limit power of the sign-flip test,
-``Phi((sqrt(n) |mu| - z sqrt(sigma^2 + mu^2)) / sigma)``, gives a first n; below 300 tasks the
+``Phi((sqrt(n) |mu| - z sqrt(sigma^2 + mu^2)) / sigma)``, gives a first n; below 100 tasks the
 n is then checked by simulating the exact test itself on binomial data (tasks' true rates from a
 Beta fitted to the pilot by moments, k samples per arm, the effect a uniform shift; seeded) and the
 simulated n is used; with a paired pilot the larger of the two, as its measured sd may carry an
@@ -26,7 +26,7 @@ from assay.measure.grouping import read_frame, read_runs, task_stats
 from assay.measure.signflip import lattice_pvalues, min_attainable_p, tasks_for_power
 from assay.results import Result
 
-SIMULATE_BELOW = 300
+SIMULATE_BELOW = 100
 SIM_REPS = 2000
 
 
