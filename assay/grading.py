@@ -6,6 +6,7 @@ hard per-row deadline; verifiers with ``grade_batch`` (CodeExec) run their own s
 
 from __future__ import annotations
 
+import gc
 import math
 import multiprocessing
 import os
@@ -185,7 +186,14 @@ def _run_pool(judge: Judge, rows: list[Mapping[str, Any]], workers: int, hard_ti
             slot.conn.send([(i, rows[i]) for i in idx])
 
     try:
-        slots = [_Slot(ctx, judge) for _ in range(workers)]
+        # Freeze the parent's objects into the permanent generation while forking, so the
+        # workers' garbage collector never touches (and copy-on-write copies) inherited pages.
+        gc.collect()
+        gc.freeze()
+        try:
+            slots = [_Slot(ctx, judge) for _ in range(workers)]
+        finally:
+            gc.unfreeze()
         for s in slots:
             feed(s)
         while any(s.pending for s in slots):

@@ -56,6 +56,13 @@ class Verifier:
         needs_reference: rows without ``privileged.reference`` get status ``no_reference``.
         parallel: hint for :func:`assay.grade`: worth running in worker processes (CPU-bound or
             needs a working timeout).
+
+    Optional hooks :func:`assay.grade` uses when present:
+        hard_timeout: seconds one row may take in a worker process before the worker is killed
+            and the row gets ``timeout`` (default 60).
+        grade_batch(rows, workers=None): verdicts for many dict rows at once, each in any form
+            ``check`` may return; for verifiers that manage their own parallelism (CodeExec's
+            sandbox pool, combinators).
     """
 
     name: str = "verifier"

@@ -204,3 +204,21 @@ def test_sandbox_pool_direct():
     with SandboxPool(2) as pool:
         out = pool.run([job("assert 1 + 1 == 2"), job("assert 1 + 1 == 3"), job("import os; os._exit(0)")])
     assert [r["status"] for r in out] == ["passed", "failed", "failed"]
+
+
+def test_cleanup_without_a_dropped_uid():
+    """The path a non-root caller takes: no throwaway uid, so the fork server's process-group
+    kill and descendant sweep alone must stop fork bombs and sleepers."""
+    progs = [ADVERSARIAL["fork_bomb"], CONTAINED["sleeper_setsid"], CONTAINED["sleeper_popen"],
+             ADVERSARIAL["os_exit_0"], GOOD + "\nassert sq(3) == 9\n"]
+    before = {p.pid for p in psutil.Process().children(recursive=True)}
+    start = time.monotonic()
+    with SandboxPool(2, drop_privileges=False) as pool:
+        assert not pool.isolation["uid_drop"]
+        out = pool.run([job(p, timeout=2.0) for p in progs])
+    assert time.monotonic() - start < 20
+    assert [r["status"] for r in out][1:] == ["passed", "passed", "failed", "passed"]
+    assert out[0]["status"] in ("timeout", "failed", "killed")
+    assert all(r["left_over"] == 0 for r in out)
+    assert not _leaked()
+    assert {p.pid for p in psutil.Process().children(recursive=True)} <= before

@@ -6,8 +6,8 @@ Math (MathEqual, Numeric), text (ExactMatch, MultipleChoice), code (CodeExec) an
 from assay.verify.choice import MultipleChoice, extract_choice
 from assay.verify.code import CodeExec, extract_code
 from assay.verify.combine import All, Any, Weighted
-from assay.verify.math import MathEqual
 from assay.verify.numeric import Numeric, extract_number
+from assay.verify.symbolic import MathEqual
 from assay.verify.text import ExactMatch, normalize
 
 __all__ = [

@@ -60,7 +60,7 @@ class CodeExec(Verifier):
         memory_mb: address-space limit.
         max_procs: processes/threads a candidate may hold (RLIMIT_NPROC of its uid).
         file_mb, max_files: file-size and open-file limits.
-        workers: parallel sandboxes for :func:`assay.grade` (default: one per core).
+        workers: parallel sandboxes for :func:`assay.grade` (default: two per core).
 
     Example:
         >>> v = CodeExec()
@@ -115,7 +115,7 @@ class CodeExec(Verifier):
                                 workers=1)[0]
 
     def grade_batch(self, rows: Sequence[Mapping[str, Any]], workers: int | None = None) -> list[Any]:
-        """Verdicts for many rows, ``workers`` sandboxes in parallel (default: per core)."""
+        """Verdicts for many rows, ``workers`` sandboxes in parallel (default: two per core)."""
         verdicts: list[Any] = [None] * len(rows)
         jobs, where = [], []
         for i, row in enumerate(rows):
@@ -129,8 +129,10 @@ class CodeExec(Verifier):
         if jobs:
             n = workers if workers is not None else self.workers
             if n is None:
+                # two sandboxes per core: each job has serial gaps (fork, pipe round trips,
+                # reaping) in which a core would idle; measured faster than one per core
                 from assay.verify.sandbox import default_workers
-                n = default_workers()
+                n = 2 * default_workers()
             with SandboxPool(min(n, len(jobs)), max_procs=self.max_procs) as pool:
                 replies = pool.run(jobs)
                 isolation = pool.isolation

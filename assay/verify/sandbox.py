@@ -63,13 +63,14 @@ def job(program: str, *, entry_point: str | None = None, test_functions: Sequenc
 class _Server:
     """One fork server process and its pipes."""
 
-    def __init__(self, python: str, isolate: bool, max_procs: int, preload: Sequence[str]):
+    def __init__(self, python: str, isolate: bool, max_procs: int, preload: Sequence[str],
+                 drop_privileges: bool):
         env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "PYTHONHASHSEED": "0"}
         self.proc = subprocess.Popen(
             [python, "-I", "-S", "-B", SERVER_SCRIPT], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL, env=env, cwd="/", close_fds=True, start_new_session=True,
         )
-        uid = 1_000_000 + secrets.randbelow(1_000_000_000)
+        uid = 1_000_000 + secrets.randbelow(1_000_000_000) if drop_privileges else None
         self._send({"isolate": isolate, "uid": uid, "max_procs": max_procs, "preload": list(preload)})
         hello = self._recv(timeout=30.0)
         if not hello or not hello.get("hello"):
@@ -146,16 +147,20 @@ class SandboxPool:
         isolate: try network and mount namespaces (recorded in :attr:`isolation`).
         max_procs: RLIMIT_NPROC for a candidate (processes and threads of its uid).
         preload: modules imported once in each server.
+        drop_privileges: when running as root, run each candidate as a fresh throwaway uid
+            (RLIMIT_NPROC binds, ``kill(-1)`` cleans up atomically, root-owned files are out of
+            reach). False keeps the caller's uid: cleanup then relies on the process group and
+            a sweep of the server's descendants (the path a non-root caller always takes).
     """
 
     def __init__(self, workers: int | None = None, *, python: str | None = None, isolate: bool = True,
-                 max_procs: int = 32, preload: Sequence[str] = PRELOAD):
+                 max_procs: int = 32, preload: Sequence[str] = PRELOAD, drop_privileges: bool = True):
         n = default_workers() if workers is None else workers
         if not isinstance(n, int) or isinstance(n, bool) or n < 1:
             raise VerifierError(f"workers={workers!r}: must be a positive integer or None (one per core)")
         if os.name != "posix" or not hasattr(os, "fork"):
             raise VerifierError("CodeExec needs a POSIX system with fork(); this is " + sys.platform)
-        self._args = (python or sys.executable, isolate, max_procs, tuple(preload))
+        self._args = (python or sys.executable, isolate, max_procs, tuple(preload), drop_privileges)
         self._servers: list[_Server | None] = []
         self._lock = threading.Lock()
         try:

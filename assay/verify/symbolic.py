@@ -43,6 +43,10 @@ class MathEqual(Verifier):
         self.float_rounding = float_rounding
         self.hard_timeout = 3 * timeout + 5
         self.name = name
+        self._gold: dict[str, Any] = {}  # parsed references: k samples of a task share one
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_gold": {}}
 
     def __repr__(self) -> str:
         return f"MathEqual(timeout={self.timeout})"
@@ -59,12 +63,17 @@ class MathEqual(Verifier):
         ref = str(reference)
         if "$" not in ref and "\\boxed" not in ref:
             ref = f"${ref}$"
-        try:
-            gold = parse(ref, parsing_timeout=self.timeout, raise_on_error=True)
-        except TimeoutException:
-            raise TimeoutError(f"math-verify took over {self.timeout}s parsing the reference") from None
-        except Exception as e:
-            return None, f"reference {reference!r:.60} does not parse: {type(e).__name__}"
+        gold = self._gold.get(ref)
+        if gold is None:
+            try:
+                gold = parse(ref, parsing_timeout=self.timeout, raise_on_error=True)
+            except TimeoutException:
+                raise TimeoutError(f"math-verify took over {self.timeout}s parsing the reference") from None
+            except Exception as e:
+                return None, f"reference {reference!r:.60} does not parse: {type(e).__name__}"
+            if len(self._gold) >= 4096:
+                self._gold.clear()
+            self._gold[ref] = gold
         if not gold:
             return None, f"reference {reference!r:.60} is not a math expression math-verify can read"
         try:

@@ -1,0 +1,184 @@
+"""Benchmark: grading throughput of assay's CodeExec, MathEqual and ExactMatch next to whileai's.
+
+Same rows, same machine, same run. Each tool grades each workload once to warm up, then
+``--repeats`` times; the median rows/second is reported with the ratio assay / whileai.
+
+Workloads:
+- CodeExec: HumanEval, every canonical solution plus one broken variant per problem (no
+  infinite loops: a timeout measures the clock, not the grader). whileai gets the same programs
+  as whole files with ``check(entry_point)`` appended to the tests, since it has no HumanEval mode.
+- MathEqual: seeded answers in LaTeX (boxed fractions), plain numbers and prose, half correct.
+- ExactMatch: short seeded strings, half matching.
+
+The peer runs in its own interpreter (/work/peers/bin/python); this file is also its driver
+(``--role peer``), importing only the standard library and whileai there. whileai's MathEqual
+needs math-verify in the peer environment (the same version as assay's).
+
+Usage:
+    .venv/bin/python benchmarks/grading.py               # all three, 3 repeats
+    .venv/bin/python benchmarks/grading.py --only code --repeats 5
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+PEER_PYTHON = "/work/peers/bin/python"
+SEED = 20261130
+TARGETS = {"code": 3.0, "math": 2.0, "exact": None}
+
+
+def workloads(only: list[str], math_rows: int, exact_rows: int, seed: int = SEED) -> dict[str, dict]:
+    """The rows each tool grades: prompts, completions, references (assay and peer forms).
+    Each repeat gets its own seed, so no tool is timed on answers it has already cached."""
+    rng = random.Random(seed)
+    out: dict[str, dict] = {}
+    if "code" in only:
+        from assay.benchmarks import VARIANT_KINDS, broken_variant, humaneval
+
+        prompts, comps, refs, peer_comps, peer_refs = [], [], [], [], []
+        kinds = [k for k in VARIANT_KINDS if k != "infinite_loop"]
+        for i, p in enumerate(humaneval()):
+            variant = None
+            for kind in kinds[i % len(kinds):] + kinds[:i % len(kinds)]:
+                variant = broken_variant(p, kind, seed=seed)
+                if variant is not None:
+                    break
+            for c in (p.canonical_solution, variant):
+                prompts.append(p.prompt)
+                comps.append(c)
+                refs.append(p.reference)
+                peer_comps.append(p.prompt + c)
+                peer_refs.append(p.test + f"\ncheck({p.entry_point})\n")
+        out["code"] = {"prompts": prompts, "completions": comps, "references": refs,
+                       "peer_completions": peer_comps, "peer_references": peer_refs}
+    if "math" in only:
+        prompts, comps, refs = [], [], []
+        for i in range(math_rows):
+            if i % 4 == 0:  # k = 4 samples per problem
+                a, b = rng.randint(1, 999), rng.randint(2, 600)
+            right = rng.random() < 0.5
+            num = a if right else a + rng.randint(1, 5)
+            form = i % 3
+            if form == 0:
+                comps.append(f"We simplify and get $\\boxed{{\\frac{{{num}}}{{{b}}}}}$.")
+            elif form == 1:
+                comps.append(f"The answer is {num / b:.6f}")
+            else:
+                comps.append(f"So x = {num}/{b}, which is the final result.")
+            prompts.append(f"math problem {i // 4}")
+            refs.append(f"\\frac{{{a}}}{{{b}}}")
+        out["math"] = {"prompts": prompts, "completions": comps, "references": refs}
+    if "exact" in only:
+        words = ["alpha", "beta", "gamma", "delta", "Paris", "New York", "-5", "3.14", "forty two"]
+        prompts, comps, refs = [], [], []
+        for i in range(exact_rows):
+            ref = rng.choice(words)
+            comps.append(ref if rng.random() < 0.5 else rng.choice(words) + "!")
+            prompts.append(f"q{i}")
+            refs.append(ref)
+        out["exact"] = {"prompts": prompts, "completions": comps, "references": refs}
+    return out
+
+
+def run_assay(name: str, ws: list[dict], repeats: int) -> tuple[list[float], list]:
+    import assay
+    from assay.verify import CodeExec, ExactMatch, MathEqual
+
+    make = {"code": lambda: CodeExec(timeout=3.0), "math": MathEqual, "exact": ExactMatch}[name]
+    times, rewards = [], []
+    for r in range(repeats + 1):
+        w = ws[r]
+        start = time.perf_counter()
+        rows = assay.rows(w["prompts"], w["completions"], make(), references=w["references"],
+                          task_ids=[f"t{i}" for i in range(len(w["prompts"]))])
+        elapsed = time.perf_counter() - start
+        rewards = [x["reward"] for x in rows]
+        if r:
+            times.append(elapsed)
+    return times, rewards
+
+
+def run_peer(name: str, ws: list[dict], repeats: int) -> tuple[list[float], list]:
+    import whileai as wai
+
+    make = {"code": lambda: wai.verify.CodeExec(timeout=3.0), "math": wai.verify.MathEqual,
+            "exact": wai.verify.ExactMatch}[name]
+    times, rewards = [], []
+    for r in range(repeats + 1):
+        w = ws[r]
+        comps = w.get("peer_completions", w["completions"])
+        refs = w.get("peer_references", w["references"])
+        start = time.perf_counter()
+        rows = wai.rows(w["prompts"], comps, make(), references=refs,
+                        task_ids=[f"t{i}" for i in range(len(w["prompts"]))])
+        elapsed = time.perf_counter() - start
+        rewards = [None if x.get("reward") is None else float(x["reward"]) for x in rows]
+        if r:
+            times.append(elapsed)
+    return times, rewards
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--role", choices=["main", "peer"], default="main")
+    ap.add_argument("--only", default="code,math,exact")
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--math-rows", type=int, default=600)
+    ap.add_argument("--exact-rows", type=int, default=20000)
+    ap.add_argument("--data", help="(peer role) the workload file")
+    args = ap.parse_args()
+    only = [s for s in args.only.split(",") if s]
+    if args.role == "peer":
+        with open(args.data) as f:
+            data = json.load(f)
+        print(json.dumps({n: run_peer(n, w, args.repeats) for n, w in data.items()}))
+        return
+
+    runs = [workloads(only, args.math_rows, args.exact_rows, SEED + r) for r in range(args.repeats + 1)]
+    data = {n: [run[n] for run in runs] for n in runs[0]}
+    cores = len(os.sched_getaffinity(0))
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "work.json")
+        with open(path, "w") as f:
+            json.dump(data, f)
+        peer = None
+        if os.path.exists(PEER_PYTHON):
+            proc = subprocess.run([PEER_PYTHON, __file__, "--role", "peer", "--data", path,
+                                   "--repeats", str(args.repeats)], capture_output=True, text=True)
+            if proc.returncode == 0:
+                peer = json.loads(proc.stdout.strip().splitlines()[-1])
+            else:
+                print("peer failed:", proc.stderr[-2000:], file=sys.stderr)
+    ours = {n: run_assay(n, w, args.repeats) for n, w in data.items()}
+
+    print(f"grading throughput, rows/second (median of {args.repeats} after a warm-up; {cores} cores)")
+    print(f"{'verifier':<11}{'rows':>7}{'assay':>10}{'whileai':>10}{'ratio':>8}{'target':>8}  agreement")
+    for n, ws in data.items():
+        rows = len(ws[-1]["prompts"])
+        a_rate = rows / statistics.median(ours[n][0])
+        if peer and n in peer:
+            p_rate = rows / statistics.median(peer[n][0])
+            agree = sum((x == y) for x, y in zip(ours[n][1], peer[n][1])) / rows
+            ratio = f"{a_rate / p_rate:7.2f}x"
+            p_txt = f"{p_rate:10.1f}"
+            agree_txt = f"{agree:.1%} same rewards"
+        else:
+            ratio, p_txt, agree_txt = "    n/a", "       n/a", "peer unavailable"
+        target = f"{TARGETS[n]:.0f}x" if TARGETS[n] else "-"
+        print(f"{n:<11}{rows:>7}{a_rate:>10.1f}{p_txt}{ratio}{target:>8}  {agree_txt}")
+    print("raw seconds:", json.dumps({n: {"assay": [round(t, 3) for t in ours[n][0]],
+                                          "whileai": [round(t, 3) for t in peer[n][0]] if peer and n in peer else None}
+                                      for n in data}))
+
+
+if __name__ == "__main__":
+    main()
