@@ -54,6 +54,10 @@ class CodeExec(Verifier):
     A candidate that runs past ``timeout`` or is killed by a limit fails (reward 0, ``judge_meta``
     says why); ``judge_status`` is ``error`` only when the sandbox itself failed.
 
+    Candidates run on this interpreter in isolated mode (``-I -S``): the standard library only,
+    no site-packages. ``PYTHONHASHSEED`` is fixed at 0, so a candidate whose result depends on
+    set order behaves the same on every run.
+
     Args:
         tests: tests for every row (str or HumanEval mapping), or None to read the reference.
         timeout: wall-clock seconds per candidate; CPU seconds default to ``timeout + 1``.

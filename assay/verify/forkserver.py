@@ -375,7 +375,10 @@ def _run(job, base, uid_base, seq):
         if wpid == pid:
             status = wstatus
     if status is None:
-        os.kill(pid, signal.SIGKILL)
+        try:  # the whole group at once: a fork bomb's children share it
+            os.killpg(pid, signal.SIGKILL)
+        except OSError:
+            os.kill(pid, signal.SIGKILL)
         _, status = os.waitpid(pid, 0)
     seconds = time.monotonic() - start
     left_over = _cleanup(pid, uid)
