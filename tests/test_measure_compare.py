@@ -148,3 +148,16 @@ def test_metrics_argument_and_lower_is_better():
     assert res["len"].verdict == "better"
     with pytest.raises(MeasureError, match="no marker"):
         compare(before, after, metrics=["missing"])
+
+
+def test_weights_equal_duplicated_rows():
+    rng = np.random.default_rng(8)
+    cb, ca = rng.integers(0, 5, 25), rng.integers(1, 5, 25)
+    before, after = _rows(cb, 4), _rows(ca, 4)
+    # the first row of every task in `after` counted twice, by weight and by duplication
+    w_after = [2.0 if j == 0 else 1.0 for _ in range(25) for j in range(4)]
+    dup_after = after + [r for i, r in enumerate(after) if i % 4 == 0]
+    by_weight = compare(before, after, weights=([1.0] * 100, w_after))
+    by_dup = compare(before, dup_after)
+    assert by_weight["pass@1"].delta.value == pytest.approx(by_dup["pass@1"].delta.value)
+    assert by_weight["pass@1"].p_value == pytest.approx(by_dup["pass@1"].p_value, abs=0.01)

@@ -140,3 +140,21 @@ def test_canonical_arrow_input_is_zero_copy():
     t = as_table(SEED_ROWS, require=())
     assert as_table(t, require=()) .column("reward").chunks[0].buffers()[1].address == \
         t.column("reward").chunks[0].buffers()[1].address
+
+
+def test_decoded_columns_are_cached_per_table_and_released_with_it():
+    import gc
+
+    from assay.measure import grouping
+
+    r = assay.rows([f"q{t}" for t in SCORES], [["x"] * 4] * 4, list(SCORES.values()), task_ids=list(SCORES))
+    first = pass_at(r)
+    key = id(r.table)
+    assert key in grouping._DECODED
+    assert pass_at(r).to_dict() == first.to_dict()
+    dec = grouping._DECODED[key][1]
+    with pytest.raises(ValueError):
+        dec.reward[0] = 0.5  # shared arrays are read-only
+    del r, dec
+    gc.collect()
+    assert key not in grouping._DECODED

@@ -20,7 +20,7 @@ it is never zero width; it is descriptive and the verdict does not read it.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from math import lcm
 from typing import Any
 
@@ -149,7 +149,7 @@ def _split_metric(name: str, markers: set[str]) -> str:
 def _arm_stats(frame: Frame, metric: str, n_tasks: int):
     if metric == "pass@1":
         mask = frame.binary_mask()
-        return task_stats(frame.codes, frame.reward, mask, n_tasks, frame.weight)
+        return task_stats(frame.codes, frame.reward, mask, n_tasks, frame.weight, binary=True)
     vals = frame.markers[metric.removeprefix("marker:")]
     mask = ~np.isnan(vals)
     return task_stats(frame.codes, np.where(mask, vals, 0.0), mask, n_tasks, frame.weight)
@@ -187,8 +187,8 @@ def compare(before: Any, after: Any, *, proxy: str | None = None, metrics: Seque
         wb, wa = (weights, weights) if isinstance(weights, str) else weights
         from assay.measure.grouping import _weights_of
 
-        fb = Frame(fb.table, fb.codes, fb.task_ids, fb.reward, _weights_of(wb, fb.n_rows, fb.markers, "before"), fb.markers)
-        fa = Frame(fa.table, fa.codes, fa.task_ids, fa.reward, _weights_of(wa, fa.n_rows, fa.markers, "after"), fa.markers)
+        fb = replace(fb, weight=_weights_of(wb, fb.n_rows, fb.markers, "before"))
+        fa = replace(fa, weight=_weights_of(wa, fa.n_rows, fa.markers, "after"))
     shared = set(fb.markers) & set(fa.markers)
     if metrics is None:
         names = ["pass@1"] + [f"marker:{m}" for m in sorted(shared)]

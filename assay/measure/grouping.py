@@ -8,6 +8,7 @@ Arrow table that already has the canonical schema (``Rows`` and what ``assay.row
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -17,7 +18,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from assay.errors import MeasureError
-from assay.rows import as_table
+from assay.rows import Rows, as_table
 
 
 @dataclass(frozen=True)
@@ -29,10 +30,11 @@ class Frame:
 
     table: pa.Table
     codes: np.ndarray  # int64 task code per row, 0..n_tasks-1 in first-appearance order
-    task_ids: np.ndarray  # object array: the task id of each code
+    task_ids: pa.Array  # the task id of each code
     reward: np.ndarray  # float64, NaN = unjudged
     weight: np.ndarray | None  # float64 per row, None = every row counts once
     markers: dict[str, np.ndarray]
+    binary: np.ndarray | None = None  # reward is exactly 0 or 1 (computed once)
 
     @property
     def n_rows(self) -> int:
@@ -43,18 +45,16 @@ class Frame:
         return len(self.task_ids)
 
     def binary_mask(self) -> np.ndarray:
+        if self.binary is not None:
+            return self.binary
         r = self.reward
         return (r == 0.0) | (r == 1.0)
 
     def counts(self) -> dict[str, int]:
         """How many rows are binary, partial (strictly between 0 and 1) and unjudged."""
-        unjudged = np.isnan(self.reward)
-        binary = self.binary_mask()
-        return {
-            "binary": int(binary.sum()),
-            "partial": int((~binary & ~unjudged).sum()),
-            "unjudged": int(unjudged.sum()),
-        }
+        n_binary = int(self.binary_mask().sum())
+        unjudged = int(np.isnan(self.reward).sum()) if n_binary < self.n_rows else 0
+        return {"binary": n_binary, "partial": self.n_rows - n_binary - unjudged, "unjudged": unjudged}
 
 
 def _markers_of(col: pa.ChunkedArray, n: int) -> dict[str, np.ndarray]:
@@ -72,9 +72,9 @@ def _markers_of(col: pa.ChunkedArray, n: int) -> dict[str, np.ndarray]:
     lengths = np.diff(offsets)
     if len(keys) == n and np.all(lengths == 1):
         # One marker per row: often the same name on every row, then no scatter is needed.
-        uniq = pc.unique(keys)
-        if len(uniq) == 1:
-            return {uniq[0].as_py(): values}
+        first = keys[0].as_py()
+        if pc.all(pc.equal(keys, first)).as_py():
+            return {first: values}
     row_of = np.repeat(np.arange(n), lengths)
     key_codes = keys.dictionary_encode()
     names = key_codes.dictionary.to_pylist()
@@ -86,6 +86,48 @@ def _markers_of(col: pa.ChunkedArray, n: int) -> dict[str, np.ndarray]:
         col_out[row_of[sel]] = values[sel]
         out[name] = col_out
     return out
+
+
+def _local_codes(col: pa.ChunkedArray | pa.Array) -> tuple[np.ndarray, pa.Array]:
+    """Task code of every row of one column (first-appearance order) and the id of each code.
+
+    Rows usually arrive grouped by task, so only the first id of each run of equal ids is
+    dictionary-encoded; ungrouped rows just have more runs.
+    """
+    a = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+    n = len(a)
+    if n <= 1:
+        return np.zeros(n, dtype=np.int64), a
+    change = pc.not_equal(a.slice(1), a.slice(0, n - 1)).to_numpy(zero_copy_only=False)
+    starts = np.concatenate([[0], np.flatnonzero(change) + 1])
+    enc = a.take(pa.array(starts)).dictionary_encode()
+    run_codes = enc.indices.to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
+    return np.repeat(run_codes, np.diff(np.append(starts, n))), enc.dictionary
+
+
+def task_codes(columns: Sequence[pa.ChunkedArray | pa.Array]) -> tuple[list[np.ndarray], pa.Array]:
+    """Integer task codes for each task_id column, shared across columns, and the id of each code.
+
+    Example:
+        >>> codes, ids = task_codes([pa.array(["a", "a", "b"]), pa.array(["b", "c"])])
+        >>> [c.tolist() for c in codes], ids.to_pylist()
+        ([[0, 0, 1], [1, 2]], ['a', 'b', 'c'])
+    """
+    local = [_local_codes(c) for c in columns]
+    return _unify(local)
+
+
+def _unify(local: Sequence[tuple[np.ndarray, pa.Array]]) -> tuple[list[np.ndarray], pa.Array]:
+    first_ids = local[0][1]
+    if all(ids.equals(first_ids) for _, ids in local[1:]):  # the same tasks in the same order
+        return [c for c, _ in local], first_ids
+    enc = pa.concat_arrays([ids for _, ids in local]).dictionary_encode()
+    shared = enc.indices.to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
+    out, pos = [], 0
+    for c, ids in local:
+        out.append(shared[pos:pos + len(ids)][c])
+        pos += len(ids)
+    return out, enc.dictionary
 
 
 def _weights_of(weights: Any, n: int, markers: dict[str, np.ndarray], argument: str) -> np.ndarray | None:
@@ -120,49 +162,81 @@ def read_frame(data: Any, *, argument: str = "rows", weights: Any = None) -> Fra
         (1, [1.0, 0.0])
     """
     table = as_table(data, require=(), argument=argument)
-    return frame_of_table(table, argument=argument, weights=weights)
+    return frame_of_table(table, argument=argument, weights=weights, key=_cache_key(data))
 
 
-def frame_of_table(table: pa.Table, *, argument: str = "rows", weights: Any = None,
-                   codes: np.ndarray | None = None, task_ids: np.ndarray | None = None) -> Frame:
-    """Columns of an already validated canonical table (see :func:`read_frame`); ``codes`` and
-    ``task_ids`` when the task coding is shared with other tables (:func:`read_runs`)."""
+@dataclass(frozen=True)
+class _Decoded:
+    codes: np.ndarray
+    task_ids: pa.Array
+    reward: np.ndarray
+    binary: np.ndarray
+    markers: dict[str, np.ndarray]
+
+
+# An Arrow table is immutable, so what is decoded from it (task codes, rewards, markers) is
+# computed once per table object and dropped with it: a study calls pass_at, compare,
+# eval_variance and select on the same rows. Keyed by id (tables are unhashable), guarded by a
+# weak reference, and removed when the table is collected (before its id can be reused).
+_DECODED: dict[int, tuple[weakref.ref, _Decoded]] = {}
+
+
+def _cache_key(data: Any) -> pa.Table | None:
+    """The immutable table behind ``data`` (Rows or an Arrow table), or None (not cached)."""
+    if isinstance(data, Rows):
+        return data.table
+    return data if isinstance(data, pa.Table) else None
+
+
+def _decode(table: pa.Table, argument: str, key: pa.Table | None = None) -> _Decoded:
+    if key is not None:
+        entry = _DECODED.get(id(key))
+        if entry is not None and entry[0]() is key:
+            return entry[1]
     n = table.num_rows
     if n == 0:
         raise MeasureError(f"{argument}: no rows")
-    if codes is None or task_ids is None:
-        enc = table.column("task_id").combine_chunks().dictionary_encode()
-        codes = enc.indices.to_numpy().astype(np.int64, copy=False)
-        task_ids = np.asarray(enc.dictionary.to_pylist(), dtype=object)
     reward_col = table.column("reward")
     if reward_col.null_count == n:
         raise MeasureError(
             f"{argument}: none of the {n} rows has a reward; grade them first "
             "(assay.grade(rows, verifier)) or give 'reward' numbers in [0, 1]"
         )
+    codes, task_ids = _local_codes(table.column("task_id"))
     reward = reward_col.to_numpy(zero_copy_only=False).astype(np.float64, copy=False)
     if reward_col.null_count:
         reward = np.where(pc.is_null(reward_col).to_numpy(zero_copy_only=False), np.nan, reward)
-    markers = _markers_of(table.column("markers"), n)
-    w = _weights_of(weights, n, markers, argument)
-    return Frame(table, codes, task_ids, reward, w, markers)
+    dec = _Decoded(codes, task_ids, reward, (reward == 0.0) | (reward == 1.0), _markers_of(table.column("markers"), n))
+    for arr in (dec.codes, dec.reward, dec.binary, *dec.markers.values()):
+        arr.flags.writeable = False  # shared by every later call on this table
+    if key is not None:
+        _DECODED[id(key)] = (weakref.ref(key), dec)
+        weakref.finalize(key, _DECODED.pop, id(key), None)
+    return dec
 
 
-def read_runs(runs: Sequence[Any], *, argument: str = "runs") -> tuple[list[Frame], np.ndarray]:
+def frame_of_table(table: pa.Table, *, argument: str = "rows", weights: Any = None,
+                   codes: np.ndarray | None = None, task_ids: pa.Array | None = None,
+                   key: pa.Table | None = None) -> Frame:
+    """Columns of an already validated canonical table (see :func:`read_frame`); ``codes`` and
+    ``task_ids`` when the task coding is shared with other tables; ``key``: the caller's
+    immutable table (see :func:`_cache_key`) under which the decoding is cached."""
+    dec = _decode(table, argument, key)
+    if codes is None or task_ids is None:
+        codes, task_ids = dec.codes, dec.task_ids
+    w = _weights_of(weights, table.num_rows, dec.markers, argument)
+    return Frame(table, codes, task_ids, dec.reward, w, dec.markers, dec.binary)
+
+
+def read_runs(runs: Sequence[Any], *, argument: str = "runs") -> tuple[list[Frame], pa.Array]:
     """Frames for several runs with task codes shared across them (a task id is one code).
 
     Returns the frames and the task id of each shared code.
     """
     tables = [as_table(r, require=(), argument=f"{argument}[{i}]") for i, r in enumerate(runs)]
-    joined = pa.chunked_array([t.column("task_id").combine_chunks() for t in tables]).combine_chunks()
-    enc = joined.dictionary_encode()
-    all_codes = enc.indices.to_numpy().astype(np.int64, copy=False)
-    task_ids = np.asarray(enc.dictionary.to_pylist(), dtype=object)
-    frames, start = [], 0
-    for i, t in enumerate(tables):
-        codes = all_codes[start:start + t.num_rows]
-        start += t.num_rows
-        frames.append(frame_of_table(t, argument=f"{argument}[{i}]", codes=codes, task_ids=task_ids))
+    decoded = [_decode(t, f"{argument}[{i}]", _cache_key(r)) for i, (t, r) in enumerate(zip(tables, runs))]
+    codes, task_ids = _unify([(d.codes, d.task_ids) for d in decoded])
+    frames = [Frame(t, c, task_ids, d.reward, None, d.markers, d.binary) for t, c, d in zip(tables, codes, decoded)]
     return frames, task_ids
 
 
@@ -174,6 +248,9 @@ class TaskStats:
     s: np.ndarray
     ss: np.ndarray
     rows: np.ndarray  # unweighted row count per task
+
+    def __add__(self, other: TaskStats) -> TaskStats:
+        return TaskStats(self.n + other.n, self.s + other.s, self.ss + other.ss, self.rows + other.rows)
 
     @property
     def present(self) -> np.ndarray:
@@ -193,16 +270,20 @@ class TaskStats:
 
 
 def task_stats(codes: np.ndarray, values: np.ndarray, mask: np.ndarray, n_tasks: int,
-               weight: np.ndarray | None = None) -> TaskStats:
-    """Per-task weighted count, sum and sum of squares of ``values`` over rows in ``mask``."""
-    c = codes[mask]
-    v = values[mask]
-    w = None if weight is None else weight[mask]
+               weight: np.ndarray | None = None, *, binary: bool = False) -> TaskStats:
+    """Per-task weighted count, sum and sum of squares of ``values`` over rows in ``mask``
+    (``binary``: values are 0/1, so the sum of squares is the sum)."""
+    if mask.all():  # the common case: skip three copies
+        c, v, w = codes, values, weight
+    else:
+        c = codes[mask]
+        v = values[mask]
+        w = None if weight is None else weight[mask]
     rows = np.bincount(c, minlength=n_tasks).astype(np.float64)
     if w is None:
         n = rows
         s = np.bincount(c, weights=v, minlength=n_tasks)
-        ss = np.bincount(c, weights=v * v, minlength=n_tasks)
+        ss = s if binary else np.bincount(c, weights=v * v, minlength=n_tasks)
     else:
         n = np.bincount(c, weights=w, minlength=n_tasks)
         s = np.bincount(c, weights=w * v, minlength=n_tasks)

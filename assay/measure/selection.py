@@ -35,7 +35,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from assay.errors import MeasureError
-from assay.measure.grouping import frame_of_table
+from assay.measure.grouping import _cache_key, frame_of_table
 from assay.results import Result
 from assay.rows import Rows, as_table
 
@@ -199,7 +199,7 @@ def select(rows: Any, mode: str = "rl", band: tuple[float, float] = (0.2, 0.8)) 
     if not 0.0 <= lo <= hi <= 1.0:
         raise MeasureError(f"band must satisfy 0 <= low <= high <= 1, got {band!r}")
     table = as_table(rows, require=(), argument="rows")
-    frame = frame_of_table(table, argument="rows")
+    frame = frame_of_table(table, argument="rows", key=_cache_key(rows))
     n, T = frame.n_rows, frame.n_tasks
     codes = frame.codes
     gates: list[Gate] = []

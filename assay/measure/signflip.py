@@ -15,7 +15,7 @@ How the null distribution is computed:
   ``prod_i cos(theta * a_i)``, inverted by FFT; batched over many samples for simulation.
   Used up to 20,000 non-zero differences.
 - *enumeration*: up to 20 non-zero differences, every sign pattern.
-- *Monte Carlo*: up to 2000 non-zero differences, 19,999 random sign patterns (seeded);
+- *Monte Carlo*: up to 1000 non-zero differences, 9,999 random sign patterns (seeded);
   ``p = (1 + hits) / (1 + B)`` is a valid p-value (Phipson & Smyth 2010).
 - *normal*: beyond that, the randomization distribution's normal limit
   ``z = |sum d| / sqrt(sum d^2)`` (its exact variance).
@@ -30,8 +30,8 @@ import numpy as np
 from scipy import stats
 
 MAX_ENUMERATE = 20
-MAX_MONTE_CARLO = 2000
-MONTE_CARLO_DRAWS = 19_999
+MAX_MONTE_CARLO = 1000
+MONTE_CARLO_DRAWS = 9_999
 MAX_FFT = 1 << 22
 MAX_EXACT_LATTICE = 20_000  # beyond, the normal limit is exact to many digits and far cheaper
 

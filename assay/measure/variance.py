@@ -102,10 +102,11 @@ class EvalVariance(Result):
 
 def _decompose(metric: str, per_run: list[tuple[np.ndarray, np.ndarray, np.ndarray]], n_tasks: int,
                level: float, binary: bool, notes: list[str]) -> VarianceComponents | None:
-    """per_run: (codes, values, mask) for each run."""
-    codes = np.concatenate([c[m] for c, _, m in per_run])
-    vals = np.concatenate([v[m] for _, v, m in per_run])
-    st = task_stats(codes, vals, np.ones(len(codes), dtype=bool), n_tasks)
+    """per_run: (codes, values, mask) for each run; the runs' rows are pooled per task."""
+    run_stats = [task_stats(c, v, m, n_tasks, binary=binary) for c, v, m in per_run]
+    st = run_stats[0]
+    for extra in run_stats[1:]:
+        st = st + extra
     present = st.n > 0
     T = int(present.sum())
     if T == 0:
@@ -148,8 +149,7 @@ def _decompose(metric: str, per_run: list[tuple[np.ndarray, np.ndarray, np.ndarr
     share = float((w / K) / (between + w / K)) if (between + w / K) > 0 else float("nan")
     # Run-to-run spread of the same tasks: sampling alone predicts sqrt(mean(w_i / K_i) / T).
     run_means: list[float] = []
-    for c, v, m in per_run:
-        s = task_stats(c, v, m, n_tasks)
+    for s in run_stats:
         p = s.n > 0
         if p.any():
             run_means.append(float((s.s[p] / s.n[p]).mean()))
