@@ -75,6 +75,8 @@ def test_interaction_score_forms_and_errors():
     with pytest.raises(DataError, match="not a Quadruple"):
         quadruple_interaction([make_pair("Q", "a", "b", "x", seed_id="s", builder_id="h")],
                               [[1, 2, 3, 4]])
+    flat = quadruple_interaction(qs, np.tile([1.0, 2.0, 0.0, 0.0], (3, 1))).interaction
+    assert flat.interval.width == 0 and "not certainty" in flat.note
     single = quadruple_interaction(qs[:1], arr[:1])
     assert single.interaction.interval is None and "no interval" in single.interaction.note
 
@@ -167,3 +169,7 @@ def test_encoding_artifact_baseline_and_source_filter():
         hodge_rank(t, encoding="elo")
     lonely = hodge_rank(tournament(3, [EdgeObs(0, 1, 3, 1)]), baseline_sims=0)
     assert lonely.warnings and "no comparisons" in lonely.warnings[0]
+    assert lonely.scores[2] == 0.0 and lonely.scores[0] == pytest.approx(-lonely.scores[1])
+    split = hodge_rank(tournament(4, [EdgeObs(0, 1, 3, 1), EdgeObs(2, 3, 1, 3)]), baseline_sims=0)
+    assert any("2 disconnected parts" in w for w in split.warnings)
+    assert split.scores[0] + split.scores[1] == pytest.approx(0.0)

@@ -91,6 +91,20 @@ def _aggregate(n: int, edges: Sequence[EdgeObs], source: str | None) -> dict[tup
     return agg
 
 
+def _components(nodes: set[int], pairs: list[tuple[int, int]]) -> int:
+    parent = {v: v for v in nodes}
+
+    def find(v: int) -> int:
+        while parent[v] != v:
+            parent[v] = parent[parent[v]]
+            v = parent[v]
+        return v
+
+    for i, j in pairs:
+        parent[find(i)] = find(j)
+    return len({find(v) for v in nodes})
+
+
 def _flow(wi: np.ndarray, wj: np.ndarray, ties: np.ndarray, encoding: str) -> np.ndarray:
     # A tie counts half a win to each side.
     a, b = wi + ties / 2, wj + ties / 2
@@ -107,8 +121,9 @@ def _decompose(n: int, pairs: list[tuple[int, int]], w: np.ndarray, y: np.ndarra
         d0[e, i], d0[e, j] = -1.0, 1.0
     # Weighted least squares for the potential: min sum w (s_j - s_i - y)^2, mean(s) = 0.
     sw = np.sqrt(w)
+    # The minimum-norm solution is orthogonal to the Laplacian's kernel (the indicator of each
+    # connected part), so every part is already centred at 0 and isolated responses stay at 0.
     s = np.linalg.lstsq(d0 * sw[:, None], y * sw, rcond=None)[0]
-    s = s - s.mean()
     grad = d0 @ s
     resid = y - grad
     if tris:
@@ -163,6 +178,10 @@ def hodge_rank(
     if len(seen) < n:
         warns.append(f"responses {sorted(set(range(n)) - seen)} have no comparisons; their "
                      "score is 0 by convention")
+    parts = _components(seen, pairs)
+    if parts > 1:
+        warns.append(f"the comparison graph has {parts} disconnected parts: scores are only "
+                     "comparable within a part (each part is centred at 0 separately)")
     if total == 0:
         fr = (0.0, 0.0, 0.0)
         warns.append("every edge is an exact tie: there is no flow to decompose")

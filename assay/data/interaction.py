@@ -64,8 +64,10 @@ def _cluster_t(values: np.ndarray, clusters: Sequence[str], name: str, level: fl
                         "fewer than 2 seeds: no interval")
     se = float(means.std(ddof=1) / np.sqrt(k))
     tq = float(stats.t.ppf(0.5 + level / 2, k - 1))
+    note = ("every seed has the same value: the zero-width interval reflects no observed "
+            "spread, not certainty") if se == 0 else None
     return Estimate(name, est, Interval(est - tq * se, est + tq * se, level, "seed-cluster t"), k,
-                    "seeds", len(values))
+                    "seeds", len(values), note)
 
 
 def _scores(items: Sequence[Quadruple], scores: Any) -> np.ndarray:
