@@ -1,7 +1,8 @@
 """Benchmark: grading throughput of assay's CodeExec, MathEqual and ExactMatch next to whileai's.
 
-Same rows, same machine, same run. Each tool grades each workload once to warm up, then
-``--repeats`` times; the median rows/second is reported with the ratio assay / whileai.
+Same rows, same machine, same run. For each of ``--repeats`` fresh seeded workloads, whileai
+(in its own interpreter) and assay grade it in turn, each after an untimed warm-up on the first
+rows; the median rows/second is reported with the ratio assay / whileai.
 
 Workloads:
 - CodeExec: HumanEval, every canonical solution plus one broken variant per problem (no
@@ -89,42 +90,43 @@ def workloads(only: list[str], math_rows: int, exact_rows: int, seed: int = SEED
     return out
 
 
-def run_assay(name: str, ws: list[dict], repeats: int) -> tuple[list[float], list]:
+def _head(w: dict, n: int) -> dict:
+    return {k: v[:n] for k, v in w.items()}
+
+
+def run_assay(name: str, w: dict) -> tuple[float, list]:
+    """Seconds to grade workload ``w`` (after grading its first rows once, untimed)."""
     import assay
     from assay.verify import CodeExec, ExactMatch, MathEqual
 
     make = {"code": lambda: CodeExec(timeout=3.0), "math": MathEqual, "exact": ExactMatch}[name]
-    times, rewards = [], []
-    for r in range(repeats + 1):
-        w = ws[r]
-        start = time.perf_counter()
-        rows = assay.rows(w["prompts"], w["completions"], make(), references=w["references"],
-                          task_ids=[f"t{i}" for i in range(len(w["prompts"]))])
-        elapsed = time.perf_counter() - start
-        rewards = [x["reward"] for x in rows]
-        if r:
-            times.append(elapsed)
-    return times, rewards
+
+    def go(x: dict) -> list:
+        return [r["reward"] for r in assay.rows(x["prompts"], x["completions"], make(), references=x["references"],
+                                                 task_ids=[f"t{i}" for i in range(len(x["prompts"]))])]
+    go(_head(w, 24))
+    start = time.perf_counter()
+    rewards = go(w)
+    return time.perf_counter() - start, rewards
 
 
-def run_peer(name: str, ws: list[dict], repeats: int) -> tuple[list[float], list]:
+def run_peer(name: str, w: dict) -> tuple[float, list]:
+    """The same for whileai, run in the peer interpreter."""
     import whileai as wai
 
     make = {"code": lambda: wai.verify.CodeExec(timeout=3.0), "math": wai.verify.MathEqual,
             "exact": wai.verify.ExactMatch}[name]
-    times, rewards = [], []
-    for r in range(repeats + 1):
-        w = ws[r]
-        comps = w.get("peer_completions", w["completions"])
-        refs = w.get("peer_references", w["references"])
-        start = time.perf_counter()
-        rows = wai.rows(w["prompts"], comps, make(), references=refs,
-                        task_ids=[f"t{i}" for i in range(len(w["prompts"]))])
-        elapsed = time.perf_counter() - start
-        rewards = [None if x.get("reward") is None else float(x["reward"]) for x in rows]
-        if r:
-            times.append(elapsed)
-    return times, rewards
+
+    def go(x: dict) -> list:
+        comps = x.get("peer_completions", x["completions"])
+        refs = x.get("peer_references", x["references"])
+        rows = wai.rows(x["prompts"], comps, make(), references=refs,
+                        task_ids=[f"t{i}" for i in range(len(x["prompts"]))])
+        return [None if r.get("reward") is None else float(r["reward"]) for r in rows]
+    go(_head(w, 24))
+    start = time.perf_counter()
+    rewards = go(w)
+    return time.perf_counter() - start, rewards
 
 
 def main() -> None:
@@ -135,32 +137,42 @@ def main() -> None:
     ap.add_argument("--math-rows", type=int, default=600)
     ap.add_argument("--exact-rows", type=int, default=20000)
     ap.add_argument("--data", help="(peer role) the workload file")
+    ap.add_argument("--name", help="(peer role) the workload to run")
     args = ap.parse_args()
     only = [s for s in args.only.split(",") if s]
     if args.role == "peer":
         with open(args.data) as f:
-            data = json.load(f)
-        print(json.dumps({n: run_peer(n, w, args.repeats) for n, w in data.items()}))
+            w = json.load(f)
+        print(json.dumps(run_peer(args.name, w)))
         return
 
-    runs = [workloads(only, args.math_rows, args.exact_rows, SEED + r) for r in range(args.repeats + 1)]
-    data = {n: [run[n] for run in runs] for n in runs[0]}
     cores = len(os.sched_getaffinity(0))
+    ours: dict[str, tuple[list[float], list]] = {}
+    peer: dict[str, tuple[list[float], list]] | None = {} if os.path.exists(PEER_PYTHON) else None
+    data: dict[str, list[dict]] = {}
     with tempfile.TemporaryDirectory() as tmp:
-        path = os.path.join(tmp, "work.json")
-        with open(path, "w") as f:
-            json.dump(data, f)
-        peer = None
-        if os.path.exists(PEER_PYTHON):
-            proc = subprocess.run([PEER_PYTHON, __file__, "--role", "peer", "--data", path,
-                                   "--repeats", str(args.repeats)], capture_output=True, text=True)
-            if proc.returncode == 0:
-                peer = json.loads(proc.stdout.strip().splitlines()[-1])
-            else:
-                print("peer failed:", proc.stderr[-2000:], file=sys.stderr)
-    ours = {n: run_assay(n, w, args.repeats) for n, w in data.items()}
+        # Alternate the tools repeat by repeat, so both see the same load on a shared machine.
+        for r in range(args.repeats):
+            for n, w in workloads(only, args.math_rows, args.exact_rows, SEED + r).items():
+                data.setdefault(n, []).append(w)
+                if peer is not None:
+                    path = os.path.join(tmp, f"{n}{r}.json")
+                    with open(path, "w") as f:
+                        json.dump(w, f)
+                    proc = subprocess.run([PEER_PYTHON, __file__, "--role", "peer", "--data", path,
+                                           "--name", n], capture_output=True, text=True)
+                    if proc.returncode != 0:
+                        print("peer failed:", proc.stderr[-2000:], file=sys.stderr)
+                        peer = None
+                    else:
+                        t, rw = json.loads(proc.stdout.strip().splitlines()[-1])
+                        peer.setdefault(n, ([], []))[0].append(t)
+                        peer[n] = (peer[n][0], rw)
+                t, rw = run_assay(n, w)
+                ours.setdefault(n, ([], []))[0].append(t)
+                ours[n] = (ours[n][0], rw)
 
-    print(f"grading throughput, rows/second (median of {args.repeats} after a warm-up; {cores} cores)")
+    print(f"grading throughput, rows/second (median of {args.repeats}, tools alternated, each warmed up; {cores} cores)")
     print(f"{'verifier':<11}{'rows':>7}{'assay':>10}{'whileai':>10}{'ratio':>8}{'target':>8}  agreement")
     for n, ws in data.items():
         rows = len(ws[-1]["prompts"])
