@@ -18,7 +18,8 @@ Expected weaknesses (what an audit of it should show):
 - Instruction following, formatting and style are invisible to a bag-of-meaning embedding.
 
 Batching: texts are embedded once per distinct string (prompts repeat across the responses of
-an item), sorted by length and batched under a padded-token budget.
+an item), sorted by length and batched under a padded-token budget. The model runs in fp32 on
+CPU and on CUDA (it is small; no mixed precision is applied to it).
 """
 
 from __future__ import annotations
@@ -122,7 +123,9 @@ class EmbeddingRewardModel:
 
     def token_lengths(self, texts: Sequence[str]) -> np.ndarray:
         """Token count of each text with special tokens, before truncation."""
-        enc = self.st.tokenizer(list(texts), add_special_tokens=True, truncation=False)
+        # verbose=False: over-long texts are expected here (they are counted, not warned about)
+        enc = self.st.tokenizer(list(texts), add_special_tokens=True, truncation=False,
+                                verbose=False)
         return np.array([len(x) for x in enc["input_ids"]], dtype=np.int64)
 
     def _embed_batch(self, texts: Sequence[str]) -> np.ndarray:

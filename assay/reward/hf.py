@@ -26,6 +26,10 @@ The scoring protocol (what the fingerprint's ``protocol`` part names):
 
 The model's config is never modified (a test compares it before and after loading and
 scoring). The attention implementation transformers picked is recorded in ``info``.
+
+The CUDA branches (device/dtype selection, bf16 weights with the fp32 head, ``empty_cache`` on
+OOM) are the same code paths the CPU tests exercise with ``dtype="bfloat16"`` on CPU and a
+simulated ``torch.OutOfMemoryError``; they have not been run on a GPU in this repository's CI.
 """
 
 from __future__ import annotations

@@ -1,0 +1,176 @@
+"""Benchmark: reward scoring with length-sorted token-budget batching vs a naive fixed-16 loop.
+
+Also times the offline audit of the built-in diagnostic set with the bundled embedding model.
+
+The naive loop is the peer reward-lens approach: batches of 16 (prompt, response) items in input
+order, every prompt embedded again for each of its responses. Ours (``model.score``) embeds each
+distinct text once, sorts by token length and fills batches up to a padded-token budget. A
+middle variant (sorted budget batches, no de-duplication) separates the two effects. Same model,
+same data (the diagnostic set's inputs plus N synthetic pairs), same forward function; scores
+are compared item by item. Timings are medians of ``--repeats`` runs.
+
+Usage:
+    .venv/bin/python benchmarks/reward_scoring.py                 # 10k synthetic pairs, 3 repeats
+    .venv/bin/python benchmarks/reward_scoring.py --synthetic 2000 --repeats 3
+    .venv/bin/python benchmarks/reward_scoring.py --hf path/to/local/reward-model
+
+On a machine with CUDA the models run there (device="auto") and the tokens/s and pairs/s lines
+are the GPU numbers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+WORDS = ("the a of to and in is it that for on with as was by at from this be are or an have "
+         "answer question model value result because therefore however example number data "
+         "system function error test water light energy plant city river country history "
+         "science method process simple common important different possible specific").split()
+
+
+def synthetic(n_pairs: int, seed: int = 0, pairs_per_prompt: int = 5
+              ) -> tuple[list[str], list[str], list[str]]:
+    """``n_pairs`` pairs (prompt, chosen, rejected) over ``n_pairs / pairs_per_prompt`` prompts;
+    response lengths log-uniform in 2..80 words so a batch in input order mixes lengths."""
+    rng = np.random.default_rng(seed)
+    n_prompts = max(1, n_pairs // pairs_per_prompt)
+    prompts = [" ".join(rng.choice(WORDS, rng.integers(5, 25))) + "?" for _ in range(n_prompts)]
+    P, C, R = [], [], []
+    for i in range(n_pairs):
+        P.append(prompts[i % n_prompts])
+        for out in (C, R):
+            n = int(np.exp(rng.uniform(np.log(2), np.log(80))))
+            out.append(" ".join(rng.choice(WORDS, n)) + ".")
+    return P, C, R
+
+
+def diagnostic_inputs() -> tuple[list[str], list[str]]:
+    from assay.reward.auditing import default_views
+    from assay.reward.scoring import view_inputs
+
+    P: list[str] = []
+    R: list[str] = []
+    for v in default_views().values():
+        p, r, _ = view_inputs(v)
+        P += p
+        R += r
+    return P, R
+
+
+def timed(fn, repeats: int):
+    times, out = [], None
+    for _ in range(repeats):
+        t = time.perf_counter()
+        out = fn()
+        times.append(time.perf_counter() - t)
+    return statistics.median(times), out
+
+
+def bench_embedding(prompts: list[str], responses: list[str], repeats: int) -> None:
+    from assay.reward import EmbeddingRewardModel
+    from assay.reward.batching import fixed_batches
+
+    t = time.perf_counter()
+    rm = EmbeddingRewardModel()
+    print(f"model: bundled all-MiniLM-L6-v2 on {rm.device}, loaded in {time.perf_counter() - t:.1f}s")
+
+    def naive() -> np.ndarray:
+        out = np.empty(len(prompts))
+        for idx in fixed_batches(len(prompts), 16):
+            p = rm._embed_batch([prompts[i] for i in idx])
+            r = rm._embed_batch([responses[i] for i in idx])
+            out[idx] = (p.astype(np.float64) * r).sum(axis=1)
+        return out
+
+    def sorted_no_dedupe() -> np.ndarray:
+        emb, _ = rm.embed(prompts + responses)
+        n = len(prompts)
+        return (emb[:n].astype(np.float64) * emb[n:]).sum(axis=1)
+
+    def ours() -> np.ndarray:
+        return rm.score(prompts, responses)
+
+    t_ours, s_ours = timed(ours, repeats)
+    run = rm.last_run
+    t_sorted, s_sorted = timed(sorted_no_dedupe, repeats)
+    t_naive, s_naive = timed(naive, repeats)
+    tokens = int(rm.token_lengths(prompts + responses).clip(max=rm.max_seq_length).sum())
+    print(f"items: {len(prompts)} (prompt, response) pairs, {tokens} tokens without de-duplication")
+    print(f"naive fixed-16 input order : {t_naive:8.2f}s  {len(prompts) / t_naive:9.1f} items/s  "
+          f"{tokens / t_naive:10.0f} tokens/s")
+    print(f"sorted token budget        : {t_sorted:8.2f}s  ratio {t_naive / t_sorted:5.2f}x")
+    print(f"ours (dedupe + sorted)     : {t_ours:8.2f}s  ratio {t_naive / t_ours:5.2f}x  "
+          f"({run.n_scored} distinct texts, {run.n_batches} batches, {run.n_padded_tokens} "
+          f"padded tokens)")
+    print(f"pairs/s (ours): {len(prompts) / 2 / t_ours:.1f}; max |score diff| vs naive: "
+          f"{np.abs(s_ours - s_naive).max():.2e} (sorted: {np.abs(s_sorted - s_naive).max():.2e})")
+    assert np.allclose(s_ours, s_naive, atol=1e-4), "scores differ beyond tolerance"
+
+
+def bench_hf(path: str, prompts: list[str], responses: list[str], repeats: int) -> None:
+    from assay.reward import HFRewardModel
+    from assay.reward.batching import fixed_batches
+
+    rm = HFRewardModel(path)
+    print(f"model: {path} on {rm.device} ({rm.dtype}, {rm.info['head']}, "
+          f"attn {rm.info['attn_implementation']})")
+    ids, tts, _ = rm.encode(prompts, responses)
+
+    def naive() -> np.ndarray:
+        out = np.empty(len(ids))
+        for idx in fixed_batches(len(ids), 16):
+            out[idx] = rm._forward(ids, tts, idx)
+        return out
+
+    t_ours, s_ours = timed(lambda: rm.score(prompts, responses), repeats)
+    t_naive, s_naive = timed(naive, repeats)
+    tokens = sum(map(len, ids))
+    print(f"naive fixed-16: {t_naive:.2f}s; ours: {t_ours:.2f}s; ratio {t_naive / t_ours:.2f}x; "
+          f"{tokens / t_ours:.0f} tokens/s, {len(ids) / 2 / t_ours:.1f} pairs/s; "
+          f"max |diff| {np.abs(s_ours - s_naive).max():.2e}")
+    print(rm.check_invariance())
+
+
+def bench_audit() -> None:
+    from assay.reward import EmbeddingRewardModel, audit
+
+    t = time.perf_counter()
+    rm = EmbeddingRewardModel()
+    res = audit(rm, cache=False)
+    total = time.perf_counter() - t
+    print(res.report())
+    print(f"offline audit of the built-in diagnostic set: {total:.1f}s wall including model "
+          f"load (target < 60s on 2 cores)")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--synthetic", type=int, default=10_000, help="synthetic pairs (default 10k)")
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--hf", default=None, help="also benchmark a local HF reward model")
+    ap.add_argument("--skip-audit", action="store_true")
+    args = ap.parse_args()
+    if not args.skip_audit:
+        bench_audit()
+        print()
+    P, R = diagnostic_inputs()
+    sp, sc, sr = synthetic(args.synthetic)
+    prompts = P + sp + sp
+    responses = R + sc + sr
+    print(f"data: diagnostic set ({len(P)} responses) + {args.synthetic} synthetic pairs "
+          f"({2 * args.synthetic} responses); repeats {args.repeats}")
+    bench_embedding(prompts, responses, args.repeats)
+    if args.hf:
+        bench_hf(args.hf, prompts, responses, args.repeats)
+
+
+if __name__ == "__main__":
+    main()
