@@ -209,15 +209,17 @@ def test_sandbox_pool_direct():
 def test_cleanup_without_a_dropped_uid():
     """The path a non-root caller takes: no throwaway uid, so the fork server's process-group
     kill and descendant sweep alone must stop fork bombs and sleepers."""
+    kill_parent_leave_sleeper = (f"import os, signal, subprocess\nsubprocess.Popen(['sleep', '{MARK}'], "
+                                 "start_new_session=True)\nos.kill(os.getppid(), signal.SIGKILL)\nos._exit(0)\n")
     progs = [ADVERSARIAL["fork_bomb"], CONTAINED["sleeper_setsid"], CONTAINED["sleeper_popen"],
-             ADVERSARIAL["os_exit_0"], GOOD + "\nassert sq(3) == 9\n"]
+             ADVERSARIAL["os_exit_0"], GOOD + "\nassert sq(3) == 9\n", kill_parent_leave_sleeper]
     before = {p.pid for p in psutil.Process().children(recursive=True)}
     start = time.monotonic()
     with SandboxPool(2, drop_privileges=False) as pool:
         assert not pool.isolation["uid_drop"]
         out = pool.run([job(p, timeout=2.0) for p in progs])
     assert time.monotonic() - start < 20
-    assert [r["status"] for r in out][1:] == ["passed", "passed", "failed", "passed"]
+    assert [r["status"] for r in out][1:] == ["passed", "passed", "failed", "passed", "failed"]
     assert out[0]["status"] in ("timeout", "failed", "killed")
     assert all(r["left_over"] == 0 for r in out)
     assert not _leaked()

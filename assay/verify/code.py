@@ -147,7 +147,7 @@ class CodeExec(Verifier):
     def _verdict(self, reply: Mapping[str, Any], isolation: Mapping[str, Any]) -> Any:
         status = reply["status"]
         meta = {"outcome": status, "exit_code": reply.get("exit_code"), "seconds": reply.get("seconds"),
-                "sandbox": {k: isolation.get(k) for k in ("netns", "mountns", "uid_drop", "notes")}}
+                "sandbox": {k: isolation.get(k) for k in ("netns", "mountns", "uid_drop", "pidns", "notes")}}
         if reply.get("left_over"):
             meta["left_over_processes"] = reply["left_over"]
         if status == "passed":

@@ -30,6 +30,7 @@ import sys
 import time
 
 CLONE_NEWNS = 0x00020000
+CLONE_NEWPID = 0x20000000
 CLONE_NEWUSER = 0x10000000
 CLONE_NEWNET = 0x40000000
 MS_NOSUID, MS_NODEV, MS_BIND, MS_REC, MS_PRIVATE = 2, 4, 4096, 16384, 1 << 18
@@ -330,7 +331,60 @@ def _harness(job):
     exit_(0)
 
 
-def _run(job, base, uid_base, seq):
+def _pidns_works():
+    """Whether this server may give each job its own PID namespace (needs CAP_SYS_ADMIN here:
+    root, or root of the user namespace _isolate made)."""
+    pid = os.fork()
+    if pid == 0:
+        if _libc.unshare(ctypes.c_int(CLONE_NEWPID)) != 0:
+            os._exit(1)
+        inner = os.fork()
+        if inner == 0:
+            os._exit(0 if os.getpid() == 1 else 1)
+        _, st = os.waitpid(inner, 0)
+        os._exit(os.waitstatus_to_exitcode(st))
+    _, st = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(st) == 0
+
+
+def _fork_in_pidns(child, parent_fds):
+    """Fork a helper that unshares a PID namespace and forks the job as its init (pid 1).
+    Returns (helper pid, job pid). When the job's init exits or is killed, the kernel kills
+    every process left in its namespace, and a candidate there cannot see or signal anything
+    outside it (its parent pid reads 0). The helper exits with the job's status (a signal N as
+    128 + N)."""
+    info_r, info_w = os.pipe()
+    helper = os.fork()
+    if helper == 0:
+        try:
+            os.close(info_r)
+            for fd in parent_fds:
+                os.close(fd)
+            if _libc.unshare(ctypes.c_int(CLONE_NEWPID)) != 0:
+                os._exit(125)
+            jpid = os.fork()
+            if jpid == 0:
+                os.close(info_w)
+                child()
+            os.write(info_w, str(jpid).encode())
+            os.close(info_w)
+            _, st = os.waitpid(jpid, 0)
+            code = os.waitstatus_to_exitcode(st)
+        except BaseException:
+            os._exit(125)
+        os._exit(code if code >= 0 else 128 - code)
+    os.close(info_w)
+    data = b""
+    while True:
+        chunk = os.read(info_r, 32)
+        if not chunk:
+            break
+        data += chunk
+    os.close(info_r)
+    return helper, (int(data) if data else None)
+
+
+def _run(job, base, uid_base, seq, pidns=False):
     jobdir = os.path.join(base, f"job{seq}")
     os.mkdir(jobdir, 0o700)
     uid = None
@@ -341,9 +395,14 @@ def _run(job, base, uid_base, seq):
     res_r, res_w = os.pipe()
     out_r, out_w = os.pipe()
     start = time.monotonic()
-    pid = os.fork()
-    if pid == 0:
-        _child(job, jobdir, uid, nonce_r, res_w, out_w)
+    jpid = None
+    if pidns:
+        pid, jpid = _fork_in_pidns(lambda: _child(job, jobdir, uid, nonce_r, res_w, out_w),
+                                   (nonce_w, res_r, out_r))
+    else:
+        pid = os.fork()
+        if pid == 0:
+            _child(job, jobdir, uid, nonce_r, res_w, out_w)
     for fd in (nonce_r, res_w, out_w):
         os.close(fd)
     nonce = os.urandom(24).hex().encode()
@@ -375,13 +434,17 @@ def _run(job, base, uid_base, seq):
         if wpid == pid:
             status = wstatus
     if status is None:
-        try:  # the whole group at once: a fork bomb's children share it
-            os.killpg(pid, signal.SIGKILL)
-        except OSError:
-            os.kill(pid, signal.SIGKILL)
+        for target in ([jpid] if jpid else []) + [pid]:
+            try:  # the whole group at once: a fork bomb's children share it
+                os.killpg(target, signal.SIGKILL)
+            except OSError:
+                try:
+                    os.kill(target, signal.SIGKILL)
+                except OSError:
+                    pass
         _, status = os.waitpid(pid, 0)
     seconds = time.monotonic() - start
-    left_over = _cleanup(pid, uid)
+    left_over = _cleanup(jpid or pid, uid)
     for fd in (out_r, res_r):
         os.set_blocking(fd, False)
         try:
@@ -400,6 +463,8 @@ def _run(job, base, uid_base, seq):
         os.close(pidfd)
     _rmtree(jobdir)
     code = os.waitstatus_to_exitcode(status)
+    if jpid and code > 128:
+        code = 128 - code  # the helper's encoding of "killed by signal N"
     passed = (not timed_out) and code == 0 and result == nonce
     if passed:
         verdict = "passed"
@@ -460,6 +525,9 @@ def main():
             mine = os.getuid()
             nproc = sum(1 for _, _, u in _scan_procs() if u == mine) + int(config["max_procs"]) + 64
     info["nproc"] = nproc
+    # Without a throwaway uid, a job could signal this server or leave orphans outside its
+    # process group; a PID namespace per job closes both (one extra fork per job).
+    info["pidns"] = uid_base is None and config.get("isolate", True) and _pidns_works()
     for name in config.get("preload") or ():
         try:
             __import__(name)
@@ -481,7 +549,7 @@ def main():
             seq += 1
             try:
                 job.setdefault("nproc", nproc)
-                reply = _run(job, base, uid_base, seq)
+                reply = _run(job, base, uid_base, seq, info["pidns"])
             except Exception as e:  # a server-side failure is reported, never a pass
                 reply = {"id": job.get("id"), "status": "error", "exit_code": None, "seconds": 0.0,
                          "output_tail": f"sandbox error: {type(e).__name__}: {e}", "left_over": 0}
