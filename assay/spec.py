@@ -508,8 +508,25 @@ def load_spec(path: str | os.PathLike[str]) -> StudySpec:
 
 
 def check_files(spec: StudySpec) -> list[str]:
-    """Problems with the files a spec names (missing files), as ``yaml.path: message``."""
+    """Problems beyond the spec's shape, as ``yaml.path: message``: missing files, and
+    verifier or reward-model params the class does not accept (checked against its signature,
+    without building it)."""
+    import inspect
+
     problems = []
+    verifiers = [(f"sources[{i}].verifier.params", s.verifier) for i, s in enumerate(spec.sources)
+                 if s.verifier is not None]
+    if verifiers:
+        import importlib
+
+        verify = importlib.import_module("assay.verify")
+        for where, v in verifiers:
+            cls = getattr(verify, VERIFIER_CLASSES[v.kind])
+            try:
+                inspect.signature(cls).bind(**v.params)
+            except TypeError as e:
+                problems.append(f"{where}: {e} ({VERIFIER_CLASSES[v.kind]} takes "
+                                f"{list(inspect.signature(cls).parameters)})")
     for i, s in enumerate(spec.sources):
         if isinstance(s, FileSource) and not spec.resolve(s.path).is_file():
             problems.append(f"sources[{i}].path: file not found: {spec.resolve(s.path)}")

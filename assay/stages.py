@@ -148,6 +148,8 @@ def cached_stage(store: Store, stage: str, *, inputs: Sequence[str], params: Any
         if progress:
             progress(res)
         return res
+    if progress:  # long stages (a reward model, a big shard) say they started
+        progress(StageResult(stage, label, key, {}, {}, {"state": "running"}))
     t0 = time.perf_counter()
     values, summary = compute()
     outputs, checksums = {}, {}
@@ -168,7 +170,9 @@ def print_progress(res: StageResult, stream: Any = None) -> None:
     """One progress line: stage, shard, rows and rows/s (or 'cached')."""
     stream = stream or sys.stderr
     n = res.summary.get("rows")
-    if res.cached:
+    if res.summary.get("state") == "running":
+        line = f"[{res.stage}] {res.label}: running"
+    elif res.cached:
         line = f"[{res.stage}] {res.label}: cached"
     elif n:
         rate = n / res.seconds if res.seconds > 0 else float("inf")
@@ -178,8 +182,20 @@ def print_progress(res: StageResult, stream: Any = None) -> None:
     print(line, file=stream, flush=True)
 
 
+_TABLES: dict[tuple[str, str], pa.Table] = {}
+
+
 def load_rows(store: Store, res: StageResult, name: str = "rows") -> Rows:
-    t = store.get_table(res.outputs[name])
+    """The rows a stage stored (verified). Tables are immutable and named by content, so a few
+    recent ones are memoized: every grading shard reads the same filtered table."""
+    memo = (str(store.root), res.outputs[name])
+    t = _TABLES.get(memo)
+    if t is None:
+        t = store.get_table(res.outputs[name])
+        if t is not None:
+            if len(_TABLES) >= 8:
+                _TABLES.pop(next(iter(_TABLES)))
+            _TABLES[memo] = t
     if t is None:
         raise StoreError(f"{res.label}: output {name!r} ({res.outputs[name]}) vanished from "
                          f"{store.root}; rerun to recompute it")
@@ -534,13 +550,24 @@ def reward_views(spec: Any) -> dict[str, Any]:
 
 
 def _gpu_slot(device: str) -> Any:
-    """A strict ``gpu`` concurrency slot when scoring on CUDA (Prefect is imported only then)."""
+    """A strict ``gpu`` global concurrency slot when scoring on CUDA; a no-op on CPU (Prefect is
+    imported only on the CUDA path). The limit is created with 1 slot if the server lacks it:
+    raise it with ``prefect gcl update gpu --limit N`` on a machine with N GPUs."""
     import contextlib
 
     if not str(device).startswith("cuda"):
         return contextlib.nullcontext()
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.actions import GlobalConcurrencyLimitCreate
     from prefect.concurrency.sync import concurrency
+    from prefect.exceptions import ObjectNotFound
 
+    with get_client(sync_client=True) as client:
+        try:
+            client.read_global_concurrency_limit_by_name("gpu")
+        except ObjectNotFound:
+            with contextlib.suppress(Exception):  # another process may create it first
+                client.create_global_concurrency_limit(GlobalConcurrencyLimitCreate(name="gpu", limit=1))
     return concurrency("gpu", occupy=1, strict=True)
 
 

@@ -32,7 +32,7 @@ def compare_nights(previous: str, current: str) -> list[dict[str, Any]]:
 def _tonight() -> str:
     from prefect.runtime import flow_run
 
-    when = flow_run.scheduled_start_time or dt.datetime.now(dt.timezone.utc)
+    when = flow_run.scheduled_start_time or dt.datetime.now(dt.UTC)
     return when.date().isoformat()
 
 

@@ -53,6 +53,15 @@ def test_validate_missing_data_file(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert main(["validate", "--no-files", str(spec)]) == 0
 
 
+def test_validate_checks_verifier_params(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    spec = tmp_path / "s.yaml"
+    spec.write_text("name: x\nsources:\n  - {name: a, kind: humaneval, "
+                    "verifier: {kind: code_exec, params: {timout: 3}}}\n")
+    assert main(["validate", str(spec)]) == 2
+    err = capsys.readouterr().err
+    assert "sources[0].verifier.params:" in err and "timout" in err and "timeout" in err
+
+
 def test_report_reprints_without_prefect(tmp_path: Path) -> None:
     run = tmp_path / "run"
     run.mkdir()

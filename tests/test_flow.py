@@ -78,6 +78,13 @@ def test_rerun_is_fully_cached_and_outputs_are_complete(prefect_server: str, tmp
     assert "pass_at[a]" in md and "compare[a -> b]" in md and "![pass@1 per source]" in md
     doc = json.loads((tmp_path / "run1" / "report.json").read_text())
     assert all(e["n"] > 0 for m in doc["measurements"] for e in m["estimates"])
+    # Published as Prefect artifacts: the Markdown report and a table of every estimate.
+    from prefect.artifacts import Artifact
+
+    art = Artifact.get("flowtest-report")
+    assert art is not None and art.type == "markdown" and art.data == md
+    table = Artifact.get("flowtest-estimates")
+    assert table is not None and table.type == "table" and "pass@1" in str(table.data)
 
 
 def test_changing_one_filter_recomputes_only_downstream(prefect_server: str, tmp_path: Path) -> None:
@@ -121,3 +128,20 @@ def test_corrupt_entry_is_recomputed_not_read(tmp_path: Path) -> None:
         again = stages.run_study(spec, store, progress=None)
     assert again.computed_stages == [f"grade[{shard.label}]"]
     assert stages.report_files(store, again.report) == stages.report_files(store, first.report)
+
+
+def test_gpu_slot_is_strict_and_only_on_cuda(prefect_server: str) -> None:
+    """Scoring on CUDA holds one slot of the `gpu` limit (created if missing); CPU takes none."""
+    import contextlib
+
+    from prefect.client.orchestration import get_client
+
+    from assay.stages import _gpu_slot
+
+    assert isinstance(_gpu_slot("cpu"), contextlib.nullcontext)
+    with _gpu_slot("cuda:0"):
+        with get_client(sync_client=True) as c:
+            lim = c.read_global_concurrency_limit_by_name("gpu")
+        assert lim.limit == 1 and lim.active_slots == 1
+    with get_client(sync_client=True) as c:
+        assert c.read_global_concurrency_limit_by_name("gpu").active_slots == 0
