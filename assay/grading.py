@@ -82,7 +82,12 @@ def cores() -> int:
 
 def judge_records(judge: Judge, records: Sequence[Mapping[str, Any]], *,
                   workers: int | None = None) -> list[Verdict]:
-    """One :class:`Verdict` per record (dict rows), in order; never raises for a bad verdict."""
+    """One :class:`Verdict` per record (dict rows), in order; never raises for a bad verdict.
+
+    Example:
+        >>> judge_records(as_judge(lambda row: len(row["final_text"]) / 10), [{"final_text": "abc"}])[0].reward
+        0.3
+    """
     _check_workers(workers)
     judge = as_judge(judge)
     verdicts: list[Verdict | None] = [None] * len(records)

@@ -31,13 +31,23 @@ _SWAPS = {"+": "-", "-": "+", "*": "+", "//": "/", "/": "//", "%": "//", "<": "<
 
 def difficulty(task_id: str) -> float:
     """A problem's fixed difficulty in (0, 1), from a hash of its id (the same for every seed
-    and skill, so two policies face the same hard problems)."""
+    and skill, so two policies face the same hard problems).
+
+    Example:
+        >>> 0 < difficulty("HumanEval/0") < 1, difficulty("HumanEval/0") == difficulty("HumanEval/0")
+        (True, True)
+    """
     h = int.from_bytes(hashlib.sha256(task_id.encode()).digest()[:8], "big")
     return (h + 0.5) / 2.0**64
 
 
 def p_correct(skill: float, task_id: str) -> float:
-    """Chance a sample is the correct solution: ``logit p = logit(skill) + 4 (0.5 - difficulty)``."""
+    """Chance a sample is the correct solution: ``logit p = logit(skill) + 4 (0.5 - difficulty)``.
+
+    Example:
+        >>> p_correct(0.3, "HumanEval/7") < p_correct(0.8, "HumanEval/7"), p_correct(1.0, "HumanEval/7")
+        (True, 1.0)
+    """
     z = math.log(skill / (1 - skill)) + 4.0 * (0.5 - difficulty(task_id)) if skill < 1 else math.inf
     return 1.0 / (1.0 + math.exp(-z)) if z != math.inf else 1.0
 
@@ -237,7 +247,14 @@ def seeded_code_policy(problems: Iterable[Any], k: int, seed: int, skill: float)
 
 
 def sample_kinds(problems: Sequence[Any], completions: Sequence[Sequence[str]], seed: int) -> list[list[str]]:
-    """The kind ("canonical" or a variant kind) of each completion, by matching its text."""
+    """The kind ("canonical" or a variant kind) of each completion, by matching its text.
+
+    Example:
+        >>> from assay.benchmarks import humaneval
+        >>> he = humaneval(limit=1)
+        >>> sample_kinds(he, [[he[0].canonical_solution, "pass"]], seed=0)
+        [['canonical', 'unknown']]
+    """
     out = []
     for i, (prob, group) in enumerate(zip(problems, completions)):
         p = _problem(prob, i)

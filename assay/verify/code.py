@@ -7,13 +7,17 @@ Tests come from ``CodeExec(tests=...)`` or the row's reference; HumanEval refere
 from __future__ import annotations
 
 import ast
+import logging
 import re
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from assay.errors import VerifierError
 from assay.judging import Verdict, Verifier
 from assay.verify.sandbox import SandboxPool, job
+
+log = logging.getLogger(__name__)
 
 _FENCE = re.compile(r"```[ \t]*(?:python3?|py)?[ \t]*\n(.*?)```", re.S | re.I)
 _EXC_LINE = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Warning|Iteration))\b", re.M)
@@ -66,6 +70,9 @@ class CodeExec(Verifier):
         file_mb, max_files: file-size and open-file limits.
         workers: parallel sandboxes for :func:`assay.grade` (default: two per core).
 
+    After each batch, ``last_throughput`` holds ``{candidates, seconds, per_second, sandboxes}``
+    (also logged at INFO on ``assay.verify.code``).
+
     Example:
         >>> v = CodeExec()
         >>> ref = {"test": "def check(f):\\n    assert f(2) == 4", "entry_point": "sq"}
@@ -97,6 +104,7 @@ class CodeExec(Verifier):
         self.workers = workers
         self.name = name
         self.needs_reference = tests is None
+        self.last_throughput: dict[str, Any] | None = None
 
     def __repr__(self) -> str:
         return f"CodeExec(timeout={self.timeout}, memory_mb={self.memory_mb})"
@@ -137,9 +145,16 @@ class CodeExec(Verifier):
                 # reaping) in which a core would idle; measured faster than one per core
                 from assay.verify.sandbox import default_workers
                 n = 2 * default_workers()
+            start = time.perf_counter()
             with SandboxPool(min(n, len(jobs)), max_procs=self.max_procs) as pool:
                 replies = pool.run(jobs)
                 isolation = pool.isolation
+                used = pool.workers
+            seconds = time.perf_counter() - start
+            self.last_throughput = {"candidates": len(jobs), "seconds": round(seconds, 3),
+                                    "per_second": round(len(jobs) / seconds, 1), "sandboxes": used}
+            log.info("%s: %d candidates in %.2fs (%.1f/s) on %d sandboxes", self.name, len(jobs),
+                     seconds, len(jobs) / seconds, used)
             for i, reply in zip(where, replies):
                 verdicts[i] = self._verdict(reply, isolation)
         return verdicts

@@ -49,7 +49,12 @@ def job(program: str, *, entry_point: str | None = None, test_functions: Sequenc
         timeout: float = 10.0, memory_mb: int = 1024, cpu_seconds: float | None = None,
         file_mb: int = 16, max_files: int = 64) -> dict[str, Any]:
     """One sandbox job: run ``program``; with ``entry_point``, then call ``check(entry_point)``;
-    then each of ``test_functions``. Passes only if all of them return."""
+    then each of ``test_functions``. Passes only if all of them return.
+
+    Example:
+        >>> job("assert True", timeout=2)["cpu_seconds"]
+        3.0
+    """
     if not timeout or timeout <= 0:
         raise VerifierError(f"timeout={timeout!r}: must be a positive number of seconds")
     return {
@@ -72,11 +77,16 @@ class _Server:
         )
         uid = 1_000_000 + secrets.randbelow(1_000_000_000) if drop_privileges else None
         self._send({"isolate": isolate, "uid": uid, "max_procs": max_procs, "preload": list(preload)})
+        self.isolation: dict[str, Any] = {}
+
+    def wait_ready(self) -> _Server:
+        """Read the server's hello (servers start in parallel, then each is awaited)."""
         hello = self._recv(timeout=30.0)
         if not hello or not hello.get("hello"):
             self.kill()
             raise VerifierError("the sandbox server did not start; is this a POSIX system with fork()?")
-        self.isolation: dict[str, Any] = hello["isolation"]
+        self.isolation = hello["isolation"]
+        return self
 
     def _send(self, obj: Any) -> None:
         data = json.dumps(obj).encode()
@@ -166,6 +176,8 @@ class SandboxPool:
         try:
             for _ in range(n):
                 self._servers.append(_Server(*self._args))
+            for server in self._servers:
+                server.wait_ready()
         except BaseException:
             self.close()
             raise
@@ -201,7 +213,7 @@ class SandboxPool:
                         return
                     server = self._servers[slot]
                     if server is None:
-                        server = self._servers[slot] = _Server(*self._args)
+                        server = self._servers[slot] = _Server(*self._args).wait_ready()
                     start = time.monotonic()
                     reply = server.run(jobs[i])
                     if reply is None:
