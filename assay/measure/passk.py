@@ -208,6 +208,9 @@ def pass_at_frame(frame: Frame, k: int | None, *, level: float = 0.95) -> PassAt
             gap = pk[ok] - rates[ok]
             head = Estimate("headroom", float(gap.mean()), task_interval(gap, floor=fk, level=level), Tk, "tasks",
                             rows_k, note=f"pass@{k_eff} - pass@1")
+            if Tk < 30:
+                notes.append(f"pass@{k_eff}/pass^{k_eff} intervals are approximate below 30 tasks (skewed per-task "
+                             "values: about 88% coverage at 10 tasks in simulation, see docs/statistics.md)")
         else:
             warnings.append(f"no task has {k_eff} binary samples: pass@{k_eff} and pass^{k_eff} are undefined")
     elif k is None:
