@@ -248,3 +248,19 @@ def test_bad_inputs_name_the_item(tiny_rm):
         tiny_rm.score(["a", "b"], ["x"])
     with pytest.raises(DataError, match=r"responses\[0\] is empty"):
         tiny_rm.score(["a"], ["  "])
+
+
+def test_cli_audits_a_local_hf_model_on_the_diagnostic_set(tmp_path, capsys):
+    data = pytest.importorskip("assay.data")
+    if not hasattr(data, "load_diagnostic_v3"):
+        pytest.skip("assay.data.load_diagnostic_v3 has not landed")
+    from assay.reward.__main__ import main
+
+    path = build_tiny_reward_model(tmp_path / "m", max_positions=512)
+    assert main(["--hf", str(path), "--out", str(tmp_path / "out"), "--dimensions",
+                 "sycophancy", "--store", str(tmp_path / "store")]) == 0
+    out = capsys.readouterr().out
+    assert "sycophancy" in out and "pooled length bias" in out and "sycophancy rate" in out
+    assert "helpfulness" not in out
+    assert (tmp_path / "out" / "reward_audit.png").stat().st_size > 1000
+    assert (tmp_path / "out" / "reward_audit.md").read_text().startswith("# Reward-model audit")
