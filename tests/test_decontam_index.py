@@ -153,3 +153,38 @@ def test_bounded_memory_build_writes_the_store_and_loads_equal(tmp_path):
     # a one-shot generator is indexed too, saved under the checksum taken while streaming
     once = ContaminationIndex.build((t for t in corpus), n=3, store=store)
     assert once.built and once.corpus_checksum and np.array_equal(once.fps, ref.fps)
+
+
+def test_store_false_writes_nothing_and_none_uses_assay_store(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("ASSAY_STORE", str(tmp_path / "default"))
+    contamination(["a b c d"], ["a b c d e"], n=2, store=False)
+    decontaminate_rows = [{"prompt": "a b c d"}]
+    from assay.decontam import decontaminate
+
+    decontaminate(decontaminate_rows, against=["a b c d"])
+    assert list(tmp_path.iterdir()) == []
+    contamination(["a b c d"], ["a b c d e"], n=2)  # store=None: the default store
+    assert (tmp_path / "default" / "refs").is_dir()
+
+
+def test_many_shards_load_zero_copy_and_answer_like_memory(tmp_path, monkeypatch):
+    import assay.decontam.index as index_mod
+
+    monkeypatch.setattr(index_mod, "_SHARD_BYTES", 2048)
+    corpus = _corpus(seed=21, docs=200, vocab=9)
+    ref = ContaminationIndex.build(corpus, n=3, store=False)
+    ContaminationIndex.build(corpus, n=3, store=Store(tmp_path))
+    loaded = ContaminationIndex.build(corpus, n=3, store=Store(tmp_path))
+    assert not loaded.built and len(loaded.fps.parts) > 5
+    enc = encode([f"w{a} w{b} w{c}" for a in range(9) for b in range(9) for c in range(9)] + ["x y z"])
+    h, _p, _d = SpanHasher(enc).ngrams(3, NGRAM_SALT)
+    lo_r, hi_r = ref.ranges(h)
+    lo_l, hi_l = loaded.ranges(h)
+    assert np.array_equal(lo_r, lo_l) and np.array_equal(hi_r, hi_l)
+    idx = np.arange(0, len(ref.docs), 7)
+    assert np.array_equal(loaded.docs[idx], ref.docs[idx])
+    evals = corpus[:20]
+    a = contamination(evals, corpus, n=3, store=False)
+    b = contamination(evals, corpus, n=3, store=Store(tmp_path))
+    assert b.corpus["index_reused"] and [i.to_dict() for i in a.items] == [i.to_dict() for i in b.items]

@@ -389,8 +389,9 @@ def contamination(eval_rows: Any, corpus: Any = None, *, index: ContaminationInd
     if index is None:
         if corpus is None:
             raise RowsTypeError("contamination() needs a corpus (texts, rows or file paths) or index=")
-        index = ContaminationIndex.build(corpus, n=n, text_field=text_field, id_field=id_field, store=st,
-                                         reuse=reuse, shingle=shingle, num_perm=num_perm)
+        index = ContaminationIndex.build(corpus, n=n, text_field=text_field, id_field=id_field,
+                                         store=st if st is not None else False, reuse=reuse,
+                                         shingle=shingle, num_perm=num_perm)
     elif not isinstance(index, ContaminationIndex):
         raise RowsTypeError(f"index must be a ContaminationIndex, got {type(index).__name__}")
     t_index = time.perf_counter() - t0

@@ -25,6 +25,14 @@ Layout (fixed size per entry, numpy arrays, no Python objects per n-gram):
   near-duplicate rule: a longer document cannot reach a Jaccard threshold against an eval item a
   fraction of its size, and its copies of eval items are what the coverage rule finds.
 
+Costs: a build tokenizes every document once (numpy, in worker threads) and sorts ~one entry
+per corpus token (radix-split into 256 groups, each sorted on its own, spilled to disk past
+``memory_limit``); the index takes ~8 bytes per corpus token in the store. A reuse reads and
+verifies (sha256) those bytes and hashes the corpus to check it is unchanged (for files, the
+checksum is memoized by path, size and mtime); a lookup is a binary search per eval n-gram.
+So the index pays for itself from the second eval set (or nightly run) against a corpus; a
+one-off check of one eval set costs about what a single streaming scan would.
+
 Example:
     >>> import tempfile
     >>> from assay.store import Store
@@ -44,7 +52,8 @@ import os
 import shutil
 import tempfile
 import time
-from collections.abc import Sequence
+from collections import deque
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -94,15 +103,21 @@ class _Runs:
         self.tmp: Path | None = None
         self.spilled = np.zeros(1 << _SUPER_BITS, dtype=np.int64)
 
-    def add(self, keys: np.ndarray, docs: np.ndarray) -> None:
-        if len(keys) == 0:
-            return
+    @staticmethod
+    def partition(keys: np.ndarray, docs: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Group (key, doc) pairs by the key's top 8 bits, keeping their order inside a group
+        (a stable radix sort); thread-safe, so worker threads do it."""
         sp = (keys >> np.uint64(64 - _SUPER_BITS)).astype(np.uint8)
         order = np.argsort(sp, kind="stable")  # radix sort on uint8
-        keys = keys[order]
-        docs = docs.astype(np.uint32)[order]
         bounds = np.zeros((1 << _SUPER_BITS) + 1, dtype=np.int64)
         np.cumsum(np.bincount(sp, minlength=1 << _SUPER_BITS), out=bounds[1:])
+        return keys[order], docs.astype(np.uint32)[order], bounds
+
+    def add(self, keys: np.ndarray, docs: np.ndarray, bounds: np.ndarray | None = None) -> None:
+        if len(keys) == 0:
+            return
+        if bounds is None:
+            keys, docs, bounds = self.partition(keys, docs)
         for s in np.flatnonzero(np.diff(bounds)):
             a, b = bounds[s], bounds[s + 1]
             self.mem[s].append((keys[a:b], docs[a:b]))
@@ -174,6 +189,36 @@ def _sort_super(keys: np.ndarray, docs: np.ndarray, pbits: int) -> tuple[np.ndar
     return (local >> np.uint64(FP_BITS)).astype(np.int64), (local & _M32).astype(np.uint32), docs
 
 
+class _Sharded:
+    """Several uint32 arrays read as one (zero-copy views of the store's shard blobs)."""
+
+    def __init__(self, parts: list[np.ndarray]) -> None:
+        self.parts = parts
+        self.start = np.zeros(len(parts) + 1, dtype=np.int64)
+        np.cumsum([len(p) for p in parts], out=self.start[1:])
+
+    def __len__(self) -> int:
+        return int(self.start[-1])
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        arr = np.concatenate(self.parts) if self.parts else np.zeros(0, dtype=np.uint32)
+        return arr if dtype is None else arr.astype(dtype)
+
+    def shard_of(self, idx: np.ndarray) -> np.ndarray:
+        return np.clip(np.searchsorted(self.start, idx, side="right") - 1, 0, max(len(self.parts) - 1, 0))
+
+    def __getitem__(self, idx: Any) -> np.ndarray:
+        if isinstance(idx, slice):
+            return np.asarray(self)[idx]
+        idx = np.asarray(idx, dtype=np.int64)
+        out = np.empty(idx.shape, dtype=np.uint32)
+        s = self.shard_of(idx)
+        for k in np.unique(s).tolist():
+            sel = s == k
+            out[sel] = self.parts[k][idx[sel] - self.start[k]]
+        return out
+
+
 @dataclass
 class BuildStats:
     """What a build did (or that it was loaded)."""
@@ -196,8 +241,8 @@ class ContaminationIndex:
     n_docs: int
     pbits: int
     offsets: np.ndarray
-    fps: np.ndarray
-    docs: np.ndarray
+    fps: Any  # np.ndarray, or _Sharded when loaded from the store
+    docs: Any
     minhash_docs: np.ndarray
     minhash_sigs: np.ndarray
     params: dict[str, Any]
@@ -217,7 +262,8 @@ class ContaminationIndex:
     def build(cls, corpus: Any, *, n: int = 13, text_field: Fields = "text", id_field: str | None = "id",
               store: Any = None, reuse: bool = True, batch_size: int = 256,
               near_dup_max_tokens: int = 512, shingle: int = 3, num_perm: int = 128,
-              memory_limit: int = 2 << 30, materialize: bool = True) -> ContaminationIndex:
+              memory_limit: int = 2 << 30, materialize: bool = True,
+              workers: int | None = None) -> ContaminationIndex:
         """Build the index of ``corpus`` (texts, rows or JSONL/Parquet paths), or load the one
         already saved for the same corpus checksum and parameters.
 
@@ -226,7 +272,8 @@ class ContaminationIndex:
         ``memory_limit`` (bytes) bounds the build's buffered entries; beyond it they spill to a
         temporary directory. ``materialize=False`` (with a store) writes the index to the store
         without keeping its arrays in memory: memory stays bounded for any corpus size, and a
-        later ``build`` of the same corpus loads it.
+        later ``build`` of the same corpus loads it. ``workers`` threads hash batches (default:
+        up to 2; numpy releases the GIL).
 
         Example:
             >>> idx = ContaminationIndex.build(["a b c d e"], n=2, store=False)
@@ -258,7 +305,8 @@ class ContaminationIndex:
         if not materialize and st is None:
             raise StoreError("materialize=False keeps the index only in the store: pass store=")
         idx = cls._build(src, params, batch_size=batch_size, memory_limit=memory_limit,
-                         store=st, materialize=materialize)
+                         store=st, materialize=materialize,
+                         workers=workers if workers is not None else min(2, os.cpu_count() or 1))
         idx.corpus_checksum = checksum
         if st is not None:
             if ref_name is None:  # a one-shot iterator: its checksum is known only now
@@ -295,7 +343,19 @@ class ContaminationIndex:
         f = (ident & _M32).astype(np.uint32)
         lo0 = self.offsets[part]
         hi0 = self.offsets[part + 1]
-        return _bsearch(self.fps, f, lo0, hi0, right=False), _bsearch(self.fps, f, lo0, hi0, right=True)
+        fps = self.fps
+        if not isinstance(fps, _Sharded):
+            return _bsearch(fps, f, lo0, hi0, right=False), _bsearch(fps, f, lo0, hi0, right=True)
+        # a partition never straddles two shards: search each shard's queries in that shard
+        lo, hi = lo0.copy(), hi0.copy()
+        s = fps.shard_of(lo0)
+        for k in np.unique(s).tolist():
+            sel = np.flatnonzero(s == k)
+            base = fps.start[k]
+            a, b, fk = lo0[sel] - base, hi0[sel] - base, f[sel]
+            lo[sel] = _bsearch(fps.parts[k], fk, a, b, right=False) + base
+            hi[sel] = _bsearch(fps.parts[k], fk, a, b, right=True) + base
+        return lo, hi
 
     def doc_frequency(self, hashes: np.ndarray) -> np.ndarray:
         """Number of corpus documents holding each span hash."""
@@ -309,7 +369,8 @@ class ContaminationIndex:
     # -- build ---------------------------------------------------------------------------------
     @classmethod
     def _build(cls, src: CorpusSource, params: dict[str, Any], *, batch_size: int,
-               memory_limit: int, store: Any = None, materialize: bool = True) -> ContaminationIndex:
+               memory_limit: int, store: Any = None, materialize: bool = True,
+               workers: int = 2) -> ContaminationIndex:
         t0 = time.perf_counter()
         stream_hash = None if src.reiterable else hashlib.sha256()
         n = params["n"]
@@ -320,28 +381,54 @@ class ContaminationIndex:
         mh_docs: list[np.ndarray] = []
         mh_sigs: list[np.ndarray] = []
         tokens = 0
-        try:
+        def work(texts: list[str], base: int) -> tuple[Any, ...]:
+            enc = encode(texts)
+            sh = SpanHasher(enc)
+            h, _pos, d = sh.ngrams(n, NGRAM_SALT)
+            eh, ed = sh.whole_texts(WHOLE_SALT)
+            sgh, sgd = sh.segments(n, EXACT_SALT)
+            lens = enc.lengths()
+            short = (lens >= k) & (lens <= maxlen)
+            mh = None
+            if short.any():
+                shh, _p, shd = sh.ngrams(k, SHINGLE_SALT, docs=np.flatnonzero(short))
+                sig = signatures(shh, shd, num_perm=params["num_perm"])
+                mh = (np.unique(shd).astype(np.uint32) + np.uint32(base), sig)
+            # n-grams first, then exact spans: within a radix group, entries stay in document order
+            # per hash family, which the deduplication after sorting relies on
+            keys = np.concatenate([h, eh, sgh])
+            docs = np.concatenate([d, ed, sgd]) + base
+            return (len(enc.hashes), *_Runs.partition(keys, docs), mh)
+
+        def batches() -> Iterator[tuple[list[str], int]]:
             for batch_ids, texts in src.batches(batch_size):
                 if stream_hash is not None:
                     stream_hash.update(("\x1f".join(batch_ids) + "\x1d" + "\x1e".join(texts) + "\x1c").encode(
                         "utf-8", "surrogatepass"))
                 base = len(ids)
                 ids.extend(batch_ids)
-                enc = encode(texts)
-                tokens += len(enc.hashes)
-                sh = SpanHasher(enc)
-                h, _pos, d = sh.ngrams(n, NGRAM_SALT)
-                runs.add(h, d + base)
-                eh, ed = sh.whole_texts(WHOLE_SALT)
-                sgh, sgd = sh.segments(n, EXACT_SALT)
-                runs.add(np.concatenate([eh, sgh]), np.concatenate([ed, sgd]) + base)
-                lens = enc.lengths()
-                short = (lens >= k) & (lens <= maxlen)
-                if short.any():
-                    shh, _p, shd = sh.ngrams(k, SHINGLE_SALT, docs=np.flatnonzero(short))
-                    sig = signatures(shh, shd, num_perm=params["num_perm"])
-                    mh_docs.append(np.unique(shd).astype(np.uint32) + np.uint32(base))
-                    mh_sigs.append(sig)
+                yield texts, base
+
+        try:
+            # Batches are hashed in worker threads (numpy releases the GIL), in order, with a
+            # bounded number in flight so memory stays bounded on any corpus.
+            with ThreadPoolExecutor(max(1, workers)) as ex:
+                inflight: deque[Any] = deque()
+                feed = batches()
+                while True:
+                    while len(inflight) < 2 * max(1, workers):
+                        nxt = next(feed, None)
+                        if nxt is None:
+                            break
+                        inflight.append(ex.submit(work, *nxt))
+                    if not inflight:
+                        break
+                    ntok, keys, docs, bounds, mh = inflight.popleft().result()
+                    tokens += ntok
+                    runs.add(keys, docs, bounds)
+                    if mh is not None:
+                        mh_docs.append(mh[0])
+                        mh_sigs.append(mh[1])
             pbits = _partition_bits(runs.total)
             sub = 1 << (pbits - _SUPER_BITS)
             counts = np.zeros(1 << pbits, dtype=np.int64)
@@ -438,14 +525,11 @@ class ContaminationIndex:
         if any(b is None for b in blobs):
             return None  # a missing or corrupt piece: rebuild rather than trust it
         shard_blobs = blobs[: len(m["shards"])]
-        fps = np.empty(sum(s["count"] for s in m["shards"]), dtype=np.uint32)
-        docs = np.empty(len(fps), dtype=np.uint32)
-        a = 0
-        for s, b in zip(m["shards"], shard_blobs):
-            c = s["count"]
-            fps[a:a + c] = np.frombuffer(b, dtype="<u4", count=c)
-            docs[a:a + c] = np.frombuffer(b, dtype="<u4", count=c, offset=4 * c)
-            a += c
+        # zero-copy views of the verified bytes: a reuse never copies the index
+        fps = _Sharded([np.frombuffer(b, dtype="<u4", count=s["count"])
+                        for s, b in zip(m["shards"], shard_blobs)])
+        docs = _Sharded([np.frombuffer(b, dtype="<u4", count=s["count"], offset=4 * s["count"])
+                         for s, b in zip(m["shards"], shard_blobs)])
         offsets, mh_docs, mh_sigs = blobs[len(m["shards"]):]
         num_perm = m["params"]["num_perm"]
         stats = BuildStats(loaded=True, docs=m["n_docs"], entries=len(fps),

@@ -190,24 +190,23 @@ def encode(texts: Sequence[str], *, spans: bool = False) -> Encoded:
     w = cls == WORD
     c = cls == CHAR
     intok = (cls & 1).view(np.bool_)
-    prev_w = np.empty_like(w)
-    prev_w[0] = False
-    prev_w[1:] = w[:-1]
-    next_w = np.empty_like(w)
-    next_w[-1] = False
-    next_w[:-1] = w[1:]
-    start_mask = (w & ~prev_w) | c
+    not_w = ~w
+    start_mask = c.copy()
+    start_mask[0] |= w[0]
+    start_mask[1:] |= w[1:] & not_w[:-1]
+    end_mask = c  # c is not used again
+    end_mask[-1] |= w[-1]
+    end_mask[:-1] |= w[:-1] & not_w[1:]
     tok_start = np.flatnonzero(start_mask)
-    tok_end = np.flatnonzero((w & ~next_w) | c) + 1
+    tok_end = np.flatnonzero(end_mask) + 1
     # Polynomial hash of each token's code points: prefix sums of cp * B^i, differenced at the
     # token bounds and shifted back by B^-start (B is odd, so invertible mod 2^64).
     m = len(cp)
-    bpow = _powers(_B, m)
-    vals = cp.astype(np.uint64)
-    vals += np.uint64(1)
-    vals *= bpow
-    vals *= intok
-    csum = np.cumsum(vals)
+    csum = np.empty(m, dtype=np.uint64)
+    np.add(cp, 1, out=csum, casting="unsafe")
+    np.multiply(csum, _powers(_B, m), out=csum)
+    np.multiply(csum, intok, out=csum, casting="unsafe")
+    np.cumsum(csum, out=csum)
     h = csum[tok_end - 1]
     nz = tok_start > 0
     h[nz] -= csum[tok_start[nz] - 1]
@@ -218,7 +217,9 @@ def encode(texts: Sequence[str], *, spans: bool = False) -> Encoded:
     doc = np.repeat(np.arange(n_docs, dtype=np.int64), np.diff(doc_token_start))
     # Segment ends: newline, ! ? 。, and "." not followed by a word character (so "3.14" stays).
     ends_mask = cls == END
-    ends_mask |= (cp == ord(".")) & ~next_w
+    dots = cp[:-1] == ord(".")
+    dots &= not_w[1:]
+    ends_mask[:-1] |= dots
     seg_end_pos = np.flatnonzero(ends_mask)
     seg = np.searchsorted(seg_end_pos, tok_start, side="left").astype(np.int64)
     if spans:
