@@ -11,6 +11,13 @@ Workloads:
 - MathEqual: seeded answers in LaTeX (boxed fractions), plain numbers and prose, half correct.
 - ExactMatch: short seeded strings, half matching.
 
+Reading the numbers on a shared machine: Linux's autogroup scheduler shares the CPU between
+sessions, and every CodeExec candidate runs in its own session (setsid, for process-group
+isolation), so under load from other sessions assay's sandboxes get more CPU than whileai's
+subprocesses, which share this script's session. MathEqual's worker processes share this
+script's session like whileai's threads, so under load neither gets more than one session's
+share; the pool's advantage (two cores where the GIL allows one) only shows on an idle machine.
+
 The peer runs in its own interpreter (/work/peers/bin/python); this file is also its driver
 (``--role peer``), importing only the standard library and whileai there. whileai's MathEqual
 needs math-verify in the peer environment (the same version as assay's).
