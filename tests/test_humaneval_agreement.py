@@ -120,6 +120,13 @@ def test_policy_difficulty_is_per_problem(he):
     assert max(lows) - min(lows) > 0.4
 
 
+def test_policy_skill_extremes(he):
+    sub = he.problems[:20]
+    assert {k for g in sample_kinds(sub, seeded_code_policy(sub, k=3, seed=0, skill=1.0), 0) for k in g} == {"canonical"}
+    assert "canonical" not in {k for g in sample_kinds(sub, seeded_code_policy(sub, k=3, seed=0, skill=0.0), 0)
+                               for k in g}
+
+
 def test_policy_validates():
     with pytest.raises(ValueError, match="k="):
         seeded_code_policy(humaneval(limit=1), k=0, seed=0, skill=0.5)

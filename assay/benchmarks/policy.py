@@ -48,8 +48,10 @@ def p_correct(skill: float, task_id: str) -> float:
         >>> p_correct(0.3, "HumanEval/7") < p_correct(0.8, "HumanEval/7"), p_correct(1.0, "HumanEval/7")
         (True, 1.0)
     """
-    z = math.log(skill / (1 - skill)) + 4.0 * (0.5 - difficulty(task_id)) if skill < 1 else math.inf
-    return 1.0 / (1.0 + math.exp(-z)) if z != math.inf else 1.0
+    if skill <= 0 or skill >= 1:
+        return 1.0 if skill >= 1 else 0.0
+    z = math.log(skill / (1 - skill)) + 4.0 * (0.5 - difficulty(task_id))
+    return 1.0 / (1.0 + math.exp(-z))
 
 
 def _tokens(code: str) -> list[tokenize.TokenInfo]:
@@ -207,7 +209,8 @@ def seeded_code_policy(problems: Iterable[Any], k: int, seed: int, skill: float)
         problems: a :class:`~assay.benchmarks.CodeBenchmark` or HumanEval problem dicts.
         k: samples per problem (>= 1).
         seed: integer seed.
-        skill: in (0, 1]; about the mean chance a sample is correct.
+        skill: in [0, 1]; about the mean chance a sample is correct (0: always broken, 1: always
+            the canonical solution).
 
     Example:
         >>> from assay.benchmarks import humaneval
@@ -220,8 +223,8 @@ def seeded_code_policy(problems: Iterable[Any], k: int, seed: int, skill: float)
         raise DataError(f"seeded_code_policy(k={k!r}): samples per problem must be an integer >= 1")
     if isinstance(seed, bool) or not isinstance(seed, int):
         raise DataError(f"seeded_code_policy(seed={seed!r}): must be an integer")
-    if isinstance(skill, bool) or not isinstance(skill, (int, float)) or not 0 < skill <= 1:
-        raise DataError(f"seeded_code_policy(skill={skill!r}): must be in (0, 1]")
+    if isinstance(skill, bool) or not isinstance(skill, (int, float)) or not 0 <= skill <= 1:
+        raise DataError(f"seeded_code_policy(skill={skill!r}): must be in [0, 1]")
     out: list[list[str]] = []
     for i, prob in enumerate(problems):
         p = _problem(prob, i)
