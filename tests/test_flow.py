@@ -136,7 +136,7 @@ def test_gpu_slot_is_strict_and_only_on_cuda(prefect_server: str) -> None:
 
     from prefect.client.orchestration import get_client
 
-    from assay.stages import _gpu_slot
+    from assay.stages.analysis import _gpu_slot
 
     assert isinstance(_gpu_slot("cpu"), contextlib.nullcontext)
     with _gpu_slot("cuda:0"):

@@ -1,0 +1,212 @@
+"""Stage caching on the checksum chain: keys, stored pointers, verified loads, progress lines.
+
+A stage's key is ``combine(stage, version, input checksums, parameters, model fingerprint)``;
+its outputs are stored first and its ref last, so a killed run never leaves a readable half.
+
+A stage returns a :class:`StageResult`: a small pointer (store keys, content checksums, a
+summary) that is cheap to pass between processes; the data stays in the store.
+
+Example:
+    >>> import tempfile
+    >>> from assay.store import Store
+    >>> store = Store(tempfile.mkdtemp())
+    >>> calls = []
+    >>> def compute():
+    ...     calls.append(1)
+    ...     return {"doc": {"answer": 42}}, {"rows": 0}
+    >>> a = cached_stage(store, "measure", inputs=["x:1"], params={"p": 1}, compute=compute)
+    >>> b = cached_stage(store, "measure", inputs=["x:1"], params={"p": 1}, compute=compute)
+    >>> a.cached, b.cached, len(calls), store.get_json(b.outputs["doc"])
+    (False, True, 1, {'answer': 42})
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+
+from assay.errors import StoreError
+from assay.hashing import combine
+from assay.rows import Rows
+from assay.store import Store
+
+#: Bump a stage's version when its code changes what it outputs: old entries then miss.
+STAGE_VERSIONS: dict[str, int] = {
+    "build-rows": 1,
+    "filter-rows": 1,
+    "grade": 1,
+    "decontaminate": 1,
+    "score-reward-model": 1,
+    "measure": 1,
+    "report": 1,
+}
+STAGE_ORDER = tuple(STAGE_VERSIONS)
+
+
+# ------------------------------------------------------------------------------- caching
+
+
+@dataclass(frozen=True)
+class StageResult:
+    """Pointer to one stage x shard output in the store.
+
+    ``outputs`` maps output names to store keys; ``checksums`` maps them to content checksums
+    (what downstream keys combine); ``summary`` holds small JSON facts (row counts, timings).
+    """
+
+    stage: str
+    label: str
+    key: str
+    outputs: dict[str, str]
+    checksums: dict[str, str]
+    summary: dict[str, Any] = field(default_factory=dict)
+    cached: bool = False
+    seconds: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"stage": self.stage, "label": self.label, "key": self.key,
+                "outputs": dict(self.outputs), "checksums": dict(self.checksums),
+                "summary": dict(self.summary), "cached": self.cached, "seconds": self.seconds}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> StageResult:
+        return cls(**{k: d[k] for k in ("stage", "label", "key", "outputs", "checksums",
+                                         "summary", "cached", "seconds")})
+
+
+def stage_key(stage: str, inputs: Sequence[str], params: Any, fingerprint: Any = None) -> str:
+    """The cache key of a stage run: stage name + version + input checksums + parameters +
+    model fingerprint (``None`` when no model is involved).
+
+    Example:
+        >>> stage_key("grade", ["rows:a"], {"v": 1}) != stage_key("grade", ["rows:b"], {"v": 1})
+        True
+    """
+    if stage not in STAGE_VERSIONS:
+        raise StoreError(f"unknown stage {stage!r}; known: {list(STAGE_VERSIONS)}")
+    return combine("stage", stage, STAGE_VERSIONS[stage], list(inputs), params, fingerprint)
+
+
+def _ref_name(key: str) -> str:
+    return f"assay-stage/{key}"
+
+
+def lookup(store: Store, key: str) -> dict[str, Any] | None:
+    """The stored pointer document of a finished stage, or None (missing, corrupt, or any of
+    its outputs missing or corrupt: then the stage simply runs again)."""
+    ref = store.get_ref(_ref_name(key))
+    if ref is None:
+        return None
+    doc = store.get_json(ref["blob"])
+    if not isinstance(doc, dict) or doc.get("key") != key:
+        return None
+    if not all(store.has(v) for v in doc.get("outputs", {}).values()):
+        return None
+    return doc
+
+
+def _store_output(store: Store, value: Any) -> tuple[str, str]:
+    """(store key, content checksum) of one output value."""
+    if isinstance(value, Rows):
+        return store.put_table(value.to_arrow()), value.checksum()
+    if isinstance(value, pa.Table):
+        k = store.put_table(value)
+        return k, k
+    if isinstance(value, (bytes, bytearray)):
+        k = store.put_bytes(bytes(value))
+        return k, k
+    k = store.put_json(value)
+    return k, k
+
+
+def cached_stage(store: Store, stage: str, *, inputs: Sequence[str], params: Any,
+                 compute: Callable[[], tuple[Mapping[str, Any], Mapping[str, Any]]],
+                 fingerprint: Any = None, label: str | None = None,
+                 progress: Callable[[StageResult], None] | None = None) -> StageResult:
+    """Serve ``stage`` from the store, or run ``compute`` and store it.
+
+    ``compute()`` returns ``(outputs, summary)``; outputs are Rows, Arrow tables, bytes or JSON
+    documents. Outputs are written (atomically, verified) before the ref that names them, so a
+    kill at any point leaves either a complete entry or none.
+    """
+    key = stage_key(stage, inputs, params, fingerprint)
+    label = label or stage
+    doc = lookup(store, key)
+    if doc is not None:
+        res = StageResult(stage, label, key, doc["outputs"], doc["checksums"], doc["summary"],
+                          cached=True, seconds=0.0)
+        if progress:
+            progress(res)
+        return res
+    if progress:  # long stages (a reward model, a big shard) say they started
+        progress(StageResult(stage, label, key, {}, {}, {"state": "running"}))
+    t0 = time.perf_counter()
+    values, summary = compute()
+    outputs, checksums = {}, {}
+    for name, value in values.items():
+        outputs[name], checksums[name] = _store_output(store, value)
+    seconds = time.perf_counter() - t0
+    summary = dict(summary)
+    pointer = {"key": key, "stage": stage, "label": label, "outputs": outputs,
+               "checksums": checksums, "summary": summary, "seconds": seconds}
+    store.set_ref(_ref_name(key), store.put_json(pointer), {"stage": stage, "label": label})
+    res = StageResult(stage, label, key, outputs, checksums, summary, cached=False, seconds=seconds)
+    if progress:
+        progress(res)
+    return res
+
+
+def print_progress(res: StageResult, stream: Any = None) -> None:
+    """One progress line: stage, shard, rows and rows/s (or 'cached')."""
+    stream = stream or sys.stderr
+    n = res.summary.get("rows")
+    if res.summary.get("state") == "running":
+        line = f"[{res.stage}] {res.label}: running"
+    elif res.cached:
+        line = f"[{res.stage}] {res.label}: cached"
+    elif n:
+        rate = n / res.seconds if res.seconds > 0 else float("inf")
+        line = f"[{res.stage}] {res.label}: {n} rows in {res.seconds:.1f} s ({rate:,.0f} rows/s)"
+    else:
+        line = f"[{res.stage}] {res.label}: done in {res.seconds:.1f} s"
+    print(line, file=stream, flush=True)
+
+
+_TABLES: dict[tuple[str, str], pa.Table] = {}
+
+
+def load_rows(store: Store, res: StageResult, name: str = "rows") -> Rows:
+    """The rows a stage stored (verified). Tables are immutable and named by content, so a few
+    recent ones are memoized: every grading shard reads the same filtered table."""
+    memo = (str(store.root), res.outputs[name])
+    t = _TABLES.get(memo)
+    if t is None:
+        t = store.get_table(res.outputs[name])
+        if t is not None:
+            if len(_TABLES) >= 8:
+                _TABLES.pop(next(iter(_TABLES)))
+            _TABLES[memo] = t
+    if t is None:
+        raise StoreError(f"{res.label}: output {name!r} ({res.outputs[name]}) vanished from "
+                         f"{store.root}; rerun to recompute it")
+    return Rows(t)
+
+
+def load_doc(store: Store, res: StageResult, name: str) -> Any:
+    d = store.get_json(res.outputs[name])
+    if d is None:
+        raise StoreError(f"{res.label}: output {name!r} vanished from {store.root}; rerun")
+    return d
+
+
+def summarize(results: Sequence[StageResult]) -> str:
+    """``cached: a, b | computed: c`` over stage labels, in order."""
+    cached = [f"{r.stage}[{r.label}]" for r in results if r.cached]
+    fresh = [f"{r.stage}[{r.label}]" for r in results if not r.cached]
+    return (f"cached ({len(cached)}): {', '.join(cached) or '-'}\n"
+            f"computed ({len(fresh)}): {', '.join(fresh) or '-'}")

@@ -1,0 +1,84 @@
+"""The study chain: build-rows -> filter -> grade -> decontaminate -> audit -> measure -> report.
+
+``run_study`` runs it directly; ``flows/study.py`` passes ``call`` hooks that make each a task.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from assay.stages.analysis import run_decontaminate, run_measure, run_report, run_reward_audit
+from assay.stages.cache import StageResult, load_rows, print_progress
+from assay.stages.sources import run_build_rows, run_filter_rows, run_grade_shard, shard_bounds
+from assay.store import Store
+
+
+def direct_call(fn: Callable[..., StageResult], *args: Any, **kwargs: Any) -> StageResult:
+    """Run a stage function in this process (what ``run_study`` does without Prefect)."""
+    return fn(*args, **kwargs)
+
+
+def direct_map(fn: Callable[..., StageResult], calls: Sequence[tuple[tuple[Any, ...], dict[str, Any]]]
+               ) -> list[StageResult]:
+    return [fn(*a, **k) for a, k in calls]
+
+
+@dataclass(frozen=True)
+class StudyRun:
+    """Every stage pointer of one study run, in execution order, plus the named ones."""
+
+    spec_checksum: str
+    results: tuple[StageResult, ...]
+    graded: dict[str, tuple[StageResult, ...]]
+    report: StageResult | None
+
+    @property
+    def cached_stages(self) -> list[str]:
+        return [f"{r.stage}[{r.label}]" for r in self.results if r.cached]
+
+    @property
+    def computed_stages(self) -> list[str]:
+        return [f"{r.stage}[{r.label}]" for r in self.results if not r.cached]
+
+
+def run_study(spec: Any, store: Store, *, call: Callable[..., StageResult] = direct_call,
+              call_many: Callable[..., list[StageResult]] = direct_map,
+              progress: Callable[[StageResult], None] | None = print_progress,
+              workers: int | None = None) -> StudyRun:
+    """Run the chain build-rows -> filter -> grade -> decontaminate -> score-reward-model ->
+    measure -> report, skipping what the spec does not ask for. ``call``/``call_many`` decide
+    where each stage runs (directly, or as Prefect tasks: see ``flows/study.py``)."""
+    workers = workers or spec.execution.workers
+    done: list[StageResult] = []
+    graded: dict[str, tuple[StageResult, ...]] = {}
+    for src in spec.sources:
+        built = call(run_build_rows, store, spec, src.name, progress=progress)
+        filtered = call(run_filter_rows, store, spec, src.name, built, progress=progress)
+        done += [built, filtered]
+        if src.verifier is None:
+            graded[src.name] = (filtered,)
+            continue
+        bounds = shard_bounds(load_rows(store, filtered), spec.execution.shard_rows)
+        calls = [((store, spec, src.name, filtered, b, i, len(bounds)),
+                  {"workers": workers, "progress": progress}) for i, b in enumerate(bounds)]
+        shards = call_many(run_grade_shard, calls)
+        done += shards
+        graded[src.name] = tuple(shards)
+    decon = None
+    if spec.decontaminate is not None:
+        decon = call(run_decontaminate, store, spec, graded, progress=progress)
+        done.append(decon)
+    audits: list[StageResult] = []
+    if spec.reward is not None:
+        for m in spec.reward.models:
+            audits.append(call(run_reward_audit, store, spec, m.name, progress=progress))
+        done += audits
+    measured = None
+    if spec.sources:
+        measured = call(run_measure, store, spec, graded, progress=progress)
+        done.append(measured)
+    report = call(run_report, store, spec, graded, measured, decon, tuple(audits), progress=progress)
+    done.append(report)
+    return StudyRun(spec.checksum(), tuple(done), graded, report)
