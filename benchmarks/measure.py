@@ -161,9 +161,12 @@ def main() -> None:
     ap.add_argument("--peer-budget", type=float, default=120.0,
                     help="stop repeating a peer call after this many seconds (slow calls then run once)")
     ap.add_argument("--skip-peer", action="store_true")
+    ap.add_argument("--calls", default=",".join(CALLS), help="comma-separated subset of " + ",".join(CALLS))
     ap.add_argument("--child", choices=("big", "peer"))
     ap.add_argument("--data")
     args = ap.parse_args()
+    global CALLS
+    CALLS = tuple(c for c in CALLS if c in args.calls.split(","))
     if args.child == "big":
         return child_big(args)
     if args.child == "peer":
@@ -173,7 +176,7 @@ def main() -> None:
     print(f"measure benchmark: {args.tasks} tasks x {args.k} rows per arm (2 arms), median of {args.repeats} "
           f"cold runs (fresh table objects); load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
     big = json.loads(subprocess.run([sys.executable, str(here), "--child", "big", "--tasks", str(args.tasks),
-                                     "--k", str(args.k), "--repeats", str(args.repeats)],
+                                     "--k", str(args.k), "--repeats", str(args.repeats), "--calls", args.calls],
                                     check=True, capture_output=True, text=True).stdout)
     total = sum(v["wall"] for v in big["times"].values())
     for name in CALLS:
@@ -206,7 +209,8 @@ def main() -> None:
         path = Path(tmp) / "rows.json"
         path.write_text(json.dumps({"before": before_d, "after": after_d}))
         out = subprocess.run([PEER_PYTHON, str(here), "--child", "peer", "--data", str(path),
-                              "--repeats", str(args.peer_repeats), "--peer-budget", str(args.peer_budget)],
+                              "--repeats", str(args.peer_repeats), "--peer-budget", str(args.peer_budget),
+                              "--calls", args.calls],
                              capture_output=True, text=True)
         if out.returncode != 0:
             print(f"peer failed: {out.stderr[-2000:]}")

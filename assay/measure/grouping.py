@@ -188,7 +188,8 @@ def _cache_key(data: Any) -> pa.Table | None:
     return data if isinstance(data, pa.Table) else None
 
 
-def _decode(table: pa.Table, argument: str, key: pa.Table | None = None) -> _Decoded:
+def _decode(table: pa.Table, argument: str, key: pa.Table | None = None,
+            same_tasks_as: _Decoded | None = None) -> _Decoded:
     if key is not None:
         entry = _DECODED.get(id(key))
         if entry is not None and entry[0]() is key:
@@ -202,7 +203,10 @@ def _decode(table: pa.Table, argument: str, key: pa.Table | None = None) -> _Dec
             f"{argument}: none of the {n} rows has a reward; grade them first "
             "(assay.grade(rows, verifier)) or give 'reward' numbers in [0, 1]"
         )
-    codes, task_ids = _local_codes(table.column("task_id"))
+    if same_tasks_as is not None:  # the caller checked the task_id column is identical
+        codes, task_ids = same_tasks_as.codes, same_tasks_as.task_ids
+    else:
+        codes, task_ids = _local_codes(table.column("task_id"))
     reward = reward_col.to_numpy(zero_copy_only=False).astype(np.float64, copy=False)
     if reward_col.null_count:
         reward = np.where(pc.is_null(reward_col).to_numpy(zero_copy_only=False), np.nan, reward)
@@ -234,7 +238,11 @@ def read_runs(runs: Sequence[Any], *, argument: str = "runs") -> tuple[list[Fram
     Returns the frames and the task id of each shared code.
     """
     tables = [as_table(r, require=(), argument=f"{argument}[{i}]") for i, r in enumerate(runs)]
-    decoded = [_decode(t, f"{argument}[{i}]", _cache_key(r)) for i, (t, r) in enumerate(zip(tables, runs))]
+    decoded: list[_Decoded] = []
+    for i, (t, r) in enumerate(zip(tables, runs)):
+        # Re-runs and paired arms usually list the same tasks in the same order: one coding.
+        same = decoded[0] if i and t.column("task_id").equals(tables[0].column("task_id")) else None
+        decoded.append(_decode(t, f"{argument}[{i}]", _cache_key(r), same))
     codes, task_ids = _unify([(d.codes, d.task_ids) for d in decoded])
     frames = [Frame(t, c, task_ids, d.reward, None, d.markers, d.binary) for t, c, d in zip(tables, codes, decoded)]
     return frames, task_ids

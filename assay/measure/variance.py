@@ -198,7 +198,11 @@ def eval_variance(*runs: Any, level: float = 0.95) -> EvalVariance:
         notes.append(f"{skipped} partial or unjudged rows are not in pass@1")
     shared = set.intersection(*[set(f.markers) for f in frames])
     for name in sorted(shared):
-        per = [(f.codes, np.nan_to_num(f.markers[name]), ~np.isnan(f.markers[name])) for f in frames]
+        per = []
+        for f in frames:
+            vals = f.markers[name]
+            have = ~np.isnan(vals)
+            per.append((f.codes, vals if have.all() else np.where(have, vals, 0.0), have))
         mc = _decompose(f"marker:{name}", per, n_tasks, level, False, notes)
         if mc is not None:
             comps.append(mc)
