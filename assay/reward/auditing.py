@@ -241,7 +241,7 @@ class AuditResult(Result):
         import matplotlib.pyplot as plt
 
         dims = [d for d in self.dimensions if d.accuracy.interval is not None]
-        fig, ax = plt.subplots(figsize=(7, 0.45 * max(len(dims), 3) + 1.2))
+        fig, ax = plt.subplots(figsize=(7, 0.45 * max(len(dims), 3) + 1.6))
         y = np.arange(len(dims))[::-1]
         acc = np.array([d.accuracy.value for d in dims])
         lo = np.array([d.accuracy.interval.low for d in dims])  # type: ignore[union-attr]
@@ -256,7 +256,9 @@ class AuditResult(Result):
         ax.set_xlim(0, 1)
         ax.set_xlabel("accuracy (chosen scored above rejected; ties count half)")
         ax.set_title(f"Reward-model audit: {self.model}")
-        ax.legend(loc="lower right", fontsize=8)
+        ax.set_ylim(-0.8, len(dims) - 0.2)
+        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.09 * 14 / max(len(dims), 3)),
+                  ncol=2, fontsize=8, frameon=False)
         fig.tight_layout()
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
