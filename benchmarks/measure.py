@@ -152,6 +152,7 @@ def child_peer(args) -> None:
 
 
 def main() -> None:
+    global CALLS
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tasks", type=int, default=100_000)
     ap.add_argument("--k", type=int, default=8)
@@ -165,7 +166,6 @@ def main() -> None:
     ap.add_argument("--child", choices=("big", "peer"))
     ap.add_argument("--data")
     args = ap.parse_args()
-    global CALLS
     CALLS = tuple(c for c in CALLS if c in args.calls.split(","))
     if args.child == "big":
         return child_big(args)
