@@ -77,30 +77,33 @@ def cmd_schema(args: argparse.Namespace) -> int:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from assay.spec import check_files, load_spec
-
-    t0 = time.perf_counter()
-    spec = load_spec(args.spec)  # fail fast, before any Prefect start-up
-    problems = check_files(spec)
-    if problems:
-        _err(f"{args.spec}: " + "; ".join(problems))
-        return 2
     from flows.embedded import apply_local_settings, embedded_server, require_real_server
 
-    require_real_server(spec.execution.runner)  # dask/ray: before starting anything
-
-    apply_local_settings(Path(args.prefect_home or ".prefect").resolve(), spec.execution.log_level)
+    t0 = time.perf_counter()
+    user_level = os.environ.get("PREFECT_LOGGING_LEVEL")
+    apply_local_settings(Path(args.prefect_home or ".prefect").resolve())
     if args.store:
         os.environ["ASSAY_STORE"] = str(Path(args.store).resolve())
+    # The embedded server is launched first: its start-up overlaps loading the spec and
+    # importing Prefect here. A bad spec stops it again before Prefect is imported.
     with embedded_server() as server:
+        spec = load_spec(args.spec)
+        problems = check_files(spec)
+        if problems:
+            _err(f"{args.spec}: " + "; ".join(problems))
+            return 2
+        require_real_server(spec.execution.runner, embedded=server is not None)
+        if user_level is None:
+            os.environ["PREFECT_LOGGING_LEVEL"] = spec.execution.log_level.upper()
         if server is not None:
             os.environ["ASSAY_EMBEDDED_API"] = "1"
             print(f"[prefect] embedded API server on {server.api_url} "
                   f"(PREFECT_HOME={os.environ['PREFECT_HOME']})", file=sys.stderr, flush=True)
-        from flows.study import run_spec  # Prefect imports while the server starts
-
-        if server is not None:
-            server.wait()
         try:
+            from flows.study import run_spec  # Prefect imports while the server starts
+
+            if server is not None:
+                server.wait()
             result = run_spec(args.spec, args.output, args.store, embedded=server is not None)
         finally:
             os.environ.pop("ASSAY_EMBEDDED_API", None)

@@ -170,13 +170,16 @@ def wait_for(server_url: str, timeout: float = 90.0) -> None:
     raise OrchestrationError(f"Prefect API at {server_url} is not healthy after {timeout:.0f} s")
 
 
-def require_real_server(runner: str) -> None:
+def require_real_server(runner: str, *, embedded: bool | None = None) -> None:
     """Dask and Ray workers are separate processes: each needs a server it can reach, or each
     starts its own temporary one (20-30 s apiece). Raise unless ``PREFECT_API_URL`` names a
-    server that is not our embedded one."""
+    server that is not our embedded one (``embedded``: whether we started one; default: read
+    from the environment)."""
     if runner == "local":
         return
-    if not os.environ.get("PREFECT_API_URL") or os.environ.get("ASSAY_EMBEDDED_API"):
+    if embedded is None:
+        embedded = bool(os.environ.get("ASSAY_EMBEDDED_API"))
+    if not os.environ.get("PREFECT_API_URL") or embedded:
         raise OrchestrationError(
             f"execution.runner: {runner} needs a real Prefect server reachable by every worker "
             "(without one each worker process starts its own temporary server, 20-30 s each). "

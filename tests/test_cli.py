@@ -97,5 +97,17 @@ def test_run_refuses_dask_without_a_real_server(tmp_path: Path, monkeypatch: pyt
     with pytest.raises(OrchestrationError, match="needs a real Prefect server"):
         require_real_server("ray")
     monkeypatch.delenv("ASSAY_EMBEDDED_API")
+    with pytest.raises(OrchestrationError, match="needs a real Prefect server"):
+        require_real_server("dask", embedded=True)
     require_real_server("dask")
     require_real_server("local")
+    # The command says so and exits 2 (the embedded server it launched is stopped again).
+    spec = tmp_path / "s.yaml"
+    spec.write_text("name: x\nsources: [{name: a, kind: humaneval}]\nexecution: {runner: dask}\n")
+    from flows.embedded import local_settings
+
+    for k in [*local_settings(tmp_path), "PREFECT_API_URL", "ASSAY_STORE"]:
+        monkeypatch.delenv(k, raising=False)  # restored after the test, whatever run sets
+    monkeypatch.chdir(tmp_path)
+    assert main(["run", str(spec), "--store", str(tmp_path / "st")]) == 2
+    assert "needs a real Prefect server" in capsys.readouterr().err
