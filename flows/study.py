@@ -55,6 +55,10 @@ def finish_run(store: Store, spec: Any, run: stages.StudyRun, out: Path) -> dict
     """Write the run directory (report files, rows Parquet, run.json) and return run.json."""
     files = stages.report_files(store, run.report)
     rows = {name: stages.concat_rows(store, parts) for name, parts in run.graded.items()}
+    measured = next((r for r in run.results if r.stage == "measure"), None)
+    if measured is not None and "selected" in measured.outputs and spec.measure.select:
+        # the rows select(mode="rl") kept: what an RL run would train on
+        rows[f"selected-{spec.measure.select.source}"] = stages.load_rows(store, measured, "selected")
     info = {"study": spec.name, "spec_checksum": run.spec_checksum,
             "spec_definition": spec.definition_checksum(),
             "cached": run.cached_stages, "computed": run.computed_stages,

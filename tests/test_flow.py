@@ -29,6 +29,7 @@ sources:
 measure:
   pass_at: {k: 2}
   compare: [{before: a, after: b}]
+  select: {source: a}
 execution: {shard_rows: 8}
 """
 
@@ -65,7 +66,8 @@ def test_rerun_is_fully_cached_and_outputs_are_complete(prefect_server: str, tmp
     assert second["computed"] == [], second["computed"]
     assert sorted(second["cached"]) == sorted(first["computed"])
     assert "computed (0): -" in err and "[measure] a,b: cached" in err
-    for f in ("report.md", "report.json", "rows/a.parquet", "rows/b.parquet", "pass_rates.png"):
+    for f in ("report.md", "report.json", "rows/a.parquet", "rows/b.parquet", "pass_rates.png",
+              "rows/selected-a.parquet"):
         assert (tmp_path / "run1" / f).read_bytes() == (tmp_path / "run2" / f).read_bytes(), f
     # The rows written are the graded rows, and grading matches a direct call.
     graded = assay.Rows.read_parquet(tmp_path / "run1" / "rows" / "a.parquet")
