@@ -137,9 +137,11 @@ def test_bad_corpus_inputs_name_the_problem(tmp_path):
         ContaminationIndex.build("no such\nfile", store=False)
 
 
-def test_bounded_memory_build_writes_the_store_and_loads_equal(tmp_path):
+def test_bounded_memory_build_writes_the_store_and_loads_equal(tmp_path, monkeypatch):
+    import assay.decontam.index as index_mod
     from assay.errors import StoreError
 
+    monkeypatch.setattr(index_mod, "_SHARD_BYTES", 4096)  # many index and MinHash chunks
     corpus = _corpus(seed=9, docs=120)
     store = Store(tmp_path)
     lean = ContaminationIndex.build(corpus, n=3, store=store, materialize=False, memory_limit=1)
@@ -150,6 +152,9 @@ def test_bounded_memory_build_writes_the_store_and_loads_equal(tmp_path):
     ref = ContaminationIndex.build(corpus, n=3, store=False)
     assert not loaded.built and loaded.stats.entries == ref.stats.entries
     assert np.array_equal(loaded.fps, ref.fps) and np.array_equal(loaded.docs, ref.docs)
+    assert len(ref.minhash_docs) > 100 and loaded.stats.short_docs == len(ref.minhash_docs)
+    assert np.array_equal(loaded.minhash_docs, ref.minhash_docs)
+    assert np.array_equal(loaded.minhash_sigs, ref.minhash_sigs)
     # a one-shot generator is indexed too, saved under the checksum taken while streaming
     once = ContaminationIndex.build((t for t in corpus), n=3, store=store)
     assert once.built and once.corpus_checksum and np.array_equal(once.fps, ref.fps)

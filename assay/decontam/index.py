@@ -69,7 +69,7 @@ from assay.decontam.sources import CorpusSource, Fields
 from assay.errors import RowsError, StoreError
 from assay.hashing import combine
 
-INDEX_VERSION = 1
+INDEX_VERSION = 2
 FP_BITS = 32
 _TARGET_PER_PARTITION = 1 << 13
 _SUPER_BITS = 8  # build-time radix partitions (256), each sorted on its own
@@ -255,6 +255,7 @@ class ContaminationIndex:
     _store: Any = None
     _shards: list[dict[str, Any]] | None = None
     _stream_checksum: str | None = None
+    _mh_chunks: list[dict[str, Any]] | None = None
     materialized: bool = True
 
     # -- public --------------------------------------------------------------------------------
@@ -380,6 +381,8 @@ class ContaminationIndex:
         ids: list[str] = []
         mh_docs: list[np.ndarray] = []
         mh_sigs: list[np.ndarray] = []
+        mh_chunks: list[dict[str, Any]] = []  # written to the store as they fill (bounded memory)
+        n_short = 0
         tokens = 0
         def work(texts: list[str], base: int) -> tuple[Any, ...]:
             enc = encode(texts)
@@ -392,7 +395,8 @@ class ContaminationIndex:
             mh = None
             if short.any():
                 shh, _p, shd = sh.ngrams(k, SHINGLE_SALT, docs=np.flatnonzero(short))
-                sig = signatures(shh, shd, num_perm=params["num_perm"])
+                # datasketch's legacy values are below 2^32: 4 bytes each
+                sig = signatures(shh, shd, num_perm=params["num_perm"]).astype(np.uint32)
                 mh = (np.unique(shd).astype(np.uint32) + np.uint32(base), sig)
             # n-grams first, then exact spans: within a radix group, entries stay in document order
             # per hash family, which the deduplication after sorting relies on
@@ -429,6 +433,10 @@ class ContaminationIndex:
                     if mh is not None:
                         mh_docs.append(mh[0])
                         mh_sigs.append(mh[1])
+                        n_short += len(mh[0])
+                        if not materialize and store is not None and sum(x.nbytes for x in mh_sigs) >= _SHARD_BYTES:
+                            mh_chunks.append(_put_minhash(store, mh_docs, mh_sigs))
+                            mh_docs, mh_sigs = [], []
             pbits = _partition_bits(runs.total)
             sub = 1 << (pbits - _SUPER_BITS)
             counts = np.zeros(1 << pbits, dtype=np.int64)
@@ -470,14 +478,18 @@ class ContaminationIndex:
         fps = np.concatenate(fps_parts) if fps_parts else np.zeros(0, dtype=np.uint32)
         docs = np.concatenate(doc_parts) if doc_parts else np.zeros(0, dtype=np.uint32)
         stats = BuildStats(seconds=time.perf_counter() - t0, docs=len(ids), tokens=tokens,
-                           entries=int(offsets[-1]), short_docs=sum(len(x) for x in mh_docs), spilled=spilled)
+                           entries=int(offsets[-1]), short_docs=n_short, spilled=spilled)
+        if store is not None and not materialize and mh_docs:
+            mh_chunks.append(_put_minhash(store, mh_docs, mh_sigs))
+            mh_docs, mh_sigs = [], []
         return cls(
             n=n, n_docs=len(ids), pbits=pbits, offsets=offsets, fps=fps, docs=docs,
             minhash_docs=np.concatenate(mh_docs) if mh_docs else np.zeros(0, dtype=np.uint32),
-            minhash_sigs=(np.concatenate(mh_sigs) if mh_sigs else np.zeros((0, params["num_perm"]), dtype=np.uint64)),
+            minhash_sigs=(np.concatenate(mh_sigs) if mh_sigs else np.zeros((0, params["num_perm"]), dtype=np.uint32)),
             params=params, corpus_checksum=None, built=True, stats=stats,
             _doc_ids=pa.array(ids, type=pa.string()), _shards=shards if store is not None else None,
             _stream_checksum=None if stream_hash is None else "corpus:" + stream_hash.hexdigest()[:32],
+            _mh_chunks=mh_chunks if (store is not None and not materialize) else None,
             materialized=materialize,
         )
 
@@ -498,8 +510,9 @@ class ContaminationIndex:
             "offsets": store.put_bytes(self.offsets.astype("<i8").tobytes()),
             "shards": shards,
             "doc_ids": store.put_table(pa.table({"id": self._doc_ids})),
-            "minhash_docs": store.put_bytes(self.minhash_docs.astype("<u4").tobytes()),
-            "minhash_sigs": store.put_bytes(self.minhash_sigs.astype("<u8").tobytes()),
+            "minhash": (self._mh_chunks if self._mh_chunks is not None else
+                        ([_put_minhash(store, [self.minhash_docs], [self.minhash_sigs])]
+                         if len(self.minhash_docs) else [])),
             "stats": {"seconds": self.stats.seconds, "docs": self.stats.docs, "tokens": self.stats.tokens,
                       "entries": self.stats.entries, "short_docs": self.stats.short_docs},
         }
@@ -518,7 +531,8 @@ class ContaminationIndex:
         m = store.get_json(ref["blob"])
         if not m or m.get("kind") != "assay.decontam.index" or m.get("version") != INDEX_VERSION:
             return None
-        keys = [s["key"] for s in m["shards"]] + [m["offsets"], m["minhash_docs"], m["minhash_sigs"]]
+        keys = ([s["key"] for s in m["shards"]] + [m["offsets"]]
+                + [k for c in m["minhash"] for k in (c["docs"], c["sigs"])])
         # Verified reads (sha256) of the shards run in threads: hashlib releases the GIL.
         with ThreadPoolExecutor(2) as ex:
             blobs = list(ex.map(store.get_bytes, keys))
@@ -530,18 +544,29 @@ class ContaminationIndex:
                         for s, b in zip(m["shards"], shard_blobs)])
         docs = _Sharded([np.frombuffer(b, dtype="<u4", count=s["count"], offset=4 * s["count"])
                          for s, b in zip(m["shards"], shard_blobs)])
-        offsets, mh_docs, mh_sigs = blobs[len(m["shards"]):]
+        offsets = blobs[len(m["shards"])]
+        mh = blobs[len(m["shards"]) + 1:]
         num_perm = m["params"]["num_perm"]
+        mh_docs = (np.concatenate([np.frombuffer(b, dtype="<u4") for b in mh[0::2]]) if mh
+                   else np.zeros(0, dtype=np.uint32))
+        mh_sigs = (np.concatenate([np.frombuffer(b, dtype="<u4").reshape(-1, num_perm) for b in mh[1::2]]) if mh
+                   else np.zeros((0, num_perm), dtype=np.uint32))
         stats = BuildStats(loaded=True, docs=m["n_docs"], entries=len(fps),
-                           short_docs=len(mh_docs) // 4, tokens=m["stats"]["tokens"])
+                           short_docs=len(mh_docs), tokens=m["stats"]["tokens"])
         return cls(
             n=m["params"]["n"], n_docs=m["n_docs"], pbits=m["pbits"],
             offsets=np.frombuffer(offsets, dtype="<i8"), fps=fps, docs=docs,
-            minhash_docs=np.frombuffer(mh_docs, dtype="<u4"),
-            minhash_sigs=np.frombuffer(mh_sigs, dtype="<u8").reshape(-1, num_perm),
+            minhash_docs=mh_docs,
+            minhash_sigs=mh_sigs,
             params=m["params"], corpus_checksum=m["corpus"], ref_name=ref_name, built=False,
             stats=stats, _doc_ids_key=m["doc_ids"], _store=store,
         )
+
+
+def _put_minhash(store: Any, docs: list[np.ndarray], sigs: list[np.ndarray]) -> dict[str, Any]:
+    d = np.concatenate(docs).astype("<u4")
+    s = np.concatenate(sigs).astype("<u4")
+    return {"count": len(d), "docs": store.put_bytes(d.tobytes()), "sigs": store.put_bytes(s.tobytes())}
 
 
 def _bsearch(arr: np.ndarray, x: np.ndarray, lo: np.ndarray, hi: np.ndarray, *, right: bool) -> np.ndarray:

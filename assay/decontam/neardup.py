@@ -66,7 +66,7 @@ def lean(sig: np.ndarray, seed: int = 1):  # -> datasketch.LeanMinHash
     """A datasketch LeanMinHash holding ``sig``."""
     from datasketch import LeanMinHash
 
-    return LeanMinHash(seed=seed, hashvalues=sig, scheme="legacy")
+    return LeanMinHash(seed=seed, hashvalues=np.asarray(sig, dtype=np.uint64), scheme="legacy")
 
 
 def lsh_candidates(corpus_sigs: np.ndarray, query_sigs: np.ndarray, *, threshold: float,
