@@ -41,7 +41,7 @@ from assay.reward.base import (
     unique_index,
 )
 from assay.reward.batching import fixed_batches, run_plan
-from assay.reward.runtime import dir_digest, resolve_device
+from assay.reward.runtime import dir_digest, quiet_loading, resolve_device
 
 TRUNCATION_POLICIES = ("right", "error")
 
@@ -91,6 +91,7 @@ class EmbeddingRewardModel:
         self.truncation = truncation
         self.max_batch = max_batch
         self.batch_tokens = batch_tokens or (65536 if self.device.startswith("cuda") else 4096)
+        quiet_loading()
         self.st = SentenceTransformer(str(self.path), device=self.device, local_files_only=True)
         self.st.eval()
         self.max_seq_length = int(self.st.max_seq_length or 512)

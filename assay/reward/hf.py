@@ -55,7 +55,14 @@ from assay.reward.base import (
     unique_index,
 )
 from assay.reward.batching import run_plan
-from assay.reward.runtime import dir_digest, resolve_device, resolve_dtype, torch_dtype, upcast_head
+from assay.reward.runtime import (
+    dir_digest,
+    quiet_loading,
+    resolve_device,
+    resolve_dtype,
+    torch_dtype,
+    upcast_head,
+)
 
 TRUNCATION_POLICIES = ("left-prompt", "right", "error")
 TEMPLATES = ("auto", "chat", "pair")
@@ -163,6 +170,7 @@ class HFRewardModel:
             raise RewardModelError(f"batch_tokens must be >= 1, got {batch_tokens!r}")
 
         kw: dict[str, Any] = {"revision": revision, "trust_remote_code": trust_remote_code}
+        quiet_loading()
         self.tokenizer = AutoTokenizer.from_pretrained(self.name_or_path, **kw)
         self.model = AutoModelForSequenceClassification.from_pretrained(
             self.name_or_path, dtype=torch_dtype(self.dtype), **kw)

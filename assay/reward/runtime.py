@@ -150,3 +150,14 @@ def dir_digest(path: str | os.PathLike[str]) -> dict[str, str]:
         if f.is_file() and not any(part.startswith(".") for part in rel.parts):
             out[rel.as_posix()] = file_digest(f)
     return out
+
+
+def quiet_loading() -> None:
+    """Turn off transformers' per-load progress bars ("Loading weights ..."): a study run
+    prints its own progress lines, and a bar per model load is noise in logs and reports."""
+    try:
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
+    except ImportError:  # pragma: no cover - transformers is a dependency
+        pass
