@@ -36,10 +36,26 @@ _LAZY: dict[str, str] = {
     "decontaminate": "assay.decontam",
     "contamination": "assay.decontam",
     "ContaminationIndex": "assay.decontam",
+    "PassAt": "assay.measure",
+    "Comparison": "assay.measure",
+    "EvalVariance": "assay.measure",
+    "HoldoutSize": "assay.measure",
+    "Selection": "assay.measure",
+    "DataView": "assay.data",
+    "make_pair": "assay.data",
+    "load_diagnostic_v3": "assay.data",
+    "humaneval": "assay.benchmarks",
+    "seeded_code_policy": "assay.benchmarks",
+    "score_view": "assay.reward",
+    "HFRewardModel": "assay.reward",
+    "EmbeddingRewardModel": "assay.reward",
+    "FunctionRewardModel": "assay.reward",
+    "StudySpec": "assay.spec",
+    "load_spec": "assay.spec",
 }
 _SUBMODULES = {
     "errors", "hashing", "store", "verify", "measure", "decontam", "data", "reward",
-    "benchmarks", "spec", "judging", "grading", "results",
+    "benchmarks", "spec", "judging", "grading", "results", "stages", "report", "cli",
 }
 
 
