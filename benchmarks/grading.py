@@ -8,7 +8,10 @@ Workloads:
 - CodeExec: HumanEval, every canonical solution plus one broken variant per problem (no
   infinite loops: a timeout measures the clock, not the grader). whileai gets the same programs
   as whole files with ``check(entry_point)`` appended to the tests, since it has no HumanEval mode.
-- MathEqual: seeded answers in LaTeX (boxed fractions), plain numbers and prose, half correct.
+- MathEqual: GSM8K-style prose ending "The answer is 1,200." / "#### 1200" and MATH-style
+  derivations ending in ``\\boxed{}`` (fractions, surds, pi, intervals, pairs; equivalent and wrong
+  forms), k = 4 samples per problem, about 60% right (``--math-data fractions``: the earlier
+  all-fractions workload).
 - ExactMatch: short seeded strings, half matching.
 
 Reading the numbers on a shared machine: Linux's autogroup scheduler shares the CPU between
@@ -17,6 +20,8 @@ isolation), so under load from other sessions assay's sandboxes get more CPU tha
 subprocesses, which share this script's session. MathEqual's worker processes share this
 script's session like whileai's threads, so under load neither gets more than one session's
 share; the pool's advantage (two cores where the GIL allows one) only shows on an idle machine.
+assay keeps its grading workers between calls: each repeat stops them first, so, like the
+peer's fresh interpreter, they are warmed only by that repeat's untimed first rows.
 
 The peer runs in its own interpreter (/work/peers/bin/python); this file is also its driver
 (``--role peer``), importing only the standard library and whileai there. whileai's MathEqual
@@ -44,7 +49,8 @@ SEED = 20261130
 TARGETS = {"code": 3.0, "math": 2.0, "exact": None}
 
 
-def workloads(only: list[str], math_rows: int, exact_rows: int, seed: int = SEED) -> dict[str, dict]:
+def workloads(only: list[str], math_rows: int, exact_rows: int, seed: int = SEED,
+              math_data: str = "realistic") -> dict[str, dict]:
     """The rows each tool grades: prompts, completions, references (assay and peer forms).
     Each repeat gets its own seed, so no tool is timed on answers it has already cached."""
     rng = random.Random(seed)
@@ -69,22 +75,7 @@ def workloads(only: list[str], math_rows: int, exact_rows: int, seed: int = SEED
         out["code"] = {"prompts": prompts, "completions": comps, "references": refs,
                        "peer_completions": peer_comps, "peer_references": peer_refs}
     if "math" in only:
-        prompts, comps, refs = [], [], []
-        for i in range(math_rows):
-            if i % 4 == 0:  # k = 4 samples per problem
-                a, b = rng.randint(1, 999), rng.randint(2, 600)
-            right = rng.random() < 0.5
-            num = a if right else a + rng.randint(1, 5)
-            form = i % 3
-            if form == 0:
-                comps.append(f"We simplify and get $\\boxed{{\\frac{{{num}}}{{{b}}}}}$.")
-            elif form == 1:
-                comps.append(f"The answer is {num / b:.6f}")
-            else:
-                comps.append(f"So x = {num}/{b}, which is the final result.")
-            prompts.append(f"math problem {i // 4}")
-            refs.append(f"\\frac{{{a}}}{{{b}}}")
-        out["math"] = {"prompts": prompts, "completions": comps, "references": refs}
+        out["math"] = (math_fractions if math_data == "fractions" else math_realistic)(math_rows, rng)
     if "exact" in only:
         words = ["alpha", "beta", "gamma", "delta", "Paris", "New York", "-5", "3.14", "forty two"]
         prompts, comps, refs = [], [], []
@@ -97,6 +88,89 @@ def workloads(only: list[str], math_rows: int, exact_rows: int, seed: int = SEED
     return out
 
 
+# GSM8K-style problems: (question template, answer as a function of the drawn numbers).
+_GSM = [
+    ("{a} boxes hold {b} apples each; {c} apples are eaten. How many are left?", lambda a, b, c: a * b - c),
+    ("A shop sells {a} pens a day for {b} days, then {c} more. How many pens in all?", lambda a, b, c: a * b + c),
+    ("A ticket costs ${b}. {a} friends buy one each and get ${c} back in total. What did they pay?",
+     lambda a, b, c: a * b - c),
+]
+
+
+def math_realistic(n: int, rng: random.Random) -> dict:
+    """GSM8K- and MATH-style completions, k = 4 samples per problem, about 40% wrong.
+
+    GSM8K half: integer references ("1200"), completions that reason in prose with intermediate
+    numbers and end "The answer is 1,200." / "#### 1200" / "... so $1,200 in total.".
+    MATH half: LaTeX references (fractions, surds, multiples of pi, integers, intervals, pairs),
+    completions with a derivation and a ``\\boxed{}`` answer, sometimes in an equivalent form
+    (an unsimplified fraction, a decimal) and sometimes wrong (off by one, a sign, a wrong
+    surd)."""
+    prompts, comps, refs = [], [], []
+    for i in range(n):
+        if i % 4 == 0:  # a new problem every k = 4 samples
+            gsm = rng.random() < 0.5
+            a, b, c = rng.randint(2, 60), rng.randint(3, 90), rng.randint(1, 50)
+            if gsm:
+                tmpl, f = rng.choice(_GSM)
+                question, answer = tmpl.format(a=a, b=b, c=c), f(a, b, c)
+                ref = str(answer)
+            else:
+                kind = rng.randrange(6)
+                p, q = rng.randint(1, 30), rng.randint(2, 30)
+                g = __import__("math").gcd(p, q)
+                p, q = p // g, q // g
+                if q == 1:
+                    kind = 3
+                ref, forms, wrong = {
+                    0: (f"\\frac{{{p}}}{{{q}}}", [f"\\frac{{{p}}}{{{q}}}", f"\\frac{{{2 * p}}}{{{2 * q}}}", f"{p / q:.4f}"],
+                        [f"\\frac{{{p + 1}}}{{{q}}}", f"\\frac{{{q}}}{{{p}}}", f"-\\frac{{{p}}}{{{q}}}"]),
+                    1: (f"{a}\\sqrt{{{c + 1}}}", [f"{a}\\sqrt{{{c + 1}}}", f"\\sqrt{{{a * a * (c + 1)}}}"],
+                        [f"{a}\\sqrt{{{c + 2}}}", f"{a + 1}\\sqrt{{{c + 1}}}"]),
+                    2: (f"\\frac{{{p}\\pi}}{{{q}}}", [f"\\frac{{{p}\\pi}}{{{q}}}", f"\\frac{{{p}}}{{{q}}}\\pi"],
+                        [f"\\frac{{{p + 1}\\pi}}{{{q}}}", f"{p}\\pi"]),
+                    3: (str(a * b - c), [str(a * b - c)], [str(a * b - c + 1), str(-(a * b - c))]),
+                    4: (f"({p}, {a}]", [f"({p}, {a}]", f"\\left({p}, {a}\\right]"], [f"[{p}, {a}]", f"({p}, {a + 1}]"]),
+                    5: (f"({p}, -{c})", [f"({p}, -{c})", f"\\left({p},-{c}\\right)"], [f"({p}, {c})", f"(-{c}, {p})"]),
+                }[kind]
+                question = f"MATH problem {i // 4} (kind {kind})"
+        right = rng.random() < 0.6
+        xs = [(rng.randint(2, 99), rng.randint(2, 9)) for _ in range(rng.randint(1, 3))]
+        if gsm:
+            steps = " ".join(f"{x} * {y} = {x * y}." for x, y in [(a, b)] + xs[1:])
+            val = answer if right else answer + rng.choice([-10, -2, -1, 1, 3, 12])
+            end = rng.choice([f"The answer is {val:,}.", f"#### {val}", f"So the total is {val:,}, and that is the final answer."])
+            comps.append(f"Let me work through it. {question} {steps} {end}")
+        else:
+            steps = " ".join(f"Step {k + 1}: ${x} \\times {y} = {x * y}$." for k, (x, y) in enumerate(xs))
+            ans = rng.choice(forms if right else wrong)
+            comps.append(f"We set up the problem. {steps} Therefore the answer is $\\boxed{{{ans}}}$.")
+        prompts.append(question)
+        refs.append(ref)
+    return {"prompts": prompts, "completions": comps, "references": refs}
+
+
+def math_fractions(n: int, rng: random.Random) -> dict:
+    """The earlier synthetic workload, kept for comparison: every reference a fraction
+    a/b; answers as a boxed fraction, a 6-digit decimal, or "x = a/b"; half right."""
+    prompts, comps, refs = [], [], []
+    for i in range(n):
+        if i % 4 == 0:  # k = 4 samples per problem
+            a, b = rng.randint(1, 999), rng.randint(2, 600)
+        right = rng.random() < 0.5
+        num = a if right else a + rng.randint(1, 5)
+        form = i % 3
+        if form == 0:
+            comps.append(f"We simplify and get $\\boxed{{\\frac{{{num}}}{{{b}}}}}$.")
+        elif form == 1:
+            comps.append(f"The answer is {num / b:.6f}")
+        else:
+            comps.append(f"So x = {num}/{b}, which is the final result.")
+        prompts.append(f"math problem {i // 4}")
+        refs.append(f"\\frac{{{a}}}{{{b}}}")
+    return {"prompts": prompts, "completions": comps, "references": refs}
+
+
 def _head(w: dict, n: int) -> dict:
     return {k: v[:n] for k, v in w.items()}
 
@@ -107,6 +181,11 @@ def run_assay(name: str, w: dict) -> tuple[float, list]:
     from assay.verify import CodeExec, ExactMatch, MathEqual
 
     make = {"code": lambda: CodeExec(timeout=3.0), "math": MathEqual, "exact": ExactMatch}[name]
+    try:  # start every repeat cold, like the peer's fresh interpreter: no workers warmed by
+        from assay.grading import shutdown_workers  # an earlier repeat's whole workload
+        shutdown_workers()
+    except ImportError:  # an older assay without shared workers
+        pass
 
     def go(x: dict) -> list:
         return [r["reward"] for r in assay.rows(x["prompts"], x["completions"], make(), references=x["references"],
@@ -142,6 +221,8 @@ def main() -> None:
     ap.add_argument("--only", default="code,math,exact")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--math-rows", type=int, default=600)
+    ap.add_argument("--math-data", choices=["realistic", "fractions"], default="realistic",
+                    help="GSM8K/MATH-style completions, or the earlier all-fractions workload")
     ap.add_argument("--exact-rows", type=int, default=20000)
     ap.add_argument("--data", help="(peer role) the workload file")
     ap.add_argument("--name", help="(peer role) the workload to run")
@@ -160,7 +241,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         # Alternate the tools repeat by repeat, so both see the same load on a shared machine.
         for r in range(args.repeats):
-            for n, w in workloads(only, args.math_rows, args.exact_rows, SEED + r).items():
+            for n, w in workloads(only, args.math_rows, args.exact_rows, SEED + r, args.math_data).items():
                 data.setdefault(n, []).append(w)
                 if peer is not None:
                     path = os.path.join(tmp, f"{n}{r}.json")

@@ -5,8 +5,10 @@ math-verify's clock is ``signal.alarm``; :func:`assay.grade` runs this verifier 
 
 from __future__ import annotations
 
+import re
 import threading
 from collections.abc import Mapping
+from fractions import Fraction
 from typing import Any
 
 from assay.errors import VerifierError
@@ -27,6 +29,15 @@ class MathEqual(Verifier):
 
     A reference that math-verify cannot parse cannot be judged (reward None).
 
+    Two shortcuts skip sympy work without changing a verdict (``tests/test_verify_math_fast.py``
+    compares them with math-verify on a generated corpus): when math-verify has parsed both
+    answers to plain numbers, they are compared exactly with math-verify's own rule (equal
+    values; a float within ``float_rounding`` decimals) instead of through sympy's ``round`` and
+    ``simplify``; and a bare numeric answer ("42", "-3.5", "1,000", "7/2") is read directly when
+    the reference is a plain number. Whenever the outcome is not certain (values close but not
+    equal, large magnitudes, any other notation) math-verify decides. Verdicts are memoized per
+    (answer, reference) pair.
+
     Example:
         >>> MathEqual().check("so the result is $\\\\boxed{\\\\frac{1}{2}}$", "0.5", {})
         (1.0, 'math-verify: equal')
@@ -44,15 +55,16 @@ class MathEqual(Verifier):
         self.hard_timeout = 3 * timeout + 5
         self.name = name
         self._gold: dict[str, Any] = {}  # parsed references: k samples of a task share one
+        self._seen: dict[tuple[str, str], tuple[float, str]] = {}  # verdicts (deterministic)
 
     def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_gold": {}}
+        return {**self.__dict__, "_gold": {}, "_seen": {}}
 
     def __repr__(self) -> str:
         return f"MathEqual(timeout={self.timeout})"
 
     def check(self, candidate: str, reference: Any, row: Mapping[str, Any]) -> Any:
-        from math_verify import parse, verify
+        from math_verify import parse
         from math_verify.errors import TimeoutException
 
         if threading.current_thread() is not threading.main_thread():
@@ -76,6 +88,24 @@ class MathEqual(Verifier):
             self._gold[ref] = gold
         if not gold:
             return None, f"reference {reference!r:.60} is not a math expression math-verify can read"
+        if not isinstance(candidate, str):
+            return self._judge(candidate, gold)
+        key = (candidate, ref)
+        done = self._seen.get(key)
+        if done is None:
+            done = self._judge(candidate, gold)
+            if len(self._seen) >= 65536:
+                self._seen.clear()
+            self._seen[key] = done
+        return done
+
+    def _judge(self, candidate: str, gold: list[Any]) -> tuple[float, str]:
+        from math_verify import parse, verify
+        from math_verify.errors import TimeoutException
+
+        fast = bare_number_verdict(candidate, gold, self.float_rounding)
+        if fast is not None:
+            return (1.0 if fast else 0.0), f"numbers: {'equal' if fast else 'not equal'}"
         try:
             got = parse(candidate, parsing_timeout=self.timeout, raise_on_error=True)
         except TimeoutException:
@@ -84,6 +114,9 @@ class MathEqual(Verifier):
             return 0.0, f"answer does not parse: {type(e).__name__}"
         if not got:
             return 0.0, "no answer found"
+        ok = parsed_verdict(gold, got, self.float_rounding)
+        if ok is not None:  # math-verify's parse, its comparison rule done exactly (see above)
+            return (1.0 if ok else 0.0), f"math-verify: {'equal' if ok else 'not equal'}"
         try:
             ok = verify(gold, got, float_rounding=self.float_rounding, timeout_seconds=self.timeout,
                         raise_on_error=True)
@@ -92,3 +125,157 @@ class MathEqual(Verifier):
         except Exception as e:  # math-verify's own default: a failed comparison is "not equal"
             return 0.0, f"math-verify could not compare ({type(e).__name__}): not equal"
         return (1.0 if ok else 0.0), f"math-verify: {'equal' if ok else 'not equal'}"
+
+
+# ---------------------------------------------------------------------------------------------
+# Exact shortcuts of math-verify's comparison for plain numbers. Each returns True/False only
+# where math-verify's verdict is certain, else None (math-verify decides).
+
+#: Largest magnitude decided without math-verify: sympy converts a rational to a 53-bit float
+#: before subtracting it from a float, which is exact to far below 10**-6 only up to here.
+_MAX_MAGNITUDE = 10**6
+
+
+def _exact(x: Any) -> tuple[Fraction, bool, bool] | None:
+    """(exact value, is a float, is an atomic number) for a finite sympy Integer, Rational or
+    Float, or an unevaluated integer quotient ``Mul(p, Pow(q, -1))`` (how math-verify reads a
+    plain "p/q"); else None."""
+    from sympy import Float, Integer, Mul, Pow, Rational
+
+    if isinstance(x, Rational):  # Integer is a Rational
+        return Fraction(int(x.p), int(x.q)), False, True
+    if isinstance(x, Float):
+        sign, man, exp, _ = x._mpf_
+        if (man == 0 and exp != 0) or x._prec < 53:  # inf / nan, or a low-precision float
+            return None
+        v = Fraction(man) * (Fraction(2) ** exp)
+        return (-v if sign else v), True, True
+    if isinstance(x, Mul) and len(x.args) == 2:
+        num, inv = x.args
+        if (isinstance(num, Integer) and isinstance(inv, Pow) and isinstance(inv.args[0], Integer)
+                and inv.args[1] == -1 and inv.args[0] != 0):
+            return Fraction(int(num), int(inv.args[0])), False, False
+    return None
+
+
+def _numbers_equal(a: tuple[Fraction, bool, bool], b: tuple[Fraction, bool, bool],
+                   digits: int) -> bool | None:
+    """math-verify's ``sympy_expr_eq`` on two plain numbers given as ``_exact`` tuples, or None.
+
+    Exactly equal values are equal. Two rationals (no float), one of them atomic, are equal only
+    when exactly equal: math-verify's numeric check compares them exactly and ``simplify(a - b)``
+    of distinct rationals is not zero (two quotients would go through a chopped ``evalf``).
+    With a float: values more than ``10**-(digits-1)`` apart never round to the same
+    ``digits`` decimals, and a float never equals an integer-valued rational after sympy's
+    ``round`` (a Float is not an Integer there); other close pairs are left to math-verify."""
+    (va, fa, ata), (vb, fb, atb) = a, b
+    if va == vb:
+        return True
+    if not (ata or atb):
+        return None
+    if not (fa or fb):
+        return False
+    if max(abs(va), abs(vb)) >= _MAX_MAGNITUDE or digits < 1:
+        return None
+    if abs(va - vb) > Fraction(1, 10 ** (digits - 1)):
+        return False
+    if fa and fb:
+        return None
+    other = vb if fa else va
+    return False if other.denominator == 1 else None
+
+
+def parsed_verdict(gold: list[Any], got: list[Any], digits: int = 6) -> bool | None:
+    """math-verify's ``verify(gold, got)`` for parse outputs whose expressions are plain
+    numbers, or None. ``verify`` is true when any (gold, got) element pair compares equal: two
+    expressions through ``sympy_expr_eq``, two strings when equal after strip, mixed never.
+
+    Example:
+        >>> from math_verify import parse
+        >>> parsed_verdict(parse("$0.5$"), parse("so the answer is 1/2"))
+        True
+    """
+    from sympy import Basic
+
+    undecided = False
+    for g in gold:
+        for t in got:
+            if isinstance(g, str) and isinstance(t, str):
+                if g.strip() and g.strip() == t.strip():
+                    return True
+            elif isinstance(g, Basic) and isinstance(t, Basic):
+                eg, et = _exact(g), _exact(t)
+                if eg is None or et is None:
+                    return None
+                same = _numbers_equal(eg, et, digits)
+                if same:
+                    return True
+                undecided |= same is None
+            elif not isinstance(g, (str, Basic)) or not isinstance(t, (str, Basic)):
+                return None  # a matrix or anything else: math-verify decides
+    return None if undecided else False
+
+
+# A bare answer as math-verify's plain-expression extraction reads it: an optional minus, an
+# integer without leading zeros (thousands separated by commas in groups of three), optional
+# decimals; or a simple fraction of such integers. No "+", no ".5", no "5.", no exponent: math-
+# verify reads those differently (tests/test_verify_math_fast.py).
+_INT = r"(?:0|[1-9]\d{0,5}|[1-9]\d{0,2}(?:,\d{3}){1,2})"
+_BARE_DECIMAL = re.compile(rf"(-?)({_INT})(?:\.(\d{{1,6}}))?")
+_BARE_FRACTION = re.compile(r"(-?)(0|[1-9]\d{0,5})/([1-9]\d{0,5})")
+
+
+def _bare_value(text: str) -> tuple[Fraction, bool, bool, str] | None:
+    """(value, is a float, is atomic, math-verify's extracted string) of a bare numeric answer,
+    or None. math-verify reads "p/q" as an unevaluated quotient (not atomic)."""
+    from sympy import Float
+
+    m = _BARE_DECIMAL.fullmatch(text)
+    if m:
+        sign, whole, dec = m.groups()
+        whole = whole.replace(",", "")
+        if dec is None:
+            return Fraction(int(whole)) * (-1 if sign else 1), False, True, f"{sign}{whole}"
+        v = _exact(Float(f"{sign}{whole}.{dec}"))
+        return (v[0], True, True, f"{sign}{whole}.{dec}") if v else None
+    m = _BARE_FRACTION.fullmatch(text)
+    if m:
+        sign, num, den = m.groups()
+        return Fraction(int(num), int(den)) * (-1 if sign else 1), False, False, text
+    return None
+
+
+def bare_number_verdict(candidate: str, gold: list[Any], digits: int = 6) -> bool | None:
+    """math-verify's verdict for a candidate that is only a number ("42", "-3.5", "1,000",
+    "7/2") against a parsed plain-number reference, without parsing the candidate; None when
+    the candidate is anything else or the verdict is not certain.
+
+    Example:
+        >>> from math_verify import parse
+        >>> bare_number_verdict(" 1,000 ", parse("$1000$")), bare_number_verdict("-0.5", parse("$1/2$"))
+        (True, False)
+    """
+    if not isinstance(candidate, str) or len(candidate) > 40:
+        return None
+    got = _bare_value(candidate.strip())
+    if got is None:
+        return None
+    value, is_float, atomic, text = got
+    from sympy import Basic
+
+    undecided = False
+    for g in gold:
+        if isinstance(g, str):
+            if g.strip() and g.strip() == text:
+                return True
+        elif isinstance(g, Basic):
+            eg = _exact(g)
+            if eg is None:
+                return None
+            same = _numbers_equal(eg, (value, is_float, atomic), digits)
+            if same:
+                return True
+            undecided |= same is None
+        else:
+            return None
+    return None if undecided else False
