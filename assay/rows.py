@@ -63,21 +63,26 @@ _JSON_COLUMNS = ("privileged", "judge_meta")
 # helpers
 
 
+def _json_default(o: Any) -> Any:
+    if isinstance(o, np.ndarray):
+        return o.tolist()
+    if isinstance(o, np.generic):
+        return o.item()
+    if isinstance(o, (tuple, set, frozenset)):
+        return list(o)
+    raise TypeError(type(o).__name__)
+
+
+# One encoder for every call: json.dumps with options builds a new encoder each time.
+_encode = json.JSONEncoder(ensure_ascii=False, sort_keys=True, allow_nan=False,
+                           default=_json_default).encode
+
+
 def _to_json(value: Any, where: str) -> str | None:
     if value is None:
         return None
-
-    def default(o: Any) -> Any:
-        if isinstance(o, np.ndarray):
-            return o.tolist()
-        if isinstance(o, np.generic):
-            return o.item()
-        if isinstance(o, (tuple, set, frozenset)):
-            return list(o)
-        raise TypeError(type(o).__name__)
-
     try:
-        return json.dumps(value, ensure_ascii=False, sort_keys=True, allow_nan=False, default=default)
+        return _encode(value)
     except (TypeError, ValueError) as e:
         raise RowsError(f"{where}: value is not JSON-serializable ({e}); use str/number/list/dict values") from None
 
@@ -484,16 +489,15 @@ def as_table(data: Any, *, require: Iterable[str] = ("prompt", "final_text"),
             valid = ~np.asarray(arr.is_null())
             ok = bool(np.all((x[valid] >= 0.0) & (x[valid] <= 1.0)))  # False for NaN too
         arrays["reward"] = arr if ok else pa.array([_check_number(v, where(i)) for i, v in enumerate(rv)], type=pa.float64())
-    # markers
+    # markers: Arrow converts the dicts in C; the per-row pass only words an error
     mk = get["markers"]
-    if mk is None or all(not m for m in mk if not isinstance(m, float)):
-        if mk is not None:
-            for i, m in enumerate(mk):
-                if m is not None and not isinstance(m, Mapping):
-                    _check_markers(m, where(i))
+    if mk is None:
         arrays["markers"] = pa.array([[]] * n, type=MARKERS_TYPE)
     else:
-        arrays["markers"] = _markers_array([_check_markers(m, where(i)) for i, m in enumerate(mk)])
+        arr = _fast_markers(mk)
+        if arr is None:
+            arr = _markers_array([_check_markers(m, where(i)) for i, m in enumerate(mk)])
+        arrays["markers"] = arr
     # rollout index: given, or numbered within task in order
     ri = get["rollout_index"]
     if ri is None or all(v is None for v in ri):
@@ -544,6 +548,23 @@ def as_table(data: Any, *, require: Iterable[str] = ("prompt", "final_text"),
     table = pa.Table.from_arrays([arrays[f.name] for f in ROW_SCHEMA], schema=ROW_SCHEMA)
     _require(table, tuple(require), argument)
     return table
+
+
+def _fast_markers(values: list[Any]) -> pa.Array | None:
+    """Markers as a map array when every value is a finite number under a string key (None for
+    a missing dict is an empty map); None when anything needs the per-row check."""
+    if any(type(m) is not dict and m is not None for m in values):
+        return None
+    try:
+        arr = pa.array(values, type=MARKERS_TYPE, from_pandas=False)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError):
+        return None
+    items = arr.items
+    if items.null_count or not np.all(np.isfinite(items.to_numpy(zero_copy_only=False))):
+        return None
+    if arr.null_count:
+        arr = pa.array([m or {} for m in values], type=MARKERS_TYPE)
+    return arr
 
 
 def _try_array(values: list[Any], typ: pa.DataType) -> pa.Array | None:
