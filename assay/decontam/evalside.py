@@ -39,11 +39,13 @@ from typing import Any
 
 import numpy as np
 
-from assay.decontam.index import ContaminationIndex, resolve_store
+from assay.decontam.index import ContaminationIndex, index_params, index_ref_name, resolve_store
 from assay.decontam.ngrams import EXACT_SALT, SHINGLE_SALT, WHOLE_SALT, SpanHasher
 from assay.decontam.normalize import encode
 from assay.decontam.report import RULES, ContaminationReport, ItemMatch, wilson_interval
+from assay.decontam.sources import CorpusSource
 from assay.errors import RowsError, RowsTypeError
+from assay.hashing import combine, content_hash
 from assay.results import Estimate
 
 _DF_FLOOR = 10
@@ -386,9 +388,30 @@ def contamination(eval_rows: Any, corpus: Any = None, *, index: ContaminationInd
     task_ids, texts = eval_items(eval_rows, fields)
     st = resolve_store(store)
     source = None
+    result_ref = None
     if index is None:
         if corpus is None:
             raise RowsTypeError("contamination() needs a corpus (texts, rows or file paths) or index=")
+        corpus = CorpusSource(corpus, text_field=text_field, id_field=id_field)
+        if st is not None and not semantic and corpus.reiterable:
+            # The whole answer is a function of (corpus, eval items, parameters): a rerun against
+            # an unchanged corpus reads it back instead of loading the index and matching again.
+            params = index_params(n=n, text_field=text_field, id_field=id_field, shingle=shingle,
+                                  num_perm=num_perm)
+            index_ref = index_ref_name(corpus.checksum(st), params)
+            result_ref = "decontam-result:" + combine(
+                "decontam-result", RESULT_VERSION, index_ref, content_hash([task_ids, texts], "evals"),
+                {"min_coverage": float(min_coverage), "max_df": max_df, "near_duplicate": near_duplicate,
+                 "max_doc_ids": max_doc_ids})
+            if reuse:
+                cached = _load_result(st, result_ref, index_ref)
+                if cached is not None:
+                    items, facts, info = cached
+                    t_index = time.perf_counter() - t0
+                    return _report(items, facts, info, n_items=len(texts), min_coverage=min_coverage,
+                                   max_df=max_df, near_duplicate=near_duplicate, semantic=False,
+                                   similarity=similarity, model=None, result_cached=True,
+                                   seconds={"index": t_index, "total": t_index})
         index = ContaminationIndex.build(corpus, n=n, text_field=text_field, id_field=id_field,
                                          store=st if st is not None else False, reuse=reuse,
                                          shingle=shingle, num_perm=num_perm)
@@ -401,9 +424,8 @@ def contamination(eval_rows: Any, corpus: Any = None, *, index: ContaminationInd
         if corpus is None:
             raise RowsError("the semantic rule embeds corpus documents: pass corpus= as well as index=")
         from assay.decontam.semantic import MiniLM
-        from assay.decontam.sources import CorpusSource
-
-        source = CorpusSource(corpus, text_field=text_field, id_field=id_field)
+        source = corpus if isinstance(corpus, CorpusSource) else CorpusSource(
+            corpus, text_field=text_field, id_field=id_field)
         emb = embedder if embedder is not None else MiniLM()
         model = getattr(emb, "name", None) or repr(emb)
         sem_cfg = {"embedder": emb, "similarity": float(similarity),
@@ -411,13 +433,56 @@ def contamination(eval_rows: Any, corpus: Any = None, *, index: ContaminationInd
                                                      index.corpus_checksum, model)}
     items, _pairs, facts = match(task_ids, texts, index, min_coverage=min_coverage, max_df=max_df,
                                  near_duplicate=near_duplicate, semantic=sem_cfg, max_doc_ids=max_doc_ids)
+    if result_ref is not None and index.ref_name is not None:
+        _save_result(st, result_ref, items, facts, index)
     return _report(items, facts, index, n_items=len(texts), min_coverage=min_coverage, max_df=max_df,
                    near_duplicate=near_duplicate, semantic=semantic, similarity=similarity, model=model,
                    seconds={"index": t_index, "total": time.perf_counter() - t0})
 
 
+RESULT_VERSION = 1
+
+
+@dataclass(frozen=True)
+class _IndexInfo:
+    """What a report says about the index behind a cached result (the index itself unloaded)."""
+
+    n: int
+    n_docs: int
+    params: dict[str, Any]
+    corpus_checksum: str | None
+    ref_name: str | None
+    built: bool = False
+
+
+def _save_result(store: Any, ref_name: str, items: list[ItemMatch], facts: dict[str, Any],
+                 index: ContaminationIndex) -> None:
+    doc = {"kind": "assay.decontam.result", "version": RESULT_VERSION,
+           "items": [i.to_dict() for i in items],
+           "facts": {k: facts[k] for k in ("cutoff", "short_items", "empty_items", "boilerplate_ngrams")},
+           "index": {"n": index.n, "n_docs": index.n_docs, "params": index.params,
+                     "corpus_checksum": index.corpus_checksum, "ref_name": index.ref_name}}
+    store.set_ref(ref_name, store.put_json(doc), {"index": index.ref_name})
+
+
+def _load_result(store: Any, ref_name: str, index_ref: str):
+    """(items, facts, index info) saved for this exact question, or None. The index it was
+    computed from must still be saved under ``index_ref`` (same corpus checksum and params)."""
+    ref = store.get_ref(ref_name)
+    if ref is None or store.get_ref(index_ref) is None:
+        return None
+    doc = store.get_json(ref["blob"])
+    if not doc or doc.get("kind") != "assay.decontam.result" or doc.get("version") != RESULT_VERSION:
+        return None
+    if doc["index"]["ref_name"] != index_ref:
+        return None
+    items = [ItemMatch(**{**d, "matched_ngrams": tuple(d["matched_ngrams"]), "doc_ids": tuple(d["doc_ids"])})
+             for d in doc["items"]]
+    return items, doc["facts"], _IndexInfo(**doc["index"])
+
+
 def _report(items, facts, index, *, n_items, min_coverage, max_df, near_duplicate, semantic,
-            similarity, model, seconds) -> ContaminationReport:
+            similarity, model, seconds, result_cached: bool = False) -> ContaminationReport:
     k = sum(1 for i in items if i.contaminated)
     by_rule = {r: sum(1 for i in items if i.rule == r) for r in RULES if r != "semantic" or semantic}
     if near_duplicate is None:
@@ -458,7 +523,7 @@ def _report(items, facts, index, *, n_items, min_coverage, max_df, near_duplicat
     if n_items == 0:
         warnings.append("no eval items: the rate is undefined")
     corpus = {"checksum": index.corpus_checksum, "docs": index.n_docs, "index_reused": not index.built,
-              "ref": index.ref_name}
+              "ref": index.ref_name, "result_cached": result_cached}
     return ContaminationReport(rate=rate, n_items=n_items, n_contaminated=k, by_rule=by_rule,
                                thresholds=thresholds, items=tuple(items), corpus=corpus, calibration=cal,
                                warnings=tuple(warnings), seconds=seconds)

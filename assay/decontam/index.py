@@ -92,6 +92,26 @@ def resolve_store(store: Any):  # -> Store | None
     raise StoreError(f"store: expected an assay.Store, a path, None (default store) or False, got {type(store).__name__}")
 
 
+def index_params(*, n: int = 13, text_field: Fields = "text", id_field: str | None = "id",
+                 near_dup_max_tokens: int = 512, shingle: int = 3, num_perm: int = 128) -> dict[str, Any]:
+    """The parameters that name a saved index (validated), as :meth:`ContaminationIndex.build`
+    keys it in the store."""
+    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+        raise RowsError(f"n must be a positive integer (n-gram length in tokens), got {n!r}")
+    if not isinstance(shingle, int) or isinstance(shingle, bool) or shingle < 1:
+        raise RowsError(f"shingle must be a positive integer (tokens per MinHash shingle), got {shingle!r}")
+    return {
+        "n": n, "text_field": list(text_field) if isinstance(text_field, tuple) else text_field,
+        "id_field": id_field, "near_dup_max_tokens": int(near_dup_max_tokens),
+        "shingle": shingle, "num_perm": int(num_perm), "version": INDEX_VERSION,
+    }
+
+
+def index_ref_name(corpus_checksum: str, params: dict[str, Any]) -> str:
+    """The store ref under which the index of that corpus and those parameters is saved."""
+    return "decontam-index:" + combine("decontam-index", corpus_checksum, params)
+
+
 class _Runs:
     """(key, doc) pairs radix-split by their top 8 bits; spilled to disk past a memory limit."""
 
@@ -281,15 +301,8 @@ class ContaminationIndex:
             >>> idx.n_docs, idx.doc_ids()
             (1, ['0'])
         """
-        if not isinstance(n, int) or isinstance(n, bool) or n < 1:
-            raise RowsError(f"n must be a positive integer (n-gram length in tokens), got {n!r}")
-        if not isinstance(shingle, int) or isinstance(shingle, bool) or shingle < 1:
-            raise RowsError(f"shingle must be a positive integer (tokens per MinHash shingle), got {shingle!r}")
-        params = {
-            "n": n, "text_field": list(text_field) if isinstance(text_field, tuple) else text_field,
-            "id_field": id_field, "near_dup_max_tokens": int(near_dup_max_tokens),
-            "shingle": shingle, "num_perm": int(num_perm), "version": INDEX_VERSION,
-        }
+        params = index_params(n=n, text_field=text_field, id_field=id_field,
+                              near_dup_max_tokens=near_dup_max_tokens, shingle=shingle, num_perm=num_perm)
         src = corpus if isinstance(corpus, CorpusSource) else CorpusSource(
             corpus, text_field=text_field, id_field=id_field)
         st = resolve_store(store)
@@ -297,7 +310,7 @@ class ContaminationIndex:
         if st is not None and src.reiterable:
             t0 = time.perf_counter()
             checksum = src.checksum(st)
-            ref_name = "decontam-index:" + combine("decontam-index", checksum, params)
+            ref_name = index_ref_name(checksum, params)
             if reuse:
                 loaded = cls._load(st, ref_name)
                 if loaded is not None:
@@ -312,7 +325,7 @@ class ContaminationIndex:
         if st is not None:
             if ref_name is None:  # a one-shot iterator: its checksum is known only now
                 idx.corpus_checksum = checksum = idx._stream_checksum
-                ref_name = "decontam-index:" + combine("decontam-index", checksum, params)
+                ref_name = index_ref_name(checksum, params)
             idx._save(st, ref_name)
         return idx
 

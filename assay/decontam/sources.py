@@ -87,6 +87,7 @@ class CorpusSource:
         self.docs: list[str] | None = None
         self.rows: Any = None
         self.iterator: Iterator[Any] | None = None
+        self._checksum: str | None = None
         if isinstance(corpus, (str, os.PathLike)) and not (isinstance(corpus, str) and "\n" in corpus):
             p = Path(corpus)
             if not p.is_file():
@@ -139,6 +140,8 @@ class CorpusSource:
         For files a store, when given, memoizes path+size+mtime -> sha256 (as git's index does),
         so an unchanged file is not re-read.
         """
+        if self.paths is None and self._checksum is not None:
+            return self._checksum  # in-memory data: hashed once per source (files: re-stat'ed)
         h = hashlib.sha256()
         h.update(json.dumps(["assay-corpus-v1", self.text_field, self.id_field]).encode())
         if self.paths is not None:
@@ -161,7 +164,8 @@ class CorpusSource:
         with ThreadPoolExecutor(2) as ex:
             for d in ex.map(digest, halves):
                 h.update(d.encode())
-        return "corpus:" + h.hexdigest()[:32]
+        self._checksum = "corpus:" + h.hexdigest()[:32]
+        return self._checksum
 
     # -- streaming ---------------------------------------------------------------------------
     def batches(self, size: int) -> Iterator[tuple[list[str], list[str]]]:
