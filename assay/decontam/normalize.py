@@ -90,6 +90,21 @@ def _classify(cp: np.ndarray) -> np.ndarray:
     return cls
 
 
+_ASCII: tuple[bytes, bytes] | None = None
+
+
+def _ascii_tables() -> tuple[bytes, bytes]:
+    """bytes.translate tables for ASCII text: byte -> class, and byte -> (byte + 1 if the byte
+    belongs to a token else 0)."""
+    global _ASCII
+    if _ASCII is None:
+        cls = char_classes()[:128]
+        term = np.where(cls & 1, np.arange(1, 129), 0)
+        pad = bytes(128)
+        _ASCII = (cls.astype(np.uint8).tobytes() + pad, term.astype(np.uint8).tobytes() + pad)
+    return _ASCII
+
+
 def normalize_text(text: str) -> str:
     """NFKC + casefold (then NFKC again, as Unicode's NFKC_Casefold does).
 
@@ -180,36 +195,57 @@ def encode(texts: Sequence[str], *, spans: bool = False) -> Encoded:
     # "\n" between texts is a separator and a segment end, so no token or segment crosses texts.
     joined = "\n".join(norm) + "\n"
     if joined.isascii():  # one byte per character: a quarter of the memory traffic
-        cp = np.frombuffer(joined.encode("ascii"), dtype=np.uint8)
+        raw = joined.encode("ascii")
+        cp = np.frombuffer(raw, dtype=np.uint8)
+        # bytes.translate is a C loop over a 256-byte table: far cheaper than numpy's fancy
+        # indexing, which widens every index to 8 bytes
+        cls = np.frombuffer(raw.translate(_ascii_tables()[0]), dtype=np.uint8)
+        # (code point + 1) inside tokens, 0 elsewhere: the hash's per-character term
+        term = np.frombuffer(raw.translate(_ascii_tables()[1]), dtype=np.uint8)
     else:
         cp = np.frombuffer(joined.encode("utf-32-le"), dtype=np.uint32)
+        cls = _classify(cp)
+        term = None
     lens = np.fromiter((len(s) for s in norm), dtype=np.int64, count=n_docs)
     doc_char_start = np.zeros(n_docs + 1, dtype=np.int64)
     np.cumsum(lens + 1, out=doc_char_start[1:])
-    cls = _classify(cp)
     w = cls == WORD
-    c = cls == CHAR
-    intok = (cls & 1).view(np.bool_)
     not_w = ~w
-    start_mask = c.copy()
-    start_mask[0] |= w[0]
-    start_mask[1:] |= w[1:] & not_w[:-1]
-    end_mask = c  # c is not used again
-    end_mask[-1] |= w[-1]
-    end_mask[:-1] |= w[:-1] & not_w[1:]
-    tok_start = np.flatnonzero(start_mask)
-    tok_end = np.flatnonzero(end_mask) + 1
+    if term is not None:
+        # ASCII has no per-character tokens: tokens are the runs of word characters, and the
+        # text ends with a separator, so run edges alternate start, end, start, end, ...
+        intok = None
+        edges = np.flatnonzero(w[1:] != w[:-1]) + 1
+        if w[0]:
+            edges = np.concatenate([np.zeros(1, dtype=edges.dtype), edges])
+        tok_start, tok_end = edges[0::2], edges[1::2]
+    else:
+        c = cls == CHAR
+        intok = (cls & 1).view(np.bool_)
+        start_mask = c.copy()
+        start_mask[0] |= w[0]
+        start_mask[1:] |= w[1:] & not_w[:-1]
+        end_mask = c  # c is not used again
+        end_mask[-1] |= w[-1]
+        end_mask[:-1] |= w[:-1] & not_w[1:]
+        tok_start = np.flatnonzero(start_mask)
+        tok_end = np.flatnonzero(end_mask) + 1
     # Polynomial hash of each token's code points: prefix sums of cp * B^i, differenced at the
     # token bounds and shifted back by B^-start (B is odd, so invertible mod 2^64).
     m = len(cp)
-    csum = np.empty(m, dtype=np.uint64)
-    np.add(cp, 1, out=csum, casting="unsafe")
-    np.multiply(csum, _powers(_B, m), out=csum)
-    np.multiply(csum, intok, out=csum, casting="unsafe")
-    np.cumsum(csum, out=csum)
-    h = csum[tok_end - 1]
-    nz = tok_start > 0
-    h[nz] -= csum[tok_start[nz] - 1]
+    # csum[0] = 0 pads the prefix sums, so a token's sum is csum[end] - csum[start]
+    csum = np.empty(m + 1, dtype=np.uint64)
+    csum[0] = 0
+    body = csum[1:]
+    if term is not None:
+        np.multiply(term, _powers(_B, m), out=body)
+    else:
+        np.add(cp, 1, out=body, casting="unsafe")
+        np.multiply(body, _powers(_B, m), out=body)
+        np.multiply(body, intok, out=body, casting="unsafe")
+    np.cumsum(body, out=body)
+    h = csum[tok_end]
+    h -= csum[tok_start]
     h *= _powers(_BINV, m)[tok_start]
     h += (tok_end - tok_start).astype(np.uint64) * _K1
     splitmix64(h)
