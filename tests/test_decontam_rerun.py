@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
-from assay.decontam import contamination
+import dataclasses
+
+import numpy as np
+
+from assay.decontam import ContaminationIndex, contamination
 from assay.store import Store
 
 WORDS = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi omicron pi rho".split()
@@ -55,3 +59,18 @@ def test_any_change_recomputes(tmp_path):
     r = contamination(EVALS, _corpus(), store=store)
     assert not r.corpus["result_cached"] and not r.corpus["index_reused"]
     assert r.contaminated_task_ids() == ["ru"]
+
+
+def test_whole_document_matches_are_confirmed_on_all_64_bits(tmp_path):
+    # entries keep only pbits + 32 bits of a hash; the exact rule re-checks the full whole-text
+    # hash (a real 44-bit collision turned up at 20k docs x 10k items in the benchmark)
+    store = Store(tmp_path)
+    docs = ["Cancel order 9911", "something else entirely"]
+    built = ContaminationIndex.build(docs, n=5, store=store)
+    loaded = ContaminationIndex.build(docs, n=5, store=store)
+    assert not loaded.built and np.array_equal(loaded.whole_hashes, built.whole_hashes)
+    assert contamination(["cancel ORDER 9911"], index=loaded).items[0].rule == "exact"
+    forged = dataclasses.replace(built, whole_hashes=built.whole_hashes ^ np.uint64(1))
+    assert contamination(["cancel ORDER 9911"], index=forged).items[0].rule == "near_duplicate"
+    assert not contamination(["cancel ORDER 9911"], index=forged, near_duplicate=None).items[0].contaminated
+    assert contamination(["cancel ORDER 9911"], index=built, near_duplicate=None).items[0].rule == "exact"

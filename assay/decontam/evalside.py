@@ -136,7 +136,14 @@ def match(task_ids: list[str], texts: list[str], index: ContaminationIndex, *,
     # exact: whole documents (no cutoff), and short items against short segments (cutoff)
     wh, wi = sh.whole_texts(WHOLE_SALT)
     lo, hi = index.ranges(wh)
-    exact_pairs = [_expand(index, wi, lo, hi)]
+    wpi, wpd = _expand(index, wi, lo, hi)
+    if index.whole_hashes is not None and len(wpi):
+        # entries keep pbits + 32 bits of a hash: confirm whole-document matches on all 64
+        wh_of = np.zeros(m, dtype=np.uint64)
+        wh_of[wi] = wh
+        ok = index.whole_hashes[wpd] == wh_of[wpi]
+        wpi, wpd = wpi[ok], wpd[ok]
+    exact_pairs = [(wpi, wpd)]
     short = np.flatnonzero((lens > 0) & (lens < n))
     if len(short):
         sh_h = sh.spans(enc.doc_token_start[short], lens[short], EXACT_SALT)

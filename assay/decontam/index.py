@@ -18,7 +18,10 @@ Layout (fixed size per entry, numpy arrays, no Python objects per n-gram):
   (partition, fingerprint, document); ``offsets`` gives each partition's range. A lookup is a
   vectorized binary search inside each query's partition. The identity of an n-gram is its top
   ``pbits + 32`` bits, so a random lookup collides with a given corpus n-gram with probability
-  2^-(pbits+32): about 2e-6 per lookup in the whole index (documented false-match rate).
+  2^-(pbits+32): about 2e-6 per lookup in the whole index (documented false-match rate). The
+  exact rule's whole-document matches are confirmed against each document's full 64-bit
+  whole-text hash (``whole_hashes``, 8 bytes per document), since that rule fires on a single
+  lookup (10,000 items against 20,000 documents hit one such collision before).
 - The document frequency of an n-gram is the length of its range (entries are deduplicated per
   document), which is what the boilerplate cutoff reads.
 - MinHash signatures of the short documents (``near_dup_max_tokens`` or fewer tokens) for the
@@ -69,7 +72,7 @@ from assay.decontam.sources import CorpusSource, Fields
 from assay.errors import RowsError, StoreError
 from assay.hashing import combine
 
-INDEX_VERSION = 2
+INDEX_VERSION = 3
 FP_BITS = 32
 _TARGET_PER_PARTITION = 1 << 13
 _SUPER_BITS = 8  # build-time radix partitions (256), each sorted on its own
@@ -277,6 +280,9 @@ class ContaminationIndex:
     _shards: list[dict[str, Any]] | None = None
     _stream_checksum: str | None = None
     _mh_chunks: list[dict[str, Any]] | None = None
+    #: full 64-bit hash of each document's whole token sequence (0: no tokens), so the exact
+    #: rule confirms a whole-document match on all 64 bits, not the entries' pbits + 32
+    whole_hashes: np.ndarray | None = None
     materialized: bool = True
 
     # -- public --------------------------------------------------------------------------------
@@ -398,6 +404,7 @@ class ContaminationIndex:
         mh_chunks: list[dict[str, Any]] = []  # written to the store as they fill (bounded memory)
         n_short = 0
         tokens = 0
+        whole_parts: list[tuple[np.ndarray, np.ndarray]] = []
         def hash_chunk(texts: list[str], base: int) -> tuple[Any, ...]:
             enc = encode(texts)
             sh = SpanHasher(enc)
@@ -416,7 +423,7 @@ class ContaminationIndex:
             # per hash family, which the deduplication after sorting relies on
             keys = np.concatenate([h, eh, sgh])
             docs = np.concatenate([d, ed, sgd]) + base
-            return len(enc.hashes), keys, docs, mh
+            return len(enc.hashes), keys, docs, mh, (eh, ed + base)
 
         def work(texts: list[str], base: int) -> tuple[Any, ...]:
             # Tokenized in chunks of a few MB: their temporaries stay in cache and in reused heap
@@ -427,7 +434,8 @@ class ContaminationIndex:
             mh = (np.concatenate([m[0] for m in mhs]), np.concatenate([m[1] for m in mhs])) if mhs else None
             keys = parts[0][1] if len(parts) == 1 else np.concatenate([p[1] for p in parts])
             docs = parts[0][2] if len(parts) == 1 else np.concatenate([p[2] for p in parts])
-            return (sum(p[0] for p in parts), *_Runs.partition(keys, docs), mh)
+            whole = (np.concatenate([p[4][0] for p in parts]), np.concatenate([p[4][1] for p in parts]))
+            return (sum(p[0] for p in parts), *_Runs.partition(keys, docs), mh, whole)
 
         def batches() -> Iterator[tuple[list[str], int]]:
             for batch_ids, texts in src.batches(batch_size):
@@ -452,7 +460,8 @@ class ContaminationIndex:
                         inflight.append(ex.submit(work, *nxt))
                     if not inflight:
                         break
-                    ntok, keys, docs, bounds, mh = inflight.popleft().result()
+                    ntok, keys, docs, bounds, mh, whole = inflight.popleft().result()
+                    whole_parts.append(whole)
                     tokens += ntok
                     runs.add(keys, docs, bounds)
                     if mh is not None:
@@ -502,6 +511,9 @@ class ContaminationIndex:
         np.cumsum(counts, out=offsets[1:])
         fps = np.concatenate(fps_parts) if fps_parts else np.zeros(0, dtype=np.uint32)
         docs = np.concatenate(doc_parts) if doc_parts else np.zeros(0, dtype=np.uint32)
+        whole_hashes = np.zeros(len(ids), dtype=np.uint64)
+        for wh, wd in whole_parts:
+            whole_hashes[wd] = wh
         stats = BuildStats(seconds=time.perf_counter() - t0, docs=len(ids), tokens=tokens,
                            entries=int(offsets[-1]), short_docs=n_short, spilled=spilled)
         if store is not None and not materialize and mh_docs:
@@ -511,7 +523,7 @@ class ContaminationIndex:
             n=n, n_docs=len(ids), pbits=pbits, offsets=offsets, fps=fps, docs=docs,
             minhash_docs=np.concatenate(mh_docs) if mh_docs else np.zeros(0, dtype=np.uint32),
             minhash_sigs=(np.concatenate(mh_sigs) if mh_sigs else np.zeros((0, params["num_perm"]), dtype=np.uint32)),
-            params=params, corpus_checksum=None, built=True, stats=stats,
+            params=params, corpus_checksum=None, built=True, stats=stats, whole_hashes=whole_hashes,
             _doc_ids=pa.array(ids, type=pa.string()), _shards=shards if store is not None else None,
             _stream_checksum=None if stream_hash is None else "corpus:" + stream_hash.hexdigest()[:32],
             _mh_chunks=mh_chunks if (store is not None and not materialize) else None,
@@ -533,6 +545,7 @@ class ContaminationIndex:
             "kind": "assay.decontam.index", "version": INDEX_VERSION, "params": self.params,
             "n_docs": self.n_docs, "pbits": self.pbits, "corpus": self.corpus_checksum,
             "offsets": store.put_bytes(self.offsets.astype("<i8").tobytes()),
+            "whole": store.put_bytes(np.asarray(self.whole_hashes, dtype="<u8").tobytes()),
             "shards": shards,
             "doc_ids": store.put_table(pa.table({"id": self._doc_ids})),
             "minhash": (self._mh_chunks if self._mh_chunks is not None else
@@ -556,7 +569,7 @@ class ContaminationIndex:
         m = store.get_json(ref["blob"])
         if not m or m.get("kind") != "assay.decontam.index" or m.get("version") != INDEX_VERSION:
             return None
-        keys = ([s["key"] for s in m["shards"]] + [m["offsets"]]
+        keys = ([s["key"] for s in m["shards"]] + [m["offsets"], m["whole"]]
                 + [k for c in m["minhash"] for k in (c["docs"], c["sigs"])])
         # Verified reads (sha256) of the shards run in threads: hashlib releases the GIL.
         with ThreadPoolExecutor(2) as ex:
@@ -570,7 +583,8 @@ class ContaminationIndex:
         docs = _Sharded([np.frombuffer(b, dtype="<u4", count=s["count"], offset=4 * s["count"])
                          for s, b in zip(m["shards"], shard_blobs)])
         offsets = blobs[len(m["shards"])]
-        mh = blobs[len(m["shards"]) + 1:]
+        whole = np.frombuffer(blobs[len(m["shards"]) + 1], dtype="<u8")
+        mh = blobs[len(m["shards"]) + 2:]
         num_perm = m["params"]["num_perm"]
         mh_docs = (np.concatenate([np.frombuffer(b, dtype="<u4") for b in mh[0::2]]) if mh
                    else np.zeros(0, dtype=np.uint32))
@@ -584,7 +598,7 @@ class ContaminationIndex:
             minhash_docs=mh_docs,
             minhash_sigs=mh_sigs,
             params=m["params"], corpus_checksum=m["corpus"], ref_name=ref_name, built=False,
-            stats=stats, _doc_ids_key=m["doc_ids"], _store=store,
+            stats=stats, _doc_ids_key=m["doc_ids"], _store=store, whole_hashes=whole,
         )
 
 
