@@ -19,13 +19,13 @@ import io
 import json
 import math
 import os
-import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from assay.errors import AssayError
 from assay.results import Estimate
+from assay.store import atomic_write
 
 REPORT_VERSION = 1
 
@@ -240,32 +240,20 @@ def _markdown(spec_doc: Mapping[str, Any], sources: Sequence[Mapping[str, Any]],
 # ------------------------------------------------------------------------------- run dir
 
 
-def _atomic_write(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def write_run_dir(out: str | os.PathLike[str], files: Mapping[str, bytes],
                   rows: Mapping[str, Any], run_info: Mapping[str, Any]) -> Path:
     """Write report files, ``rows/<source>.parquet`` and ``run.json`` (each atomically)."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     for name, data in files.items():
-        _atomic_write(out / name, data)
+        atomic_write(out / name, data)
     for name, r in rows.items():
         buf = io.BytesIO()
         import pyarrow.parquet as pq
 
         pq.write_table(r.to_arrow(), buf, compression="zstd")
-        _atomic_write(out / "rows" / f"{name}.parquet", buf.getvalue())
-    _atomic_write(out / "run.json", (json.dumps(dict(run_info), indent=2, sort_keys=True) + "\n").encode())
+        atomic_write(out / "rows" / f"{name}.parquet", buf.getvalue())
+    atomic_write(out / "run.json", (json.dumps(dict(run_info), indent=2, sort_keys=True) + "\n").encode())
     return out
 
 

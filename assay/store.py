@@ -53,7 +53,8 @@ def default_root() -> Path:
     return Path(os.environ.get("ASSAY_STORE") or ".assay")
 
 
-def _atomic_write(path: Path, data: bytes) -> None:
+def atomic_write(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` so a reader sees the old file or the whole new one, never a part."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
@@ -97,7 +98,7 @@ class Store:
         key = f"{kind}:{hashlib.sha256(data).hexdigest()}"
         path = self._blob_path(key)
         if not self._verified(path, key):
-            _atomic_write(path, data)
+            atomic_write(path, data)
         return key
 
     def _verified(self, path: Path, key: str) -> bytes | None:
@@ -164,7 +165,7 @@ class Store:
         if not self.has(blob):
             raise StoreError(f"set_ref({name!r}): blob {blob} is not in the store; put it first")
         doc = {"name": name, "blob": blob, "meta": meta or {}}
-        _atomic_write(self._ref_path(name), canonical_json(doc))
+        atomic_write(self._ref_path(name), canonical_json(doc))
 
     def get_ref(self, name: str) -> dict[str, Any] | None:
         """``{"name", "blob", "meta"}`` for ``name``, or None when absent, unreadable, or the blob
