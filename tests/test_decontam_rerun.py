@@ -74,3 +74,16 @@ def test_whole_document_matches_are_confirmed_on_all_64_bits(tmp_path):
     assert contamination(["cancel ORDER 9911"], index=forged).items[0].rule == "near_duplicate"
     assert not contamination(["cancel ORDER 9911"], index=forged, near_duplicate=None).items[0].contaminated
     assert contamination(["cancel ORDER 9911"], index=built, near_duplicate=None).items[0].rule == "exact"
+
+
+def test_corpus_checksum_framing_and_surrogates():
+    from assay.decontam.sources import CorpusSource
+
+    def cs(docs, **kw):
+        return CorpusSource(docs, **kw).checksum()
+
+    assert cs(["ab", "c"]) != cs(["a", "bc"]) != cs(["abc"])
+    assert cs(["ab", "c"]) == cs(["ab", "c"])
+    assert cs(["x \ud800 y"]) != cs(["x  y"])  # a lone surrogate still counts
+    rows = [{"id": "a", "text": "t"}, {"id": "b", "text": "u"}]
+    assert cs(rows) != cs([{"id": "ab", "text": "t"}, {"id": "", "text": "u"}])

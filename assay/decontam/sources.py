@@ -25,10 +25,10 @@ import hashlib
 import json
 import os
 from collections.abc import Iterable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 
 from assay.errors import RowsError, RowsTypeError
@@ -151,19 +151,17 @@ class CorpusSource:
             return "corpus:" + h.hexdigest()[:32]
         if self.iterator is not None:
             raise RowsError("corpus: a one-shot iterator has no checksum before it is read; pass a list or files")
-        # Two halves hashed in threads (hashlib drops the GIL on large updates), then combined.
-        batches = list(self.batches(4096))
-        halves = [batches[: len(batches) // 2], batches[len(batches) // 2:]]
-
-        def digest(part: list[tuple[list[str], list[str]]]) -> str:
-            hh = hashlib.sha256()
-            for ids, texts in part:
-                hh.update(("\x1f".join(ids) + "\x1d" + "\x1e".join(texts) + "\x1c").encode("utf-8", "surrogatepass"))
-            return hh.hexdigest()
-
-        with ThreadPoolExecutor(2) as ex:
-            for d in ex.map(digest, halves):
-                h.update(d.encode())
+        # Each text's UTF-8 bytes go to sha256 as they are (no joined copy of the corpus); the
+        # byte lengths, hashed first per batch, keep the framing unambiguous.
+        h.update(b"assay-corpus-v2")
+        for ids, texts in self.batches(4096):
+            raw_ids = [_utf8(i) for i in ids]
+            raw = [_utf8(t) for t in texts]
+            h.update(np.fromiter(map(len, raw_ids), dtype="<i8", count=len(raw_ids)).tobytes())
+            h.update(np.fromiter(map(len, raw), dtype="<i8", count=len(raw)).tobytes())
+            h.update(b"".join(raw_ids))
+            for r in raw:
+                h.update(r)
         self._checksum = "corpus:" + h.hexdigest()[:32]
         return self._checksum
 
@@ -278,6 +276,13 @@ class CorpusSource:
                     ids, texts = [], []
         if texts:
             yield ids, texts
+
+
+def _utf8(text: str) -> bytes:
+    try:
+        return text.encode("utf-8")  # a plain copy for ASCII text
+    except UnicodeEncodeError:  # lone surrogates: kept, not dropped, so they still count
+        return text.encode("utf-8", "surrogatepass")
 
 
 def _file_digest(path: Path, store: Any) -> str:
