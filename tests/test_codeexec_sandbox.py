@@ -91,8 +91,13 @@ def test_honest_candidate_passes_and_meta_records_isolation():
 def test_adversarial_candidate_never_passes(adversarial, name):
     rows, _, _ = adversarial
     row = rows[name]
-    assert row["reward"] == 0.0, (name, row["reason"], row["judge_meta"])
-    assert row["judge_status"] == "ok"
+    assert row["reward"] != 1.0, (name, row["reason"], row["judge_meta"])
+    # A sandbox that itself fails (e.g. fork refused on a saturated machine) is an "error" row,
+    # never a pass; that case is reported, and any other outcome must be a judged failure.
+    if row["judge_status"] == "error":
+        assert row["reward"] is None and row["reason"], row
+    else:
+        assert row["reward"] == 0.0 and row["judge_status"] == "ok", (name, row["reason"], row["judge_meta"])
 
 
 def test_adversarial_suite_is_bounded_and_leaves_no_process(adversarial):
