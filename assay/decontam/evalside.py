@@ -2,7 +2,11 @@
 
 ``contamination(eval_rows, corpus)`` answers it per item against a :class:`ContaminationIndex`
 (built once per corpus and reused from the store); the same matching core serves the train-side
-filter in :mod:`assay.decontam.filtering`.
+filter in :mod:`assay.decontam.filtering`. With a store, the answer itself is saved under a ref
+named by the index's ref (corpus checksum + index parameters), the eval items' content hash and
+the matching parameters: a nightly rerun of an unchanged eval set against an unchanged corpus
+reads it back (``report.corpus["result_cached"]``) instead of loading the index; any change to
+the corpus, the items or a parameter misses that ref and matches again.
 
 Rules, in order (the first that fires is the item's ``rule``):
 

@@ -34,7 +34,9 @@ per corpus token (radix-split into 256 groups, each sorted on its own, spilled t
 verifies (sha256) those bytes and hashes the corpus to check it is unchanged (for files, the
 checksum is memoized by path, size and mtime); a lookup is a binary search per eval n-gram.
 So the index pays for itself from the second eval set (or nightly run) against a corpus; a
-one-off check of one eval set costs about what a single streaming scan would.
+one-off check of one eval set costs about what a single streaming scan would. (A rerun of the
+same eval set with the same settings does not even load the index: ``contamination`` keeps its
+whole answer in the store, see :mod:`assay.decontam.evalside`.)
 
 Example:
     >>> import tempfile

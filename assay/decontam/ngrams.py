@@ -39,8 +39,11 @@ class SpanHasher:
     def __init__(self, enc: Encoded) -> None:
         self.enc = enc
         m = len(enc.hashes)
-        w = enc.hashes * _powers(_C, m)
-        self._q = np.cumsum(w)
+        # q[0] = 0 pads the prefix sums: a span's sum is q[end] - q[start], no edge case
+        self._q = np.empty(m + 1, dtype=np.uint64)
+        self._q[0] = 0
+        np.multiply(enc.hashes, _powers(_C, m), out=self._q[1:])
+        np.cumsum(self._q[1:], out=self._q[1:])
 
     def spans(self, start: np.ndarray, length: np.ndarray, salt: np.uint64) -> np.ndarray:
         """Hash of tokens ``[start, start + length)`` for each pair (length >= 1)."""
@@ -49,9 +52,8 @@ class SpanHasher:
         if len(start) == 0:
             return np.zeros(0, dtype=np.uint64)
         q = self._q
-        h = q[start + length - 1].copy()
-        nz = start > 0
-        h[nz] -= q[start[nz] - 1]
+        h = q[start + length]
+        h -= q[start]
         h *= _powers(_CINV, len(q))[start]
         h += length.astype(np.uint64) * _KLEN
         h ^= salt
