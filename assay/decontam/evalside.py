@@ -35,6 +35,7 @@ Example:
 
 from __future__ import annotations
 
+import hashlib
 import math
 import time
 from collections.abc import Sequence
@@ -47,9 +48,9 @@ from assay.decontam.index import ContaminationIndex, index_params, index_ref_nam
 from assay.decontam.ngrams import EXACT_SALT, SHINGLE_SALT, WHOLE_SALT, SpanHasher
 from assay.decontam.normalize import encode
 from assay.decontam.report import RULES, ContaminationReport, ItemMatch, wilson_interval
-from assay.decontam.sources import CorpusSource
+from assay.decontam.sources import CorpusSource, utf8_bytes
 from assay.errors import RowsError, RowsTypeError
-from assay.hashing import combine, content_hash
+from assay.hashing import combine
 from assay.results import Estimate
 
 _DF_FLOOR = 10
@@ -411,11 +412,11 @@ def contamination(eval_rows: Any, corpus: Any = None, *, index: ContaminationInd
                                   num_perm=num_perm)
             index_ref = index_ref_name(corpus.checksum(st), params)
             result_ref = "decontam-result:" + combine(
-                "decontam-result", RESULT_VERSION, index_ref, content_hash([task_ids, texts], "evals"),
+                "decontam-result", RESULT_VERSION, index_ref, _items_checksum(task_ids, texts),
                 {"min_coverage": float(min_coverage), "max_df": max_df, "near_duplicate": near_duplicate,
                  "max_doc_ids": max_doc_ids})
             if reuse:
-                cached = _load_result(st, result_ref, index_ref)
+                cached = _load_result(st, result_ref, index_ref, task_ids, texts)
                 if cached is not None:
                     items, facts, info = cached
                     t_index = time.perf_counter() - t0
@@ -451,7 +452,7 @@ def contamination(eval_rows: Any, corpus: Any = None, *, index: ContaminationInd
                    seconds={"index": t_index, "total": time.perf_counter() - t0})
 
 
-RESULT_VERSION = 1
+RESULT_VERSION = 2
 
 
 @dataclass(frozen=True)
@@ -466,17 +467,33 @@ class _IndexInfo:
     built: bool = False
 
 
+# ItemMatch fields saved per item; index, task_id and prompt come from the eval items themselves
+_SAVED = ("contaminated", "rule", "coverage", "n_tokens", "matched_ngrams", "doc_ids", "n_docs",
+          "jaccard", "similarity", "n_boilerplate")
+
+
+def _items_checksum(task_ids: list[str], texts: list[str]) -> str:
+    """sha256 over the eval items' UTF-8 bytes, framed by their byte lengths."""
+    h = hashlib.sha256(b"assay-eval-items-v1")
+    for part in (task_ids, texts):
+        raw = [utf8_bytes(t) for t in part]
+        h.update(np.fromiter(map(len, raw), dtype="<i8", count=len(raw)).tobytes())
+        h.update(b"".join(raw))
+    return "evals:" + h.hexdigest()[:32]
+
+
 def _save_result(store: Any, ref_name: str, items: list[ItemMatch], facts: dict[str, Any],
                  index: ContaminationIndex) -> None:
-    doc = {"kind": "assay.decontam.result", "version": RESULT_VERSION,
-           "items": [i.to_dict() for i in items],
+    # columns (one list per field) read back several times faster than one dict per item
+    doc = {"kind": "assay.decontam.result", "version": RESULT_VERSION, "n_items": len(items),
+           "columns": {f: [getattr(i, f) for i in items] for f in _SAVED},
            "facts": {k: facts[k] for k in ("cutoff", "short_items", "empty_items", "boilerplate_ngrams")},
            "index": {"n": index.n, "n_docs": index.n_docs, "params": index.params,
                      "corpus_checksum": index.corpus_checksum, "ref_name": index.ref_name}}
     store.set_ref(ref_name, store.put_json(doc), {"index": index.ref_name})
 
 
-def _load_result(store: Any, ref_name: str, index_ref: str):
+def _load_result(store: Any, ref_name: str, index_ref: str, task_ids: list[str], texts: list[str]):
     """(items, facts, index info) saved for this exact question, or None. The index it was
     computed from must still be saved under ``index_ref`` (same corpus checksum and params)."""
     ref = store.get_ref(ref_name)
@@ -485,10 +502,11 @@ def _load_result(store: Any, ref_name: str, index_ref: str):
     doc = store.get_json(ref["blob"])
     if not doc or doc.get("kind") != "assay.decontam.result" or doc.get("version") != RESULT_VERSION:
         return None
-    if doc["index"]["ref_name"] != index_ref:
+    if doc["index"]["ref_name"] != index_ref or doc["n_items"] != len(task_ids):
         return None
-    items = [ItemMatch(**{**d, "matched_ngrams": tuple(d["matched_ngrams"]), "doc_ids": tuple(d["doc_ids"])})
-             for d in doc["items"]]
+    c = doc["columns"]
+    items = [ItemMatch(i, task_ids[i], *row[:4], tuple(row[4]), tuple(row[5]), *row[6:], prompt=texts[i])
+             for i, row in enumerate(zip(*(c[f] for f in _SAVED)))]
     return items, doc["facts"], _IndexInfo(**doc["index"])
 
 

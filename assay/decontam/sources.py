@@ -155,8 +155,8 @@ class CorpusSource:
         # byte lengths, hashed first per batch, keep the framing unambiguous.
         h.update(b"assay-corpus-v2")
         for ids, texts in self.batches(4096):
-            raw_ids = [_utf8(i) for i in ids]
-            raw = [_utf8(t) for t in texts]
+            raw_ids = [utf8_bytes(i) for i in ids]
+            raw = [utf8_bytes(t) for t in texts]
             h.update(np.fromiter(map(len, raw_ids), dtype="<i8", count=len(raw_ids)).tobytes())
             h.update(np.fromiter(map(len, raw), dtype="<i8", count=len(raw)).tobytes())
             h.update(b"".join(raw_ids))
@@ -278,7 +278,13 @@ class CorpusSource:
             yield ids, texts
 
 
-def _utf8(text: str) -> bytes:
+def utf8_bytes(text: str) -> bytes:
+    """A text's UTF-8 bytes for checksums; lone surrogates are kept (surrogatepass), not lost.
+
+    Example:
+        >>> utf8_bytes("é"), utf8_bytes("\\ud800")
+        (b'\\xc3\\xa9', b'\\xed\\xa0\\x80')
+    """
     try:
         return text.encode("utf-8")  # a plain copy for ASCII text
     except UnicodeEncodeError:  # lone surrogates: kept, not dropped, so they still count
