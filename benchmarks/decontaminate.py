@@ -8,19 +8,24 @@ JSONL corpus through the index build and reports throughput and peak memory.
 The peer runs in its own interpreter (/work/peers/bin/python) on the same generated data: this
 file is also its driver (``--role peer``), importing only the standard library and whileai there.
 
-Measured 2026-11-30 on the shared 2-core dev VM (load average 6-15 from other jobs, so wall
-times are inflated; CPU seconds are the steadier measure), 100,000 docs x 1,000 words, 10,000
-prompts, 200 embedded copies:
+Measured 2026-11-30 on the shared 2-core dev VM (loaded by other jobs; CPU seconds are the
+steadier measure), 100,000 docs x 1,000 words, 10,000 prompts, 200 embedded copies, one repeat:
 
-- assay.decontam, in-memory corpus: end to end incl. build 124 s wall / 44.0 s CPU (median of 3);
-  rerun reusing the index 16.1 s wall / 5.4 s CPU; recall 100%, 0 false positives.
-- assay.decontam, JSONL corpus: end to end 101 s wall / 42.4 s CPU; rerun 5.3 s wall / 2.1 s CPU.
-- whileai.decontaminate (defaults): 262 s wall / 93.8 s CPU; caught 0 of 200 embedded copies.
-- ratios: end to end 2.1x (wall and CPU); rerun 16x wall / 17x CPU (in-memory corpus), 49x wall /
-  44x CPU (JSONL corpus). The 10x / 100x targets are not met on this machine.
-- streaming build from JSONL: 200,000 docs x 1,000 words in 167 s (1.2M tokens/s, peak RSS
-  1.6 GB, spilled at memory_limit=1 GB); 1,000,000 docs x 100 words in 295 s (3,392 docs/s,
-  MinHash for every (short) doc included, peak RSS 2.1 GB).
+- assay.decontam, in-memory corpus: end to end incl. build 28.0 s wall / 27.3 s CPU; rerun
+  1.18 s wall / 1.18 s CPU (corpus checksum + the saved answer read back: the index is not even
+  loaded); recall 100%, 0 false positives.
+- assay.decontam, JSONL corpus: end to end 37.6 s wall / 44.6 s CPU; rerun 0.26 s wall / 0.26 s
+  CPU (file checksum memoized by path+size+mtime).
+- whileai.decontaminate (defaults): 100.4 s wall / 97.0 s CPU; caught 0 of 200 embedded copies.
+- ratios: end to end 3.6x (wall and CPU; target 10x not met); rerun 85x wall / 82x CPU for the
+  in-memory corpus (bounded by sha256 over its 700 MB of text), 382x wall / 372x CPU for the
+  JSONL corpus (target 100x met there).
+- Before the 2026-11-30 speedups (same machine): end to end 2.1x, rerun 16x (in memory) / 49x
+  (JSONL). What bought it: the whole-answer cache and a copy-free corpus checksum (rerun), the
+  ASCII tokenizer fast path and cache-sized tokenize chunks (build).
+- streaming build from JSONL (before the speedups): 200,000 docs x 1,000 words in 167 s (1.2M
+  tokens/s, peak RSS 1.6 GB, spilled at memory_limit=1 GB); 1,000,000 docs x 100 words in 295 s
+  (3,392 docs/s, MinHash for every (short) doc included, peak RSS 2.1 GB).
 
 Usage:
     .venv/bin/python benchmarks/decontaminate.py                 # the full comparison
@@ -131,6 +136,7 @@ def run_ours(args: argparse.Namespace) -> dict:
             found = {i.task_id for i in r.items if i.contaminated}
             recall.append(len(found & want) / len(want))
             detail = {"false_positives": len(found - want), "rate": str(r.rate), "by_rule": r.by_rule,
+                      "rerun_result_cached": r2.corpus.get("result_cached", False),
                       "first_split": r.seconds, "rerun_split": r2.seconds}
     # The nightly shape: the corpus as a JSONL file, whose checksum is memoized by path, size
     # and mtime, so a rerun neither re-reads the corpus nor rebuilds the index.
@@ -232,7 +238,8 @@ def compare(args: argparse.Namespace) -> None:
     print(f"  corpus as a JSONL file (one run): first {ff[0]:.2f}s wall / {ff[1]:.2f}s CPU, rerun {fr[0]:.2f}s wall "
           f"/ {fr[1]:.2f}s CPU (checksum memoized by path+size+mtime), recall {ours['file_recall']:.0%}")
     print(f"  CPU seconds (all threads): first {statistics.median(ours['first_cpu']):.2f}, rerun "
-          f"{statistics.median(ours['rerun_cpu']):.2f}; first run split {ours['first_split']}; "
+          f"{statistics.median(ours['rerun_cpu']):.2f} (answer read from the store: "
+          f"{ours['rerun_result_cached']}); first run split {ours['first_split']}; "
           f"rerun split {ours['rerun_split']}")
     if not args.skip_peer:
         peer = _sub(PEER_PYTHON, "peer", args)
