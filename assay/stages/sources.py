@@ -15,6 +15,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from assay.errors import SpecError
+from assay.jsonl import iter_jsonl
 from assay.rows import Rows, as_table
 from assay.stages.cache import StageResult, cached_stage, load_rows
 from assay.store import Store
@@ -25,19 +26,7 @@ def _read_records(path: Any, fmt: str) -> list[dict[str, Any]]:
         import pyarrow.parquet as pq
 
         return pq.read_table(path).to_pylist()
-    out = []
-    with open(path, encoding="utf-8") as f:
-        for i, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise SpecError(f"{path}:{i}: not valid JSON ({e.msg}); one object per line") from None
-            if not isinstance(rec, dict):
-                raise SpecError(f"{path}:{i}: each line must be a JSON object, got {type(rec).__name__}")
-            out.append(rec)
-    return out
+    return [rec for _, rec in iter_jsonl(path, error=SpecError)]
 
 
 def rows_from_records(records: Sequence[Mapping[str, Any]], fields: Any, *, where: str) -> Rows:

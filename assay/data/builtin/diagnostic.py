@@ -22,7 +22,6 @@ Example:
 from __future__ import annotations
 
 import functools
-import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -35,6 +34,7 @@ from assay.data.cards import DatasetCard, data_checksum, load_dataset
 from assay.data.items import Lineage, Quadruple, make_pair
 from assay.data.view import DataView
 from assay.errors import DataError
+from assay.jsonl import iter_jsonl
 from assay.results import Estimate, Interval, Result
 
 DIMENSIONS: tuple[str, ...] = (
@@ -72,19 +72,7 @@ class DiagnosticSet:
 
 
 def _lines(path: Path) -> list[tuple[int, dict[str, Any]]]:
-    out = []
-    with open(path, encoding="utf-8") as fh:
-        for no, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise DataError(f"{path.name}:{no}: not valid JSON ({e.msg})") from None
-            if not isinstance(obj, dict):
-                raise DataError(f"{path.name}:{no}: each line must be a JSON object")
-            out.append((no, obj))
-    return out
+    return list(iter_jsonl(path, error=DataError, where=path.name))
 
 
 def _need(obj: dict[str, Any], keys: tuple[str, ...], where: str) -> None:
