@@ -75,6 +75,11 @@ def cmd_schema(args: argparse.Namespace) -> int:
     return 0
 
 
+#: Set by a run that used its own embedded server: the process may then skip interpreter
+#: teardown (see :func:`console`).
+_EMBEDDED_RUN_DONE = False
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     from assay.spec import check_files, load_spec
     from flows.embedded import apply_local_settings, embedded_server, require_real_server
@@ -100,9 +105,10 @@ def cmd_run(args: argparse.Namespace) -> int:
             print(f"[prefect] embedded API server on {server.api_url} "
                   f"(PREFECT_HOME={os.environ['PREFECT_HOME']})", file=sys.stderr, flush=True)
         try:
-            from flows.study import run_spec  # Prefect imports while the server starts
+            from flows.study import prewarm, run_spec  # Prefect imports while the server starts
 
             if server is not None:
+                prewarm()
                 server.wait()
             result = run_spec(args.spec, args.output, args.store, embedded=server is not None)
         finally:
@@ -110,6 +116,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     print(f"done in {time.perf_counter() - t0:.1f} s: {len(result['cached'])} stage(s) cached, "
           f"{len(result['computed'])} computed; report in {result['output']}/report.md",
           file=sys.stderr)
+    global _EMBEDDED_RUN_DONE
+    _EMBEDDED_RUN_DONE = server is not None
     return 0
 
 
@@ -150,5 +158,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
 
 
+def console() -> None:
+    """The ``assay`` console script: :func:`main`, then exit.
+
+    After a run on the embedded server, every output is written and the server is gone, so the
+    process leaves with ``os._exit``: tearing down Prefect's threads and ~100 MB of modules
+    takes about half a second of a cached rerun and does nothing a user needs. With a real
+    server (``PREFECT_API_URL``) the normal exit runs, so Prefect flushes its events and logs.
+    """
+    rc = main()
+    if _EMBEDDED_RUN_DONE:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(rc)
+    sys.exit(rc)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    console()

@@ -341,18 +341,14 @@ def _column_values(data: Any, name: str) -> list[Any] | None:
     if hasattr(data, "columns") and hasattr(data, "to_dict"):  # pandas
         if name not in data.columns:
             return None
+        from pandas import NA as _PD_NA  # loaded already: data is a DataFrame
+
         vals = data[name].tolist()
         # pd.NA / None are explicit "missing"; a float NaN is only "missing" outside reward,
         # where NaN would otherwise pass as a score.
         return [None if (v is _PD_NA or (isinstance(v, float) and math.isnan(v) and name != "reward")) else v
                 for v in vals]
     return [r.get(name) for r in data]
-
-
-try:
-    from pandas import NA as _PD_NA
-except ImportError:  # pragma: no cover - pandas is a dependency
-    _PD_NA = object()
 
 
 def as_table(data: Any, *, require: Iterable[str] = ("prompt", "final_text"),

@@ -71,6 +71,14 @@ def _die_with_parent() -> None:  # runs in the child between fork and exec
         pass
 
 
+#: Server services an embedded (one run, one client) server does not need: schedules, late and
+#: paused runs, worker health, automations and cancellation cleanup all concern deployments and
+#: workers, which need a real server anyway. Starting them costs about a second of start-up.
+#: The repossessor stays on: it frees the concurrency slots (``gpu``) of a killed run.
+EMBEDDED_SERVICES_OFF = ("SCHEDULER", "LATE_RUNS", "PAUSE_EXPIRATIONS", "FOREMAN", "TRIGGERS",
+                         "CANCELLATION_CLEANUP", "CLEANUP_RECONCILER", "EVENT_LOGGER")
+
+
 class EmbeddedServer:
     """A Prefect API server in a child process on 127.0.0.1, tied to this process's life."""
 
@@ -86,6 +94,8 @@ class EmbeddedServer:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         env = dict(os.environ, PREFECT__SERVER_EPHEMERAL="1", PREFECT__SERVER_FINAL="1",
                    PREFECT_UI_ENABLED="0")
+        for name in EMBEDDED_SERVICES_OFF:
+            env.setdefault(f"PREFECT_SERVER_SERVICES_{name}_ENABLED", "false")
         env.pop("PREFECT_API_URL", None)
         log = open(self.log_path, "wb")  # noqa: SIM115 - handed to the child
         try:

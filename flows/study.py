@@ -127,6 +127,17 @@ def _quiet_local() -> Iterator[None]:
         yield
 
 
+def prewarm() -> None:
+    """Import what a flow run loads lazily (the task and flow engines, the API client, fastapi's
+    encoder for parameters, artifacts): about a second of a cold process, done here while the
+    embedded server is still starting instead of after it is up."""
+    import fastapi.encoders  # noqa: F401  (prefect serializes flow parameters with it)
+    import prefect.artifacts  # noqa: F401
+    import prefect.client.orchestration  # noqa: F401
+    import prefect.flow_engine  # noqa: F401
+    import prefect.task_engine  # noqa: F401
+
+
 def run_spec(spec_path: str, output: str | None = None, store_root: str | None = None, *,
              embedded: bool = True, publish: bool = True) -> dict[str, Any]:
     """Run a study flow with the runner its spec names (call under ``flows.embedded`` set-up)."""
