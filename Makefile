@@ -17,6 +17,9 @@ $(STAMP): pyproject.toml
 install: $(STAMP)
 
 demo: $(STAMP)
+	@# bytecode for the repo's own modules, as pip writes it for installed ones (this
+	@# environment sets PYTHONDONTWRITEBYTECODE, so imports would recompile them every run)
+	@$(PY) -m compileall -q assay tasks flows > /dev/null
 	$(VENV)/bin/assay run configs/quickstart.yaml --output runs/quickstart
 
 test: $(STAMP)

@@ -17,6 +17,7 @@ import math
 import multiprocessing
 import os
 import pickle
+import sys
 import threading
 import time
 from collections import deque
@@ -271,7 +272,8 @@ def _shared_pool() -> _SharedPool:
 
 
 def shutdown_workers() -> None:
-    """Stop the worker processes kept between grade calls (they also stop at exit).
+    """Stop the worker processes kept between grade calls: MathEqual's grading workers and
+    CodeExec's sandbox servers (they also stop at exit).
 
     Example:
         >>> shutdown_workers()
@@ -280,6 +282,8 @@ def shutdown_workers() -> None:
     if pool is not None and pool.pid == os.getpid():
         with pool.lock:
             pool.close()
+    if "assay.verify.sandbox" in sys.modules:  # CodeExec's warm sandbox servers
+        sys.modules["assay.verify.sandbox"].close_idle_pools()
 
 
 def _shippable(judge: Judge) -> bytes | None:

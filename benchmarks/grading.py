@@ -6,7 +6,7 @@ rows; the median rows/second is reported with the ratio assay / whileai.
 
 Workloads:
 - CodeExec: HumanEval, every canonical solution plus one broken variant per problem (no
-  infinite loops: a timeout measures the clock, not the grader). whileai gets the same programs
+  infinite loops, of any variant kind: a timeout measures the clock, not the grader). whileai gets the same programs
   as whole files with ``check(entry_point)`` appended to the tests, since it has no HumanEval mode.
 - MathEqual: GSM8K-style prose ending "The answer is 1,200." / "#### 1200" and MATH-style
   derivations ending in ``\\boxed{}`` (fractions, surds, pi, intervals, pairs; equivalent and wrong
@@ -64,8 +64,11 @@ def workloads(only: list[str], math_rows: int, exact_rows: int, seed: int = SEED
             variant = None
             for kind in kinds[i % len(kinds):] + kinds[:i % len(kinds)]:
                 variant = broken_variant(p, kind, seed=seed)
-                if variant is not None:
+                if variant is not None and _finishes(p.prompt + variant + "\n" + p.test, p.entry_point):
                     break
+                variant = None
+            if variant is None:
+                continue
             for c in (p.canonical_solution, variant):
                 prompts.append(p.prompt)
                 comps.append(c)
@@ -169,6 +172,31 @@ def math_fractions(n: int, rng: random.Random) -> dict:
         prompts.append(f"math problem {i // 4}")
         refs.append(f"\\frac{{{a}}}{{{b}}}")
     return {"prompts": prompts, "completions": comps, "references": refs}
+
+
+def _finishes(program: str, entry_point: str, seconds: float = 2.0) -> bool:
+    """Whether a program and its tests end (pass or fail) within ``seconds`` in a forked child.
+    Some broken variants loop forever without being the ``infinite_loop`` kind (``//`` turned
+    into ``/`` leaves ``while div: div -= 1`` spinning on a float); like the infinite loops,
+    they would time the timeout, so the workload uses the next kind instead."""
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
+            os.dup2(1, 2)
+            ns: dict = {"__name__": "__candidate__"}
+            exec(compile(program, "candidate.py", "exec"), ns)
+            ns["check"](ns[entry_point])
+        finally:
+            os._exit(0)
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if os.waitpid(pid, os.WNOHANG)[0] == pid:
+            return True
+        time.sleep(0.005)
+    os.kill(pid, 9)
+    os.waitpid(pid, 0)
+    return False
 
 
 def _head(w: dict, n: int) -> dict:

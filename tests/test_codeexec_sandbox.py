@@ -31,6 +31,21 @@ def _leaked() -> list[psutil.Process]:
     return out
 
 
+def _descendants() -> set[int]:
+    """This process's descendants, less CodeExec's warm sandbox servers (kept between grade
+    calls by design); each of those must be idle: no candidate or anything it started is left."""
+    out = set()
+    for p in psutil.Process().children(recursive=True):
+        try:
+            if any("forkserver.py" in part for part in p.cmdline()):
+                assert p.children(recursive=True) == [], f"sandbox server {p.pid} still has children"
+                continue
+        except psutil.NoSuchProcess:
+            continue
+        out.add(p.pid)
+    return out
+
+
 def _grade(candidates, **kw):
     rows = assay.rows(["sq"] * len(candidates), candidates, CodeExec(**kw), references=[CHECK] * len(candidates))
     return list(rows)
@@ -68,14 +83,13 @@ ADVERSARIAL |= {
 
 @pytest.fixture(scope="module")
 def adversarial():
-    before = {p.pid for p in psutil.Process().children(recursive=True)}
+    before = _descendants()
     start = time.monotonic()
     cases = ADVERSARIAL | CONTAINED
     names = list(cases)
     rows = _grade([cases[n] for n in names], timeout=2.0, memory_mb=512, file_mb=4)
     elapsed = time.monotonic() - start
-    after = {p.pid for p in psutil.Process().children(recursive=True)}
-    return dict(zip(names, rows)), elapsed, after - before
+    return dict(zip(names, rows)), elapsed, _descendants() - before
 
 
 def test_honest_candidate_passes_and_meta_records_isolation():
@@ -114,7 +128,7 @@ def test_adversarial_suite_is_bounded_and_leaves_no_process(adversarial):
 
 
 def test_sleepers_are_killed_even_when_the_candidate_passes():
-    before = {p.pid for p in psutil.Process().children(recursive=True)}
+    before = _descendants()
     honest_but_leaky = [
         GOOD + f"import subprocess\nsubprocess.Popen(['sleep', '{MARK}'], start_new_session=True)\n",
         GOOD + "import os, time\nif os.fork() == 0:\n    os.setsid()\n    time.sleep(1000)\n",
@@ -122,7 +136,7 @@ def test_sleepers_are_killed_even_when_the_candidate_passes():
     rows = _grade(honest_but_leaky, timeout=5.0)
     assert [r["reward"] for r in rows] == [1.0, 1.0]  # the tests did pass; the leftovers die anyway
     assert not _leaked()
-    assert {p.pid for p in psutil.Process().children(recursive=True)} <= before
+    assert _descendants() <= before
 
 
 def test_scrubbed_environment(monkeypatch):
@@ -229,3 +243,71 @@ def test_cleanup_without_a_dropped_uid():
     assert all(r["left_over"] == 0 for r in out)
     assert not _leaked()
     assert {p.pid for p in psutil.Process().children(recursive=True)} <= before
+
+
+def test_jobs_that_exit_at_once_are_failures_not_errors():
+    """A candidate compiled before the fork can exit before the server writes its nonce; that
+    write then meets a closed pipe. It must read as a failed job, never as a sandbox error."""
+    progs = ["import os\nos._exit(1)\n", "raise ValueError('at once')\n", "import os\nos._exit(0)\n"]
+    with SandboxPool(2) as pool:
+        out = pool.run([job(progs[i % 3], timeout=3.0) for i in range(300)])
+    assert [r["status"] for r in out] == ["failed"] * 300
+
+
+def test_failure_traceback_quotes_the_candidate_line():
+    """The compact traceback (built without traceback.format_exc) names the frames, quotes the
+    candidate's failing line and ends with the exception, as Python's own does."""
+    with SandboxPool(1) as pool:
+        out = pool.run([job("def f(x):\n    return x[3]\n\nf([1])\n"),
+                        job("def g(:\n    pass\n")])
+    tail = out[0]["output_tail"]
+    assert out[0]["status"] == "failed"
+    assert 'File "candidate.py", line 4, in <module>\n    f([1])' in tail
+    assert 'line 2, in f\n    return x[3]' in tail
+    assert tail.rstrip().endswith("IndexError: list index out of range")
+    assert out[1]["status"] == "failed" and "SyntaxError" in out[1]["output_tail"]
+
+
+def test_warm_pool_is_reused_and_closed():
+    """CodeExec keeps its sandbox servers between grade calls (same servers, fresh fork per
+    candidate); shutdown_workers() stops them."""
+    from assay.grading import shutdown_workers
+    from assay.verify import sandbox
+
+    shutdown_workers()
+    v = CodeExec(workers=2)
+    assert _grade_with(v, [GOOD, GOOD])[0]["reward"] == 1.0
+    servers = {p.pid for p in psutil.Process().children() if "forkserver.py" in " ".join(p.cmdline())}
+    assert len(servers) == 2
+    assert [r["reward"] for r in _grade_with(v, [GOOD, "def sq(x):\n    return x\n"])] == [1.0, 0.0]
+    again = {p.pid for p in psutil.Process().children() if "forkserver.py" in " ".join(p.cmdline())}
+    assert again == servers
+    with sandbox.warm_pool(2, max_procs=v.max_procs) as a, sandbox.warm_pool(2, max_procs=v.max_procs) as b:
+        assert a is not b  # a concurrent caller gets its own pool
+    shutdown_workers()
+    assert not {p.pid for p in psutil.Process().children() if p.is_running()
+                and p.status() != psutil.STATUS_ZOMBIE and "forkserver.py" in " ".join(p.cmdline())}
+
+
+def _grade_with(verifier, candidates):
+    return list(assay.rows(["sq"] * len(candidates), candidates, verifier, references=[CHECK] * len(candidates)))
+
+
+def test_warm_pool_closes_promptly_while_a_forked_child_holds_its_pipes():
+    """A process forked after the servers started (a grading worker) holds copies of their
+    stdin pipes, so end-of-input never reaches them; closing must not wait for it."""
+    from assay.verify import sandbox
+
+    with sandbox.warm_pool(2) as pool:
+        assert pool.run([job("pass")])[0]["status"] == "passed"
+    pid = os.fork()
+    if pid == 0:
+        time.sleep(20)
+        os._exit(0)
+    try:
+        start = time.monotonic()
+        sandbox.close_idle_pools()
+        assert time.monotonic() - start < 3
+    finally:
+        os.kill(pid, 9)
+        os.waitpid(pid, 0)

@@ -7,6 +7,7 @@ Tests come from ``CodeExec(tests=...)`` or the row's reference; HumanEval refere
 from __future__ import annotations
 
 import ast
+import functools
 import logging
 import re
 import time
@@ -15,7 +16,7 @@ from typing import Any
 
 from assay.errors import VerifierError
 from assay.judging import Verdict, Verifier
-from assay.verify.sandbox import SandboxPool, job
+from assay.verify.sandbox import job, warm_pool
 
 log = logging.getLogger(__name__)
 
@@ -146,7 +147,7 @@ class CodeExec(Verifier):
                 from assay.verify.sandbox import default_workers
                 n = 2 * default_workers()
             start = time.perf_counter()
-            with SandboxPool(min(n, len(jobs)), max_procs=self.max_procs) as pool:
+            with warm_pool(min(n, len(jobs)), max_procs=self.max_procs) as pool:
                 replies = pool.run(jobs)
                 isolation = pool.isolation
                 used = pool.workers
@@ -213,6 +214,11 @@ def _tests_of(spec: Any, where: str) -> tuple[str, str | None, str | None]:
 
 def _test_functions(source: str) -> list[str]:
     """Names of top-level ``def test_*()`` functions without required arguments."""
+    return list(_test_functions_cached(source))
+
+
+@functools.lru_cache(maxsize=1024)  # k samples of one problem share its tests: parse them once
+def _test_functions_cached(source: str) -> tuple[str, ...]:
     try:
         tree = ast.parse(source)
     except SyntaxError as e:
@@ -224,4 +230,4 @@ def _test_functions(source: str) -> list[str]:
             positional = len(a.posonlyargs) + len(a.args)
             if len(a.defaults) == positional and all(d is not None for d in a.kw_defaults):
                 names.append(node.name)
-    return names
+    return tuple(names)
