@@ -9,6 +9,7 @@ a second, non-atomic copy keyed on run state, which is what breaks resume after 
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from typing import Any
 
@@ -27,8 +28,33 @@ build_rows = _task(stages.run_build_rows, "build-rows", "build-rows-{source_name
 filter_rows = _task(stages.run_filter_rows, "filter-rows", "filter-rows-{source_name}")
 grade_shard = _task(stages.run_grade_shard, "grade", "grade-{source_name}-{shard}")
 decontaminate = _task(stages.run_decontaminate, "decontaminate", "decontaminate")
-score_reward_model = _task(stages.run_reward_audit, "score-reward-model",
-                           "score-reward-model-{model_name}")
+def gpu_slot(device: str) -> Any:
+    """A strict ``gpu`` global concurrency slot when scoring on CUDA; a no-op on CPU. The limit
+    is created with 1 slot if the server lacks it: raise it with ``prefect gcl update gpu
+    --limit N`` on a machine with N GPUs. Strict: an undefined limit would otherwise be skipped
+    with a warning and run unlimited."""
+    if not str(device).startswith("cuda"):
+        return contextlib.nullcontext()
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.actions import GlobalConcurrencyLimitCreate
+    from prefect.concurrency.sync import concurrency
+    from prefect.exceptions import ObjectNotFound
+
+    with get_client(sync_client=True) as client:
+        try:
+            client.read_global_concurrency_limit_by_name("gpu")
+        except ObjectNotFound:
+            with contextlib.suppress(Exception):  # another process may create it first
+                client.create_global_concurrency_limit(GlobalConcurrencyLimitCreate(name="gpu", limit=1))
+    return concurrency("gpu", occupy=1, strict=True)
+
+
+def _score_reward_model(store: Any, spec: Any, model_name: str, *, progress: Any = None) -> Any:
+    """run_reward_audit holding a ``gpu`` slot while it scores on CUDA."""
+    return stages.run_reward_audit(store, spec, model_name, progress=progress, device_slot=gpu_slot)
+
+
+score_reward_model = _task(_score_reward_model, "score-reward-model", "score-reward-model-{model_name}")
 measure = _task(stages.run_measure, "measure", "measure")
 report = _task(stages.run_report, "report", "report")
 

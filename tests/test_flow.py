@@ -138,12 +138,38 @@ def test_gpu_slot_is_strict_and_only_on_cuda(prefect_server: str) -> None:
 
     from prefect.client.orchestration import get_client
 
-    from assay.stages.analysis import _gpu_slot
+    from tasks.stages import gpu_slot
 
-    assert isinstance(_gpu_slot("cpu"), contextlib.nullcontext)
-    with _gpu_slot("cuda:0"):
+    assert isinstance(gpu_slot("cpu"), contextlib.nullcontext)
+    with gpu_slot("cuda:0"):
         with get_client(sync_client=True) as c:
             lim = c.read_global_concurrency_limit_by_name("gpu")
         assert lim.limit == 1 and lim.active_slots == 1
     with get_client(sync_client=True) as c:
         assert c.read_global_concurrency_limit_by_name("gpu").active_slots == 0
+
+
+def test_reward_stage_scores_inside_the_device_slot(tmp_path: Path) -> None:
+    """run_reward_audit holds ``device_slot(device)`` while the model scores; the Prefect task
+    passes tasks.stages.gpu_slot (strict on CUDA, a no-op on CPU)."""
+    import contextlib
+
+    from assay import stages
+    from assay.spec import load_spec
+    from tasks.stages import _score_reward_model, score_reward_model
+
+    (tmp_path / "spec.yaml").write_text(
+        "name: slot\nreward:\n  models:\n    - {name: len, kind: function, "
+        "function: 'assay.reward.function:length_reward'}\n  data: {dataset: diagnostic_v3, "
+        "dimensions: [verbosity]}\n")
+    spec = load_spec(tmp_path / "spec.yaml")
+    seen = []
+
+    @contextlib.contextmanager
+    def slot(device: str):
+        seen.append(device)
+        yield
+
+    res = stages.run_reward_audit(Store(tmp_path / "store"), spec, "len", device_slot=slot)
+    assert seen == ["cpu"] and res.stage == "score-reward-model"
+    assert score_reward_model.fn is _score_reward_model

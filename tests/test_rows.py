@@ -275,3 +275,20 @@ def test_every_public_lazy_name_resolves():
     # the reward module's models load torch lazily, on construction, never on import
     assert out.stdout.split("]")[0] == "[", out.stdout
     assert out.stdout.strip().endswith("False False"), out.stdout
+
+
+def test_core_library_source_never_imports_prefect():
+    """The architecture's rule, checked on the source (a lazy import inside a function would
+    pass the import test above): Prefect belongs to tasks/ and flows/."""
+    import ast
+    from pathlib import Path
+
+    root = Path(assay.__file__).parent
+    offenders = []
+    for path in root.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            offenders += [f"{path.relative_to(root)}:{node.lineno}" for n in names
+                          if n == "prefect" or n.startswith("prefect.") or n.startswith("prefect_")]
+    assert not offenders, offenders

@@ -5,6 +5,8 @@ Each reads graded rows by their stored pointers and stores small JSON result doc
 
 from __future__ import annotations
 
+import contextlib
+
 import importlib
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -90,28 +92,6 @@ def reward_views(spec: Any) -> dict[str, Any]:
     return {k: apply_derivation(views[k], d.steps) if d.steps else views[k] for k in dims}
 
 
-def _gpu_slot(device: str) -> Any:
-    """A strict ``gpu`` global concurrency slot when scoring on CUDA; a no-op on CPU (Prefect is
-    imported only on the CUDA path). The limit is created with 1 slot if the server lacks it:
-    raise it with ``prefect gcl update gpu --limit N`` on a machine with N GPUs."""
-    import contextlib
-
-    if not str(device).startswith("cuda"):
-        return contextlib.nullcontext()
-    from prefect.client.orchestration import get_client
-    from prefect.client.schemas.actions import GlobalConcurrencyLimitCreate
-    from prefect.concurrency.sync import concurrency
-    from prefect.exceptions import ObjectNotFound
-
-    with get_client(sync_client=True) as client:
-        try:
-            client.read_global_concurrency_limit_by_name("gpu")
-        except ObjectNotFound:
-            with contextlib.suppress(Exception):  # another process may create it first
-                client.create_global_concurrency_limit(GlobalConcurrencyLimitCreate(name="gpu", limit=1))
-    return concurrency("gpu", occupy=1, strict=True)
-
-
 def model_identity(mspec: Any, spec: Any) -> dict[str, Any]:
     """What identifies a reward model's outputs, computed without loading it (so a cached rerun
     never imports torch): adapter kind and arguments plus the digest of every weight,
@@ -146,9 +126,13 @@ def model_identity(mspec: Any, spec: Any) -> dict[str, Any]:
     return ident
 
 
-def run_reward_audit(store: Store, spec: Any, model_name: str, *, progress: Any = None) -> StageResult:
+def run_reward_audit(store: Store, spec: Any, model_name: str, *, progress: Any = None,
+                     device_slot: Any = None) -> StageResult:
     """Audit one reward model on the diagnostic set; keyed on the model's identity (weights,
-    tokenizer, template digests) and the views' checksums, never on its name."""
+    tokenizer, template digests) and the views' checksums, never on its name.
+
+    ``device_slot(device)`` returns a context manager held while the model scores (the Prefect
+    task passes a strict ``gpu`` concurrency slot; this core library never imports Prefect)."""
     from assay.report import result_doc
 
     mspec = next(m for m in spec.reward.models if m.name == model_name)
@@ -159,7 +143,8 @@ def run_reward_audit(store: Store, spec: Any, model_name: str, *, progress: Any 
         from assay.reward import audit
 
         model = make_reward_model(mspec, spec)
-        with _gpu_slot(getattr(model, "device", "cpu")):
+        slot = device_slot(str(getattr(model, "device", "cpu"))) if device_slot else contextlib.nullcontext()
+        with slot:
             res = audit(model, views, store=store) if _accepts(audit, "store") else audit(model, views)
         doc = result_doc("reward_audit", model_name, res, dimensions=_audit_dimensions(res),
                          fingerprint=model.fingerprint)
