@@ -6,7 +6,6 @@ Each reads graded rows by their stored pointers and stores small JSON result doc
 from __future__ import annotations
 
 import contextlib
-
 import importlib
 from collections.abc import Mapping, Sequence
 from typing import Any
