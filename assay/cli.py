@@ -168,6 +168,9 @@ def console() -> None:
     """
     rc = main()
     if _EMBEDDED_RUN_DONE:
+        grading = sys.modules.get("assay.grading")
+        if grading is not None:  # stop warm grading workers and sandboxes (atexit will not run)
+            grading.shutdown_workers()
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(rc)

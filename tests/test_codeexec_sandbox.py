@@ -311,3 +311,48 @@ def test_warm_pool_closes_promptly_while_a_forked_child_holds_its_pipes():
     finally:
         os.kill(pid, 9)
         os.waitpid(pid, 0)
+
+
+def test_warm_pool_survives_the_thread_that_started_it():
+    """A task runner's worker thread may start the servers and exit; the next grade call (any
+    thread) must find them alive, not lose a job as ``server_died``."""
+    import threading
+
+    from assay.verify import sandbox
+
+    sandbox.close_idle_pools()
+
+    def first() -> None:
+        with sandbox.warm_pool(2) as pool:
+            pool.run([job("pass")])
+
+    t = threading.Thread(target=first)
+    t.start()
+    t.join()
+    time.sleep(1.0)
+    with sandbox.warm_pool(2) as pool:
+        out = pool.run([job("assert 1 + 1 == 2") for _ in range(4)])
+    assert [r["status"] for r in out] == ["passed"] * 4
+    sandbox.close_idle_pools()
+
+
+def test_sandbox_server_exits_when_its_parent_process_dies():
+    """With the parent SIGKILLed (and its pipes possibly held elsewhere), the idle servers go."""
+    import subprocess
+    import sys
+
+    code = ("import os, sys, time\nfrom assay.verify import sandbox\n"
+            "with sandbox.warm_pool(2) as p:\n    p.run([sandbox.job('pass')])\n"
+            "print(' '.join(str(s.proc.pid) for s in p._servers), flush=True)\ntime.sleep(60)\n")
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        pids = [int(x) for x in proc.stdout.readline().split()]
+        assert len(pids) == 2 and all(psutil.pid_exists(p) for p in pids)
+    finally:
+        proc.kill()
+        proc.wait()
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and any(psutil.pid_exists(p) and psutil.Process(p).status()
+                                              != psutil.STATUS_ZOMBIE for p in pids):
+        time.sleep(0.1)
+    assert not [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]

@@ -544,9 +544,22 @@ def _rmtree(path):
         pass
 
 
+def _parent_alive(parent):
+    """Block until a request is readable on stdin; False once this server's parent process is
+    gone (it was re-parented). Not PR_SET_PDEATHSIG: that fires when the *thread* that started
+    this server exits, and a warm server outlives the thread (a task runner's worker) that
+    started it. Not only end of input either: a process forked from the parent after this
+    server started holds a copy of the pipe, so end of input may never come."""
+    while True:
+        if os.getppid() != parent:
+            return False
+        if select.select([0], [], [], 0.5)[0]:
+            return True
+
+
 def main():
     _prctl(PR_SET_CHILD_SUBREAPER, 1)
-    _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    parent = os.getppid()
     config = _recv()
     if config is None:
         return
@@ -587,6 +600,8 @@ def main():
     seq = 0
     try:
         while True:
+            if not _parent_alive(parent):
+                break
             job = _recv()
             if job is None or job.get("stop"):
                 break
