@@ -356,3 +356,18 @@ def test_sandbox_server_exits_when_its_parent_process_dies():
                                               != psutil.STATUS_ZOMBIE for p in pids):
         time.sleep(0.1)
     assert not [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+
+
+def test_a_server_that_died_while_idle_is_replaced_before_its_next_job():
+    from assay.verify import sandbox
+
+    with sandbox.warm_pool(2) as pool:
+        pool.run([job("pass")])
+    for s in pool._servers:
+        s.proc.kill()
+        s.proc.wait()
+    with sandbox.warm_pool(2) as again:
+        assert again is pool
+        out = again.run([job("assert True") for _ in range(4)])
+    assert [r["status"] for r in out] == ["passed"] * 4
+    sandbox.close_idle_pools()

@@ -204,6 +204,10 @@ class SandboxPool:
         """Run every job; replies in input order. A server that dies mid-job (a candidate may
         kill its parent when not running as root) gives that job status ``server_died`` and is
         replaced."""
+        for slot, server in enumerate(self._servers):
+            if server is not None and server.proc.poll() is not None:  # died while idle
+                server.kill()
+                self._servers[slot] = None  # restarted below before it gets a job
         results: list[dict[str, Any] | None] = [None] * len(jobs)
         todo: queue.SimpleQueue[int] = queue.SimpleQueue()
         for i in range(len(jobs)):
