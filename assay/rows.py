@@ -73,9 +73,21 @@ def _json_default(o: Any) -> Any:
     raise TypeError(type(o).__name__)
 
 
-# One encoder for every call: json.dumps with options builds a new encoder each time.
-_encode = json.JSONEncoder(ensure_ascii=False, sort_keys=True, allow_nan=False,
-                           default=_json_default).encode
+def _c_encoder() -> Any:
+    """json's C encoder, built once: ``JSONEncoder.encode`` builds a new one on every call,
+    half the cost of encoding a small dict (2.7 vs 5.2 us; one call per row at the API edge).
+    Same output as ``JSONEncoder(ensure_ascii=False, sort_keys=True, allow_nan=False)``. No
+    markers dict (it would be shared between threads): a circular value ends in RecursionError,
+    reported like any other unencodable value."""
+    make = getattr(json.encoder, "c_make_encoder", None)
+    if make is None:  # pragma: no cover - CPython always has it
+        enc = json.JSONEncoder(ensure_ascii=False, sort_keys=True, allow_nan=False, default=_json_default).encode
+        return enc
+    c = make(None, _json_default, json.encoder.encode_basestring, None, ": ", ", ", True, False, False)
+    return lambda value: "".join(c(value, 0))
+
+
+_encode = _c_encoder()
 
 
 def _to_json(value: Any, where: str) -> str | None:
@@ -83,6 +95,9 @@ def _to_json(value: Any, where: str) -> str | None:
         return None
     try:
         return _encode(value)
+    except RecursionError:
+        raise RowsError(f"{where}: value is circular or nested too deeply to store as JSON; "
+                        "use plain str/number/list/dict values") from None
     except (TypeError, ValueError) as e:
         raise RowsError(f"{where}: value is not JSON-serializable ({e}); use str/number/list/dict values") from None
 
