@@ -27,6 +27,10 @@ The peer runs in its own interpreter (/work/peers/bin/python); this file is also
 (``--role peer``), importing only the standard library and whileai there. whileai's MathEqual
 needs math-verify in the peer environment (the same version as assay's).
 
+Measured 2026-11-30 on the 2-core dev VM (medians of 3): CodeExec 229 vs 56 rows/s (4.09x;
+3.4-3.9x in other runs; target 3x), MathEqual 275 vs 63 rows/s (4.33x; target 2x), ExactMatch
+14,834 vs 5,000 rows/s; CodeExec and MathEqual give the peer's rewards on every row.
+
 Usage:
     .venv/bin/python benchmarks/grading.py               # all three, 3 repeats
     .venv/bin/python benchmarks/grading.py --only code --repeats 5
