@@ -81,8 +81,7 @@ def _c_encoder() -> Any:
     reported like any other unencodable value."""
     make = getattr(json.encoder, "c_make_encoder", None)
     if make is None:  # pragma: no cover - CPython always has it
-        enc = json.JSONEncoder(ensure_ascii=False, sort_keys=True, allow_nan=False, default=_json_default).encode
-        return enc
+        return json.JSONEncoder(ensure_ascii=False, sort_keys=True, allow_nan=False, default=_json_default).encode
     c = make(None, _json_default, json.encoder.encode_basestring, None, ": ", ", ", True, False, False)
     return lambda value: "".join(c(value, 0))
 

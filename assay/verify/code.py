@@ -212,13 +212,9 @@ def _tests_of(spec: Any, where: str) -> tuple[str, str | None, str | None]:
                         f"{{'test', 'entry_point', 'prompt'}}, got {type(spec).__name__}")
 
 
-def _test_functions(source: str) -> list[str]:
-    """Names of top-level ``def test_*()`` functions without required arguments."""
-    return list(_test_functions_cached(source))
-
-
 @functools.lru_cache(maxsize=1024)  # k samples of one problem share its tests: parse them once
-def _test_functions_cached(source: str) -> tuple[str, ...]:
+def _test_functions(source: str) -> tuple[str, ...]:
+    """Names of top-level ``def test_*()`` functions without required arguments."""
     try:
         tree = ast.parse(source)
     except SyntaxError as e:
