@@ -75,3 +75,80 @@ def test_ngrams_match_bruteforce_tuples_and_never_cross_texts():
 def test_segments_split_at_sentence_ends_not_decimal_points():
     enc = encode(["Pi is 3.14. Next line\nThird! Fourth? 第一。第二"])
     assert enc.seg.tolist() == [0, 0, 0, 0, 1, 1, 2, 3, 4, 4, 5, 5]
+
+
+def test_token_hash_depends_on_every_byte_across_word_boundaries():
+    # Tokens of every length around the 8-byte words the hash reads, and past its 64-byte
+    # word-by-word limit; prefixes of one another, so a dropped tail byte would collide.
+    rng = random.Random(3)
+    base = "".join(rng.choice("abcdefghij0123") for _ in range(90))
+    vocab = [base[:k] for k in range(1, 91)] + [base[:k - 1] + "z" for k in range(2, 91)]
+    vocab += ["é" + base[:k] for k in (6, 7, 8, 15, 70)]  # multi-byte first character
+    texts = []
+    for _ in range(30):
+        words = [rng.choice(vocab) for _ in range(rng.randint(1, 25))]
+        texts.append(rng.choice([" ", "  ", ". ", "\n", ", "]).join(words))
+    texts.append(" ".join(vocab))
+    enc = encode(texts, spans=True)
+    strings = [s for d in range(len(texts)) for s in enc.token_strings(d)]
+    by_hash: dict[int, set[str]] = {}
+    for h, s in zip(enc.hashes.tolist(), strings):
+        by_hash.setdefault(h, set()).add(s)
+    assert all(len(v) == 1 for v in by_hash.values())
+    assert len(by_hash) == len(set(strings)) == len(vocab)
+    # the same token hashes the same in an ASCII batch and in a batch with other scripts, at any
+    # byte alignment
+    ascii_only = encode([" ".join(vocab[:170])]).hashes
+    shifted = encode(["ж" * 3 + " " + " ".join(vocab[:170])]).hashes[1:]
+    assert np.array_equal(ascii_only, shifted)
+
+
+def test_compiled_ascii_tokenizer_matches_the_numpy_reference(monkeypatch):
+    from assay.decontam import normalize
+
+    assert normalize._kernels() is not None, "numba is a dependency: the compiled loops must load"
+    rng = random.Random(11)
+    alphabet = "abcXYZ019 .,!?\n\t-_'\"()" + "." * 3
+    texts = ["".join(rng.choice(alphabet) for _ in range(rng.randint(0, 200))) for _ in range(300)]
+    texts += ["x" * k for k in (1, 7, 8, 9, 15, 16, 17, 63, 64, 65, 200)]  # word and blake2b bounds
+    texts += ["3.14 is pi. Next!", "end.", ".", "", "A.B. c", "trailing token"]
+    fast = encode(texts, spans=True)
+    monkeypatch.setattr(normalize, "_KERNELS", False)
+    ref = encode(texts, spans=True)
+    for f in ("hashes", "doc", "seg", "doc_token_start", "starts", "ends"):
+        assert np.array_equal(getattr(fast, f), getattr(ref, f)), f
+    assert fast.texts == ref.texts
+
+
+def test_compiled_spans_ngrams_and_partition_match_the_numpy_reference():
+    from assay.decontam.index import _SUPER_BITS, _Runs
+    from assay.decontam import normalize
+
+    rng = random.Random(5)
+    texts = [" ".join(rng.choice("abcdefgh") for _ in range(rng.randint(0, 40))) for _ in range(200)]
+    enc = encode(texts)
+    fast, ref = SpanHasher(enc, compiled=True), SpanHasher(enc, compiled=False)
+    for n in (1, 3, 13, 41):
+        for a, b in zip(fast.ngrams(n, NGRAM_SALT), ref.ngrams(n, NGRAM_SALT)):
+            assert np.array_equal(a, b), n
+    for a, b in zip(fast.whole_texts(), ref.whole_texts()):
+        assert np.array_equal(a, b)
+    for a, b in zip(fast.segments(13), ref.segments(13)):
+        assert np.array_equal(a, b)
+    starts = np.array([rng.randrange(len(enc.hashes) - 50) for _ in range(500)])
+    lengths = np.array([rng.randint(1, 50) for _ in range(500)])
+    assert np.array_equal(fast.spans(starts, lengths, NGRAM_SALT), ref.spans(starts, lengths, NGRAM_SALT))
+    # the radix partition: stable by the top 8 bits, like the argsort it replaces
+    keys = np.random.default_rng(1).integers(0, 2**64 - 1, 20_000, dtype=np.uint64)
+    keys[::7] = keys[0]  # ties keep their order
+    docs = np.arange(20_000, dtype=np.int64)
+    got = _Runs.partition(keys, docs)
+    k = normalize._KERNELS
+    try:
+        normalize._KERNELS = False
+        want = _Runs.partition(keys, docs)
+    finally:
+        normalize._KERNELS = k
+    for a, b in zip(got, want):
+        assert np.array_equal(a, b) and a.dtype == b.dtype
+    assert len(got[2]) == (1 << _SUPER_BITS) + 1

@@ -56,6 +56,7 @@ import math
 import os
 import shutil
 import tempfile
+import threading
 import time
 from collections import deque
 from collections.abc import Iterator, Sequence
@@ -69,12 +70,12 @@ import pyarrow as pa
 
 from assay.decontam.neardup import signatures
 from assay.decontam.ngrams import EXACT_SALT, NGRAM_SALT, SHINGLE_SALT, WHOLE_SALT, SpanHasher
-from assay.decontam.normalize import encode
+from assay.decontam.normalize import _kernels, encode
 from assay.decontam.sources import CorpusSource, Fields
 from assay.errors import RowsError, StoreError
 from assay.hashing import combine
 
-INDEX_VERSION = 3
+INDEX_VERSION = 4
 FP_BITS = 32
 _TARGET_PER_PARTITION = 1 << 13
 _SUPER_BITS = 8  # build-time radix partitions (256), each sorted on its own
@@ -133,6 +134,9 @@ class _Runs:
     def partition(keys: np.ndarray, docs: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Group (key, doc) pairs by the key's top 8 bits, keeping their order inside a group
         (a stable radix sort); thread-safe, so worker threads do it."""
+        kernels = _kernels()
+        if kernels is not None:
+            return kernels.radix_partition(keys, docs, _SUPER_BITS)
         sp = (keys >> np.uint64(64 - _SUPER_BITS)).astype(np.uint8)
         order = np.argsort(sp, kind="stable")  # radix sort on uint8
         bounds = np.zeros((1 << _SUPER_BITS) + 1, dtype=np.int64)
@@ -168,7 +172,8 @@ class _Runs:
             parts.clear()
         self.nbytes = 0
 
-    def take(self, s: int) -> tuple[np.ndarray, np.ndarray]:
+    def take(self, s: int) -> tuple[list[np.ndarray], list[np.ndarray]]:
+        """The pieces of radix group ``s`` (keys, docs), spilled ones first; the group is emptied."""
         ks = [p[0] for p in self.mem[s]]
         ds = [p[1] for p in self.mem[s]]
         if self.spilled[s]:
@@ -176,9 +181,7 @@ class _Runs:
             ks.insert(0, np.fromfile(self.tmp / f"{s}.k", dtype=np.uint64))
             ds.insert(0, np.fromfile(self.tmp / f"{s}.d", dtype=np.uint32))
         self.mem[s] = []
-        if not ks:
-            return np.zeros(0, dtype=np.uint64), np.zeros(0, dtype=np.uint32)
-        return np.concatenate(ks), np.concatenate(ds)
+        return ks, ds
 
     def close(self) -> None:
         if self.tmp is not None:
@@ -190,33 +193,83 @@ def _partition_bits(total: int) -> int:
     return int(min(30, max(_SUPER_BITS, math.ceil(math.log2(max(total, 1) / _TARGET_PER_PARTITION)))))
 
 
-def _sort_super(keys: np.ndarray, docs: np.ndarray, pbits: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Sort one radix partition by (identity, doc), drop repeated pairs; returns (partition
-    index within the super partition, fingerprint, doc)."""
+class _Scratch:
+    """Work buffers reused from one radix group to the next (one set per thread): fresh arrays
+    of a few MB each cost page faults on every group, which measured slower than the sort."""
+
+    def __init__(self) -> None:
+        self.size = 0
+
+    def get(self, n: int) -> _Scratch:
+        if n > self.size:
+            self.size = max(n, int(self.size * 1.25))
+            self.packed = np.empty(self.size, dtype=np.uint64)
+            self.perm = np.empty(self.size, dtype=np.int64)
+            self.docs = np.empty(self.size, dtype=np.uint32)
+            self.sorted_docs = np.empty(self.size, dtype=np.uint32)
+            self.keep = np.empty(self.size, dtype=bool)
+            self.tmp = np.empty(self.size, dtype=bool)
+            self.arange = np.arange(self.size, dtype=np.uint64)
+        return self
+
+
+def _sort_super(key_parts: list[np.ndarray], doc_parts: list[np.ndarray], pbits: int, n_docs: int,
+                scratch: _Scratch) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Sort one radix group by (identity, doc) and drop repeated pairs; returns (entries per
+    partition of the group, fingerprints, docs), the last two freshly allocated."""
     ident_bits = pbits + FP_BITS
     local_bits = ident_bits - _SUPER_BITS
-    local = (keys << np.uint64(_SUPER_BITS)) >> np.uint64(64 - local_bits)
+    sub = 1 << (pbits - _SUPER_BITS)
+    m = sum(len(k) for k in key_parts)
+    sc = scratch.get(m)
+    local = sc.packed[:m]
+    a = 0
+    for k in key_parts:  # the identity bits below the group's 8, one piece at a time
+        np.left_shift(k, np.uint64(_SUPER_BITS), out=local[a:a + len(k)])
+        a += len(k)
+    local >>= np.uint64(64 - local_bits)
+    docs = np.concatenate(doc_parts, out=sc.docs[:m]) if doc_parts else sc.docs[:0]
     idx_bits = 64 - local_bits
-    m = len(keys)
-    if m < (1 << idx_bits):
-        # Pack (identity, position) into one uint64: a plain sort is an argsort, and ties keep
-        # input order, which is document order.
-        packed = (local << np.uint64(idx_bits)) | np.arange(m, dtype=np.uint64)
-        packed.sort()
-        perm = (packed & np.uint64((1 << idx_bits) - 1)).astype(np.int64)
-        local = packed >> np.uint64(idx_bits)
+    sorted_docs = sc.sorted_docs[:m]
+    if n_docs <= (1 << idx_bits):
+        # Pack (identity, document) into one uint64: a plain sort orders by both, and the
+        # documents come back out of the low bits (no gather through a permutation).
+        local <<= np.uint64(idx_bits)
+        local |= docs
+        local.sort()
+        np.bitwise_and(local, np.uint64((1 << idx_bits) - 1), out=sorted_docs, casting="unsafe")
+        local >>= np.uint64(idx_bits)
+    elif m < (1 << idx_bits):
+        # (identity, position): ties keep input order, which is document order
+        local <<= np.uint64(idx_bits)
+        local |= sc.arange[:m]
+        local.sort()
+        perm = np.bitwise_and(local, np.uint64((1 << idx_bits) - 1), out=sc.perm[:m].view(np.uint64)).view(np.int64)
+        local >>= np.uint64(idx_bits)
+        np.take(docs, perm, out=sorted_docs)
     else:
         perm = np.argsort(local, kind="stable")
-        local = local[perm]
-    docs = docs[perm]
-    keep = np.ones(m, dtype=bool)
-    keep[1:] = (local[1:] != local[:-1]) | (docs[1:] != docs[:-1])
-    local, docs = local[keep], docs[keep]
-    return (local >> np.uint64(FP_BITS)).astype(np.int64), (local & _M32).astype(np.uint32), docs
+        local[...] = local[perm]
+        np.take(docs, perm, out=sorted_docs)
+    keep = sc.keep[:m]
+    if m:
+        keep[0] = True
+        np.not_equal(local[1:], local[:-1], out=keep[1:])
+        keep[1:] |= np.not_equal(sorted_docs[1:], sorted_docs[:-1], out=sc.tmp[: m - 1])
+    if keep.all():
+        kept, dd = local, sorted_docs.copy()
+    else:
+        kept, dd = local[keep], sorted_docs[keep]
+    fp = np.empty(len(kept), dtype=np.uint32)
+    fp[...] = kept  # the low 32 bits: the fingerprint
+    kept >>= np.uint64(FP_BITS)  # the partition within the group (kept is scratch or a copy)
+    counts = np.bincount(kept.view(np.int64), minlength=sub)
+    return counts, fp, dd
 
 
 class _Sharded:
-    """Several uint32 arrays read as one (zero-copy views of the store's shard blobs)."""
+    """Several uint32 arrays read as one: the sorted groups of a build, or zero-copy views of
+    the store's shard blobs. A partition never straddles two of them."""
 
     def __init__(self, parts: list[np.ndarray]) -> None:
         self.parts = parts
@@ -233,16 +286,23 @@ class _Sharded:
     def shard_of(self, idx: np.ndarray) -> np.ndarray:
         return np.clip(np.searchsorted(self.start, idx, side="right") - 1, 0, max(len(self.parts) - 1, 0))
 
+    def groups(self, idx: np.ndarray) -> Iterator[tuple[int, np.ndarray]]:
+        """(shard, positions in ``idx`` of the indices that fall in it), for each shard hit."""
+        s = self.shard_of(idx)
+        order = np.argsort(s, kind="stable")
+        bounds = np.searchsorted(s[order], np.arange(len(self.parts) + 1))
+        for k in np.flatnonzero(np.diff(bounds)).tolist():
+            yield k, order[bounds[k]:bounds[k + 1]]
+
     def __getitem__(self, idx: Any) -> np.ndarray:
         if isinstance(idx, slice):
             return np.asarray(self)[idx]
         idx = np.asarray(idx, dtype=np.int64)
-        out = np.empty(idx.shape, dtype=np.uint32)
-        s = self.shard_of(idx)
-        for k in np.unique(s).tolist():
-            sel = s == k
-            out[sel] = self.parts[k][idx[sel] - self.start[k]]
-        return out
+        flat = idx.ravel()
+        out = np.empty(flat.shape, dtype=np.uint32)
+        for k, sel in self.groups(flat):
+            out[sel] = self.parts[k][flat[sel] - self.start[k]]
+        return out.reshape(idx.shape)
 
 
 @dataclass
@@ -257,6 +317,9 @@ class BuildStats:
     spilled: bool = False
     loaded: bool = False
     load_seconds: float = 0.0
+    #: of ``seconds``: reading and hashing the corpus, then sorting and writing the entries
+    hash_seconds: float = 0.0
+    sort_seconds: float = 0.0
 
 
 @dataclass
@@ -371,9 +434,7 @@ class ContaminationIndex:
             return _bsearch(fps, f, lo0, hi0, right=False), _bsearch(fps, f, lo0, hi0, right=True)
         # a partition never straddles two shards: search each shard's queries in that shard
         lo, hi = lo0.copy(), hi0.copy()
-        s = fps.shard_of(lo0)
-        for k in np.unique(s).tolist():
-            sel = np.flatnonzero(s == k)
+        for k, sel in fps.groups(lo0):
             base = fps.start[k]
             a, b, fk = lo0[sel] - base, hi0[sel] - base, f[sel]
             lo[sel] = _bsearch(fps.parts[k], fk, a, b, right=False) + base
@@ -408,7 +469,7 @@ class ContaminationIndex:
         tokens = 0
         whole_parts: list[tuple[np.ndarray, np.ndarray]] = []
         def hash_chunk(texts: list[str], base: int) -> tuple[Any, ...]:
-            enc = encode(texts)
+            enc = encode(texts, scratch=True)  # used up before this thread's next encode
             sh = SpanHasher(enc)
             h, _pos, d = sh.ngrams(n, NGRAM_SALT)
             eh, ed = sh.whole_texts(WHOLE_SALT)
@@ -424,7 +485,8 @@ class ContaminationIndex:
             # n-grams first, then exact spans: within a radix group, entries stay in document order
             # per hash family, which the deduplication after sorting relies on
             keys = np.concatenate([h, eh, sgh])
-            docs = np.concatenate([d, ed, sgd]) + base
+            docs = np.concatenate([d, ed, sgd])
+            docs += base
             return len(enc.hashes), keys, docs, mh, (eh, ed + base)
 
         def work(texts: list[str], base: int) -> tuple[Any, ...]:
@@ -473,50 +535,77 @@ class ContaminationIndex:
                         if not materialize and store is not None and sum(x.nbytes for x in mh_sigs) >= _SHARD_BYTES:
                             mh_chunks.append(_put_minhash(store, mh_docs, mh_sigs))
                             mh_docs, mh_sigs = [], []
+            t_hashed = time.perf_counter()
             pbits = _partition_bits(runs.total)
             sub = 1 << (pbits - _SUPER_BITS)
             counts = np.zeros(1 << pbits, dtype=np.int64)
-            fps_parts, doc_parts = [], []
-            shards: list[dict[str, Any]] = []
+            fps_parts: list[np.ndarray] = []
+            doc_parts: list[np.ndarray] = []
+            writes: list[Any] = []
             pending: list[tuple[np.ndarray, np.ndarray]] = []
             pending_n = 0
+            per_thread = threading.local()
 
-            def flush() -> None:
-                nonlocal pending, pending_n
-                if pending:
-                    fp = np.concatenate([p[0] for p in pending])
-                    dd = np.concatenate([p[1] for p in pending])
-                    shards.append({"count": len(fp), "key": store.put_bytes(fp.tobytes() + dd.tobytes())})
-                pending, pending_n = [], 0
+            def sort_group(kp: list[np.ndarray], dp: list[np.ndarray]) -> tuple[np.ndarray, ...]:
+                if not hasattr(per_thread, "scratch"):
+                    per_thread.scratch = _Scratch()
+                return _sort_super(kp, dp, pbits, len(ids), per_thread.scratch)
 
-            for s in range(1 << _SUPER_BITS):
-                keys, docs = runs.take(s)
-                if len(keys) == 0:
-                    continue
-                part, fp, dd = _sort_super(keys, docs, pbits)
-                del keys, docs
-                counts[s * sub:(s + 1) * sub] = np.bincount(part, minlength=sub)
-                if materialize:
-                    fps_parts.append(fp)
-                    doc_parts.append(dd)
-                if store is not None:  # written as they come: the build never holds them all
-                    pending.append((fp, dd))
-                    pending_n += len(fp)
-                    if pending_n * 8 >= _SHARD_BYTES:
-                        flush()
-            if store is not None:
-                flush()
+            def write_shard(parts: list[tuple[np.ndarray, np.ndarray]]) -> dict[str, Any]:
+                # A shard is its fingerprints, then its documents, written without a joined copy.
+                # Not fsynced (hundreds of MB: seconds): a shard lost to a crash fails its
+                # checksum on load, and the index is rebuilt.
+                return {"count": sum(len(p[0]) for p in parts),
+                        "key": store.put_parts([p[0] for p in parts] + [p[1] for p in parts], durable=False)}
+
+            # Groups are sorted (and shards hashed and written) in worker threads, in order, a
+            # few at a time: numpy's sort and sha256 release the GIL.
+            with ThreadPoolExecutor(max(1, workers)) as ex:
+                sorting: deque[tuple[int, Any]] = deque()
+
+                def collect() -> None:
+                    nonlocal pending, pending_n
+                    s, fut = sorting.popleft()
+                    group_counts, fp, dd = fut.result()
+                    counts[s * sub:(s + 1) * sub] = group_counts
+                    if materialize:
+                        fps_parts.append(fp)
+                        doc_parts.append(dd)
+                    if store is not None:  # written as they come: the build never holds them all
+                        pending.append((fp, dd))
+                        pending_n += len(fp)
+                        if pending_n * 8 >= _SHARD_BYTES:
+                            writes.append(ex.submit(write_shard, pending))
+                            pending, pending_n = [], 0
+
+                for s in range(1 << _SUPER_BITS):
+                    kp, dp = runs.take(s)
+                    if sum(len(k) for k in kp) == 0:
+                        continue
+                    sorting.append((s, ex.submit(sort_group, kp, dp)))
+                    del kp, dp
+                    while len(sorting) > max(1, workers):
+                        collect()
+                while sorting:
+                    collect()
+                if store is not None and pending:
+                    writes.append(ex.submit(write_shard, pending))
+                    pending = []
+                shards = [w.result() for w in writes]
             spilled = runs.tmp is not None
         finally:
             runs.close()
         offsets = np.zeros((1 << pbits) + 1, dtype=np.int64)
         np.cumsum(counts, out=offsets[1:])
-        fps = np.concatenate(fps_parts) if fps_parts else np.zeros(0, dtype=np.uint32)
-        docs = np.concatenate(doc_parts) if doc_parts else np.zeros(0, dtype=np.uint32)
+        # the sorted groups as they are (a partition never straddles two), not one joined copy
+        fps = _Sharded(fps_parts) if fps_parts else np.zeros(0, dtype=np.uint32)
+        docs = _Sharded(doc_parts) if doc_parts else np.zeros(0, dtype=np.uint32)
         whole_hashes = np.zeros(len(ids), dtype=np.uint64)
         for wh, wd in whole_parts:
             whole_hashes[wd] = wh
-        stats = BuildStats(seconds=time.perf_counter() - t0, docs=len(ids), tokens=tokens,
+        t_sorted = time.perf_counter()
+        stats = BuildStats(seconds=t_sorted - t0, hash_seconds=t_hashed - t0, sort_seconds=t_sorted - t_hashed,
+                           docs=len(ids), tokens=tokens,
                            entries=int(offsets[-1]), short_docs=n_short, spilled=spilled)
         if store is not None and not materialize and mh_docs:
             mh_chunks.append(_put_minhash(store, mh_docs, mh_sigs))
@@ -538,11 +627,11 @@ class ContaminationIndex:
         shards = self._shards
         if shards is None:
             shards = []
-            step = _SHARD_BYTES // 8
-            for a in range(0, len(self.fps), step):
-                fp = self.fps[a:a + step]
-                dd = self.docs[a:a + step]
-                shards.append({"count": len(fp), "key": store.put_bytes(fp.tobytes() + dd.tobytes())})
+            fparts = self.fps.parts if isinstance(self.fps, _Sharded) else [self.fps]
+            dparts = self.docs.parts if isinstance(self.docs, _Sharded) else [self.docs]
+            for fp, dd in zip(fparts, dparts):
+                if len(fp):
+                    shards.append({"count": len(fp), "key": store.put_parts([fp, dd], durable=False)})
         manifest = {
             "kind": "assay.decontam.index", "version": INDEX_VERSION, "params": self.params,
             "n_docs": self.n_docs, "pbits": self.pbits, "corpus": self.corpus_checksum,

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from assay.decontam.normalize import Encoded, _powers, splitmix64
+from assay.decontam.normalize import Encoded, _kernels, _powers, splitmix64
 
 _C = 0xD6E8FEB86659FD93  # odd multiplier, invertible mod 2^64
 _CINV = pow(_C, -1, 1 << 64)
@@ -36,14 +36,26 @@ WHOLE_SALT = np.uint64(0x77686F6C65000004)
 class SpanHasher:
     """Hashes of token spans of one encoded batch (see module docstring)."""
 
-    def __init__(self, enc: Encoded) -> None:
+    def __init__(self, enc: Encoded, *, compiled: bool | None = None) -> None:
         self.enc = enc
-        m = len(enc.hashes)
-        # q[0] = 0 pads the prefix sums: a span's sum is q[end] - q[start], no edge case
-        self._q = np.empty(m + 1, dtype=np.uint64)
-        self._q[0] = 0
-        np.multiply(enc.hashes, _powers(_C, m), out=self._q[1:])
-        np.cumsum(self._q[1:], out=self._q[1:])
+        #: use the compiled loops of assay.decontam.kernels (None: when numba loads); the numpy
+        #: prefix sums below are the reference they are tested against
+        self.kernels = _kernels() if compiled is not False else None
+        if compiled and self.kernels is None:
+            raise ImportError("compiled=True needs numba (assay.decontam.kernels)")
+        self._q_cache: np.ndarray | None = None
+
+    @property
+    def _q(self) -> np.ndarray:
+        if self._q_cache is None:
+            m = len(self.enc.hashes)
+            # q[0] = 0 pads the prefix sums: a span's sum is q[end] - q[start], no edge case
+            q = np.empty(m + 1, dtype=np.uint64)
+            q[0] = 0
+            np.multiply(self.enc.hashes, _powers(_C, m), out=q[1:])
+            np.cumsum(q[1:], out=q[1:])
+            self._q_cache = q
+        return self._q_cache
 
     def spans(self, start: np.ndarray, length: np.ndarray, salt: np.uint64) -> np.ndarray:
         """Hash of tokens ``[start, start + length)`` for each pair (length >= 1)."""
@@ -51,6 +63,8 @@ class SpanHasher:
         length = np.asarray(length, dtype=np.int64)
         if len(start) == 0:
             return np.zeros(0, dtype=np.uint64)
+        if self.kernels is not None:
+            return self.kernels.span_hashes(self.enc.hashes, start, length, salt)
         q = self._q
         h = q[start + length]
         h -= q[start]
@@ -68,6 +82,8 @@ class SpanHasher:
         if m < n:
             z = np.zeros(0, dtype=np.int64)
             return np.zeros(0, dtype=np.uint64), z, z
+        if self.kernels is not None and docs is None:
+            return self.kernels.ngram_hashes(enc.hashes, enc.doc_token_start, n, salt)
         doc = enc.doc
         first = np.flatnonzero(doc[: m - n + 1] == doc[n - 1:])
         if docs is not None:

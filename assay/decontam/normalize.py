@@ -23,9 +23,11 @@ Example:
 
 from __future__ import annotations
 
+import hashlib
 import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -90,21 +92,6 @@ def _classify(cp: np.ndarray) -> np.ndarray:
     return cls
 
 
-_ASCII: tuple[bytes, bytes] | None = None
-
-
-def _ascii_tables() -> tuple[bytes, bytes]:
-    """bytes.translate tables for ASCII text: byte -> class, and byte -> (byte + 1 if the byte
-    belongs to a token else 0)."""
-    global _ASCII
-    if _ASCII is None:
-        cls = char_classes()[:128]
-        term = np.where(cls & 1, np.arange(1, 129), 0)
-        pad = bytes(128)
-        _ASCII = (cls.astype(np.uint8).tobytes() + pad, term.astype(np.uint8).tobytes() + pad)
-    return _ASCII
-
-
 def normalize_text(text: str) -> str:
     """NFKC + casefold (then NFKC again, as Unicode's NFKC_Casefold does).
 
@@ -125,10 +112,6 @@ def splitmix64(x: np.ndarray) -> np.ndarray:
     x *= _K3
     x ^= x >> np.uint64(31)
     return x
-
-
-_B = 0x100000001B3  # odd: invertible modulo 2^64
-_BINV = pow(_B, -1, 1 << 64)
 
 
 _POWER_CACHE: dict[int, np.ndarray] = {}
@@ -182,46 +165,133 @@ class Encoded:
         return [t[s:e] for s, e in zip(self.starts[a:b].tolist(), self.ends[a:b].tolist())]
 
 
-def encode(texts: Sequence[str], *, spans: bool = False) -> Encoded:
+#: MASKS[k] keeps the low k bytes of a little-endian word
+_MASKS = np.array([(1 << (8 * k)) - 1 for k in range(8)] + [(1 << 64) - 1], dtype=np.uint64)
+#: spans longer than this many bytes are hashed one by one (blake2b), not word by word
+_LONG = 64
+
+
+def hash_spans(buf: bytes, start: np.ndarray, length: np.ndarray) -> np.ndarray:
+    """64-bit hash of each byte span ``buf[start:start + length]`` (a token's UTF-8 bytes).
+
+    Works on 8-byte words, not characters: each span reads its bytes as little-endian uint64
+    words through an overlapping (stride 1) view of the buffer, masks the tail, and feeds them
+    word by word through the splitmix64 finalizer, starting from the length. A typical token is
+    one or two words, so the cost is per token, not per character (3x faster than prefix sums
+    over every character). Spans longer than 64 bytes (URLs, base64 blobs: rare) are hashed one
+    by one with blake2b.
+
+    Example:
+        >>> buf = b"cat dog cat"
+        >>> h = hash_spans(buf, np.array([0, 4, 8]), np.array([3, 3, 3]))
+        >>> bool(h[0] == h[2]), bool(h[0] == h[1])
+        (True, False)
+    """
+    start = np.asarray(start, dtype=np.int64)
+    length = np.asarray(length, dtype=np.int64)
+    m = len(buf)
+    # 8 zero bytes of padding: the word at any start is readable
+    words = np.ndarray(shape=(m + 1,), dtype="<u8", buffer=buf + bytes(8), strides=(1,))
+    h = length.astype(np.uint64)
+    h *= _K1
+    h ^= words[start] & _MASKS[np.minimum(length, 8)]
+    splitmix64(h)
+    sel = np.flatnonzero(length > 8)
+    at = 8
+    while len(sel) and at < _LONG:
+        hs = h[sel]
+        hs ^= words[start[sel] + at] & _MASKS[np.minimum(length[sel] - at, 8)]
+        hs += _K2
+        h[sel] = splitmix64(hs)
+        at += 8
+        sel = sel[length[sel] > at]
+    if len(sel):
+        _hash_long(buf, start, length, sel, h)
+    return h
+
+
+def _hash_long(buf: bytes, start: np.ndarray, length: np.ndarray, sel: np.ndarray, h: np.ndarray) -> None:
+    """Hash spans ``sel`` (longer than 64 bytes) one by one with blake2b, into ``h``."""
+    for i in sel.tolist():
+        a = int(start[i])
+        digest = hashlib.blake2b(buf[a:a + int(length[i])], digest_size=8).digest()
+        h[i] = np.uint64(int.from_bytes(digest, "little"))
+    h[sel] ^= _K3
+
+
+#: the compiled loops (module assay.decontam.kernels), loaded on first use; False: numpy only
+_KERNELS: Any = None
+
+
+def _kernels() -> Any:
+    """assay.decontam.kernels, or None where numba does not load (the numpy paths give the same
+    hashes: they are the reference the compiled loops are tested against)."""
+    global _KERNELS
+    if _KERNELS is None:
+        try:
+            from assay.decontam import kernels
+        except ImportError:
+            _KERNELS = False
+        else:
+            _KERNELS = kernels
+    return _KERNELS or None
+
+
+def _ascii_bounds(a: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(word mask, token starts, token ends) of lower-cased ASCII bytes: a word character is a
+    letter or a digit (Unicode's L/N categories restricted to ASCII)."""
+    w = np.subtract(a, ord("a"), dtype=np.uint8) < 26
+    w |= np.subtract(a, ord("0"), dtype=np.uint8) < 10
+    # the text ends with a separator, so run edges alternate start, end, start, end, ...
+    edges = np.flatnonzero(w[1:] != w[:-1]) + 1
+    if len(w) and w[0]:
+        edges = np.concatenate([np.zeros(1, dtype=edges.dtype), edges])
+    return w, edges[0::2], edges[1::2]
+
+
+def encode(texts: Sequence[str], *, spans: bool = False, scratch: bool = False) -> Encoded:
     """Tokenize and hash a batch of texts in one vectorized pass.
+
+    ``scratch=True`` may return arrays that share this thread's work buffers: valid until the
+    thread's next ``encode(..., scratch=True)`` (the index build consumes each batch at once).
 
     Example:
         >>> e = encode(["Hello, world", "HELLO   world!"])
         >>> bool((e.hashes[:2] == e.hashes[2:]).all()), e.lengths().tolist()
         (True, [2, 2])
     """
-    norm = [normalize_text(t) for t in texts]
-    n_docs = len(norm)
+    n_docs = len(texts)
     # "\n" between texts is a separator and a segment end, so no token or segment crosses texts.
-    joined = "\n".join(norm) + "\n"
-    if joined.isascii():  # one byte per character: a quarter of the memory traffic
+    joined = "\n".join(texts) + "\n"
+    is_ascii = joined.isascii()
+    kernels = _kernels() if is_ascii else None
+    seg = None
+    if is_ascii:
+        # ASCII: NFKC is the identity and casefold is lower(); one byte per character, so
+        # character offsets are byte offsets and lower-casing is the whole normalization
+        norm = list(texts) if not spans else [t.lower() for t in texts]
         raw = joined.encode("ascii")
-        cp = np.frombuffer(raw, dtype=np.uint8)
-        # bytes.translate is a C loop over a 256-byte table: far cheaper than numpy's fancy
-        # indexing, which widens every index to 8 bytes
-        cls = np.frombuffer(raw.translate(_ascii_tables()[0]), dtype=np.uint8)
-        # (code point + 1) inside tokens, 0 elsewhere: the hash's per-character term
-        term = np.frombuffer(raw.translate(_ascii_tables()[1]), dtype=np.uint8)
+    if kernels is not None:
+        h, tok_start, tok_end, seg = kernels.ascii_tokens(raw, scratch=scratch)
+        long = np.flatnonzero(tok_end - tok_start > _LONG)
+        if len(long):
+            _hash_long(raw.lower(), tok_start, tok_end - tok_start, long, h)
+    elif is_ascii:
+        buf = raw.lower()
+        cp = np.frombuffer(buf, dtype=np.uint8)
+        w, tok_start, tok_end = _ascii_bounds(cp)
+        ends_mask = cp == ord("\n")
+        ends_mask |= cp == ord("!")
+        ends_mask |= cp == ord("?")
+        byte_start, byte_len = tok_start, tok_end - tok_start
     else:
-        cp = np.frombuffer(joined.encode("utf-32-le"), dtype=np.uint32)
+        norm = [normalize_text(t) for t in texts]
+        joined = "\n".join(norm) + "\n"
+        cp = np.frombuffer(joined.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
         cls = _classify(cp)
-        term = None
-    lens = np.fromiter((len(s) for s in norm), dtype=np.int64, count=n_docs)
-    doc_char_start = np.zeros(n_docs + 1, dtype=np.int64)
-    np.cumsum(lens + 1, out=doc_char_start[1:])
-    w = cls == WORD
-    not_w = ~w
-    if term is not None:
-        # ASCII has no per-character tokens: tokens are the runs of word characters, and the
-        # text ends with a separator, so run edges alternate start, end, start, end, ...
-        intok = None
-        edges = np.flatnonzero(w[1:] != w[:-1]) + 1
-        if w[0]:
-            edges = np.concatenate([np.zeros(1, dtype=edges.dtype), edges])
-        tok_start, tok_end = edges[0::2], edges[1::2]
-    else:
+        w = cls == WORD
         c = cls == CHAR
-        intok = (cls & 1).view(np.bool_)
+        not_w = ~w
         start_mask = c.copy()
         start_mask[0] |= w[0]
         start_mask[1:] |= w[1:] & not_w[:-1]
@@ -230,34 +300,31 @@ def encode(texts: Sequence[str], *, spans: bool = False) -> Encoded:
         end_mask[:-1] |= w[:-1] & not_w[1:]
         tok_start = np.flatnonzero(start_mask)
         tok_end = np.flatnonzero(end_mask) + 1
-    # Polynomial hash of each token's code points: prefix sums of cp * B^i, differenced at the
-    # token bounds and shifted back by B^-start (B is odd, so invertible mod 2^64).
-    m = len(cp)
-    # csum[0] = 0 pads the prefix sums, so a token's sum is csum[end] - csum[start]
-    csum = np.empty(m + 1, dtype=np.uint64)
-    csum[0] = 0
-    body = csum[1:]
-    if term is not None:
-        np.multiply(term, _powers(_B, m), out=body)
-    else:
-        np.add(cp, 1, out=body, casting="unsafe")
-        np.multiply(body, _powers(_B, m), out=body)
-        np.multiply(body, intok, out=body, casting="unsafe")
-    np.cumsum(body, out=body)
-    h = csum[tok_end]
-    h -= csum[tok_start]
-    h *= _powers(_BINV, m)[tok_start]
-    h += (tok_end - tok_start).astype(np.uint64) * _K1
-    splitmix64(h)
+        ends_mask = cls == END
+        # the hash reads UTF-8 bytes, so a token hashes the same in ASCII and non-ASCII texts
+        buf = joined.encode("utf-8", "surrogatepass")
+        nbytes = 1 + (cp >= 0x80).astype(np.uint8)
+        nbytes += cp >= 0x800
+        nbytes += cp >= 0x10000
+        boff = np.zeros(len(cp) + 1, dtype=np.int64)
+        np.cumsum(nbytes, out=boff[1:])
+        byte_start = boff[tok_start]
+        byte_len = boff[tok_end] - byte_start
+    if seg is None:
+        h = hash_spans(buf, byte_start, byte_len)
+        # Segment ends: newline, ! ? 。, and "." not followed by a word character ("3.14" stays).
+        dots = cp[:-1] == ord(".")
+        dots &= ~w[1:]
+        ends_mask[:-1] |= dots
+        # a token's segment is the number of segment ends before it: place each end before its
+        # next token and count (searching the few ends among the tokens, not the reverse)
+        next_token = np.searchsorted(tok_start, np.flatnonzero(ends_mask))
+        seg = np.cumsum(np.bincount(next_token, minlength=len(tok_start) + 1)[: len(tok_start)])
+    lens = np.fromiter((len(s) for s in norm), dtype=np.int64, count=n_docs)
+    doc_char_start = np.zeros(n_docs + 1, dtype=np.int64)
+    np.cumsum(lens + 1, out=doc_char_start[1:])
     doc_token_start = np.searchsorted(tok_start, doc_char_start).astype(np.int64)
     doc = np.repeat(np.arange(n_docs, dtype=np.int64), np.diff(doc_token_start))
-    # Segment ends: newline, ! ? 。, and "." not followed by a word character (so "3.14" stays).
-    ends_mask = cls == END
-    dots = cp[:-1] == ord(".")
-    dots &= not_w[1:]
-    ends_mask[:-1] |= dots
-    seg_end_pos = np.flatnonzero(ends_mask)
-    seg = np.searchsorted(seg_end_pos, tok_start, side="left").astype(np.int64)
     if spans:
         rel = doc_char_start[doc]
         return Encoded(h, doc, seg, doc_token_start, norm, tok_start - rel, tok_end - rel)
