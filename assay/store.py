@@ -29,6 +29,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import mmap
 import os
 import tempfile
 import warnings
@@ -150,6 +151,17 @@ class Store:
         if not self._verified(path, key):
             atomic_write(path, views, durable=durable)
         return key
+
+    def map_fresh(self, key: str) -> mmap.mmap:
+        """A read-only memory map of the blob under ``key``, *not* verified: for a blob this
+        process has just written (its pages are still in the page cache, so mapping them costs
+        no read and no copy). Anything read back later goes through :meth:`get_bytes`.
+        """
+        path = self._blob_path(key)
+        with open(path, "rb") as f:
+            # MAP_POPULATE maps every page up front: one call instead of a fault per page
+            return mmap.mmap(f.fileno(), 0, flags=mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0),
+                             prot=mmap.PROT_READ)
 
     def get_bytes(self, key: str) -> bytes | None:
         """The bytes under ``key``, or None when missing or corrupt."""

@@ -119,7 +119,9 @@ def test_corrupt_store_entry_is_rebuilt_not_trusted(tmp_path):
         warnings.simplefilter("always")
         again = ContaminationIndex.build(corpus, n=3, store=store)
     assert again.built and any("corrupt" in str(x.message) for x in w)
-    assert np.array_equal(again.fps, first.fps)
+    # (first maps the blob this test corrupted in place, which the store itself never does:
+    # compare with an index kept in memory only)
+    assert np.array_equal(again.fps, ContaminationIndex.build(corpus, n=3, store=False).fps)
 
 
 def test_bad_corpus_inputs_name_the_problem(tmp_path):

@@ -152,3 +152,28 @@ def test_compiled_spans_ngrams_and_partition_match_the_numpy_reference():
     for a, b in zip(got, want):
         assert np.array_equal(a, b) and a.dtype == b.dtype
     assert len(got[2]) == (1 << _SUPER_BITS) + 1
+
+
+def test_compiled_range_search_and_dense_text_match_the_reference():
+    from assay.decontam import index as index_mod
+    from assay.decontam import normalize
+
+    rng = np.random.default_rng(4)
+    arr = np.sort(rng.integers(0, 50, 3000).astype(np.uint32))
+    lo = rng.integers(0, 3000, 2000)
+    hi = np.minimum(lo + rng.integers(0, 400, 2000), 3000)
+    x = rng.integers(0, 52, 2000).astype(np.uint32)
+    got = index_mod._bounds(arr, x, lo, hi)
+    want = (index_mod._bsearch(arr, x, lo, hi, right=False), index_mod._bsearch(arr, x, lo, hi, right=True))
+    assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1])
+    # one-letter tokens: more than one token per 4 bytes, past the first guess of the work arrays
+    dense = ["a b c d e f g h " * 50, "x" * 3, "q w e r t y"]
+    fast = encode(dense)
+    k = normalize._KERNELS
+    try:
+        normalize._KERNELS = False
+        ref = encode(dense)
+    finally:
+        normalize._KERNELS = k
+    assert np.array_equal(fast.hashes, ref.hashes) and np.array_equal(fast.seg, ref.seg)
+    assert len(fast.hashes) == 400 + 1 + 6

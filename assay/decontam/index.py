@@ -209,14 +209,17 @@ class _Scratch:
             self.sorted_docs = np.empty(self.size, dtype=np.uint32)
             self.keep = np.empty(self.size, dtype=bool)
             self.tmp = np.empty(self.size, dtype=bool)
+            self.out_fps = np.empty(self.size, dtype=np.uint32)
+            self.out_docs = np.empty(self.size, dtype=np.uint32)
             self.arange = np.arange(self.size, dtype=np.uint64)
         return self
 
 
 def _sort_super(key_parts: list[np.ndarray], doc_parts: list[np.ndarray], pbits: int, n_docs: int,
-                scratch: _Scratch) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+                scratch: _Scratch, *, in_scratch: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Sort one radix group by (identity, doc) and drop repeated pairs; returns (entries per
-    partition of the group, fingerprints, docs), the last two freshly allocated."""
+    partition of the group, fingerprints, docs), the last two freshly allocated, or with
+    ``in_scratch`` views of the scratch buffers (valid until its next use: to be written out).""" 
     ident_bits = pbits + FP_BITS
     local_bits = ident_bits - _SUPER_BITS
     sub = 1 << (pbits - _SUPER_BITS)
@@ -257,10 +260,12 @@ def _sort_super(key_parts: list[np.ndarray], doc_parts: list[np.ndarray], pbits:
         np.not_equal(local[1:], local[:-1], out=keep[1:])
         keep[1:] |= np.not_equal(sorted_docs[1:], sorted_docs[:-1], out=sc.tmp[: m - 1])
     if keep.all():
-        kept, dd = local, sorted_docs.copy()
+        kept = local
+        dd = sorted_docs if in_scratch else sorted_docs.copy()
     else:
-        kept, dd = local[keep], sorted_docs[keep]
-    fp = np.empty(len(kept), dtype=np.uint32)
+        kept = local[keep]
+        dd = np.compress(keep, sorted_docs, out=sc.out_docs[:len(kept)]) if in_scratch else sorted_docs[keep]
+    fp = sc.out_fps[:len(kept)] if in_scratch else np.empty(len(kept), dtype=np.uint32)
     fp[...] = kept  # the low 32 bits: the fingerprint
     kept >>= np.uint64(FP_BITS)  # the partition within the group (kept is scratch or a copy)
     counts = np.bincount(kept.view(np.int64), minlength=sub)
@@ -431,14 +436,15 @@ class ContaminationIndex:
         hi0 = self.offsets[part + 1]
         fps = self.fps
         if not isinstance(fps, _Sharded):
-            return _bsearch(fps, f, lo0, hi0, right=False), _bsearch(fps, f, lo0, hi0, right=True)
+            return _bounds(fps, f, lo0, hi0)
         # a partition never straddles two shards: search each shard's queries in that shard
         lo, hi = lo0.copy(), hi0.copy()
         for k, sel in fps.groups(lo0):
             base = fps.start[k]
             a, b, fk = lo0[sel] - base, hi0[sel] - base, f[sel]
-            lo[sel] = _bsearch(fps.parts[k], fk, a, b, right=False) + base
-            hi[sel] = _bsearch(fps.parts[k], fk, a, b, right=True) + base
+            part_lo, part_hi = _bounds(fps.parts[k], fk, a, b)
+            lo[sel] = part_lo + base
+            hi[sel] = part_hi + base
         return lo, hi
 
     def doc_frequency(self, hashes: np.ndarray) -> np.ndarray:
@@ -541,42 +547,36 @@ class ContaminationIndex:
             counts = np.zeros(1 << pbits, dtype=np.int64)
             fps_parts: list[np.ndarray] = []
             doc_parts: list[np.ndarray] = []
-            writes: list[Any] = []
-            pending: list[tuple[np.ndarray, np.ndarray]] = []
-            pending_n = 0
             per_thread = threading.local()
 
-            def sort_group(kp: list[np.ndarray], dp: list[np.ndarray]) -> tuple[np.ndarray, ...]:
+            def sort_group(kp: list[np.ndarray], dp: list[np.ndarray]) -> tuple[Any, ...]:
                 if not hasattr(per_thread, "scratch"):
                     per_thread.scratch = _Scratch()
-                return _sort_super(kp, dp, pbits, len(ids), per_thread.scratch)
+                group_counts, fp, dd = _sort_super(kp, dp, pbits, len(ids), per_thread.scratch,
+                                                   in_scratch=store is not None)
+                if store is None:
+                    return group_counts, fp, dd, None
+                # Written straight from the scratch buffers, one blob per group (fingerprints,
+                # then documents): no fresh copy of the index is faulted into memory (on this VM
+                # ~1 ms per MB). Not fsynced (hundreds of MB: seconds): a blob lost to a crash
+                # fails its checksum on load, and the index is rebuilt.
+                return group_counts, None, None, {"count": len(fp), "key": store.put_parts([fp, dd], durable=False)}
 
-            def write_shard(parts: list[tuple[np.ndarray, np.ndarray]]) -> dict[str, Any]:
-                # A shard is its fingerprints, then its documents, written without a joined copy.
-                # Not fsynced (hundreds of MB: seconds): a shard lost to a crash fails its
-                # checksum on load, and the index is rebuilt.
-                return {"count": sum(len(p[0]) for p in parts),
-                        "key": store.put_parts([p[0] for p in parts] + [p[1] for p in parts], durable=False)}
-
-            # Groups are sorted (and shards hashed and written) in worker threads, in order, a
-            # few at a time: numpy's sort and sha256 release the GIL.
+            # Groups are sorted (and written) in worker threads, in order, a few at a time:
+            # numpy's sort and sha256 release the GIL.
+            shards: list[dict[str, Any]] = []
             with ThreadPoolExecutor(max(1, workers)) as ex:
                 sorting: deque[tuple[int, Any]] = deque()
 
                 def collect() -> None:
-                    nonlocal pending, pending_n
                     s, fut = sorting.popleft()
-                    group_counts, fp, dd = fut.result()
+                    group_counts, fp, dd, shard = fut.result()
                     counts[s * sub:(s + 1) * sub] = group_counts
-                    if materialize:
+                    if shard is not None:
+                        shards.append(shard)
+                    elif materialize:
                         fps_parts.append(fp)
                         doc_parts.append(dd)
-                    if store is not None:  # written as they come: the build never holds them all
-                        pending.append((fp, dd))
-                        pending_n += len(fp)
-                        if pending_n * 8 >= _SHARD_BYTES:
-                            writes.append(ex.submit(write_shard, pending))
-                            pending, pending_n = [], 0
 
                 for s in range(1 << _SUPER_BITS):
                     kp, dp = runs.take(s)
@@ -588,10 +588,12 @@ class ContaminationIndex:
                         collect()
                 while sorting:
                     collect()
-                if store is not None and pending:
-                    writes.append(ex.submit(write_shard, pending))
-                    pending = []
-                shards = [w.result() for w in writes]
+            if store is not None and materialize:
+                # the blobs just written, mapped read-only: the page cache holds them already
+                for sh in shards:
+                    view = store.map_fresh(sh["key"])
+                    fps_parts.append(np.frombuffer(view, dtype="<u4", count=sh["count"]))
+                    doc_parts.append(np.frombuffer(view, dtype="<u4", count=sh["count"], offset=4 * sh["count"]))
             spilled = runs.tmp is not None
         finally:
             runs.close()
@@ -697,6 +699,15 @@ def _put_minhash(store: Any, docs: list[np.ndarray], sigs: list[np.ndarray]) -> 
     d = np.concatenate(docs).astype("<u4")
     s = np.concatenate(sigs).astype("<u4")
     return {"count": len(d), "docs": store.put_bytes(d.tobytes()), "sigs": store.put_bytes(s.tobytes())}
+
+
+def _bounds(arr: np.ndarray, x: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Lower and upper bound of each ``x[i]`` in the sorted slice ``arr[lo[i]:hi[i]]``: the
+    compiled loop, or the vectorized numpy search it is tested against."""
+    kernels = _kernels()
+    if kernels is not None:
+        return kernels.bounds(arr, x, lo, hi)
+    return _bsearch(arr, x, lo, hi, right=False), _bsearch(arr, x, lo, hi, right=True)
 
 
 def _bsearch(arr: np.ndarray, x: np.ndarray, lo: np.ndarray, hi: np.ndarray, *, right: bool) -> np.ndarray:

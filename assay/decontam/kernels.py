@@ -71,6 +71,8 @@ def _scan(buf, cls, low, masks, hashes, starts, ends, seg):
                 nseg += 1
             i += 1
             continue
+        if ntok == len(hashes):
+            return -1  # the work arrays are full: the caller gives more room
         s = i
         i += 1
         while cls[buf[i]] == 1:
@@ -104,14 +106,19 @@ def ascii_tokens(buf: bytes, *, scratch: bool = False) -> tuple[np.ndarray, np.n
     lower-cased). Tokens longer than 64 bytes come back with a placeholder hash: the caller
     hashes them as :func:`assay.decontam.normalize.hash_spans` does. ``scratch=True`` returns
     views of this thread's work arrays, valid until its next call (no copy)."""
-    cap = len(buf) // 2 + 1  # a token and its separator take at least two bytes
-    work = getattr(_scratch, "arrays", None)
-    if work is None or len(work[0]) < cap:
-        # per-thread work arrays, reused: fresh ones would be page-faulted in on every call
-        work = _scratch.arrays = (np.empty(cap, dtype=np.uint64), np.empty(cap, dtype=np.int64),
-                                  np.empty(cap, dtype=np.int64), np.empty(cap, dtype=np.int64))
     padded = np.frombuffer(buf + bytes(8), dtype=np.uint8)
-    k = _scan(padded, _CLS, _LOW, _MASKS, *work)
+    # Prose has at most one token per 4 bytes, so the work arrays are sized for that first; text
+    # denser than that ("a b c") stops the scan when they fill (-1) and is scanned again with
+    # room for the worst case, a token and a separator in every two bytes.
+    for cap in (len(buf) // 4 + 16, len(buf) // 2 + 1):
+        work = getattr(_scratch, "arrays", None)
+        if work is None or len(work[0]) < cap:
+            # per-thread work arrays, reused: fresh ones would be page-faulted in on every call
+            work = _scratch.arrays = (np.empty(cap, dtype=np.uint64), np.empty(cap, dtype=np.int64),
+                                      np.empty(cap, dtype=np.int64), np.empty(cap, dtype=np.int64))
+        k = _scan(padded, _CLS, _LOW, _MASKS, *work)
+        if k >= 0:
+            break
     if scratch:
         return tuple(a[:k] for a in work)  # type: ignore[return-value]
     return tuple(a[:k].copy() for a in work)  # type: ignore[return-value]
@@ -206,3 +213,33 @@ def radix_partition(keys: np.ndarray, docs: np.ndarray, bits: int) -> tuple[np.n
     bounds = np.empty((1 << bits) + 1, dtype=np.int64)
     _radix(keys, docs, np.uint64(64 - bits), bounds, out_keys, out_docs)
     return out_keys, out_docs, bounds
+
+
+@njit(nogil=True, cache=True)
+def _bounds(arr, x, lo, hi, out_lo, out_hi):
+    for i in range(len(x)):
+        v = x[i]
+        a, b = lo[i], hi[i]
+        while a < b:  # lower bound
+            m = (a + b) >> 1
+            if arr[m] < v:
+                a = m + 1
+            else:
+                b = m
+        out_lo[i] = a
+        b = hi[i]
+        while a < b:  # upper bound, from the lower one
+            m = (a + b) >> 1
+            if arr[m] <= v:
+                a = m + 1
+            else:
+                b = m
+        out_hi[i] = a
+
+
+def bounds(arr: np.ndarray, x: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Lower and upper bound of each ``x[i]`` in the sorted slice ``arr[lo[i]:hi[i]]``."""
+    out_lo = np.empty(len(x), dtype=np.int64)
+    out_hi = np.empty(len(x), dtype=np.int64)
+    _bounds(arr, x, np.asarray(lo, dtype=np.int64), np.asarray(hi, dtype=np.int64), out_lo, out_hi)
+    return out_lo, out_hi
