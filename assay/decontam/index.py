@@ -370,8 +370,9 @@ class ContaminationIndex:
         ``memory_limit`` (bytes) bounds the build's buffered entries; beyond it they spill to a
         temporary directory. ``materialize=False`` (with a store) writes the index to the store
         without keeping its arrays in memory: memory stays bounded for any corpus size, and a
-        later ``build`` of the same corpus loads it. ``workers`` threads hash batches (default:
-        up to 2; numpy releases the GIL).
+        later ``build`` of the same corpus loads it. ``workers`` threads hash batches and sort
+        groups (default: one more than the CPUs, at most 8: the compiled loops and numpy release
+        the GIL, and the extra thread covers the parts that hold it).
 
         Example:
             >>> idx = ContaminationIndex.build(["a b c d e"], n=2, store=False)
@@ -397,7 +398,7 @@ class ContaminationIndex:
             raise StoreError("materialize=False keeps the index only in the store: pass store=")
         idx = cls._build(src, params, batch_size=batch_size, memory_limit=memory_limit,
                          store=st, materialize=materialize,
-                         workers=workers if workers is not None else min(2, os.cpu_count() or 1))
+                         workers=workers if workers is not None else min(8, (os.cpu_count() or 1) + 1))
         idx.corpus_checksum = checksum
         if st is not None:
             if ref_name is None:  # a one-shot iterator: its checksum is known only now
