@@ -71,7 +71,7 @@ import pyarrow as pa
 from assay.decontam.neardup import signatures
 from assay.decontam.ngrams import EXACT_SALT, NGRAM_SALT, SHINGLE_SALT, WHOLE_SALT, SpanHasher
 from assay.decontam.normalize import _kernels, encode
-from assay.decontam.sources import CorpusSource, Fields
+from assay.decontam.sources import CorpusSource, Fields, ordered_map
 from assay.errors import RowsError, StoreError
 from assay.hashing import combine
 
@@ -518,30 +518,19 @@ class ContaminationIndex:
                 yield texts, base
 
         try:
-            # Batches are hashed in worker threads (numpy releases the GIL), in order, with a
-            # bounded number in flight so memory stays bounded on any corpus.
-            with ThreadPoolExecutor(max(1, workers)) as ex:
-                inflight: deque[Any] = deque()
-                feed = batches()
-                while True:
-                    while len(inflight) < 2 * max(1, workers):
-                        nxt = next(feed, None)
-                        if nxt is None:
-                            break
-                        inflight.append(ex.submit(work, *nxt))
-                    if not inflight:
-                        break
-                    ntok, keys, docs, bounds, mh, whole = inflight.popleft().result()
-                    whole_parts.append(whole)
-                    tokens += ntok
-                    runs.add(keys, docs, bounds)
-                    if mh is not None:
-                        mh_docs.append(mh[0])
-                        mh_sigs.append(mh[1])
-                        n_short += len(mh[0])
-                        if not materialize and store is not None and sum(x.nbytes for x in mh_sigs) >= _SHARD_BYTES:
-                            mh_chunks.append(_put_minhash(store, mh_docs, mh_sigs))
-                            mh_docs, mh_sigs = [], []
+            # Batches are hashed in worker threads (the compiled loops and numpy release the
+            # GIL), in order, with a bounded number in flight so memory stays bounded on any corpus.
+            for ntok, keys, docs, bounds, mh, whole in ordered_map(lambda b: work(*b), batches(), workers=workers):
+                whole_parts.append(whole)
+                tokens += ntok
+                runs.add(keys, docs, bounds)
+                if mh is not None:
+                    mh_docs.append(mh[0])
+                    mh_sigs.append(mh[1])
+                    n_short += len(mh[0])
+                    if not materialize and store is not None and sum(x.nbytes for x in mh_sigs) >= _SHARD_BYTES:
+                        mh_chunks.append(_put_minhash(store, mh_docs, mh_sigs))
+                        mh_docs, mh_sigs = [], []
             t_hashed = time.perf_counter()
             pbits = _partition_bits(runs.total)
             sub = 1 << (pbits - _SUPER_BITS)

@@ -32,6 +32,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import xxhash
 
 from assay.errors import RowsError, RowsTypeError
 
@@ -153,12 +154,14 @@ class CorpusSource:
             return "corpus:" + h.hexdigest()[:32]
         if self.iterator is not None:
             raise RowsError("corpus: a one-shot iterator has no checksum before it is read; pass a list or files")
-        # Batches of 4,096 documents are hashed on their own, in two threads (sha256 releases
-        # the GIL: 2x on 2 cores), and their digests in order; each text's UTF-8 bytes go to
-        # sha256 as they are (no joined copy), after the byte lengths that frame them.
-        h.update(b"assay-corpus-v3")
-        for digest in ordered_map(_batch_digest, self.batches(4096), workers=2):
-            h.update(digest)
+        # In-memory texts are hashed with XXH3-128, not sha256: this checksum names the corpus
+        # (an identity, not a security boundary), and a nightly rerun pays it on every call:
+        # 700 MB of text took 0.55 s with sha256 in two threads, 0.15 s with XXH3 in one.
+        # Each text's UTF-8 bytes go in as they are (no joined copy), after the byte lengths
+        # that frame them; the batch digests go into the sha256 above.
+        h.update(b"assay-corpus-v4")
+        for ids, texts in self.batches(4096):
+            h.update(_batch_digest(ids, texts))
         self._checksum = "corpus:" + h.hexdigest()[:32]
         return self._checksum
 
@@ -275,25 +278,18 @@ class CorpusSource:
             yield ids, texts
 
 
-def _batch_digest(batch: tuple[list[str], list[str]]) -> bytes:
-    ids, texts = batch
-    h = hashlib.sha256()
+def _batch_digest(ids: list[str], texts: list[str]) -> bytes:
+    h = xxhash.xxh3_128()
     raw_ids = [utf8_bytes(i) for i in ids]
     h.update(np.fromiter(map(len, raw_ids), dtype="<i8", count=len(raw_ids)).tobytes())
     h.update(b"".join(raw_ids))
-    h.update(np.fromiter((len(utf8_bytes(t)) if not t.isascii() else len(t) for t in texts),
+    # lengths first (an ASCII text's length is its byte length: no encoding needed), then each
+    # text's bytes, encoded one at a time so the same memory is reused (holding a batch's bytes
+    # made the encoding 4x slower: fresh pages)
+    h.update(np.fromiter((len(t) if t.isascii() else len(utf8_bytes(t)) for t in texts),
                          dtype="<i8", count=len(texts)).tobytes())
-    # texts joined into ~1 MB pieces: one GIL-free update each, on memory malloc reuses
-    piece: list[bytes] = []
-    size = 0
     for t in texts:
-        b = utf8_bytes(t)
-        piece.append(b)
-        size += len(b)
-        if size >= 1 << 20:
-            h.update(b"".join(piece))
-            piece, size = [], 0
-    h.update(b"".join(piece))
+        h.update(utf8_bytes(t))
     return h.digest()
 
 
