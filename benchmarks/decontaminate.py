@@ -8,24 +8,33 @@ JSONL corpus through the index build and reports throughput and peak memory.
 The peer runs in its own interpreter (/work/peers/bin/python) on the same generated data: this
 file is also its driver (``--role peer``), importing only the standard library and whileai there.
 
-Measured 2026-11-30 on the shared 2-core dev VM (loaded by other jobs; CPU seconds are the
-steadier measure), 100,000 docs x 1,000 words, 10,000 prompts, 200 embedded copies, one repeat:
+Measured 2026-11-30 (afternoon) on the 2-core dev VM, 100,000 docs x 1,000 words, 10,000
+prompts, 200 embedded copies, `--repeats 5`, both tools warmed up on 5 documents first:
 
-- assay.decontam, in-memory corpus: end to end incl. build 28.0 s wall / 27.3 s CPU; rerun
-  1.18 s wall / 1.18 s CPU (corpus checksum + the saved answer read back: the index is not even
-  loaded); recall 100%, 0 false positives.
-- assay.decontam, JSONL corpus: end to end 37.6 s wall / 44.6 s CPU; rerun 0.26 s wall / 0.26 s
-  CPU (file checksum memoized by path+size+mtime).
-- whileai.decontaminate (defaults): 100.4 s wall / 97.0 s CPU; caught 0 of 200 embedded copies.
-- ratios: end to end 3.6x (wall and CPU; target 10x not met); rerun 85x wall / 82x CPU for the
-  in-memory corpus (bounded by sha256 over its 700 MB of text), 382x wall / 372x CPU for the
-  JSONL corpus (target 100x met there).
-- Before the 2026-11-30 speedups (same machine): end to end 2.1x, rerun 16x (in memory) / 49x
-  (JSONL). What bought it: the whole-answer cache and a copy-free corpus checksum (rerun), the
-  ASCII tokenizer fast path and cache-sized tokenize chunks (build).
-- streaming build from JSONL (before the speedups): 200,000 docs x 1,000 words in 167 s (1.2M
-  tokens/s, peak RSS 1.6 GB, spilled at memory_limit=1 GB); 1,000,000 docs x 100 words in 295 s
-  (3,392 docs/s, MinHash for every (short) doc included, peak RSS 2.1 GB).
+- assay.decontam, in-memory corpus: end to end incl. index build 7.03 s (median of 6.94, 7.03,
+  6.81, 7.77, 7.05; 12.1 CPU-s); rerun 0.37 s (the corpus checksum, XXH3 over 700 MB of text,
+  and the saved answer read back); recall 100%, 0 false positives. numba's start-up, once per
+  process and not in these times: 1.0 s.
+- assay.decontam, JSONL corpus: end to end 12.4 s wall (JSON parsing of the corpus), rerun
+  0.20 s (file checksum memoized by path+size+mtime).
+- whileai.decontaminate (defaults): 95.3 s wall / 94.9 CPU-s; caught 0 of 200 embedded copies.
+- ratios: end to end 13.6x wall (target 10x), rerun 259x (target 100x); 470x for the JSONL
+  corpus rerun. An earlier run the same afternoon, before the XXH3 checksum: 10.4x and 95x
+  (ours 8.1 s and 0.89 s, the peer 84 s).
+- What bought it (from 3.6x / 85x in the morning): a compiled (numba) ASCII tokenizer,
+  n-gram and radix loops, bit-identical to the numpy reference (tokenize + hash: 117 -> ~40 ns
+  per token); groups sorted in worker threads on reused buffers with documents packed into
+  the sort key; each group written straight from those buffers and mapped back read-only
+  (no second copy of the 800 MB index faulted into memory); no fsync on index shards (a
+  lost shard fails its checksum and the index is rebuilt); the in-memory corpus checksum with
+  XXH3-128 instead of sha256 (0.55 -> 0.18 s). This VM pays ~1 ms per MB of first-touched
+  memory, so fresh allocations were a large part of the cost.
+- The same machine an hour apart gave 6.4 s and 9 s for the same end-to-end call: ratios come
+  from one run of both tools, and leftover files in the page cache slow everything down.
+- streaming build from JSONL (`--skip-peer --skip-ours --stream-docs 1000000 --stream-words 100`,
+  materialize=False, memory_limit 1 GB): 1,000,000 docs (1,035 MB file), 100M tokens, 89M
+  entries in 153.8 s = 6,504 docs/s, peak RSS 1.9 GB (295 s in the morning). Every document
+  is short enough for a MinHash signature here (128 permutations each), which is most of it.
 
 Usage:
     .venv/bin/python benchmarks/decontaminate.py                 # the full comparison

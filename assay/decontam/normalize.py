@@ -1,7 +1,8 @@
 """Text normalization and tokenization for decontamination: NFKC + casefold, Unicode-aware tokens.
 
-Vectorized over a batch of texts: code points become token hashes (uint64) with numpy, no Python
-loop per token, so a corpus of millions of documents tokenizes at numpy speed.
+Vectorized over a batch of texts, no Python loop per token: ASCII batches go through a compiled
+loop (:mod:`assay.decontam.kernels`), everything else through numpy; a token's 64-bit hash is a
+function of its normalized UTF-8 bytes only, so both paths (and both sides) always agree.
 
 Rules (the same for eval items and corpus documents, so both sides always agree):
 
