@@ -528,17 +528,29 @@ def as_table(data: Any, *, require: Iterable[str] = ("prompt", "final_text"),
             continue
         col: list[Any] = []
         from_arrow = isinstance(data, pa.Table) and pa.types.is_string(data.column(c).type)
-        for i, v in enumerate(vals):
-            if from_arrow and v is not None:
-                try:
-                    json.loads(v)
-                except json.JSONDecodeError:
-                    raise RowsError(f"{where(i)}: '{c}' column holds invalid JSON text") from None
+        if from_arrow:
+            for i, v in enumerate(vals):
+                if v is not None:
+                    try:
+                        json.loads(v)
+                    except json.JSONDecodeError:
+                        raise RowsError(f"{where(i)}: '{c}' column holds invalid JSON text") from None
                 col.append(v)
-            elif c == "privileged" and v is not None and not isinstance(v, Mapping):
-                raise RowsTypeError(f"{where(i)}: 'privileged' must be a dict, got {type(v).__name__}")
-            else:
-                col.append(_to_json(v, f"{where(i)}.{c}"))
+        else:
+            # one C-encoder call per row; the row's location is only formatted for an error
+            # (formatting it for every row was a third of this loop)
+            dicts_only = c == "privileged"
+            for i, v in enumerate(vals):
+                if v is None:
+                    col.append(None)
+                    continue
+                if dicts_only and type(v) is not dict and not isinstance(v, Mapping):
+                    raise RowsTypeError(f"{where(i)}: 'privileged' must be a dict, got {type(v).__name__}")
+                try:
+                    col.append(_encode(v))
+                except (RecursionError, TypeError, ValueError):
+                    _to_json(v, f"{where(i)}.{c}")  # raises the worded error
+                    raise
         arrays[c] = pa.array(col, type=pa.string())
     for c in ("judge_name", "judge_status", "reason"):
         vals = get[c]
