@@ -177,3 +177,26 @@ def test_compiled_range_search_and_dense_text_match_the_reference():
         normalize._KERNELS = k
     assert np.array_equal(fast.hashes, ref.hashes) and np.array_equal(fast.seg, ref.seg)
     assert len(fast.hashes) == 400 + 1 + 6
+
+
+def test_compiled_utf8_tokenizer_matches_the_numpy_reference():
+    from assay.decontam import normalize
+
+    rng = random.Random(13)
+    pieces = ["Привет", "мир", "κόσμε", "مرحبا", "नमस्ते", "你好", "世界。", "カタカナ", "café", "STRASSE",
+              "straße", "ﬁne", "①", "𠀀𠀁", "😀x", "x.y", "3.14", "end.", "Ωmega", "a", "\ud800", "—", "“q”",
+              "é" * 40, "ж" * 9, "\n", "!", "?", ". ", ",", "  ", "\t"]
+    texts = ["".join(rng.choice(pieces) + rng.choice(["", " "]) for _ in range(rng.randint(0, 40)))
+             for _ in range(300)]
+    texts += ["", "plain ascii in a mixed batch", "\U0001F9EA unseen astral"]
+    fast = encode(texts)
+    k = normalize._KERNELS
+    try:
+        normalize._KERNELS = False
+        ref = encode(texts)
+    finally:
+        normalize._KERNELS = k
+    for f in ("hashes", "doc", "seg", "doc_token_start"):
+        assert np.array_equal(getattr(fast, f), getattr(ref, f)), f
+    # and the same tokens as the character-span path reports
+    assert [len(encode([t], spans=True).token_strings(0)) for t in texts] == fast.lengths().tolist()

@@ -19,6 +19,7 @@ Example:
 from __future__ import annotations
 
 import threading
+from typing import Any
 
 import numpy as np
 from numba import njit
@@ -243,3 +244,101 @@ def bounds(arr: np.ndarray, x: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> tu
     out_hi = np.empty(len(x), dtype=np.int64)
     _bounds(arr, x, np.asarray(lo, dtype=np.int64), np.asarray(hi, dtype=np.int64), out_lo, out_hi)
     return out_lo, out_hi
+
+
+# -- any UTF-8 text (already NFKC + casefolded), as normalize.encode's numpy path -------------
+_SEP, _WORD, _CHAR, _END, _UNKNOWN = 0, 1, 3, 4, 255
+
+
+@njit(inline="always")
+def _decode(buf, i):
+    """(code point, byte length) of the UTF-8 sequence at ``buf[i]`` (surrogates included)."""
+    b0 = np.int64(buf[i])
+    if b0 < 0x80:
+        return b0, 1
+    if b0 < 0xE0:
+        return ((b0 & 0x1F) << 6) | (np.int64(buf[i + 1]) & 0x3F), 2
+    if b0 < 0xF0:
+        return ((b0 & 0x0F) << 12) | ((np.int64(buf[i + 1]) & 0x3F) << 6) | (np.int64(buf[i + 2]) & 0x3F), 3
+    return (((b0 & 0x07) << 18) | ((np.int64(buf[i + 1]) & 0x3F) << 12)
+            | ((np.int64(buf[i + 2]) & 0x3F) << 6) | (np.int64(buf[i + 3]) & 0x3F)), 4
+
+
+@njit(nogil=True, cache=True)
+def _scan_utf8(buf, table, masks, hashes, starts, ends, seg, unknown):
+    # buf ends with 8 padding bytes (zeros: separators); table maps a code point to its class
+    n = len(buf) - 8
+    ntok = 0
+    nseg = 0
+    i = 0
+    while i < n:
+        cp, nb = _decode(buf, i)
+        c = table[cp]
+        if c == _UNKNOWN:
+            unknown[0] = cp
+            return -2  # the caller classifies this code point and scans again
+        if c != _WORD and c != _CHAR:
+            if c == _END:
+                nseg += 1
+            elif cp == 46:  # "." not followed by a word character ends a segment
+                nxt, _nb = _decode(buf, i + 1)
+                if table[nxt] != _WORD:
+                    nseg += 1
+            i += nb
+            continue
+        if ntok == len(hashes):
+            return -1  # the work arrays are full: the caller gives more room
+        s = i
+        i += nb
+        if c == _WORD:
+            while True:
+                cp, nb = _decode(buf, i)
+                if table[cp] != _WORD:
+                    break
+                i += nb
+        length = i - s
+        h = np.uint64(length) * _K1
+        if length <= _LONG:
+            at = 0
+            while at < length:
+                p = s + at
+                w = (np.uint64(buf[p]) | (np.uint64(buf[p + 1]) << np.uint64(8))
+                     | (np.uint64(buf[p + 2]) << np.uint64(16)) | (np.uint64(buf[p + 3]) << np.uint64(24))
+                     | (np.uint64(buf[p + 4]) << np.uint64(32)) | (np.uint64(buf[p + 5]) << np.uint64(40))
+                     | (np.uint64(buf[p + 6]) << np.uint64(48)) | (np.uint64(buf[p + 7]) << np.uint64(56)))
+                h ^= w & masks[min(length - at, 8)]
+                if at > 0:
+                    h += _K2
+                h = _mix(h)
+                at += 8
+        hashes[ntok] = h
+        starts[ntok] = s
+        ends[ntok] = i
+        seg[ntok] = nseg
+        ntok += 1
+    return ntok
+
+
+def utf8_tokens(buf: bytes, table: np.ndarray, classify: Any, *,
+                scratch: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """As :func:`ascii_tokens` for the UTF-8 bytes of normalized text (NFKC + casefold done):
+    token bounds are byte offsets. ``table`` maps code points to classes (SEP, WORD, CHAR, END,
+    or unknown: ``classify(cp)`` fills such an entry, then the scan starts again)."""
+    padded = np.frombuffer(buf + bytes(8), dtype=np.uint8)
+    unknown = np.zeros(1, dtype=np.int64)
+    cap = len(buf) // 4 + 16
+    while True:
+        work = getattr(_scratch, "arrays", None)
+        if work is None or len(work[0]) < cap:
+            work = _scratch.arrays = (np.empty(cap, dtype=np.uint64), np.empty(cap, dtype=np.int64),
+                                      np.empty(cap, dtype=np.int64), np.empty(cap, dtype=np.int64))
+        k = _scan_utf8(padded, table, _MASKS, *work, unknown)
+        if k == -1:
+            cap = len(buf) // 2 + 1
+        elif k == -2:
+            classify(int(unknown[0]))
+        else:
+            break
+    if scratch:
+        return tuple(a[:k] for a in work)  # type: ignore[return-value]
+    return tuple(a[:k].copy() for a in work)  # type: ignore[return-value]

@@ -80,6 +80,11 @@ def char_classes() -> np.ndarray:
     return _TABLE
 
 
+def _learn_class(cp: int) -> None:
+    """Fill the class table's entry for one astral code point (first seen by the compiled scan)."""
+    char_classes()[cp] = _class_of(cp)
+
+
 def _classify(cp: np.ndarray) -> np.ndarray:
     table = char_classes()
     if cp.dtype == np.uint8:
@@ -265,18 +270,30 @@ def encode(texts: Sequence[str], *, spans: bool = False, scratch: bool = False) 
     # "\n" between texts is a separator and a segment end, so no token or segment crosses texts.
     joined = "\n".join(texts) + "\n"
     is_ascii = joined.isascii()
-    kernels = _kernels() if is_ascii else None
+    kernels = _kernels()
+    doc_lens = None
     seg = None
     if is_ascii:
         # ASCII: NFKC is the identity and casefold is lower(); one byte per character, so
         # character offsets are byte offsets and lower-casing is the whole normalization
         norm = list(texts) if not spans else [t.lower() for t in texts]
         raw = joined.encode("ascii")
-    if kernels is not None:
+    if is_ascii and kernels is not None:
         h, tok_start, tok_end, seg = kernels.ascii_tokens(raw, scratch=scratch)
         long = np.flatnonzero(tok_end - tok_start > _LONG)
         if len(long):
             _hash_long(raw.lower(), tok_start, tok_end - tok_start, long, h)
+    elif kernels is not None and not spans:
+        # Any other text: normalized per document, then one compiled pass over its UTF-8 bytes
+        # (token bounds are byte offsets; the caller asked for no character spans)
+        norm = [normalize_text(t) for t in texts]
+        parts = [t.encode("utf-8", "surrogatepass") for t in norm]
+        raw = b"\n".join(parts) + b"\n"
+        h, tok_start, tok_end, seg = kernels.utf8_tokens(raw, char_classes(), _learn_class, scratch=scratch)
+        long = np.flatnonzero(tok_end - tok_start > _LONG)
+        if len(long):
+            _hash_long(raw, tok_start, tok_end - tok_start, long, h)
+        doc_lens = [len(p) for p in parts]
     elif is_ascii:
         buf = raw.lower()
         cp = np.frombuffer(buf, dtype=np.uint8)
@@ -321,7 +338,7 @@ def encode(texts: Sequence[str], *, spans: bool = False, scratch: bool = False) 
         # next token and count (searching the few ends among the tokens, not the reverse)
         next_token = np.searchsorted(tok_start, np.flatnonzero(ends_mask))
         seg = np.cumsum(np.bincount(next_token, minlength=len(tok_start) + 1)[: len(tok_start)])
-    lens = np.fromiter((len(s) for s in norm), dtype=np.int64, count=n_docs)
+    lens = np.fromiter(doc_lens if doc_lens is not None else (len(s) for s in norm), dtype=np.int64, count=n_docs)
     doc_char_start = np.zeros(n_docs + 1, dtype=np.int64)
     np.cumsum(lens + 1, out=doc_char_start[1:])
     doc_token_start = np.searchsorted(tok_start, doc_char_start).astype(np.int64)
