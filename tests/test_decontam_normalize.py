@@ -200,3 +200,15 @@ def test_compiled_utf8_tokenizer_matches_the_numpy_reference():
         assert np.array_equal(getattr(fast, f), getattr(ref, f)), f
     # and the same tokens as the character-span path reports
     assert [len(encode([t], spans=True).token_strings(0)) for t in texts] == fast.lengths().tolist()
+
+
+def test_island_normalization_equals_full_normalization():
+    from assay.decontam.normalize import normalize_utf8
+
+    rng = random.Random(17)
+    tricky = ["e\u0301", "=\u0338", "A\u030a", "\u1100\u1161\u11a8", "ß", "ΟΔΟΣ", "\u212a", "ﬁ", "Ｈ", "\ud800",
+              "\uab70", "ǅ", "İ", "ŉ", "ﬀ", "①", "²", "\u0345", "ᾳ", "К", "中", "😀", "\u0308", "é"]
+    ascii_bits = ["a", "B", " ", "x" * 15, "y" * 16, "z" * 17, ".", "\n", "Q" * 40, "9"]
+    for _ in range(3000):
+        t = "".join(rng.choice(tricky if rng.random() < 0.3 else ascii_bits) for _ in range(rng.randint(0, 30)))
+        assert normalize_utf8(t) == normalize_text(t).encode("utf-8", "surrogatepass"), repr(t)

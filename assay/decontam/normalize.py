@@ -110,6 +110,42 @@ def normalize_text(text: str) -> str:
     return unicodedata.normalize("NFKC", unicodedata.normalize("NFKC", text).casefold())
 
 
+#: non-ASCII runs closer than this many bytes are normalized as one island
+_ISLAND_GAP = 16
+
+
+def normalize_utf8(text: str) -> bytes:
+    """``normalize_text(text)`` as UTF-8 bytes, for text that is mostly ASCII, fast.
+
+    Python's case mapping costs ~15 ns per character on any non-ASCII string; a web document
+    with one curly quote would pay it on every character. Here the ASCII bytes are lower-cased
+    in one C pass and only the *islands* of non-ASCII characters go through NFKC + casefold,
+    each with the ASCII character before it (the base a combining mark composes with; no
+    composition ever involves the character after). Islands closer than 16 bytes are merged,
+    so text in another script is normalized in long pieces. Tested equal to ``normalize_text``.
+
+    Example:
+        >>> normalize_utf8("A ﬁne CAFE\u0301 costs 3€").decode()
+        'a fine café costs 3€'
+    """
+    raw = text.encode("utf-8", "surrogatepass").lower()
+    high = np.flatnonzero(np.frombuffer(raw, dtype=np.uint8) >= 0x80)
+    if len(high) == 0:
+        return raw
+    cut = np.flatnonzero(np.diff(high) > _ISLAND_GAP)
+    starts = [int(high[0])] + (high[cut + 1].tolist() if len(cut) else [])
+    ends = (high[cut] + 1).tolist() + [int(high[-1]) + 1]
+    out = []
+    pos = 0
+    for a, b in zip(starts, ends):
+        a = max(a - 1, pos)  # the ASCII character a leading combining mark attaches to
+        out.append(raw[pos:a])
+        out.append(normalize_text(raw[a:b].decode("utf-8", "surrogatepass")).encode("utf-8", "surrogatepass"))
+        pos = b
+    out.append(raw[pos:])
+    return b"".join(out)
+
+
 def splitmix64(x: np.ndarray) -> np.ndarray:
     """The splitmix64 finalizer, vectorized (in place on a uint64 array it owns)."""
     x ^= x >> np.uint64(30)
@@ -286,8 +322,7 @@ def encode(texts: Sequence[str], *, spans: bool = False, scratch: bool = False) 
     elif kernels is not None and not spans:
         # Any other text: normalized per document, then one compiled pass over its UTF-8 bytes
         # (token bounds are byte offsets; the caller asked for no character spans)
-        norm = [normalize_text(t) for t in texts]
-        parts = [t.encode("utf-8", "surrogatepass") for t in norm]
+        parts = [normalize_utf8(t) for t in texts]
         raw = b"\n".join(parts) + b"\n"
         h, tok_start, tok_end, seg = kernels.utf8_tokens(raw, char_classes(), _learn_class, scratch=scratch)
         long = np.flatnonzero(tok_end - tok_start > _LONG)
