@@ -342,3 +342,45 @@ def utf8_tokens(buf: bytes, table: np.ndarray, classify: Any, *,
     if scratch:
         return tuple(a[:k] for a in work)  # type: ignore[return-value]
     return tuple(a[:k].copy() for a in work)  # type: ignore[return-value]
+
+
+@njit(nogil=True, cache=True)
+def _islands(buf, gap, out):
+    k = 0
+    n = len(buf)
+    i = 0
+    while i < n:
+        if buf[i] < 0x80:
+            i += 1
+            continue
+        a = i
+        last = i
+        i += 1
+        while i < n and i - last <= gap:
+            if buf[i] >= 0x80:
+                last = i
+            i += 1
+        if k == len(out):
+            return -1  # no room: the caller gives more
+        out[k, 0] = a
+        out[k, 1] = last + 1
+        k += 1
+        i = last + 1
+    return k
+
+
+def islands(buf: bytes, gap: int) -> np.ndarray:
+    """[start, end) byte ranges of the runs of non-ASCII bytes in ``buf``, runs closer than
+    ``gap`` bytes merged (as normalize.normalize_utf8 reads them). Without the GIL.
+
+    Example:
+        >>> islands("a é b ü".encode() + b" " * 20 + "ß".encode(), 2).tolist()
+        [[2, 4], [7, 9], [29, 31]]
+    """
+    arr = np.frombuffer(buf, dtype=np.uint8)
+    out = np.empty((16, 2), dtype=np.int64)  # prose has few islands; room for all on a retry
+    k = _islands(arr, gap, out)
+    if k < 0:
+        out = np.empty((len(buf) // 2 + 1, 2), dtype=np.int64)
+        k = _islands(arr, gap, out)
+    return out[:k]

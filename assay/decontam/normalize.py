@@ -129,12 +129,17 @@ def normalize_utf8(text: str) -> bytes:
         'a fine café costs 3€'
     """
     raw = text.encode("utf-8", "surrogatepass").lower()
-    high = np.flatnonzero(np.frombuffer(raw, dtype=np.uint8) >= 0x80)
-    if len(high) == 0:
+    kernels = _kernels()
+    if kernels is not None:  # one GIL-free call (numpy's small calls here stalled the threads)
+        spans = kernels.islands(raw, _ISLAND_GAP)
+        starts, ends = spans[:, 0].tolist(), spans[:, 1].tolist()
+    else:
+        high = np.flatnonzero(np.frombuffer(raw, dtype=np.uint8) >= 0x80)
+        cut = np.flatnonzero(np.diff(high) > _ISLAND_GAP)
+        starts = high[:1].tolist() + high[cut + 1].tolist()
+        ends = (high[cut] + 1).tolist() + (high[-1:] + 1).tolist()
+    if not starts:
         return raw
-    cut = np.flatnonzero(np.diff(high) > _ISLAND_GAP)
-    starts = [int(high[0])] + (high[cut + 1].tolist() if len(cut) else [])
-    ends = (high[cut] + 1).tolist() + [int(high[-1]) + 1]
     out = []
     pos = 0
     for a, b in zip(starts, ends):
@@ -324,11 +329,11 @@ def encode(texts: Sequence[str], *, spans: bool = False, scratch: bool = False) 
         # (token bounds are byte offsets; the caller asked for no character spans)
         parts = [normalize_utf8(t) for t in texts]
         raw = b"\n".join(parts) + b"\n"
+        doc_lens = [len(p) for p in parts]
         h, tok_start, tok_end, seg = kernels.utf8_tokens(raw, char_classes(), _learn_class, scratch=scratch)
         long = np.flatnonzero(tok_end - tok_start > _LONG)
         if len(long):
             _hash_long(raw, tok_start, tok_end - tok_start, long, h)
-        doc_lens = [len(p) for p in parts]
     elif is_ascii:
         buf = raw.lower()
         cp = np.frombuffer(buf, dtype=np.uint8)
