@@ -25,7 +25,9 @@ def _coverage(a: float, b: float, T: int, k: int, seed: int) -> tuple[float, flo
 
 # Cells where no deterministic interval can land in [0.93, 0.97] (k = 1, 10 tasks: the data is
 # one binomial count; see test_k1_ten_tasks_lattice_makes_the_band_unreachable) and the one cell
-# where the all-pass sample (1.7% of draws) gets the worst-case design effect on purpose.
+# where the all-pass sample (1.7% of draws) gets the worst-case design effect on purpose (the
+# optimistic choice would bring it to ~0.956 but fails an easy benchmark with a few impossible
+# tasks: test_all_pass_sample_keeps_the_worst_case_design_effect).
 EXCEPTIONS = {(2.0, 2.0, 10, 1), (8.0, 1.0, 10, 1), (0.3, 0.3, 10, 1), (8.0, 1.0, 10, 4)}
 
 
@@ -87,3 +89,25 @@ def test_pass_at_interval_is_the_simulated_one():
     x = c / 4
     lo, hi = score_bounds(np.array([x.mean()]), np.array([x.var(ddof=1)]), 25, 0.25)
     assert (ci.low, ci.high) == pytest.approx((lo[0], hi[0]))
+
+
+def test_all_pass_sample_keeps_the_worst_case_design_effect():
+    """99% of tasks always pass, 1% never (an easy benchmark with a few impossible tasks), 100
+    tasks, k = 8: 37% of samples are all-pass, and their design effect is unidentified. The worst
+    case (1) keeps coverage near nominal (0.924 here: all-or-nothing tasks at the ceiling are the
+    hardest case of all); the binomial floor (1/k) would exclude the true rate on every all-pass
+    sample and cover ~56%."""
+    rng = np.random.default_rng(3)
+    T, k, mu = 100, 8, 0.99
+    p = (rng.random((R, T)) < mu).astype(float)  # all-or-nothing tasks
+    rates = rng.binomial(k, p) / k
+    m, s2 = rates.mean(axis=1), rates.var(axis=1, ddof=1)
+    lo, hi = score_bounds(m, s2, T, 1.0 / k)
+    all_pass = m == 1.0
+    assert all_pass.mean() > 0.3
+    covered = (lo <= mu) & (mu <= hi)
+    assert covered.mean() >= 0.9
+    # the optimistic rule for all-pass samples: n_eff = T k
+    lo_opt, _ = score_bounds(np.array([1.0]), np.array([0.0]), T * k, 1.0)
+    assert lo_opt[0] > mu
+    assert np.where(all_pass, False, covered).mean() < 0.7
