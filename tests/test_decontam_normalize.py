@@ -121,8 +121,8 @@ def test_compiled_ascii_tokenizer_matches_the_numpy_reference(monkeypatch):
 
 
 def test_compiled_spans_ngrams_and_partition_match_the_numpy_reference():
-    from assay.decontam.index import _SUPER_BITS, _Runs
     from assay.decontam import normalize
+    from assay.decontam.index import _SUPER_BITS, _Runs
 
     rng = random.Random(5)
     texts = [" ".join(rng.choice("abcdefgh") for _ in range(rng.randint(0, 40))) for _ in range(200)]

@@ -220,7 +220,7 @@ def _sort_super(key_parts: list[np.ndarray], doc_parts: list[np.ndarray], pbits:
                 scratch: _Scratch, *, in_scratch: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Sort one radix group by (identity, doc) and drop repeated pairs; returns (entries per
     partition of the group, fingerprints, docs), the last two freshly allocated, or with
-    ``in_scratch`` views of the scratch buffers (valid until its next use: to be written out).""" 
+    ``in_scratch`` views of the scratch buffers (valid until its next use: to be written out)."""
     ident_bits = pbits + FP_BITS
     local_bits = ident_bits - _SUPER_BITS
     sub = 1 << (pbits - _SUPER_BITS)

@@ -57,6 +57,29 @@ def _tables() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 _CLS, _LOW, _MASKS = _tables()
 
 
+@njit(inline="always")
+def _token_hash(buf, low, masks, s, length):
+    """hash_spans' hash of the token ``buf[s:s + length]`` (lower-cased through ``low``); a
+    placeholder above 64 bytes, which the caller hashes with blake2b as hash_spans does."""
+    h = np.uint64(length) * _K1
+    if length > _LONG:
+        return h
+    at = 0
+    while at < length:
+        p = s + at
+        # eight lower-cased bytes as a little-endian word, masked to the token's tail
+        w = (low[buf[p]] | (low[buf[p + 1]] << np.uint64(8)) | (low[buf[p + 2]] << np.uint64(16))
+             | (low[buf[p + 3]] << np.uint64(24)) | (low[buf[p + 4]] << np.uint64(32))
+             | (low[buf[p + 5]] << np.uint64(40)) | (low[buf[p + 6]] << np.uint64(48))
+             | (low[buf[p + 7]] << np.uint64(56)))
+        h ^= w & masks[min(length - at, 8)]
+        if at > 0:
+            h += _K2
+        h = _mix(h)
+        at += 8
+    return h
+
+
 @njit(nogil=True, cache=True)
 def _scan(buf, cls, low, masks, hashes, starts, ends, seg):
     # buf ends with 8 padding bytes (zeros: separators), so reads past a token stay inside it
@@ -79,22 +102,7 @@ def _scan(buf, cls, low, masks, hashes, starts, ends, seg):
         while cls[buf[i]] == 1:
             i += 1
         length = i - s
-        h = np.uint64(length) * _K1
-        if length <= _LONG:  # longer tokens are hashed by the caller (blake2b), as hash_spans does
-            at = 0
-            while at < length:
-                p = s + at
-                # eight lower-cased bytes as a little-endian word, masked to the token's tail
-                w = (low[buf[p]] | (low[buf[p + 1]] << np.uint64(8)) | (low[buf[p + 2]] << np.uint64(16))
-                     | (low[buf[p + 3]] << np.uint64(24)) | (low[buf[p + 4]] << np.uint64(32))
-                     | (low[buf[p + 5]] << np.uint64(40)) | (low[buf[p + 6]] << np.uint64(48))
-                     | (low[buf[p + 7]] << np.uint64(56)))
-                h ^= w & masks[min(length - at, 8)]
-                if at > 0:
-                    h += _K2
-                h = _mix(h)
-                at += 8
-        hashes[ntok] = h
+        hashes[ntok] = _token_hash(buf, low, masks, s, length)
         starts[ntok] = s
         ends[ntok] = i
         seg[ntok] = nseg
@@ -107,22 +115,35 @@ def ascii_tokens(buf: bytes, *, scratch: bool = False) -> tuple[np.ndarray, np.n
     lower-cased). Tokens longer than 64 bytes come back with a placeholder hash: the caller
     hashes them as :func:`assay.decontam.normalize.hash_spans` does. ``scratch=True`` returns
     views of this thread's work arrays, valid until its next call (no copy)."""
+    return _tokens(buf, scratch, lambda padded, work: _scan(padded, _CLS, _LOW, _MASKS, *work))  # type: ignore[return-value]
+
+
+def _tokens(buf: bytes, scratch: bool, scan: Any, on_unknown: Any = None) -> tuple[np.ndarray, ...]:
+    """Run a token scan over ``buf`` (padded with 8 zero bytes) into this thread's work arrays.
+
+    Prose has at most one token per 4 bytes, so the arrays are sized for that first; denser text
+    ("a b c") stops the scan when they fill (-1) and is scanned again with room for the worst
+    case, a token and a separator in every two bytes. -2: ``on_unknown()`` learned a character
+    class, scan again.
+    """
     padded = np.frombuffer(buf + bytes(8), dtype=np.uint8)
-    # Prose has at most one token per 4 bytes, so the work arrays are sized for that first; text
-    # denser than that ("a b c") stops the scan when they fill (-1) and is scanned again with
-    # room for the worst case, a token and a separator in every two bytes.
-    for cap in (len(buf) // 4 + 16, len(buf) // 2 + 1):
+    cap = len(buf) // 4 + 16
+    while True:
         work = getattr(_scratch, "arrays", None)
         if work is None or len(work[0]) < cap:
             # per-thread work arrays, reused: fresh ones would be page-faulted in on every call
             work = _scratch.arrays = (np.empty(cap, dtype=np.uint64), np.empty(cap, dtype=np.int64),
                                       np.empty(cap, dtype=np.int64), np.empty(cap, dtype=np.int64))
-        k = _scan(padded, _CLS, _LOW, _MASKS, *work)
-        if k >= 0:
+        k = scan(padded, work)
+        if k == -1:
+            cap = len(buf) // 2 + 1
+        elif k == -2:
+            on_unknown()
+        else:
             break
     if scratch:
-        return tuple(a[:k] for a in work)  # type: ignore[return-value]
-    return tuple(a[:k].copy() for a in work)  # type: ignore[return-value]
+        return tuple(a[:k] for a in work)
+    return tuple(a[:k].copy() for a in work)
 
 
 _scratch = threading.local()
@@ -265,7 +286,7 @@ def _decode(buf, i):
 
 
 @njit(nogil=True, cache=True)
-def _scan_utf8(buf, table, masks, hashes, starts, ends, seg, unknown):
+def _scan_utf8(buf, table, low, masks, hashes, starts, ends, seg, unknown):
     # buf ends with 8 padding bytes (zeros: separators); table maps a code point to its class
     n = len(buf) - 8
     ntok = 0
@@ -297,21 +318,7 @@ def _scan_utf8(buf, table, masks, hashes, starts, ends, seg, unknown):
                     break
                 i += nb
         length = i - s
-        h = np.uint64(length) * _K1
-        if length <= _LONG:
-            at = 0
-            while at < length:
-                p = s + at
-                w = (np.uint64(buf[p]) | (np.uint64(buf[p + 1]) << np.uint64(8))
-                     | (np.uint64(buf[p + 2]) << np.uint64(16)) | (np.uint64(buf[p + 3]) << np.uint64(24))
-                     | (np.uint64(buf[p + 4]) << np.uint64(32)) | (np.uint64(buf[p + 5]) << np.uint64(40))
-                     | (np.uint64(buf[p + 6]) << np.uint64(48)) | (np.uint64(buf[p + 7]) << np.uint64(56)))
-                h ^= w & masks[min(length - at, 8)]
-                if at > 0:
-                    h += _K2
-                h = _mix(h)
-                at += 8
-        hashes[ntok] = h
+        hashes[ntok] = _token_hash(buf, low, masks, s, length)
         starts[ntok] = s
         ends[ntok] = i
         seg[ntok] = nseg
@@ -324,24 +331,9 @@ def utf8_tokens(buf: bytes, table: np.ndarray, classify: Any, *,
     """As :func:`ascii_tokens` for the UTF-8 bytes of normalized text (NFKC + casefold done):
     token bounds are byte offsets. ``table`` maps code points to classes (SEP, WORD, CHAR, END,
     or unknown: ``classify(cp)`` fills such an entry, then the scan starts again)."""
-    padded = np.frombuffer(buf + bytes(8), dtype=np.uint8)
     unknown = np.zeros(1, dtype=np.int64)
-    cap = len(buf) // 4 + 16
-    while True:
-        work = getattr(_scratch, "arrays", None)
-        if work is None or len(work[0]) < cap:
-            work = _scratch.arrays = (np.empty(cap, dtype=np.uint64), np.empty(cap, dtype=np.int64),
-                                      np.empty(cap, dtype=np.int64), np.empty(cap, dtype=np.int64))
-        k = _scan_utf8(padded, table, _MASKS, *work, unknown)
-        if k == -1:
-            cap = len(buf) // 2 + 1
-        elif k == -2:
-            classify(int(unknown[0]))
-        else:
-            break
-    if scratch:
-        return tuple(a[:k] for a in work)  # type: ignore[return-value]
-    return tuple(a[:k].copy() for a in work)  # type: ignore[return-value]
+    return _tokens(buf, scratch, lambda padded, work: _scan_utf8(padded, table, _LOW, _MASKS, *work, unknown),
+                   lambda: classify(int(unknown[0])))  # type: ignore[return-value]
 
 
 @njit(nogil=True, cache=True)
