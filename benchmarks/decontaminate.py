@@ -11,16 +11,16 @@ file is also its driver (``--role peer``), importing only the standard library a
 Measured 2026-11-30 (afternoon) on the 2-core dev VM, 100,000 docs x 1,000 words, 10,000
 prompts, 200 embedded copies, `--repeats 5`, both tools warmed up on 5 documents first:
 
-- assay.decontam, in-memory corpus: end to end incl. index build 7.03 s (median of 6.94, 7.03,
-  6.81, 7.77, 7.05; 12.1 CPU-s); rerun 0.37 s (the corpus checksum, XXH3 over 700 MB of text,
+- assay.decontam, in-memory corpus: end to end incl. index build 6.63 s (median of 7.78, 6.63,
+  6.50, 7.14, 6.24; 11.5 CPU-s); rerun 0.33 s (the corpus checksum, XXH3 over 700 MB of text,
   and the saved answer read back); recall 100%, 0 false positives. numba's start-up, once per
-  process and not in these times: 1.0 s.
-- assay.decontam, JSONL corpus: end to end 12.4 s wall (JSON parsing of the corpus), rerun
-  0.20 s (file checksum memoized by path+size+mtime).
-- whileai.decontaminate (defaults): 95.3 s wall / 94.9 CPU-s; caught 0 of 200 embedded copies.
-- ratios: end to end 13.6x wall (target 10x), rerun 259x (target 100x); 470x for the JSONL
-  corpus rerun. An earlier run the same afternoon, before the XXH3 checksum: 10.4x and 95x
-  (ours 8.1 s and 0.89 s, the peer 84 s).
+  process and not in these times: 1.3 s.
+- assay.decontam, JSONL corpus: end to end 11.5 s wall (JSON parsing of the corpus), rerun
+  0.21 s (file checksum memoized by path+size+mtime).
+- whileai.decontaminate (defaults): 106.2 s wall / 102.9 CPU-s; caught 0 of 200 embedded copies.
+- ratios: end to end 16.0x wall (target 10x), rerun 319x (target 100x); 496x for the JSONL
+  corpus rerun. Earlier full runs the same afternoon: 13.6x / 259x (ours 7.03 s / 0.37 s, the
+  peer 95.3 s) and, before the XXH3 checksum, 10.4x / 95x (ours 8.1 s / 0.89 s, the peer 84 s).
 - What bought it (from 3.6x / 85x in the morning): a compiled (numba) ASCII tokenizer,
   n-gram and radix loops, bit-identical to the numpy reference (tokenize + hash: 117 -> ~40 ns
   per token); groups sorted in worker threads on reused buffers with documents packed into
