@@ -222,3 +222,14 @@ def test_island_normalization_equals_full_normalization():
         assert all(normalize_utf8(t) == normalize_text(t).encode("utf-8", "surrogatepass") for t in texts)
     finally:
         normalize._KERNELS = k
+
+
+def test_work_arrays_are_not_kept_for_a_huge_text(monkeypatch):
+    from assay.decontam import kernels
+
+    monkeypatch.setattr(kernels, "_SCRATCH_MAX", 1000)
+    monkeypatch.setattr(kernels, "_scratch", __import__("threading").local())
+    small = encode(["a b c"] * 10)
+    kept = kernels._scratch.arrays
+    big = encode(["word " * 5000])  # needs more than 1,000 entries: fresh arrays, not kept
+    assert kernels._scratch.arrays is kept and len(big.hashes) == 5000 and len(small.hashes) == 30

@@ -131,9 +131,13 @@ def _tokens(buf: bytes, scratch: bool, scan: Any, on_unknown: Any = None) -> tup
     while True:
         work = getattr(_scratch, "arrays", None)
         if work is None or len(work[0]) < cap:
-            # per-thread work arrays, reused: fresh ones would be page-faulted in on every call
-            work = _scratch.arrays = (np.empty(cap, dtype=np.uint64), np.empty(cap, dtype=np.int64),
-                                      np.empty(cap, dtype=np.int64), np.empty(cap, dtype=np.int64))
+            # per-thread work arrays, reused: fresh ones would be page-faulted in on every call;
+            # kept only up to _SCRATCH_MAX entries (32 bytes each), so one huge text does not
+            # leave gigabytes behind
+            work = (np.empty(cap, dtype=np.uint64), np.empty(cap, dtype=np.int64),
+                    np.empty(cap, dtype=np.int64), np.empty(cap, dtype=np.int64))
+            if cap <= _SCRATCH_MAX:
+                _scratch.arrays = work
         k = scan(padded, work)
         if k == -1:
             cap = len(buf) // 2 + 1
@@ -147,6 +151,7 @@ def _tokens(buf: bytes, scratch: bool, scan: Any, on_unknown: Any = None) -> tup
 
 
 _scratch = threading.local()
+_SCRATCH_MAX = 1 << 21  # entries: 64 MB of work arrays per thread at most
 
 
 # -- token spans (the scheme of assay.decontam.ngrams.SpanHasher, bit-identical) ---------------
