@@ -112,6 +112,8 @@ def normalize_text(text: str) -> str:
 
 #: non-ASCII runs closer than this many bytes are normalized as one island
 _ISLAND_GAP = 16
+#: island bytes -> normalized bytes (short islands only, at most 65,536 of them)
+_ISLANDS: dict[bytes, bytes] = {}
 
 
 def normalize_utf8(text: str) -> bytes:
@@ -142,10 +144,20 @@ def normalize_utf8(text: str) -> bytes:
         return raw
     out = []
     pos = 0
+    cache = _ISLANDS
     for a, b in zip(starts, ends):
         a = max(a - 1, pos)  # the ASCII character a leading combining mark attaches to
         out.append(raw[pos:a])
-        out.append(normalize_text(raw[a:b].decode("utf-8", "surrogatepass")).encode("utf-8", "surrogatepass"))
+        piece = raw[a:b]
+        # short islands repeat (quotes, dashes, accented names): normalized once per process
+        new = cache.get(piece)
+        if new is None:
+            new = normalize_text(piece.decode("utf-8", "surrogatepass")).encode("utf-8", "surrogatepass")
+            if len(piece) <= 64:
+                if len(cache) >= 1 << 16:
+                    cache.clear()
+                cache[piece] = new
+        out.append(new)
         pos = b
     out.append(raw[pos:])
     return b"".join(out)
