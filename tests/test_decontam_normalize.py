@@ -233,3 +233,22 @@ def test_work_arrays_are_not_kept_for_a_huge_text(monkeypatch):
     kept = kernels._scratch.arrays
     big = encode(["word " * 5000])  # needs more than 1,000 entries: fresh arrays, not kept
     assert kernels._scratch.arrays is kept and len(big.hashes) == 5000 and len(small.hashes) == 30
+
+
+def test_without_the_compiled_loops_numpy_gives_the_same_hashes_with_a_warning(monkeypatch):
+    import sys
+
+    import pytest
+
+    from assay.decontam import normalize
+
+    texts = ["Hello wörld, 你好", "plain text. Next!"]
+    want = encode(texts).hashes
+    monkeypatch.setattr(normalize, "_KERNELS", None)
+    import assay.decontam
+
+    monkeypatch.setitem(sys.modules, "assay.decontam.kernels", None)  # the import fails
+    monkeypatch.delattr(assay.decontam, "kernels", raising=False)
+    with pytest.warns(RuntimeWarning, match="compiled loops are unavailable"):
+        got = encode(texts).hashes
+    assert np.array_equal(got, want)
