@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 from scipy import optimize as sopt
-from scipy import stats
+from scipy import special
 
 from assay.errors import MeasureError
 from assay.measure.grouping import Frame, read_runs, task_stats
@@ -251,7 +251,7 @@ def compare(before: Any, after: Any, *, proxy: str | None = None, metrics: Seque
             v = np.nan_to_num(wb_) / sb.n[paired] + np.nan_to_num(wa_) / sa.n[paired]
         sd = float(d.std(ddof=1)) if T > 1 else 0.0
         se = max(sd / np.sqrt(T), float(np.sqrt(v.sum()) / T))
-        q = stats.t.ppf(0.5 + level / 2, max(T - 1, 1))
+        q = special.stdtrit(max(T - 1, 1), 0.5 + level / 2)
         delta = float(d.mean())
         lo, hi = delta - q * se, delta + q * se
         if name == "pass@1":

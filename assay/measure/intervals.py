@@ -19,7 +19,7 @@ leaves [0, 1]; an all-pass sample of T tasks has a lower bound well below 1.
 from __future__ import annotations
 
 import numpy as np
-from scipy import stats
+from scipy import special
 
 from assay.results import Interval
 
@@ -29,7 +29,7 @@ METHOD = "clustered Wilson score (design-effect n, t on 2(T-1) df)"
 def t_quantile(level: float, n_tasks: np.ndarray | int) -> np.ndarray:
     """Two-sided Student t quantile on ``2 (T - 1)`` degrees of freedom."""
     df = 2.0 * (np.asarray(n_tasks, dtype=np.float64) - 1.0)
-    return stats.t.ppf(0.5 + level / 2.0, np.maximum(df, 1.0))
+    return special.stdtrit(np.maximum(df, 1.0), 0.5 + level / 2.0)
 
 
 def score_bounds(mean: np.ndarray, s2: np.ndarray, n_tasks: np.ndarray | int, floor: np.ndarray | float,

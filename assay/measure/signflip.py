@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from math import gcd
 
 import numpy as np
-from scipy import stats
+from scipy import special
 
 MAX_ENUMERATE = 20
 MAX_MONTE_CARLO = 1000
@@ -159,7 +159,7 @@ def signflip_test(d: np.ndarray, *, lattice: int | None = None, seed: int = 0) -
         return SignFlip((1 + hits) / (1 + B), f"Monte Carlo sign-flip ({B} draws, seed {seed})", m,
                         max(minp, 1 / (1 + B)))
     z = obs / np.sqrt(np.sum(nz * nz))
-    return SignFlip(float(min(1.0, 2 * stats.norm.sf(z))), "sign-flip, normal limit", m, minp)
+    return SignFlip(float(min(1.0, 2 * special.ndtr(-z))), "sign-flip, normal limit", m, minp)
 
 
 def power(n: float, effect: float, sd: float, alpha: float = 0.05) -> float:
@@ -179,9 +179,9 @@ def power(n: float, effect: float, sd: float, alpha: float = 0.05) -> float:
         return float(alpha if effect == 0 else (1.0 if sd <= 0 else 0.0))
     if min_attainable_p(int(n)) > alpha:
         return 0.0
-    z = stats.norm.ppf(1 - alpha / 2)
+    z = special.ndtri(1 - alpha / 2)
     mu = abs(effect)
-    return float(stats.norm.cdf((np.sqrt(n) * mu - z * np.sqrt(sd * sd + mu * mu)) / sd))
+    return float(special.ndtr((np.sqrt(n) * mu - z * np.sqrt(sd * sd + mu * mu)) / sd))
 
 
 def tasks_for_power(effect: float, sd: float, target: float = 0.8, alpha: float = 0.05) -> int:
@@ -194,8 +194,8 @@ def tasks_for_power(effect: float, sd: float, target: float = 0.8, alpha: float 
     mu = abs(effect)
     if mu == 0:
         raise ValueError("effect must be non-zero")
-    z = stats.norm.ppf(1 - alpha / 2)
-    zb = stats.norm.ppf(target)
+    z = special.ndtri(1 - alpha / 2)
+    zb = special.ndtri(target)
     n = int(np.ceil(((z * np.sqrt(sd * sd + mu * mu) + zb * sd) / mu) ** 2)) if sd > 0 else 1
     n_min = 1
     while min_attainable_p(n_min) > alpha:

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from scipy import stats
+from scipy import special
 
 from assay.errors import MeasureError
 from assay.measure.grouping import read_runs, task_stats
@@ -121,7 +121,7 @@ def _decompose(metric: str, per_run: list[tuple[np.ndarray, np.ndarray, np.ndarr
     else:
         interval = None
         if T > 1:
-            q = stats.t.ppf(0.5 + level / 2, T - 1)
+            q = special.stdtrit(T - 1, 0.5 + level / 2)
             h = q * x.std(ddof=1) / np.sqrt(T)
             from assay.results import Interval
 
@@ -162,7 +162,7 @@ def _decompose(metric: str, per_run: list[tuple[np.ndarray, np.ndarray, np.ndarr
             if expected > 0:
                 r = len(run_means)
                 chi = (r - 1) * run_sd ** 2 / expected ** 2
-                pval = float(stats.chi2.sf(chi, r - 1))
+                pval = float(special.chdtrc(r - 1, chi))
     return VarianceComponents(metric, mean, T, K, between, within, se, se2k, se2t, floor_se, share,
                               tuple(run_means), run_sd, expected, pval)
 
