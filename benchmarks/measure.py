@@ -14,10 +14,12 @@ validating every row in Python).
 
 Measured 2026-11-30 on the 2-core dev VM (`--calls eval_variance,pass_at`, peer in the same run):
 800k rows per arm measured in 0.12 s (pass_at 0.042 s, eval_variance 0.082 s), peak RSS 469 MiB.
-At 10k x 8: eval_variance 0.0080 s cold vs the peer's 0.667 s = 83x (143x warm; 56-99x in four
-earlier runs: the ratio moves with the VM), pass_at 7,159x. From the peer's list of dicts
-(validation included): eval_variance 1.6x, pass_at 162x; as_table validates 80k dict rows in
-~0.29 s, which is the whole of it.
+At 10k x 8, after the quantiles moved to scipy.special: eval_variance 0.0060 s cold vs the
+peer's 0.567 s = 94x (154x warm; 83x before that change, 56-99x in four earlier runs: the ratio
+moves with the VM), pass_at 8,563x. From the peer's list of dicts (validation included):
+eval_variance 1.4x, pass_at 156x; validating 80k dict rows takes ~0.2-0.3 s (pyarrow's own
+Table.from_pylist takes ~75 ms on them), which is the whole of it: 50x from dicts would need
+under 7 ms per 80k-row run, less than any reader of Python dicts spends.
 """
 
 from __future__ import annotations
