@@ -2,13 +2,26 @@
 
 from __future__ import annotations
 
+import contextlib
 import random
 import unicodedata
 
 import numpy as np
 
+from assay.decontam import normalize
 from assay.decontam.ngrams import NGRAM_SALT, SpanHasher
 from assay.decontam.normalize import encode, normalize_text, tokens
+
+
+@contextlib.contextmanager
+def numpy_only():
+    """Within: the numpy reference paths, not the compiled loops."""
+    k = normalize._KERNELS
+    normalize._KERNELS = False
+    try:
+        yield
+    finally:
+        normalize._KERNELS = k
 
 
 def test_unicode_tokens_scripts_and_normalization():
@@ -104,8 +117,6 @@ def test_token_hash_depends_on_every_byte_across_word_boundaries():
 
 
 def test_compiled_ascii_tokenizer_matches_the_numpy_reference(monkeypatch):
-    from assay.decontam import normalize
-
     assert normalize._kernels() is not None, "numba is a dependency: the compiled loops must load"
     rng = random.Random(11)
     alphabet = "abcXYZ019 .,!?\n\t-_'\"()" + "." * 3
@@ -121,7 +132,6 @@ def test_compiled_ascii_tokenizer_matches_the_numpy_reference(monkeypatch):
 
 
 def test_compiled_spans_ngrams_and_partition_match_the_numpy_reference():
-    from assay.decontam import normalize
     from assay.decontam.index import _SUPER_BITS, _Runs
 
     rng = random.Random(5)
@@ -143,12 +153,8 @@ def test_compiled_spans_ngrams_and_partition_match_the_numpy_reference():
     keys[::7] = keys[0]  # ties keep their order
     docs = np.arange(20_000, dtype=np.int64)
     got = _Runs.partition(keys, docs)
-    k = normalize._KERNELS
-    try:
-        normalize._KERNELS = False
+    with numpy_only():
         want = _Runs.partition(keys, docs)
-    finally:
-        normalize._KERNELS = k
     for a, b in zip(got, want):
         assert np.array_equal(a, b) and a.dtype == b.dtype
     assert len(got[2]) == (1 << _SUPER_BITS) + 1
@@ -156,7 +162,6 @@ def test_compiled_spans_ngrams_and_partition_match_the_numpy_reference():
 
 def test_compiled_range_search_and_dense_text_match_the_reference():
     from assay.decontam import index as index_mod
-    from assay.decontam import normalize
 
     rng = np.random.default_rng(4)
     arr = np.sort(rng.integers(0, 50, 3000).astype(np.uint32))
@@ -169,19 +174,13 @@ def test_compiled_range_search_and_dense_text_match_the_reference():
     # one-letter tokens: more than one token per 4 bytes, past the first guess of the work arrays
     dense = ["a b c d e f g h " * 50, "x" * 3, "q w e r t y"]
     fast = encode(dense)
-    k = normalize._KERNELS
-    try:
-        normalize._KERNELS = False
+    with numpy_only():
         ref = encode(dense)
-    finally:
-        normalize._KERNELS = k
     assert np.array_equal(fast.hashes, ref.hashes) and np.array_equal(fast.seg, ref.seg)
     assert len(fast.hashes) == 400 + 1 + 6
 
 
 def test_compiled_utf8_tokenizer_matches_the_numpy_reference():
-    from assay.decontam import normalize
-
     rng = random.Random(13)
     pieces = ["Привет", "мир", "κόσμε", "مرحبا", "नमस्ते", "你好", "世界。", "カタカナ", "café", "STRASSE",
               "straße", "ﬁne", "①", "𠀀𠀁", "😀x", "x.y", "3.14", "end.", "Ωmega", "a", "\ud800", "—", "“q”",
@@ -190,12 +189,8 @@ def test_compiled_utf8_tokenizer_matches_the_numpy_reference():
              for _ in range(300)]
     texts += ["", "plain ascii in a mixed batch", "\U0001F9EA unseen astral"]
     fast = encode(texts)
-    k = normalize._KERNELS
-    try:
-        normalize._KERNELS = False
+    with numpy_only():
         ref = encode(texts)
-    finally:
-        normalize._KERNELS = k
     for f in ("hashes", "doc", "seg", "doc_token_start"):
         assert np.array_equal(getattr(fast, f), getattr(ref, f)), f
     # and the same tokens as the character-span path reports
@@ -209,19 +204,14 @@ def test_island_normalization_equals_full_normalization():
     tricky = ["e\u0301", "=\u0338", "A\u030a", "\u1100\u1161\u11a8", "ß", "ΟΔΟΣ", "\u212a", "ﬁ", "Ｈ", "\ud800",
               "\uab70", "ǅ", "İ", "ŉ", "ﬀ", "①", "²", "\u0345", "ᾳ", "К", "中", "😀", "\u0308", "é"]
     ascii_bits = ["a", "B", " ", "x" * 15, "y" * 16, "z" * 17, ".", "\n", "Q" * 40, "9"]
-    from assay.decontam import normalize
 
     texts = ["".join(rng.choice(tricky if rng.random() < 0.3 else ascii_bits) for _ in range(rng.randint(0, 30)))
              for _ in range(3000)]
     texts.append(("CAFE\u0301 " + "x" * 20 + " ") * 40)  # more islands than the first guess of room
     for t in texts:
         assert normalize_utf8(t) == normalize_text(t).encode("utf-8", "surrogatepass"), repr(t)
-    k = normalize._KERNELS
-    try:
-        normalize._KERNELS = False  # the numpy island finder agrees too
+    with numpy_only():  # the numpy island finder agrees too
         assert all(normalize_utf8(t) == normalize_text(t).encode("utf-8", "surrogatepass") for t in texts)
-    finally:
-        normalize._KERNELS = k
 
 
 def test_work_arrays_are_not_kept_for_a_huge_text(monkeypatch):
@@ -240,7 +230,6 @@ def test_without_the_compiled_loops_numpy_gives_the_same_hashes_with_a_warning(m
 
     import pytest
 
-    from assay.decontam import normalize
 
     texts = ["Hello wörld, 你好", "plain text. Next!"]
     want = encode(texts).hashes

@@ -31,9 +31,10 @@ Layout (fixed size per entry, numpy arrays, no Python objects per n-gram):
 Costs: a build tokenizes every document once (compiled loops, in worker threads) and sorts ~one
 entry per corpus token (radix-split into 256 groups, each sorted on its own in worker threads,
 spilled to disk past ``memory_limit``); the index takes ~8 bytes per corpus token in the store
-(100,000 documents of 1,000 words: 7 s end to end on 2 cores, see benchmarks/decontaminate.py). A reuse reads and
-verifies (sha256) those bytes and hashes the corpus to check it is unchanged (for files, the
-checksum is memoized by path, size and mtime); a lookup is a binary search per eval n-gram.
+(100,000 documents of 1,000 words: 7 s end to end on 2 cores, see benchmarks/decontaminate.py).
+A reuse reads and verifies (sha256) those bytes and hashes the corpus to check it is unchanged
+(for files, the checksum is memoized by path, size and mtime); a lookup is a binary search per
+eval n-gram.
 So the index pays for itself from the second eval set (or nightly run) against a corpus; a
 one-off check of one eval set costs about what a single streaming scan would. (A rerun of the
 same eval set with the same settings does not even load the index: ``contamination`` keeps its
