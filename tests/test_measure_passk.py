@@ -158,3 +158,23 @@ def test_decoded_columns_are_cached_per_table_and_released_with_it():
     del r, dec
     gc.collect()
     assert key not in grouping._DECODED
+
+
+def test_all_equal_string_check_matches_arrow():
+    from assay.measure.grouping import _all_equal
+
+    rng = np.random.default_rng(0)
+    words = ["len", "le", "lenn", "", "é", "ln", "nel"]
+    for _ in range(400):
+        n = int(rng.integers(1, 30))
+        vals = [words[0]] * n
+        if rng.random() < 0.5:
+            vals[int(rng.integers(n))] = words[int(rng.integers(len(words)))]
+        if rng.random() < 0.1:
+            vals[int(rng.integers(n))] = None
+        value = words[int(rng.integers(len(words)))] if rng.random() < 0.3 else words[0]
+        arr = pa.array(["pad"] + vals + ["pad"]).slice(1, n)  # a slice: offsets into shared buffers
+        expected = all(v == value for v in vals)
+        assert _all_equal(arr, value) is expected, (vals, value)
+    assert _all_equal(pa.array(["", ""]), "") and not _all_equal(pa.array(["", "a"]), "")
+    assert _all_equal(pa.array(["x", "x"], type=pa.large_string()), "x")

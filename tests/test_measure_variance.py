@@ -5,6 +5,7 @@ import math
 import numpy as np
 import pytest
 
+import assay
 from assay.errors import MeasureError
 from assay.measure import eval_variance
 
@@ -82,3 +83,47 @@ def test_errors():
         eval_variance()
     with pytest.raises(MeasureError, match="binary"):
         eval_variance([{"task_id": "a", "reward": 0.5}])
+
+
+def test_block_layout_sums_equal_the_general_path():
+    import pyarrow as pa
+
+    from assay.measure.grouping import _local_codes, task_stats
+
+    rng = np.random.default_rng(11)
+    for _ in range(200):
+        T, k = int(rng.integers(1, 40)), int(rng.integers(1, 9))
+        codes = np.repeat(np.arange(T), k)
+        vals = rng.random(T * k)
+        binary = rng.random() < 0.5
+        if binary:
+            vals = (vals < 0.5).astype(float)
+        mask = rng.random(T * k) < (1.0 if rng.random() < 0.5 else 0.8)
+        a = task_stats(codes, vals, mask, T, binary=binary)
+        b = task_stats(codes, vals, mask, T, binary=binary, block=k)
+        for f in ("n", "s", "ss", "rows"):
+            np.testing.assert_allclose(getattr(b, f), getattr(a, f), rtol=1e-12, atol=1e-12)
+    # the layout is detected only when row i belongs to task i // k
+    assert _local_codes(pa.array(["a", "a", "b", "b"]))[2] == 2
+    assert _local_codes(pa.array(["a", "b", "c"]))[2] == 1
+    assert _local_codes(pa.array(["a", "a", "b"]))[2] == 0  # unequal k
+    assert _local_codes(pa.array(["a", "b", "a", "b"]))[2] == 0  # a task in two runs
+    assert _local_codes(pa.array(["a", "a", "b", "b", "a", "a"]))[2] == 0
+
+
+def test_results_do_not_depend_on_row_order():
+    rng = np.random.default_rng(4)
+    T, k = 60, 4
+    p = rng.beta(2, 2, T)
+    rows = [{"task_id": f"t{i}", "reward": float(rng.random() < p[i]), "markers": {"len": float(rng.integers(5, 50))}}
+            for i in range(T) for _ in range(k)]
+    other = [dict(r, reward=float(rng.random() < 0.6)) for r in rows]
+    shuffled = [rows[i] for i in rng.permutation(len(rows))]
+    a, b = assay.eval_variance(rows, other), assay.eval_variance(shuffled, other)
+    for ca, cb in zip(a.components, b.components):
+        assert ca.mean.value == pytest.approx(cb.mean.value, rel=1e-12)
+        assert ca.se == pytest.approx(cb.se, rel=1e-9) and ca.within == pytest.approx(cb.within, rel=1e-9)
+    pa_, pb = assay.pass_at(rows), assay.pass_at(shuffled)
+    assert pa_.pass_at_1.interval.low == pytest.approx(pb.pass_at_1.interval.low, rel=1e-12)
+    ca, cb = assay.compare(rows, other), assay.compare(shuffled, other)
+    assert [m.delta.value for m in ca.metrics] == pytest.approx([m.delta.value for m in cb.metrics], rel=1e-12)

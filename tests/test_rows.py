@@ -212,6 +212,75 @@ def test_dataframe_nan_reward_is_an_error_not_unjudged():
         as_table(df, require=("reward",))
 
 
+MEASURED = ("task_id", "reward", "markers")
+
+
+def test_projected_read_equals_the_full_read_on_every_input_form():
+    r = _rich_rows()
+    loose = [{"prompt": "q", "final_text": "a", "reward": 1, "markers": {"m": 2}, "messages": None},
+             {"prompt": "q", "final_text": "", "reward": 0, "messages": None},
+             {"prompt": "", "final_text": "b", "messages": [{"role": "user", "content": "hi"}], "reward": None}]
+    judged = pd.DataFrame([dict(x, reward=1.0 if x["reward"] is None else x["reward"]) for x in loose])  # NaN is an error
+    for f in [*_forms(r), loose, judged]:
+        full = as_table(f, require=())
+        part = as_table(f, require=(), columns=MEASURED)
+        canonical = isinstance(f, Rows) or (isinstance(f, pa.Table) and f.schema == ROW_SCHEMA)
+        assert part.column_names == (list(ROW_SCHEMA.names) if canonical else list(MEASURED))  # whole: zero-copy
+        for c in MEASURED:
+            assert part.column(c).equals(full.column(c)), c
+    assert as_table(loose[:2], require=("reward",), columns=("markers",)).column_names == ["reward", "markers"]
+
+
+def test_projected_read_checks_what_it_reads_and_every_key():
+    ok = {"task_id": "t", "reward": 1}
+    for bad, pattern in [
+        ([ok, dict(ok, reward=float("nan"))], r"rows\[1\].*NaN"),
+        ([ok, dict(ok, task_id=3)], r"rows\[1\].*integer"),
+        ([ok, dict(ok, markers={"m": None})], r"rows\[1\].*marker 'm' is None"),
+        ([ok, dict(ok, markers={"m": "x"})], r"rows\[1\].*must be a number"),
+        ([ok, dict(ok, score=1)], r"unknown row keys \['score'\]"),
+        ([dict(ok, prompt="q"), {"reward": 1, "prompt": None}], r"rows\[1\].*'prompt' is None"),  # for its task id
+        ([ok, {"reward": 1}], r"rows\[1\]: no 'task_id'"),
+    ]:
+        with pytest.raises((RowsError, RowsTypeError), match=pattern):
+            as_table(bad, require=(), columns=MEASURED)
+    # a column the measurement never reads is not its business (select reads it, and checks it)
+    t = as_table([dict(ok, privileged="not a dict", final_text=5)], require=(), columns=MEASURED)
+    assert t.column("task_id").to_pylist() == ["t"]
+    with pytest.raises(RowsTypeError, match="privileged"):
+        as_table([dict(ok, privileged="not a dict")], require=())
+    with pytest.raises(ValueError, match="not in ROW_SCHEMA"):
+        as_table([ok], columns=("score",))
+
+
+def test_markers_fast_path_equals_the_per_row_conversion():
+    from assay.rows import MARKERS_TYPE, _fast_markers
+
+    rng = np.random.default_rng(5)
+    names = ["len", "a", "\u00e9", ""]
+    for _ in range(2000):
+        base = [str(x) for x in rng.choice(names, size=int(rng.integers(0, 4)), replace=False)]
+        same = rng.random() < 0.6
+        vals = []
+        for _ in range(int(rng.integers(0, 8))):
+            if rng.random() < 0.1:
+                vals.append(None)
+                continue
+            keys = base if same else [str(x) for x in rng.choice(names, size=int(rng.integers(0, 4)), replace=False)]
+            pick = [True, 1, float("nan"), None, 0.5, -2.5, float("inf")]
+            vals.append({k: pick[int(rng.integers(len(pick)))] if rng.random() < 0.4 else float(rng.random())
+                         for k in keys})
+        fast = _fast_markers(vals)
+        try:  # the reference: Arrow's own conversion of the dicts, row by row semantics
+            ref = pa.array([m or {} for m in vals], type=MARKERS_TYPE, from_pandas=False)
+            finite = np.isfinite(ref.items.to_numpy(zero_copy_only=False))
+            ref = ref if not ref.items.null_count and finite.all() else None
+        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError):
+            ref = None
+        assert (fast is None) == (ref is None), vals
+        assert fast is None or fast.equals(ref), vals
+
+
 # ---- round trips and checksum ---------------------------------------------------------------------
 
 def _rich_rows():

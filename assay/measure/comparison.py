@@ -149,10 +149,10 @@ def _split_metric(name: str, markers: set[str]) -> str:
 def _arm_stats(frame: Frame, metric: str, n_tasks: int):
     if metric == "pass@1":
         mask = frame.binary_mask()
-        return task_stats(frame.codes, frame.reward, mask, n_tasks, frame.weight, binary=True)
+        return task_stats(frame.codes, frame.reward, mask, n_tasks, frame.weight, binary=True, block=frame.block)
     vals = frame.markers[metric.removeprefix("marker:")]
     mask = ~np.isnan(vals)
-    return task_stats(frame.codes, np.where(mask, vals, 0.0), mask, n_tasks, frame.weight)
+    return task_stats(frame.codes, np.where(mask, vals, 0.0), mask, n_tasks, frame.weight, block=frame.block)
 
 
 def compare(before: Any, after: Any, *, proxy: str | None = None, metrics: Sequence[str] | None = None,

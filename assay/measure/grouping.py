@@ -3,7 +3,8 @@
 Every measurement call starts here; the rest of ``assay.measure`` works on numpy arrays only.
 
 Input goes through :func:`assay.rows.as_table` (the one validator), which is zero-copy for an
-Arrow table that already has the canonical schema (``Rows`` and what ``assay.rows()`` returns).
+Arrow table that already has the canonical schema (``Rows`` and what ``assay.rows()`` returns);
+other input is validated on the columns measured (task_id, reward, markers) and every row key.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from assay.errors import MeasureError
-from assay.rows import Rows, as_table
+from assay.rows import MEASURED_COLUMNS, Rows, as_table
 
 
 @dataclass(frozen=True)
@@ -35,6 +36,7 @@ class Frame:
     weight: np.ndarray | None  # float64 per row, None = every row counts once
     markers: dict[str, np.ndarray]
     binary: np.ndarray | None = None  # reward is exactly 0 or 1 (computed once)
+    block: int = 0  # k when row i is task i // k (every task k rows, grouped in code order), else 0
 
     @property
     def n_rows(self) -> int:
@@ -73,7 +75,7 @@ def _markers_of(col: pa.ChunkedArray, n: int) -> dict[str, np.ndarray]:
     if len(keys) == n and np.all(lengths == 1):
         # One marker per row: often the same name on every row, then no scatter is needed.
         first = keys[0].as_py()
-        if pc.all(pc.equal(keys, first)).as_py():
+        if _all_equal(keys, first):
             return {first: values}
     row_of = np.repeat(np.arange(n), lengths)
     key_codes = keys.dictionary_encode()
@@ -88,8 +90,28 @@ def _markers_of(col: pa.ChunkedArray, n: int) -> dict[str, np.ndarray]:
     return out
 
 
-def _local_codes(col: pa.ChunkedArray | pa.Array) -> tuple[np.ndarray, pa.Array]:
-    """Task code of every row of one column (first-appearance order) and the id of each code.
+def _all_equal(strings: pa.Array, value: str) -> bool:
+    """Whether every entry of a string array is ``value``, read from its offsets and bytes
+    (0.07 ms for 80k entries; pyarrow's element-wise equal + all takes ~0.6 ms)."""
+    if strings.null_count:
+        return False
+    if strings.type != pa.string():
+        return bool(pc.all(pc.equal(strings, value)).as_py())
+    n = len(strings)
+    raw = value.encode()
+    width = len(raw)
+    off = np.frombuffer(strings.buffers()[1], dtype=np.int32, count=n + 1, offset=strings.offset * 4)
+    if int(off[-1]) - int(off[0]) != width * n or not np.all(np.diff(off) == width):
+        return False
+    if width == 0:
+        return True
+    data = np.frombuffer(strings.buffers()[2], dtype=np.uint8, count=width * n, offset=int(off[0]))
+    return data.tobytes() == raw * n  # memcmp; numpy's broadcast compare over rows of 3 bytes is 40x slower
+
+
+def _local_codes(col: pa.ChunkedArray | pa.Array) -> tuple[np.ndarray, pa.Array, int]:
+    """Task code of every row of one column (first-appearance order), the id of each code, and
+    the block size k when the rows are k per task grouped by task (else 0; see Frame.block).
 
     Rows usually arrive grouped by task, so only the first id of each run of equal ids is
     dictionary-encoded; ungrouped rows just have more runs.
@@ -97,12 +119,15 @@ def _local_codes(col: pa.ChunkedArray | pa.Array) -> tuple[np.ndarray, pa.Array]
     a = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
     n = len(a)
     if n <= 1:
-        return np.zeros(n, dtype=np.int64), a
+        return np.zeros(n, dtype=np.int64), a, n
     change = pc.not_equal(a.slice(1), a.slice(0, n - 1)).to_numpy(zero_copy_only=False)
     starts = np.concatenate([[0], np.flatnonzero(change) + 1])
     enc = a.take(pa.array(starts)).dictionary_encode()
     run_codes = enc.indices.to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
-    return np.repeat(run_codes, np.diff(np.append(starts, n))), enc.dictionary
+    lengths = np.diff(np.append(starts, n))
+    # every run a new task (codes are then 0, 1, 2, ... in run order) and every run k long
+    block = int(lengths[0]) if len(enc.dictionary) == len(starts) and np.all(lengths == lengths[0]) else 0
+    return np.repeat(run_codes, lengths), enc.dictionary, block
 
 
 def task_codes(columns: Sequence[pa.ChunkedArray | pa.Array]) -> tuple[list[np.ndarray], pa.Array]:
@@ -113,7 +138,7 @@ def task_codes(columns: Sequence[pa.ChunkedArray | pa.Array]) -> tuple[list[np.n
         >>> [c.tolist() for c in codes], ids.to_pylist()
         ([[0, 0, 1], [1, 2]], ['a', 'b', 'c'])
     """
-    local = [_local_codes(c) for c in columns]
+    local = [_local_codes(c)[:2] for c in columns]
     return _unify(local)
 
 
@@ -161,7 +186,7 @@ def read_frame(data: Any, *, argument: str = "rows", weights: Any = None) -> Fra
         >>> f.n_tasks, f.reward.tolist()
         (1, [1.0, 0.0])
     """
-    table = as_table(data, require=(), argument=argument)
+    table = as_table(data, require=(), argument=argument, columns=MEASURED_COLUMNS)
     return frame_of_table(table, argument=argument, weights=weights, key=_cache_key(data))
 
 
@@ -172,6 +197,7 @@ class _Decoded:
     reward: np.ndarray
     binary: np.ndarray
     markers: dict[str, np.ndarray]
+    block: int
 
 
 # An Arrow table is immutable, so what is decoded from it (task codes, rewards, markers) is
@@ -204,13 +230,14 @@ def _decode(table: pa.Table, argument: str, key: pa.Table | None = None,
             "(assay.grade(rows, verifier)) or give 'reward' numbers in [0, 1]"
         )
     if same_tasks_as is not None:  # the caller checked the task_id column is identical
-        codes, task_ids = same_tasks_as.codes, same_tasks_as.task_ids
+        codes, task_ids, block = same_tasks_as.codes, same_tasks_as.task_ids, same_tasks_as.block
     else:
-        codes, task_ids = _local_codes(table.column("task_id"))
+        codes, task_ids, block = _local_codes(table.column("task_id"))
     reward = reward_col.to_numpy(zero_copy_only=False).astype(np.float64, copy=False)
     if reward_col.null_count:
         reward = np.where(pc.is_null(reward_col).to_numpy(zero_copy_only=False), np.nan, reward)
-    dec = _Decoded(codes, task_ids, reward, (reward == 0.0) | (reward == 1.0), _markers_of(table.column("markers"), n))
+    dec = _Decoded(codes, task_ids, reward, (reward == 0.0) | (reward == 1.0), _markers_of(table.column("markers"), n),
+                   block)
     for arr in (dec.codes, dec.reward, dec.binary, *dec.markers.values()):
         arr.flags.writeable = False  # shared by every later call on this table
     if key is not None:
@@ -226,10 +253,11 @@ def frame_of_table(table: pa.Table, *, argument: str = "rows", weights: Any = No
     ``task_ids`` when the task coding is shared with other tables; ``key``: the caller's
     immutable table (see :func:`_cache_key`) under which the decoding is cached."""
     dec = _decode(table, argument, key)
+    block = 0
     if codes is None or task_ids is None:
-        codes, task_ids = dec.codes, dec.task_ids
+        codes, task_ids, block = dec.codes, dec.task_ids, dec.block
     w = _weights_of(weights, table.num_rows, dec.markers, argument)
-    return Frame(table, codes, task_ids, dec.reward, w, dec.markers, dec.binary)
+    return Frame(table, codes, task_ids, dec.reward, w, dec.markers, dec.binary, block)
 
 
 def read_runs(runs: Sequence[Any], *, argument: str = "runs") -> tuple[list[Frame], pa.Array]:
@@ -237,14 +265,16 @@ def read_runs(runs: Sequence[Any], *, argument: str = "runs") -> tuple[list[Fram
 
     Returns the frames and the task id of each shared code.
     """
-    tables = [as_table(r, require=(), argument=f"{argument}[{i}]") for i, r in enumerate(runs)]
+    tables = [as_table(r, require=(), argument=f"{argument}[{i}]", columns=MEASURED_COLUMNS) for i, r in enumerate(runs)]
     decoded: list[_Decoded] = []
     for i, (t, r) in enumerate(zip(tables, runs)):
         # Re-runs and paired arms usually list the same tasks in the same order: one coding.
         same = decoded[0] if i and t.column("task_id").equals(tables[0].column("task_id")) else None
         decoded.append(_decode(t, f"{argument}[{i}]", _cache_key(r), same))
     codes, task_ids = _unify([(d.codes, d.task_ids) for d in decoded])
-    frames = [Frame(t, c, task_ids, d.reward, None, d.markers, d.binary) for t, c, d in zip(tables, codes, decoded)]
+    # a re-coded run (the runs' task sets differ) is no longer in block layout
+    frames = [Frame(t, c, task_ids, d.reward, None, d.markers, d.binary, d.block if c is d.codes else 0)
+              for t, c, d in zip(tables, codes, decoded)]
     return frames, task_ids
 
 
@@ -277,10 +307,29 @@ class TaskStats:
         return v
 
 
+def _row_sums(m: np.ndarray) -> np.ndarray:
+    """Row sums of a (T, k) float matrix by matrix-vector products, in slices small enough that
+    BLAS stays on one thread (a second thread doubled CPU time at 100k tasks, saving no time)."""
+    ones = np.ones(m.shape[1])
+    step = 8192
+    if len(m) <= step:
+        return m @ ones
+    return np.concatenate([m[i:i + step] @ ones for i in range(0, len(m), step)])
+
+
 def task_stats(codes: np.ndarray, values: np.ndarray, mask: np.ndarray, n_tasks: int,
-               weight: np.ndarray | None = None, *, binary: bool = False) -> TaskStats:
+               weight: np.ndarray | None = None, *, binary: bool = False, block: int = 0) -> TaskStats:
     """Per-task weighted count, sum and sum of squares of ``values`` over rows in ``mask``
-    (``binary``: values are 0/1, so the sum of squares is the sum)."""
+    (``binary``: values are 0/1, so the sum of squares is the sum; ``block``: Frame.block)."""
+    if block and weight is None and len(codes) == n_tasks * block:
+        # k rows per task in task order: row sums of a (T, k) matrix, ~6x faster than bincount
+        if mask.all():
+            v, rows = values, np.full(n_tasks, float(block))
+        else:
+            v, rows = np.where(mask, values, 0.0), _row_sums(mask.reshape(n_tasks, block).astype(np.float64))
+        m = v.reshape(n_tasks, block)
+        s = _row_sums(m)
+        return TaskStats(rows, s, s if binary else _row_sums(m * m), rows)
     if mask.all():  # the common case: skip three copies
         c, v, w = codes, values, weight
     else:

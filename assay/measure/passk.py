@@ -155,7 +155,7 @@ def pass_at_frame(frame: Frame, k: int | None, *, level: float = 0.95) -> PassAt
             f"rows: no row has a binary reward (0 or 1): {counts['partial']} partial, {counts['unjudged']} unjudged; "
             "pass@k counts passes. Threshold partial scores into 0/1 first, or grade the rows"
         )
-    st = task_stats(frame.codes, frame.reward, binary, frame.n_tasks, frame.weight, binary=True)
+    st = task_stats(frame.codes, frame.reward, binary, frame.n_tasks, frame.weight, binary=True, block=frame.block)
     present = st.n > 0
     n, c = st.n[present], st.s[present]
     n_rows_used = int(st.rows[present].sum())

@@ -118,8 +118,8 @@ def holdout_size(effect: float, *, before: Any = None, after: Any = None, k: int
     if before is not None and after is not None:
         (fb, fa), task_ids = read_runs([before, after], argument="pilot")
         n_t = len(task_ids)
-        sb = task_stats(fb.codes, fb.reward, fb.binary_mask(), n_t, binary=True)
-        sa = task_stats(fa.codes, fa.reward, fa.binary_mask(), n_t, binary=True)
+        sb = task_stats(fb.codes, fb.reward, fb.binary_mask(), n_t, binary=True, block=fb.block)
+        sa = task_stats(fa.codes, fa.reward, fa.binary_mask(), n_t, binary=True, block=fa.block)
         paired = (sb.n > 0) & (sa.n > 0)
         if paired.sum() < 2:
             raise MeasureError("holdout_size: the pilot arms share fewer than 2 tasks with binary rewards")
@@ -142,7 +142,7 @@ def holdout_size(effect: float, *, before: Any = None, after: Any = None, k: int
         base_out = None
     elif before is not None:
         fb = read_frame(before, argument="before")
-        sb = task_stats(fb.codes, fb.reward, fb.binary_mask(), fb.n_tasks, binary=True)
+        sb = task_stats(fb.codes, fb.reward, fb.binary_mask(), fb.n_tasks, binary=True, block=fb.block)
         have = sb.n > 0
         if not have.any():
             raise MeasureError("holdout_size: before= has no binary rewards")

@@ -100,10 +100,10 @@ class EvalVariance(Result):
         return "\n".join(lines)
 
 
-def _decompose(metric: str, per_run: list[tuple[np.ndarray, np.ndarray, np.ndarray]], n_tasks: int,
+def _decompose(metric: str, per_run: list[tuple[np.ndarray, np.ndarray, np.ndarray, int]], n_tasks: int,
                level: float, binary: bool, notes: list[str]) -> VarianceComponents | None:
-    """per_run: (codes, values, mask) for each run; the runs' rows are pooled per task."""
-    run_stats = [task_stats(c, v, m, n_tasks, binary=binary) for c, v, m in per_run]
+    """per_run: (codes, values, mask, block) for each run; the runs' rows are pooled per task."""
+    run_stats = [task_stats(c, v, m, n_tasks, binary=binary, block=b) for c, v, m, b in per_run]
     st = run_stats[0]
     for extra in run_stats[1:]:
         st = st + extra
@@ -188,7 +188,7 @@ def eval_variance(*runs: Any, level: float = 0.95) -> EvalVariance:
     notes: list[str] = []
     warnings: list[str] = []
     comps: list[VarianceComponents] = []
-    per_run = [(f.codes, f.reward, f.binary_mask()) for f in frames]
+    per_run = [(f.codes, f.reward, f.binary_mask(), f.block) for f in frames]
     c = _decompose("pass@1", per_run, n_tasks, level, True, notes)
     if c is None:
         raise MeasureError("eval_variance: no row has a binary reward; grade the rows first")
@@ -202,7 +202,7 @@ def eval_variance(*runs: Any, level: float = 0.95) -> EvalVariance:
         for f in frames:
             vals = f.markers[name]
             have = ~np.isnan(vals)
-            per.append((f.codes, vals if have.all() else np.where(have, vals, 0.0), have))
+            per.append((f.codes, vals if have.all() else np.where(have, vals, 0.0), have, f.block))
         mc = _decompose(f"marker:{name}", per, n_tasks, level, False, notes)
         if mc is not None:
             comps.append(mc)
