@@ -416,12 +416,10 @@ def as_table(data: Any, *, require: Iterable[str] = ("prompt", "final_text"),
                 if type(r) is not dict and not isinstance(r, Mapping):
                     raise RowsTypeError(f"{argument}[{i}]: a row is a dict, got {type(r).__name__}")
     require = tuple(require)
-    if columns is None:
-        want = set(COLUMNS)
-    else:
-        want = set(columns) | set(require)
-        if want - set(COLUMNS):
-            raise ValueError(f"as_table: columns {sorted(want - set(COLUMNS))} are not in ROW_SCHEMA {list(COLUMNS)}")
+    keep = set(COLUMNS) if columns is None else set(columns) | set(require)
+    if keep - set(COLUMNS):
+        raise ValueError(f"as_table: columns {sorted(keep - set(COLUMNS))} are not in ROW_SCHEMA {list(COLUMNS)}")
+    want = set(keep)  # what is read and checked: also the prompt / messages a missing task id needs
     n = data.num_rows if isinstance(data, pa.Table) else len(data)
     known = set(COLUMNS)
     if isinstance(data, pa.Table):
@@ -592,9 +590,7 @@ def as_table(data: Any, *, require: Iterable[str] = ("prompt", "final_text"),
         arrays["schema_version"] = pa.array(
             np.full(n, ROWS_SCHEMA_VERSION, dtype=np.int32) if sv is None
             else [ROWS_SCHEMA_VERSION if v is None else int(v) for v in sv], type=pa.int32())
-    fields = [f for f in ROW_SCHEMA if f.name in arrays and (columns is None or f.name in want)]
-    if columns is not None:  # drop what was only read to derive task ids
-        fields = [f for f in fields if f.name in set(columns) | set(require)]
+    fields = [f for f in ROW_SCHEMA if f.name in keep]
     table = pa.Table.from_arrays([arrays[f.name] for f in fields], schema=pa.schema(fields))
     _require(table, require, argument)
     return table

@@ -178,3 +178,14 @@ def test_all_equal_string_check_matches_arrow():
         assert _all_equal(arr, value) is expected, (vals, value)
     assert _all_equal(pa.array(["", ""]), "") and not _all_equal(pa.array(["", "a"]), "")
     assert _all_equal(pa.array(["x", "x"], type=pa.large_string()), "x")
+
+
+def test_calls_that_skip_markers_never_cache_a_decoding_without_them():
+    rows = [{"task_id": f"t{i}", "reward": float((i + j) % 3 == 0), "markers": {"len": float(i + j)}}
+            for i in range(12) for j in range(3)]
+    table = pa.Table.from_pylist(rows)  # not the canonical schema: read through as_table
+    assert pass_at(table).n_tasks == 12  # reads task ids and rewards only
+    assert assay.holdout_size(0.1, before=table).n_tasks > 0
+    ev = assay.eval_variance(table)
+    assert [c.metric for c in ev.components] == ["pass@1", "marker:len"]
+    assert any(m.metric == "marker:len" for m in assay.compare(table, table).metrics)

@@ -176,9 +176,11 @@ def _weights_of(weights: Any, n: int, markers: dict[str, np.ndarray], argument: 
     return w
 
 
-def read_frame(data: Any, *, argument: str = "rows", weights: Any = None) -> Frame:
+def read_frame(data: Any, *, argument: str = "rows", weights: Any = None, markers: bool = True) -> Frame:
     """Validate ``data`` (Rows, dict rows, DataFrame or Arrow table) and read its columns.
 
+    ``markers=False``: the caller reads only task ids and rewards, so markers given as dicts are
+    neither checked nor decoded (a canonical table's are decoded anyway, once, and cached).
     Raises MeasureError when no row carries a reward at all (grade first).
 
     Example:
@@ -186,7 +188,8 @@ def read_frame(data: Any, *, argument: str = "rows", weights: Any = None) -> Fra
         >>> f.n_tasks, f.reward.tolist()
         (1, [1.0, 0.0])
     """
-    table = as_table(data, require=(), argument=argument, columns=MEASURED_COLUMNS)
+    cols = MEASURED_COLUMNS if markers or isinstance(weights, str) else ("task_id", "reward")
+    table = as_table(data, require=(), argument=argument, columns=cols)
     return frame_of_table(table, argument=argument, weights=weights, key=_cache_key(data))
 
 
@@ -216,6 +219,8 @@ def _cache_key(data: Any) -> pa.Table | None:
 
 def _decode(table: pa.Table, argument: str, key: pa.Table | None = None,
             same_tasks_as: _Decoded | None = None) -> _Decoded:
+    if "markers" not in table.column_names:
+        key = None  # a partial decoding is never cached under the whole table
     if key is not None:
         entry = _DECODED.get(id(key))
         if entry is not None and entry[0]() is key:
@@ -236,8 +241,8 @@ def _decode(table: pa.Table, argument: str, key: pa.Table | None = None,
     reward = reward_col.to_numpy(zero_copy_only=False).astype(np.float64, copy=False)
     if reward_col.null_count:
         reward = np.where(pc.is_null(reward_col).to_numpy(zero_copy_only=False), np.nan, reward)
-    dec = _Decoded(codes, task_ids, reward, (reward == 0.0) | (reward == 1.0), _markers_of(table.column("markers"), n),
-                   block)
+    markers = _markers_of(table.column("markers"), n) if "markers" in table.column_names else {}
+    dec = _Decoded(codes, task_ids, reward, (reward == 0.0) | (reward == 1.0), markers, block)
     for arr in (dec.codes, dec.reward, dec.binary, *dec.markers.values()):
         arr.flags.writeable = False  # shared by every later call on this table
     if key is not None:
@@ -260,12 +265,13 @@ def frame_of_table(table: pa.Table, *, argument: str = "rows", weights: Any = No
     return Frame(table, codes, task_ids, dec.reward, w, dec.markers, dec.binary, block)
 
 
-def read_runs(runs: Sequence[Any], *, argument: str = "runs") -> tuple[list[Frame], pa.Array]:
+def read_runs(runs: Sequence[Any], *, argument: str = "runs", markers: bool = True) -> tuple[list[Frame], pa.Array]:
     """Frames for several runs with task codes shared across them (a task id is one code).
 
-    Returns the frames and the task id of each shared code.
+    Returns the frames and the task id of each shared code; ``markers`` as in :func:`read_frame`.
     """
-    tables = [as_table(r, require=(), argument=f"{argument}[{i}]", columns=MEASURED_COLUMNS) for i, r in enumerate(runs)]
+    cols = MEASURED_COLUMNS if markers else ("task_id", "reward")
+    tables = [as_table(r, require=(), argument=f"{argument}[{i}]", columns=cols) for i, r in enumerate(runs)]
     decoded: list[_Decoded] = []
     for i, (t, r) in enumerate(zip(tables, runs)):
         # Re-runs and paired arms usually list the same tasks in the same order: one coding.

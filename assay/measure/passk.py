@@ -142,7 +142,7 @@ def pass_at(rows: Any, k: int | None = None, *, level: float = 0.95, weights: An
         raise MeasureError(f"k must be a positive integer, got {k!r}")
     if not 0.0 < level < 1.0:
         raise MeasureError(f"level must be in (0, 1), got {level!r}")
-    frame = read_frame(rows, argument="rows", weights=weights)
+    frame = read_frame(rows, argument="rows", weights=weights, markers=False)
     return pass_at_frame(frame, k, level=level)
 
 

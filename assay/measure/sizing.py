@@ -116,7 +116,7 @@ def holdout_size(effect: float, *, before: Any = None, after: Any = None, k: int
     warnings: list[str] = []
     model: tuple[float, float]
     if before is not None and after is not None:
-        (fb, fa), task_ids = read_runs([before, after], argument="pilot")
+        (fb, fa), task_ids = read_runs([before, after], argument="pilot", markers=False)
         n_t = len(task_ids)
         sb = task_stats(fb.codes, fb.reward, fb.binary_mask(), n_t, binary=True, block=fb.block)
         sa = task_stats(fa.codes, fa.reward, fa.binary_mask(), n_t, binary=True, block=fa.block)
@@ -141,7 +141,7 @@ def holdout_size(effect: float, *, before: Any = None, after: Any = None, k: int
         model = _rate_model(sb.n[paired], sb.s[paired])
         base_out = None
     elif before is not None:
-        fb = read_frame(before, argument="before")
+        fb = read_frame(before, argument="before", markers=False)
         sb = task_stats(fb.codes, fb.reward, fb.binary_mask(), fb.n_tasks, binary=True, block=fb.block)
         have = sb.n > 0
         if not have.any():
