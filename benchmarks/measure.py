@@ -7,19 +7,21 @@ Usage:
     .venv/bin/python benchmarks/measure.py --skip-peer      # ours only
 
 Ours runs in /work/main/.venv; the peer runs in its own interpreter (/work/peers/bin/python,
-or $PEER_PYTHON) as a subprocess reading the same rows from a JSONL file. Our 10k x 8 timings
+or $PEER_PYTHON) as a subprocess reading the same rows from a JSON file. Our 10k x 8 timings
 are given twice: from ``Rows`` (assay's own row container, an Arrow table: what ``assay.rows()``
 and ``grade()`` return) and from the same list of dicts the peer receives (this includes
 validating every row in Python).
 
-Measured 2026-11-30 on the 2-core dev VM (`--calls eval_variance,pass_at`, peer in the same run):
-800k rows per arm measured in 0.12 s (pass_at 0.042 s, eval_variance 0.082 s), peak RSS 469 MiB.
-At 10k x 8, after the quantiles moved to scipy.special: eval_variance 0.0060 s cold vs the
-peer's 0.567 s = 94x (154x warm; 83x before that change, 56-99x in four earlier runs: the ratio
-moves with the VM), pass_at 8,563x. From the peer's list of dicts (validation included):
-eval_variance 1.4x, pass_at 156x; validating 80k dict rows takes ~0.2-0.3 s (pyarrow's own
-Table.from_pylist takes ~75 ms on them), which is the whole of it: 50x from dicts would need
-under 7 ms per 80k-row run, less than any reader of Python dicts spends.
+Measured 2026-11-30 15:55 on the 2-core dev VM (full run, `--repeats 5`, peer in the same run):
+800k rows per arm measured in 0.45 s in all (pass_at 0.024, compare 0.055, eval_variance 0.042,
+holdout_size 0.032, select 0.299 s), peak RSS 532 MiB. At 10k x 8, from Rows (cold) vs whileai:
+pass_at 10,194x, compare 14,897x, eval_variance 104x (4.3 ms vs 0.447 s, 227x warm; 117x in an
+earlier run of this code, 57x in a run of the code before it), holdout_size 1,481x, select 950x. From the
+peer's list of dicts (validation included): pass_at 1,038x, compare 1,122x, holdout_size 77x,
+select 165x, eval_variance 3.7x. The last is the floor of reading Python dicts: eval_variance
+reads task_id, reward and markers from 160k dicts, ~55 ms per 80k-row arm (itemgetter alone is
+~5 ms per field per arm, plus the key check and the markers); 50x would need the whole call in
+9 ms. Dict rows are checked on the columns each call reads (see assay.rows.as_table columns=).
 """
 
 from __future__ import annotations
