@@ -16,12 +16,13 @@ Measured 2026-11-30 15:55 on the 2-core dev VM (full run, `--repeats 5`, peer in
 800k rows per arm measured in 0.45 s in all (pass_at 0.024, compare 0.055, eval_variance 0.042,
 holdout_size 0.032, select 0.299 s), peak RSS 532 MiB. At 10k x 8, from Rows (cold) vs whileai:
 pass_at 10,194x, compare 14,897x, eval_variance 104x (4.3 ms vs 0.447 s, 227x warm; 117x in an
-earlier run of this code, 57x in a run of the code before it), holdout_size 1,481x, select 950x. From the
-peer's list of dicts (validation included): pass_at 1,038x, compare 1,122x, holdout_size 77x,
-select 165x, eval_variance 3.7x. The last is the floor of reading Python dicts: eval_variance
-reads task_id, reward and markers from 160k dicts, ~55 ms per 80k-row arm (itemgetter alone is
-~5 ms per field per arm, plus the key check and the markers); 50x would need the whole call in
-9 ms. Dict rows are checked on the columns each call reads (see assay.rows.as_table columns=).
+earlier run of this code, 57x in a run of the code before it), holdout_size 1,481x, select 950x.
+From the peer's list of dicts (validation included): pass_at 1,038x, compare 1,122x,
+holdout_size 77x, select 165x, eval_variance 3.7x. The last is the floor of reading Python
+dicts: eval_variance reads task_id, reward and markers from 160k dicts, ~55 ms per 80k-row arm
+(itemgetter alone is ~5 ms per field per arm, plus the key check and the markers); 50x would
+need the whole call in 9 ms. Dict rows are checked on the columns each call reads (see
+assay.rows.as_table columns=).
 """
 
 from __future__ import annotations
