@@ -189,3 +189,31 @@ def test_calls_that_skip_markers_never_cache_a_decoding_without_them():
     ev = assay.eval_variance(table)
     assert [c.metric for c in ev.components] == ["pass@1", "marker:len"]
     assert any(m.metric == "marker:len" for m in assay.compare(table, table).metrics)
+
+
+def test_every_call_gives_the_same_result_on_every_input_form():
+    rng = np.random.default_rng(8)
+    before, after = [], []
+    for i in range(12):
+        p = rng.beta(2, 2)
+        for j in range(4):
+            base = {"task_id": f"t{i}", "prompt": f"q{i}", "final_text": f"answer {j % 3}",
+                    "markers": {"len": float(rng.integers(5, 60))}, "privileged": {"reference": "7"}}
+            before.append(dict(base, reward=float(rng.random() < p)))
+            after.append(dict(base, reward=float(rng.random() < min(p + 0.1, 1.0))))
+    rb, ra = assay.Rows.from_records(before), assay.Rows.from_records(after)
+
+    def forms(rows, r):
+        return [rows, r, r.to_pandas(), r.to_arrow(), pd.DataFrame(rows), pa.Table.from_pylist(rows)]
+
+    calls = {
+        "pass_at": lambda b, a: assay.pass_at(b, k=2),
+        "compare": lambda b, a: assay.compare(b, a, proxy="len"),
+        "eval_variance": lambda b, a: assay.eval_variance(b, a),
+        "holdout_size": lambda b, a: assay.holdout_size(0.1, before=b, after=a),
+        "select": lambda b, a: assay.select(b, mode="rl", band=(0.2, 0.8)),
+    }
+    for name, call in calls.items():
+        ref = call(before, after).to_dict()
+        for fb, fa in zip(forms(before, rb), forms(after, ra)):
+            assert call(fb, fa).to_dict() == ref, (name, type(fb).__name__)
