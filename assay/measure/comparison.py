@@ -25,7 +25,6 @@ from math import lcm
 from typing import Any
 
 import numpy as np
-from scipy import optimize as sopt
 from scipy import special
 
 from assay.errors import MeasureError
@@ -134,7 +133,10 @@ def detectable_effect(n: int, sd: float, alpha: float = 0.05, target: float = 0.
         hi *= 2
         if hi > 1e6:
             return None
-    return float(sopt.brentq(f, 1e-12, hi, xtol=1e-6))
+    # imported here: scipy.optimize loads scipy.linalg, ~0.3 s of every first measurement call
+    from scipy import optimize
+
+    return float(optimize.brentq(f, 1e-12, hi, xtol=1e-6))
 
 
 def _split_metric(name: str, markers: set[str]) -> str:
