@@ -447,10 +447,11 @@ def as_table(data: Any, *, require: Iterable[str] = ("prompt", "final_text"),
         return f"{argument}[{i}]"
 
     # task ids first: a row without one needs its prompt or messages, validated, to hash
-    tids = get("task_id") if {"task_id", "rollout_index"} & want else None
+    need_ids = bool({"task_id", "rollout_index"} & want)  # rollouts are numbered within a task
+    tids = get("task_id") if need_ids else None
     fast = _try_array(tids, pa.string()) if tids is not None else None
     tids_ok = fast is not None and not fast.null_count and (n == 0 or pc.min(pc.utf8_length(fast)).as_py() > 0)
-    if {"task_id", "rollout_index"} & want and not tids_ok:
+    if need_ids and not tids_ok:
         want |= {"prompt", "messages"}
 
     if "messages" in want:  # absent messages are built from the prompt
@@ -509,7 +510,7 @@ def as_table(data: Any, *, require: Iterable[str] = ("prompt", "final_text"),
     t_out: list[str] | None = None
     if tids_ok:
         arrays["task_id"] = fast
-    elif {"task_id", "rollout_index"} & want:
+    elif need_ids:
         if tids is None:
             t_out = [default_tid(i) for i in range(n)]
         else:

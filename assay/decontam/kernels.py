@@ -24,7 +24,10 @@ from typing import Any
 import numpy as np
 from numba import njit
 
-# The constants and the word-by-word scheme of normalize.hash_spans (kept bit-identical).
+# The constants and the word-by-word scheme of normalize.hash_spans (kept bit-identical; the tests
+# compare both). They are repeated here, not imported: numba's on-disk cache (cache=True) is
+# invalidated only by this file's changes, so a constant or function read from normalize.py
+# could go stale in a cached compile.
 _K1 = np.uint64(0x9E3779B97F4A7C15)
 _K2 = np.uint64(0xBF58476D1CE4E5B9)
 _K3 = np.uint64(0x94D049BB133111EB)

@@ -176,6 +176,11 @@ def _weights_of(weights: Any, n: int, markers: dict[str, np.ndarray], argument: 
     return w
 
 
+def _read_columns(markers: bool) -> tuple[str, ...]:
+    """What as_table checks and returns for a call that reads markers or not."""
+    return MEASURED_COLUMNS if markers else tuple(c for c in MEASURED_COLUMNS if c != "markers")
+
+
 def read_frame(data: Any, *, argument: str = "rows", weights: Any = None, markers: bool = True) -> Frame:
     """Validate ``data`` (Rows, dict rows, DataFrame or Arrow table) and read its columns.
 
@@ -188,8 +193,7 @@ def read_frame(data: Any, *, argument: str = "rows", weights: Any = None, marker
         >>> f.n_tasks, f.reward.tolist()
         (1, [1.0, 0.0])
     """
-    cols = MEASURED_COLUMNS if markers or isinstance(weights, str) else ("task_id", "reward")
-    table = as_table(data, require=(), argument=argument, columns=cols)
+    table = as_table(data, require=(), argument=argument, columns=_read_columns(markers or isinstance(weights, str)))
     return frame_of_table(table, argument=argument, weights=weights, key=_cache_key(data))
 
 
@@ -270,7 +274,7 @@ def read_runs(runs: Sequence[Any], *, argument: str = "runs", markers: bool = Tr
 
     Returns the frames and the task id of each shared code; ``markers`` as in :func:`read_frame`.
     """
-    cols = MEASURED_COLUMNS if markers else ("task_id", "reward")
+    cols = _read_columns(markers)
     tables = [as_table(r, require=(), argument=f"{argument}[{i}]", columns=cols) for i, r in enumerate(runs)]
     decoded: list[_Decoded] = []
     for i, (t, r) in enumerate(zip(tables, runs)):
