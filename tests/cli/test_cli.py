@@ -10,7 +10,7 @@ import pytest
 
 from assay.cli import main
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 PROBE = """
 import sys

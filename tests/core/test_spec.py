@@ -11,7 +11,7 @@ import assay
 from assay.errors import SpecError
 from assay.spec import json_schema_text, load_spec, parse_spec
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 BASE = """
 name: demo

@@ -57,7 +57,7 @@ def test_deployment_definition_offline() -> None:
     and a process work pool; the flow's parameter schema accepts the listed parameters."""
     import yaml
 
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     cfg = yaml.safe_load((root / "deployments" / "prefect.yaml").read_text())
     (dep,) = cfg["deployments"]
     assert dep["entrypoint"] == "flows/nightly.py:nightly"

@@ -14,7 +14,7 @@ import pytest
 from assay.decontam import contamination, wilson_interval
 from assay.errors import RowsError
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CORPUS = ROOT / "configs" / "data" / "quickstart_corpus.jsonl"
 
 ZH = "机器学习模型在训练数据上表现很好但是在新的测试数据上表现不好这说明模型出现了过拟合的问题需要更多的正则化"
