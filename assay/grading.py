@@ -28,7 +28,7 @@ from typing import Any
 import pyarrow as pa
 
 from assay.errors import RowsError, RowsTypeError
-from assay.judging import Judge, Verdict, as_judge, normalize_verdict
+from assay.judging import Judge, Verdict, as_judge, check_references_used, normalize_verdict
 from assay.rows import MARKERS_TYPE, Rows, _to_json, as_table, table_to_records
 
 #: Rows per message to a worker process: big enough to amortize pickling, small enough to
@@ -69,6 +69,7 @@ def grade(rows: Any, verifier: Any, *, workers: int | None = None, argument: str
     judge: Judge = as_judge(verifier, argument=argument)
     table = as_table(rows, require=("prompt", "final_text"))
     records = table_to_records(table)
+    check_references_used(judge, records, argument)
     verdicts = judge_records(judge, records, workers=workers)
     return Rows(_with_verdicts(table, judge.name, verdicts))
 

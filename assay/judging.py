@@ -5,7 +5,10 @@ Shared by ``assay.rows(reward=...)`` and ``assay.grade``; nothing here runs in p
 A *verifier* is any object with ``check(candidate, reference, row)`` returning a score in
 [0, 1], a ``(score, reason)`` tuple, or ``None`` (cannot judge). A *judge* may also be a plain
 callable: ``(prompt, completion)``, ``(prompt, completion, reference)``, or ``(row)``, whose
-result may additionally be a dict ``{"reward", "reason", "markers", "meta"}``.
+result may additionally be a dict ``{"reward", "reason", "markers", "meta"}``. A callable
+gets the reference whenever it can take it (a third positional parameter, with or without a
+default; a ``reference`` keyword; ``**kwargs``); rows with references and a callable that cannot
+take them are refused (:func:`check_references_used`).
 
 Whatever the judge returns is normalized by :func:`normalize_verdict`. NaN, a number outside
 [0, 1], a string, or an exception never pass: the reward stays ``None`` and ``judge_status``
@@ -24,6 +27,7 @@ import math
 import numbers
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Protocol, runtime_checkable
 
 from assay.errors import RowsTypeError
@@ -151,6 +155,8 @@ class Judge:
     needs_reference: bool = False
     parallel: bool = False
     source: Any = None
+    #: False for a ``(prompt, completion)`` callable: rows with references are refused.
+    takes_reference: bool = True
 
     def judge(self, row: Mapping[str, Any]) -> Verdict:
         if self.needs_reference and _reference(row) is None:
@@ -169,18 +175,39 @@ def _reference(row: Mapping[str, Any]) -> Any:
     return priv.get("reference") if isinstance(priv, Mapping) else None
 
 
-def _positional_arity(fn: Callable[..., Any]) -> int | None:
+def _call_shape(fn: Callable[..., Any]) -> tuple[int, bool, bool] | None:
+    """(required positional parameters, can take a third positional, can take ``reference=``)
+    of a callable, or None when its signature cannot be read."""
     try:
         sig = inspect.signature(fn)
     except (TypeError, ValueError):
         return None
-    n = 0
+    required = positional = 0
+    var_positional = by_keyword = False
     for p in sig.parameters.values():
         if p.kind is p.VAR_POSITIONAL:
-            return None
-        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.default is p.empty:
-            n += 1
-    return n
+            var_positional = True
+        elif p.kind is p.VAR_KEYWORD:
+            by_keyword = True
+        elif p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD):
+            positional += 1
+            required += p.default is p.empty
+            by_keyword |= p.name == "reference" and p.kind is p.POSITIONAL_OR_KEYWORD
+        elif p.kind is p.KEYWORD_ONLY:
+            if p.name == "reference":
+                by_keyword = True
+            elif p.default is p.empty:
+                return None  # a required keyword-only parameter: no judge form fills it
+    return required, var_positional or positional >= 3, by_keyword
+
+
+def _with_optional_reference(fn: Callable[..., Any], positional: bool, row: Mapping[str, Any]) -> Any:
+    ref = _reference(row)
+    if ref is None:
+        return fn(row["prompt"], row["final_text"])
+    if positional:
+        return fn(row["prompt"], row["final_text"], ref)
+    return fn(row["prompt"], row["final_text"], reference=ref)
 
 
 def judge_name_of(obj: Any) -> str:
@@ -211,16 +238,45 @@ def as_judge(reward: Any, *, argument: str = "reward") -> Judge:
         raise RowsTypeError(f"{argument}: got the class {reward.__name__}; pass an instance, e.g. {reward.__name__}()")
     if not callable(reward):
         raise RowsTypeError(f"{argument}: expected a verifier, a callable, or numbers; got {type(reward).__name__}")
-    arity = _positional_arity(reward)
-    if arity == 1:
+    shape = _call_shape(reward)
+    required = None if shape is None else shape[0]
+    if required == 1 or (required == 0 and shape is not None and not shape[1] and not shape[2]):
         return Judge(name, reward, False, False, reward)
-    if arity == 2:
-        return Judge(name, lambda row, _f=reward: _f(row["prompt"], row["final_text"]), False, False, reward)
-    if arity == 3:
-        return Judge(name, lambda row, _f=reward: _f(row["prompt"], row["final_text"], _reference(row)),
-                     False, False, reward)
+    if shape is not None and (required in (2, 3) or (required == 0 and shape[1])):
+        _, third, keyword = shape
+        if required == 3:
+            return Judge(name, lambda row, _f=reward: _f(row["prompt"], row["final_text"], _reference(row)),
+                         False, False, reward)
+        if third or keyword:
+            # an optional reference parameter gets the reference whenever the row has one (left
+            # at its default it would score every row against the default, silently)
+            return Judge(name, partial(_with_optional_reference, reward, third), False, False, reward)
+        return Judge(name, lambda row, _f=reward: _f(row["prompt"], row["final_text"]), False, False,
+                     reward, takes_reference=False)
     raise RowsTypeError(
-        f"{argument}: callable {name} takes {arity if arity is not None else 'a variable number of'} "
+        f"{argument}: callable {name} takes {required if required is not None else 'an unreadable set of'} "
         "required positional arguments; a judge takes (row), (prompt, completion) or "
-        "(prompt, completion, reference)"
+        "(prompt, completion, reference) (the reference may also be a keyword or **kwargs)"
     )
+
+
+def check_references_used(judge: Judge, records: Any, argument: str = "reward") -> None:
+    """Raise when rows carry references but the judge is a ``(prompt, completion)`` callable that
+    cannot take one: it would grade without the gold answer, silently. (A combinator's child may
+    ignore the reference: its siblings use it; only the top-level judge is checked.)
+
+    Example:
+        >>> check_references_used(as_judge(lambda p, c: 1), [{"privileged": {"reference": "5"}}])
+        Traceback (most recent call last):
+        ...
+        assay.errors.RowsTypeError: reward: callable <lambda> takes (prompt, completion) but the rows have references; add a reference parameter, e.g. def <lambda>(prompt, completion, reference=None), or drop references=
+    """
+    if judge.takes_reference:
+        return
+    for r in records:
+        if _reference(r) is not None:
+            raise RowsTypeError(
+                f"{argument}: callable {judge.name} takes (prompt, completion) but the rows have "
+                f"references; add a reference parameter, e.g. def {judge.name}(prompt, completion, "
+                "reference=None), or drop references="
+            )

@@ -20,7 +20,7 @@ import json
 import math
 import numbers
 import os
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from functools import cached_property
 from itertools import chain
 from operator import itemgetter
@@ -775,6 +775,26 @@ def _per_completion(values: Any, shape: list[int], argument: str, is_leaf: Any) 
     return out
 
 
+def _check_same_task(tid: str, a: tuple[int, list[dict[str, str]], str | None],
+                     b: tuple[int, list[dict[str, str]], str | None], name: Any) -> None:
+    """Two prompts with one task id are one task only when prompt and reference agree: else one
+    task would be graded against two golds (or two questions), and no estimate says so."""
+    (i, msgs_i, priv_i), (j, msgs_j, priv_j) = a, b
+    if msgs_i != msgs_j:
+        field, vi, vj = "prompt", msgs_i[-1]["content"], msgs_j[-1]["content"]
+        if vi == vj:  # the conversations differ before the last turn
+            vi, vj = msgs_i, msgs_j
+    elif priv_i != priv_j:
+        field, vi, vj = "reference", _from_json(priv_i)["reference"], _from_json(priv_j)["reference"]
+    else:
+        return
+    raise RowsError(
+        f"{name(i)} and {name(j)} have the same task id {tid!r} but a different {field} "
+        f"({vi!r:.80} vs {vj!r:.80}); one task has one {field}: give them different task ids, "
+        f"or make the {field}s agree"
+    )
+
+
 def _is_number_leaf(v: Any) -> bool:
     return v is None or isinstance(v, (numbers.Real, np.bool_, bool)) or isinstance(v, str)
 
@@ -788,6 +808,7 @@ def rows(
     task_ids: Sequence[str] | None = None,
     markers: Sequence[Any] | None = None,
     workers: int | None = None,
+    record_names: Callable[[int], str] | None = None,
 ) -> Rows:
     """Build rows from prompts and completions, optionally grading them.
 
@@ -803,6 +824,11 @@ def rows(
             prompt twice is one task with rollouts numbered continuously.
         markers: ``{name: number}`` per completion, nested like completions or flat.
         workers: worker processes for grading with a verifier (see :func:`assay.grade`).
+        record_names: how errors name prompt ``i`` (default ``prompts[i]``); a file source
+            passes its file and record index.
+
+    Prompts that share a task id (given, or the same conversation) must have the same prompt
+    and reference: a conflict raises, naming both prompts and the field that differs.
 
     Returns:
         :class:`Rows`.
@@ -816,6 +842,7 @@ def rows(
         raise RowsTypeError(f"prompts: expected a sequence of prompts, got {type(prompts).__name__}")
     prompts = list(prompts)
     n = len(prompts)
+    name = record_names or (lambda i: f"prompts[{i}]")
     parsed = [_messages_of(p, i) for i, p in enumerate(prompts)]
     groups = _flatten_completions(n, completions)
     shape = [len(g) for g in groups]
@@ -842,11 +869,15 @@ def rows(
 
     cols: dict[str, list[Any]] = {c: [] for c in COLUMNS}
     counters: dict[str, int] = {}
+    first: dict[str, tuple[int, list[dict[str, str]], str | None]] = {}
     for i, ((msgs, last_user), group) in enumerate(zip(parsed, groups)):
         tid = task_ids[i] if task_ids is not None else task_id_for(msgs)
         priv = None if references is None else _to_json({"reference": references[i]}, f"references[{i}]")
+        seen = first.setdefault(tid, (i, msgs, priv))
+        if seen[0] != i:
+            _check_same_task(tid, seen, (i, msgs, priv), name)
         for j, text in enumerate(group):
-            where = f"prompt {i}, completion {j}"
+            where = f"prompt {i}, completion {j}" if record_names is None else record_names(i)
             k = counters.get(tid, 0)
             counters[tid] = k + 1
             cols["task_id"].append(tid)

@@ -14,9 +14,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from assay.errors import SpecError
+from assay.errors import RowsError, SpecError
 from assay.jsonl import iter_jsonl
-from assay.rows import Rows, as_table
+from assay.rows import Rows, _check_number, as_table
 from assay.stages.cache import StageResult, cached_stage, load_rows
 from assay.store import Store
 
@@ -48,6 +48,13 @@ def rows_from_records(records: Sequence[Mapping[str, Any]], fields: Any, *, wher
             if name not in rec or rec[name] is None:
                 raise SpecError(f"{where} record {i}: field {name!r} (fields.{role}) is missing; "
                                 f"the record has {sorted(rec)}")
+        if not isinstance(rec[fields.completion], str):
+            raise SpecError(f"{where} record {i}: field {fields.completion!r} (fields.completion) must "
+                            f"be a string, got {type(rec[fields.completion]).__name__} "
+                            f"{rec[fields.completion]!r:.60}")
+        if not isinstance(rec[fields.prompt], (str, list)):
+            raise SpecError(f"{where} record {i}: field {fields.prompt!r} (fields.prompt) must be a "
+                            f"string or a list of messages, got {type(rec[fields.prompt]).__name__}")
         prompts.append(rec[fields.prompt])
         completions.append(rec[fields.completion])
         if fields.reference is not None:
@@ -61,12 +68,17 @@ def rows_from_records(records: Sequence[Mapping[str, Any]], fields: Any, *, wher
         if fields.reward is not None:
             if fields.reward not in rec:
                 raise SpecError(f"{where} record {i}: reward field {fields.reward!r} is missing")
+            try:
+                _check_number(rec[fields.reward], f"{where} record {i}: field {fields.reward!r} (fields.reward)")
+            except RowsError as e:
+                raise SpecError(str(e)) from None
             rewards.append(rec[fields.reward])
     if not prompts:
         raise SpecError(f"{where}: no records")
     return assay.rows(prompts, completions, rewards if fields.reward is not None else None,
                       references=refs if fields.reference is not None else None,
-                      task_ids=tids if fields.task_id is not None else None)
+                      task_ids=tids if fields.task_id is not None else None,
+                      record_names=lambda i: f"{where} record {i}")
 
 
 def build_source_rows(source: Any, spec: Any) -> Rows:

@@ -72,7 +72,7 @@ class MathEqual(Verifier):
                                 "grade with assay.grade(), which runs it in worker processes")
         if isinstance(reference, bool) or not isinstance(reference, (str, int, float)):
             raise VerifierError(f"MathEqual: reference must be a string or a number, got {type(reference).__name__}")
-        ref = str(reference)
+        ref = same_notation(str(reference))
         if "$" not in ref and "\\boxed" not in ref:
             ref = f"${ref}$"
         gold = self._gold.get(ref)
@@ -90,6 +90,7 @@ class MathEqual(Verifier):
             return None, f"reference {reference!r:.60} is not a math expression math-verify can read"
         if not isinstance(candidate, str):
             return self._judge(candidate, gold)
+        candidate = same_notation(candidate)
         key = (candidate, ref)
         done = self._seen.get(key)
         if done is None:
@@ -125,6 +126,27 @@ class MathEqual(Verifier):
         except Exception as e:  # math-verify's own default: a failed comparison is "not equal"
             return 0.0, f"math-verify could not compare ({type(e).__name__}): not equal"
         return (1.0 if ok else 0.0), f"math-verify: {'equal' if ok else 'not equal'}"
+
+
+#: Notations math-verify's LaTeX reader does not know, as ones it does: ``\varnothing``
+#: (and the Unicode sign) is the empty set, which it reads only as ``\emptyset`` or ``\{\}``.
+_SAME_NOTATION = (
+    (re.compile(r"\\varnothing(?![A-Za-z])"), r"\\emptyset"),
+    (re.compile("\u2205"), r"\\emptyset"),
+    (re.compile(r"\\\{(?:\s|~|\\[ ,;!])+\\\}"), r"\\emptyset"),  # "\{ \}": read as no answer
+)
+
+
+def same_notation(text: str) -> str:
+    """``text`` with notations math-verify misses rewritten to ones it reads (same meaning).
+
+    Example:
+        >>> same_notation(r"$x \\in \\varnothing$")
+        '$x \\\\in \\\\emptyset$'
+    """
+    for pattern, repl in _SAME_NOTATION:
+        text = pattern.sub(repl, text)
+    return text
 
 
 # ---------------------------------------------------------------------------------------------
