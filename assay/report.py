@@ -62,10 +62,10 @@ def _num(x: Any) -> float | None:
 
 def result_doc(kind: str, label: str, result: Any, **extra: Any) -> dict[str, Any]:
     """A stored, JSON-ready record of one measurement: its line, report, data and estimates."""
-    from assay.results import to_plain
+    from assay.results import line_of, to_plain
 
     report = result.report() if hasattr(result, "report") else str(result)
-    return {"kind": kind, "label": label, "text": str(result), "report": report,
+    return {"kind": kind, "label": label, "text": line_of(result), "report": report,
             "data": _drop_timings(to_plain(result)), "estimates": collect_estimates(result), **extra}
 
 

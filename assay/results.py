@@ -91,20 +91,106 @@ def to_plain(obj: Any) -> Any:
 
 
 class Result:
-    """Mixin for frozen result dataclasses: ``to_dict()``, one-line ``str()``, ``report()``.
+    """Mixin for frozen result dataclasses: ``to_dict()``, ``to_frame()``, one-line ``str()``,
+    ``report()``, and the headline estimate at ``.estimate`` (its number at ``.value``).
 
     Subclasses define ``__str__`` (every estimate with interval and n on one line) and may
-    override ``report()`` (multi-line, where warnings live).
+    override ``report()`` (multi-line, where warnings live). ``str()`` ends with
+    "(N warnings: report() shows them)" when there are warnings, so a printed result never hides
+    them. The headline is the Estimate field named by ``_headline_field``, or what
+    ``_headline()`` builds.
+
+    Example:
+        >>> from dataclasses import dataclass
+        >>> @dataclass(frozen=True)
+        ... class Rate(Result):
+        ...     rate: Estimate
+        ...     warnings: tuple[str, ...] = ()
+        ...     _headline_field = "rate"
+        ...     def __str__(self) -> str:
+        ...         return str(self.rate)
+        >>> r = Rate(Estimate("rate", 0.25, None, 8), ("only 8 tasks",))
+        >>> print(r)
+        rate 0.250 (8 tasks) (1 warning: report() shows it)
+        >>> r.estimate.value, r.value, r.to_frame()["value"].tolist()
+        (0.25, 0.25, [0.25])
     """
+
+    #: name of the field holding the headline :class:`Estimate` (None: ``_headline`` builds it)
+    _headline_field: str | None = None
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        own = cls.__dict__.get("__str__")
+        if own is not None and not getattr(own, "_with_warnings", False):
+            cls._line = own  # type: ignore[attr-defined]
+
+            def __str__(self: Result) -> str:
+                return self._line() + _warnings_suffix(self)
+
+            __str__._with_warnings = True  # type: ignore[attr-defined]
+            __str__.__doc__ = own.__doc__
+            cls.__str__ = __str__  # type: ignore[method-assign]
+
+    def _line(self) -> str:
+        """The one-line form without the warnings count (what ``report()`` starts with)."""
+        return object.__str__(self)
+
+    def _headline(self) -> Estimate:
+        name = type(self)._headline_field
+        if name is None:
+            raise NotImplementedError(f"{type(self).__name__} names no headline estimate")
+        return getattr(self, name)
+
+    @property
+    def estimate(self) -> Estimate:
+        """The headline :class:`Estimate` (value, interval, n) of this result."""
+        return self._headline()
+
+    @property
+    def value(self) -> float:
+        """The headline number, ``estimate.value``."""
+        return self.estimate.value
 
     def to_dict(self) -> dict[str, Any]:
         return {f.name: to_plain(getattr(self, f.name)) for f in dataclasses.fields(self)}  # type: ignore[arg-type]
 
+    def to_frame(self) -> Any:
+        """Every estimate in the result as a pandas DataFrame, one row each: ``path`` (where it
+        sits in the result), ``name``, ``value``, ``low``, ``high``, ``level``, ``method``,
+        ``n``, ``unit``, ``n_rows``, ``note``. A result without Estimate fields gives its
+        headline."""
+        import pandas as pd
+
+        from assay.report import collect_estimates  # report imports this module
+
+        rows = collect_estimates(self)
+        if not rows:
+            rows = collect_estimates({"estimate": self.estimate})
+        return pd.DataFrame.from_records(rows, columns=list(_FRAME_COLUMNS))
+
     def report(self) -> str:
-        lines = [str(self)]
+        lines = [self._line()]
         for w in getattr(self, "warnings", ()) or ():
             lines.append(f"warning: {w}")
         return "\n".join(lines)
 
     def _repr_markdown_(self) -> str:
         return "```\n" + self.report() + "\n```"
+
+
+_FRAME_COLUMNS = ("path", "name", "value", "low", "high", "level", "method", "n", "unit", "n_rows", "note")
+
+
+def _warnings_suffix(result: Any) -> str:
+    n = len(getattr(result, "warnings", ()) or ())
+    if not n:
+        return ""
+    return f" ({n} warning: report() shows it)" if n == 1 else f" ({n} warnings: report() shows them)"
+
+
+def line_of(result: Any) -> str:
+    """A result's one-line form without the warnings count (for documents that list the
+    warnings themselves)."""
+    line = getattr(result, "_line", None)
+    return line() if callable(line) else str(result)

@@ -192,8 +192,10 @@ class RewardModelSpec(_Model):
     kind: Literal["embedding", "hf", "function"]
     path: str | None = Field(None, description="hf: model id or local path")
     revision: str | None = None
-    function: str | None = Field(None, description="function: 'module:callable' scoring "
-                                 "(prompts, responses)")
+    function: str | None = Field(None, description="function: 'module:callable' called once per "
+                                 "batch as fn(prompts, responses) -> one number per pair (lists; "
+                                 "params: {batched: false} for fn(prompt, response) per pair, "
+                                 "batch_size: items per call, default all)")
     params: dict[str, Any] = Field(default_factory=dict, description="adapter keyword arguments")
 
     @model_validator(mode="after")

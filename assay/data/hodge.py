@@ -36,7 +36,7 @@ import numpy as np
 
 from assay.data.items import EdgeObs, Tournament
 from assay.errors import DataError
-from assay.results import Result
+from assay.results import Estimate, Result
 
 ENCODINGS = ("logodds", "winrate")
 
@@ -66,6 +66,10 @@ class HodgeResult(Result):
     baseline_curl: float | None
     baseline_curl_q95: float | None
     warnings: tuple[str, ...] = ()
+
+    def _headline(self) -> Estimate:
+        """The share of the flow a global ranking explains (the gradient fraction)."""
+        return Estimate("gradient fraction", float(self.gradient_fraction), None, len(self.edges), "edges")
 
     def __str__(self) -> str:
         base = ("" if self.baseline_curl is None else

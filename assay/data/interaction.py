@@ -44,6 +44,8 @@ class InteractionResult(Result):
     n_items: int
     warnings: tuple[str, ...] = ()
 
+    _headline_field = "interaction"
+
     def __str__(self) -> str:
         return f"{self.interaction}; {self.effect_a}; {self.effect_b}"
 

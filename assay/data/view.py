@@ -40,7 +40,7 @@ from assay.data.lineage import Lineage
 from assay.data.lineage import effective_n as _effective_n
 from assay.errors import DataError, HashError
 from assay.hashing import DIGEST_HEX, HASH_SCHEMA, canonicalize
-from assay.results import Result
+from assay.results import Estimate, Result
 
 VIEW_SCHEMA_VERSION = 1
 
@@ -214,6 +214,10 @@ class EffectiveN(Result):
     icc: float
     weighted: float
     prompts: float
+
+    def _headline(self) -> Estimate:
+        """The effective number of independent seeds."""
+        return Estimate("effective seeds", float(self.seeds), None, int(round(self.rows)), "rows")
 
     def __str__(self) -> str:
         return (f"effective n: {self.seeds:g} independent seeds ({self.prompts:g} prompts), "

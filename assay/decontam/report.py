@@ -100,6 +100,8 @@ class ContaminationReport(Result):
     warnings: tuple[str, ...] = ()
     seconds: dict[str, float] = field(default_factory=dict)
 
+    _headline_field = "rate"
+
     def __str__(self) -> str:
         rules = ", ".join(f"{r} {self.by_rule.get(r, 0)}" for r in RULES if r in self.by_rule)
         return f"{self.rate}; {self.n_contaminated} of {self.n_items} items contaminated ({rules})"
@@ -148,7 +150,7 @@ class ContaminationReport(Result):
         return rescore(rows, self.contaminated_task_ids(), k=k)
 
     def report(self, examples: int = 5) -> str:
-        lines = [str(self)]
+        lines = [self._line()]
         t = self.thresholds
         lines.append(
             "thresholds: " + ", ".join(f"{k}={v}" for k, v in t.items())
@@ -192,6 +194,10 @@ class FilterReport(Result):
     mode: str
     warnings: tuple[str, ...] = ()
 
+    def _headline(self) -> Estimate:
+        """The rows dropped, out of the rows given."""
+        return Estimate("rows dropped", float(self.n_dropped), None, self.n_rows, "rows")
+
     def __str__(self) -> str:
         rules = ", ".join(f"{r} {self.by_rule.get(r, 0)}" for r in RULES if r in self.by_rule)
         verb = "dropped" if self.mode == "drop" else "flagged"
@@ -202,7 +208,7 @@ class FilterReport(Result):
         return self.to_dict()[key]
 
     def report(self, examples: int = 5) -> str:
-        lines = [str(self), "thresholds: " + ", ".join(f"{k}={v}" for k, v in self.thresholds.items())]
+        lines = [self._line(), "thresholds: " + ", ".join(f"{k}={v}" for k, v in self.thresholds.items())]
         for d in self.dropped[:examples]:
             lines.append(f"  row {d['index']}: {d['rule']} (eval item {d['eval_task_id']}, score {d['score']:.2f})")
         for w in self.warnings:
@@ -218,6 +224,10 @@ class CleanSplit(Result):
     clean: Any
     n_removed: int
     method: str
+
+    def _headline(self) -> Estimate:
+        """pass@1 on the clean subset (contaminated tasks removed)."""
+        return self.clean.estimate
 
     def __str__(self) -> str:
         return f"full: {self.full} | clean: {self.clean} | {self.n_removed} contaminated tasks removed"

@@ -81,6 +81,10 @@ class Comparison(Result):
     notes: tuple[str, ...] = ()
     warnings: tuple[str, ...] = ()
 
+    def _headline(self) -> Estimate:
+        """The target metric's (pass@1) delta, after minus before."""
+        return self[self.target].delta
+
     def __getitem__(self, name: str) -> MetricComparison:
         for m in self.metrics:
             if m.metric == name or m.metric == f"marker:{name}":

@@ -98,6 +98,8 @@ class PassAt(Result):
     notes: tuple[str, ...] = ()
     warnings: tuple[str, ...] = ()
 
+    _headline_field = "pass_at_1"
+
     @property
     def value(self) -> float:
         return self.pass_at_1.value
@@ -107,7 +109,7 @@ class PassAt(Result):
         return " | ".join(parts)
 
     def report(self) -> str:
-        lines = [str(self)]
+        lines = [self._line()]
         lines.append(
             f"rows: {self.n_rows} binary used, {self.n_partial} partial skipped, {self.n_unjudged} unjudged skipped; "
             f"se(pass@1) {self.se:.4f}, design effect phi {self.design_effect:.3f}; intervals: {METHOD}"
@@ -167,7 +169,8 @@ def pass_at_frame(frame: Frame, k: int | None, *, level: float = 0.95) -> PassAt
     interval = task_interval(rates, floor=floor, level=level)
     if interval is None:
         warnings.append("one task: no interval over tasks is possible; give more tasks (each its own task_id)")
-    p1 = Estimate("pass@1", float(rates.mean()), interval, T, "tasks", n_rows_used)
+    p1 = Estimate("pass@1", float(rates.mean()), interval, T, "tasks", n_rows_used,
+                  None if interval is not None else "no interval: one task cannot show task-to-task variation")
     se = float(rates.std(ddof=1) / np.sqrt(T)) if T > 1 else float("nan")
     phi = 1.0
     if T > 1 and 0 < p1.value < 1:

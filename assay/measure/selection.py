@@ -36,7 +36,7 @@ import pyarrow.compute as pc
 
 from assay.errors import MeasureError
 from assay.measure.grouping import _cache_key, frame_of_table
-from assay.results import Result
+from assay.results import Estimate, Result
 from assay.rows import Rows, as_table
 
 LEAK_MIN_CHARS = 20
@@ -71,6 +71,11 @@ class Selection(Result):
     n_tasks_kept: int
     warnings: tuple[str, ...] = ()
 
+    def _headline(self) -> Estimate:
+        """The tasks kept, out of the tasks given."""
+        return Estimate("tasks kept", float(self.n_tasks_kept), None, self.n_tasks_in, "tasks",
+                        self.n_rows_kept)
+
     def __len__(self) -> int:
         return self.n_rows_kept
 
@@ -84,7 +89,7 @@ class Selection(Result):
                 + (f" | {gates}" if gates else ""))
 
     def report(self) -> str:
-        lines = [str(self)]
+        lines = [self._line()]
         for g in self.gates:
             lines.append(f"  gate {g.name}: dropped {g.rows_dropped} rows, {g.groups_dropped} whole groups"
                          + (f" ({g.note})" if g.note else ""))

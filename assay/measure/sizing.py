@@ -24,7 +24,7 @@ import numpy as np
 from assay.errors import MeasureError
 from assay.measure.grouping import read_frame, read_runs, task_stats
 from assay.measure.signflip import lattice_pvalues, min_attainable_p, tasks_for_power
-from assay.results import Result
+from assay.results import Estimate, Result
 
 SIMULATE_BELOW = 100
 SIM_REPS = 2000
@@ -47,6 +47,11 @@ class HoldoutSize(Result):
     test: str = "exact sign-flip on per-task differences (as compare)"
     notes: tuple[str, ...] = ()
     warnings: tuple[str, ...] = ()
+
+    def _headline(self) -> Estimate:
+        """The paired tasks needed, as a count (no interval: it is a plan, not a measurement)."""
+        return Estimate("paired tasks needed", float(self.n_tasks), None, self.n_tasks, "tasks",
+                        note=f"delta {self.effect:+.3f} at power {self.power:.2f}, alpha {self.alpha}")
 
     def __str__(self) -> str:
         sim = f", simulated power {self.simulated_power:.2f}" if self.simulated_power is not None else ""
@@ -86,14 +91,15 @@ def _simulated_power(n: int, effect: float, k: int, model: tuple[float, float], 
     return float(np.mean(lattice_pvalues(a) < alpha))
 
 
-def holdout_size(effect: float, *, before: Any = None, after: Any = None, k: int | None = None,
+def holdout_size(effect: float, before: Any = None, after: Any = None, *, k: int | None = None,
                  power: float = 0.8, alpha: float = 0.05, base: float = 0.5, seed: int = 0) -> HoldoutSize:
     """Tasks needed for ``compare`` to call a pass@1 change of ``effect`` with ``power``.
 
     Args:
         effect: the change in pass@1 to detect (e.g. 0.05 for five points).
-        before, after: pilot rows; both: sd of paired differences; ``before`` only: within-task
-            variance; neither: the binomial model at ``base``.
+        before, after: pilot rows, passed as to :func:`assay.measure.compare` (positionally
+            after ``effect``, or by name; any row-like input); both: sd of paired differences;
+            ``before`` only: within-task variance; neither: the binomial model at ``base``.
         k: samples per task per arm in the planned comparison; default: the pilot's median, or 1.
         power: target power; alpha: the test's two-sided level.
         base: pass rate of the model path (0.5 is the worst case).

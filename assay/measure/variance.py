@@ -53,6 +53,8 @@ class VarianceComponents:
     run_sd: float | None
     run_sd_expected: float | None
     run_spread_p: float | None
+    #: the empirical se of the mean over tasks (sd of task means / sqrt(T)): pass_at's ``se``
+    se_tasks: float | None = None
 
     def __str__(self) -> str:
         s = (f"{self.mean}: se {self.se:.4f} = sqrt((between {self.between:.4f} + within {self.within:.4f}/"
@@ -77,6 +79,10 @@ class EvalVariance(Result):
     notes: tuple[str, ...] = ()
     warnings: tuple[str, ...] = ()
 
+    def _headline(self) -> Estimate:
+        """pass@1's mean with its interval (``se`` and the components are in ``components[0]``)."""
+        return self.components[0].mean
+
     def __getitem__(self, name: str) -> VarianceComponents:
         for c in self.components:
             if c.metric in (name, f"marker:{name}"):
@@ -95,9 +101,29 @@ class EvalVariance(Result):
                 f"can shrink se by at most {100 * (1 - c.se_floor_samples / c.se) if c.se > 0 else 0:.0f}%, "
                 f"doubling the tasks shrinks it by {100 * (1 - c.se_double_tasks / c.se) if c.se > 0 else 0:.0f}%"
             )
+            which = se_which(c)
+            if which:
+                lines.append(f"    {which}")
         lines += [f"note: {n}" for n in self.notes]
         lines += [f"warning: {w}" for w in self.warnings]
         return "\n".join(lines)
+
+
+def se_which(c: VarianceComponents) -> str | None:
+    """Which standard error of this mean to quote, when the model's differs from the empirical one.
+
+    The model's ``se`` is ``sqrt((between + within / K) / T)`` with ``between`` truncated at 0;
+    the empirical se over tasks (sd of the task means / sqrt(T), pass_at's ``se`` and the basis of
+    every interval) is the same number unless the truncation (or unequal samples per task)
+    moves it. One estimate has one se: say which.
+    """
+    if c.se_tasks is None or not np.isfinite(c.se) or abs(c.se - c.se_tasks) <= 5e-5:
+        return None
+    why = ("the between-task estimate was truncated at 0" if c.between == 0.0
+           else "tasks have unequal numbers of samples")
+    return (f"se of the mean: {c.se_tasks:.4f} over tasks (as pass_at reports it and its interval uses); "
+            f"the {c.se:.4f} above is the components' model se ({why}), meant for planning "
+            "how more samples or tasks change it, not for this estimate's interval")
 
 
 def _decompose(metric: str, per_run: list[tuple[np.ndarray, np.ndarray, np.ndarray, int]], n_tasks: int,
@@ -163,8 +189,9 @@ def _decompose(metric: str, per_run: list[tuple[np.ndarray, np.ndarray, np.ndarr
                 r = len(run_means)
                 chi = (r - 1) * run_sd ** 2 / expected ** 2
                 pval = float(special.chdtrc(r - 1, chi))
+    se_tasks = float(x.std(ddof=1) / np.sqrt(T)) if T > 1 else None
     return VarianceComponents(metric, mean, T, K, between, within, se, se2k, se2t, floor_se, share,
-                              tuple(run_means), run_sd, expected, pval)
+                              tuple(run_means), run_sd, expected, pval, se_tasks)
 
 
 def eval_variance(*runs: Any, level: float = 0.95) -> EvalVariance:

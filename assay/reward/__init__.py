@@ -27,6 +27,7 @@ _LAZY: dict[str, str] = {
     "bundled_model_path": "assay.reward.embedding",
     "FunctionRewardModel": "assay.reward.function",
     "length_reward": "assay.reward.function",
+    "length_rewards": "assay.reward.function",
     "plan_batches": "assay.reward.batching",
     "score_view": "assay.reward.scoring",
     "score_key": "assay.reward.scoring",

@@ -57,6 +57,8 @@ class QuadrupleAudit(Result):
     effects: tuple[Estimate, Estimate]
     sycophancy_rate: Estimate | None
 
+    _headline_field = "interaction"
+
     def __str__(self) -> str:
         parts = [str(self.interaction), *map(str, self.effects)]
         if self.sycophancy_rate is not None:
@@ -78,6 +80,8 @@ class TournamentAudit(Result):
     cyclic_triads: int
     complete_triads: int
 
+    _headline_field = "agreement"
+
     def __str__(self) -> str:
         return (f"{self.agreement}; ceiling {_fmt(self.ceiling)}; "
                 f"{self.cyclic_triads}/{self.complete_triads} cyclic triads")
@@ -98,6 +102,8 @@ class DimensionAudit(Result):
     truncated: int = 0
     quadruples: QuadrupleAudit | None = None
     tournaments: TournamentAudit | None = None
+
+    _headline_field = "accuracy"
 
     def __str__(self) -> str:
         s = (f"{self.dimension}: {self.accuracy}, {self.ties} ties; {self.length_baseline}; "
@@ -134,6 +140,8 @@ class AuditResult(Result):
     seconds: float
     truncated: int
     warnings: tuple[str, ...] = field(default_factory=tuple)
+
+    _headline_field = "length_bias"
 
     def __getitem__(self, dimension: str) -> DimensionAudit:
         for d in self.dimensions:

@@ -25,7 +25,8 @@ from assay.reward.base import (
 
 class FunctionRewardModel:
     """Wrap ``fn(prompt, response) -> float`` (or, with ``batched=True``,
-    ``fn(prompts, responses) -> sequence of floats``) as a reward model.
+    ``fn(prompts, responses) -> sequence of floats``, called once per ``batch_size`` items, by
+    default once per ``score()``) as a reward model. The spec's ``kind: function`` is batched.
 
     The fingerprint hashes ``name``, ``version`` and the function's source code, so editing the
     function invalidates cached scores. Behaviour that the source does not show (a closure over
@@ -40,11 +41,17 @@ class FunctionRewardModel:
     """
 
     def __init__(self, fn: Callable[..., Any], *, name: str | None = None,
-                 version: str | None = None, batched: bool = False) -> None:
+                 version: str | None = None, batched: bool = False,
+                 batch_size: int | None = None) -> None:
         if not callable(fn):
             raise RewardModelError(f"FunctionRewardModel needs a callable, got {type(fn).__name__}")
+        if batch_size is not None and (isinstance(batch_size, bool) or not isinstance(batch_size, int)
+                                       or batch_size < 1):
+            raise RewardModelError(f"FunctionRewardModel(batch_size={batch_size!r}): a positive integer, "
+                                   "or None for one call per score()")
         self.fn = fn
         self.batched = batched
+        self.batch_size = batch_size
         self.name = name or getattr(fn, "__qualname__", None) or type(fn).__name__
         self.version = version
         try:
@@ -75,8 +82,20 @@ class FunctionRewardModel:
         """One float64 per item; a non-finite value is an error naming the item."""
         t0 = time.perf_counter()
         prompts, responses = check_texts(prompts, responses)
+        n_calls = 0
         if self.batched:
-            raw: Any = self.fn(prompts, responses)
+            size = self.batch_size or max(len(prompts), 1)
+            raw: Any = []
+            for lo in range(0, len(prompts), size):
+                part = self.fn(prompts[lo:lo + size], responses[lo:lo + size])
+                n_calls += 1
+                got = len(part) if hasattr(part, "__len__") else None
+                if got != len(prompts[lo:lo + size]):
+                    raise RewardModelError(
+                        f"{self.name} returned {got if got is not None else type(part).__name__} scores "
+                        f"for a batch of {len(prompts[lo:lo + size])} (items {lo}..); a batched reward "
+                        "function returns one number per (prompt, response)")
+                raw.extend(part)
         else:
             raw = []
             for i, (p, r) in enumerate(zip(prompts, responses)):
@@ -86,12 +105,23 @@ class FunctionRewardModel:
                         f"{self.name} returned {type(v).__name__} ({v!r:.40}) for item {i}; a "
                         "reward function must return a number")
                 raw.append(v)
+                n_calls += 1
         self.calls += len(prompts)
         scores = check_scores(raw, len(prompts), self.name)
         self._last_run = ScoreRun(n_items=len(prompts), n_scored=len(prompts),
-                                  n_batches=1 if prompts else 0,
+                                  n_batches=n_calls,
                                   seconds=time.perf_counter() - t0)
         return scores
+
+
+def length_rewards(prompts: Sequence[str], responses: Sequence[str]) -> list[float]:
+    """:func:`length_reward` over a batch, the form a spec's ``kind: function`` calls.
+
+    Example:
+        >>> length_rewards(["Q", "Q"], ["four", "seven!!"])
+        [4.0, 7.0]
+    """
+    return [length_reward(p, r) for p, r in zip(prompts, responses)]
 
 
 def length_reward(prompt: str, response: str) -> float:

@@ -45,7 +45,7 @@ import numpy as np
 
 from assay.errors import DataError
 from assay.hashing import combine
-from assay.results import Result
+from assay.results import Estimate, Result
 from assay.reward.base import (
     PROTOCOL_VERSION,
     RewardModelError,
@@ -109,6 +109,10 @@ class InvarianceReport(Result):
     largest_batch: int
     passed: bool
     note: str = ""
+
+    def _headline(self) -> Estimate:
+        """The largest |single - batched| score difference over the items checked."""
+        return Estimate("max |single - batched|", float(self.single_vs_batched), None, self.n_items, "items")
 
     def __str__(self) -> str:
         word = "ok" if self.passed else "FAILED"

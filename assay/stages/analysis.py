@@ -75,7 +75,8 @@ def make_reward_model(mspec: Any, spec: Any) -> Any:
         fn = getattr(importlib.import_module(mod), attr)
     except (ImportError, AttributeError) as e:
         raise SpecError(f"reward model {mspec.name!r}: cannot import {mspec.function!r} ({e})") from None
-    return reward.FunctionRewardModel(fn, **mspec.params)
+    # the function scores a batch: fn(prompts, responses) -> one number each (see the schema)
+    return reward.FunctionRewardModel(fn, **{"batched": True, **mspec.params})
 
 
 def reward_views(spec: Any) -> dict[str, Any]:

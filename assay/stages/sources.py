@@ -14,7 +14,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from assay.errors import RowsError, SpecError
+from assay.errors import RowsError, RowsTypeError, SpecError
 from assay.jsonl import iter_jsonl
 from assay.rows import Rows, _check_number, as_table
 from assay.stages.cache import StageResult, cached_stage, load_rows
@@ -70,7 +70,7 @@ def rows_from_records(records: Sequence[Mapping[str, Any]], fields: Any, *, wher
                 raise SpecError(f"{where} record {i}: reward field {fields.reward!r} is missing")
             try:
                 _check_number(rec[fields.reward], f"{where} record {i}: field {fields.reward!r} (fields.reward)")
-            except RowsError as e:
+            except (RowsError, RowsTypeError) as e:
                 raise SpecError(str(e)) from None
             rewards.append(rec[fields.reward])
     if not prompts:

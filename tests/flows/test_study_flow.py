@@ -160,7 +160,7 @@ def test_reward_stage_scores_inside_the_device_slot(tmp_path: Path) -> None:
 
     (tmp_path / "spec.yaml").write_text(
         "name: slot\nreward:\n  models:\n    - {name: len, kind: function, "
-        "function: 'assay.reward.function:length_reward'}\n  data: {dataset: diagnostic_v3, "
+        "function: 'assay.reward.function:length_rewards'}\n  data: {dataset: diagnostic_v3, "
         "dimensions: [verbosity]}\n")
     spec = load_spec(tmp_path / "spec.yaml")
     seen = []

@@ -234,6 +234,13 @@ class LengthBaselineResult(Result):
     by_dimension: Mapping[str, Estimate]
     warnings: tuple[str, ...] = ()
 
+    def _headline(self) -> Estimate:
+        """The one dimension's estimate; with several, pick one from ``by_dimension``."""
+        if len(self.by_dimension) == 1:
+            return next(iter(self.by_dimension.values()))
+        raise DataError(f"length baseline over {len(self.by_dimension)} dimensions has no single "
+                           f"estimate: use by_dimension[name] ({sorted(self.by_dimension)})")
+
     def __str__(self) -> str:
         return "length-only baseline: " + "; ".join(str(e) for e in self.by_dimension.values())
 
