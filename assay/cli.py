@@ -10,11 +10,14 @@ Example:
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import sys
 import time
+import traceback
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from assay.errors import AssayError
 
@@ -45,15 +48,49 @@ def cmd_validate(args: argparse.Namespace) -> int:
 def cmd_report(args: argparse.Namespace) -> int:
     from assay.report import read_report
 
+    run_dir = Path(args.run_dir)
+    if run_dir.name in ("report.md", "report.json") and not run_dir.is_dir():
+        run_dir = run_dir.parent  # `assay report RUN/report.md` names the run's folder too
     if args.json:
-        p = Path(args.run_dir) / "report.json"
+        p = run_dir / "report.json"
         if not p.is_file():
-            _err(f"{p} not found: {args.run_dir} is not a finished run directory")
+            _err(f"{p} not found: {run_dir} is not a finished run directory")
             return 2
         sys.stdout.write(p.read_text(encoding="utf-8"))
         return 0
-    sys.stdout.write(read_report(args.run_dir))
+    sys.stdout.write(read_report(run_dir))
     return 0
+
+
+#: Marks a report.md whose folder a later run did not finish writing.
+STALE_MARK = "> **Stale report.**"
+
+
+def mark_stale(out: Path, why: str) -> bool:
+    """Put a banner on ``out/report.md`` (if there is one): the latest run into the folder did
+    not finish, so the report is an earlier run's. A finished run rewrites the file without it.
+    Returns whether a report was marked.
+
+    Example:
+        >>> import tempfile
+        >>> d = Path(tempfile.mkdtemp())
+        >>> _ = (d / "report.md").write_text("# Study `x`\n")
+        >>> mark_stale(d, "failed: bad input"), (d / "report.md").read_text().splitlines()[0][:20]
+        (True, '> **Stale report.** ')
+    """
+    from assay.store import atomic_write
+
+    p = out / "report.md"
+    if not p.is_file():
+        return False
+    text = p.read_text(encoding="utf-8")
+    if text.startswith(STALE_MARK):  # marked by an earlier failure: keep one banner
+        text = text.split("\n\n", 1)[1] if "\n\n" in text else ""
+    why = " ".join(why.split())[:300]
+    banner = (f"{STALE_MARK} The latest `assay run` into this folder did not finish ({why}); "
+              "what follows is an earlier run's report. Rerun to replace it.\n\n")
+    atomic_write(p, (banner + text).encode("utf-8"))
+    return True
 
 
 def cmd_schema(args: argparse.Namespace) -> int:
@@ -79,16 +116,22 @@ def cmd_schema(args: argparse.Namespace) -> int:
 #: teardown (see :func:`console`).
 _EMBEDDED_RUN_DONE = False
 
+#: The current run's log file and whether tracebacks go to the terminal (``--debug``).
+_RUN: dict[str, Any] = {}
+
 
 def cmd_run(args: argparse.Namespace) -> int:
     from assay.spec import check_files, load_spec
     from flows.embedded import apply_local_settings, embedded_server, require_real_server
 
+    global _EMBEDDED_RUN_DONE
     t0 = time.perf_counter()
     user_level = os.environ.get("PREFECT_LOGGING_LEVEL")
     apply_local_settings(Path(args.prefect_home or ".prefect").resolve())
     if args.store:
         os.environ["ASSAY_STORE"] = str(Path(args.store).resolve())
+    _RUN.clear()
+    _RUN["debug"] = bool(args.debug)
     # The embedded server is launched first: its start-up overlaps loading the spec and
     # importing Prefect here. A bad spec stops it again before Prefect is imported.
     with embedded_server() as server:
@@ -98,6 +141,9 @@ def cmd_run(args: argparse.Namespace) -> int:
             _err(f"{args.spec}: " + "; ".join(problems))
             return 2
         require_real_server(spec.execution.runner, embedded=server is not None)
+        _RUN["debug"] = debug = bool(args.debug) or spec.execution.log_level == "debug"
+        out = spec.output_dir(args.output)
+        _RUN["log"] = log_path = out / "run.log"
         if user_level is None:
             os.environ["PREFECT_LOGGING_LEVEL"] = spec.execution.log_level.upper()
         if server is not None:
@@ -105,19 +151,31 @@ def cmd_run(args: argparse.Namespace) -> int:
             print(f"[prefect] embedded API server on {server.api_url} "
                   f"(PREFECT_HOME={os.environ['PREFECT_HOME']})", file=sys.stderr, flush=True)
         try:
-            from flows.study import prewarm, run_spec  # Prefect imports while the server starts
+            # Prefect imports while the server starts
+            from flows.study import capture_logs, prewarm, run_spec
 
-            if server is not None:
-                prewarm()
-                server.wait()
-            result = run_spec(args.spec, args.output, args.store, embedded=server is not None)
+            # Prefect's records (a failure's come with tracebacks) go to the run's log file;
+            # the terminal gets progress and one line per error (see main)
+            with capture_logs(log_path, echo=debug):
+                try:
+                    if server is not None:
+                        prewarm()
+                        server.wait()
+                    result = run_spec(args.spec, args.output, args.store, embedded=server is not None)
+                except BaseException as e:
+                    logging.getLogger("assay.cli").error(
+                        "assay run %s failed in %s", args.spec,
+                        getattr(e, "assay_stage", None) or "the study flow", exc_info=True)
+                    why = ("interrupted" if isinstance(e, KeyboardInterrupt)
+                           else f"failed: {type(e).__name__}: {e}")
+                    mark_stale(out, why)
+                    raise
         finally:
             os.environ.pop("ASSAY_EMBEDDED_API", None)
+            _EMBEDDED_RUN_DONE = server is not None
     print(f"done in {time.perf_counter() - t0:.1f} s: {len(result['cached'])} stage(s) cached, "
           f"{len(result['computed'])} computed; report in {result['output']}/report.md",
           file=sys.stderr)
-    global _EMBEDDED_RUN_DONE
-    _EMBEDDED_RUN_DONE = server is not None
     return 0
 
 
@@ -133,6 +191,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--output", "-o", help="run directory (default: the spec's output, or runs/<name>)")
     r.add_argument("--store", help="content store root (default: $ASSAY_STORE or ./.assay)")
     r.add_argument("--prefect-home", help="PREFECT_HOME for the embedded server (default ./.prefect)")
+    r.add_argument("--debug", action="store_true",
+                   help="print Prefect's log and any traceback here too (always in OUTPUT/run.log)")
     r.set_defaults(func=cmd_run)
     rep = sub.add_parser("report", help="print the report of a finished run (no Prefect)")
     rep.add_argument("run_dir")
@@ -146,16 +206,33 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``assay`` console script; returns the exit status."""
+    """Entry point of the ``assay`` console script; returns the exit status.
+
+    2: an error in the input (one ``error:`` line saying where and how to fix it); 1: an
+    unexpected exception (its stage and the log file holding the traceback); 130: interrupted.
+    """
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except AssayError as e:
-        _err(str(e))
-        return 2
     except KeyboardInterrupt:
         _err("interrupted; rerun the same command to resume from the cached stages")
         return 130
+    except AssayError as e:
+        if _RUN.get("debug"):
+            traceback.print_exc()
+        _err(str(e))
+        return 2
+    except Exception as e:
+        log = _RUN.get("log")
+        if log is None:  # not inside a run: there is no log file to point to
+            raise
+        if _RUN.get("debug"):
+            traceback.print_exc()
+        stage = getattr(e, "assay_stage", None) or "the study flow"
+        first = (str(e).strip().splitlines() or [""])[0][:300]
+        _err(f"{stage} failed: {type(e).__name__}: {first} (not an input assay checks: the "
+             f"traceback is in {log}; `assay run --debug` prints it here)")
+        return 1
 
 
 def console() -> None:
@@ -167,7 +244,7 @@ def console() -> None:
     server (``PREFECT_API_URL``) the normal exit runs, so Prefect flushes its events and logs.
     """
     rc = main()
-    if _EMBEDDED_RUN_DONE:
+    if _EMBEDDED_RUN_DONE:  # finished, failed or interrupted: the server is stopped either way
         grading = sys.modules.get("assay.grading")
         if grading is not None:  # stop warm grading workers and sandboxes (atexit will not run)
             grading.shutdown_workers()

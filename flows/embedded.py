@@ -105,6 +105,9 @@ class EmbeddedServer:
                  "--lifespan", "on"],
                 env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                 preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,
+                # Ctrl-C in a terminal signals the whole foreground group: the server stays out
+                # of it, so the interrupted run can still tell it so (then stops it in a moment)
+                start_new_session=True,
             )
         finally:
             log.close()

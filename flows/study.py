@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import re
 import sys
@@ -76,13 +77,22 @@ def study(spec: str, output: str | None = None, store_root: str | None = None,
     local = s.execution.runner == "local"
 
     def call(fn: Any, *args: Any, **kwargs: Any) -> stages.StageResult:
-        return TASKS[fn](*args, **kwargs)
+        with stage_named(fn, args):
+            return TASKS[fn](*args, **kwargs)
 
     def call_many(fn: Any, calls: list[tuple[tuple[Any, ...], dict[str, Any]]]) -> list[Any]:
         if local:  # one shard at a time; each grade call already uses every core
-            return [TASKS[fn](*a, **k) for a, k in calls]
+            out = []
+            for a, k in calls:
+                with stage_named(fn, a):
+                    out.append(TASKS[fn](*a, **k))
+            return out
         futures = [TASKS[fn].submit(*a, **{**k, "workers": 1}) for a, k in calls]
-        return [f.result() for f in futures]
+        results = []
+        for (a, _), f in zip(calls, futures):
+            with stage_named(fn, a):
+                results.append(f.result())
+        return results
 
     run = stages.run_study(s, store, call=call, call_many=call_many)
     out = s.output_dir(output)
@@ -92,6 +102,57 @@ def study(spec: str, output: str | None = None, store_root: str | None = None,
     print(stages.summarize(run.results), file=sys.stderr, flush=True)
     print(f"report: {out / 'report.md'}", file=sys.stderr, flush=True)
     return {**info, "output": str(out)}
+
+
+@contextlib.contextmanager
+def stage_named(fn: Any, args: tuple[Any, ...]) -> Iterator[None]:
+    """Label an exception escaping a stage with the stage (and its source or model), as
+    ``exc.assay_stage``: ``assay run`` names it in its one ``error:`` line."""
+    try:
+        yield
+    except BaseException as e:
+        if getattr(e, "assay_stage", None) is None:
+            what = args[2] if len(args) > 2 and isinstance(args[2], str) else None
+            with contextlib.suppress(AttributeError, TypeError):
+                e.assay_stage = TASKS[fn].name + (f" ({what})" if what else "")
+        raise
+
+
+@contextlib.contextmanager
+def capture_logs(path: str | os.PathLike[str], *, echo: bool = False) -> Iterator[logging.Handler]:
+    """While the block runs, send Prefect's (and every other library's) terminal log records to
+    ``path`` instead; with ``echo`` the terminal keeps them too. Yields the file handler; the
+    handlers are restored on exit.
+
+    A failing run otherwise prints Prefect's task and flow failure records, each with a
+    traceback, above the one line that says what to fix."""
+    from prefect.logging.configuration import ensure_logging_setup
+
+    ensure_logging_setup()
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    handler = logging.FileHandler(path, mode="w", encoding="utf-8")
+    handler.setFormatter(logging.Formatter("%(asctime)s | %(levelname)-7s | %(name)s - %(message)s"))
+    changed: list[tuple[logging.Logger, list[logging.Handler]]] = []
+    for logger in [logging.getLogger(), *(lg for lg in logging.root.manager.loggerDict.values()
+                                          if isinstance(lg, logging.Logger))]:
+        terminal = [h for h in logger.handlers if isinstance(h, logging.StreamHandler)
+                    and not isinstance(h, logging.FileHandler)
+                    and getattr(h, "stream", None) in (sys.stderr, sys.stdout, sys.__stderr__, sys.__stdout__)]
+        if not terminal:
+            continue
+        removed = [] if echo else terminal
+        for h in removed:
+            logger.removeHandler(h)
+        logger.addHandler(handler)
+        changed.append((logger, removed))
+    try:
+        yield handler
+    finally:
+        for logger, removed in changed:
+            logger.removeHandler(handler)
+            for h in removed:
+                logger.addHandler(h)
+        handler.close()
 
 
 def task_runner_for(spec: Any) -> Any:

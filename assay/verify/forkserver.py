@@ -444,6 +444,7 @@ def _run(job, base, uid_base, seq, pidns=False):
         pid = os.fork()
         if pid == 0:
             _child(job, jobdir, uid, nonce_r, res_w, out_w, code)
+    _RUNNING[:] = [(jpid or pid, uid)]  # what a SIGTERM must kill before this server exits
     for fd in (nonce_r, res_w, out_w):
         os.close(fd)
     nonce = os.urandom(24).hex().encode()
@@ -489,6 +490,7 @@ def _run(job, base, uid_base, seq, pidns=False):
         _, status = os.waitpid(pid, 0)
     seconds = time.monotonic() - start
     left_over = _cleanup(jpid or pid, uid)
+    _RUNNING.clear()
     for fd in (out_r, res_r):
         os.set_blocking(fd, False)
         try:
@@ -557,8 +559,22 @@ def _parent_alive(parent):
             return True
 
 
+#: The running job's (process group, uid), for the SIGTERM handler.
+_RUNNING = []
+
+
+def _on_sigterm(signum, frame):
+    """The parent is interrupted (Ctrl-C) and will not wait for the job's timeout: kill the
+    running job and everything it started (as after a timeout), then exit."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    for pgid, uid in list(_RUNNING):
+        _cleanup(pgid, uid)
+    raise SystemExit(128 + signum)  # main's finally removes the job directories
+
+
 def main():
     _prctl(PR_SET_CHILD_SUBREAPER, 1)
+    signal.signal(signal.SIGTERM, _on_sigterm)
     parent = os.getppid()
     config = _recv()
     if config is None:

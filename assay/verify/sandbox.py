@@ -142,6 +142,19 @@ class _Server:
             if self.proc.stdout:
                 self.proc.stdout.close()
 
+    def abort(self) -> None:
+        """Stop now, mid-job: SIGTERM makes the server kill its job (group and uid) and exit;
+        SIGKILL after a second if it has not."""
+        with contextlib.suppress(OSError):
+            self.proc.terminate()
+        try:
+            self.proc.wait(timeout=1.0)
+        except subprocess.TimeoutExpired:
+            self.kill()
+        with contextlib.suppress(OSError, ValueError):
+            self.proc.stdin.close()
+            self.proc.stdout.close()
+
     def kill(self) -> None:
         try:
             os.killpg(self.proc.pid, 9)
@@ -252,6 +265,18 @@ class SandboxPool:
                 s.close()
         self._servers = [None] * len(self._servers)
 
+    def abort(self) -> None:
+        """Stop every server at once, killing the jobs they run (an interrupt: no waiting for
+        a candidate's timeout)."""
+        servers, self._servers = self._servers, [None] * len(self._servers)
+        for s in servers:  # signal all first: they clean up in parallel
+            if s is not None:
+                with contextlib.suppress(OSError):
+                    s.proc.terminate()
+        for s in servers:
+            if s is not None:
+                s.abort()
+
 
 # Warm pools ----------------------------------------------------------------------------------
 # Starting a pool costs ~50 ms of CPU per server (interpreter, preloads, namespaces): 0.2 s for
@@ -289,11 +314,14 @@ def warm_pool(workers: int, **kwargs: Any) -> Iterator[SandboxPool]:
     try:
         yield pool
         ok = True
+    except KeyboardInterrupt:
+        pool.abort()  # close() would wait for each running job (up to its timeout)
+        raise
     finally:
         if ok:
             with _idle_lock:
                 _idle.setdefault(key, []).append(pool)
-        else:
+        elif any(s is not None for s in pool._servers):
             pool.close()
 
 
