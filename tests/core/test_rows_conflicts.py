@@ -75,7 +75,6 @@ def test_spec_file_source_refuses_conflicting_records(tmp_path: Path) -> None:
         {"task_id": "t", "prompt": "p", "completion": "a", "reference": "1"},
         {"task_id": "t", "prompt": "p", "completion": "b", "reference": "2"}]))
     from assay.spec import load_spec
-    from assay.stages import build_source_rows
 
     spec = tmp_path / "s.yaml"
     spec.write_text(f"name: x\nsources:\n  - {{name: m, kind: file, path: {data.name}, "
@@ -83,4 +82,4 @@ def test_spec_file_source_refuses_conflicting_records(tmp_path: Path) -> None:
     s = load_spec(spec)
     with pytest.raises(RowsError, match=r"d.jsonl\) record 0 and .* record 1 have the same task id 't' "
                                         r"but a different reference \('1' vs '2'\)"):
-        build_source_rows(s.sources[0], s)
+        s.sources[0].build_rows(s)
