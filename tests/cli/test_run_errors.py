@@ -82,7 +82,8 @@ def test_user_error_foreign_error_debug_and_stale_report(prefect_server: str, tm
 
     # an exception that is not ours: the stage and the log file, exit 1
     _write(data, [{"prompt": f"p{i}", "completion": "x", "r": i % 2} for i in range(6)])
-    (tmp_path / "brokenrm.py").write_text("raise RuntimeError('cannot load the weights')\n")
+    (tmp_path / "brokenrm.py").write_text("def score(prompts, responses):\n"
+                                          "    raise RuntimeError('cannot load the weights')\n")
     spec.write_text(spec.read_text() + "reward:\n  models:\n    - {name: f, kind: function, "
                     "function: 'brokenrm:score'}\n  data: {dataset: diagnostic_v3, dimensions: [verbosity]}\n")
     foreign = _run(tmp_path, spec, env=env)
