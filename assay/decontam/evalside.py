@@ -337,8 +337,8 @@ def _semantic(texts: list[str], cfg: dict[str, Any]):
     return cat(si, np.int64), cat(sd, np.int64), cat(ss, float), best, calibration(q)
 
 
-def _corpus_vectors(source: Any, embedder: Any, store: Any, checksum: str | None, model: str,
-                    batch_size: int = 256):
+def corpus_vectors(source: Any, embedder: Any, store: Any, checksum: str | None, model: str,
+                   batch_size: int = 256):
     """A callable yielding corpus embedding batches, cached in the store per (corpus, model)."""
     from assay.decontam.semantic import embed
     from assay.hashing import combine
@@ -441,7 +441,7 @@ def contamination(eval_rows: Any, corpus: Any = None, *, index: ContaminationInd
         emb = embedder if embedder is not None else MiniLM()
         model = getattr(emb, "name", None) or repr(emb)
         sem_cfg = {"embedder": emb, "similarity": float(similarity),
-                   "corpus_vectors": _corpus_vectors(source, emb, st if embedder is None else None,
+                   "corpus_vectors": corpus_vectors(source, emb, st if embedder is None else None,
                                                      index.corpus_checksum, model)}
     items, _pairs, facts = match(task_ids, texts, index, min_coverage=min_coverage, max_df=max_df,
                                  near_duplicate=near_duplicate, semantic=sem_cfg, max_doc_ids=max_doc_ids)

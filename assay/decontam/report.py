@@ -131,13 +131,12 @@ class ContaminationReport(Result):
     def clean(self, rows: Any) -> Any:
         """``rows`` without the rows of contaminated tasks (same type as given: Rows, Arrow table,
         or a list of dict rows)."""
-        from assay.decontam.filtering import _take_rows
-        from assay.rows import as_table
+        from assay.rows import as_table, take_rows
 
         bad = set(self.contaminated_task_ids())
         table = as_table(rows, require=("prompt",), argument="rows")
         keep = [i for i, t in enumerate(table.column("task_id").to_pylist()) if t not in bad]
-        return _take_rows(rows, table, keep)
+        return take_rows(rows, table, keep)
 
     def rescore(self, rows: Any, *, k: int | None = None) -> CleanSplit:
         """pass@1 (and pass@k) on every task and on the clean tasks only, side by side, through
@@ -225,9 +224,8 @@ class CleanSplit(Result):
 
 def rescore(rows: Any, contaminated_task_ids: Sequence[str], *, k: int | None = None) -> CleanSplit:
     """``assay.measure.pass_at`` of ``rows`` on all tasks and without ``contaminated_task_ids``."""
-    from assay.decontam.filtering import _take_rows
-    from assay.measure import pass_at  # lazy: the measurement stage is a separate module
-    from assay.rows import as_table
+    from assay.measure.passk import pass_at  # lazy: the measurement stage is a separate module
+    from assay.rows import as_table, take_rows
 
     bad = set(contaminated_task_ids)
     table = as_table(rows, require=("prompt",), argument="rows")
@@ -235,5 +233,5 @@ def rescore(rows: Any, contaminated_task_ids: Sequence[str], *, k: int | None = 
     keep = [i for i, t in enumerate(tids) if t not in bad]
     removed = len({t for t in tids if t in bad})
     full = pass_at(rows, k=k)
-    clean = pass_at(_take_rows(rows, table, keep), k=k)
+    clean = pass_at(take_rows(rows, table, keep), k=k)
     return CleanSplit(full=full, clean=clean, n_removed=removed, method="assay.measure.pass_at")
