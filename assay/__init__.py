@@ -51,6 +51,7 @@ _LAZY: dict[str, str] = {
     "HFRewardModel": "assay.reward",
     "EmbeddingRewardModel": "assay.reward",
     "FunctionRewardModel": "assay.reward",
+    "Verdict": "assay.judging",
     "StudySpec": "assay.spec",
     "load_spec": "assay.spec",
 }

@@ -72,8 +72,18 @@ def wilson(successes: float, n: float, level: float = 0.95) -> tuple[float, floa
     """
     if n <= 0:
         return (math.nan, math.nan)
+    return wilson_bounds(successes / n, n, level)
+
+
+def wilson_bounds(p: float, n: float, level: float = 0.95) -> tuple[float, float]:
+    """:func:`wilson` from the observed proportion ``p`` (clipped to [0, 1]) and ``n > 0``.
+
+    Example:
+        >>> wilson_bounds(0.3, 10) == wilson(3, 10)
+        True
+    """
     z = normal_quantile(level)
-    p = min(max(successes / n, 0.0), 1.0)
+    p = min(max(p, 0.0), 1.0)
     denom = 1 + z * z / n
     centre = (p + z * z / (2 * n)) / denom
     half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom

@@ -22,7 +22,8 @@ import numpy as np
 
 from assay.data.items import Quadruple
 from assay.errors import DataError
-from assay.results import Estimate, Interval, Result
+from assay.intervals import cluster_t_interval
+from assay.results import Estimate, Result
 
 
 @dataclass(frozen=True)
@@ -49,8 +50,6 @@ class InteractionResult(Result):
 
 
 def _cluster_t(values: np.ndarray, clusters: Sequence[str], name: str, level: float) -> Estimate:
-    from scipy import stats  # lazy: scipy.stats costs ~1 s to import
-
     # Average within seed, then a Student t interval over the k seed means (df = k - 1):
     # the seed is the independent unit (clones and mutations of one seed are not).
     order: dict[str, list[float]] = {}
@@ -62,11 +61,9 @@ def _cluster_t(values: np.ndarray, clusters: Sequence[str], name: str, level: fl
     if k < 2:
         return Estimate(name, est, None, k, "seeds", len(values),
                         "fewer than 2 seeds: no interval")
-    se = float(means.std(ddof=1) / np.sqrt(k))
-    tq = float(stats.t.ppf(0.5 + level / 2, k - 1))
     note = ("every seed has the same value: the zero-width interval reflects no observed "
-            "spread, not certainty") if se == 0 else None
-    return Estimate(name, est, Interval(est - tq * se, est + tq * se, level, "seed-cluster t"), k,
+            "spread, not certainty") if float(means.std(ddof=1)) == 0 else None
+    return Estimate(name, est, cluster_t_interval(means, level, method="seed-cluster t"), k,
                     "seeds", len(values), note)
 
 

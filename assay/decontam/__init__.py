@@ -20,8 +20,8 @@ from assay.decontam.report import (
     ContaminationReport,
     FilterReport,
     ItemMatch,
-    wilson_interval,
 )
+from assay.intervals import wilson_interval
 
 __all__ = [
     "BuildStats", "CleanSplit", "ContaminationIndex", "ContaminationReport", "FilterReport", "ItemMatch",

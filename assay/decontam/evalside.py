@@ -47,10 +47,11 @@ import numpy as np
 from assay.decontam.index import ContaminationIndex, index_params, index_ref_name, resolve_store
 from assay.decontam.ngrams import EXACT_SALT, SHINGLE_SALT, WHOLE_SALT, SpanHasher
 from assay.decontam.normalize import encode
-from assay.decontam.report import RULES, ContaminationReport, ItemMatch, wilson_interval
+from assay.decontam.report import RULES, ContaminationReport, ItemMatch
 from assay.decontam.sources import CorpusSource, utf8_bytes
 from assay.errors import RowsError, RowsTypeError
 from assay.hashing import combine
+from assay.intervals import wilson_interval
 from assay.results import Estimate
 
 _DF_FLOOR = 10

@@ -7,44 +7,23 @@ its interval and n, and ``report()`` with thresholds, examples and warnings.
 The contamination rate is over eval *items* (distinct tasks), with a Wilson score interval
 (E. B. Wilson, "Probable inference, the law of succession, and statistical inference", JASA 22
 (1927) 209-212): it keeps nominal coverage for small n and never collapses to zero width at 0 or
-n contaminated items.
+n contaminated items; it is computed by :func:`assay.intervals.wilson_interval`.
 
 Example:
+    >>> from assay.intervals import wilson_interval  # the rate's interval: 0 of 50 items
     >>> wilson_interval(0, 50).low, round(wilson_interval(0, 50).high, 4)
     (0.0, 0.0713)
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from statistics import NormalDist
 from typing import Any
 
-from assay.results import Estimate, Interval, Result, to_plain
+from assay.results import Estimate, Result, to_plain
 
 RULES = ("exact", "ngram", "near_duplicate", "semantic")
-
-
-def wilson_interval(k: int, n: int, level: float = 0.95) -> Interval:
-    """Wilson score interval for k successes in n trials (Wilson 1927).
-
-    Example:
-        >>> i = wilson_interval(3, 10)
-        >>> round(i.low, 4), round(i.high, 4), i.method
-        (0.1078, 0.6032, 'wilson')
-    """
-    if n <= 0:
-        return Interval(math.nan, math.nan, level, "wilson")
-    z = NormalDist().inv_cdf(1 - (1 - level) / 2)
-    p = k / n
-    denom = 1 + z * z / n
-    center = (p + z * z / (2 * n)) / denom
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
-    low = 0.0 if k == 0 else max(0.0, center - half)  # exact bounds at the edges, no rounding dust
-    high = 1.0 if k == n else min(1.0, center + half)
-    return Interval(low, high, level, "wilson")
 
 
 @dataclass(frozen=True)

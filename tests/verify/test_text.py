@@ -10,6 +10,7 @@ from assay.verify import (
     ExactMatch,
     MultipleChoice,
     Numeric,
+    Verdict,
     extract_choice,
     extract_number,
     normalize,
@@ -23,26 +24,26 @@ from assay.verify import (
     ("caf\u0065\u0301", "caf\u00e9", 1.0),  # NFC
 ])
 def test_exact_match_default(cand, ref, want):
-    assert ExactMatch().check(cand, ref, {})[0] == want
+    assert ExactMatch().check(cand, ref, {}).reward == want
 
 
 def test_exact_match_punctuation_keeps_signs_and_decimals():
     em = ExactMatch(punctuation=True)
-    assert em.check("-5.", "-5", {})[0] == 1.0
-    assert em.check("-5", "5", {})[0] == 0.0
-    assert em.check("3.14!", "3.14", {})[0] == 1.0
-    assert em.check("3.14", "314", {})[0] == 0.0
-    assert em.check("1,234", "1234", {})[0] == 0.0  # a thousands comma is kept, not deleted
-    assert em.check("\"yes,\" she said", "yes she said", {})[0] == 1.0
+    assert em.check("-5.", "-5", {}).reward == 1.0
+    assert em.check("-5", "5", {}).reward == 0.0
+    assert em.check("3.14!", "3.14", {}).reward == 1.0
+    assert em.check("3.14", "314", {}).reward == 0.0
+    assert em.check("1,234", "1234", {}).reward == 0.0  # a thousands comma is kept, not deleted
+    assert em.check("\"yes,\" she said", "yes she said", {}).reward == 1.0
     assert normalize("well-known", punctuation=True) == "well known"
     assert normalize("x = -2", punctuation=True) == "x -2"
 
 
 def test_exact_match_articles_opt_in_and_lists():
-    assert ExactMatch().check("the cat", "cat", {})[0] == 0.0
-    assert ExactMatch(articles=True).check("The cat", "a cat", {})[0] == 1.0
-    assert ExactMatch(articles=True).check("theory", "ory", {})[0] == 0.0  # whole words only
-    assert ExactMatch().check("NYC", ["New York", "nyc"], {})[0] == 1.0
+    assert ExactMatch().check("the cat", "cat", {}).reward == 0.0
+    assert ExactMatch(articles=True).check("The cat", "a cat", {}).reward == 1.0
+    assert ExactMatch(articles=True).check("theory", "ory", {}).reward == 0.0  # whole words only
+    assert ExactMatch().check("NYC", ["New York", "nyc"], {}).reward == 1.0
     with pytest.raises(VerifierError):
         ExactMatch().check("x", 5, {})
     with pytest.raises(VerifierError):
@@ -71,11 +72,11 @@ def test_extract_choice(text, want):
 
 def test_multiple_choice_with_i_as_an_option():
     mc = MultipleChoice("ABCDEFGHIJ")
-    assert mc.check("I believe it is J", "I", {})[0] == 0.0
-    assert mc.check("I believe it is J", "J", {}) == (1.0, "chose J, want J")
-    assert mc.check("The answer is I.", "I", {})[0] == 1.0
-    assert mc.check("I am not sure.", "I", {})[1] == "no choice found among ABCDEFGHIJ"
-    assert MultipleChoice().check("B", 1, {})[0] == 1.0  # index references
+    assert mc.check("I believe it is J", "I", {}).reward == 0.0
+    assert (mc.check("I believe it is J", "J", {}).reward, mc.check("I believe it is J", "J", {}).reason) == (1.0, "chose J, want J")
+    assert mc.check("The answer is I.", "I", {}).reward == 1.0
+    assert mc.check("I am not sure.", "I", {}).reason == "no choice found among ABCDEFGHIJ"
+    assert MultipleChoice().check("B", 1, {}).reward == 1.0  # index references
     with pytest.raises(VerifierError):
         MultipleChoice().check("B", "E", {})
     with pytest.raises(VerifierError):
@@ -107,18 +108,18 @@ def test_extract_number_none_and_ambiguity():
 
 
 def test_numeric_tolerances_and_percent():
-    assert Numeric().check("3.5000001", "3.5", {})[0] == 1.0
-    assert Numeric().check("3.51", "3.5", {})[0] == 0.0
-    assert Numeric(rel=0.01).check("101", "100", {})[0] == 1.0
-    assert Numeric(rel=0.01).check("102", "100", {})[0] == 0.0
-    assert Numeric().check("50%", "0.5", {})[0] == 1.0
-    assert Numeric().check("50%", "50", {})[0] == 1.0
-    assert Numeric().check("0.5", "50%", {})[0] == 1.0
-    assert Numeric().check("5%", "50", {})[0] == 0.0
-    assert Numeric().check("-5", "5", {})[0] == 0.0
-    assert Numeric().check("The answer is 3.5", 3.5, {})[0] == 1.0
-    assert Numeric().check("nothing", "4", {}) == (0.0, "no number in the answer")
-    assert Numeric().check("4", "four", {})[0] is None
+    assert Numeric().check("3.5000001", "3.5", {}).reward == 1.0
+    assert Numeric().check("3.51", "3.5", {}).reward == 0.0
+    assert Numeric(rel=0.01).check("101", "100", {}).reward == 1.0
+    assert Numeric(rel=0.01).check("102", "100", {}).reward == 0.0
+    assert Numeric().check("50%", "0.5", {}).reward == 1.0
+    assert Numeric().check("50%", "50", {}).reward == 1.0
+    assert Numeric().check("0.5", "50%", {}).reward == 1.0
+    assert Numeric().check("5%", "50", {}).reward == 0.0
+    assert Numeric().check("-5", "5", {}).reward == 0.0
+    assert Numeric().check("The answer is 3.5", 3.5, {}).reward == 1.0
+    assert Numeric().check("nothing", "4", {}) == Verdict(0.0, reason="no number in the answer")
+    assert Numeric().check("4", "four", {}).reward is None
     with pytest.raises(VerifierError):
         Numeric(tol=-1)
     with pytest.raises(VerifierError):

@@ -22,7 +22,6 @@ Example:
 from __future__ import annotations
 
 import functools
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,6 +33,7 @@ from assay.data.cards import DatasetCard, data_checksum, load_dataset
 from assay.data.items import Lineage, Quadruple, make_pair
 from assay.data.view import DataView
 from assay.errors import DataError
+from assay.intervals import wilson_bounds
 from assay.jsonl import iter_jsonl
 from assay.results import Estimate, Interval, Result
 
@@ -238,16 +238,6 @@ class LengthBaselineResult(Result):
         return "length-only baseline: " + "; ".join(str(e) for e in self.by_dimension.values())
 
 
-def _wilson(p: float, n: int, level: float) -> tuple[float, float]:
-    from scipy import stats  # lazy: scipy.stats costs ~1 s to import
-
-    z = float(stats.norm.ppf(0.5 + level / 2))
-    den = 1 + z * z / n
-    centre = (p + z * z / (2 * n)) / den
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / den
-    return max(0.0, centre - half), min(1.0, centre + half)
-
-
 def length_baseline(views: Mapping[str, DataView] | DataView, *, unit: str = "chars",
                     level: float = 0.95) -> LengthBaselineResult:
     """Score each dimension by "prefer the longer" so the length confound is visible.
@@ -279,7 +269,7 @@ def length_baseline(views: Mapping[str, DataView] | DataView, *, unit: str = "ch
                                  "empty view")
             continue
         p = float(np.mean([np.mean(x) for x in per_seed.values()]))
-        lo, hi = _wilson(p, k, level)
+        lo, hi = wilson_bounds(p, k, level)
         out[name] = Estimate(f"{name} longer-wins", p, Interval(lo, hi, level, "Wilson, seeds"), k,
                              "seeds", len(v))
         why = " (expected: this axis is defined by length)" if name in LENGTH_DEFINED else ""
