@@ -132,3 +132,31 @@ def test_numeric_through_rows_no_reference_status():
     assert r[1]["judge_status"] == "no_verdict"
     r = assay.rows(["q"], [["3"]], Numeric())
     assert r[0]["judge_status"] == "no_reference" and r[0]["reward"] is None
+
+
+# ExactMatch: trailing sentence punctuation is not part of the answer -----------------------------
+@pytest.mark.parametrize("cand,ref,want", [
+    ("Paris.", "paris", 1.0), ("Paris!", "Paris", 1.0), ("paris?!", "Paris", 1.0),
+    ("Paris\u2026", "paris", 1.0), ("Paris. ", "paris", 1.0), ("\u5df4\u9ece\u3002", "\u5df4\u9ece", 1.0),
+    ("The answer is 3.", "the answer is 3", 1.0), ("3.", "3", 1.0), ("-3.", "-3", 1.0),
+    # signs, decimal points and inner punctuation still count
+    ("-3", "3", 0.0), ("-3.", "3", 0.0), ("+3", "3", 0.0), ("3.5", "35", 0.0), ("3.5.", "35", 0.0),
+    (".5", "5", 0.0), ("3.5", "3.5.", 1.0),
+    ("e.g.", "e.g", 1.0), ("e.g", "eg", 0.0), ("e.g.", "eg", 0.0), ("i.e. Paris", "ie paris", 0.0),
+    ("Paris, France.", "paris france", 0.0), ("Paris:", "paris", 0.0),  # only . ! ? end a sentence
+])
+def test_exact_match_trailing_sentence_punctuation(cand, ref, want):
+    v = ExactMatch().check(cand, ref, {})
+    assert v.reward == want, v.reason
+    # and symmetric: the reference may carry the full stop instead
+    assert ExactMatch().check(ref, cand, {}).reward == want
+
+
+def test_exact_match_trailing_is_an_option():
+    assert ExactMatch(trailing=False).check("Paris.", "paris", {}).reward == 0.0
+    assert "trailing=False" in repr(ExactMatch(trailing=False))
+    with pytest.raises(VerifierError, match="trailing"):
+        ExactMatch(trailing="no")
+    # with punctuation=True the stop is dropped anyway; signs and decimals stay
+    assert ExactMatch(punctuation=True, trailing=False).check("Paris.", "paris", {}).reward == 1.0
+    assert normalize("-3.5.", punctuation=True) == "-3.5"
