@@ -23,11 +23,11 @@ import numpy as np
 from assay.data.items import Quadruple
 from assay.errors import DataError
 from assay.intervals import cluster_t_interval
-from assay.results import Estimate, Result
+from assay.results import Estimate, Result, deprecated_names
 
 
 @dataclass(frozen=True)
-class InteractionResult(Result):
+class Interaction(Result):
     """Interaction and main effects of a 2x2 design, each with a seed-cluster t interval.
 
     With levels ``A = (a1, a2)`` and ``B = (b1, b2)`` (sorted names, as in ``Quadruple.levels``),
@@ -105,7 +105,7 @@ def quadruple_interaction(
     scores: np.ndarray | Sequence[Mapping[tuple[str, str], float]] | Callable[[str, str], float],
     *,
     level: float = 0.95,
-) -> InteractionResult:
+) -> Interaction:
     """Estimate the 2x2 interaction (and main effects) over a set of quadruples.
 
     ``scores`` is an ``(n, 4)`` array in each quadruple's ``cells`` order, a list of
@@ -139,4 +139,7 @@ def quadruple_interaction(
     if inter.n < 10:
         warns.append(f"only {inter.n} independent seeds: the interval is wide and its coverage "
                      "rests on near-normal seed means")
-    return InteractionResult(inter, ea, eb, (fa, fb), its[0].levels, len(its), tuple(warns))
+    return Interaction(inter, ea, eb, (fa, fb), its[0].levels, len(its), tuple(warns))
+
+# Pre-0.2 names of the result classes (see assay.results: no suffix).
+__getattr__ = deprecated_names(__name__, globals(), {"InteractionResult": "Interaction"})

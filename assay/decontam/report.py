@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from assay.results import Estimate, Result, to_plain
+from assay.results import Estimate, Result, deprecated_names, to_plain
 
 RULES = ("exact", "ngram", "near_duplicate", "semantic")
 
@@ -65,7 +65,7 @@ class ItemMatch:
 
 
 @dataclass(frozen=True)
-class ContaminationReport(Result):
+class Contamination(Result):
     """Which eval items occur in the corpus, with the rate over items and its interval."""
 
     rate: Estimate
@@ -157,7 +157,7 @@ class ContaminationReport(Result):
 
 
 @dataclass(frozen=True)
-class FilterReport(Result):
+class Decontamination(Result):
     """What ``decontaminate`` dropped from the training rows, and why."""
 
     n_rows: int
@@ -214,3 +214,6 @@ def rescore(rows: Any, contaminated_task_ids: Sequence[str], *, k: int | None = 
     full = pass_at(rows, k=k)
     clean = pass_at(take_rows(rows, table, keep), k=k)
     return CleanSplit(full=full, clean=clean, n_removed=removed, method="assay.measure.pass_at")
+
+# Pre-0.2 names of the result classes (see assay.results: no suffix).
+__getattr__ = deprecated_names(__name__, globals(), {"ContaminationReport": "Contamination", "FilterReport": "Decontamination"})

@@ -35,7 +35,7 @@ from assay.data.view import DataView
 from assay.errors import DataError
 from assay.intervals import wilson_bounds
 from assay.jsonl import iter_jsonl
-from assay.results import Estimate, Interval, Result
+from assay.results import Estimate, Interval, Result, deprecated_names
 
 DIMENSIONS: tuple[str, ...] = (
     "helpfulness", "safety", "verbosity", "sycophancy", "formatting", "confidence",
@@ -222,7 +222,7 @@ def load_diagnostic_v3_quadruples() -> DataView:
 
 
 @dataclass(frozen=True)
-class LengthBaselineResult(Result):
+class LengthBaseline(Result):
     """Per-dimension accuracy of "prefer the longer response" (ties count one half).
 
     Each estimate's interval is a Wilson score interval over seeds (Wilson 1927): per-seed
@@ -239,7 +239,7 @@ class LengthBaselineResult(Result):
 
 
 def length_baseline(views: Mapping[str, DataView] | DataView, *, unit: str = "chars",
-                    level: float = 0.95) -> LengthBaselineResult:
+                    level: float = 0.95) -> LengthBaseline:
     """Score each dimension by "prefer the longer" so the length confound is visible.
 
     ``unit`` is ``"chars"`` or ``"words"``. Only Pair items are scored.
@@ -277,10 +277,13 @@ def length_baseline(views: Mapping[str, DataView] | DataView, *, unit: str = "ch
             warns.append(f"{name}: length alone predicts the label ({p:.2f}, {k} seeds){why}")
         elif hi < 0.5:
             warns.append(f"{name}: length alone anti-predicts the label ({p:.2f}, {k} seeds){why}")
-    return LengthBaselineResult(out, tuple(warns))
+    return LengthBaseline(out, tuple(warns))
 
 
 def pinned_checksum_now() -> tuple[int, str]:
     """``(count, checksum)`` of the files as they are (to pin in the card when data changes)."""
     m = read_diagnostic_dir(DATA_DIR).as_mapping()
     return sum(len(v) for v in m.values()), data_checksum(m)
+
+# Pre-0.2 names of the result classes (see assay.results: no suffix).
+__getattr__ = deprecated_names(__name__, globals(), {"LengthBaselineResult": "LengthBaseline"})
