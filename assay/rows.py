@@ -574,21 +574,17 @@ def as_table(data: Any, *, require: Iterable[str] = ("prompt", "final_text"),
                 if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < 0:
                     raise RowsTypeError(f"{where(i)}: 'rollout_index' must be a non-negative integer, got {v!r}")
             arrays["rollout_index"] = pa.array([int(v) for v in ri], type=pa.int64())
-    # JSON columns: dicts at the edge, JSON text inside (a string in a table is taken as JSON)
-    for c in _JSON_COLUMNS:
+    # nullable text columns, absent = all null. JSON columns: dicts at the edge, JSON text
+    # inside (a string in a table is taken as JSON)
+    for c in (*_JSON_COLUMNS, "judge_name", "judge_status", "reason"):
         if c not in want:
             continue
         vals = get(c)
         if vals is None:
             arrays[c] = pa.nulls(n, pa.string())
             continue
-        arrays[c] = _json_column(data, c, vals, where)
-    for c in ("judge_name", "judge_status", "reason"):
-        if c not in want:
-            continue
-        vals = get(c)
-        if vals is None:
-            arrays[c] = pa.nulls(n, pa.string())
+        if c in _JSON_COLUMNS:
+            arrays[c] = _json_column(data, c, vals, where)
             continue
         arr = _try_array(vals, pa.string())
         if arr is None:

@@ -64,6 +64,12 @@ class ItemMatch:
         return f"[{self.index}] {self.task_id}: {what} coverage={self.coverage:.2f} ({self.n_tokens} tokens){extra}{docs}"
 
 
+def _report_text(result: Any, body: list[str]) -> str:
+    """A decontam report: the one-line summary, the thresholds, ``body``, then the warnings."""
+    thresholds = "thresholds: " + ", ".join(f"{k}={v}" for k, v in result.thresholds.items())
+    return "\n".join([str(result), thresholds, *body, *(f"warning: {w}" for w in result.warnings)])
+
+
 @dataclass(frozen=True)
 class Contamination(Result):
     """Which eval items occur in the corpus, with the rate over items and its interval."""
@@ -126,16 +132,9 @@ class Contamination(Result):
         return rescore(rows, self.contaminated_task_ids(), k=k)
 
     def report(self, examples: int = 5) -> str:
-        lines = [str(self)]
-        t = self.thresholds
-        lines.append(
-            "thresholds: " + ", ".join(f"{k}={v}" for k, v in t.items())
-        )
-        c = self.corpus
-        lines.append(
-            f"corpus: {c.get('docs')} documents, checksum {c.get('checksum')}, index "
-            f"{'reused from the store' if c.get('index_reused') else 'built'}"
-        )
+        t, c = self.thresholds, self.corpus
+        lines = [f"corpus: {c.get('docs')} documents, checksum {c.get('checksum')}, index "
+                 f"{'reused from the store' if c.get('index_reused') else 'built'}"]
         if self.calibration:
             cal = self.calibration
             lines.append(
@@ -151,9 +150,7 @@ class Contamination(Result):
                 if it.matched_ngrams:
                     lines.append(f"    matched: {it.matched_ngrams[0]!r}")
                 lines.append(f"    prompt: {it.prompt[:100]!r}")
-        for w in self.warnings:
-            lines.append(f"warning: {w}")
-        return "\n".join(lines)
+        return _report_text(self, lines)
 
 
 @dataclass(frozen=True)
@@ -180,12 +177,9 @@ class Decontamination(Result):
         return self.to_dict()[key]
 
     def report(self, examples: int = 5) -> str:
-        lines = [str(self), "thresholds: " + ", ".join(f"{k}={v}" for k, v in self.thresholds.items())]
-        for d in self.dropped[:examples]:
-            lines.append(f"  row {d['index']}: {d['rule']} (eval item {d['eval_task_id']}, score {d['score']:.2f})")
-        for w in self.warnings:
-            lines.append(f"warning: {w}")
-        return "\n".join(lines)
+        return _report_text(self, [
+            f"  row {d['index']}: {d['rule']} (eval item {d['eval_task_id']}, score {d['score']:.2f})"
+            for d in self.dropped[:examples]])
 
 
 @dataclass(frozen=True)
