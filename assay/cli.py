@@ -74,7 +74,7 @@ def mark_stale(out: Path, why: str) -> bool:
     Example:
         >>> import tempfile
         >>> d = Path(tempfile.mkdtemp())
-        >>> _ = (d / "report.md").write_text("# Study `x`\n")
+        >>> _ = (d / "report.md").write_text("# Study `x`\\n")
         >>> mark_stale(d, "failed: bad input"), (d / "report.md").read_text().splitlines()[0][:20]
         (True, '> **Stale report.** ')
     """

@@ -26,40 +26,10 @@ from typing import Any
 import pyarrow as pa
 
 from assay.errors import AssayError
-from assay.results import Estimate
+from assay.results import collect_estimates
 from assay.store import atomic_write
 
 REPORT_VERSION = 1
-
-
-def collect_estimates(obj: Any, path: str = "") -> list[dict[str, Any]]:
-    """Every :class:`Estimate` inside a result (dataclasses, mappings, sequences), flattened to
-    ``{path, name, value, low, high, level, method, n, unit, n_rows}`` in field order."""
-    out: list[dict[str, Any]] = []
-    if isinstance(obj, Estimate):
-        iv = obj.interval
-        out.append({"path": path, "name": obj.name, "value": _num(obj.value),
-                    "low": _num(iv.low) if iv else None, "high": _num(iv.high) if iv else None,
-                    "level": iv.level if iv else None, "method": iv.method if iv else None,
-                    "n": obj.n, "unit": obj.unit, "n_rows": obj.n_rows, "note": obj.note})
-    elif dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        for f in dataclasses.fields(obj):
-            out += collect_estimates(getattr(obj, f.name), f"{path}.{f.name}" if path else f.name)
-    elif isinstance(obj, Mapping):
-        for k, v in obj.items():
-            out += collect_estimates(v, f"{path}.{k}" if path else str(k))
-    elif isinstance(obj, (list, tuple)):
-        for i, v in enumerate(obj):
-            out += collect_estimates(v, f"{path}[{i}]")
-    return out
-
-
-def _num(x: Any) -> float | None:
-    try:
-        v = float(x)
-    except (TypeError, ValueError):
-        return None
-    return v if math.isfinite(v) else None
 
 
 def result_doc(kind: str, label: str, result: Any, **extra: Any) -> dict[str, Any]:
@@ -311,7 +281,7 @@ def compare_runs(previous: str | os.PathLike[str], current: str | os.PathLike[st
 
     Returns result documents (see :func:`result_doc`) with ``source`` and ``regression`` set.
     """
-    import assay
+    from assay.measure.comparison import compare
     from assay.rows import Rows
 
     prev_dir, cur_dir = Path(previous) / "rows", Path(current) / "rows"
@@ -320,7 +290,7 @@ def compare_runs(previous: str | os.PathLike[str], current: str | os.PathLike[st
         old = prev_dir / p.name
         if not old.is_file():
             continue
-        res = assay.compare(Rows.read_parquet(old), Rows.read_parquet(p), alpha=alpha)
+        res = compare(Rows.read_parquet(old), Rows.read_parquet(p), alpha=alpha)
         verdicts = _verdicts(res)
         out.append(result_doc("nightly_compare", f"{p.stem}: previous night -> tonight", res,
                               source=p.stem, verdicts=verdicts,

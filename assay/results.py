@@ -2,6 +2,11 @@
 
 Every measurement (pass_at, compare, contamination, the reward audit) reports through these.
 
+Naming rule for result classes: no suffix, named for what the call returns (``pass_at`` ->
+``PassAt``, ``contamination`` -> ``Contamination``, ``audit`` -> ``Audit``), as scipy's result
+objects are named for their test. Older names (``...Report``, ``...Result``) still import, with a
+DeprecationWarning (:func:`deprecated_names`).
+
 Example:
     >>> e = Estimate("pass@1", 0.688, Interval(0.41, 0.88, 0.95, "cluster t"), n=4, n_rows=16)
     >>> str(e)
@@ -14,6 +19,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import warnings
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -71,6 +78,42 @@ class Estimate:
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
         return d
+
+
+def collect_estimates(obj: Any, path: str = "") -> list[dict[str, Any]]:
+    """Every :class:`Estimate` inside a result (dataclasses, mappings, sequences), flattened to
+    ``{path, name, value, low, high, level, method, n, unit, n_rows, note}`` in field order.
+
+    Example:
+        >>> est = collect_estimates({"pass1": Estimate("pass@1", 0.5, Interval(0.3, 0.7, 0.95, "t"), 10)})
+        >>> est[0]["name"], est[0]["low"], est[0]["n"]
+        ('pass@1', 0.3, 10)
+    """
+    out: list[dict[str, Any]] = []
+    if isinstance(obj, Estimate):
+        iv = obj.interval
+        out.append({"path": path, "name": obj.name, "value": _num(obj.value),
+                    "low": _num(iv.low) if iv else None, "high": _num(iv.high) if iv else None,
+                    "level": iv.level if iv else None, "method": iv.method if iv else None,
+                    "n": obj.n, "unit": obj.unit, "n_rows": obj.n_rows, "note": obj.note})
+    elif dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        for f in dataclasses.fields(obj):
+            out += collect_estimates(getattr(obj, f.name), f"{path}.{f.name}" if path else f.name)
+    elif isinstance(obj, Mapping):
+        for k, v in obj.items():
+            out += collect_estimates(v, f"{path}.{k}" if path else str(k))
+    elif isinstance(obj, (list, tuple)):
+        for i, v in enumerate(obj):
+            out += collect_estimates(v, f"{path}[{i}]")
+    return out
+
+
+def _num(x: Any) -> float | None:
+    try:
+        v = float(x)
+    except (TypeError, ValueError):
+        return None
+    return v if math.isfinite(v) else None
 
 
 def to_plain(obj: Any) -> Any:
@@ -162,8 +205,6 @@ class Result:
         headline."""
         import pandas as pd
 
-        from assay.report import collect_estimates  # report imports this module
-
         rows = collect_estimates(self)
         if not rows:
             rows = collect_estimates({"estimate": self.estimate})
@@ -194,3 +235,28 @@ def line_of(result: Any) -> str:
     warnings themselves)."""
     line = getattr(result, "_line", None)
     return line() if callable(line) else str(result)
+
+
+def deprecated_names(module: str, namespace: Mapping[str, Any], renamed: Mapping[str, str]
+                     ) -> Callable[[str], Any]:
+    """A module ``__getattr__`` (PEP 562) that serves each old name in ``renamed`` (old -> new)
+    as the new object, with a DeprecationWarning, so code written against the old name works.
+
+    Example:
+        >>> import warnings
+        >>> class Audit: ...
+        >>> get = deprecated_names("m", {"Audit": Audit}, {"AuditResult": "Audit"})
+        >>> with warnings.catch_warnings(record=True) as w:
+        ...     warnings.simplefilter("always")
+        ...     get("AuditResult") is Audit, str(w[0].message)
+        (True, 'm.AuditResult is deprecated: use m.Audit (the same class)')
+    """
+    def __getattr__(name: str) -> Any:
+        new = renamed.get(name)
+        if new is None:
+            raise AttributeError(f"module {module!r} has no attribute {name!r}")
+        warnings.warn(f"{module}.{name} is deprecated: use {module}.{new} (the same class)",
+                      DeprecationWarning, stacklevel=2)
+        return namespace[new]
+
+    return __getattr__

@@ -17,7 +17,7 @@ from typing import Any
 
 from assay.errors import RowsError, RowsTypeError, SpecError
 from assay.jsonl import iter_jsonl
-from assay.rows import Rows, _check_number
+from assay.rows import Rows, check_number
 from assay.specbase import SpecModel
 
 
@@ -40,46 +40,136 @@ def read_records(path: str | Path, fmt: str) -> list[dict[str, Any]]:
     return [rec for _, rec in iter_jsonl(path, error=SpecError)]
 
 
+def check_record(rec: Mapping[str, Any], fields: FieldMap, at: str) -> None:
+    """Raise SpecError naming ``at`` (file and record) and the field when one record cannot
+    become a row: a missing or mistyped prompt/completion, a missing reference or task id, a
+    reward that is not a number in [0, 1] (None: unjudged)."""
+    for role, name in (("prompt", fields.prompt), ("completion", fields.completion)):
+        if name not in rec or rec[name] is None:
+            raise SpecError(f"{at}: field {name!r} (fields.{role}) is missing; the record has {sorted(rec)}")
+    if not isinstance(rec[fields.completion], str):
+        raise SpecError(f"{at}: field {fields.completion!r} (fields.completion) must be a string, got "
+                        f"{type(rec[fields.completion]).__name__} {rec[fields.completion]!r:.60}")
+    if not isinstance(rec[fields.prompt], (str, list)):
+        raise SpecError(f"{at}: field {fields.prompt!r} (fields.prompt) must be a string or a list of "
+                        f"messages, got {type(rec[fields.prompt]).__name__}")
+    if fields.reference is not None and fields.reference not in rec:
+        raise SpecError(f"{at}: field {fields.reference!r} (fields.reference) is missing; "
+                        f"the record has {sorted(rec)}")
+    if fields.task_id is not None and rec.get(fields.task_id) is None:
+        raise SpecError(f"{at}: field {fields.task_id!r} (fields.task_id) is missing; "
+                        f"the record has {sorted(rec)}")
+    if fields.reward is not None:
+        if fields.reward not in rec:
+            raise SpecError(f"{at}: field {fields.reward!r} (fields.reward) is missing; "
+                            f"the record has {sorted(rec)}")
+        try:
+            check_number(rec[fields.reward], f"{at}: field {fields.reward!r} (fields.reward)")
+        except (RowsError, RowsTypeError) as e:
+            raise SpecError(str(e)) from None
+
+
 def rows_from_records(records: Sequence[Mapping[str, Any]], fields: FieldMap, *, where: str) -> Rows:
     """Rows from prompt/completion records through a field mapping (one completion per record;
     records with the same task id or prompt group into one task, and must agree on prompt and
     reference). Errors name ``where`` (the file), the record index and the field."""
-    import assay
+    from assay.builder import rows
 
     prompts, completions, refs, tids, rewards = [], [], [], [], []
     for i, rec in enumerate(records):
-        for role, name in (("prompt", fields.prompt), ("completion", fields.completion)):
-            if name not in rec or rec[name] is None:
-                raise SpecError(f"{where} record {i}: field {name!r} (fields.{role}) is missing; "
-                                f"the record has {sorted(rec)}")
-        if not isinstance(rec[fields.completion], str):
-            raise SpecError(f"{where} record {i}: field {fields.completion!r} (fields.completion) must "
-                            f"be a string, got {type(rec[fields.completion]).__name__} "
-                            f"{rec[fields.completion]!r:.60}")
-        if not isinstance(rec[fields.prompt], (str, list)):
-            raise SpecError(f"{where} record {i}: field {fields.prompt!r} (fields.prompt) must be a "
-                            f"string or a list of messages, got {type(rec[fields.prompt]).__name__}")
+        check_record(rec, fields, f"{where} record {i}")
         prompts.append(rec[fields.prompt])
         completions.append(rec[fields.completion])
         if fields.reference is not None:
-            if fields.reference not in rec:
-                raise SpecError(f"{where} record {i}: reference field {fields.reference!r} is missing")
             refs.append(rec[fields.reference])
         if fields.task_id is not None:
-            if rec.get(fields.task_id) is None:
-                raise SpecError(f"{where} record {i}: task id field {fields.task_id!r} is missing")
             tids.append(str(rec[fields.task_id]))
         if fields.reward is not None:
-            if fields.reward not in rec:
-                raise SpecError(f"{where} record {i}: reward field {fields.reward!r} is missing")
-            try:  # checked here so the error names the record and the file's field
-                _check_number(rec[fields.reward], f"{where} record {i}: field {fields.reward!r} (fields.reward)")
-            except (RowsError, RowsTypeError) as e:
-                raise SpecError(str(e)) from None
             rewards.append(rec[fields.reward])
     if not prompts:
         raise SpecError(f"{where}: no records")
-    return assay.rows(prompts, completions, rewards if fields.reward is not None else None,
-                      references=refs if fields.reference is not None else None,
-                      task_ids=tids if fields.task_id is not None else None,
-                      record_names=lambda i: f"{where} record {i}")
+    return rows(prompts, completions, rewards if fields.reward is not None else None,
+                references=refs if fields.reference is not None else None,
+                task_ids=tids if fields.task_id is not None else None,
+                record_names=lambda i: f"{where} record {i}")
+
+
+def check_records(path: str | Path, fmt: str, fields: FieldMap, *, limit: int = 20) -> list[str]:
+    """Every problem ``rows_from_records`` would raise on a file, without building rows:
+    ``record N: field ...`` strings (JSONL lines that do not parse, missing or mistyped fields,
+    a reward that is not a number in [0, 1], one task id with two prompts or references, an
+    empty file). Streams the file; at most ``limit`` problems, then a count of the rest.
+
+    Example:
+        >>> import tempfile, pathlib
+        >>> p = pathlib.Path(tempfile.mkdtemp()) / "d.jsonl"
+        >>> _ = p.write_text('{"prompt": "a", "completion": "x", "r": "high"}\\n{"prompt": "b"}\\nnot json\\n')
+        >>> for line in check_records(p, "jsonl", FieldMap(reward="r")): print(line)
+        record 0 (line 1): field 'r' (fields.reward): reward must be a number, got str 'high'
+        record 1 (line 2): field 'completion' (fields.completion) is missing; the record has ['prompt']
+        line 3: not valid JSON (Expecting value); one object per line
+    """
+    import json
+
+    problems: list[str] = []
+    more = 0
+    first: dict[str, tuple[str, Any, Any]] = {}
+
+    def add(msg: str) -> None:
+        nonlocal more
+        if len(problems) < limit:
+            problems.append(msg)
+        else:
+            more += 1
+
+    def records() -> Any:
+        if fmt == "parquet":
+            import pyarrow.parquet as pq
+
+            for batch in pq.ParquetFile(path).iter_batches(batch_size=65536):
+                for rec in batch.to_pylist():
+                    yield None, rec, None
+            return
+        with open(path, encoding="utf-8") as fh:
+            for no, line in enumerate(fh, 1):
+                if not line.strip():
+                    continue
+                try:
+                    obj = json.loads(line)
+                except json.JSONDecodeError as e:
+                    yield no, None, f"line {no}: not valid JSON ({e.msg}); one object per line"
+                    continue
+                if not isinstance(obj, dict):
+                    yield no, None, f"line {no}: each line must be a JSON object, got {type(obj).__name__}"
+                    continue
+                yield no, obj, None
+
+    i = -1
+    for no, rec, bad in records():
+        if bad is not None:
+            add(bad)
+            continue
+        i += 1
+        at = f"record {i}" + (f" (line {no})" if no is not None else "")
+        try:
+            check_record(rec, fields, f"{at}")
+        except SpecError as e:
+            add(str(e))
+            continue
+        tid = str(rec[fields.task_id]) if fields.task_id is not None else None
+        if tid is None:
+            continue  # the default task id hashes the prompt: records agree on it by construction
+        prompt = rec[fields.prompt]
+        ref = rec.get(fields.reference) if fields.reference is not None else None
+        seen = first.setdefault(tid, (at, prompt, ref))
+        if seen[0] != at:
+            for field, a, b in (("prompt", seen[1], prompt), ("reference", seen[2], ref)):
+                if a != b:
+                    add(f"{seen[0]} and {at} have the same task id {tid!r} but a different {field} "
+                        f"({a!r:.60} vs {b!r:.60}); give them different task ids, or make the {field}s agree")
+                    break
+    if i < 0 and not problems:
+        add("no records: the file is empty")
+    if more:
+        problems.append(f"... and {more} more problem{'s' * (more != 1)}")
+    return problems

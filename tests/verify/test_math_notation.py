@@ -15,13 +15,13 @@ EMPTY = ["$\\varnothing$", "$\\emptyset$", "$\\{\\}$", "$\\{ \\}$", "$\\boxed{\\
 @pytest.mark.parametrize("cand", EMPTY)
 @pytest.mark.parametrize("ref", ["\\emptyset", "\\varnothing", "\\{\\}", "\u2205"])
 def test_every_empty_set_spelling_is_the_empty_set(cand: str, ref: str) -> None:
-    assert MathEqual().check(cand, ref, {})[0] == 1.0
+    assert MathEqual().check(cand, ref, {}).reward == 1.0
 
 
 @pytest.mark.parametrize("cand", EMPTY)
 def test_the_empty_set_is_not_a_nonempty_set(cand: str) -> None:
-    assert MathEqual().check(cand, "\\{1\\}", {})[0] == 0.0
-    assert MathEqual().check(cand, "0", {})[0] == 0.0
+    assert MathEqual().check(cand, "\\{1\\}", {}).reward == 0.0
+    assert MathEqual().check(cand, "0", {}).reward == 0.0
 
 
 @pytest.mark.parametrize("cand,ref,want", [
@@ -46,7 +46,7 @@ def test_the_empty_set_is_not_a_nonempty_set(cand: str) -> None:
     ("$46^\\circ$", "45^\\circ", 0.0),
 ])
 def test_sets_intervals_degrees(cand: str, ref: str, want: float) -> None:
-    assert MathEqual().check(cand, ref, {})[0] == want
+    assert MathEqual().check(cand, ref, {}).reward == want
 
 
 def test_rewrite_keeps_other_commands() -> None:
