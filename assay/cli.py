@@ -30,9 +30,15 @@ def cmd_validate(args: argparse.Namespace) -> int:
     from assay.spec import check_files, load_spec
 
     spec = load_spec(args.spec)
-    problems = [] if args.no_files else check_files(spec)
+    problems = [] if args.no_files else check_files(spec, data=True)
     if problems:
-        _err(f"{args.spec} has {len(problems)} problem(s):\n  " + "\n  ".join(problems))
+        import yaml
+
+        from assay.spec import locate
+
+        root = yaml.compose(Path(args.spec).read_text(encoding="utf-8"))
+        _err(f"{args.spec} has {len(problems)} problem(s):\n  "
+             + "\n  ".join(locate(p, root, args.spec) for p in problems))
         return 2
     stages = [f"sources: {', '.join(s.name for s in spec.sources) or '-'}"]
     if spec.decontaminate:
@@ -193,7 +199,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
     v = sub.add_parser("validate", help="check a study spec (no Prefect)")
     v.add_argument("spec")
-    v.add_argument("--no-files", action="store_true", help="skip checking the files it names")
+    v.add_argument("--no-files", action="store_true",
+                   help="skip the files it names (their presence and every record in them)")
     v.set_defaults(func=cmd_validate)
     r = sub.add_parser("run", help="run a study spec as a Prefect flow")
     r.add_argument("spec")

@@ -401,10 +401,12 @@ def load_spec(path: str | os.PathLike[str]) -> StudySpec:
     return parse_spec(text, source=str(p), base_dir=str(p.resolve().parent))
 
 
-def check_files(spec: StudySpec) -> list[str]:
+def check_files(spec: StudySpec, *, data: bool = False) -> list[str]:
     """Problems beyond the spec's shape, as ``yaml.path: message``: missing files, and
     verifier params the verifier does not accept (checked against its signature, without
-    building it)."""
+    building it). With ``data`` (``assay validate``) also every record of every data file (see
+    :func:`assay.sources.records.check_records`), every ``function:`` reward model's import,
+    and each ``where`` step's field against the fields rows have before grading."""
     import inspect
 
     from assay.registry import load_callable
@@ -433,7 +435,66 @@ def check_files(spec: StudySpec) -> list[str]:
         for i, c in enumerate(spec.decontaminate.corpus):
             if not spec.resolve(c).is_file():
                 problems.append(f"decontaminate.corpus[{i}]: file not found: {spec.resolve(c)}")
+    if data:
+        problems += _check_data(spec)
     return problems
+
+
+#: Row fields a grader sets: a step (run before grading) sees them only as placeholders.
+GRADED_FIELDS = ("reward", "judge_status", "judge_name", "reason", "judge_meta")
+
+
+def _check_data(spec: StudySpec) -> list[str]:
+    """What only reading the data, importing the code or knowing the row fields can show."""
+    from assay.rows import COLUMNS
+
+    problems = []
+    for i, s in enumerate(spec.sources):
+        if all(f.is_file() for f in s.files(spec)):
+            where = f"sources[{i}].path" if hasattr(s, "path") else f"sources[{i}]"
+            problems += [f"{where}: {msg}" for msg in s.check_data(spec)]
+        scores_given = getattr(getattr(s, "fields", None), "reward", None) is not None
+        for k, step in enumerate(s.steps):
+            field = step.get("field") if step.get("op") == "where" else None
+            if not isinstance(field, str):
+                continue
+            at = f"sources[{i}].steps[{k}].field"
+            head, _, tail = field.partition(".")
+            if field in GRADED_FIELDS and s.verifier is not None and not (field == "reward" and scores_given):
+                problems.append(
+                    f"{at}: {field!r} is set by grading, and steps run on the rows before grading; "
+                    "filter the graded rows in a measurement instead, or give fields.reward to "
+                    "filter on scores the records already hold")
+            elif not ((field in COLUMNS and field not in ("markers", "privileged", "messages"))
+                      or (head in ("markers", "privileged") and tail)):
+                problems.append(f"{at}: rows have no field {field!r}; they have "
+                                f"{[c for c in COLUMNS if c not in ('markers', 'privileged', 'messages')]}"
+                                " and markers.<name>, privileged.<key> (other record fields are not kept)")
+    if spec.reward is not None:
+        for j, m in enumerate(spec.reward.models):
+            if getattr(m, "kind", None) == "function":
+                try:
+                    m._callable(spec)
+                except SpecError as e:
+                    problems.append(f"reward.models[{j}].function: {e}")
+    return problems
+
+
+def locate(problem: str, root: yaml.Node | None, source: str) -> str:
+    """``source:line: problem`` for a ``yaml.path: message`` problem (the line of the deepest
+    node on the path that exists).
+
+    Example:
+        >>> root = yaml.compose("name: x\nsources:\n  - name: a\n    steps: [{op: where}]\n")
+        >>> locate("sources[0].steps[0].field: no such field", root, "s.yaml")
+        's.yaml:4: sources[0].steps[0].field: no such field'
+    """
+    m = re.match(r"([A-Za-z_]\w*(?:\[\d+\]|\.[A-Za-z_]\w*)*): ", problem)
+    if root is None or m is None:
+        return f"{source}: {problem}"
+    loc: list[Any] = [int(p[1:-1]) if p.startswith("[") else p
+                      for p in re.findall(r"\[\d+\]|[A-Za-z_]\w*", m.group(1))]
+    return f"{source}:{_node_line(root, loc)}: {problem}"
 
 
 def json_schema(plugins: Sequence[str] = ()) -> dict[str, Any]:

@@ -49,3 +49,8 @@ class SourceSpec(SpecModel):
     def files(self, study: StudySpec) -> list[Path]:
         """Data files the source reads (checked by ``assay validate``, hashed by the checksum)."""
         return []
+
+    def check_data(self, study: StudySpec) -> list[str]:
+        """Every problem building the rows would hit, found by reading the data without building
+        them (``assay validate``); each names the file, the record and the field."""
+        return []

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import Field, model_validator
 
 from assay.sources.base import SourceSpec
-from assay.sources.records import FieldMap, read_records, rows_from_records
+from assay.sources.records import FieldMap, check_records, read_records, rows_from_records
 from assay.sources.registry import SOURCES
 
 if TYPE_CHECKING:
@@ -53,6 +53,11 @@ class FileSource(SourceSpec):
 
     def files(self, study: StudySpec) -> list[Path]:
         return [study.resolve(self.path)]
+
+    def check_data(self, study: StudySpec) -> list[str]:
+        path = study.resolve(self.path)
+        fmt = self.format or path.suffix.lower().lstrip(".")
+        return [f"{path} {msg}" for msg in check_records(path, fmt, self.fields)]
 
 
 SOURCES.register("file", spec=FileSource)(FileSource)
