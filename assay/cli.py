@@ -145,7 +145,6 @@ def cmd_run(args: argparse.Namespace) -> int:
     apply_local_settings(Path(args.prefect_home or ".prefect").resolve())
     if args.store:
         os.environ["ASSAY_STORE"] = str(Path(args.store).resolve())
-    _RUN.clear()
     _RUN["debug"] = bool(args.debug)
     # The embedded server is launched first: its start-up overlaps loading the spec and
     # importing Prefect here. A bad spec stops it again before Prefect is imported.
@@ -231,6 +230,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     unexpected exception (its stage and the log file holding the traceback); 130: interrupted.
     """
     args = build_parser().parse_args(argv)
+    _RUN.clear()
     try:
         return args.func(args)
     except KeyboardInterrupt:

@@ -485,7 +485,7 @@ def locate(problem: str, root: yaml.Node | None, source: str) -> str:
     node on the path that exists).
 
     Example:
-        >>> root = yaml.compose("name: x\nsources:\n  - name: a\n    steps: [{op: where}]\n")
+        >>> root = yaml.compose("name: x\\nsources:\\n  - name: a\\n    steps: [{op: where}]\\n")
         >>> locate("sources[0].steps[0].field: no such field", root, "s.yaml")
         's.yaml:4: sources[0].steps[0].field: no such field'
     """
