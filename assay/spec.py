@@ -46,6 +46,7 @@ from pydantic import (
 
 from assay.errors import SpecError
 from assay.hashing import content_hash
+from assay.nightly.spec import NightlySpec
 
 SPEC_VERSION = 1
 
@@ -291,7 +292,7 @@ class ExecutionSpec(_Model):
 
 
 #: Top-level fields that never change results (excluded from the checksum).
-NON_RESULT_FIELDS = frozenset({"name", "description", "output", "execution"})
+NON_RESULT_FIELDS = frozenset({"name", "description", "output", "execution", "nightly"})
 
 
 class StudySpec(_Model):
@@ -306,6 +307,7 @@ class StudySpec(_Model):
     measure: MeasureSpec = Field(default_factory=MeasureSpec)
     output: str | None = Field(None, description="run directory (default runs/<name>)")
     execution: ExecutionSpec = Field(default_factory=ExecutionSpec)
+    nightly: NightlySpec | None = None
     _base_dir: str | None = PrivateAttr(None)
 
     @model_validator(mode="after")
