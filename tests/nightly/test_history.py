@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 from nightly_runs import make_night, make_rows
+from webhook_receiver import webhook_receiver
 
 from assay.nightly.gates import evaluate_night
 from assay.nightly.history import HistoryError, history_png, write_history
 from assay.nightly.notify import NotifyError, alert_payload, post_webhook
 from assay.nightly.spec import NightlySpec
-from webhook_receiver import webhook_receiver
 
 GOOD = [0.75 if i % 3 else 1.0 for i in range(30)]
 BAD = [0.0 if i % 2 else r for i, r in enumerate(GOOD)]
