@@ -142,17 +142,18 @@ def cmd_nightly(args: argparse.Namespace) -> int:
     store = str(Path(args.store).resolve()) if args.store else None
     if store:
         os.environ["ASSAY_STORE"] = store
+    # Every spec is checked before a server starts: a cron job with a typo fails in a second.
+    specs = [load_spec(p) for p in args.spec]
+    for path, spec in zip(args.spec, specs):
+        problems = check_files(spec)
+        if problems:
+            _err(f"{path}: " + "; ".join(problems))
+            return 2
+        if spec.execution.runner != "local" and not os.environ.get("PREFECT_API_URL"):
+            _err(f"{path}: execution.runner {spec.execution.runner} needs a real Prefect server "
+                 "(set PREFECT_API_URL); without one `assay nightly` runs runner: local only")
+            return 2
     with embedded_server() as server:
-        specs = [load_spec(p) for p in args.spec]
-        for path, spec in zip(args.spec, specs):
-            problems = check_files(spec)
-            if problems:
-                _err(f"{path}: " + "; ".join(problems))
-                return 2
-            if spec.execution.runner != "local" and server is not None:
-                _err(f"{path}: execution.runner {spec.execution.runner} needs a real Prefect "
-                     "server (PREFECT_API_URL); `assay nightly` on the embedded one runs local only")
-                return 2
         if user_level is None:
             os.environ["PREFECT_LOGGING_LEVEL"] = specs[0].execution.log_level.upper()
         if server is not None:
@@ -179,7 +180,8 @@ def cmd_nightly(args: argparse.Namespace) -> int:
     if isinstance(result, BaseException):
         raise result
     for name, st in result["studies"].items():
-        print(f"{name}: no regression (baseline {st['baseline']}); {st['output']}/nightly.md")
+        base = ", ".join(f"{src} vs {b}" for src, b in st["baseline"].items() if b) or "first night"
+        print(f"{name}: no gated regression ({base}); {st['output']}/nightly.md")
     return 0
 
 
