@@ -58,16 +58,30 @@ def test_nightly_flags_regression_against_previous_night(prefect_server: str, tm
     assert (root / "nightly-demo" / "2026-11-03" / "report.md").is_file()
 
 
+def _params(path: Path, name: str) -> set[str]:
+    """A flow function's parameter names, read from its source (no Prefect import here: the
+    server fixture needs Prefect unimported until it has set the environment)."""
+    import ast
+
+    fn = next(n for n in ast.walk(ast.parse(path.read_text())) if isinstance(n, ast.FunctionDef)
+              and n.name == name)
+    return {a.arg for a in fn.args.args + fn.args.kwonlyargs}
+
+
 def test_deployment_definition_offline() -> None:
-    """deployments/prefect.yaml names the nightly flow, a cron with a timezone, concurrency 1
-    and a process work pool; the flow's parameter schema accepts the listed parameters."""
+    """deployments/prefect.yaml names the nightly and the store-upkeep flows, each with a cron
+    and a timezone, concurrency 1 and a process work pool; the parameters they list exist."""
     import yaml
 
     root = Path(__file__).resolve().parents[2]
     cfg = yaml.safe_load((root / "deployments" / "prefect.yaml").read_text())
-    (dep,) = cfg["deployments"]
-    assert dep["entrypoint"] == "flows/nightly.py:nightly"
-    assert dep["schedules"][0]["cron"] and dep["schedules"][0]["timezone"]
-    assert dep["concurrency_limit"] == 1 and dep["work_pool"]["name"]
-    for spec in dep["parameters"]["specs"]:
+    deps = {d["name"]: d for d in cfg["deployments"]}
+    assert deps["nightly"]["entrypoint"] == "flows/nightly.py:nightly"
+    assert deps["store-upkeep"]["entrypoint"] == "flows/upkeep.py:store_upkeep"
+    for dep in deps.values():
+        assert dep["schedules"][0]["cron"] and dep["schedules"][0]["timezone"]
+        assert dep["concurrency_limit"] == 1 and dep["work_pool"]["name"]
+        path, name = dep["entrypoint"].split(":")
+        assert set(dep["parameters"]) <= _params(root / path, name), dep["name"]
+    for spec in deps["nightly"]["parameters"]["specs"]:
         assert (root / spec).is_file()

@@ -136,6 +136,13 @@ def test_alert_through_a_prefect_notification_block(prefect_server: str, tmp_pat
     (msg,) = hook["messages"]
     assert msg["text"].startswith("assay nightly 2026-12-02: 1 regression (gated)")
     assert "gated/model/pass@1: delta -" in msg["text"]
+    # the weekly upkeep flow (deployments/prefect.yaml) on these nights: keeps the last one
+    from flows.upkeep import store_upkeep
+
+    res = store_upkeep(runs=[str(tmp_path / "n")], keep_nights=1, store_root=str(tmp_path / "store"),
+                       grace=0.0)
+    assert res["verify"]["corrupt"] == [] and res["gc"]["kept_runs"] == [str(tmp_path / "n" / "gated" / "2026-12-02")]
+    assert res["gc"]["removed_blobs"] > 0
 
 
 SHARED = """
