@@ -7,8 +7,8 @@ Example:
     ...     {"source": "m", "baseline": None, "metrics": [{"metric": "pass@1", "gated": True,
     ...      "higher_is_better": True, "value": 0.5, "low": 0.4, "high": 0.6, "n": 40, "delta": None,
     ...      "delta_low": None, "delta_high": None, "verdict": "no baseline", "regression": False}]}]}
-    >>> print(history_table(history_rows([night])).splitlines()[2])
-    2026-11-01  m       pass@1*   0.500 [0.400, 0.600]    40  -                          -           no baseline
+    >>> history_table(history_rows([night])).splitlines()[2].split()
+    ['2026-11-01', 'm', 'pass@1*', '0.500', '[0.400,', '0.600]', '40', '-', '-', 'no', 'baseline']
 """
 
 from __future__ import annotations
