@@ -21,7 +21,9 @@ from __future__ import annotations
 import datetime as dt
 import re
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
+
+from assay.specbase import SpecModel
 
 _BLOCK = re.compile(r"^[a-z0-9-]+/[A-Za-z0-9_.-]+$")
 
@@ -31,10 +33,8 @@ def metric_name(name: str) -> str:
     return "pass@1" if name == "pass@1" else f"marker:{name.removeprefix('marker:')}"
 
 
-class NightlySpec(BaseModel):
+class NightlySpec(SpecModel):
     """Regression gates for the nightly flow (``assay nightly``)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     must_not_regress: list[str] = Field(
         default_factory=lambda: ["pass@1"],
