@@ -50,13 +50,14 @@ def _env(server: str) -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": str(ROOT), "PREFECT_API_URL": server}
 
 
-def _nightly_runs(night: str) -> list:  # noqa: ANN001
+def _nightly_runs(night: str, root: Path) -> list:  # noqa: ANN001
     from prefect import get_client
     from prefect.client.schemas.filters import FlowFilter, FlowFilterName
 
     with get_client(sync_client=True) as client:
         runs = client.read_flow_runs(flow_filter=FlowFilter(name=FlowFilterName(any_=["assay-nightly"])))
-    return [r for r in runs if r.parameters.get("night") == night]
+    return [r for r in runs if r.parameters.get("night") == night
+            and r.parameters.get("root") == str(root)]
 
 
 @pytest.mark.server
@@ -80,9 +81,11 @@ def test_three_nights_gate_alert_and_history(prefect_server: str, tmp_path: Path
     assert codes == [0, 0, 3], errs[-1][-3000:]
     assert "REGRESSION: regression on night 2026-11-03: gated/model/pass@1" in errs[2]
     # the flow run is Failed on the server, its message naming study/source/metric
-    (run,) = _nightly_runs("2026-11-03")
+    (run,) = _nightly_runs("2026-11-03", root)
     assert run.state.is_failed() and "gated/model/pass@1" in run.state.message
-    assert all(r.state.is_completed() for n in ("2026-11-01", "2026-11-02") for r in _nightly_runs(n))
+    for n in ("2026-11-01", "2026-11-02"):
+        (ok,) = _nightly_runs(n, root)
+        assert ok.state.is_completed()
     # one alert, with the study, metric, delta and interval
     assert hook["requests"] == 1
     (msg,) = hook["messages"]
