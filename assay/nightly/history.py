@@ -119,8 +119,10 @@ def history_png(rows: Sequence[Mapping[str, Any]], study: str, last: int | None 
     import matplotlib.pyplot as plt
 
     keys = sorted(panels)
-    fig, axes = plt.subplots(len(keys), 1, figsize=(max(6.0, 0.35 * len(nights) + 3), 2.4 * len(keys)),
-                             dpi=100, squeeze=False)
+    # a year of nights stays a readable width: at most ~40 labelled ticks
+    width = min(max(6.0, 0.35 * len(nights) + 3), 18.0)
+    step = max(1, -(-len(nights) // 40))
+    fig, axes = plt.subplots(len(keys), 1, figsize=(width, 2.4 * len(keys)), dpi=100, squeeze=False)
     x_of = {n: i for i, n in enumerate(nights)}
     for ax, key in zip(axes[:, 0], keys):
         pts = panels[key]
@@ -135,8 +137,8 @@ def history_png(rows: Sequence[Mapping[str, Any]], study: str, last: int | None 
             ax.scatter([x for x, _ in bad], [y for _, y in bad], marker="X", s=90, color="#c0392b",
                        zorder=3, label="regression (gated, verdict worse)")
         ax.set_title(f"{study} / {key[0]} / {key[1]}", fontsize=9)
-        ax.set_xticks(range(len(nights)))
-        ax.set_xticklabels(nights, rotation=60, fontsize=7, ha="right")
+        ax.set_xticks(range(0, len(nights), step))
+        ax.set_xticklabels(nights[::step], rotation=60, fontsize=7, ha="right")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7, loc="best")
     fig.tight_layout()

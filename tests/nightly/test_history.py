@@ -79,3 +79,16 @@ def test_webhook_rejection_is_an_error_not_retried() -> None:
         with pytest.raises(NotifyError, match="HTTP 404"):
             post_webhook(hook["url"], [REG])
     assert hook["requests"] == 1
+
+
+def test_a_year_of_nights_plots_at_a_bounded_size() -> None:
+    import io
+
+    from matplotlib import image
+
+    rows = [{"night": f"2026-{1 + d // 28:02d}-{1 + d % 28:02d}", "source": "m", "metric": "pass@1",
+             "gated": True, "value": 0.5, "low": 0.4, "high": 0.6, "regression": d == 100}
+            for d in range(336)]
+    png = history_png(rows, "s")
+    h, w = image.imread(io.BytesIO(png)).shape[:2]
+    assert w <= 1800 and h <= 400
