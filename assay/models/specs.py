@@ -1,0 +1,133 @@
+"""The spec models of generation: sampling parameters, each backend's entry, and ``generate:``.
+
+Every field has a default that is sent or applied explicitly, so a cache key names the full config.
+
+Example:
+    >>> g = GenerateSpec.model_validate({"model": {"kind": "function", "callable": "m:f"}, "k": 2})
+    >>> g.model.kind, g.k, g.params.temperature, g.params.max_tokens
+    ('function', 2, 1.0, 512)
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from assay.errors import SpecError
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class SamplingParams(_Strict):
+    """Every sampling parameter, with the value used when the spec leaves it out. All of them are
+    sent on every request (vLLM fills unset ones from the model's generation config) and all are
+    part of each completion's cache key. ``extra`` is passed through verbatim to OpenAI-protocol
+    servers (e.g. vLLM's ``top_k``, ``min_p``, ``repetition_penalty``)."""
+
+    temperature: float = Field(1.0, ge=0.0, le=2.0)
+    top_p: float = Field(1.0, gt=0.0, le=1.0)
+    max_tokens: int = Field(512, ge=1)
+    stop: list[str] = Field(default_factory=list)
+    presence_penalty: float = Field(0.0, ge=-2.0, le=2.0)
+    frequency_penalty: float = Field(0.0, ge=-2.0, le=2.0)
+    extra: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("stop")
+    @classmethod
+    def _no_empty_stop(cls, v: list[str]) -> list[str]:
+        if any(s == "" for s in v):
+            raise ValueError("an empty stop string would stop every completion at once; remove it")
+        return v
+
+    @field_validator("extra")
+    @classmethod
+    def _extra_not_core(cls, v: dict[str, Any]) -> dict[str, Any]:
+        clash = sorted(set(v) & {"temperature", "top_p", "max_tokens", "stop", "presence_penalty",
+                                 "frequency_penalty", "seed", "n", "model", "messages", "prompt"})
+        if clash:
+            raise ValueError(f"extra must not set {clash}: give them as params fields (seed is "
+                             "derived per sample from generate.seed)")
+        return v
+
+
+class OpenAISpec(_Strict):
+    """An OpenAI-compatible server (vLLM, SGLang, TGI, llama.cpp server, OpenAI)."""
+
+    kind: Literal["openai"] = "openai"
+    base_url: str = Field(description="the server's API root, e.g. http://127.0.0.1:8000/v1")
+    model: str = Field(description="the served model name sent as 'model'")
+    api_key_env: str | None = Field(None, description="environment variable holding the API key")
+    revision: str | None = Field(None, description="a checkpoint revision you pin; part of the cache key")
+    timeout_s: float = Field(120.0, gt=0, description="seconds one request may take")
+    max_retries: int = Field(8, ge=0, description="retries of 408/429/5xx/timeouts per request")
+    retry_total_s: float = Field(900.0, gt=0, description="cap on the time one request spends retrying")
+
+    @field_validator("base_url")
+    @classmethod
+    def _url(cls, v: str) -> str:
+        if not v.startswith(("http://", "https://")):
+            raise ValueError(f"base_url {v!r} must start with http:// or https://")
+        return v.rstrip("/")
+
+
+class HFSpec(_Strict):
+    """A local transformers causal LM: a local directory, or a hub id with a ``revision``."""
+
+    kind: Literal["hf"] = "hf"
+    path: str = Field(description="local directory or hub id")
+    revision: str | None = None
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
+        "auto", description="auto: bfloat16 on CUDA, float32 on CPU")
+    device: str | None = Field(None, description="cuda / cpu / cuda:1; default cuda when available")
+    batch_tokens: int = Field(8192, ge=1, description="padded tokens (prompt + new) per batch")
+    trust_remote_code: bool = False
+
+
+class FunctionSpec(_Strict):
+    """A user's ``module:callable`` taking prompts and returning completions."""
+
+    kind: Literal["function"] = "function"
+    callable: str = Field(description="module:callable; called as f(prompts) or f(prompts, seeds=, params=)")
+    revision: str | None = Field(None, description="bump to recompute: part of the cache key")
+
+
+class GenerateSpec(_Strict):
+    """``generate:`` of a source: the model under test, the API, k samples and the parameters.
+    ``model`` is any registered backend's entry (validated by that kind's spec model)."""
+
+    model: Any
+    api: Literal["chat", "completions"] = "chat"
+    k: int = Field(1, ge=1)
+    params: SamplingParams = Field(default_factory=SamplingParams)
+    seed: int = 0
+    max_connections: int = Field(16, ge=1)
+    system: str | None = None
+
+    @field_validator("model", mode="before")
+    @classmethod
+    def _backend(cls, v: Any) -> Any:
+        return backend_spec(v)
+
+    @model_validator(mode="after")
+    def _system_needs_chat(self) -> GenerateSpec:
+        if self.system is not None and self.api != "chat":
+            raise ValueError("system: a system prompt needs api: chat (the completions API takes "
+                             "one text); put it into the prompt instead")
+        return self
+
+
+def backend_spec(v: Any) -> BaseModel:
+    """Validate a ``model:`` entry against the spec model its ``kind`` registered."""
+    from assay.models.registry import BACKENDS
+
+    if isinstance(v, BaseModel):
+        return v
+    if not isinstance(v, dict) or "kind" not in v:
+        raise SpecError(f"model: expected a mapping with 'kind' (one of {BACKENDS.names()}), got {v!r:.80}")
+    kind = BACKENDS.get(v["kind"])
+    if kind.spec is None:
+        raise SpecError(f"model backend {v['kind']!r} registered no spec model")
+    return kind.spec.model_validate(v)
