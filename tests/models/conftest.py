@@ -25,3 +25,11 @@ def store(tmp_path):
     from assay.store import Store
 
     return Store(tmp_path / "store")
+
+
+@pytest.fixture(scope="session")
+def tiny_lm_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny random Llama + WordLevel tokenizer saved to a temp dir, built once per session."""
+    from tiny_lm import build_tiny_lm
+
+    return build_tiny_lm(tmp_path_factory.mktemp("tiny_lm"))
