@@ -50,12 +50,14 @@ _LAZY: dict[str, str] = {
     "HFRewardModel": "assay.reward",
     "EmbeddingRewardModel": "assay.reward",
     "FunctionRewardModel": "assay.reward",
+    "generate": "assay.models",
+    "judge_trust": "assay.verify.trust",
     "StudySpec": "assay.spec",
     "load_spec": "assay.spec",
 }
 _SUBMODULES = {
     "errors", "hashing", "store", "verify", "measure", "decontam", "data", "reward",
-    "benchmarks", "spec", "judging", "grading", "results", "stages", "report", "cli",
+    "benchmarks", "spec", "judging", "models", "grading", "results", "stages", "report", "cli",
 }
 
 

@@ -1,6 +1,6 @@
-"""The verifier registry: every verifier kind a spec may name, with its spec model.
+"""The verifier registry: every verifier kind a spec's ``verifier: {kind: ...}`` can name.
 
-Verifier modules register their kinds here; the spec derives ``verifier:`` entries from it.
+Each verifier module registers its classes here; a user module can register more (spec ``plugins:``).
 """
 
 from assay.registry import Registry
