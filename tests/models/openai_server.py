@@ -78,6 +78,9 @@ class OpenAIServer:
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            # headers and body go out in two writes: without TCP_NODELAY, Nagle's algorithm and
+            # the client's delayed ACK add ~40 ms to every keep-alive answer
+            disable_nagle_algorithm = True
 
             def log_message(self, *a: Any) -> None:
                 pass
