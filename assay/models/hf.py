@@ -4,7 +4,7 @@ Chat template rendered once, left padding, token-budget batches sorted by length
 
 Why a loop of our own rather than ``model.generate``: sampling there draws from one global RNG
 stream for the whole batch, so a sampled completion depends on its batch neighbours; here each
-row samples with its own ``torch.Generator`` seeded by the sample's seed. Greedy decoding is an
+row draws from its own ``torch.Generator`` seeded by the sample's seed. Greedy decoding is an
 argmax per row, and at float32 it gives the same tokens whatever the batch size (tested), since
 left padding plus explicit position ids make every row see exactly its own tokens.
 
@@ -179,8 +179,8 @@ class HFBackend:
         inp, mask = inp.to(self.device), mask.to(self.device)
         pos = (mask.cumsum(-1) - 1).clamp(min=0)
         gens = None
-        if params.temperature > 0:
-            gens = [torch.Generator(device=self.device).manual_seed(s) for s in seeds]
+        if params.temperature > 0:  # CPU generators: the same draws whatever the device
+            gens = [torch.Generator().manual_seed(s) for s in seeds]
         new: list[list[int]] = [[] for _ in range(n)]
         finish: list[str | None] = [None] * n
         texts: list[str | None] = [None] * n
@@ -222,22 +222,22 @@ class HFBackend:
 
     @staticmethod
     def _pick(logits: Any, gens: list[Any] | None, params: SamplingParams, finish: list[str | None]) -> Any:
+        """Greedy: the argmax per row. Sampling: one uniform draw per row from that row's own
+        CPU generator, turned into a token by inverse CDF over the temperature-scaled, nucleus-cut
+        distribution, batched (finished rows draw too; their draws are never used)."""
         import torch
 
         if gens is None:
             return logits.argmax(-1)
-        picks = []
-        for r in range(logits.shape[0]):
-            if finish[r] is not None:  # a finished row draws nothing: its generator stays put
-                picks.append(0)
-                continue
-            probs = torch.softmax(logits[r] / params.temperature, -1)
-            if params.top_p < 1.0:
-                sp, si = probs.sort(descending=True)
-                keep = sp.cumsum(0) - sp < params.top_p  # the smallest prefix reaching top_p
-                probs = torch.zeros_like(probs).scatter(0, si[keep], sp[keep])
-            picks.append(int(torch.multinomial(probs, 1, generator=gens[r])))
-        return torch.tensor(picks, device=logits.device)
+        u = torch.tensor([float(torch.rand(1, generator=g)) for g in gens], dtype=torch.float64,
+                         device=logits.device)
+        probs = torch.softmax(logits.double() / params.temperature, -1)
+        sp, si = probs.sort(dim=-1, descending=True)
+        if params.top_p < 1.0:
+            sp = sp * ((sp.cumsum(-1) - sp) < params.top_p)  # the smallest prefix reaching top_p
+        cdf = sp.cumsum(-1)
+        pos = torch.searchsorted(cdf, (u * cdf[:, -1]).unsqueeze(-1), right=True)
+        return si.gather(1, pos.clamp(max=sp.shape[-1] - 1)).squeeze(-1)
 
     def close(self) -> None:
         """Drop the model (and, on CUDA, return its memory to the pool)."""

@@ -110,3 +110,34 @@ def test_clear_errors(tiny_lm_dir, tmp_path):
     assert generate(["what is"], b, api="completions", params=GREEDY, store=Store(tmp_path / "s")).sent == 1
     with pytest.raises(SpecError, match="not a local directory"):
         HFBackend({"kind": "hf", "path": str(tmp_path / "missing" / "x")})
+
+
+def test_sampled_first_tokens_follow_the_models_distribution(lm, tmp_path):
+    """Against an independent reference: softmax of the logits of a plain forward pass."""
+    import numpy as np
+    import torch
+    from scipy import stats
+
+    q = QS[0]
+    text = lm.render([{"role": "user", "content": q}], "chat")
+    ids = lm.tok(text, add_special_tokens=False, return_tensors="pt")
+    with torch.no_grad():
+        p = torch.softmax(lm.model(**ids).logits[0, -1].double() / 0.8, -1).numpy()
+    n = 600
+    g = generate([q], lm, k=n, params={"temperature": 0.8, "max_tokens": 1}, store=Store(tmp_path / "a"))
+    # special tokens (pad, bos, eos, role tags) decode to nothing: they are one category
+    special = sorted(set(lm.tok.all_special_ids) | {lm.tok.eos_token_id})
+    plain = np.setdiff1d(np.arange(len(p)), special)
+    toks = [(lm.tok(c, add_special_tokens=False)["input_ids"] or [-1])[0] for c in g.completions[0]]
+    counts = np.bincount([t for t in toks if t >= 0], minlength=len(p))
+    obs = np.append(counts[plain], sum(t < 0 for t in toks))
+    exp = np.append(p[plain], p[special].sum()) * n
+    big = exp >= 5
+    obs, exp = np.append(obs[big], obs[~big].sum()), np.append(exp[big], exp[~big].sum())
+    assert stats.chisquare(obs, exp).pvalue > 1e-3
+    # a nucleus of 0.5 draws only from the top tokens that reach it
+    nucleus = np.argsort(-p)[: int(np.searchsorted(np.cumsum(np.sort(p)[::-1]), 0.5) + 1)]
+    g = generate([q], lm, k=200, params={"temperature": 0.8, "top_p": 0.5, "max_tokens": 1}, store=Store(tmp_path / "b"))
+    drawn = {(lm.tok(c, add_special_tokens=False)["input_ids"] or [-1])[0] for c in g.completions[0]}
+    allowed = {-1 if t in special else t for t in nucleus.tolist()}
+    assert drawn == allowed
