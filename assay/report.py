@@ -224,6 +224,21 @@ def _markdown(spec_doc: Mapping[str, Any], sources: Sequence[Mapping[str, Any]],
         for s in sources:
             out.append(f"| {s['name']} | {s['tasks']} | {s['rows']} | {s['verifier']} |")
         out.append("")
+    made = [s for s in sources if s.get("generation")]
+    if made:
+        out.append("## Generation\n")
+        out.append("Completions sampled by assay. A `length` finish is a truncated completion; "
+                   "failed requests are never graded and are asked again by the next run.\n")
+        out.append("| source | model | k | completions | failed | truncated | prompt tokens (mean) "
+                   "| completion tokens (mean) | completion tokens (total) |\n"
+                   "|---|---|---:|---:|---:|---:|---:|---:|---:|")
+        for s in made:
+            g = s["generation"]
+            tr = "n/a" if g["truncated_share"] is None else f"{100 * g['truncated_share']:.1f}%"
+            out.append(f"| {s['name']} | {g['model']} | {g['k']} | {g['completions']} | {g['errors']} "
+                       f"| {tr} | {g['prompt_tokens_mean']} | {g['completion_tokens_mean']} "
+                       f"| {g['completion_tokens_total']} |")
+        out.append("")
     if measures:
         out.append("## Measurements\n")
         for m in measures:

@@ -70,23 +70,30 @@ class Generations:
                                     schema=RECORD_SCHEMA)
 
     def rows(self, reward: Any = None, *, references: Sequence[Any] | None = None,
-             task_ids: Sequence[str] | None = None, workers: int | None = None) -> Any:
+             task_ids: Sequence[str] | None = None, privileged: Sequence[Mapping[str, Any] | None] | None = None,
+             workers: int | None = None) -> Any:
         """:class:`assay.Rows`, one per record, optionally graded by ``reward``.
 
         An error record becomes a row with ``judge_status: gen_error`` (reward None, the
         failure in ``reason``) that no grader scores; every row carries markers
         ``prompt_tokens``, ``completion_tokens`` and ``truncated`` (1 for a ``length`` finish)
-        where the backend reported them."""
+        where the backend reported them. ``privileged``: a dict per prompt carried into its
+        rows' ``privileged`` (a source's reference and tests), next to ``generation`` (finish
+        reason, served model, cache key, seed). Rollouts are numbered per task, so two prompts
+        of one task do not share indices."""
         from assay.grading import grade
         from assay.rows import Rows, as_table, task_id_for
 
         n = len(self.prompts)
-        for name, seq in (("references", references), ("task_ids", task_ids)):
+        for name, seq in (("references", references), ("task_ids", task_ids), ("privileged", privileged)):
             if seq is not None and len(seq) != n:
                 raise RowsError(f"{name}: expected one per prompt ({n}), got {len(seq)}")
         out = []
+        rollouts: dict[str, int] = {}
         for r in self.records:
             i = r["prompt_index"]
+            tid = task_ids[i] if task_ids is not None else task_id_for(self.messages[i])
+            rollouts[tid] = rollouts.get(tid, -1) + 1
             msgs = [m for m in self.messages[i] if m["role"] != "system"]
             users = [m["content"] for m in msgs if m["role"] == "user"]
             markers = {}
@@ -96,14 +103,15 @@ class Generations:
                 markers["completion_tokens"] = float(r["completion_tokens"])
             if r["status"] == "ok":
                 markers["truncated"] = float(r["finish_reason"] == "length")
-            priv = {"generation": {"finish_reason": r["finish_reason"], "served_model": r["served_model"],
-                                   "key": r["key"], "seed": r["seed"]}}
+            priv = dict(privileged[i] or {}) if privileged is not None else {}
+            priv["generation"] = {"finish_reason": r["finish_reason"], "served_model": r["served_model"],
+                                  "key": r["key"], "seed": r["seed"], "sample_index": r["sample_index"]}
             if references is not None:
                 priv["reference"] = references[i]
-            row = {"task_id": task_ids[i] if task_ids is not None else task_id_for(self.messages[i]),
+            row = {"task_id": tid,
                    "prompt": users[-1] if users else msgs[-1]["content"],
                    "final_text": r["completion"] if r["status"] == "ok" else "",
-                   "messages": self.messages[i], "rollout_index": r["sample_index"],
+                   "messages": self.messages[i], "rollout_index": rollouts[tid],
                    "privileged": priv, "markers": markers, "reward": None,
                    "judge_status": "unjudged" if r["status"] == "ok" else "gen_error",
                    "reason": None if r["status"] == "ok" else r["reason"]}

@@ -75,14 +75,14 @@ def _resolve(spec: HFSpec) -> Path:
 
 @BACKENDS.register("hf", spec=HFSpec, help="a local transformers causal LM")
 class HFBackend:
-    """A loaded causal LM (see module docstring). ``fixed_batch``: rows per batch in input
+    """A causal LM (see module docstring), loaded on first generation. ``fixed_batch``: rows per batch in input
     order instead of sorted token-budget batches (the naive baseline of the benchmark)."""
 
     kind = "hf"
 
     def __init__(self, spec: HFSpec | dict[str, Any], *, fixed_batch: int | None = None) -> None:
         import torch
-        from transformers import AutoModelForCausalLM, AutoTokenizer
+        from transformers import AutoTokenizer
 
         self.spec = spec if isinstance(spec, HFSpec) else HFSpec.model_validate(spec)
         self.fixed_batch = fixed_batch
@@ -92,20 +92,31 @@ class HFBackend:
                       "float32": torch.float32, "bfloat16": torch.bfloat16,
                       "float16": torch.float16}[self.spec.dtype]
         self.tok = AutoTokenizer.from_pretrained(self.dir, trust_remote_code=self.spec.trust_remote_code)
-        self.model = AutoModelForCausalLM.from_pretrained(
-            self.dir, dtype=self.dtype, trust_remote_code=self.spec.trust_remote_code).to(self.device).eval()
         self.pad_id = self.tok.pad_token_id if self.tok.pad_token_id is not None else self.tok.eos_token_id
         if self.pad_id is None:
             raise GenerationError(f"model.path {self.spec.path}: the tokenizer has neither a pad nor "
                                   "an eos token; set one in tokenizer_config.json")
-        eos = self.model.generation_config.eos_token_id if self.model.generation_config else None
-        eos = eos if eos is not None else self.tok.eos_token_id
-        self.eos_ids = set(eos if isinstance(eos, list) else [eos] if eos is not None else [])
-        # transformers 5.2x renamed the KV cache argument and output field past_key_values -> cache
-        fwd = inspect.signature(self.model.forward).parameters
-        self._cache_arg = "cache" if "cache" in fwd else "past_key_values"
+        self._model: Any = None  # loaded on first use: a cached stage needs only the identity
+        self.eos_ids: set[int] = set()
+        self._cache_arg = "past_key_values"
         self._identity: dict[str, Any] | None = None
         self.stats: dict[str, int] = {"batches": 0, "padded_tokens": 0}
+
+    @property
+    def model(self) -> Any:
+        """The causal LM, loaded on first use."""
+        if self._model is None:
+            from transformers import AutoModelForCausalLM
+
+            self._model = AutoModelForCausalLM.from_pretrained(
+                self.dir, dtype=self.dtype, trust_remote_code=self.spec.trust_remote_code).to(self.device).eval()
+            gc = self._model.generation_config
+            eos = gc.eos_token_id if gc is not None and gc.eos_token_id is not None else self.tok.eos_token_id
+            self.eos_ids = set(eos if isinstance(eos, list) else [eos] if eos is not None else [])
+            # transformers 5.2x renamed the KV cache argument and output past_key_values -> cache
+            fwd = inspect.signature(self._model.forward).parameters
+            self._cache_arg = "cache" if "cache" in fwd else "past_key_values"
+        return self._model
 
     def identity(self) -> dict[str, Any]:
         """Backend, the path as given, the revision and the checksum of every model file."""
@@ -168,6 +179,7 @@ class HFBackend:
     def _decode(self, ids: list[list[int]], seeds: list[int], params: SamplingParams) -> list[tuple[str, str, int]]:
         import torch
 
+        model = self.model  # loads it (and the eos ids) on first use
         n, width = len(ids), max(len(x) for x in ids)
         self.stats["batches"] += 1
         self.stats["padded_tokens"] += n * width
@@ -185,7 +197,7 @@ class HFBackend:
         finish: list[str | None] = [None] * n
         texts: list[str | None] = [None] * n
         with torch.inference_mode():
-            out = self.model(input_ids=inp, attention_mask=mask, position_ids=pos, use_cache=True)
+            out = model(input_ids=inp, attention_mask=mask, position_ids=pos, use_cache=True)
             for _step in range(params.max_tokens):
                 logits = out.logits[:, -1, :].float()
                 nxt = self._pick(logits, gens, params, finish)
@@ -211,7 +223,7 @@ class HFBackend:
                                   nxt, torch.full_like(nxt, self.pad_id))
                 mask = torch.cat([mask, torch.ones((n, 1), dtype=mask.dtype, device=self.device)], dim=1)
                 pos = pos[:, -1:] + 1
-                out = self.model(input_ids=nxt[:, None], attention_mask=mask, position_ids=pos,
+                out = model(input_ids=nxt[:, None], attention_mask=mask, position_ids=pos,
                                  use_cache=True, **{self._cache_arg: getattr(out, self._cache_arg)})
         result = []
         for r in range(n):
@@ -243,6 +255,6 @@ class HFBackend:
         """Drop the model (and, on CUDA, return its memory to the pool)."""
         import torch
 
-        self.model = None  # type: ignore[assignment]
+        self._model = None
         if self.device.type == "cuda":
             torch.cuda.empty_cache()

@@ -19,14 +19,15 @@ import ssl
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
-
-import httpx
+from typing import TYPE_CHECKING, Any
 
 from assay.errors import GenerationError, SpecError
 from assay.models.base import Request, render_messages
 from assay.models.registry import BACKENDS
 from assay.models.specs import OpenAISpec, SamplingParams
+
+if TYPE_CHECKING:  # httpx loads on first request: a spec that names no server never pays for it
+    import httpx
 
 RETRY_STATUS = {408, 429}
 #: Backoff: base * 2**attempt seconds, full jitter, capped per wait.
@@ -141,6 +142,8 @@ class OpenAIBackend:
     def identity(self) -> dict[str, Any]:
         """Model name, base URL, pinned revision and what ``/v1/models`` reports for the model."""
         if self._identity is None:
+            import httpx
+
             url = f"{self.spec.base_url}/models"
             try:
                 resp = httpx.get(url, headers=self.headers, timeout=self.spec.timeout_s, verify=self._verify)
@@ -207,6 +210,8 @@ class OpenAIBackend:
 
     async def _run(self, requests: list[Request], params: SamplingParams, api: str,
                    max_connections: int, commit: Callable[[Request, dict[str, Any]], None]) -> None:
+        import httpx
+
         limit = AdaptiveLimit(max_connections)
         path = "/chat/completions" if api == "chat" else "/completions"
         queue = list(reversed(requests))  # lanes pop from the end: requests go out in order
@@ -238,6 +243,8 @@ class OpenAIBackend:
     async def _one(self, client: httpx.AsyncClient, limit: AdaptiveLimit, lane: int, path: str,
                    req: Request, params: SamplingParams, api: str,
                    commit: Callable[[Request, dict[str, Any]], None]) -> None:
+        import httpx
+
         body = self.body(req, params, api)
         start = time.monotonic()
         attempt = 0

@@ -10,15 +10,26 @@ Example:
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, Field, field_validator, model_validator
 
 from assay.errors import SpecError
+from assay.specbase import SpecModel
+
+_Strict = SpecModel
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+class _BackendEntry:
+    """JSON Schema of a ``model:`` entry: any backend registered when the schema is built
+    (validation goes through :func:`backend_spec`, so plugin backends validate too)."""
+
+    def __get_pydantic_json_schema__(self, core_schema: Any, handler: Any) -> dict[str, Any]:
+        import assay.models  # noqa: F401  (registers the built-in backends)
+        from assay.models.registry import BACKENDS
+
+        return {"anyOf": [k.spec.model_json_schema() for k in BACKENDS if k.spec is not None],
+                "description": f"the model under test: kind one of {BACKENDS.names()}"}
 
 
 class SamplingParams(_Strict):
@@ -98,7 +109,7 @@ class GenerateSpec(_Strict):
     """``generate:`` of a source: the model under test, the API, k samples and the parameters.
     ``model`` is any registered backend's entry (validated by that kind's spec model)."""
 
-    model: Any
+    model: Annotated[Any, _BackendEntry()]
     api: Literal["chat", "completions"] = "chat"
     k: int = Field(1, ge=1)
     params: SamplingParams = Field(default_factory=SamplingParams)
@@ -121,6 +132,7 @@ class GenerateSpec(_Strict):
 
 def backend_spec(v: Any) -> BaseModel:
     """Validate a ``model:`` entry against the spec model its ``kind`` registered."""
+    import assay.models  # noqa: F401  (registers the built-in backends)
     from assay.models.registry import BACKENDS
 
     if isinstance(v, BaseModel):

@@ -1,0 +1,138 @@
+"""End to end: a spec whose sources generate their completions, through assay.stages.run_study,
+against the OpenAI-protocol server on 127.0.0.1 (and a function backend for HumanEval)."""
+
+from __future__ import annotations
+
+import json
+
+from openai_server import Fault
+
+from assay import stages
+from assay.spec import parse_spec
+from assay.store import Store
+
+PAIRS = [(2, 3), (7, 6), (10, 20), (1, 1), (40, 2), (9, 9), (12, 30), (5, 8)]
+
+
+def write_prompts(tmp_path):
+    path = tmp_path / "prompts.jsonl"
+    path.write_text("".join(json.dumps({"id": f"q{i}", "question": f"What is {a} + {b}?", "gold": str(a + b)}) + "\n"
+                            for i, (a, b) in enumerate(PAIRS)))
+    return path
+
+
+def spec_text(server, model="tiny-ckpt", k=4):
+    return f"""
+name: gen-e2e
+sources:
+  - name: ckpt
+    kind: file
+    path: prompts.jsonl
+    fields: {{prompt: question, reference: gold, task_id: id}}
+    generate:
+      model: {{kind: openai, base_url: "{server.base_url}", model: {model}, max_retries: 1}}
+      api: chat
+      k: {k}
+      params: {{temperature: 0.7, top_p: 0.95, max_tokens: 4, stop: ["\\n\\n"]}}
+      seed: 0
+      max_connections: 8
+      system: "Answer briefly."
+    verifier: {{kind: numeric}}
+measure:
+  pass_at: {{k: 2}}
+execution: {{shard_rows: 12}}
+"""
+
+
+def run(server, tmp_path, store, **kw):
+    spec = parse_spec(spec_text(server, **kw), base_dir=str(tmp_path))
+    return stages.run_study(spec, store, progress=None)
+
+
+def graded_rows(store, run_):
+    return stages.concat_rows(store, run_.graded["ckpt"])
+
+
+def test_generate_then_grade_then_report(server, tmp_path):
+    write_prompts(tmp_path)
+    store = Store(tmp_path / "store")
+    first = run(server, tmp_path, store)
+    rows = graded_rows(store, first)
+    assert len(rows) == 32 and len(server.requests) == 32
+    assert [r["stage"] for r in map(lambda x: x.to_dict(), first.results)].count("generate") == 3  # 12 rows / k=4
+    for body in server.requests:
+        assert body["messages"][0] == {"role": "system", "content": "Answer briefly."}
+        assert (body["temperature"], body["top_p"], body["max_tokens"], body["stop"]) == (0.7, 0.95, 4, ["\n\n"])
+    # the scripted model slips on a quarter of the seeds: the grade must say exactly that
+    for r in rows:
+        seed = r["privileged"]["generation"]["seed"]
+        assert r["reward"] == (0.0 if seed % 4 == 0 else 1.0), r
+        assert r["privileged"]["reference"] == str(sum(PAIRS[int(r["task_id"][1:])]))
+        assert r["markers"]["truncated"] == 1.0 and r["markers"]["completion_tokens"] == 4.0
+    assert sorted({r["rollout_index"] for r in rows}) == [0, 1, 2, 3]
+    files = stages.report_files(store, first.report)
+    md = files["report.md"].decode()
+    assert "## Generation" in md and "| ckpt | openai:tiny-ckpt | 4 | 32 | 0 | 100.0% |" in md
+    doc = json.loads(files["report.json"])
+    assert doc["sources"][0]["generation"]["completion_tokens_total"] == 32 * 4
+    # a rerun is served from the caches: no request reaches the model
+    again = run(server, tmp_path, store)
+    assert len(server.requests) == 32 and not again.computed_stages
+    # a new model name recomputes every completion
+    other = run(server, tmp_path, store, model="other-ckpt")
+    assert len(server.requests) == 64 and {b["model"] for b in server.requests[32:]} == {"other-ckpt"}
+    assert any(s.startswith("generate") for s in other.computed_stages)
+
+
+def test_failed_requests_are_ungraded_then_retried_to_the_clean_result(server, tmp_path):
+    write_prompts(tmp_path)
+    clean = run(server, tmp_path, Store(tmp_path / "clean"))
+    clean_report = stages.report_files(Store(tmp_path / "clean"), clean.report)
+    server.requests.clear()
+    server.faults = lambda n, body: Fault(500, message="oom") if "7 + 6" in body["messages"][-1]["content"] else None
+    store = Store(tmp_path / "store")
+    broken = run(server, tmp_path, store)
+    rows = graded_rows(store, broken)
+    bad = [r for r in rows if r["task_id"] == "q1"]
+    assert len(bad) == 4 and all(r["judge_status"] == "gen_error" and r["reward"] is None for r in bad)
+    assert all("HTTP 500: oom" in r["reason"] for r in bad)
+    md = stages.report_files(store, broken.report)["report.md"].decode()
+    assert "| ckpt | openai:tiny-ckpt | 4 | 28 | 4 |" in md
+    server.faults = []
+    n = len(server.requests)
+    fixed = run(server, tmp_path, store)
+    assert len(server.requests) - n == 4  # only the failed samples are asked again
+    assert stages.report_files(store, fixed.report) == clean_report
+
+
+def canonical(prompts):
+    """A 'model' answering each HumanEval problem with its canonical solution (or a wrong one)."""
+    from assay.offline import humaneval
+
+    by_prompt = {p.prompt: p.canonical_solution for p in humaneval().problems}
+    return [by_prompt[p] if i % 2 == 0 else "    return None\n" for i, p in enumerate(prompts)]
+
+
+def test_humaneval_takes_generate_in_place_of_the_seeded_policy(tmp_path):
+    spec = parse_spec(f"""
+name: he-gen
+sources:
+  - name: he
+    kind: humaneval
+    steps: [{{op: slice, start: 0, stop: 3}}]
+    generate:
+      model: {{kind: function, callable: "{__name__}:canonical"}}
+      api: completions
+      k: 2
+measure: {{pass_at: {{k: 1}}}}
+""", base_dir=str(tmp_path))
+    store = Store(tmp_path / "store")
+    res = stages.run_study(spec, store, progress=None)
+    rows = graded_rows_he(store, res)
+    assert len(rows) == 6
+    assert [r["reward"] for r in rows] == [1.0, 0.0] * 3  # the sandbox ran the generated code
+    assert rows[0]["task_id"] == "HumanEval/0" and rows[0]["privileged"]["reference"]["entry_point"]
+
+
+def graded_rows_he(store, res):
+    return stages.concat_rows(store, res.graded["he"])
