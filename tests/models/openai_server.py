@@ -114,7 +114,8 @@ class OpenAIServer:
                     return self._send(404, {"error": {"message": f"no route {self.path}"}})
                 with server.lock:
                     n = len(server.requests)
-                    server.requests.append({**body, "_path": self.path, "_t": time.monotonic()})
+                    server.requests.append({**body, "_path": self.path, "_t": time.monotonic(),
+                                            "_auth": self.headers.get("Authorization")})
                     server.in_flight += 1
                     server.max_in_flight = max(server.max_in_flight, server.in_flight)
                     f = server.faults(n, body) if callable(server.faults) else (

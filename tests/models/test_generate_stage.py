@@ -136,3 +136,34 @@ measure: {{pass_at: {{k: 1}}}}
 
 def graded_rows_he(store, res):
     return stages.concat_rows(store, res.graded["he"])
+
+
+ROOT = __import__("pathlib").Path(__file__).resolve().parents[2]
+
+
+def test_the_shipped_openai_config_runs_against_a_server(server, tmp_path, monkeypatch):
+    text = (ROOT / "configs" / "generate_openai.yaml").read_text()
+    text = text.replace("http://127.0.0.1:8000/v1", server.base_url).replace("my-ckpt", "tiny-ckpt")
+    monkeypatch.setenv("OPENAI_API_KEY", "test-key")
+    spec = parse_spec(text, base_dir=str(ROOT / "configs"))
+    store = Store(tmp_path / "store")
+    res = stages.run_study(spec, store, progress=None)
+    rows = graded_rows(store, res)
+    assert len(rows) == 160 and len(server.requests) == 160
+    assert {b["max_tokens"] for b in server.requests} == {512}
+    assert {b["_auth"] for b in server.requests} == {"Bearer test-key"}
+    md = stages.report_files(store, res.report)["report.md"].decode()
+    assert "| ckpt | openai:tiny-ckpt | 4 | 160 | 0 | 0.0% |" in md
+
+
+def test_the_shipped_hf_config_runs_on_a_tiny_local_model(tiny_lm_dir, tmp_path):
+    text = (ROOT / "configs" / "generate_hf.yaml").read_text()
+    text = (text.replace("./checkpoints/step-2000", str(tiny_lm_dir)).replace("stop: 20", "stop: 2")
+            .replace("max_tokens: 384", "max_tokens: 8"))
+    spec = parse_spec(text, base_dir=str(ROOT / "configs"))
+    store = Store(tmp_path / "store")
+    res = stages.run_study(spec, store, progress=None)
+    rows = graded_rows_he(store, res)
+    assert len(rows) == 4 and all(r["reward"] == 0.0 for r in rows)  # random weights write no code
+    assert all(r["markers"]["completion_tokens"] <= 8 for r in rows)
+    assert res.computed_stages and not stages.run_study(spec, store, progress=None).computed_stages
