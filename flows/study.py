@@ -66,6 +66,9 @@ def finish_run(store: Store, spec: Any, run: stages.StudyRun, out: Path) -> dict
             "spec_definition": spec.definition_checksum(),
             "cached": run.cached_stages, "computed": run.computed_stages,
             "store": str(store.root.resolve()), "files": sorted(files)}
+    made = [r for r in run.results if r.stage == "generate"]
+    if made:  # requests sent this run and their latency: wall-clock facts, so here, not in the report
+        info["generation"] = {r.label: {**r.summary, "cached": r.cached} for r in made}
     write_run_dir(out, files, rows, info)
     return info
 
