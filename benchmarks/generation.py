@@ -11,6 +11,11 @@ Run: ``.venv/bin/python benchmarks/generation.py [--prompts 128] [--repeats 3]``
    input order. Ours: sorted token-budget batches. Checks identical greedy outputs.
 
 Prints seconds per side (median of repeats), throughput and the ratio baseline / ours.
+
+Measured 2026-12-01 on the shared 2-core CPU box (load average 7-11 from other jobs), 128
+prompts: openai 7.29 s sequential vs 0.76 s (9.6x, 5 repeats), identical completions; hf 51.6 s
+fixed-8 vs 13.5 s sorted token-budget (3.8x, 3 repeats, 2 batches), identical greedy outputs. On
+GPU: not measured; the device tool lent this task no GPU (run ``--only hf`` on one to get tok/s).
 """
 
 from __future__ import annotations

@@ -167,3 +167,54 @@ def test_the_shipped_hf_config_runs_on_a_tiny_local_model(tiny_lm_dir, tmp_path)
     assert len(rows) == 4 and all(r["reward"] == 0.0 for r in rows)  # random weights write no code
     assert all(r["markers"]["completion_tokens"] <= 8 for r in rows)
     assert res.computed_stages and not stages.run_study(spec, store, progress=None).computed_stages
+
+
+KILL_SCRIPT = """
+import sys
+from assay import stages
+from assay.spec import parse_spec
+from assay.store import Store
+spec = parse_spec(open(sys.argv[1]).read(), base_dir=sys.argv[2])
+stages.run_study(spec, Store(sys.argv[3]), progress=None)
+"""
+
+
+def test_sigkill_inside_the_generate_stage_then_resume(server, tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    server.latency = 0.05
+    (tmp_path / "prompts.jsonl").write_text("".join(
+        json.dumps({"id": f"q{i}", "question": f"What is {i} + {2 * i}?", "gold": str(3 * i)}) + "\n"
+        for i in range(60)))
+    text = spec_text(server, k=2).replace("shard_rows: 12", "shard_rows: 1000").replace("max_connections: 8",
+                                                                                       "max_connections: 4")
+    (tmp_path / "spec.yaml").write_text(text)
+    (tmp_path / "run.py").write_text(KILL_SCRIPT)
+    store = Store(tmp_path / "store")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.Popen([sys.executable, str(tmp_path / "run.py"), str(tmp_path / "spec.yaml"),
+                             str(tmp_path), str(store.root)], env=env)
+    deadline = time.monotonic() + 120
+    journal = store.root / "journals"
+    while time.monotonic() < deadline:
+        files = list(journal.glob("*.jsonl")) if journal.exists() else []
+        if files and files[0].read_bytes().count(b"\n") >= 40:
+            break
+        time.sleep(0.02)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    time.sleep(0.2)
+    (jfile,) = journal.glob("*.jsonl")
+    committed = jfile.read_bytes().count(b"\n")
+    seen = len(server.requests)
+    assert 40 <= committed < 120 and seen - committed <= 4
+    spec = parse_spec(text, base_dir=str(tmp_path))
+    resumed = stages.run_study(spec, store, progress=None)
+    assert len(server.requests) - seen == 120 - committed  # only what the journal lacked
+    clean = stages.run_study(spec, Store(tmp_path / "clean"), progress=None)
+    assert stages.report_files(store, resumed.report) == stages.report_files(Store(tmp_path / "clean"), clean.report)
+    assert graded_rows(store, resumed) == graded_rows(Store(tmp_path / "clean"), clean)

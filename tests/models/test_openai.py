@@ -199,3 +199,17 @@ def test_sigkill_mid_generation_then_resume_sends_only_the_missing(server, store
     fresh = generate(qs, model, k=2, params=params, store=Store(tmp_path / "fresh"))
     assert resumed.completions == fresh.completions
     assert resumed.rows().checksum() == fresh.rows().checksum()
+
+
+def test_length_finishes_are_what_the_rl_selection_cuts(server, store):
+    import assay
+
+    qs = ["hi", "yo", "hey", "Tell me a story about a lighthouse", "Describe the sea at night in detail"]
+    g = generate(qs, spec(server), k=2, params={"temperature": 0, "max_tokens": 5}, store=store)
+    truncated = [r["finish_reason"] == "length" for r in g.records]
+    assert truncated == [False] * 6 + [True] * 4
+    rows = g.rows(lambda row: float(row["rollout_index"] == 0))  # mixed groups, all in the band
+    sel = assay.select(rows, band=(0.0, 1.0))
+    gate = next(x for x in sel.gates if x.name == "cut-off reply")
+    assert gate.rows_dropped == 4 and {r["prompt"] for r in sel.rows} == {"hi", "yo", "hey"}
+    assert len(sel.rows) == 6
