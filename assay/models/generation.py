@@ -120,6 +120,20 @@ class Generations:
         return table if reward is None else grade(table, reward, workers=workers)
 
 
+_SHARED: dict[bytes, Any] = {}
+
+
+def shared_backend(model: Any) -> Any:
+    """The backend of a spec entry, built once per process (the shards of a study, and a judge
+    and its cache identity, share one loaded local model)."""
+    from assay.hashing import canonical_json
+
+    key = canonical_json(backend_spec(model).model_dump(mode="json"))
+    if key not in _SHARED:
+        _SHARED[key] = make_backend(model)
+    return _SHARED[key]
+
+
 def make_backend(model: Any) -> Any:
     """A backend from a spec entry (dict or spec model), or ``model`` itself when it already is
     one (anything with ``spec``, ``identity``, ``render`` and ``run``), so a loaded model is reused."""
@@ -132,7 +146,7 @@ def make_backend(model: Any) -> Any:
 def generate(prompts: Sequence[Any], model: Any, *, k: int = 1,
              params: SamplingParams | Mapping[str, Any] | None = None, seed: int = 0,
              api: str = "chat", system: str | None = None, max_connections: int = 16,
-             store: Store | None = None) -> Generations:
+             store: Store | None = None, journal: str | None = None) -> Generations:
     """Sample ``k`` completions per prompt from ``model``, cached per completion in ``store``.
 
     Args:
@@ -144,7 +158,9 @@ def generate(prompts: Sequence[Any], model: Any, *, k: int = 1,
         seed: per-sample seeds derive from it, the rendered prompt and the sample index;
         api: ``chat`` or ``completions``; system: a system prompt put first (chat only);
         max_connections: concurrent requests (``openai``); store: where the journal lives
-            (default ``$ASSAY_STORE`` or ``./.assay``).
+            (default ``$ASSAY_STORE`` or ``./.assay``); journal: a name for this call's journal
+            within the config's (the generate stage passes its shard's checksum, so a shard
+            reads only its own journal); keys do not depend on it.
 
     A completion already in the journal is not asked again, unless it is an error record: those
     are retried. A 4xx other than 408/429 raises :class:`assay.errors.GenerationError`.
@@ -158,8 +174,8 @@ def generate(prompts: Sequence[Any], model: Any, *, k: int = 1,
     rendered = [backend.render(m, gspec.api) for m in messages]
     config = {"identity": backend.identity(), "api": gspec.api,
               "params": gspec.params.model_dump(mode="json")}
-    journal = Journal(store, shard_id(config))
-    done = journal.load()
+    log = Journal(store, shard_id(config if journal is None else {**config, "journal": journal}))
+    done = log.load()
     requests: list[Request] = []
     seen: set[str] = set()
     for i, rp in enumerate(rendered):
@@ -178,13 +194,13 @@ def generate(prompts: Sequence[Any], model: Any, *, k: int = 1,
         rec = {f: result.get(f) for f in RECORD_FIELDS}
         rec.update(key=req.key, seed=req.seed, sample_index=req.sample_index)
         rec.pop("prompt_index")
-        journal.append(rec)
+        log.append(rec)
         done[req.key] = rec
 
     try:
         backend.run(todo, gspec.params, api=gspec.api, max_connections=gspec.max_connections, commit=commit)
     finally:
-        journal.close()
+        log.close()
     records = []
     for r in requests:
         rec = done.get(r.key)

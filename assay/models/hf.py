@@ -119,13 +119,20 @@ class HFBackend:
         return self._model
 
     def identity(self) -> dict[str, Any]:
-        """Backend, the path as given, the revision and the checksum of every model file."""
-        if self._identity is None:
-            sums = directory_checksums(self.dir)
-            digest = hashlib.sha256("\n".join(f"{k} {v}" for k, v in sorted(sums.items())).encode()).hexdigest()
-            self._identity = {"backend": "hf", "path": self.spec.path, "revision": self.spec.revision,
-                              "files_sha256": digest, "dtype": str(self.dtype).removeprefix("torch.")}
-        return self._identity
+        """Backend, the path as given, the revision and the checksum of every model file
+        (re-checked on every call, hashed again only when a file's size or mtime changed; new
+        files under the path also drop the loaded model, so it is never used stale)."""
+        sums = directory_checksums(self.dir)
+        digest = hashlib.sha256("\n".join(f"{k} {v}" for k, v in sorted(sums.items())).encode()).hexdigest()
+        ident = {"backend": "hf", "path": self.spec.path, "revision": self.spec.revision,
+                 "files_sha256": digest, "dtype": str(self.dtype).removeprefix("torch.")}
+        if self._identity is not None and ident != self._identity and self._model is not None:
+            self._model = None
+            from transformers import AutoTokenizer
+
+            self.tok = AutoTokenizer.from_pretrained(self.dir, trust_remote_code=self.spec.trust_remote_code)
+        self._identity = ident
+        return ident
 
     def render(self, messages: list[dict[str, str]], api: str) -> str:
         """Chat: the chat template applied once, with the generation prompt; completions: the text."""

@@ -140,31 +140,32 @@ class OpenAIBackend:
         self.stats: dict[str, int] = {"sent": 0, "retries": 0, "min_limit": 0}
 
     def identity(self) -> dict[str, Any]:
-        """Model name, base URL, pinned revision and what ``/v1/models`` reports for the model."""
-        if self._identity is None:
-            import httpx
+        """Model name, base URL, pinned revision and what ``/v1/models`` reports for the model
+        (asked on every call: one small request per generate call, so a server that now serves
+        another checkpoint under the same name is noticed)."""
+        import httpx
 
-            url = f"{self.spec.base_url}/models"
-            try:
-                resp = httpx.get(url, headers=self.headers, timeout=self.spec.timeout_s, verify=self._verify)
-            except httpx.HTTPError as e:
-                raise GenerationError(f"model.base_url: cannot reach {url} ({type(e).__name__}: {e}); "
-                                      "is the server up?") from None
-            if resp.status_code == 404:
-                served: Any = "no /v1/models endpoint"
-            elif resp.status_code >= 400:
-                raise GenerationError(f"GET {url} answered HTTP {resp.status_code}: {_server_message(resp)}")
-            else:
-                data = resp.json().get("data") or []
-                entry = next((m for m in data if isinstance(m, dict) and m.get("id") == self.spec.model), None)
-                if entry is None:
-                    ids = [m.get("id") for m in data if isinstance(m, dict)]
-                    raise GenerationError(f"model.model: {self.spec.model!r} is not served at "
-                                          f"{self.spec.base_url}; it serves {ids}")
-                served = {f: entry[f] for f in IDENTITY_FIELDS if f in entry}
-            self._identity = {"backend": "openai", "base_url": self.spec.base_url,
-                              "model": self.spec.model, "revision": self.spec.revision,
-                              "served": served}
+        url = f"{self.spec.base_url}/models"
+        try:
+            resp = httpx.get(url, headers=self.headers, timeout=self.spec.timeout_s, verify=self._verify)
+        except httpx.HTTPError as e:
+            raise GenerationError(f"model.base_url: cannot reach {url} ({type(e).__name__}: {e}); "
+                                  "is the server up?") from None
+        if resp.status_code == 404:
+            served: Any = "no /v1/models endpoint"
+        elif resp.status_code >= 400:
+            raise GenerationError(f"GET {url} answered HTTP {resp.status_code}: {_server_message(resp)}")
+        else:
+            data = resp.json().get("data") or []
+            entry = next((m for m in data if isinstance(m, dict) and m.get("id") == self.spec.model), None)
+            if entry is None:
+                ids = [m.get("id") for m in data if isinstance(m, dict)]
+                raise GenerationError(f"model.model: {self.spec.model!r} is not served at "
+                                      f"{self.spec.base_url}; it serves {ids}")
+            served = {f: entry[f] for f in IDENTITY_FIELDS if f in entry}
+        self._identity = {"backend": "openai", "base_url": self.spec.base_url,
+                          "model": self.spec.model, "revision": self.spec.revision,
+                          "served": served}
         return self._identity
 
     def render(self, messages: list[dict[str, str]], api: str) -> Any:

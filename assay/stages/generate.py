@@ -18,7 +18,6 @@ import contextlib
 import statistics
 from typing import Any
 
-from assay.hashing import canonical_json
 from assay.rows import Rows
 from assay.spec import StudySpec
 from assay.stages.build_rows import source_named
@@ -35,18 +34,11 @@ from assay.store import Store
 
 STAGE = define_stage("generate", 1)
 
-#: Loaded backends by spec entry, so the shards of a source share one loaded local model.
-_LOADED: dict[bytes, Any] = {}
-
-
 def backend_for(model_spec: Any) -> Any:
     """The backend of a ``generate.model`` entry, built once per process."""
-    from assay.models import make_backend
+    from assay.models.generation import shared_backend
 
-    key = canonical_json(model_spec.model_dump(mode="json"))
-    if key not in _LOADED:
-        _LOADED[key] = make_backend(model_spec)
-    return _LOADED[key]
+    return shared_backend(model_spec)
 
 
 def generate_params(gspec: Any) -> dict[str, Any]:
@@ -91,7 +83,8 @@ def run_generate_shard(store: Store, spec: StudySpec, source_name: str, filtered
         slot = device_slot(device) if device_slot is not None else contextlib.nullcontext()
         with slot:
             g = generate(msgs, backend, k=gspec.k, params=gspec.params, seed=gspec.seed, api=gspec.api,
-                         system=gspec.system, max_connections=gspec.max_connections, store=store)
+                         system=gspec.system, max_connections=gspec.max_connections, store=store,
+                         journal=part.checksum())
         rows = g.rows(task_ids=table.column("task_id").to_pylist(),
                       privileged=[r["privileged"] for r in part])
         ok = [r for r in g.records if r["status"] == "ok"]

@@ -130,11 +130,17 @@ class JudgeVerifier(Verifier):
     def __getstate__(self) -> dict[str, Any]:
         return {**self.__dict__, "_backend": None}  # a loaded model is not sent to workers
 
+    @classmethod
+    def cache_identity(cls, **params: Any) -> dict[str, Any]:
+        """The judge model's identity (``/v1/models``' answer, the weights' checksum), for the
+        grade stage's key: the same judge name on a new checkpoint re-grades."""
+        return cls(**params).backend().identity()
+
     def backend(self) -> Any:
         if self._backend is None:
-            from assay.models.generation import make_backend
+            from assay.models.generation import shared_backend
 
-            self._backend = make_backend(self.spec.model)
+            self._backend = shared_backend(self.spec.model)
         return self._backend
 
     def prompt(self, row: Mapping[str, Any]) -> str:

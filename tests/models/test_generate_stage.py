@@ -218,3 +218,40 @@ def test_sigkill_inside_the_generate_stage_then_resume(server, tmp_path):
     clean = stages.run_study(spec, Store(tmp_path / "clean"), progress=None)
     assert stages.report_files(store, resumed.report) == stages.report_files(Store(tmp_path / "clean"), clean.report)
     assert graded_rows(store, resumed) == graded_rows(Store(tmp_path / "clean"), clean)
+
+
+def test_a_judge_verifier_in_a_spec_regrades_when_its_checkpoint_changes(server, tmp_path):
+    (tmp_path / "answers.jsonl").write_text("".join(
+        json.dumps({"id": f"q{i}", "q": f"What is {a} + {b}?", "a": str(a + b + (i % 2)), "gold": str(a + b)}) + "\n"
+        for i, (a, b) in enumerate(PAIRS)))
+    text = f"""
+name: judged
+sources:
+  - name: answers
+    kind: file
+    path: answers.jsonl
+    fields: {{prompt: q, completion: a, reference: gold, task_id: id}}
+    verifier:
+      kind: judge
+      params:
+        model: {{kind: openai, base_url: "{server.base_url}", model: tiny-ckpt}}
+        store: "{tmp_path / 'judge-store'}"
+measure: {{pass_at: {{k: 1}}}}
+"""
+    spec = parse_spec(text, base_dir=str(tmp_path))
+    store = Store(tmp_path / "store")
+    res = stages.run_study(spec, store, progress=None)
+    rows = stages.concat_rows(store, res.graded["answers"])
+    assert [r["reward"] for r in rows] == [1.0, 0.0] * 4 and len(server.requests) == 8
+    assert {b["temperature"] for b in server.requests} == {0.0}
+    assert not stages.run_study(spec, store, progress=None).computed_stages
+    real = server.httpd.RequestHandlerClass.do_GET
+
+    def new_checkpoint(self):  # the same served name, another checkpoint behind it
+        if self.path.rstrip("/") == "/v1/models":
+            return self._send(200, {"data": [{"id": "tiny-ckpt", "root": "/ckpt/step-900"}]})
+        return real(self)
+
+    server.httpd.RequestHandlerClass.do_GET = new_checkpoint
+    again = stages.run_study(spec, store, progress=None)
+    assert any(s.startswith("grade") for s in again.computed_stages) and len(server.requests) == 16
