@@ -56,7 +56,7 @@ class FileSource(SourceSpec):
                                  prompts_only=self.generate is not None)
 
     def identity(self, study: StudySpec) -> dict[str, Any]:
-        from assay.spec import file_checksum
+        from assay.hashing import file_checksum
 
         return {**super().identity(study), "path": file_checksum(study.resolve(self.path))}
 

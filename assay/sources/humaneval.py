@@ -41,15 +41,15 @@ class HumanEvalSource(SourceSpec):
         "(the prompt is the problem text)")
 
     def build_rows(self, study: StudySpec) -> Rows:
-        import assay
         from assay import offline
+        from assay.builder import rows
 
         problems = offline.humaneval()
         if self.generate is not None:  # prompt rows: the generate stage fills in completions
             return assay.rows(completions=[""] * len(problems), **problems.inputs())
         p = self.policy
         completions = offline.seeded_code_policy(problems, k=p.k, seed=p.seed, skill=p.skill)
-        return assay.rows(completions=completions, **problems.inputs())
+        return rows(completions=completions, **problems.inputs())
 
     def identity(self, study: StudySpec) -> dict[str, Any]:
         from assay.hashing import code_checksum

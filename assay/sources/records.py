@@ -45,7 +45,7 @@ def rows_from_records(records: Sequence[Mapping[str, Any]], fields: FieldMap, *,
     """Rows from prompt/completion records through a field mapping (one completion per record;
     records with the same task id or prompt group into one task). ``prompts_only``: the records
     hold prompts for the generate stage; each row's completion is left empty until it runs."""
-    import assay
+    from assay.builder import rows
 
     prompts, completions, refs, tids, rewards = [], [], [], [], []
     needed = (("prompt", fields.prompt),) if prompts_only else (
@@ -71,6 +71,6 @@ def rows_from_records(records: Sequence[Mapping[str, Any]], fields: FieldMap, *,
             rewards.append(rec[fields.reward])
     if not prompts:
         raise SpecError(f"{where}: no records")
-    return assay.rows(prompts, completions, rewards if fields.reward is not None else None,
-                      references=refs if fields.reference is not None else None,
-                      task_ids=tids if fields.task_id is not None else None)
+    return rows(prompts, completions, rewards if fields.reward is not None else None,
+               references=refs if fields.reference is not None else None,
+               task_ids=tids if fields.task_id is not None else None)

@@ -2,8 +2,16 @@
 
 Math (MathEqual, Numeric), text (ExactMatch, MultipleChoice), code (CodeExec), a model judge
 (JudgeVerifier, judge_trust) and combinators.
+Every verifier's ``check()`` returns a :class:`Verdict` ``(reward, reason, meta)``.
+
+Example:
+    >>> from assay.verify import ExactMatch, Verdict
+    >>> v = ExactMatch().check("Paris.", "paris", {})
+    >>> isinstance(v, Verdict), v.reward, v.reason
+    (True, 1.0, 'exact match')
 """
 
+from assay.judging import Verdict
 from assay.verify.choice import MultipleChoice, extract_choice
 from assay.verify.code import CodeExec, extract_code
 from assay.verify.combine import All, Any, Weighted
@@ -14,7 +22,13 @@ from assay.verify.text import ExactMatch, normalize
 from assay.verify.trust import JudgeTrust, cohen_kappa, judge_trust
 
 __all__ = [
-    "All", "Any", "CodeExec", "ExactMatch", "JudgeTrust", "JudgeVerifier", "MathEqual",
-    "MultipleChoice", "Numeric", "Weighted", "cohen_kappa", "extract_choice", "extract_code",
-    "extract_number", "judge_trust", "normalize", "parse_grade",
+Math (MathEqual, Numeric), text (ExactMatch, MultipleChoice), code (CodeExec), a model judge
+(JudgeVerifier, judge_trust) and combinators.
+Every verifier's ``check()`` returns a :class:`Verdict` ``(reward, reason, meta)``.
+
+Example:
+    >>> from assay.verify import ExactMatch, Verdict
+    >>> v = ExactMatch().check("Paris.", "paris", {})
+    >>> isinstance(v, Verdict), v.reward, v.reason
+    (True, 1.0, 'exact match')
 ]
