@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field, model_validator
 
-from assay.models.specs import GenerateSpec
+from assay.models.entry import GenerateSpec
 from assay.sources.base import SourceSpec
 from assay.sources.records import FieldMap, read_records, rows_from_records
 from assay.sources.registry import SOURCES

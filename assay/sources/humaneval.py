@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field
 
-from assay.models.specs import GenerateSpec
+from assay.models.entry import GenerateSpec
 from assay.sources.base import SourceSpec
 from assay.sources.registry import SOURCES
 from assay.specbase import SpecModel, VerifierSpec
@@ -46,7 +46,7 @@ class HumanEvalSource(SourceSpec):
 
         problems = offline.humaneval()
         if self.generate is not None:  # prompt rows: the generate stage fills in completions
-            return assay.rows(completions=[""] * len(problems), **problems.inputs())
+            return rows(completions=[""] * len(problems), **problems.inputs())
         p = self.policy
         completions = offline.seeded_code_policy(problems, k=p.k, seed=p.seed, skill=p.skill)
         return rows(completions=completions, **problems.inputs())

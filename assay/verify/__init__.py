@@ -22,13 +22,7 @@ from assay.verify.text import ExactMatch, normalize
 from assay.verify.trust import JudgeTrust, cohen_kappa, judge_trust
 
 __all__ = [
-Math (MathEqual, Numeric), text (ExactMatch, MultipleChoice), code (CodeExec), a model judge
-(JudgeVerifier, judge_trust) and combinators.
-Every verifier's ``check()`` returns a :class:`Verdict` ``(reward, reason, meta)``.
-
-Example:
-    >>> from assay.verify import ExactMatch, Verdict
-    >>> v = ExactMatch().check("Paris.", "paris", {})
-    >>> isinstance(v, Verdict), v.reward, v.reason
-    (True, 1.0, 'exact match')
+    "All", "Any", "CodeExec", "ExactMatch", "JudgeTrust", "JudgeVerifier", "MathEqual",
+    "MultipleChoice", "Numeric", "Verdict", "Weighted", "cohen_kappa", "extract_choice",
+    "extract_code", "extract_number", "judge_trust", "normalize", "parse_grade",
 ]

@@ -80,7 +80,7 @@ def judge_trust(rows: Any, gold: Sequence[Any] | Mapping[tuple[str, int], Any], 
             for a labelled sample.
         threshold: a judge score >= threshold is a pass.
     """
-    from assay.measure.intervals import task_interval
+    from assay.intervals import task_interval
     from assay.rows import as_table
 
     table = as_table(rows, require=(), argument="rows")
