@@ -6,6 +6,7 @@ import importlib
 import pytest
 
 MODULES = ["assay.models.generation", "assay.models.journal", "assay.models.base", "assay.models.specs",
+           "assay.models.entry", "assay.stages.report",
            "assay.models.openai", "assay.models.function", "assay.models.hf", "assay.verify.judge",
            "assay.verify.trust"]
 
