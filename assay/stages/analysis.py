@@ -238,7 +238,7 @@ def run_report(store: Store, spec: Any, graded: Mapping[str, Sequence[StageResul
                measured: StageResult | None, decon: StageResult | None,
                audits: Sequence[StageResult], *, progress: Any = None) -> StageResult:
     """report.md / report.json / PNGs as stored blobs (written to the run dir afterwards)."""
-    from assay.report import build_report
+    from assay.report import build_report, guard_counts
 
     ups = [p.checksums for p in (measured, decon, *audits) if p is not None]
     inputs = _graded_checksums(graded, list(graded)) + [ups]
@@ -250,7 +250,8 @@ def run_report(store: Store, spec: Any, graded: Mapping[str, Sequence[StageResul
             r = concat_rows(store, graded[s.name])
             sources.append({"name": s.name, "rows": len(r),
                             "tasks": len(set(r.to_arrow().column("task_id").to_pylist())),
-                            "verifier": s.verifier.kind if s.verifier else "given scores"})
+                            "verifier": s.verifier.kind if s.verifier else "given scores",
+                            "guard_stopped": guard_counts(r)})
         files = build_report(
             spec_doc, sources,
             load_doc(store, measured, "measurements") if measured else [],

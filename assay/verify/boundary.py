@@ -233,7 +233,7 @@ def _install_guards(allowed_dirs, allowed_files, attempts):
         if event in denied or event.startswith("ctypes.") or (
                 event == "import" and args[0].split(".")[0] in ("ctypes", "_ctypes")):
             what = args[0] if event == "import" else event
-            attempts.add(f"called {what} (refused)")
+            attempts.add(f"{'imported' if event == 'import' else 'called'} {what} (refused)")
             raise perm(f"the sandbox refuses {what}")
         note = recorded.get(event)
         if note is not None and (event != "object.__getattr__" or args[1] in (

@@ -402,7 +402,7 @@ def _drop_caps():
 #: Files a candidate in the function-call modes may open besides its temp dir and the stdlib.
 DEV_FILES = ("/dev/null", "/dev/zero", "/dev/urandom", "/dev/random")
 #: What a candidate's notes say about it, most telling first: (guard, words in the note).
-_NOTE_GUARDS = (("sandbox", ("refused", "tried to open")), ("pristine_tests", ("patched", "replaced")),
+_NOTE_GUARDS = (("sandbox", ("refused", "tried to open")), ("pristine_tests", ("patched", "replaced", "shadowing")),
                 ("separate_process", ("inspected", "installed")))
 
 
@@ -448,14 +448,19 @@ def _harness_boundary(job, code=None):
         tests = compile(b"".join(chunks).decode("utf-8"), "tests.py", "exec")
         entry = job.get("entry_point")
         test_functions = job.get("test_functions") or ()
-        wanted = _free_names(tests) - set(ns) - set(vars(builtins)) - {"check", *test_functions}
+        free = _free_names(tests) - set(ns) - {"check", *test_functions}
+        shadow = {n for n in free if n in vars(builtins) and not n.startswith("__")}
+        wanted = free - shadow
         if entry:
             wanted.add(entry)
-        found = link.names(sorted(wanted))
+        found = link.names(sorted(wanted | shadow))
         if entry and entry not in found:
             raise NameError(f"entry point {entry!r} is not defined by the candidate")
         for name, kind in found.items():
-            if kind[0] == "f":
+            if name in shadow and name != entry:
+                # in one shared namespace the tests would call the candidate's version
+                link.notes.append(f"defined {name}, shadowing the builtin the tests use")
+            elif kind[0] == "f":
                 ns[name] = link.proxy(name)
             elif kind[0] == "v":
                 ns[name] = kind[1]

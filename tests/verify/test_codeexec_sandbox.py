@@ -126,10 +126,12 @@ def test_adversarial_suite_is_bounded_and_leaves_no_process(adversarial):
         assert "left_over_processes" not in rows[name]["judge_meta"]
     # a function-call candidate may fork but not start programs (a started program would not
     # carry the guard on open(), so it could read the hidden tests from disk)
-    assert rows["python_sleeper"]["reward"] == 1.0, rows["python_sleeper"]["reason"]
-    for name in ("sleeper_setsid", "sleeper_popen"):
-        assert rows[name]["reward"] == 0.0 and "(refused)" in rows[name]["reason"], rows[name]
-        assert rows[name]["judge_meta"]["guard"] == "sandbox"
+    # (sleeper_setsid passes: its exec, in a grandchild, is refused there and starts nothing)
+    for name in ("python_sleeper", "sleeper_setsid"):
+        assert rows[name]["reward"] == 1.0, rows[name]["reason"]
+    assert rows["sleeper_popen"]["reward"] == 0.0
+    assert "subprocess.Popen (refused)" in rows["sleeper_popen"]["reason"]
+    assert rows["sleeper_popen"]["judge_meta"]["guard"] == "sandbox"
 
 
 def test_sleepers_are_killed_even_when_the_candidate_passes():
