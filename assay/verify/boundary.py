@@ -131,7 +131,7 @@ def decode(text: str):
     return json.loads(text, object_hook=_untag)
 
 
-# framing -------------------------------------------------------------------------------------
+# framing: every message is one JSON list; every JSON object in it is a plain-data tag -------
 def _send(fd, obj) -> None:
     data = json.dumps(obj, separators=(",", ":")).encode()
     data = struct.pack(">I", len(data)) + data
@@ -140,7 +140,10 @@ def _send(fd, obj) -> None:
 
 
 def _read_exact(fd, n):
-    parts, got = [], 0
+    data = os.read(fd, n)
+    if len(data) == n or not data:
+        return data or None
+    parts, got = [data], len(data)
     while got < n:
         chunk = os.read(fd, min(n - got, 1 << 20))
         if not chunk:
@@ -158,37 +161,38 @@ def _recv(fd):
     if n > MAX_MESSAGE:
         raise BoundaryFailure("plain_data", f"the candidate sent a {n}-byte message (limit {MAX_MESSAGE})")
     body = _read_exact(fd, n)
-    return None if body is None else json.loads(body)
+    return None if body is None else json.loads(body, object_hook=_untag)
 
 
 # the candidate's side ------------------------------------------------------------------------
-def _snapshot():
-    """Identity of every callable in the watched modules, and of each loaded module."""
-    mods = sys.modules
-    snap = {"modules": {k: id(v) for k, v in mods.items()}}
-    for name in _WATCHED_MODULES:
-        m = mods.get(name)
-        if m is not None:
-            snap[name] = {k: id(v) for k, v in vars(m).items() if callable(v)}
-    return snap
-
-
-def _tampering(before):
-    """What the candidate changed in its own process (the tests never see it)."""
+def _identities(modules):
+    """``[[module, id of it in sys.modules, [[attribute, id], ...]], ...]`` for the tests' side
+    to compare with its own: this process is a fork of it, so an untouched object has the same
+    id on both sides. Asked only when the tests failed (touching every object costs page copies
+    in a fresh fork)."""
     out = []
-    mods = sys.modules
-    for name, ident in before["modules"].items():
-        if id(mods.get(name)) != ident:
-            out.append(f"replaced sys.modules[{name!r}]")
-    for name in _WATCHED_MODULES:
-        attrs = before.get(name)
-        m = mods.get(name)
-        if attrs is None or m is None:
+    for name, attrs in modules:
+        m = sys.modules.get(name)
+        ns = getattr(m, "__dict__", None)
+        out.append([name, id(m), [[k, id(ns.get(k))] for k in attrs] if isinstance(ns, dict) else []])
+    return out
+
+
+def _tampering(mine, theirs):
+    """What differs between the tests' pristine modules ``mine`` and the candidate's report."""
+    out = []
+    seen = {}
+    for item in theirs:
+        if isinstance(item, list) and len(item) == 3 and isinstance(item[2], list):
+            seen[item[0]] = (item[1], {a[0]: a[1] for a in item[2] if isinstance(a, list) and len(a) == 2})
+    for name, (ident, attrs) in mine.items():
+        other = seen.get(name)
+        if other is None:
             continue
-        ns = vars(m)
-        for k, ident in attrs.items():
-            if id(ns.get(k)) != ident:
-                out.append(f"patched {name}.{k}")
+        if other[0] != ident:
+            out.append(f"replaced sys.modules[{name!r}]")
+            continue
+        out.extend(f"patched {name}.{k}" for k, v in attrs.items() if other[1].get(k) != v)
     return out[:20]
 
 
@@ -254,7 +258,6 @@ def serve(code, rfd: int, wfd: int, allowed_dirs=(), allowed_files=()) -> None:
     if main is not None:
         for name in ("ctypes", "_libc", "_prctl"):
             vars(main).pop(name, None)
-    before = _snapshot()
     _install_guards(allowed_dirs, allowed_files, attempts)
     ns = {"__name__": "__candidate__", "__builtins__": __builtins__}
     load_error = None
@@ -263,8 +266,8 @@ def serve(code, rfd: int, wfd: int, allowed_dirs=(), allowed_files=()) -> None:
             code = compile(code, "candidate.py", "exec")
         exec(code, ns)
     except BaseException as e:  # reported to the tests' side as the candidate's failure
-        load_error = {"x": type(e).__name__, "s": str(e)[:300]}
-    send, recv, tag = _send, _recv, _tag
+        load_error = ["x", type(e).__name__, str(e)[:300]]
+    send, recv = _send, _recv
     while True:
         try:
             req = recv(rfd)
@@ -272,60 +275,65 @@ def serve(code, rfd: int, wfd: int, allowed_dirs=(), allowed_files=()) -> None:
             req = None
         if req is None:
             os._exit(0)
+        kind = req[0]
         if load_error is not None:
-            reply = dict(load_error)
-        elif "w" in req:
-            names = {}
-            for name in req["w"]:
-                if name not in ns or name.startswith("__"):
-                    continue
-                v = ns[name]
-                if type(v).__name__ == "module":
-                    names[name] = ["m", v.__name__]
-                elif callable(v):
-                    names[name] = ["f"]
-                else:
-                    try:
-                        names[name] = ["v", tag(v)]
-                    except (PlainDataError, RecursionError):
-                        names[name] = ["o", type(v).__name__]
-            reply = {"n": names}
+            reply = list(load_error)
+        elif kind == "c":
+            reply = _call(ns.get(req[1]), req[2], req[3])
+        elif kind == "w":
+            reply = ["n", _exports(ns, req[1])]
         else:
-            reply = _call(ns, req, tag)
-        try:
-            reply["t"] = _tampering(before)
-        except BaseException:
-            reply["t"] = ["broke the sandbox's own bookkeeping"]
-        reply["a"] = sorted(attempts)
+            try:
+                reply = ["i", _identities(req[1])]
+            except BaseException:
+                reply = ["i", []]
+        reply.append(sorted(attempts))
         try:
             send(wfd, reply)
         except BaseException:
             os._exit(1)
 
 
-def _call(ns, req, tag):
-    fn = ns.get(req["c"])
+def _exports(ns, wanted):
+    out = []
+    for name in wanted:
+        if name not in ns or name.startswith("__"):
+            continue
+        v = ns[name]
+        if type(v).__name__ == "module":
+            out.append([name, "m", v.__name__])
+        elif callable(v):
+            out.append([name, "f", None])
+        else:
+            try:
+                out.append([name, "v", _tag(v)])
+            except (PlainDataError, RecursionError):
+                out.append([name, "o", type(v).__name__])
+    return out
+
+
+def _call(fn, args, kwargs):
     try:
-        args = decode(req["a"])
-        kwargs = decode(req["k"])
         result = fn(*args, **kwargs)
     except BaseException as e:
-        return {"e": type(e).__name__, "s": str(e)[:300]}
+        return ["e", type(e).__name__, str(e)[:300]]
     try:
-        reply = {"r": json.dumps(tag(result), separators=(",", ":"))}
+        reply = ["r", _tag(result), None]
     except PlainDataError as e:
-        return {"p": f"returned {e}, not plain data"}
+        return ["p", f"returned {e}, not plain data"]
     except RecursionError:
-        return {"p": "returned a structure too deep to cross as plain data"}
-    mutated = {}
+        return ["p", "returned a structure too deep to cross as plain data"]
+    mutated = None
     for i, a in enumerate(args):
         if type(a) in (list, dict, set):
             try:
-                mutated[str(i)] = json.dumps(tag(a), separators=(",", ":"))
+                tagged = _tag(a)
             except PlainDataError as e:
-                return {"p": f"put a {e} into its argument {i + 1}, not plain data"}
-    if mutated:
-        reply["m"] = mutated
+                return ["p", f"put a {e} into its argument {i + 1}, not plain data"]
+            except RecursionError:
+                return ["p", f"put a structure too deep to cross into its argument {i + 1}"]
+            mutated = (mutated or []) + [[i, tagged]]
+    reply[2] = mutated
     return reply
 
 
@@ -349,20 +357,20 @@ class Link:
             raise
         except OSError:
             reply = None
-        except ValueError:
+        except (ValueError, TypeError, KeyError, RecursionError):
             raise BoundaryFailure("plain_data", f"the candidate's process sent a malformed reply {what}") from None
         if reply is None:
             raise BoundaryFailure("candidate_exit", f"the candidate's process {self._ended()} {what}")
-        if not isinstance(reply, dict):
+        if type(reply) is not list or not reply or type(reply[-1]) is not list:
             raise BoundaryFailure("plain_data", f"the candidate's process sent a malformed reply {what}")
-        for note in list(reply.get("t") or ()) + list(reply.get("a") or ()):
-            if isinstance(note, str) and note not in self.notes:
+        for note in reply.pop():
+            if type(note) is str and note not in self.notes:
                 self.notes.append(note)
-        if "x" in reply:
-            cls = str(reply["x"])
+        if reply[0] == "x" and len(reply) == 3:
+            cls = str(reply[1])
             if cls in ("SystemExit", "KeyboardInterrupt", "GeneratorExit"):
                 raise BoundaryFailure("candidate_exit", f"the candidate exited ({cls}) before the tests ran")
-            raise _exception(cls, reply.get("s"), "in the candidate's code")
+            raise _exception(cls, reply[2], "in the candidate's code")
         return reply
 
     def _ended(self):
@@ -374,51 +382,65 @@ class Link:
         return f"was killed by signal {-code}" if code < 0 else f"exited with code {code}"
 
     def names(self, wanted):
-        """{name: ("f",) | ("m", module) | ("v", value) | ("o", type name)} for each of
-        ``wanted`` the candidate's code defines."""
-        reply = self._exchange({"w": list(wanted)}, "before the tests ran")
-        out = {}
-        names = reply.get("n")
-        if not isinstance(names, dict):
-            raise BoundaryFailure("plain_data", "the candidate's process sent a malformed reply")
-        for name, kind in names.items():
-            if kind[0] == "v":
-                out[name] = ("v", _untag_tree(kind[1]))
-            else:
-                out[name] = tuple(kind)
-        return out
+        """{name: (kind, detail)} for each of ``wanted`` the candidate's code defines: kind "f"
+        (callable), "m" (a module: detail is its name), "v" (plain data: detail is the value) or
+        "o" (anything else: detail is its type's name)."""
+        reply = self._exchange(["w", list(wanted)], "before the tests ran")
+        try:
+            return {str(name): (kind, detail) for name, kind, detail in reply[1]}
+        except (TypeError, ValueError, IndexError):
+            raise BoundaryFailure("plain_data", "the candidate's process sent a malformed reply") from None
 
     def call(self, name, args, kwargs):
         """Call the candidate's ``name`` with plain-data ``args``; its plain-data result."""
         try:
-            req = {"c": name, "a": encode(args), "k": encode(kwargs)}
+            req = ["c", name, _tag(args), _tag(kwargs)]
         except PlainDataError as e:
             raise BoundaryFailure("test_arguments", f"the tests pass a {e} to {name}(); only plain data "
                                   "crosses to the candidate") from None
         self.calls += 1
         reply = self._exchange(req, f"during {name}()")
-        if "e" in reply:
-            cls = str(reply["e"])
+        kind = reply[0]
+        if kind == "r" and len(reply) == 3:
+            result, mutated = reply[1], reply[2]
+            try:
+                for i, new in mutated or ():
+                    orig = args[i]
+                    if type(new) is not type(orig):
+                        raise ValueError("a mutated argument changed type")
+                    if new != orig:
+                        if type(orig) is list:
+                            orig[:] = new
+                        else:
+                            orig.clear()
+                            orig.update(new)
+            except (ValueError, TypeError, IndexError):
+                raise BoundaryFailure("plain_data", f"{name}() sent back malformed data") from None
+            return result
+        if kind == "e" and len(reply) == 3:
+            cls = str(reply[1])
             if cls in ("SystemExit", "KeyboardInterrupt", "GeneratorExit"):
                 raise BoundaryFailure("candidate_exit", f"{name}() tried to exit ({cls})")
-            raise _exception(cls, reply.get("s"), f"in {name}()")
-        if "p" in reply:
-            raise BoundaryFailure("plain_data", f"{name}() {reply['p']}")
+            raise _exception(cls, reply[2], f"in {name}()")
+        if kind == "p" and len(reply) == 2:
+            raise BoundaryFailure("plain_data", f"{name}() {reply[1]}")
+        raise BoundaryFailure("plain_data", f"the candidate's process sent a malformed reply during {name}()")
+
+    def check_tampering(self) -> None:
+        """Add to :attr:`notes` what the candidate patched or replaced in its own process (asked
+        after the tests failed; the candidate's answer is its own word, used for the reason)."""
+        mine = {}
+        for name in _WATCHED_MODULES:
+            m = sys.modules.get(name)
+            if m is not None:
+                mine[name] = (id(m), {k: id(v) for k, v in vars(m).items() if callable(v)})
         try:
-            result = decode(reply["r"])
-            for i, text in (reply.get("m") or {}).items():
-                orig, new = args[int(i)], decode(text)
-                if type(new) is not type(orig):
-                    raise ValueError("mutated argument changed type")
-                if new != orig:
-                    if type(orig) is list:
-                        orig[:] = new
-                    else:
-                        orig.clear()
-                        orig.update(new)
-        except (KeyError, ValueError, TypeError, IndexError, RecursionError):
-            raise BoundaryFailure("plain_data", f"{name}() sent back malformed data") from None
-        return result
+            theirs = self._exchange(["i", [[k, sorted(v[1])] for k, v in mine.items()]], "")
+        except Exception:
+            return
+        for note in _tampering(mine, theirs[1] if len(theirs) == 2 and type(theirs[1]) is list else []):
+            if note not in self.notes:
+                self.notes.append(note)
 
     def proxy(self, name):
         """A function the tests call in place of the candidate's ``name``."""
@@ -430,18 +452,13 @@ class Link:
         return proxy
 
 
-def _untag_tree(obj):
-    """Untag an already parsed JSON tree (values sent inside a reply)."""
-    return json.loads(json.dumps(obj), object_hook=_untag)
-
-
 def _exception(cls, message, where):
     """The exception the tests see for one the candidate raised: the built-in class of that name
     (from the tests' pristine builtins), else a new class carrying the name."""
     import builtins
-    text = f"{message or ''} ({where})"
+    text = f"{message if type(message) is str else ''} ({where})"
     exc = getattr(builtins, cls, None) if cls.isidentifier() else None
-    if isinstance(exc, type) and issubclass(exc, Exception) and exc is not BoundaryFailure:
+    if isinstance(exc, type) and issubclass(exc, Exception):
         try:
             return exc(text)
         except Exception:

@@ -87,11 +87,11 @@ HACKS = {
     "systemexit_during_call": ("he", "    raise SystemExit(0)\n", "sq() tried to exit (SystemExit)",
                                "candidate_exit", False),
     # this file holds the tests' source
-    "tests_from_disk": ("add", "import re\ndef add(a, b):\n    src = open(%r).read()\n" % HERE
+    "tests_from_disk": ("add", "import re\ndef add(a, b):\n    src = open(" + repr(HERE) + ").read()\n"
                         + "    return int(re.search(rf'add\\({a}, {b}\\) == (-?\\d+)', src).group(1))\n",
                         f"tried to open {HERE}", "sandbox", False),
     "tests_from_a_program": ("add", "import subprocess\ndef add(a, b):\n"
-                             "    subprocess.run(['cat', %r], capture_output=True)\n    return 0\n" % HERE,
+                             "    subprocess.run(['cat', " + repr(HERE) + "], capture_output=True)\n    return 0\n",
                              "called subprocess.Popen (refused)", "sandbox", False),
     "tests_from_parent_memory": ("add", "import os\ndef add(a, b):\n"
                                  "    open(f'/proc/{os.getppid()}/mem', 'rb').read(1)\n    return 0\n",
