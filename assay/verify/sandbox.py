@@ -64,8 +64,8 @@ def job(program: str, *, entry_point: str | None = None, test_functions: Sequenc
         >>> job("assert True", timeout=2)["cpu_seconds"]
         3.0
         >>> with SandboxPool(1) as pool:
-        ...     r = pool.run([job("def f():\n    return 1\n", tests="assert f() == 1\n"),
-        ...                   job("def f():\n    return 2\n", tests="assert f() == 1\n")])
+        ...     r = pool.run([job("def f():\\n    return 1\\n", tests="assert f() == 1\\n"),
+        ...                   job("def f():\\n    return 2\\n", tests="assert f() == 1\\n")])
         >>> [x["status"] for x in r]
         ['passed', 'failed']
     """
