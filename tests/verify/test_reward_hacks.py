@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 import assay
-from assay.report import guard_counts
+from assay.report import build_report, guard_counts
 from assay.verify import CodeExec
 from assay.verify.code import _test_functions
 from assay.verify.sandbox import SandboxPool, job
@@ -181,3 +181,22 @@ def test_plain_values_cross_exactly():
             "def g():\n    return float('nan')\ndef put(d):\n    d['k'] = [1]\n")
     row = assay.rows(["p"], [[code]], CodeExec(), references=[tests])[0]
     assert row["reward"] == 1.0, row["reason"]
+
+
+def test_study_report_shows_guard_counts_per_source(graded):
+    """The count reaches the report's source table, read from the graded Rows as the report
+    stage reads them (judge_meta stored as JSON text)."""
+    rows, honest = graded
+    hacked = assay.rows(["p"] * 3, [[HACKS[n][1]] for n in ("lying_eq", "int_subclass", "patched_builtins")],
+                        CodeExec(), references=[_ref(HACKS[n][0]) for n in ("lying_eq", "int_subclass",
+                                                                              "patched_builtins")])
+    counts = guard_counts(hacked)
+    assert counts == {"plain_data": 2, "pristine_tests": 1}
+    sources = [{"name": "night2", "rows": 3, "tasks": 3, "verifier": "code_exec", "guard_stopped": counts},
+               {"name": "night1", "rows": 7, "tasks": 7, "verifier": "code_exec",
+                "guard_stopped": guard_counts(honest)}]
+    files = build_report({"name": "s", "checksum": "c"}, sources, [], [], [])
+    md = files["report.md"].decode()
+    assert "| source | tasks | rows | graded by | stopped by a guard |" in md
+    assert "| night2 | 3 | 3 | code_exec | 3 (plain_data: 2, pristine_tests: 1) |" in md
+    assert "| night1 | 7 | 7 | code_exec | 0 |" in md
