@@ -441,6 +441,9 @@ def _harness_boundary(job, code=None):
                 break
             chunks.append(chunk)
         os.close(SECRET_FD)
+        if sum(map(len, chunks)) != job.get("secret_len"):
+            record = {"error": "the tests did not arrive whole from the sandbox server"}
+            raise SystemExit
         link = b.Link(from_c_r, to_c_w, pid)
         import builtins
         ns = {"__name__": "__tests__", "__builtins__": builtins}
@@ -479,7 +482,9 @@ def _harness_boundary(job, code=None):
         for name in test_functions:
             ns[name]()
     except BaseException as e:
-        if isinstance(e, b.BoundaryFailure):
+        if "error" in record:
+            pass
+        elif isinstance(e, b.BoundaryFailure):
             record = {"guard": e.guard, "reason": e.reason}
         else:
             record = {"reason": f"failed: {type(e).__name__}"}
@@ -508,7 +513,7 @@ def _harness_boundary(job, code=None):
     except BaseException:
         pass
     try:
-        if "reason" in record:
+        if "reason" in record or "error" in record:
             write(RESULT_FD, b"G" + json.dumps(record).encode()[:8000])
             exit_(1)
         write(RESULT_FD, read(NONCE_FD, 64) + (b"G" + json.dumps(record).encode()[:8000] if record else b""))
@@ -574,6 +579,7 @@ def _run(job, base, uid_base, seq, pidns=False):
     secret_len = int(job.get("secret_len") or 0)
     if secret_len > SECRET_MAX:
         _discard_stdin(secret_len)
+        job["secret_len"] = 0
         raise ValueError(f"the tests are {secret_len} bytes; a boundary job carries at most {SECRET_MAX}")
     jobdir = os.path.join(base, f"job{seq}")
     os.mkdir(jobdir, 0o700)
@@ -679,6 +685,9 @@ def _run(job, base, uid_base, seq, pidns=False):
     passed = (not timed_out) and code == 0 and result == nonce
     if passed:
         verdict = "passed"
+    elif report and report.get("error"):  # the sandbox failed, not the candidate
+        verdict = "error"
+        tail = str(report["error"]).encode()
     elif timed_out:
         verdict = "timeout"
     elif code < 0:
@@ -703,11 +712,17 @@ def _pass_secret(n, fd):
             raise EOFError("the parent closed the pipe in the middle of a job's tests")
         got += k
     os.set_blocking(fd, False)
+    deadline = time.monotonic() + 30.0
     try:
         sent = 0
         while sent < n:
-            sent += os.write(fd, view[sent:])
-    except (BrokenPipeError, BlockingIOError):
+            try:
+                sent += os.write(fd, view[sent:])
+            except BlockingIOError:  # a pipe smaller than asked (the user's pipe quota): the
+                left = deadline - time.monotonic()  # tests' process reads it at once
+                if left <= 0 or not select.select([], [fd], [], left)[1]:
+                    break  # it stopped reading; it reports the tests as incomplete
+    except BrokenPipeError:
         pass  # the job already ended; it fails without its tests
     finally:
         view[:] = bytes(n)

@@ -200,3 +200,17 @@ def test_study_report_shows_guard_counts_per_source(graded):
     assert "| source | tasks | rows | graded by | stopped by a guard |" in md
     assert "| night2 | 3 | 3 | code_exec | 3 (plain_data: 2, pristine_tests: 1) |" in md
     assert "| night1 | 7 | 7 | code_exec | 0 |" in md
+
+
+def test_large_tests_cross_whole_and_oversized_ones_are_an_error():
+    """Tests travel through a pipe after the fork: 300 KB ones arrive whole (the pipe is grown);
+    over the 1 MiB limit the job is a sandbox error, and the server stays in step."""
+    code = "def f(x):\n    return x + 1\n"
+    big = "".join(f"assert f({i}) == {i + 1}\n" for i in range(15000))
+    huge = big + "#" * (1024 * 1024)
+    with SandboxPool(1) as pool:
+        out = pool.run([job(code, tests=big, timeout=30.0), job(code, tests=huge),
+                        job(code, tests="assert f(1) == 2\n")])
+    assert len(big) > 250_000
+    assert [o["status"] for o in out] == ["passed", "error", "passed"], out
+    assert "at most" in out[1]["output_tail"]
