@@ -8,8 +8,13 @@ is a real exploit and the suite can fail.
 
 from __future__ import annotations
 
+import os
+import secrets
+import threading
+import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 import assay
@@ -214,3 +219,55 @@ def test_large_tests_cross_whole_and_oversized_ones_are_an_error():
     assert len(big) > 250_000
     assert [o["status"] for o in out] == ["passed", "error", "passed"], out
     assert "at most" in out[1]["output_tail"]
+
+
+def _memory_holds(pid: int, needle: bytes) -> bool:
+    """Whether any readable mapping of process ``pid`` contains ``needle`` (read from outside,
+    through /proc, as root: the most a candidate could ever read of its own memory)."""
+    found = False
+    with open(f"/proc/{pid}/maps") as maps, open(f"/proc/{pid}/mem", "rb", 0) as mem:
+        for line in maps:
+            addr, perms = line.split()[:2]
+            if "r" not in perms or line.rstrip().endswith(("[vvar]", "[vsyscall]")):
+                continue
+            lo, hi = (int(x, 16) for x in addr.split("-"))
+            try:
+                mem.seek(lo)
+                if needle in mem.read(hi - lo):
+                    found = True
+            except (OSError, ValueError, OverflowError):
+                continue
+    return found
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="reads other processes' memory through /proc (root)")
+def test_the_tests_are_never_in_the_candidates_memory():
+    """While the candidate's function runs, scan the whole memory of the candidate's process and
+    of the tests' process for a marker that only the test source holds: the candidate's never
+    has it; the tests' process does (the control: the scan can find it)."""
+    marker = "MARKER" + secrets.token_hex(12)
+    tests = f"assert f(1) == 2, '{marker}'\n"
+    code = "def f(x):\n    import time\n    time.sleep(4)\n    return x + 1\n"
+    result: list = []
+    t = threading.Thread(target=lambda: result.extend(
+        assay.rows(["p"], [[code]], CodeExec(timeout=20.0), references=[tests])))
+    t.start()
+    try:
+        pair = None
+        deadline = time.monotonic() + 15
+        while pair is None and time.monotonic() < deadline:
+            for p in psutil.process_iter(["uids", "ppid"]):
+                try:
+                    if p.info["uids"].real >= 1_000_000 and psutil.Process(p.info["ppid"]).uids().real >= 1_000_000:
+                        pair = (p.pid, p.info["ppid"])  # (candidate, tests)
+                except (psutil.Error, TypeError, AttributeError):
+                    continue
+            time.sleep(0.05)
+        assert pair is not None, "no candidate process seen"
+        time.sleep(0.3)  # the tests' process has read its tests and waits on the call
+        candidate_pid, tests_pid = pair
+        assert _memory_holds(tests_pid, marker.encode())
+        assert not _memory_holds(candidate_pid, marker.encode())
+    finally:
+        t.join()
+    assert result[0]["reward"] == 1.0, result[0]["reason"]
