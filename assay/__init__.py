@@ -44,8 +44,8 @@ _LAZY: dict[str, str] = {
     "DataView": "assay.data",
     "make_pair": "assay.data",
     "load_diagnostic_v3": "assay.data",
-    "humaneval": "assay.benchmarks",
-    "seeded_code_policy": "assay.benchmarks",
+    "humaneval": "assay.offline",
+    "seeded_code_policy": "assay.offline",
     "score_view": "assay.reward",
     "HFRewardModel": "assay.reward",
     "EmbeddingRewardModel": "assay.reward",
@@ -55,7 +55,7 @@ _LAZY: dict[str, str] = {
 }
 _SUBMODULES = {
     "errors", "hashing", "store", "verify", "measure", "decontam", "data", "reward",
-    "benchmarks", "spec", "judging", "grading", "results", "stages", "report", "cli",
+    "offline", "spec", "judging", "grading", "results", "stages", "report", "cli",
 }
 
 

@@ -59,7 +59,16 @@ def cmd_report(args: argparse.Namespace) -> int:
 def cmd_schema(args: argparse.Namespace) -> int:
     from assay.spec import json_schema_text
 
-    text = json_schema_text()
+    plugins = list(args.plugin or [])
+    if args.spec:  # the kinds a spec's plugins register appear in its schema
+        import yaml
+
+        doc = yaml.safe_load(Path(args.spec).read_text(encoding="utf-8")) or {}
+        base = str(Path(args.spec).resolve().parent)
+        if base not in sys.path:
+            sys.path.insert(0, base)
+        plugins += list(doc.get("plugins") or [])
+    text = json_schema_text(plugins)
     if args.check:
         current = Path(args.check).read_text(encoding="utf-8") if Path(args.check).exists() else ""
         if current != text:
@@ -141,6 +150,9 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("schema", help="print or write the spec JSON Schema")
     s.add_argument("--output", help="write to this file (configs/schema.json)")
     s.add_argument("--check", metavar="FILE", help="exit 1 when FILE differs from the schema")
+    s.add_argument("--plugin", action="append", metavar="MODULE",
+                   help="import MODULE first so the kinds it registers are in the schema (repeatable)")
+    s.add_argument("spec", nargs="?", help="include the kinds this spec's plugins: register")
     s.set_defaults(func=cmd_schema)
     return p
 

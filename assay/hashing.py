@@ -28,11 +28,13 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
 import unicodedata
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
-from assay.errors import HashError
+from assay.errors import HashError, SpecError
 
 HASH_SCHEMA = 1
 DIGEST_HEX = 32  # 128 bits: collision-safe for any dataset size we will see, still readable
@@ -143,3 +145,33 @@ def combine(prefix: str, *parts: Any) -> str:
         True
     """
     return content_hash(list(parts), prefix)
+
+
+_FILE_HASH_CACHE: dict[tuple[str, int, int], str] = {}
+
+
+def file_checksum(path: str | os.PathLike[str]) -> str:
+    """``file:<hex>`` of a file's bytes (memoized on path, size and mtime), or SpecError."""
+    p = Path(path)
+    try:
+        st = p.stat()
+    except FileNotFoundError:
+        raise SpecError(f"file not found: {p} (relative paths resolve from the spec's directory)") from None
+    memo = (str(p.resolve()), st.st_size, st.st_mtime_ns)
+    if memo in _FILE_HASH_CACHE:
+        return _FILE_HASH_CACHE[memo]
+    h = hashlib.sha256()
+    with open(p, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    out = f"file:{h.hexdigest()[:32]}"
+    _FILE_HASH_CACHE[memo] = out
+    return out
+
+
+def code_checksum(module: str) -> str:
+    """Checksum of a module's source file: a stage whose behaviour lives in code we do not
+    version by hand (a verifier, the seeded policy) recomputes when that code changes."""
+    import importlib
+
+    return file_checksum(importlib.import_module(module).__file__)

@@ -23,6 +23,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
+
 from assay.errors import AssayError
 from assay.results import Estimate
 from assay.store import atomic_write
@@ -64,9 +66,19 @@ def result_doc(kind: str, label: str, result: Any, **extra: Any) -> dict[str, An
     """A stored, JSON-ready record of one measurement: its line, report, data and estimates."""
     from assay.results import to_plain
 
-    report = result.report() if hasattr(result, "report") else str(result)
-    return {"kind": kind, "label": label, "text": str(result), "report": report,
+    shown = _without_timings(result)
+    report = shown.report() if hasattr(shown, "report") else str(shown)
+    return {"kind": kind, "label": label, "text": str(shown), "report": report,
             "data": _drop_timings(to_plain(result)), "estimates": collect_estimates(result), **extra}
+
+
+def _without_timings(result: Any) -> Any:
+    """The result with its wall-clock fields set to None, so its text carries no timing (a
+    resumed run's report must equal an uninterrupted run's, byte for byte)."""
+    if not dataclasses.is_dataclass(result) or isinstance(result, type):
+        return result
+    blank = {f.name: None for f in dataclasses.fields(result) if f.name in _TIMING_KEYS and f.init}
+    return dataclasses.replace(result, **blank) if blank else result
 
 
 def _drop_timings(obj: Any) -> Any:
@@ -286,7 +298,7 @@ def write_run_dir(out: str | os.PathLike[str], files: Mapping[str, bytes],
         buf = io.BytesIO()
         import pyarrow.parquet as pq
 
-        pq.write_table(r.to_arrow(), buf, compression="zstd")
+        pq.write_table(r if isinstance(r, pa.Table) else r.to_arrow(), buf, compression="zstd")
         atomic_write(out / "rows" / f"{name}.parquet", buf.getvalue())
     atomic_write(out / "run.json", (json.dumps(dict(run_info), indent=2, sort_keys=True) + "\n").encode())
     return out

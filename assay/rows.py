@@ -58,6 +58,10 @@ ROW_SCHEMA = pa.schema(
     ]
 )
 COLUMNS = tuple(ROW_SCHEMA.names)
+#: What a trainer may see of a row: never ``privileged`` (references, hidden tests) nor the
+#: judge's reasons and metadata, which can leak the reference.
+TRAINING_COLUMNS = ("task_id", "prompt", "messages", "final_text", "reward", "markers",
+                    "rollout_index")
 _JSON_COLUMNS = ("privileged", "judge_meta")
 
 
@@ -211,6 +215,16 @@ class Rows(Sequence):
         if not isinstance(table, pa.Table):
             raise RowsTypeError(f"Rows() needs a pyarrow.Table, got {type(table).__name__}; use as_table()")
         self._table = as_table(table, require=())
+
+    def training_table(self) -> pa.Table:
+        """The rows projected on :data:`TRAINING_COLUMNS`: what an RL or SFT export may carry.
+
+        Example:
+            >>> r = rows(["2+3?"], ["5"], [1], references=["5"])
+            >>> "privileged" in r.training_table().column_names
+            False
+        """
+        return self._table.select(list(TRAINING_COLUMNS))
 
     # sequence protocol ----------------------------------------------------------------------
     def __len__(self) -> int:

@@ -25,18 +25,15 @@ Example:
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
 import yaml
 from pydantic import (
-    BaseModel,
-    ConfigDict,
     Field,
     PrivateAttr,
     ValidationError,
@@ -44,132 +41,36 @@ from pydantic import (
     model_validator,
 )
 
+from assay import registry
 from assay.errors import SpecError
-from assay.hashing import content_hash
+from assay.hashing import content_hash, file_checksum
+from assay.reward.kinds import RewardModelEntry
+from assay.reward.registry import REWARD_MODELS
+from assay.sources import SOURCES, FieldMap, SourceSpec
+from assay.sources.file import FileSource
+from assay.sources.humaneval import HumanEvalSource, PolicySpec
+from assay.sources.plugin import PluginSource
+from assay.specbase import STEP_OPS, SpecModel, VerifierSpec, check_steps, kind_union
 
 SPEC_VERSION = 1
 
-#: Ops a row or view derivation step may use (the data plane's vocabulary).
-STEP_OPS = ("where", "slice", "sample", "collapse_duplicates")
+# Re-exported: these lived here before the kinds moved to the packages that own them.
+_Model = SpecModel
+_check_steps = check_steps
+__all__ = ["STEP_OPS", "FieldMap", "RewardModelEntry", "FileSource", "HumanEvalSource", "PolicySpec", "SourceSpec",
+           "StudySpec", "VerifierSpec", "check_files", "file_checksum", "json_schema", "load_spec",
+           "parse_spec"]
 
-
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-# ------------------------------------------------------------------------------- verifiers
-
-VerifierKind = Literal["math_equal", "numeric", "exact_match", "multiple_choice", "code_exec"]
-#: spec kind -> class name in ``assay.verify``.
-VERIFIER_CLASSES: dict[str, str] = {
-    "math_equal": "MathEqual",
-    "numeric": "Numeric",
-    "exact_match": "ExactMatch",
-    "multiple_choice": "MultipleChoice",
-    "code_exec": "CodeExec",
-}
-
-
-class VerifierSpec(_Model):
-    """Which verifier grades a source, with its keyword arguments (``assay.verify.<Class>``)."""
-
-    kind: VerifierKind
-    params: dict[str, Any] = Field(default_factory=dict)
-
-
-# ------------------------------------------------------------------------------- sources
-
-
-def _check_steps(steps: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Validate derivation steps with the data plane's rules (pure Python, no I/O)."""
-    try:
-        from assay.data.view import validate_steps
-    except ImportError:  # data plane not installed: keep a structural check
-        for i, s in enumerate(steps):
-            if not isinstance(s, Mapping) or s.get("op") not in STEP_OPS:
-                raise ValueError(f"steps[{i}].op must be one of {list(STEP_OPS)}") from None
-        return steps
-    from assay.errors import DataError
-
-    try:
-        return validate_steps(steps)
-    except DataError as e:
-        # The message starts with "steps[i].field"; pydantic prefixes the YAML path.
-        raise ValueError(str(e)) from None
-
-
-class PolicySpec(_Model):
-    """The seeded offline code policy (``assay.benchmarks.seeded_code_policy``)."""
-
-    k: int = Field(4, ge=1, le=1000, description="completions per problem")
-    seed: int = Field(0, ge=0)
-    skill: float = Field(0.5, ge=0.0, le=1.0, description="probability mass on correct code")
-
-
-class _SourceBase(_Model):
-    name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$", description="arm name used by measure/report")
-    steps: list[dict[str, Any]] = Field(
-        default_factory=list,
-        description="row filters/slices as data: {op: slice|where|sample, ...}; slice and sample "
-        "act on tasks (all completions of a task stay together), where on row fields",
-    )
-
-    @field_validator("steps")
-    @classmethod
-    def _steps(cls, v: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        return _check_steps(v)
-
-
-class HumanEvalSource(_SourceBase):
-    """The built-in HumanEval problems answered by the seeded offline policy."""
-
-    kind: Literal["humaneval"]
-    policy: PolicySpec = Field(default_factory=PolicySpec)
-    verifier: VerifierSpec = Field(default_factory=lambda: VerifierSpec(kind="code_exec"))
-
-
-class FieldMap(_Model):
-    """Which record fields hold the prompt, the completion, and the optional extras."""
-
-    prompt: str = "prompt"
-    completion: str = "completion"
-    reference: str | None = None
-    task_id: str | None = None
-    reward: str | None = None
-
-
-class FileSource(_SourceBase):
-    """Prompts and completions you already have, as JSONL or Parquet."""
-
-    kind: Literal["file"]
-    path: str = Field(description="JSONL or Parquet file; relative paths resolve from the spec file")
-    format: Literal["jsonl", "parquet"] | None = Field(None, description="default: from the suffix")
-    fields: FieldMap = Field(default_factory=FieldMap)
-    verifier: VerifierSpec | None = Field(
-        None, description="grade with this verifier; omit when fields.reward holds the scores"
-    )
-
-    @model_validator(mode="after")
-    def _needs_scores(self) -> FileSource:
-        if self.verifier is None and self.fields.reward is None:
-            raise ValueError(
-                "give a verifier to grade the completions, or fields.reward naming the field "
-                "that already holds each completion's score"
-            )
-        suffix = Path(self.path).suffix.lower()
-        if self.format is None and suffix not in (".jsonl", ".parquet"):
-            raise ValueError(f"path {self.path!r}: cannot tell the format from the suffix; "
-                             "set format: jsonl or format: parquet")
-        return self
-
-
-Source = Annotated[HumanEvalSource | FileSource, Field(discriminator="kind")]
+#: A ``sources:`` entry: any registered source kind, or ``module:callable`` (a plugin source).
+Source = kind_union(SOURCES, PluginSource)
+#: A ``reward.models`` entry: any registered reward-model kind.
+RewardModelSpec = kind_union(REWARD_MODELS)
 
 
 # ------------------------------------------------------------------------------- decontamination
 
 
-class DecontamSpec(_Model):
+class DecontamSpec(SpecModel):
     """Eval-side contamination of the sources' prompts against a corpus."""
 
     corpus: list[str] = Field(min_length=1, description="JSONL/Parquet corpus files")
@@ -185,29 +86,7 @@ class DecontamSpec(_Model):
 # ------------------------------------------------------------------------------- reward models
 
 
-class RewardModelSpec(_Model):
-    """A reward model to audit: the bundled embedder, a transformers model, or a function."""
-
-    name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
-    kind: Literal["embedding", "hf", "function"]
-    path: str | None = Field(None, description="hf: model id or local path")
-    revision: str | None = None
-    function: str | None = Field(None, description="function: 'module:callable' scoring "
-                                 "(prompts, responses)")
-    params: dict[str, Any] = Field(default_factory=dict, description="adapter keyword arguments")
-
-    @model_validator(mode="after")
-    def _kind_fields(self) -> RewardModelSpec:
-        if self.kind == "hf" and not self.path:
-            raise ValueError("kind 'hf' needs path (a hub id or a local directory)")
-        if self.kind == "function" and (not self.function or ":" not in self.function):
-            raise ValueError("kind 'function' needs function: 'package.module:callable'")
-        if self.kind != "hf" and (self.path or self.revision):
-            raise ValueError(f"path/revision only apply to kind 'hf', not {self.kind!r}")
-        return self
-
-
-class RewardDataSpec(_Model):
+class RewardDataSpec(SpecModel):
     """The preference data the reward models are audited on."""
 
     dataset: Literal["diagnostic_v3"] = "diagnostic_v3"
@@ -218,23 +97,23 @@ class RewardDataSpec(_Model):
     @field_validator("steps")
     @classmethod
     def _steps(cls, v: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        return _check_steps(v)
+        return check_steps(v)
 
 
-class RewardSpec(_Model):
-    models: list[RewardModelSpec] = Field(min_length=1)
+class RewardSpec(SpecModel):
+    models: list[RewardModelSpec] = Field(min_length=1)  # type: ignore[valid-type]
     data: RewardDataSpec = Field(default_factory=RewardDataSpec)
 
 
 # ------------------------------------------------------------------------------- measurements
 
 
-class PassAtSpec(_Model):
+class PassAtSpec(SpecModel):
     k: int | None = Field(None, ge=1, description="k for pass@k, pass^k (pass@1 is always reported)")
     sources: list[str] | None = None
 
 
-class CompareSpec(_Model):
+class CompareSpec(SpecModel):
     before: str
     after: str
     alpha: float = Field(0.05, gt=0, lt=1)
@@ -242,11 +121,11 @@ class CompareSpec(_Model):
     metrics: list[str] | None = None
 
 
-class VarianceSpec(_Model):
+class VarianceSpec(SpecModel):
     sources: list[str] | None = None
 
 
-class HoldoutSpec(_Model):
+class HoldoutSpec(SpecModel):
     effect: float = Field(gt=0, le=1)
     before: str | None = None
     after: str | None = None
@@ -254,7 +133,7 @@ class HoldoutSpec(_Model):
     alpha: float = Field(0.05, gt=0, lt=1)
 
 
-class SelectSpec(_Model):
+class SelectSpec(SpecModel):
     source: str
     band: tuple[float, float] = (0.2, 0.8)
 
@@ -266,7 +145,7 @@ class SelectSpec(_Model):
         return v
 
 
-class MeasureSpec(_Model):
+class MeasureSpec(SpecModel):
     pass_at: PassAtSpec | None = None
     compare: list[CompareSpec] = Field(default_factory=list)
     eval_variance: VarianceSpec | None = None
@@ -277,7 +156,7 @@ class MeasureSpec(_Model):
 # ------------------------------------------------------------------------------- execution
 
 
-class ExecutionSpec(_Model):
+class ExecutionSpec(SpecModel):
     """How to run; none of it changes results, so none of it is in the checksum."""
 
     runner: Literal["local", "dask", "ray"] = "local"
@@ -294,13 +173,18 @@ class ExecutionSpec(_Model):
 NON_RESULT_FIELDS = frozenset({"name", "description", "output", "execution"})
 
 
-class StudySpec(_Model):
+class StudySpec(SpecModel):
     """One study: sources -> grade -> decontaminate -> reward-model audit -> measure -> report."""
 
     version: Literal[1] = SPEC_VERSION
     name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
     description: str = ""
-    sources: list[Source] = Field(default_factory=list)
+    plugins: list[str] = Field(
+        default_factory=list,
+        description="modules imported before the spec is validated, whose registry decorators "
+        "add kinds ('package.module', or 'package.module:callable' called once); a module next to "
+        "the spec file imports without PYTHONPATH")
+    sources: list[Source] = Field(default_factory=list)  # type: ignore[valid-type]
     decontaminate: DecontamSpec | None = None
     reward: RewardSpec | None = None
     measure: MeasureSpec = Field(default_factory=MeasureSpec)
@@ -362,8 +246,7 @@ class StudySpec(_Model):
         content hashes (moving a file changes nothing; editing it changes the checksum)."""
         doc = self.model_dump(mode="json", exclude=set(NON_RESULT_FIELDS))
         for src, s in zip(doc["sources"], self.sources):
-            if isinstance(s, FileSource):
-                src["path"] = file_checksum(self.resolve(s.path))
+            src.update(s.identity(self))  # file contents in place of paths, code checksums
         if self.decontaminate is not None:
             doc["decontaminate"]["corpus"] = [file_checksum(self.resolve(p))
                                               for p in self.decontaminate.corpus]
@@ -383,28 +266,6 @@ class StudySpec(_Model):
         """The spec as YAML (defaults included), loadable by :func:`parse_spec`."""
         doc = self.model_dump(mode="json")
         return yaml.safe_dump(doc, sort_keys=False, allow_unicode=True)
-
-
-_FILE_HASH_CACHE: dict[tuple[str, int, int], str] = {}
-
-
-def file_checksum(path: str | os.PathLike[str]) -> str:
-    """``file:<hex>`` of a file's bytes (memoized on path, size and mtime), or SpecError."""
-    p = Path(path)
-    try:
-        st = p.stat()
-    except FileNotFoundError:
-        raise SpecError(f"file not found: {p} (relative paths resolve from the spec's directory)") from None
-    memo = (str(p.resolve()), st.st_size, st.st_mtime_ns)
-    if memo in _FILE_HASH_CACHE:
-        return _FILE_HASH_CACHE[memo]
-    h = hashlib.sha256()
-    with open(p, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    out = f"file:{h.hexdigest()[:32]}"
-    _FILE_HASH_CACHE[memo] = out
-    return out
 
 
 # ------------------------------------------------------------------------------- YAML I/O
@@ -439,11 +300,14 @@ def _node_line(root: yaml.Node | None, loc: Sequence[Any]) -> int | None:
 
 
 def _clean_loc(loc: Sequence[Any]) -> list[Any]:
-    """Drop pydantic's union-tag parts (``humaneval``, ``function-after[...]``) from a loc."""
-    out = []
+    """Drop pydantic's union-tag parts (a kind name after a list index, ``function-after[...]``)
+    from a loc, so it reads as the YAML path."""
+    tags = {":plugin", *SOURCES.names(), *REWARD_MODELS.names()}
+    out: list[Any] = []
     for part in loc:
-        if isinstance(part, str) and (part in ("humaneval", "file") or "[" in part or "-" in part
-                                      and part.startswith(("function", "tagged"))):
+        if isinstance(part, str) and (
+                (out and isinstance(out[-1], int) and part in tags) or "[" in part
+                or ("-" in part and part.startswith(("function", "tagged")))):
             continue
         out.append(part)
     return out
@@ -460,13 +324,42 @@ def spec_errors(error: ValidationError, root: yaml.Node | None = None,
         if m and loc and loc[-1] == "steps":  # the data plane names the step: extend the path
             loc = [*loc, int(m.group(1))] + ([m.group(2)] if m.group(2) else [])
             msg = m.group(3) or msg
-        if e["type"] == "extra_forbidden":
+        if e["type"] == "unknown_kind":
+            kind = e["input"].get("kind") if isinstance(e["input"], dict) else None
+            msg = f"kind {kind!r}: {msg}" if kind is not None else f"kind is missing; {msg}"
+        elif e["type"] == "extra_forbidden":
             msg = "unknown field (check the spelling; see configs/schema.json)"
         elif e["type"] == "union_tag_invalid":
             msg = f"{msg}"
         where = f"{source}:{_node_line(root, loc)}" if root is not None else source
         lines.append(f"{where}: {_yaml_path(loc)}: {msg}")
     return lines
+
+
+_BUILT_AT = [registry.generation()]
+
+
+def refresh_models() -> None:
+    """Rebuild the spec models whose kind choices come from registries, if a registry gained a
+    kind since they were built (a plugin module was imported)."""
+    if _BUILT_AT[0] == registry.generation():
+        return
+    for model in (RewardSpec, StudySpec):
+        model.model_rebuild(force=True)
+    _BUILT_AT[0] = registry.generation()
+
+
+def _import_plugins(doc: dict[str, Any], root: yaml.Node | None, source: str,
+                    base_dir: str | None) -> None:
+    plugins = doc.get("plugins") or []
+    if not isinstance(plugins, list) or not all(isinstance(p, str) for p in plugins):
+        return  # validation reports the shape
+    try:
+        registry.import_plugins(plugins, base_dir=base_dir)
+    except SpecError as e:
+        where = f"{source}:{_node_line(root, ['plugins'])}" if root is not None else source
+        raise SpecError(f"{source} has 1 problem:\n  {where}: plugins: {e}") from None
+    refresh_models()
 
 
 def parse_spec(text: str, *, source: str = "spec", base_dir: str | None = None) -> StudySpec:
@@ -487,6 +380,7 @@ def parse_spec(text: str, *, source: str = "spec", base_dir: str | None = None) 
     if not isinstance(doc, dict):
         raise SpecError(f"{source}: a spec is a YAML mapping (name:, sources:, ...), "
                         f"got {type(doc).__name__}")
+    _import_plugins(doc, root, source, base_dir)
     try:
         spec = StudySpec.model_validate(doc)
     except ValidationError as e:
@@ -509,27 +403,32 @@ def load_spec(path: str | os.PathLike[str]) -> StudySpec:
 
 def check_files(spec: StudySpec) -> list[str]:
     """Problems beyond the spec's shape, as ``yaml.path: message``: missing files, and
-    verifier or reward-model params the class does not accept (checked against its signature,
-    without building it)."""
+    verifier params the verifier does not accept (checked against its signature, without
+    building it)."""
     import inspect
 
-    problems = []
-    verifiers = [(f"sources[{i}].verifier.params", s.verifier) for i, s in enumerate(spec.sources)
-                 if s.verifier is not None]
-    if verifiers:
-        import importlib
+    from assay.registry import load_callable
+    from assay.verify.registry import VERIFIERS
 
-        verify = importlib.import_module("assay.verify")
-        for where, v in verifiers:
-            cls = getattr(verify, VERIFIER_CLASSES[v.kind])
-            try:
-                inspect.signature(cls).bind(**v.params)
-            except TypeError as e:
-                problems.append(f"{where}: {e} ({VERIFIER_CLASSES[v.kind]} takes "
-                                f"{list(inspect.signature(cls).parameters)})")
+    problems = []
     for i, s in enumerate(spec.sources):
-        if isinstance(s, FileSource) and not spec.resolve(s.path).is_file():
-            problems.append(f"sources[{i}].path: file not found: {spec.resolve(s.path)}")
+        v = s.verifier
+        if v is None:
+            continue
+        try:
+            obj = (VERIFIERS.get(v.kind).obj if ":" not in v.kind
+                   else load_callable(v.kind, what="verifier kind", base_dir=spec._base_dir))
+            inspect.signature(obj).bind(**v.params)
+        except SpecError as e:
+            problems.append(f"sources[{i}].verifier.kind: {e}")
+        except TypeError as e:
+            problems.append(f"sources[{i}].verifier.params: {e} ({v.kind} takes "
+                            f"{list(inspect.signature(obj).parameters)})")
+    for i, s in enumerate(spec.sources):
+        for f in s.files(spec):
+            if not f.is_file():
+                where = f"sources[{i}].path" if hasattr(s, "path") else f"sources[{i}]"
+                problems.append(f"{where}: file not found: {f}")
     if spec.decontaminate is not None:
         for i, c in enumerate(spec.decontaminate.corpus):
             if not spec.resolve(c).is_file():
@@ -537,13 +436,23 @@ def check_files(spec: StudySpec) -> list[str]:
     return problems
 
 
-def json_schema() -> dict[str, Any]:
-    """The JSON Schema of a spec file (what ``configs/schema.json`` holds)."""
+def json_schema(plugins: Sequence[str] = ()) -> dict[str, Any]:
+    """The JSON Schema of a spec file (what ``configs/schema.json`` holds), derived from the
+    kind registries; ``plugins`` are imported first so their kinds appear too."""
+    from assay.verify.registry import VERIFIERS
+
+    if plugins:
+        registry.import_plugins(list(plugins), base_dir=os.getcwd())
+    refresh_models()
     schema = StudySpec.model_json_schema(mode="validation")
+    kind = schema["$defs"]["VerifierSpec"]["properties"]["kind"]
+    kind.pop("type", None)
+    kind["anyOf"] = [{"enum": VERIFIERS.names()},
+                     {"type": "string", "pattern": r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$"}]
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
     schema["title"] = "assay study spec"
     return schema
 
 
-def json_schema_text() -> str:
-    return json.dumps(json_schema(), indent=2, sort_keys=True) + "\n"
+def json_schema_text(plugins: Sequence[str] = ()) -> str:
+    return json.dumps(json_schema(plugins), indent=2, sort_keys=True) + "\n"

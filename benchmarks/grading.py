@@ -60,7 +60,7 @@ def workloads(only: list[str], math_rows: int, exact_rows: int, seed: int = SEED
     rng = random.Random(seed)
     out: dict[str, dict] = {}
     if "code" in only:
-        from assay.benchmarks import VARIANT_KINDS, broken_variant, humaneval
+        from assay.offline import VARIANT_KINDS, broken_variant, humaneval
 
         prompts, comps, refs, peer_comps, peer_refs = [], [], [], [], []
         kinds = [k for k in VARIANT_KINDS if k != "infinite_loop"]

@@ -57,8 +57,11 @@ def finish_run(store: Store, spec: Any, run: stages.StudyRun, out: Path) -> dict
     rows = {name: stages.concat_rows(store, parts) for name, parts in run.graded.items()}
     measured = next((r for r in run.results if r.stage == "measure"), None)
     if measured is not None and "selected" in measured.outputs and spec.measure.select:
-        # the rows select(mode="rl") kept: what an RL run would train on
-        rows[f"selected-{spec.measure.select.source}"] = stages.load_rows(store, measured, "selected")
+        # the rows select(mode="rl") kept: the training export carries only what a trainer may
+        # see; the same rows with their references and verdict details stay under .graded
+        selected = stages.load_rows(store, measured, "selected")
+        rows[f"selected-{spec.measure.select.source}"] = selected.training_table()
+        rows[f"selected-{spec.measure.select.source}.graded"] = selected
     info = {"study": spec.name, "spec_checksum": run.spec_checksum,
             "spec_definition": spec.definition_checksum(),
             "cached": run.cached_stages, "computed": run.computed_stages,

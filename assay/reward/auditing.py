@@ -131,7 +131,7 @@ class AuditResult(Result):
     length_bias: Estimate
     tie_policy: str
     level: float
-    seconds: float
+    seconds: float | None  # wall-clock; None in stored reports
     truncated: int
     warnings: tuple[str, ...] = field(default_factory=tuple)
 
@@ -199,8 +199,8 @@ class AuditResult(Result):
         if tr:
             out += ["", "tournaments:", *fmt(th, tr)]
         out += ["", f"pooled length bias: {self.length_bias}",
-                f"tie policy: {self.tie_policy}; {self.truncated} truncated inputs; "
-                f"{self.seconds:.1f}s"]
+                f"tie policy: {self.tie_policy}; {self.truncated} truncated inputs"
+                + (f"; {self.seconds:.1f}s" if self.seconds is not None else "")]
         return "\n".join(out)
 
     def report(self) -> str:

@@ -1,10 +1,8 @@
-"""The study stages as plain functions, each cached in the content store on its checksum chain.
+"""The study stages as plain functions, one module per stage, each cached on its checksum chain.
 
-Prefect tasks in ``tasks/`` wrap the ``run_*`` functions; ``run_study`` chains them directly.
-
-Layout: ``cache`` (keys, pointers, verified loads, progress), ``sources`` (build-rows,
-filter-rows, grade), ``analysis`` (decontaminate, score-reward-model, measure, report),
-``chain`` (``run_study``).
+``cache`` (keys, pointers, verified loads, progress), one module per stage (``build_rows``,
+``filter_rows``, ``grade``, ``decontaminate``, ``score_reward_model``, ``measure``, ``report``),
+``chain`` (``run_study``). Prefect tasks in ``tasks/`` wrap the ``run_*`` functions.
 
 Example:
     >>> import assay
@@ -15,21 +13,15 @@ Example:
     True
 """
 
-from assay.stages.analysis import (
-    make_reward_model,
-    model_identity,
-    report_files,
-    reward_views,
-    run_decontaminate,
-    run_measure,
-    run_report,
-    run_reward_audit,
-)
+from assay.sources.records import rows_from_records
+from assay.stages.build_rows import run_build_rows, source_named
 from assay.stages.cache import (
-    STAGE_ORDER,
     STAGE_VERSIONS,
     StageResult,
     cached_stage,
+    concat_rows,
+    define_stage,
+    graded_checksums,
     load_doc,
     load_rows,
     lookup,
@@ -38,27 +30,28 @@ from assay.stages.cache import (
     summarize,
 )
 from assay.stages.chain import StudyRun, direct_call, direct_map, run_study
-from assay.stages.sources import (
-    apply_row_steps,
-    build_source_rows,
-    code_checksum,
-    concat_rows,
-    make_verifier,
-    rows_from_records,
-    run_build_rows,
-    run_filter_rows,
-    run_grade_shard,
-    shard_bounds,
-    source_params,
-    verifier_fingerprint,
+from assay.stages.decontaminate import run_decontaminate
+from assay.stages.filter_rows import apply_row_steps, run_filter_rows
+from assay.stages.grade import make_verifier, run_grade_shard, shard_bounds, verifier_fingerprint
+from assay.stages.measure import run_measure
+from assay.stages.report import report_files, run_report
+from assay.stages.score_reward_model import (
+    make_reward_model,
+    model_identity,
+    reward_views,
+    run_reward_audit,
 )
 
+#: Stages in chain order.
+STAGE_ORDER = ("build-rows", "filter-rows", "grade", "decontaminate", "score-reward-model",
+               "measure", "report")
+
 __all__ = [
-    "STAGE_ORDER", "STAGE_VERSIONS", "StageResult", "StudyRun", "apply_row_steps",
-    "build_source_rows", "cached_stage", "code_checksum", "concat_rows", "direct_call",
-    "direct_map", "load_doc", "load_rows", "lookup", "make_reward_model", "make_verifier",
-    "model_identity", "print_progress", "report_files", "reward_views", "rows_from_records",
-    "run_build_rows", "run_decontaminate", "run_filter_rows", "run_grade_shard", "run_measure",
-    "run_report", "run_reward_audit", "run_study", "shard_bounds", "source_params", "stage_key",
-    "summarize", "verifier_fingerprint",
+    "STAGE_ORDER", "STAGE_VERSIONS", "StageResult", "StudyRun", "apply_row_steps", "cached_stage",
+    "concat_rows", "define_stage", "direct_call", "direct_map", "graded_checksums", "load_doc",
+    "load_rows", "lookup", "make_reward_model", "make_verifier", "model_identity",
+    "print_progress", "report_files", "reward_views", "rows_from_records", "run_build_rows",
+    "run_decontaminate", "run_filter_rows", "run_grade_shard", "run_measure", "run_report",
+    "run_reward_audit", "run_study", "shard_bounds", "source_named", "stage_key", "summarize",
+    "verifier_fingerprint",
 ]

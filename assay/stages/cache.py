@@ -35,17 +35,18 @@ from assay.hashing import combine
 from assay.rows import Rows
 from assay.store import Store
 
-#: Bump a stage's version when its code changes what it outputs: old entries then miss.
-STAGE_VERSIONS: dict[str, int] = {
-    "build-rows": 1,
-    "filter-rows": 1,
-    "grade": 1,
-    "decontaminate": 1,
-    "score-reward-model": 1,
-    "measure": 1,
-    "report": 1,
-}
-STAGE_ORDER = tuple(STAGE_VERSIONS)
+#: Every stage's version, declared by its module with :func:`define_stage`. Bump a stage's
+#: version when its code changes what it outputs: old entries then miss.
+STAGE_VERSIONS: dict[str, int] = {}
+
+
+def define_stage(name: str, version: int) -> str:
+    """Declare a stage (its module calls this once); returns the name for the module's use."""
+    if STAGE_VERSIONS.get(name, version) != version:
+        raise StoreError(f"stage {name!r} declared twice with versions "
+                         f"{STAGE_VERSIONS[name]} and {version}")
+    STAGE_VERSIONS[name] = version
+    return name
 
 
 # ------------------------------------------------------------------------------- caching
@@ -195,6 +196,18 @@ def load_rows(store: Store, res: StageResult, name: str = "rows") -> Rows:
         raise StoreError(f"{res.label}: output {name!r} ({res.outputs[name]}) vanished from "
                          f"{store.root}; rerun to recompute it")
     return Rows(t)
+
+
+def concat_rows(store: Store, parts: Sequence[StageResult]) -> Rows:
+    """The rows of several shards of one source, in shard order."""
+    tables = [load_rows(store, p).to_arrow() for p in parts]
+    return Rows(pa.concat_tables(tables)) if len(tables) > 1 else Rows(tables[0])
+
+
+def graded_checksums(graded: Mapping[str, Sequence[StageResult]], names: Sequence[str]) -> list[Any]:
+    """``[[source, [shard rows checksums]], ...]``: the input checksums of a stage that reads
+    the graded rows of ``names``."""
+    return [[n, [p.checksums["rows"] for p in graded[n]]] for n in names]
 
 
 def load_doc(store: Store, res: StageResult, name: str) -> Any:

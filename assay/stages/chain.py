@@ -1,6 +1,8 @@
-"""The study chain: build-rows -> filter -> grade -> decontaminate -> audit -> measure -> report.
+"""The study chain: build-rows -> filter-rows -> grade -> decontaminate -> score-reward-model ->
+measure -> report. ``run_study`` runs it directly; ``flows/study.py`` makes each stage a task.
 
-``run_study`` runs it directly; ``flows/study.py`` passes ``call`` hooks that make each a task.
+Adding a stage: one module in ``assay/stages/`` (``define_stage`` + ``run_<stage>``), one line
+here, one task line in ``tasks/stages.py``.
 """
 
 from __future__ import annotations
@@ -9,9 +11,15 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from assay.stages.analysis import run_decontaminate, run_measure, run_report, run_reward_audit
+from assay.spec import StudySpec
+from assay.stages.build_rows import run_build_rows
 from assay.stages.cache import StageResult, load_rows, print_progress
-from assay.stages.sources import run_build_rows, run_filter_rows, run_grade_shard, shard_bounds
+from assay.stages.decontaminate import run_decontaminate
+from assay.stages.filter_rows import run_filter_rows
+from assay.stages.grade import run_grade_shard, shard_bounds
+from assay.stages.measure import run_measure
+from assay.stages.report import run_report
+from assay.stages.score_reward_model import run_reward_audit
 from assay.store import Store
 
 
@@ -43,12 +51,11 @@ class StudyRun:
         return [f"{r.stage}[{r.label}]" for r in self.results if not r.cached]
 
 
-def run_study(spec: Any, store: Store, *, call: Callable[..., StageResult] = direct_call,
+def run_study(spec: StudySpec, store: Store, *, call: Callable[..., StageResult] = direct_call,
               call_many: Callable[..., list[StageResult]] = direct_map,
               progress: Callable[[StageResult], None] | None = print_progress,
               workers: int | None = None) -> StudyRun:
-    """Run the chain build-rows -> filter -> grade -> decontaminate -> score-reward-model ->
-    measure -> report, skipping what the spec does not ask for. ``call``/``call_many`` decide
+    """Run the chain, skipping what the spec does not ask for. ``call``/``call_many`` decide
     where each stage runs (directly, or as Prefect tasks: see ``flows/study.py``)."""
     workers = workers or spec.execution.workers
     done: list[StageResult] = []
@@ -63,22 +70,12 @@ def run_study(spec: Any, store: Store, *, call: Callable[..., StageResult] = dir
         bounds = shard_bounds(load_rows(store, filtered), spec.execution.shard_rows)
         calls = [((store, spec, src.name, filtered, b, i, len(bounds)),
                   {"workers": workers, "progress": progress}) for i, b in enumerate(bounds)]
-        shards = call_many(run_grade_shard, calls)
-        done += shards
-        graded[src.name] = tuple(shards)
-    decon = None
-    if spec.decontaminate is not None:
-        decon = call(run_decontaminate, store, spec, graded, progress=progress)
-        done.append(decon)
-    audits: list[StageResult] = []
-    if spec.reward is not None:
-        for m in spec.reward.models:
-            audits.append(call(run_reward_audit, store, spec, m.name, progress=progress))
-        done += audits
-    measured = None
-    if spec.sources:
-        measured = call(run_measure, store, spec, graded, progress=progress)
-        done.append(measured)
+        graded[src.name] = tuple(call_many(run_grade_shard, calls))
+        done += graded[src.name]
+    decon = call(run_decontaminate, store, spec, graded, progress=progress) if spec.decontaminate else None
+    audits = [call(run_reward_audit, store, spec, m.name, progress=progress)
+              for m in (spec.reward.models if spec.reward else ())]
+    measured = call(run_measure, store, spec, graded, progress=progress) if spec.sources else None
     report = call(run_report, store, spec, graded, measured, decon, tuple(audits), progress=progress)
-    done.append(report)
+    done += [r for r in (decon, *audits, measured, report) if r is not None]
     return StudyRun(spec.checksum(), tuple(done), graded, report)

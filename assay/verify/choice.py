@@ -11,6 +11,7 @@ from typing import Any
 
 from assay.errors import VerifierError
 from assay.judging import Verifier
+from assay.verify.registry import VERIFIERS
 
 
 def extract_choice(text: str, choices: str = "ABCD") -> str | None:
@@ -52,6 +53,7 @@ def extract_choice(text: str, choices: str = "ABCD") -> str | None:
     return bare[-1] if bare else None
 
 
+@VERIFIERS.register("multiple_choice")
 class MultipleChoice(Verifier):
     """1 when the extracted letter (:func:`extract_choice`) equals the reference letter, else 0.
 

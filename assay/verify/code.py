@@ -17,6 +17,7 @@ from typing import Any
 
 from assay.errors import VerifierError
 from assay.judging import Verdict, Verifier
+from assay.verify.registry import VERIFIERS
 from assay.verify.sandbox import job, warm_pool
 
 log = logging.getLogger(__name__)
@@ -39,6 +40,7 @@ def extract_code(text: str) -> str:
     return blocks[-1] if blocks else text
 
 
+@VERIFIERS.register("code_exec")
 class CodeExec(Verifier):
     """Run the candidate with its tests in a fresh sandboxed subprocess; 1 if they all ran to the
     end, else 0.
@@ -181,7 +183,7 @@ class CodeExec(Verifier):
 
     def _verdict(self, reply: Mapping[str, Any], isolation: Mapping[str, Any]) -> Any:
         status = reply["status"]
-        meta = {"outcome": status, "exit_code": reply.get("exit_code"), "seconds": reply.get("seconds"),
+        meta = {"outcome": status, "exit_code": reply.get("exit_code"),
                 "sandbox": {k: isolation.get(k) for k in ("netns", "mountns", "uid_drop", "pidns", "notes")}}
         if reply.get("left_over"):
             meta["left_over_processes"] = reply["left_over"]

@@ -16,6 +16,7 @@ from typing import Any
 
 from assay.errors import VerifierError
 from assay.judging import Verifier
+from assay.verify.registry import VERIFIERS
 
 # A number: optional sign (ASCII or Unicode minus) not glued to a preceding word or digit,
 # strict thousands groups (1,234,567) or plain digits, optional decimals and exponent.
@@ -120,6 +121,7 @@ def _reference_number(reference: Any) -> ParsedNumber | None:
     raise VerifierError(f"Numeric: reference must be a number or a string, got {type(reference).__name__}")
 
 
+@VERIFIERS.register("numeric")
 class Numeric(Verifier):
     """1 when the answer's number equals the reference number within tolerance, else 0.
 

@@ -13,8 +13,10 @@ from typing import Any
 
 from assay.errors import VerifierError
 from assay.judging import Verifier
+from assay.verify.registry import VERIFIERS
 
 
+@VERIFIERS.register("math_equal")
 class MathEqual(Verifier):
     """1 when the answer's final expression equals the reference, decided by math-verify
     (Kydlicek et al., HuggingFace Math-Verify): LaTeX and plain expressions, ``\\boxed{}``,

@@ -12,6 +12,7 @@ from typing import Any
 
 from assay.errors import VerifierError
 from assay.judging import Verifier
+from assay.verify.registry import VERIFIERS
 
 _ARTICLES = re.compile(r"\b(?:a|an|the)\b", re.I)
 _SPACE = re.compile(r"\s+")
@@ -61,6 +62,7 @@ def normalize(text: str, *, casefold: bool = True, articles: bool = False,
     return text
 
 
+@VERIFIERS.register("exact_match")
 class ExactMatch(Verifier):
     """1 when the normalized answer equals a normalized reference (a string, or a list of
     accepted strings), else 0. Defaults: NFC + casefold + collapsed whitespace; punctuation and

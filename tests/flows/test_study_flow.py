@@ -69,6 +69,15 @@ def test_rerun_is_fully_cached_and_outputs_are_complete(prefect_server: str, tmp
     for f in ("report.md", "report.json", "rows/a.parquet", "rows/b.parquet", "pass_rates.png",
               "rows/selected-a.parquet"):
         assert (tmp_path / "run1" / f).read_bytes() == (tmp_path / "run2" / f).read_bytes(), f
+    # The RL training export carries only what a trainer may see; the graded rows keep the rest.
+    import pyarrow.parquet as pq
+
+    export = pq.read_table(tmp_path / "run1" / "rows" / "selected-a.parquet")
+    assert export.column_names == ["task_id", "prompt", "messages", "final_text", "reward", "markers",
+                                   "rollout_index"]
+    full = pq.read_table(tmp_path / "run1" / "rows" / "selected-a.graded.parquet")
+    assert "privileged" in full.column_names and full.num_rows == export.num_rows > 0
+    assert "reference" not in export.to_pandas().to_string()
     # The rows written are the graded rows, and grading matches a direct call.
     graded = assay.Rows.read_parquet(tmp_path / "run1" / "rows" / "a.parquet")
     from assay.verify import ExactMatch

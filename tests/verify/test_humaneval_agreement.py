@@ -15,7 +15,7 @@ from collections import Counter
 import pytest
 
 import assay
-from assay.benchmarks import (
+from assay.offline import (
     VARIANT_KINDS,
     broken_variant,
     humaneval,

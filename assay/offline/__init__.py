@@ -3,7 +3,7 @@
 ``humaneval()`` feeds ``assay.rows()``; ``seeded_code_policy()`` stands in for a model.
 """
 
-from assay.benchmarks.policy import (
+from assay.offline.policy import (
     VARIANT_KINDS,
     VARIANT_WEIGHTS,
     broken_variant,
@@ -12,7 +12,7 @@ from assay.benchmarks.policy import (
     sample_kinds,
     seeded_code_policy,
 )
-from assay.benchmarks.problems import CodeBenchmark, CodeProblem, humaneval
+from assay.offline.problems import CodeBenchmark, CodeProblem, humaneval
 
 __all__ = [
     "CodeBenchmark", "CodeProblem", "VARIANT_KINDS", "VARIANT_WEIGHTS", "broken_variant",

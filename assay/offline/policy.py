@@ -175,7 +175,7 @@ def broken_variant(problem: Any, kind: str, seed: int = 0) -> str | None:
     Whether it really fails is for CodeExec to say: e.g. a swapped operator in dead code passes.
 
     Example:
-        >>> from assay.benchmarks import humaneval
+        >>> from assay.offline import humaneval
         >>> broken_variant(humaneval(limit=1)[0], "syntax_error").splitlines()[0]
         '    for idx, elem in enumerate(numbers)'
     """
@@ -206,14 +206,14 @@ def seeded_code_policy(problems: Iterable[Any], k: int, seed: int, skill: float)
     ``(seed, task_id, sample index)``; nested like ``completions`` of ``assay.rows()``.
 
     Args:
-        problems: a :class:`~assay.benchmarks.CodeBenchmark` or HumanEval problem dicts.
+        problems: a :class:`~assay.offline.CodeBenchmark` or HumanEval problem dicts.
         k: samples per problem (>= 1).
         seed: integer seed.
         skill: in [0, 1]; about the mean chance a sample is correct (0: always broken, 1: always
             the canonical solution).
 
     Example:
-        >>> from assay.benchmarks import humaneval
+        >>> from assay.offline import humaneval
         >>> he = humaneval(limit=3)
         >>> a = seeded_code_policy(he, k=4, seed=7, skill=0.6)
         >>> a == seeded_code_policy(he, k=4, seed=7, skill=0.6), [len(g) for g in a]
@@ -253,7 +253,7 @@ def sample_kinds(problems: Sequence[Any], completions: Sequence[Sequence[str]], 
     """The kind ("canonical" or a variant kind) of each completion, by matching its text.
 
     Example:
-        >>> from assay.benchmarks import humaneval
+        >>> from assay.offline import humaneval
         >>> he = humaneval(limit=1)
         >>> sample_kinds(he, [[he[0].canonical_solution, "pass"]], seed=0)
         [['canonical', 'unknown']]

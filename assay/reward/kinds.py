@@ -1,0 +1,118 @@
+"""The reward-model kinds a spec can name: the bundled embedder, a transformers model, a function.
+
+Each entry builds its adapter and states its identity without loading it (a cached rerun never
+imports torch); the loaded adapter's own ``fingerprint`` is stored with the results.
+
+Example:
+    >>> from assay.reward.registry import REWARD_MODELS
+    >>> REWARD_MODELS.names()
+    ['embedding', 'function', 'hf']
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+from typing import TYPE_CHECKING, Any, Literal
+
+from pydantic import Field, field_validator
+
+from assay.registry import load_callable
+from assay.reward.registry import REWARD_MODELS
+from assay.reward.runtime import dir_digest
+from assay.specbase import SpecModel
+
+if TYPE_CHECKING:
+    from assay.spec import StudySpec
+
+
+class RewardModelEntry(SpecModel):
+    """Base of a ``reward.models`` entry: a name, adapter keyword arguments, build + identity."""
+
+    name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
+    params: dict[str, Any] = Field(default_factory=dict, description="adapter keyword arguments")
+
+    def build(self, study: StudySpec) -> Any:
+        raise NotImplementedError
+
+    def identity(self, study: StudySpec) -> dict[str, Any]:
+        return {"kind": self.kind, "params": self.params}  # type: ignore[attr-defined]
+
+
+class EmbeddingModel(RewardModelEntry):
+    """The bundled all-MiniLM-L6-v2 embedding reward model (or another sentence-transformers
+    folder given as ``params.path``)."""
+
+    kind: Literal["embedding"]
+
+    def build(self, study: StudySpec) -> Any:
+        from assay.reward.embedding import EmbeddingRewardModel
+
+        return EmbeddingRewardModel(**self.params)
+
+    def identity(self, study: StudySpec) -> dict[str, Any]:
+        from assay.reward.embedding import bundled_model_path
+
+        path = self.params.get("path")
+        return {**super().identity(study),
+                "files": dir_digest(study.resolve(path) if path else bundled_model_path())}
+
+
+class HFModel(RewardModelEntry):
+    """A transformers sequence-classification reward model: a hub id (pin ``revision``) or a
+    local folder (relative to the spec)."""
+
+    kind: Literal["hf"]
+    path: str = Field(description="model id or local path")
+    revision: str | None = None
+
+    def build(self, study: StudySpec) -> Any:
+        from assay.reward.hf import HFRewardModel
+
+        local = study.resolve(self.path)
+        return HFRewardModel(str(local) if local.exists() else self.path, revision=self.revision,
+                             **self.params)
+
+    def identity(self, study: StudySpec) -> dict[str, Any]:
+        local = study.resolve(self.path)
+        if local.is_dir():
+            return {**super().identity(study), "files": dir_digest(local)}
+        # a hub id: pin `revision` to a commit hash for a key that cannot go stale
+        return {**super().identity(study), "hub": {"id": self.path, "revision": self.revision}}
+
+
+class FunctionModel(RewardModelEntry):
+    """A Python function scoring batches: ``module:callable`` called as ``fn(prompts, responses)``
+    with two equal-length lists, returning one score per pair."""
+
+    kind: Literal["function"]
+    function: str = Field(description="'module:callable' scoring (prompts, responses) lists")
+
+    @field_validator("function")
+    @classmethod
+    def _ref(cls, v: str) -> str:
+        if ":" not in v:
+            raise ValueError("kind 'function' needs function: 'package.module:callable'")
+        return v
+
+    def _callable(self, study: StudySpec) -> Any:
+        return load_callable(self.function, what=f"reward model {self.name!r}",
+                             base_dir=getattr(study, "_base_dir", None))
+
+    def build(self, study: StudySpec) -> Any:
+        from assay.reward.function import FunctionRewardModel
+
+        return FunctionRewardModel(self._callable(study), **self.params)
+
+    def identity(self, study: StudySpec) -> dict[str, Any]:
+        fn = self._callable(study)
+        try:
+            src = inspect.getsource(fn)
+        except (TypeError, OSError):
+            src = repr(fn)
+        return {**super().identity(study),
+                "function": {"name": self.function, "source": hashlib.sha256(src.encode()).hexdigest()}}
+
+
+for _kind, _cls in (("embedding", EmbeddingModel), ("hf", HFModel), ("function", FunctionModel)):
+    REWARD_MODELS.register(_kind, spec=_cls)(_cls)

@@ -1,0 +1,8 @@
+"""The reward-model registry: every ``kind`` a spec's ``reward.models`` entry can name.
+
+A kind is a spec model with ``build(study)`` (the adapter) and ``identity(study)`` (its cache key).
+"""
+
+from assay.registry import Registry
+
+REWARD_MODELS = Registry("reward model")

@@ -1,0 +1,12 @@
+"""Source kinds: where a study's rows come from (the built-in HumanEval, your files, plugins).
+
+Each kind is a spec model registered in ``SOURCES``; it builds ungraded (or given-score) rows.
+"""
+
+from assay.sources import file as file
+from assay.sources import humaneval as humaneval
+from assay.sources.base import SourceSpec
+from assay.sources.records import FieldMap, read_records, rows_from_records
+from assay.sources.registry import SOURCES
+
+__all__ = ["SOURCES", "FieldMap", "SourceSpec", "read_records", "rows_from_records"]

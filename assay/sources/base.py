@@ -1,0 +1,51 @@
+"""What every source kind has (a name, row steps, a verifier) and must do (build rows, say
+what determines them), so the build-rows stage needs no ``if kind ==`` dispatch.
+
+Example:
+    >>> from assay.sources.registry import SOURCES
+    >>> "humaneval" in SOURCES and "file" in SOURCES
+    True
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pydantic import Field, field_validator
+
+from assay.specbase import SpecModel, VerifierSpec, check_steps
+
+if TYPE_CHECKING:
+    from assay.rows import Rows
+    from assay.spec import StudySpec
+
+
+class SourceSpec(SpecModel):
+    """Base of a source entry. Subclasses add ``kind: Literal[...]`` and their own fields."""
+
+    name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$", description="arm name used by measure/report")
+    steps: list[dict[str, Any]] = Field(
+        default_factory=list,
+        description="row filters/slices as data: {op: slice|where|sample, ...}; slice and sample "
+        "act on tasks (all completions of a task stay together), where on row fields",
+    )
+    verifier: VerifierSpec | None = None
+
+    @field_validator("steps")
+    @classmethod
+    def _steps(cls, v: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return check_steps(v)
+
+    def build_rows(self, study: StudySpec) -> Rows:
+        """The source's ungraded (or given-score) rows."""
+        raise NotImplementedError
+
+    def identity(self, study: StudySpec) -> dict[str, Any]:
+        """What determines the rows (the build-rows cache key): the definition without name,
+        steps and verifier, with file contents hashed in place of paths."""
+        return self.model_dump(mode="json", exclude={"name", "steps", "verifier"})
+
+    def files(self, study: StudySpec) -> list[Path]:
+        """Data files the source reads (checked by ``assay validate``, hashed by the checksum)."""
+        return []

@@ -1,0 +1,118 @@
+"""Records from the ``datasets`` library: a local ``save_to_disk`` folder, a folder of Parquet or
+JSONL files, or a hub id (offline unless downloads are allowed). One loader for every consumer.
+
+Prompt sources and reward-model preference data both read through :func:`load_dataset_records`.
+
+Example:
+    >>> import tempfile, datasets
+    >>> d = tempfile.mkdtemp()
+    >>> datasets.Dataset.from_dict({"q": ["1+1?", "2+2?"], "a": ["2", "4"]}).save_to_disk(d)
+    >>> got = load_dataset_records(d, split="train")
+    >>> got.records[1], got.split, got.checksum[:5]
+    ({'q': '2+2?', 'a': '4'}, 'train', 'data:')
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from assay.errors import SpecError
+from assay.hashing import content_hash
+
+_DATA_SUFFIXES = {".parquet": "parquet", ".jsonl": "json", ".json": "json", ".csv": "csv"}
+
+
+@dataclass(frozen=True)
+class DatasetRecords:
+    """What was read: the records, where from, and the content checksum of the records."""
+
+    records: list[dict[str, Any]]
+    path: str
+    name: str | None
+    split: str
+    revision: str | None
+    checksum: str
+    local: bool
+
+
+@contextlib.contextmanager
+def _offline(enabled: bool) -> Iterator[None]:
+    """The hub client in offline mode (only what is already in the local cache is served)."""
+    if not enabled:
+        yield
+        return
+    import datasets.config as dc
+    import huggingface_hub.constants as hc
+
+    saved = (dc.HF_HUB_OFFLINE, hc.HF_HUB_OFFLINE)
+    dc.HF_HUB_OFFLINE = hc.HF_HUB_OFFLINE = True
+    try:
+        yield
+    finally:
+        dc.HF_HUB_OFFLINE, hc.HF_HUB_OFFLINE = saved
+
+
+def _pick_split(ds: Any, split: str, where: str) -> Any:
+    import datasets
+
+    if isinstance(ds, datasets.DatasetDict):
+        if split not in ds:
+            raise SpecError(f"{where}: split {split!r} not found; the dataset has {sorted(ds)}")
+        return ds[split]
+    return ds
+
+
+def is_local(path: str | Path) -> bool:
+    """A folder or file on this machine (a hub id is anything else)."""
+    return Path(path).exists()
+
+
+def load_dataset_records(path: str | Path, *, name: str | None = None, split: str = "train",
+                         revision: str | None = None, allow_download: bool = False,
+                         where: str = "dataset") -> DatasetRecords:
+    """Every record of one split, through the ``datasets`` library.
+
+    ``path`` is a folder written by ``save_to_disk``, a folder (or file) of Parquet/JSONL/CSV
+    data, or a hub id. A hub id is served from the local cache only, unless ``allow_download``;
+    a miss says how to pre-download it or give a local path. Errors name ``where``.
+    """
+    import datasets
+
+    datasets.disable_progress_bars()
+    p = Path(path)
+    local = p.exists()
+    try:
+        if local and p.is_dir() and ((p / "dataset_info.json").exists() or (p / "dataset_dict.json").exists()):
+            ds = _pick_split(datasets.load_from_disk(str(p)), split, where)
+        elif local:
+            files = [p] if p.is_file() else sorted(f for f in p.rglob("*") if f.suffix in _DATA_SUFFIXES)
+            if not files:
+                raise SpecError(f"{where}: {p} holds no save_to_disk dataset and no "
+                                f"{'/'.join(_DATA_SUFFIXES)} files")
+            builder = _DATA_SUFFIXES[files[0].suffix]
+            ds = datasets.load_dataset(builder, data_files={split: [str(f) for f in files]},
+                                       split=split)
+        else:
+            with _offline(not allow_download):
+                ds = datasets.load_dataset(str(path), name, split=split, revision=revision)
+    except SpecError:
+        raise
+    except ValueError as e:
+        if "split" in str(e).lower() or "Unknown split" in str(e):
+            raise SpecError(f"{where}: split {split!r}: {e}") from None
+        raise SpecError(f"{where}: cannot read {path!r} ({type(e).__name__}: {e})") from None
+    except Exception as e:  # the hub client raises many types when offline
+        if local:
+            raise SpecError(f"{where}: cannot read {path!r} ({type(e).__name__}: {e})") from None
+        raise SpecError(
+            f"{where}: {path!r} is not a local path and could not be loaded from the local hub "
+            f"cache ({type(e).__name__}: {str(e)[:200]}). Pre-download it on a machine with "
+            f"network (datasets.load_dataset({str(path)!r}{', ' + repr(name) if name else ''}, "
+            f"revision=...).save_to_disk(DIR)) and give DIR as path, or set allow_download: true"
+        ) from None
+    records = ds.to_list()
+    return DatasetRecords(records, str(path), name, split, revision, content_hash(records, "data"), local)

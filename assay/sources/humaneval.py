@@ -1,0 +1,53 @@
+"""The ``humaneval`` source kind: the built-in HumanEval problems answered by the seeded offline
+policy (``assay.offline``), graded by sandboxed execution unless told otherwise.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Literal
+
+from pydantic import Field
+
+from assay.sources.base import SourceSpec
+from assay.sources.registry import SOURCES
+from assay.specbase import SpecModel, VerifierSpec
+
+if TYPE_CHECKING:
+    from assay.rows import Rows
+    from assay.spec import StudySpec
+
+#: Modules whose code decides the rows: their source is part of the build-rows key.
+_CODE = ("assay.offline.problems", "assay.offline.policy")
+
+
+class PolicySpec(SpecModel):
+    """The seeded offline code policy (``assay.offline.seeded_code_policy``)."""
+
+    k: int = Field(4, ge=1, le=1000, description="completions per problem")
+    seed: int = Field(0, ge=0)
+    skill: float = Field(0.5, ge=0.0, le=1.0, description="probability mass on correct code")
+
+
+class HumanEvalSource(SourceSpec):
+    """The built-in HumanEval problems answered by the seeded offline policy."""
+
+    kind: Literal["humaneval"]
+    policy: PolicySpec = Field(default_factory=PolicySpec)
+    verifier: VerifierSpec | None = Field(default_factory=lambda: VerifierSpec(kind="code_exec"))
+
+    def build_rows(self, study: StudySpec) -> Rows:
+        import assay
+        from assay import offline
+
+        problems = offline.humaneval()
+        p = self.policy
+        completions = offline.seeded_code_policy(problems, k=p.k, seed=p.seed, skill=p.skill)
+        return assay.rows(completions=completions, **problems.inputs())
+
+    def identity(self, study: StudySpec) -> dict[str, Any]:
+        from assay.hashing import code_checksum
+
+        return {**super().identity(study), "code": [code_checksum(m) for m in _CODE]}
+
+
+SOURCES.register("humaneval", spec=HumanEvalSource)(HumanEvalSource)

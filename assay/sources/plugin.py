@@ -1,0 +1,53 @@
+"""A source kind named ``module:callable`` in a spec: the callable returns the source's rows.
+
+It is called with ``params`` as keyword arguments and returns ``assay.Rows``, dict rows or records.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from pydantic import Field
+
+from assay.sources.base import SourceSpec
+
+if TYPE_CHECKING:
+    from assay.rows import Rows
+    from assay.spec import StudySpec
+
+
+class PluginSource(SourceSpec):
+    """A source built by your own function: ``kind: mypkg.sources:load`` with ``params``."""
+
+    kind: str = Field(pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$",
+                      description="'package.module:callable' returning rows")
+    params: dict[str, Any] = Field(default_factory=dict)
+
+    def _callable(self, study: StudySpec) -> Any:
+        from assay.registry import load_callable
+
+        return load_callable(self.kind, what=f"source {self.name!r} kind",
+                             base_dir=getattr(study, "_base_dir", None))
+
+    def build_rows(self, study: StudySpec) -> Rows:
+        import assay
+        from assay.errors import SpecError
+        from assay.rows import Rows, as_table
+
+        out = self._callable(study)(**self.params)
+        try:
+            return out if isinstance(out, assay.Rows) else Rows(as_table(out))
+        except Exception as e:
+            raise SpecError(f"source {self.name!r}: {self.kind} returned something that is not "
+                            f"rows ({type(e).__name__}: {e}); return assay.rows(...) or dict rows") from None
+
+    def identity(self, study: StudySpec) -> dict[str, Any]:
+        import hashlib
+        import inspect
+
+        fn = self._callable(study)
+        try:
+            src = inspect.getsource(inspect.getmodule(fn) or fn)
+        except (TypeError, OSError):
+            src = repr(fn)
+        return {**super().identity(study), "code": hashlib.sha256(src.encode()).hexdigest()}

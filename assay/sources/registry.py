@@ -1,0 +1,8 @@
+"""The source registry: every ``kind`` a spec's ``sources:`` entry can name.
+
+A source kind is a :class:`assay.sources.base.SourceSpec` subclass registered with ``spec=`` itself.
+"""
+
+from assay.registry import Registry
+
+SOURCES = Registry("source")

@@ -1,0 +1,107 @@
+"""The filter-rows stage: a source's row steps (slice, sample, where) replayed as data.
+
+``slice`` and ``sample`` act on tasks (a task keeps all its completions); ``where`` on row fields.
+
+Example:
+    >>> import assay
+    >>> r = assay.rows(["a", "b", "c"], [["x", "y"], ["z"], ["w"]], [[1, 0], [1], [0]])
+    >>> len(apply_row_steps(r, [{"op": "slice", "start": 1, "stop": 3}]))
+    2
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from assay.errors import SpecError
+from assay.rows import Rows, as_table
+from assay.spec import StudySpec
+from assay.stages.build_rows import source_named
+from assay.stages.cache import StageResult, cached_stage, define_stage, load_rows
+from assay.store import Store
+
+STAGE = define_stage("filter-rows", 1)
+
+
+def _task_order(table: pa.Table) -> list[str]:
+    ids = table.column("task_id").to_pylist()
+    return list(dict.fromkeys(ids))
+
+
+def _row_field(table: pa.Table, field: str, where: str) -> list[Any]:
+    if field in table.column_names and field not in ("markers", "privileged", "judge_meta", "messages"):
+        return table.column(field).to_pylist()
+    head, _, tail = field.partition(".")
+    if head == "markers" and tail:
+        return [dict(m or []).get(tail) for m in table.column("markers").to_pylist()]
+    if head == "privileged" and tail:
+        return [None if v is None else json.loads(v).get(tail) for v in table.column("privileged").to_pylist()]
+    raise SpecError(f"{where}.field {field!r}: rows have {list(table.column_names)} "
+                    "(and markers.<name>, privileged.<key>)")
+
+
+def apply_row_steps(rows: Rows, steps: Sequence[Mapping[str, Any]], *, where: str = "steps") -> Rows:
+    """Replay row filters recorded as data. ``slice`` and ``sample`` act on tasks in order of
+    first appearance (a task keeps all its completions); ``where`` keeps rows whose field
+    compares true.
+
+    Example:
+        >>> import assay
+        >>> r = assay.rows(["a", "b", "c"], [["x", "y"], ["z"], ["w"]], [[1, 0], [1], [0]])
+        >>> len(apply_row_steps(r, [{"op": "slice", "start": 0, "stop": 2}]))
+        3
+        >>> len(apply_row_steps(r, [{"op": "where", "field": "reward", "cmp": "==", "value": 1.0}]))
+        2
+    """
+    from assay.data.view import WHERE_OPS
+
+    table = as_table(rows, require=())
+    for i, s in enumerate(steps):
+        at = f"{where}[{i}]"
+        op = s["op"]
+        if op in ("slice", "sample"):
+            tasks = _task_order(table)
+            if op == "slice":
+                keep = tasks[slice(s["start"], s.get("stop"), s.get("step"))]
+            else:
+                if s["n"] > len(tasks):
+                    raise SpecError(f"{at}.n = {s['n']} but only {len(tasks)} tasks remain; "
+                                    "lower n or drop the step")
+                rng = np.random.default_rng(s["seed"])
+                idx = np.sort(rng.choice(len(tasks), size=s["n"], replace=False))
+                keep = [tasks[j] for j in idx]
+            mask = pc.is_in(table.column("task_id"), value_set=pa.array(keep, type=pa.string()))
+        elif op == "where":
+            fn = WHERE_OPS[s["cmp"]]
+            vals = _row_field(table, s["field"], at)
+            try:
+                mask = pa.array([v is not None and bool(fn(v, s["value"])) for v in vals])
+            except TypeError as e:
+                raise SpecError(f"{at}: cannot compare field {s['field']!r} with {s['value']!r} ({e})") from None
+        else:
+            raise SpecError(f"{at}.op {op!r} is not supported for rows (use where, slice, sample)")
+        table = table.filter(mask)
+    return Rows(table)
+
+
+def run_filter_rows(store: Store, spec: StudySpec, source_name: str, built: StageResult, *,
+                    progress: Any = None) -> StageResult:
+    """Apply a source's steps to its built rows (cached on the rows and the steps)."""
+    source = source_named(spec, source_name)
+
+    def compute() -> tuple[dict[str, Any], dict[str, Any]]:
+        r = apply_row_steps(load_rows(store, built), source.steps,
+                            where=f"sources[{[s.name for s in spec.sources].index(source_name)}].steps")
+        if len(r) == 0:
+            raise SpecError(f"source {source_name!r}: its steps keep no rows; loosen them")
+        return {"rows": r}, {"rows": len(r)}
+
+    return cached_stage(store, STAGE, inputs=[built.checksums["rows"]],
+                        params=list(source.steps), compute=compute, label=source_name,
+                        progress=progress)

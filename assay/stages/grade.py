@@ -1,0 +1,76 @@
+"""The grade stage: one shard of a source's rows graded by its verifier (the resume unit).
+
+Shards never split a task; each is cached on its own rows' checksum and the verifier's identity.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from assay.hashing import code_checksum
+from assay.rows import Rows
+from assay.spec import StudySpec
+from assay.specbase import VerifierSpec
+from assay.stages.build_rows import source_named
+from assay.stages.cache import StageResult, cached_stage, define_stage, load_rows
+from assay.store import Store
+
+STAGE = define_stage("grade", 1)
+
+
+def make_verifier(vspec: VerifierSpec, spec: StudySpec | None = None) -> Any:
+    """The verifier a spec entry names (a registered kind or ``module:callable``)."""
+    return vspec.build(base_dir=spec._base_dir if spec is not None else None)
+
+
+def verifier_fingerprint(vspec: VerifierSpec, spec: StudySpec | None = None) -> Any:
+    """The verifier's identity for cache keys: kind, params, and the checksum of the module
+    that implements it (editing a verifier's code recomputes its grades)."""
+    from assay.registry import load_callable
+    from assay.verify.registry import VERIFIERS
+
+    obj = (VERIFIERS.get(vspec.kind).obj if ":" not in vspec.kind else load_callable(
+        vspec.kind, what="verifier kind", base_dir=spec._base_dir if spec is not None else None))
+    return {"kind": vspec.kind, "params": vspec.params, "code": code_checksum(obj.__module__)}
+
+
+def shard_bounds(rows: Rows, shard_rows: int) -> list[tuple[int, int]]:
+    """Row ranges of shards of about ``shard_rows`` rows that never split a task (rows of a task
+    are contiguous after build-rows). Shards are the grading stage's resume unit.
+
+    Example:
+        >>> import assay
+        >>> r = assay.rows(["a", "b", "c"], [["x", "y"], ["z", "w"], ["v"]], [[1, 0], [1, 1], [0]])
+        >>> shard_bounds(r, 3)
+        [(0, 4), (4, 5)]
+    """
+    ids = rows.to_arrow().column("task_id").to_pylist()
+    bounds, start = [], 0
+    for i in range(1, len(ids) + 1):
+        if i == len(ids) or (i - start >= shard_rows and ids[i] != ids[i - 1]):
+            bounds.append((start, i))
+            start = i
+    return bounds
+
+
+def run_grade_shard(store: Store, spec: StudySpec, source_name: str, filtered: StageResult,
+                    bounds: tuple[int, int], shard: int, n_shards: int, *,
+                    workers: int | None = None, progress: Any = None) -> StageResult:
+    """Grade rows[bounds] of a source with its verifier; cached per shard content."""
+    from assay.grading import grade
+
+    source = source_named(spec, source_name)
+    lo, hi = bounds
+
+    part = Rows(load_rows(store, filtered).to_arrow().slice(lo, hi - lo))
+
+    def compute() -> tuple[dict[str, Any], dict[str, Any]]:
+        graded = grade(part, make_verifier(source.verifier, spec), workers=workers)
+        return {"rows": graded}, {"rows": len(graded)}
+
+    # The shard's own content is its input, so a filter that keeps this shard's rows as they
+    # were (e.g. a longer slice) does not re-grade it.
+    return cached_stage(store, STAGE, inputs=[part.checksum()],
+                        params={"verifier": verifier_fingerprint(source.verifier, spec)},
+                        compute=compute, label=f"{source_name} shard {shard + 1}/{n_shards}",
+                        progress=progress)

@@ -1,0 +1,69 @@
+"""The measure stage: the measurements the spec asks for, over each source's graded rows.
+
+pass@k, paired comparisons, eval variance, holdout sizing and RL selection, as JSON documents.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from assay.rows import Rows, as_table
+from assay.spec import StudySpec
+from assay.stages.cache import (
+    StageResult,
+    cached_stage,
+    concat_rows,
+    define_stage,
+    graded_checksums,
+)
+from assay.store import Store
+
+STAGE = define_stage("measure", 1)
+
+
+def run_measure(store: Store, spec: StudySpec, graded: Mapping[str, Sequence[StageResult]], *,
+                progress: Any = None) -> StageResult:
+    """The measurements the spec asks for, over the graded rows of each source."""
+    import assay
+    from assay.report import result_doc
+
+    m = spec.measure
+    names = [s.name for s in spec.sources]
+
+    def compute() -> tuple[dict[str, Any], dict[str, Any]]:
+        rows = {n: concat_rows(store, graded[n]) for n in names}
+        docs: list[dict[str, Any]] = []
+        outputs: dict[str, Any] = {}
+        if m.pass_at is not None:
+            for n in m.pass_at.sources or names:
+                docs.append(result_doc("pass_at", f"pass_at[{n}]", assay.pass_at(rows[n], k=m.pass_at.k),
+                                       source=n))
+        for c in m.compare:
+            res = assay.compare(rows[c.before], rows[c.after], proxy=c.proxy, metrics=c.metrics,
+                                alpha=c.alpha)
+            docs.append(result_doc("compare", f"compare[{c.before} -> {c.after}]", res,
+                                   before=c.before, after=c.after))
+        if m.eval_variance is not None:
+            for n in m.eval_variance.sources or names:
+                docs.append(result_doc("eval_variance", f"eval_variance[{n}]",
+                                       assay.eval_variance(rows[n]), source=n))
+        if m.holdout_size is not None:
+            h = m.holdout_size
+            res = assay.holdout_size(h.effect, before=rows[h.before] if h.before else None,
+                                     after=rows[h.after] if h.after else None, power=h.power,
+                                     alpha=h.alpha)
+            docs.append(result_doc("holdout_size", "holdout_size", res))
+        if m.select is not None:
+            res = assay.select(rows[m.select.source], mode="rl", band=tuple(m.select.band))
+            kept = getattr(res, "rows", None)
+            if kept is not None:
+                outputs["selected"] = Rows(as_table(kept, require=()))
+            docs.append(result_doc("select", f"select[{m.select.source}]", res,
+                                   source=m.select.source))
+        outputs["measurements"] = docs
+        return outputs, {"rows": sum(len(r) for r in rows.values())}
+
+    return cached_stage(store, STAGE, inputs=graded_checksums(graded, names),
+                        params=m.model_dump(mode="json"), compute=compute,
+                        label=",".join(names), progress=progress)

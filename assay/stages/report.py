@@ -1,0 +1,63 @@
+"""The report stage: report.md, report.json and the plots, as stored blobs.
+
+The run directory is written from them afterwards; nothing here depends on wall-clock time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from assay.errors import StoreError
+from assay.spec import StudySpec
+from assay.stages.cache import (
+    StageResult,
+    cached_stage,
+    concat_rows,
+    define_stage,
+    graded_checksums,
+    load_doc,
+)
+from assay.store import Store
+
+STAGE = define_stage("report", 1)
+
+
+def run_report(store: Store, spec: StudySpec, graded: Mapping[str, Sequence[StageResult]],
+               measured: StageResult | None, decon: StageResult | None,
+               audits: Sequence[StageResult], *, progress: Any = None) -> StageResult:
+    """report.md / report.json / PNGs as stored blobs (written to the run dir afterwards)."""
+    from assay.report import build_report, guard_counts
+
+    ups = [p.checksums for p in (measured, decon, *audits) if p is not None]
+    inputs = graded_checksums(graded, list(graded)) + [ups]
+    spec_doc = {"name": spec.name, "description": spec.description, "checksum": spec.checksum()}
+
+    def compute() -> tuple[dict[str, Any], dict[str, Any]]:
+        sources = []
+        for s in spec.sources:
+            r = concat_rows(store, graded[s.name])
+            sources.append({"name": s.name, "rows": len(r),
+                            "tasks": len(set(r.to_arrow().column("task_id").to_pylist())),
+                            "verifier": s.verifier.kind if s.verifier else "given scores",
+                            "guard_stopped": guard_counts(r)})
+        files = build_report(
+            spec_doc, sources,
+            load_doc(store, measured, "measurements") if measured else [],
+            load_doc(store, decon, "contamination") if decon else [],
+            [load_doc(store, a, "audit") for a in audits])
+        return {f"file:{k}": v for k, v in files.items()}, {"files": sorted(files)}
+
+    return cached_stage(store, STAGE, inputs=inputs, params=spec_doc, compute=compute,
+                        label=spec.name, progress=progress)
+
+
+def report_files(store: Store, report: StageResult) -> dict[str, bytes]:
+    """The report stage's files, verified, as ``{name: bytes}``."""
+    out = {}
+    for k, key in report.outputs.items():
+        data = store.get_bytes(key)
+        if data is None:
+            raise StoreError(f"report file {k} vanished from {store.root}; rerun")
+        out[k.removeprefix("file:")] = data
+    return out

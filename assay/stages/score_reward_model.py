@@ -1,0 +1,97 @@
+"""The score-reward-model stage: each reward model the spec names, audited on preference data.
+
+Keyed on the model's identity (weight, tokenizer and template digests; never its name) and the
+audited views' checksums. The reward-model kinds live in ``assay.reward.kinds``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Mapping
+from typing import Any
+
+from assay.errors import SpecError
+from assay.spec import StudySpec
+from assay.stages.cache import StageResult, cached_stage, define_stage
+from assay.store import Store
+
+STAGE = define_stage("score-reward-model", 1)
+
+
+def make_reward_model(mspec: Any, spec: StudySpec) -> Any:
+    """A reward model adapter from its spec entry (any registered kind)."""
+    return mspec.build(spec)
+
+
+def model_identity(mspec: Any, spec: StudySpec) -> dict[str, Any]:
+    """What identifies a reward model's outputs, computed without loading it."""
+    return mspec.identity(spec)
+
+
+def reward_views(spec: StudySpec) -> dict[str, Any]:
+    """The audited views: the diagnostic set's dimensions, each with the spec's steps applied."""
+    from assay.data import apply_derivation, load_diagnostic_v3
+
+    d = spec.reward.data
+    views = load_diagnostic_v3()
+    dims = d.dimensions or list(views)
+    unknown = [x for x in dims if x not in views]
+    if unknown:
+        raise SpecError(f"reward.data.dimensions: unknown {unknown}; the set has {list(views)}")
+    return {k: apply_derivation(views[k], d.steps) if d.steps else views[k] for k in dims}
+
+
+def run_reward_audit(store: Store, spec: StudySpec, model_name: str, *, progress: Any = None,
+                     device_slot: Any = None) -> StageResult:
+    """Audit one reward model on the diagnostic set; keyed on the model's identity (weights,
+    tokenizer, template digests) and the views' checksums, never on its name.
+
+    ``device_slot(device)`` returns a context manager held while the model scores (the Prefect
+    task passes a strict ``gpu`` concurrency slot; this core library never imports Prefect)."""
+    from assay.report import result_doc
+
+    mspec = next(m for m in spec.reward.models if m.name == model_name)
+    views = reward_views(spec)
+    inputs = [[k, v.checksum()] for k, v in views.items()]
+
+    def compute() -> tuple[dict[str, Any], dict[str, Any]]:
+        from assay.reward import audit
+
+        model = mspec.build(spec)
+        slot = device_slot(str(getattr(model, "device", "cpu"))) if device_slot else contextlib.nullcontext()
+        with slot:
+            res = audit(model, views, store=store) if _accepts(audit, "store") else audit(model, views)
+        doc = result_doc("reward_audit", model_name, res, dimensions=_audit_dimensions(res),
+                         fingerprint=model.fingerprint)
+        return {"audit": doc}, {"rows": sum(len(v) for v in views.values())}
+
+    return cached_stage(store, STAGE, inputs=inputs, params={"name": model_name},
+                        fingerprint=mspec.identity(spec), compute=compute, label=model_name,
+                        progress=progress)
+
+
+def _accepts(fn: Any, name: str) -> bool:
+    import inspect
+
+    try:
+        return name in inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+def _audit_dimensions(res: Any) -> list[dict[str, Any]]:
+    """Per-dimension pair accuracy (with interval and n) and baseline, for the plot."""
+    from assay.report import collect_estimates
+
+    out = []
+    dims = getattr(res, "dimensions", None)
+    items = dims.items() if isinstance(dims, Mapping) else (
+        [(getattr(d, "dimension", getattr(d, "name", str(i))), d) for i, d in enumerate(dims)]
+        if dims else [])
+    for name, d in items:
+        ests = collect_estimates(d)
+        acc = next((e for e in ests if "acc" in e["name"] or "acc" in e["path"]), None)
+        base = next((e for e in ests if "baseline" in e["name"] or "baseline" in e["path"]), None)
+        if acc:
+            out.append({**acc, "dimension": str(name), "baseline": base["value"] if base else None})
+    return out

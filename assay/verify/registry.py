@@ -1,0 +1,8 @@
+"""The verifier registry: every verifier kind a spec's ``verifier: {kind: ...}`` can name.
+
+Each verifier module registers its classes here; a user module can register more (spec ``plugins:``).
+"""
+
+from assay.registry import Registry
+
+VERIFIERS = Registry("verifier")
