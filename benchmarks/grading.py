@@ -31,9 +31,19 @@ Measured 2026-11-30 on the 2-core dev VM (medians of 3): CodeExec 229 vs 56 rows
 3.4-3.9x in other runs; target 3x), MathEqual 275 vs 63 rows/s (4.33x; target 2x), ExactMatch
 14,834 vs 5,000 rows/s; CodeExec and MathEqual give the peer's rewards on every row.
 
+The boundary's cost (``boundary cost`` line): the same HumanEval rows graded the way CodeExec
+did before the plain-data boundary (candidate and tests in one sandboxed process), on the same
+warm pool. Measured 2026-12-01 on the 2-core dev VM under load from other sessions (load
+average 6-15), medians of 3: CodeExec with the boundary 59.5 rows/s, whileai 5.3 rows/s
+(11.2x; target 3x), one shared process 169 rows/s: the boundary costs 2.8x the time per row
+(a second process per candidate, which a loaded scheduler starts late, and a pipe round trip
+per call, ~50 us of CPU); same rewards on every row. whileai's rows that differ (0.3%) are
+canonical solutions it timed out under that load.
+
 Usage:
     .venv/bin/python benchmarks/grading.py               # all three, 3 repeats
     .venv/bin/python benchmarks/grading.py --only code --repeats 5
+    .venv/bin/python benchmarks/grading.py --only code --peer-python /work/scratch/<you>/peer/bin/python
 """
 
 from __future__ import annotations
