@@ -47,7 +47,7 @@ class FileSource(SourceSpec):
                                  where=f"source {self.name!r} ({path})")
 
     def identity(self, study: StudySpec) -> dict[str, Any]:
-        from assay.spec import file_checksum
+        from assay.hashing import file_checksum
 
         return {**super().identity(study), "path": file_checksum(study.resolve(self.path))}
 

@@ -43,7 +43,7 @@ def read_records(path: str | Path, fmt: str) -> list[dict[str, Any]]:
 def rows_from_records(records: Sequence[Mapping[str, Any]], fields: FieldMap, *, where: str) -> Rows:
     """Rows from prompt/completion records through a field mapping (one completion per record;
     records with the same task id or prompt group into one task)."""
-    import assay
+    from assay.builder import rows
 
     prompts, completions, refs, tids, rewards = [], [], [], [], []
     for i, rec in enumerate(records):
@@ -67,6 +67,6 @@ def rows_from_records(records: Sequence[Mapping[str, Any]], fields: FieldMap, *,
             rewards.append(rec[fields.reward])
     if not prompts:
         raise SpecError(f"{where}: no records")
-    return assay.rows(prompts, completions, rewards if fields.reward is not None else None,
-                      references=refs if fields.reference is not None else None,
-                      task_ids=tids if fields.task_id is not None else None)
+    return rows(prompts, completions, rewards if fields.reward is not None else None,
+               references=refs if fields.reference is not None else None,
+               task_ids=tids if fields.task_id is not None else None)
