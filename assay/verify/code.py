@@ -98,7 +98,7 @@ class CodeExec(Verifier):
         >>> v.check("import sys\\nsys.exit(0)\\n", ref, {}).reward
         0.0
         >>> liar = "class Yes:\\n    def __eq__(self, other):\\n        return True\\ndef sq(x):\\n    return Yes()\\n"
-        >>> v.check(liar, ref, {})["reason"]
+        >>> v.check(liar, ref, {}).reason
         'sq() returned Yes, not plain data'
     """
 
