@@ -252,6 +252,7 @@ def serve(code, rfd: int, wfd: int, allowed_dirs=(), allowed_files=()) -> None:
     on ``rfd``/``wfd`` until end of input. Runs in the candidate's own process; never returns.
     """
     attempts = set()
+    me, getpid = os.getpid(), os.getpid
     for name in [m for m in sys.modules if m.split(".")[0] in ("ctypes", "_ctypes")]:
         del sys.modules[name]  # imported by the fork server; the audit hook refuses a new import
     main = sys.modules.get("__main__")
@@ -269,6 +270,8 @@ def serve(code, rfd: int, wfd: int, allowed_dirs=(), allowed_files=()) -> None:
         load_error = ["x", type(e).__name__, str(e)[:300]]
     send, recv = _send, _recv
     while True:
+        if getpid() != me:  # a fork of the candidate that returned here: only the original
+            os._exit(0 if load_error is None else 1)  # answers, or replies would race
         try:
             req = recv(rfd)
         except BaseException:
@@ -288,6 +291,8 @@ def serve(code, rfd: int, wfd: int, allowed_dirs=(), allowed_files=()) -> None:
             except BaseException:
                 reply = ["i", []]
         reply.append(sorted(attempts))
+        if getpid() != me:
+            os._exit(1)
         try:
             send(wfd, reply)
         except BaseException:

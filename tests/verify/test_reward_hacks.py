@@ -274,3 +274,12 @@ def test_the_tests_are_never_in_the_candidates_memory():
     finally:
         t.join()
     assert result[0]["reward"] == 1.0, result[0]["reason"]
+
+
+def test_only_the_candidates_own_process_answers():
+    """A fork of the candidate that falls through to the serving loop (its exec refused, or a
+    fork inside a call) exits instead of answering: replies cannot race, the grade is stable."""
+    forks = ("import os\nif os.fork() == 0:\n    os.execv('/bin/true', ['true'])\n"
+             "def add(a, b):\n    os.fork()\n    return a + b\n")
+    rows = assay.rows(["p"] * 12, [[forks]] * 12, CodeExec(), references=[_ref("add")] * 12)
+    assert [r["reward"] for r in rows] == [1.0] * 12, [r["reason"] for r in rows]
