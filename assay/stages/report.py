@@ -27,7 +27,7 @@ def run_report(store: Store, spec: StudySpec, graded: Mapping[str, Sequence[Stag
                measured: StageResult | None, decon: StageResult | None,
                audits: Sequence[StageResult], *, progress: Any = None) -> StageResult:
     """report.md / report.json / PNGs as stored blobs (written to the run dir afterwards)."""
-    from assay.report import build_report
+    from assay.report import build_report, guard_counts
 
     ups = [p.checksums for p in (measured, decon, *audits) if p is not None]
     inputs = graded_checksums(graded, list(graded)) + [ups]
@@ -39,7 +39,8 @@ def run_report(store: Store, spec: StudySpec, graded: Mapping[str, Sequence[Stag
             r = concat_rows(store, graded[s.name])
             entry = {"name": s.name, "rows": len(r),
                      "tasks": len(set(r.to_arrow().column("task_id").to_pylist())),
-                     "verifier": s.verifier.kind if s.verifier else "given scores"}
+                     "verifier": s.verifier.kind if s.verifier else "given scores",
+                     "guard_stopped": guard_counts(r)}
             if getattr(s, "generate", None) is not None:
                 entry["generation"] = generation_summary(r, s.generate)
             sources.append(entry)
