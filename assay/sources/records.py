@@ -40,14 +40,16 @@ def read_records(path: str | Path, fmt: str) -> list[dict[str, Any]]:
     return [rec for _, rec in iter_jsonl(path, error=SpecError)]
 
 
-def check_record(rec: Mapping[str, Any], fields: FieldMap, at: str) -> None:
+def check_record(rec: Mapping[str, Any], fields: FieldMap, at: str, *, prompts_only: bool = False) -> None:
     """Raise SpecError naming ``at`` (file and record) and the field when one record cannot
-    become a row: a missing or mistyped prompt/completion, a missing reference or task id, a
-    reward that is not a number in [0, 1] (None: unjudged)."""
-    for role, name in (("prompt", fields.prompt), ("completion", fields.completion)):
+    become a row: a missing or mistyped prompt/completion (no completion with ``prompts_only``),
+    a missing reference or task id, a reward that is not a number in [0, 1] (None: unjudged)."""
+    needed = (("prompt", fields.prompt),) if prompts_only else (
+        ("prompt", fields.prompt), ("completion", fields.completion))
+    for role, name in needed:
         if name not in rec or rec[name] is None:
             raise SpecError(f"{at}: field {name!r} (fields.{role}) is missing; the record has {sorted(rec)}")
-    if not isinstance(rec[fields.completion], str):
+    if not prompts_only and not isinstance(rec[fields.completion], str):
         raise SpecError(f"{at}: field {fields.completion!r} (fields.completion) must be a string, got "
                         f"{type(rec[fields.completion]).__name__} {rec[fields.completion]!r:.60}")
     if not isinstance(rec[fields.prompt], (str, list)):
@@ -69,17 +71,20 @@ def check_record(rec: Mapping[str, Any], fields: FieldMap, at: str) -> None:
             raise SpecError(str(e)) from None
 
 
-def rows_from_records(records: Sequence[Mapping[str, Any]], fields: FieldMap, *, where: str) -> Rows:
+def rows_from_records(records: Sequence[Mapping[str, Any]], fields: FieldMap, *, where: str,
+                      prompts_only: bool = False) -> Rows:
     """Rows from prompt/completion records through a field mapping (one completion per record;
     records with the same task id or prompt group into one task, and must agree on prompt and
-    reference). Errors name ``where`` (the file), the record index and the field."""
+    reference). Errors name ``where`` (the file), the record index and the field.
+    ``prompts_only``: the records hold prompts for the generate stage; each row's completion is
+    left empty until it runs."""
     from assay.builder import rows
 
     prompts, completions, refs, tids, rewards = [], [], [], [], []
     for i, rec in enumerate(records):
-        check_record(rec, fields, f"{where} record {i}")
+        check_record(rec, fields, f"{where} record {i}", prompts_only=prompts_only)
         prompts.append(rec[fields.prompt])
-        completions.append(rec[fields.completion])
+        completions.append("" if prompts_only else rec[fields.completion])
         if fields.reference is not None:
             refs.append(rec[fields.reference])
         if fields.task_id is not None:
@@ -94,7 +99,8 @@ def rows_from_records(records: Sequence[Mapping[str, Any]], fields: FieldMap, *,
                 record_names=lambda i: f"{where} record {i}")
 
 
-def check_records(path: str | Path, fmt: str, fields: FieldMap, *, limit: int = 20) -> list[str]:
+def check_records(path: str | Path, fmt: str, fields: FieldMap, *, limit: int = 20,
+                  prompts_only: bool = False) -> list[str]:
     """Every problem ``rows_from_records`` would raise on a file, without building rows:
     ``record N: field ...`` strings (JSONL lines that do not parse, missing or mistyped fields,
     a reward that is not a number in [0, 1], one task id with two prompts or references, an
@@ -152,7 +158,7 @@ def check_records(path: str | Path, fmt: str, fields: FieldMap, *, limit: int = 
         i += 1
         at = f"record {i}" + (f" (line {no})" if no is not None else "")
         try:
-            check_record(rec, fields, f"{at}")
+            check_record(rec, fields, at, prompts_only=prompts_only)
         except SpecError as e:
             add(str(e))
             continue
