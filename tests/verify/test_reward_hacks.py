@@ -120,7 +120,9 @@ def graded():
     names = list(HACKS)
     cands = [HACKS[n][1] for n in names] + [_honest(t) for t in TASKS]
     refs = [_ref(HACKS[n][0]) for n in names] + [_ref(t) for t in TASKS]
-    rows = list(assay.rows(["p"] * len(cands), [[c] for c in cands], CodeExec(timeout=5.0), references=refs))
+    # one task per candidate: the same prompt text with different tests is not one task
+    rows = list(assay.rows(["p"] * len(cands), [[c] for c in cands], CodeExec(timeout=5.0), references=refs,
+                           task_ids=[f"t{i}" for i in range(len(cands))]))
     return dict(zip(names, rows)), rows[len(names):]
 
 
@@ -194,7 +196,8 @@ def test_study_report_shows_guard_counts_per_source(graded):
     rows, honest = graded
     hacked = assay.rows(["p"] * 3, [[HACKS[n][1]] for n in ("lying_eq", "int_subclass", "patched_builtins")],
                         CodeExec(), references=[_ref(HACKS[n][0]) for n in ("lying_eq", "int_subclass",
-                                                                              "patched_builtins")])
+                                                                              "patched_builtins")],
+                        task_ids=["t0", "t1", "t2"])
     counts = guard_counts(hacked)
     assert counts == {"plain_data": 2, "pristine_tests": 1}
     sources = [{"name": "night2", "rows": 3, "tasks": 3, "verifier": "code_exec", "guard_stopped": counts},
