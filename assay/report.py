@@ -142,6 +142,27 @@ def _plot_estimates(title: str, ests: Sequence[dict[str, Any]], xlabel: str,
     return buf.getvalue()
 
 
+#: What the reward-rows plot shows per (source, model), in order.
+_REWARD_ROWS_SHOWN = ("pass@1", "best-of-n", "pass@", "ranking accuracy", "length concordance")
+
+
+def _plot_reward_rows(measures: Sequence[Mapping[str, Any]]) -> bytes | None:
+    """Best-of-n between pass@1 (random pick) and the oracle pick, ranking accuracy and length
+    concordance, per scored source and reward model, each with its interval over tasks."""
+    ests = []
+    for m in measures:
+        if m["kind"] != "reward_rows":
+            continue
+        for want in _REWARD_ROWS_SHOWN:
+            # "pass@": the oracle pick (pass@k, k the samples per task), not pass@1
+            e = _first(m["estimates"], lambda e, w=want: (
+                e["name"] == w if w != "pass@" else e["name"].startswith(w) and e["name"] != "pass@1"))
+            if e:
+                ests.append({**e, "label": f"{m['source']} {m['marker']}: {e['name']}"})
+    return _plot_estimates("reward models on the study's completions (95% intervals over tasks)",
+                           ests, "rate over tasks (length concordance: 0.5 = no length preference)")
+
+
 def _first(ests: Sequence[dict[str, Any]], pred: Any) -> dict[str, Any] | None:
     return next((e for e in ests if pred(e)), None)
 
@@ -184,6 +205,11 @@ def build_report(spec_doc: Mapping[str, Any], sources: Sequence[Mapping[str, Any
     if png:
         files["contamination.png"] = png
         plots.append(("contamination.png", "contamination rate"))
+
+    png = _plot_reward_rows(measures)
+    if png:
+        files["reward_rows.png"] = png
+        plots.append(("reward_rows.png", "reward models on the study's completions"))
 
     for a in audits:
         dims = a.get("dimensions") or []

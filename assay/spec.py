@@ -30,12 +30,14 @@ import os
 import re
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal, Union
 
 import yaml
 from pydantic import (
+    Discriminator,
     Field,
     PrivateAttr,
+    Tag,
     ValidationError,
     field_validator,
     model_validator,
@@ -45,7 +47,8 @@ from assay import registry
 from assay.errors import SpecError
 from assay.hashing import content_hash, file_checksum
 from assay.reward.kinds import RewardModelEntry
-from assay.reward.registry import REWARD_MODELS
+from assay.reward.prefdata import BuiltinPreferences
+from assay.reward.registry import PREFERENCE_DATA, REWARD_MODELS
 from assay.sources import SOURCES, FieldMap, SourceSpec
 from assay.sources.file import FileSource
 from assay.sources.humaneval import HumanEvalSource, PolicySpec
@@ -86,23 +89,42 @@ class DecontamSpec(SpecModel):
 # ------------------------------------------------------------------------------- reward models
 
 
-class RewardDataSpec(SpecModel):
-    """The preference data the reward models are audited on."""
+def _data_kind(value: Any) -> str | None:
+    """The ``reward.data`` kind; an entry without one is the built-in set (today's specs)."""
+    if isinstance(value, dict):
+        return value.get("kind", "builtin") if isinstance(value.get("kind", "builtin"), str) else None
+    return getattr(value, "kind", None)
 
-    dataset: Literal["diagnostic_v3"] = "diagnostic_v3"
-    dimensions: list[str] | None = Field(None, description="subset of dimensions (default: all)")
-    steps: list[dict[str, Any]] = Field(default_factory=list,
-                                        description="derivation steps applied to every dimension")
 
-    @field_validator("steps")
-    @classmethod
-    def _steps(cls, v: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        return check_steps(v)
+#: ``reward.data``: the built-in diagnostic set (default), a file, or a hub dataset.
+RewardDataSpec = Annotated[
+    Union[tuple(Annotated[k.spec, Tag(k.name)] for k in PREFERENCE_DATA)],  # noqa: UP007
+    Discriminator(_data_kind, custom_error_type="unknown_kind",
+                  custom_error_message=f"unknown preference data kind; known kinds: "
+                                       f"{PREFERENCE_DATA.names()}")]
+
+
+class RewardScoreSpec(SpecModel):
+    """Score every completion of these sources with the reward models (marker ``rm:<model>``)."""
+
+    sources: list[str] = Field(min_length=1, description="sources whose completions are scored")
+    models: list[str] | None = Field(None, description="which reward models (default: all)")
 
 
 class RewardSpec(SpecModel):
     models: list[RewardModelSpec] = Field(min_length=1)  # type: ignore[valid-type]
-    data: RewardDataSpec = Field(default_factory=RewardDataSpec)
+    data: RewardDataSpec | None = Field(  # type: ignore[valid-type]
+        default_factory=BuiltinPreferences,
+        description="the preference data each model is audited on (default: the built-in "
+        "diagnostic set); null: no audit")
+    score: RewardScoreSpec | None = None
+
+    def scoring_models(self) -> list[Any]:
+        """The model entries that score rows (``score.models``, default all)."""
+        if self.score is None:
+            return []
+        names = self.score.models
+        return [m for m in self.models if names is None or m.name in names]
 
 
 # ------------------------------------------------------------------------------- measurements
@@ -224,6 +246,26 @@ class StudySpec(SpecModel):
             rn = [r.name for r in self.reward.models]
             if len(set(rn)) != len(rn):
                 raise ValueError("reward.models: names must be unique")
+            sc = self.reward.score
+            for i, n in enumerate(sc.sources if sc else ()):
+                known(n, f"reward.score.sources[{i}]")
+            for i, n in enumerate((sc.models or ()) if sc else ()):
+                if n not in rn:
+                    raise ValueError(f"reward.score.models[{i}]: unknown reward model {n!r}; "
+                                     f"reward.models are {rn}")
+        scored = {f"rm:{e.name}": set(self.reward.score.sources)  # type: ignore[union-attr]
+                  for e in (self.reward.scoring_models() if self.reward else ())}
+        for i, c in enumerate(m.compare):
+            if c.proxy is not None and c.proxy.removeprefix("marker:").startswith("rm:"):
+                marker = c.proxy.removeprefix("marker:")
+                if marker not in scored:
+                    raise ValueError(
+                        f"measure.compare[{i}].proxy: {c.proxy!r} names no scoring reward model; "
+                        f"add it to reward.models and reward.score (scored: {sorted(scored)})")
+                missing = [x for x in (c.before, c.after) if x not in scored[marker]]
+                if missing:
+                    raise ValueError(f"measure.compare[{i}].proxy: {marker} is not scored on "
+                                     f"{missing}; add them to reward.score.sources")
         return self
 
     # -- paths ------------------------------------------------------------------------------
@@ -250,6 +292,9 @@ class StudySpec(SpecModel):
         if self.decontaminate is not None:
             doc["decontaminate"]["corpus"] = [file_checksum(self.resolve(p))
                                               for p in self.decontaminate.corpus]
+        data = self.reward.data if self.reward is not None else None
+        if data is not None and data.kind == "file" and data.file(self).is_file():
+            doc["reward"]["data"]["path"] = file_checksum(data.file(self))
         return doc
 
     def checksum(self) -> str:
@@ -302,11 +347,11 @@ def _node_line(root: yaml.Node | None, loc: Sequence[Any]) -> int | None:
 def _clean_loc(loc: Sequence[Any]) -> list[Any]:
     """Drop pydantic's union-tag parts (a kind name after a list index, ``function-after[...]``)
     from a loc, so it reads as the YAML path."""
-    tags = {":plugin", *SOURCES.names(), *REWARD_MODELS.names()}
+    tags = {":plugin", *SOURCES.names(), *REWARD_MODELS.names(), *PREFERENCE_DATA.names()}
     out: list[Any] = []
     for part in loc:
         if isinstance(part, str) and (
-                (out and isinstance(out[-1], int) and part in tags) or "[" in part
+                (out and (isinstance(out[-1], int) or out[-1] == "data") and part in tags) or "[" in part
                 or ("-" in part and part.startswith(("function", "tagged")))):
             continue
         out.append(part)
@@ -429,6 +474,9 @@ def check_files(spec: StudySpec) -> list[str]:
             if not f.is_file():
                 where = f"sources[{i}].path" if hasattr(s, "path") else f"sources[{i}]"
                 problems.append(f"{where}: file not found: {f}")
+    data = spec.reward.data if spec.reward is not None else None
+    if data is not None and data.kind == "file" and not data.file(spec).is_file():
+        problems.append(f"reward.data.path: file not found: {data.file(spec)}")
     if spec.decontaminate is not None:
         for i, c in enumerate(spec.decontaminate.corpus):
             if not spec.resolve(c).is_file():

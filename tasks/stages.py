@@ -54,6 +54,14 @@ def _score_reward_model(store: Any, spec: Any, model_name: str, *, progress: Any
     return stages.run_reward_audit(store, spec, model_name, progress=progress, device_slot=gpu_slot)
 
 
+def _score_rows(store: Any, spec: Any, source_name: str, graded: Any, shard: int, n_shards: int, *,
+                progress: Any = None) -> Any:
+    """run_score_rows holding a ``gpu`` slot while a model scores on CUDA."""
+    return stages.run_score_rows(store, spec, source_name, graded, shard, n_shards,
+                                 progress=progress, device_slot=gpu_slot)
+
+
+score_rows = _task(_score_rows, "score-rows", "score-rows-{source_name}-{shard}")
 score_reward_model = _task(_score_reward_model, "score-reward-model", "score-reward-model-{model_name}")
 measure = _task(stages.run_measure, "measure", "measure")
 report = _task(stages.run_report, "report", "report")
@@ -64,6 +72,7 @@ TASKS: dict[Callable[..., Any], Any] = {
     stages.run_filter_rows: filter_rows,
     stages.run_grade_shard: grade_shard,
     stages.run_decontaminate: decontaminate,
+    stages.run_score_rows: score_rows,
     stages.run_reward_audit: score_reward_model,
     stages.run_measure: measure,
     stages.run_report: report,

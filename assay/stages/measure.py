@@ -1,6 +1,7 @@
 """The measure stage: the measurements the spec asks for, over each source's graded rows.
 
-pass@k, paired comparisons, eval variance, holdout sizing and RL selection, as JSON documents.
+pass@k, paired comparisons, eval variance, holdout sizing, RL selection, and what each scoring
+reward model's ``rm:<model>`` marker says (best-of-n, ranking, length), as JSON documents.
 """
 
 from __future__ import annotations
@@ -61,9 +62,32 @@ def run_measure(store: Store, spec: StudySpec, graded: Mapping[str, Sequence[Sta
                 outputs["selected"] = Rows(as_table(kept, require=()))
             docs.append(result_doc("select", f"select[{m.select.source}]", res,
                                    source=m.select.source))
+        docs += reward_row_docs(spec, rows)
         outputs["measurements"] = docs
         return outputs, {"rows": sum(len(r) for r in rows.values())}
 
+    params = m.model_dump(mode="json")
+    if spec.reward is not None and spec.reward.score is not None:
+        params = {**params, "reward_rows": [spec.reward.score.sources,
+                                            [e.name for e in spec.reward.scoring_models()]]}
     return cached_stage(store, STAGE, inputs=graded_checksums(graded, names),
-                        params=m.model_dump(mode="json"), compute=compute,
+                        params=params, compute=compute,
                         label=",".join(names), progress=progress)
+
+
+def reward_row_docs(spec: StudySpec, rows: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Per scored source and scoring reward model: best-of-n next to pass@1 and the oracle,
+    ranking accuracy and length concordance (:func:`assay.reward.rowstats.reward_rows`)."""
+    from assay.report import result_doc
+    from assay.reward.rowstats import reward_rows
+    from assay.stages.score_rows import marker_name
+
+    if spec.reward is None or spec.reward.score is None:
+        return []
+    docs = []
+    for n in spec.reward.score.sources:
+        for e in spec.reward.scoring_models():
+            mk = marker_name(e.name)
+            docs.append(result_doc("reward_rows", f"reward_rows[{n}, {mk}]",
+                                   reward_rows(rows[n], mk), source=n, model=e.name, marker=mk))
+    return docs
