@@ -56,7 +56,7 @@ def _rows(seed: int, n_tasks: int = 40, k: int = 5, score=None) -> list[dict]:
     out = []
     for t in range(n_tasks):
         p = rng.uniform(0.1, 0.9)
-        for j in range(k):
+        for _ in range(k):
             y = float(rng.random() < p)
             text = "x" * int(rng.integers(5, 60))
             s = score(y, text, rng) if score else float(rng.integers(0, 4))  # many ties
