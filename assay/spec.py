@@ -30,14 +30,12 @@ import os
 import re
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated, Any, Literal, Union
+from typing import Any, Literal
 
 import yaml
 from pydantic import (
-    Discriminator,
     Field,
     PrivateAttr,
-    Tag,
     ValidationError,
     field_validator,
     model_validator,
@@ -89,19 +87,9 @@ class DecontamSpec(SpecModel):
 # ------------------------------------------------------------------------------- reward models
 
 
-def _data_kind(value: Any) -> str | None:
-    """The ``reward.data`` kind; an entry without one is the built-in set (today's specs)."""
-    if isinstance(value, dict):
-        return value.get("kind", "builtin") if isinstance(value.get("kind", "builtin"), str) else None
-    return getattr(value, "kind", None)
-
-
-#: ``reward.data``: the built-in diagnostic set (default), a file, or a hub dataset.
-RewardDataSpec = Annotated[
-    Union[tuple(Annotated[k.spec, Tag(k.name)] for k in PREFERENCE_DATA)],  # noqa: UP007
-    Discriminator(_data_kind, custom_error_type="unknown_kind",
-                  custom_error_message=f"unknown preference data kind; known kinds: "
-                                       f"{PREFERENCE_DATA.names()}")]
+#: ``reward.data``: the built-in diagnostic set (an entry without ``kind``, as in today's specs),
+#: a file, a hub dataset, or any kind registered in ``PREFERENCE_DATA``.
+RewardDataSpec = kind_union(PREFERENCE_DATA, default="builtin")
 
 
 class RewardScoreSpec(SpecModel):

@@ -71,9 +71,11 @@ class _KindUnion:
     """Pydantic hook: a tagged union over ``registry``'s spec models, built when the schema is
     (re)generated, so kinds registered later appear after :func:`refresh_models`."""
 
-    def __init__(self, registry: Registry[Any], fallback: type[SpecModel] | None) -> None:
+    def __init__(self, registry: Registry[Any], fallback: type[SpecModel] | None,
+                 default: str | None = None) -> None:
         self.registry = registry
         self.fallback = fallback
+        self.default = default
 
     def union(self) -> Any:
         choices = [Annotated[k.spec, Tag(k.name)] for k in self.registry if k.spec is not None]
@@ -83,6 +85,9 @@ class _KindUnion:
 
         def pick(value: Any) -> str | None:
             kind = _kind_of(value)
+            if kind is None and self.default is not None and isinstance(value, Mapping) \
+                    and "kind" not in value:
+                kind = self.default
             if kind in names:
                 return kind
             if self.fallback is not None and kind and ":" in kind:
@@ -101,10 +106,12 @@ class _KindUnion:
         return handler.generate_schema(self.union())
 
 
-def kind_union(registry: Registry[Any], fallback: type[SpecModel] | None = None) -> Any:
+def kind_union(registry: Registry[Any], fallback: type[SpecModel] | None = None,
+               default: str | None = None) -> Any:
     """A field type accepting any kind registered in ``registry`` (by its spec model), and
-    ``module:callable`` kinds as ``fallback`` entries when given."""
-    return Annotated[Any, _KindUnion(registry, fallback)]
+    ``module:callable`` kinds as ``fallback`` entries when given; an entry without ``kind`` is
+    of kind ``default`` when given (its spec model should default ``kind`` to it)."""
+    return Annotated[Any, _KindUnion(registry, fallback, default)]
 
 
 class VerifierSpec(SpecModel):
