@@ -283,6 +283,12 @@ class StudySpec(SpecModel):
         data = self.reward.data if self.reward is not None else None
         if data is not None and data.kind == "file" and data.file(self).is_file():
             doc["reward"]["data"]["path"] = file_checksum(data.file(self))
+        elif data is not None and data.kind == "hf_dataset" and self.resolve(data.path).exists():
+            from assay.reward.runtime import dir_digest
+
+            local = self.resolve(data.path)  # a local dataset: its files, not its path
+            doc["reward"]["data"]["path"] = (dir_digest(local) if local.is_dir()
+                                             else file_checksum(local))
         return doc
 
     def checksum(self) -> str:

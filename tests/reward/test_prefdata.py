@@ -145,3 +145,14 @@ def test_todays_reward_specs_stay_valid() -> None:
         assert list(views) == (["verbosity"] if "dimensions" in data else list(views))
     with pytest.raises(SpecError, match=r"reward.data.path: Field required"):
         parse_spec(SPEC.format(data="{kind: file}"))
+
+
+def test_spec_checksum_follows_the_data_not_its_path(tmp_path: Path) -> None:
+    data = "{kind: file, path: prefs.jsonl, fields: {axis: subset}}"
+    write_jsonl(tmp_path / "prefs.jsonl", rewardbench_records())
+    a = parse_spec(SPEC.format(data=data), base_dir=str(tmp_path)).checksum()
+    (tmp_path / "moved").mkdir()
+    write_jsonl(tmp_path / "moved" / "prefs.jsonl", rewardbench_records())
+    assert parse_spec(SPEC.format(data=data), base_dir=str(tmp_path / "moved")).checksum() == a
+    write_jsonl(tmp_path / "prefs.jsonl", rewardbench_records(7))
+    assert parse_spec(SPEC.format(data=data), base_dir=str(tmp_path)).checksum() != a
