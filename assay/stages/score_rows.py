@@ -95,6 +95,19 @@ def clear_model_cache() -> None:
     _MODELS.clear()
 
 
+def _planned_device(mspec: Any, identity: Any) -> str:
+    """Where the model is (or will be) loaded, known before loading it, so the device slot is
+    held while the weights move to the GPU too: a Python function runs on the CPU."""
+    built = _MODELS.get(combine("rmid", identity))
+    if built is not None:
+        return str(getattr(built, "device", "cpu"))
+    if getattr(mspec, "kind", None) == "function":
+        return "cpu"
+    from assay.reward.runtime import resolve_device
+
+    return resolve_device(str(getattr(mspec, "params", {}).get("device", "auto")))
+
+
 def _model(mspec: Any, spec: StudySpec, identity: Any) -> Any:
     key = combine("rmid", identity)
     if key not in _MODELS:
@@ -164,10 +177,10 @@ def run_score_rows(store: Store, spec: StudySpec, source_name: str, graded: Stag
             key = combine("rowscores", ident, texts, ROW_PROTOCOL)
             got = _cached_scores(store, key)
             if got is None or len(got) != len(prompts):
-                model = _model(mspec, spec, ident)
-                slot = (device_slot(str(getattr(model, "device", "cpu"))) if device_slot
+                slot = (device_slot(_planned_device(mspec, ident)) if device_slot
                         else contextlib.nullcontext())
-                with slot:
+                with slot:  # held while the model loads and scores
+                    model = _model(mspec, spec, ident)
                     got = score_inputs(model, prompts, responses, convs, ok)
                 blob = store.put_table(pa.table({"score": pa.array(got, pa.float64(), from_pandas=True)}))
                 store.set_ref(f"assay-rowscores/{key}", blob,
