@@ -159,8 +159,8 @@ def _plot_reward_rows(measures: Sequence[Mapping[str, Any]]) -> bytes | None:
                 e["name"] == w if w != "pass@" else e["name"].startswith(w) and e["name"] != "pass@1"))
             if e:
                 ests.append({**e, "label": f"{m['source']} {m['marker']}: {e['name']}"})
-    return _plot_estimates("reward models on the study's completions (95% intervals over tasks)",
-                           ests, "rate over tasks (length concordance: 0.5 = no length preference)")
+    return _plot_estimates("reward models on the scored rows (95% CI over tasks)", ests,
+                           "rate over tasks (length concordance 0.5: no preference)")
 
 
 def _first(ests: Sequence[dict[str, Any]], pred: Any) -> dict[str, Any] | None:

@@ -63,7 +63,7 @@ class PreferenceViews:
     views: dict[str, Any]
     n_records: int
     seed_fallback: int
-    where: str
+    where: str  # the data's name in the report: a file name or hub id, never a machine's path
 
     def notes(self) -> list[str]:
         """Report notes: where the pairs came from and, if ids fell back, what n means."""
@@ -133,7 +133,8 @@ class _RecordPreferences(_PreferenceData):
         views = self._pick(views, where)
         if not views:
             raise SpecError(f"reward.data: no pairs left from {where} after steps {self.steps}")
-        return PreferenceViews(views, len(pairs), fallback, where)
+        # the report names the file, not its path: equal data give equal reports anywhere
+        return PreferenceViews(views, len(pairs), fallback, builder)
 
 
 class FilePreferences(_RecordPreferences):

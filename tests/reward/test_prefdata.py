@@ -80,7 +80,7 @@ def test_rewardbench_layout_is_audited_per_subset(tmp_path: Path, fmt: str) -> N
         assert d["value"] == 1.0 and d["n"] == 8
     for s in SUBSETS:  # the audit table has one row per axis
         assert any(line.startswith(s) for line in got["doc"]["report"].splitlines())
-    assert "preference data: 24 pairs" in got["md"]
+    assert "preference data: 24 pairs from " in got["md"] and str(tmp_path) not in got["md"]
     assert "falls back to the prompt" not in got["md"]
 
 
