@@ -163,6 +163,34 @@ def _plot_reward_rows(measures: Sequence[Mapping[str, Any]]) -> bytes | None:
                            "rate over tasks (length concordance 0.5: no preference)")
 
 
+def guard_counts(rows: Any) -> dict[str, int]:
+    """How many graded rows a grading guard stopped, per guard (``judge_meta["guard"]``, set by
+    CodeExec when a candidate returned non-plain data, patched what its tests use, was refused
+    an operation, ...); a policy that starts gaming its reward shows up as a rising count.
+
+    ``rows``: anything with ``to_arrow()`` (assay's Rows) or an iterable of row dicts; the
+    meta may be a dict or its JSON text.
+
+    Example:
+        >>> guard_counts([{"judge_meta": {"guard": "plain_data"}}, {"judge_meta": '{"guard": "plain_data"}'},
+        ...               {"judge_meta": None}, {"judge_meta": {"outcome": "passed"}}])
+        {'plain_data': 2}
+    """
+    if hasattr(rows, "to_arrow"):
+        table = rows.to_arrow()
+        metas = table.column("judge_meta").to_pylist() if "judge_meta" in table.column_names else []
+    else:
+        metas = [r.get("judge_meta") for r in rows]
+    counts: dict[str, int] = {}
+    for meta in metas:
+        if isinstance(meta, str):
+            meta = json.loads(meta)
+        guard = meta.get("guard") if isinstance(meta, Mapping) else None
+        if isinstance(guard, str):
+            counts[guard] = counts.get(guard, 0) + 1
+    return dict(sorted(counts.items()))
+
+
 def _first(ests: Sequence[dict[str, Any]], pred: Any) -> dict[str, Any] | None:
     return next((e for e in ests if pred(e)), None)
 
@@ -246,9 +274,31 @@ def _markdown(spec_doc: Mapping[str, Any], sources: Sequence[Mapping[str, Any]],
                "tasks (independent units), not rows.\n")
     if sources:
         out.append("## Sources\n")
-        out.append("| source | tasks | rows | graded by |\n|---|---:|---:|---|")
+        guarded = any("guard_stopped" in s for s in sources)
+        out.append("| source | tasks | rows | graded by |" + (" stopped by a guard |" if guarded else "")
+                   + "\n|---|---:|---:|---|" + ("---|" if guarded else ""))
         for s in sources:
-            out.append(f"| {s['name']} | {s['tasks']} | {s['rows']} | {s['verifier']} |")
+            stopped = ""
+            if guarded:
+                g = s.get("guard_stopped") or {}
+                stopped = f" {sum(g.values())}" + (" (" + ", ".join(f"{k}: {v}" for k, v in g.items()) + ")"
+                                                   if g else "") + " |"
+            out.append(f"| {s['name']} | {s['tasks']} | {s['rows']} | {s['verifier']} |{stopped}")
+        out.append("")
+    made = [s for s in sources if s.get("generation")]
+    if made:
+        out.append("## Generation\n")
+        out.append("Completions sampled by assay. A `length` finish is a truncated completion; "
+                   "failed requests are never graded and are asked again by the next run.\n")
+        out.append("| source | model | k | completions | failed | truncated | prompt tokens (mean) "
+                   "| completion tokens (mean) | completion tokens (total) |\n"
+                   "|---|---|---:|---:|---:|---:|---:|---:|---:|")
+        for s in made:
+            g = s["generation"]
+            tr = "n/a" if g["truncated_share"] is None else f"{100 * g['truncated_share']:.1f}%"
+            out.append(f"| {s['name']} | {g['model']} | {g['k']} | {g['completions']} | {g['errors']} "
+                       f"| {tr} | {g['prompt_tokens_mean']} | {g['completion_tokens_mean']} "
+                       f"| {g['completion_tokens_total']} |")
         out.append("")
     if measures:
         out.append("## Measurements\n")
@@ -309,89 +359,3 @@ def read_report(run_dir: str | os.PathLike[str]) -> str:
                           "(run `assay run SPEC --output DIR` first)") from None
 
 
-# ------------------------------------------------------------------------------- night over night
-
-
-def previous_run(root: str | os.PathLike[str], before: str, spec_definition: str) -> Path | None:
-    """The latest run directory under ``root`` named before ``before`` (ISO dates sort) whose
-    run.json has the same spec definition (``StudySpec.definition_checksum``: the data files
-    may change from night to night, how they are graded and measured may not); None on the
-    first night or after a spec change."""
-    root = Path(root)
-    if not root.is_dir():
-        return None
-    for d in sorted((p for p in root.iterdir() if p.is_dir() and p.name < before), reverse=True):
-        try:
-            info = json.loads((d / "run.json").read_text())
-        except (FileNotFoundError, json.JSONDecodeError):
-            continue
-        if info.get("spec_definition") == spec_definition and (d / "report.md").is_file():
-            return d
-    return None
-
-
-def compare_runs(previous: str | os.PathLike[str], current: str | os.PathLike[str], *,
-                 alpha: float = 0.05) -> list[dict[str, Any]]:
-    """Per source present in both run dirs: ``assay.compare(previous rows, current rows)``; a
-    source whose verdict is ``worse`` is a regression.
-
-    Returns result documents (see :func:`result_doc`) with ``source`` and ``regression`` set.
-    """
-    import assay
-    from assay.rows import Rows
-
-    prev_dir, cur_dir = Path(previous) / "rows", Path(current) / "rows"
-    out = []
-    for p in sorted(cur_dir.glob("*.parquet")):
-        old = prev_dir / p.name
-        if not old.is_file():
-            continue
-        res = assay.compare(Rows.read_parquet(old), Rows.read_parquet(p), alpha=alpha)
-        verdicts = _verdicts(res)
-        out.append(result_doc("nightly_compare", f"{p.stem}: previous night -> tonight", res,
-                              source=p.stem, verdicts=verdicts,
-                              regression=any(v == "worse" for v in verdicts)))
-    return out
-
-
-def _verdicts(res: Any) -> list[str]:
-    """Every verdict string in a compare result (one per metric)."""
-    found: list[str] = []
-
-    def walk(o: Any) -> None:
-        if dataclasses.is_dataclass(o) and not isinstance(o, type):
-            for f in dataclasses.fields(o):
-                v = getattr(o, f.name)
-                if f.name == "verdict" and isinstance(v, str):
-                    found.append(v)
-                else:
-                    walk(v)
-        elif isinstance(o, Mapping):
-            for k, v in o.items():
-                if k == "verdict" and isinstance(v, str):
-                    found.append(v)
-                else:
-                    walk(v)
-        elif isinstance(o, (list, tuple)):
-            for v in o:
-                walk(v)
-
-    walk(res)
-    return found
-
-
-def nightly_markdown(name: str, night: str, previous: Path | None,
-                     comparisons: Sequence[Mapping[str, Any]]) -> str:
-    """The nightly summary: regressions first, then every comparison with its numbers."""
-    lines = [f"# Nightly `{name}`: {night}\n"]
-    if previous is None:
-        lines.append("No previous night with the same spec checksum: nothing to compare.\n")
-        return "\n".join(lines)
-    regs = [c for c in comparisons if c["regression"]]
-    lines.append(f"Compared with {previous.name}. "
-                 + (f"**REGRESSION** in {', '.join(c['source'] for c in regs)}.\n" if regs
-                    else "No regression detected.\n"))
-    for c in comparisons:
-        lines.append(f"## {c['label']}{'  (REGRESSION)' if c['regression'] else ''}\n")
-        lines.append(_block(c["report"]))
-    return "\n".join(lines)

@@ -10,7 +10,7 @@ Methods (per task ``i`` with ``n_i`` usable rows: a 0/1 verdict and a finite sco
   WebGPT, arXiv:2112.09332) and Gao, Schulman & Hilton (2023, arXiv:2210.10760); next to
   pass@1 (a random pick: the task's pass rate) and the oracle pick (pass@n_i: 1 when any row
   passes). Each is a mean over tasks with the clustered Wilson interval of
-  :mod:`assay.measure.intervals`; ``gain`` = best-of-n - pass@1 per task, with a Student t
+  :mod:`assay.intervals`; ``gain`` = best-of-n - pass@1 per task, with a Student t
   interval over tasks.
 - ranking accuracy: over tasks with both passing and failing rows, the share of (pass, fail)
   pairs the model scores pass higher (a tie counts half): the per-task AUC, i.e. the probability
@@ -125,8 +125,8 @@ def reward_rows(rows: Any, marker: str, *, level: float = 0.95) -> RewardRows:
     Rows without a 0/1 verdict or without the score are left out and counted in the notes.
     See the module docstring for the methods.
     """
+    from assay.intervals import task_interval
     from assay.measure.grouping import read_frame
-    from assay.measure.intervals import task_interval
     from assay.rows import as_table
 
     marker = marker.removeprefix("marker:")

@@ -40,19 +40,23 @@ def read_records(path: str | Path, fmt: str) -> list[dict[str, Any]]:
     return [rec for _, rec in iter_jsonl(path, error=SpecError)]
 
 
-def rows_from_records(records: Sequence[Mapping[str, Any]], fields: FieldMap, *, where: str) -> Rows:
+def rows_from_records(records: Sequence[Mapping[str, Any]], fields: FieldMap, *, where: str,
+                      prompts_only: bool = False) -> Rows:
     """Rows from prompt/completion records through a field mapping (one completion per record;
-    records with the same task id or prompt group into one task)."""
-    import assay
+    records with the same task id or prompt group into one task). ``prompts_only``: the records
+    hold prompts for the generate stage; each row's completion is left empty until it runs."""
+    from assay.builder import rows
 
     prompts, completions, refs, tids, rewards = [], [], [], [], []
+    needed = (("prompt", fields.prompt),) if prompts_only else (
+        ("prompt", fields.prompt), ("completion", fields.completion))
     for i, rec in enumerate(records):
-        for role, name in (("prompt", fields.prompt), ("completion", fields.completion)):
+        for role, name in needed:
             if name not in rec or rec[name] is None:
                 raise SpecError(f"{where} record {i}: field {name!r} (fields.{role}) is missing; "
                                 f"the record has {sorted(rec)}")
         prompts.append(rec[fields.prompt])
-        completions.append(rec[fields.completion])
+        completions.append("" if prompts_only else rec[fields.completion])
         if fields.reference is not None:
             if fields.reference not in rec:
                 raise SpecError(f"{where} record {i}: reference field {fields.reference!r} is missing")
@@ -67,6 +71,6 @@ def rows_from_records(records: Sequence[Mapping[str, Any]], fields: FieldMap, *,
             rewards.append(rec[fields.reward])
     if not prompts:
         raise SpecError(f"{where}: no records")
-    return assay.rows(prompts, completions, rewards if fields.reward is not None else None,
-                      references=refs if fields.reference is not None else None,
-                      task_ids=tids if fields.task_id is not None else None)
+    return rows(prompts, completions, rewards if fields.reward is not None else None,
+               references=refs if fields.reference is not None else None,
+               task_ids=tids if fields.task_id is not None else None)
