@@ -224,6 +224,15 @@ def _markdown(spec_doc: Mapping[str, Any], sources: Sequence[Mapping[str, Any]],
         for s in sources:
             out.append(f"| {s['name']} | {s['tasks']} | {s['rows']} | {s['verifier']} |")
         out.append("")
+        for s in sources:
+            d = s.get("data")
+            if d:
+                cfg = f", config {d['config']}" if d.get("config") else ""
+                out.append(f"- {s['name']}: {d['dataset']}{cfg}, split {d['split']}, revision "
+                           f"{d.get('revision') or 'NOT PINNED (not reproducible)'}; {d['records']} records "
+                           f"read, content checksum `{d['checksum']}`")
+        if any(s.get("data") for s in sources):
+            out.append("")
     if measures:
         out.append("## Measurements\n")
         for m in measures:

@@ -25,13 +25,16 @@ def make_verifier(vspec: VerifierSpec, spec: StudySpec | None = None) -> Any:
 
 def verifier_fingerprint(vspec: VerifierSpec, spec: StudySpec | None = None) -> Any:
     """The verifier's identity for cache keys: kind, params, and the checksum of the module
-    that implements it (editing a verifier's code recomputes its grades)."""
-    from assay.registry import load_callable
-    from assay.verify.registry import VERIFIERS
-
-    obj = (VERIFIERS.get(vspec.kind).obj if ":" not in vspec.kind else load_callable(
-        vspec.kind, what="verifier kind", base_dir=spec._base_dir if spec is not None else None))
-    return {"kind": vspec.kind, "params": vspec.params, "code": code_checksum(obj.__module__)}
+    that implements it (editing a verifier's code recomputes its grades). A kind with
+    ``spec_fingerprint`` (``function``: your grader's module source, or its ``version``) adds
+    what it says."""
+    base = spec._base_dir if spec is not None else None
+    obj = vspec._impl(base)
+    out = {"kind": vspec.kind, "params": vspec.params, "code": code_checksum(obj.__module__)}
+    own = getattr(obj, "spec_fingerprint", None)
+    if callable(own):
+        out["own"] = own(vspec, base)
+    return out
 
 
 def shard_bounds(rows: Rows, shard_rows: int) -> list[tuple[int, int]]:

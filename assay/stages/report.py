@@ -28,6 +28,7 @@ def run_report(store: Store, spec: StudySpec, graded: Mapping[str, Sequence[Stag
                audits: Sequence[StageResult], *, progress: Any = None) -> StageResult:
     """report.md / report.json / PNGs as stored blobs (written to the run dir afterwards)."""
     from assay.report import build_report
+    from assay.stages.build_rows import source_info
 
     ups = [p.checksums for p in (measured, decon, *audits) if p is not None]
     inputs = graded_checksums(graded, list(graded)) + [ups]
@@ -37,9 +38,13 @@ def run_report(store: Store, spec: StudySpec, graded: Mapping[str, Sequence[Stag
         sources = []
         for s in spec.sources:
             r = concat_rows(store, graded[s.name])
-            sources.append({"name": s.name, "rows": len(r),
-                            "tasks": len(set(r.to_arrow().column("task_id").to_pylist())),
-                            "verifier": s.verifier.kind if s.verifier else "given scores"})
+            entry = {"name": s.name, "rows": len(r),
+                     "tasks": len(set(r.to_arrow().column("task_id").to_pylist())),
+                     "verifier": _verifier_label(s.verifier)}
+            info = source_info(store, spec, s.name)
+            if info:
+                entry["data"] = info
+            sources.append(entry)
         files = build_report(
             spec_doc, sources,
             load_doc(store, measured, "measurements") if measured else [],
@@ -49,6 +54,14 @@ def run_report(store: Store, spec: StudySpec, graded: Mapping[str, Sequence[Stag
 
     return cached_stage(store, STAGE, inputs=inputs, params=spec_doc, compute=compute,
                         label=spec.name, progress=progress)
+
+
+def _verifier_label(v: Any) -> str:
+    if v is None:
+        return "given scores"
+    if v.kind == "function":
+        return f"function {v.function}" + (f" (version {v.version})" if v.version else "")
+    return v.kind
 
 
 def report_files(store: Store, report: StageResult) -> dict[str, bytes]:
