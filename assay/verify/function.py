@@ -3,7 +3,8 @@
 ``verifier: {kind: function, function: "mypkg.graders:grade", params: {...}, version: ...}``.
 
 The function is called as ``f(completion, reference, **params)`` or, when it takes a third
-positional argument, ``f(completion, reference, row, **params)``. It returns what any judge may
+required positional argument (or an optional one named ``row``), ``f(completion, reference, row,
+**params)``. It returns what any judge may
 (a number in [0, 1], ``(score, reason)``, ``{"reward", "reason", "meta", "markers"}``, or None
 for "cannot judge"); NaN, a number outside [0, 1] and an exception never pass: the row stays
 unjudged with the reason (the exception's type and message) recorded.
@@ -79,7 +80,10 @@ def _positional(fn: Any, params: Mapping[str, Any], ref: str) -> int:
     if any(p.kind is p.VAR_POSITIONAL for p in ps):
         n = 3
     else:
-        n = sum(1 for p in ps if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.name not in params)
+        pos = [p for p in ps if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.name not in params]
+        n = sum(1 for p in pos if p.default is p.empty)
+        if n == 2 and len(pos) > 2 and pos[2].name == "row":  # an optional row argument
+            n = 3
     if n not in (2, 3):
         raise SpecError(f"verifier function {ref!r} takes {n} positional arguments {[p.name for p in ps]}; "
                         "a grader takes (completion, reference) or (completion, reference, row), and "
