@@ -869,7 +869,7 @@ def rows(
         mk = _per_completion(markers, shape, "markers", lambda v: v is None or isinstance(v, Mapping))
     md = None
     if meta is not None:
-        md = _per_completion(meta, shape, "meta", lambda v: v is None or isinstance(v, Mapping))
+        md = _per_completion(meta, shape, "meta", lambda v: v is None or isinstance(v, (Mapping, str, bytes)))
     numbers_given = reward is not None and _is_seq(reward) and not callable(reward)
     rw = None
     if numbers_given:
