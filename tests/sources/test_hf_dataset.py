@@ -208,3 +208,31 @@ def test_assay_validate_prints_them(gsm, tmp_path: Path, capsys: pytest.CaptureF
     assert "measure.pass_at.by: 'level' is not a field of source 'model''s rows" in err
     assert main(["validate", str(root / "spec.yaml")]) == 0
     assert "ok (sources: model)" in capsys.readouterr().out
+
+
+def test_the_shipped_own_benchmark_config_runs_offline(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[2]
+    # the shipped data is what its generator writes (seeded, byte for byte)
+    data = root / "configs" / "data" / "own_benchmark"
+    before = {p.relative_to(data): p.read_bytes() for p in sorted(data.rglob("*.jsonl"))}
+    work = tmp_path / "configs"
+    shutil.copytree(root / "configs" / "data", work / "data")
+    subprocess.run([sys.executable, str(work / "data" / "make_own_benchmark.py")], check=True)
+    after = {p.relative_to(work / "data" / "own_benchmark"): p.read_bytes()
+             for p in sorted((work / "data" / "own_benchmark").rglob("*.jsonl"))}
+    assert before == after and len(before) == 3
+    spec = load_spec(root / "configs" / "own_benchmark.yaml")
+    assert check_files(spec) == [] and check_data(spec) == ([], [])
+    store = Store(tmp_path / "store")
+    run = stages.run_study(spec, store, progress=None)
+    files = stages.report_files(store, run.report)
+    md = files["report.md"].decode()
+    for part in ("### pass_at[base] by subject", "### compare[base -> tuned] by subject", "macro pass@1",
+                 "Holm across 3 tests", "pass_by_subject_tuned.png"):
+        assert part in md
+    rows = stages.concat_rows(store, run.graded["tuned"])
+    assert {r["meta"]["subject"] for r in rows} == {"arithmetic", "percentages", "geometry"}
+    assert set(rows[0]["markers"]) == {"latency_ms", "tokens"}
