@@ -101,11 +101,11 @@ class HFDatasetSource(RecordSourceSpec):
         from assay.reward.runtime import dir_digest
 
         out = super().identity(study)
+        out.pop("allow_download")  # where the data may come from, not what it is
         local = self._local(study)
         if local is not None:
             # the data's content, not where it lies: moving the folder changes nothing
             out["path"] = dir_digest(local) if local.is_dir() else file_checksum(local)
-            out.pop("allow_download", None)
         return out
 
     def check(self, study: StudySpec) -> tuple[list[str], list[str]]:

@@ -26,19 +26,19 @@ SKILL = {"base": {"arithmetic": 0.6, "percentages": 0.4, "geometry": 0.3},
 
 def problems(rng: random.Random) -> list[dict]:
     out = []
-    for n in range(12):
+    for _ in range(12):
         a, b, c = rng.randint(120, 990), rng.randint(3, 40), rng.randint(2, 9)
         out.append({"question": f"A warehouse ships {a} boxes a day for {b} days, then {c} more boxes. "
                                 "How many boxes did it ship?",
                     "answer": f"{a} * {b} = {a * b}. {a * b} + {c} = {a * b + c}.\n#### {a * b + c:,}",
                     "subject": "arithmetic"})
-    for n in range(12):
+    for _ in range(12):
         price, pct = rng.randint(2, 60) * 10, rng.choice([10, 20, 25, 30, 40, 50])
         out.append({"question": f"A coat costs ${price}. It is marked down {pct}%. What is the new price in dollars?",
                     "answer": f"{pct}% of {price} is {price * pct // 100}. {price} - {price * pct // 100} = "
                               f"{price - price * pct // 100}.\n#### {price - price * pct // 100}",
                     "subject": "percentages"})
-    for n in range(12):
+    for _ in range(12):
         w, h = rng.randint(3, 30), rng.randint(3, 30)
         out.append({"question": f"A rectangle is {w} cm wide and {h} cm tall. What is its perimeter in cm?",
                     "answer": f"2 * ({w} + {h}) = {2 * (w + h)}.\n#### {2 * (w + h)}",
@@ -52,7 +52,7 @@ def answers(rng: random.Random, probs: list[dict], model: str) -> list[dict]:
     out = []
     for i, p in enumerate(probs):
         gold = int(p["answer"].rsplit("#### ", 1)[1].replace(",", ""))
-        for j in range(4):
+        for _ in range(4):
             right = rng.random() < SKILL[model][p["subject"]]
             said = gold if right else gold + rng.choice([-10, -2, -1, 1, 3, 100])
             text = f"Let me work it out step by step. The answer is {said:,}."

@@ -6,7 +6,7 @@ import importlib
 import pytest
 
 MODULES = ["__init__", "passk", "comparison", "variance", "sizing", "selection", "signflip", "intervals",
-           "grouping"]
+           "grouping", "categories"]
 
 
 @pytest.mark.parametrize("name", MODULES)
