@@ -15,7 +15,7 @@ Example:
     >>> s = HFDatasetSource.model_validate({
     ...     "name": "gsm", "kind": "hf_dataset", "path": "openai/gsm8k", "config": "main",
     ...     "split": "test", "fields": {"prompt": "question", "reference": "answer"},
-    ...     "reference_regex": "####\\s*(.+)$", "completions": {"path": "answers.jsonl"},
+    ...     "reference_regex": "####\\\\s*(.+)$", "completions": {"path": "answers.jsonl"},
     ...     "verifier": {"kind": "numeric"}})
     >>> s.config, s.split, s.allow_download, s.revision
     ('main', 'test', False, None)
