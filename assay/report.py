@@ -241,7 +241,7 @@ def _markdown(spec_doc: Mapping[str, Any], sources: Sequence[Mapping[str, Any]],
                 cfg = f", config {d['config']}" if d.get("config") else ""
                 out.append(f"- {s['name']}: {d['dataset']}{cfg}, split {d['split']}, revision "
                            f"{d.get('revision') or 'NOT PINNED (not reproducible)'}; {d['records']} records "
-                           f"read, content checksum `{d['checksum']}`")
+                           f"read{' (limit)' if d.get('limit') else ''}, content checksum `{d['checksum']}`")
         if any(s.get("data") for s in sources):
             out.append("")
     if measures:

@@ -67,8 +67,9 @@ class HFDatasetSource(RecordSourceSpec):
     def _where(self, study: StudySpec) -> str:
         return f"source {self.name!r} ({self._local(study) or self.path})"
 
-    def load(self, study: StudySpec) -> DatasetRecords:
-        """The split's records (first ``limit``), with the checksum of what was read."""
+    def load(self, study: StudySpec) -> tuple[DatasetRecords, set[str]]:
+        """The split's records (the first ``limit``), with the checksum of what was kept, and
+        the task ids of the records the limit cut (their completions are left out)."""
         from dataclasses import replace
 
         from assay.hashing import content_hash
@@ -77,23 +78,34 @@ class HFDatasetSource(RecordSourceSpec):
         got = load_dataset_records(self._local(study) or self.path, name=self.config, split=self.split,
                                    revision=self.revision, allow_download=self.allow_download,
                                    where=self._where(study))
+        cut: set[str] = set()
         if self.limit is not None and self.limit < len(got.records):
             kept = got.records[:self.limit]
+            if self.completions is not None:
+                cut = set(self.join_ids(got.records[self.limit:], self._where(study), start=self.limit))
             got = replace(got, records=kept, checksum=content_hash(kept, "data"))
-        return got
+        return got, cut
 
     def read_source_records(self, study: StudySpec) -> list[dict[str, Any]]:
-        return self.load(study).records
+        return self.load(study)[0].records
+
+    def rows_from(self, study: StudySpec, records: list[dict[str, Any]], where: str,
+                  skip: frozenset[str] | set[str] = frozenset()) -> Rows:
+        if not skip and self.limit is not None and self.completions is not None:
+            skip = self.load(study)[1]  # validate's path: the limit's cut tasks
+        return super().rows_from(study, records, where, skip)
 
     def build_rows(self, study: StudySpec) -> Rows:
         return self.build(study)[0]
 
     def build(self, study: StudySpec) -> tuple[Rows, dict[str, Any]]:
-        got = self.load(study)
-        rows = self.rows_from(study, got.records, self._where(study))
+        got, cut = self.load(study)
+        rows = self.rows_from(study, got.records, self._where(study), cut)
         info = {"dataset": self.path, "config": self.config, "split": self.split,
                 "revision": self.revision if not got.local else "(local data)",
                 "records": len(got.records), "checksum": got.checksum}
+        if self.limit is not None:
+            info["limit"] = self.limit
         return rows, info
 
     def identity(self, study: StudySpec) -> dict[str, Any]:

@@ -150,10 +150,11 @@ def extract_reference(value: Any, pattern: str, *, where: str) -> str:
 
 def join_completions(records: Sequence[Mapping[str, Any]], task_ids: Sequence[str],
                      completions: Sequence[Mapping[str, Any]], key: str, *, where: str,
-                     where_completions: str) -> list[dict[str, Any]]:
+                     where_completions: str, skip: frozenset[str] | set[str] = frozenset()) -> list[dict[str, Any]]:
     """Each task's record merged with each of its completion records (matched on ``key``), in
     task order then completion order. A completion for an unknown task, a task without
-    completions and a field both sides define are errors.
+    completions and a field both sides define are errors; completions of the tasks in ``skip``
+    (cut by a ``limit``) are left out.
 
     Example:
         >>> join_completions([{"q": "1+1?"}, {"q": "2+2?"}], ["0", "1"],
@@ -168,6 +169,8 @@ def join_completions(records: Sequence[Mapping[str, Any]], task_ids: Sequence[st
             raise SpecError(f"{where_completions} record {j}: field {key!r} (completions.key) is missing; "
                             f"the record has {sorted(c)}")
         t = str(c[key])
+        if t in skip:
+            continue
         if t not in index:
             raise SpecError(f"{where_completions} record {j}: {key} {t!r} is not a task of {where} "
                             f"(tasks: {list(task_ids[:5])}{'...' if len(task_ids) > 5 else ''})")
@@ -331,29 +334,37 @@ class RecordSourceSpec(SourceSpec):
         fmt = self.completions.format or p.suffix.lower().lstrip(".")
         return read_records(p, fmt), str(p)
 
-    def merged_records(self, study: StudySpec, records: list[dict[str, Any]], where: str) -> list[dict[str, Any]]:
-        """The records with their completions joined in (when ``completions:`` is given)."""
+    def join_ids(self, records: Sequence[Mapping[str, Any]], where: str, start: int = 0) -> list[str]:
+        """The task id each record is matched on: its ``fields.task_id`` value, else its index in
+        the split (``start`` is the index of the first record)."""
+        if self.fields.task_id is None:
+            return [str(start + i) for i in range(len(records))]
+        tids = []
+        for i, r in enumerate(records):
+            t = get_field(r, self.fields.task_id)
+            if t is _MISSING or t is None:
+                raise SpecError(f"{where} record {start + i}: task id field {self.fields.task_id!r} is missing")
+            tids.append(str(t))
+        return tids
+
+    def merged_records(self, study: StudySpec, records: list[dict[str, Any]], where: str,
+                       skip: frozenset[str] | set[str] = frozenset()) -> list[dict[str, Any]]:
+        """The records with their completions joined in (when ``completions:`` is given);
+        completions of the tasks in ``skip`` (cut by a limit) are left out."""
         if self.completions is None:
             return records
-        if self.fields.task_id is not None:
-            tids = []
-            for i, r in enumerate(records):
-                t = get_field(r, self.fields.task_id)
-                if t is _MISSING or t is None:
-                    raise SpecError(f"{where} record {i}: task id field {self.fields.task_id!r} is missing")
-                tids.append(str(t))
-            if len(set(tids)) != len(tids):
-                dup = next(t for t in tids if tids.count(t) > 1)
-                raise SpecError(f"{where}: task id {dup!r} (fields.task_id) names several records; completions "
-                                "are matched to one record per task")
-        else:
-            tids = [str(i) for i in range(len(records))]
+        tids = self.join_ids(records, where)
+        if len(set(tids)) != len(tids):
+            dup = next(t for t in tids if tids.count(t) > 1)
+            raise SpecError(f"{where}: task id {dup!r} (fields.task_id) names several records; completions "
+                            "are matched to one record per task")
         comps, cpath = self._completion_records(study)
         return join_completions(records, tids, comps, self.completions.key, where=where,
-                                where_completions=cpath)
+                                where_completions=cpath, skip=skip)
 
-    def rows_from(self, study: StudySpec, records: list[dict[str, Any]], where: str) -> Rows:
-        return rows_from_records(self.merged_records(study, records, where), self.fields, where=where,
+    def rows_from(self, study: StudySpec, records: list[dict[str, Any]], where: str,
+                  skip: frozenset[str] | set[str] = frozenset()) -> Rows:
+        return rows_from_records(self.merged_records(study, records, where, skip), self.fields, where=where,
                                  prompt_template=self.template(), reference_regex=self.reference_regex)
 
     def files(self, study: StudySpec) -> list[Path]:
@@ -411,12 +422,10 @@ class RecordSourceSpec(SourceSpec):
         """The names ``by:`` and ``where`` can read in this source's rows."""
         from assay.rows import COLUMNS
 
-        sample = self.merged_records(study, records[:50], where) if self.completions is None else \
-            self.merged_records(study, records, where)[:50]
-        r = rows_from_records(sample, self.fields, where=where, prompt_template=self.template(),
-                              reference_regex=self.reference_regex)
+        # completions are matched to every record, so then every record is read
+        r = self.rows_from(study, records[:50] if self.completions is None else records, where)
         names = set(COLUMNS)
-        for row in r:
+        for row in r[:200]:
             for k in (row["meta"] or {}):
                 names |= {k, f"meta.{k}"}
             for k in row["markers"]:
