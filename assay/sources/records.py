@@ -425,9 +425,14 @@ class RecordSourceSpec(SourceSpec):
         # completions are matched to every record, so then every record is read
         r = self.rows_from(study, records[:50] if self.completions is None else records, where)
         names = set(COLUMNS)
+        def walk(d: Mapping[str, Any], prefix: str, depth: int) -> None:
+            for k, v in d.items():
+                names.update({prefix + k, f"meta.{prefix}{k}"})
+                if isinstance(v, Mapping) and depth < 4:
+                    walk(v, f"{prefix}{k}.", depth + 1)
+
         for row in r[:200]:
-            for k in (row["meta"] or {}):
-                names |= {k, f"meta.{k}"}
+            walk(row["meta"] or {}, "", 0)
             for k in row["markers"]:
                 names |= {k, f"markers.{k}"}
         return names

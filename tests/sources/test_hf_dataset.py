@@ -235,3 +235,34 @@ def test_the_shipped_own_benchmark_config_runs_offline(tmp_path: Path) -> None:
     rows = stages.concat_rows(store, run.graded["tuned"])
     assert {r["meta"]["subject"] for r in rows} == {"arithmetic", "percentages", "geometry"}
     assert set(rows[0]["markers"]) == {"latency_ms", "tokens"}
+
+
+def test_a_parquet_folder_with_completions_in_the_records_and_steps_on_meta(tmp_path: Path) -> None:
+    import datasets
+
+    recs = [{"problem": {"text": f"{i}*2?", "level": i % 3}, "model_output": str(2 * i + (i % 4 == 0)),
+             "score": float(i % 4 != 0)} for i in range(24)]
+    (tmp_path / "data").mkdir()
+    datasets.Dataset.from_list(recs[:12]).to_parquet(str(tmp_path / "data" / "part-0.parquet"))
+    datasets.Dataset.from_list(recs[12:]).to_parquet(str(tmp_path / "data" / "part-1.parquet"))
+    spec = parse_spec("""
+name: given
+sources:
+  - name: m
+    kind: hf_dataset
+    path: data
+    fields: {prompt: problem.text, completion: model_output, reward: score}
+    steps: [{op: where, field: meta.problem.level, cmp: "!=", value: 0}]
+measure: {pass_at: {by: meta.problem.level}}
+""", base_dir=str(tmp_path))
+    assert check_data(spec) == ([], [])
+    store = Store(tmp_path / "store")
+    run = stages.run_study(spec, store, progress=None)
+    rows = stages.concat_rows(store, run.graded["m"])
+    kept = [r for r in recs if r["problem"]["level"] != 0]
+    assert [r["final_text"] for r in rows] == [r["model_output"] for r in kept]
+    assert [r["reward"] for r in rows] == [r["score"] for r in kept]
+    res = assay.pass_at_by(rows, "meta.problem.level")
+    for lev in (1, 2):
+        mine = [r["score"] for r in kept if r["problem"]["level"] == lev]
+        assert res[str(lev)].pass_at_1.value == pytest.approx(sum(mine) / len(mine))
