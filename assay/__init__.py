@@ -15,11 +15,12 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-# Eager: these are the core contract, and a module named like its function (assay/rows.py
-# defines rows()) must be imported here so the function, not the module, is ``assay.rows``.
+# Eager: these are the core contract. ``assay.rows`` is the function (defined in
+# assay/builder.py), bound here after the submodule assay/rows.py was imported, so the function,
+# not the module, is ``assay.rows``.
+from assay.builder import rows as rows
 from assay.grading import grade as grade
 from assay.rows import Rows as Rows
-from assay.rows import rows as rows
 
 __version__ = "0.1.0"
 
@@ -54,11 +55,12 @@ _LAZY: dict[str, str] = {
     "HFRewardModel": "assay.reward",
     "EmbeddingRewardModel": "assay.reward",
     "FunctionRewardModel": "assay.reward",
+    "Verdict": "assay.judging",
     "StudySpec": "assay.spec",
     "load_spec": "assay.spec",
 }
 _SUBMODULES = {
-    "errors", "hashing", "store", "verify", "measure", "decontam", "data", "reward",
+    "builder", "errors", "hashing", "store", "verify", "measure", "decontam", "data", "reward",
     "offline", "spec", "judging", "grading", "results", "stages", "report", "cli",
 }
 

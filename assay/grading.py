@@ -29,7 +29,7 @@ import pyarrow as pa
 
 from assay.errors import RowsError, RowsTypeError
 from assay.judging import Judge, Verdict, as_judge, normalize_verdict
-from assay.rows import MARKERS_TYPE, Rows, _to_json, as_table, table_to_records
+from assay.rows import MARKERS_TYPE, Rows, as_table, table_to_records, to_json
 
 #: Rows per message to a worker process: big enough to amortize pickling, small enough to
 #: balance the load and to re-queue little work when a worker is killed.
@@ -408,7 +408,7 @@ def _with_verdicts(table: pa.Table, name: str, verdicts: list[Any]) -> pa.Table:
         "judge_name": pa.array([name] * len(verdicts), type=pa.string()),
         "judge_status": pa.array([v.status for v in verdicts], type=pa.string()),
         "reason": pa.array([v.reason for v in verdicts], type=pa.string()),
-        "judge_meta": pa.array([_to_json(v.meta, f"row {i} judge_meta") for i, v in enumerate(verdicts)], type=pa.string()),
+        "judge_meta": pa.array([to_json(v.meta, f"row {i} judge_meta") for i, v in enumerate(verdicts)], type=pa.string()),
         "markers": pa.array([list(m.items()) for m in merged], type=MARKERS_TYPE),
     }
     for name_, arr in cols.items():

@@ -2,10 +2,11 @@
 
 Shared by ``assay.rows(reward=...)`` and ``assay.grade``; nothing here runs in parallel.
 
-A *verifier* is any object with ``check(candidate, reference, row)`` returning a score in
-[0, 1], a ``(score, reason)`` tuple, or ``None`` (cannot judge). A *judge* may also be a plain
-callable: ``(prompt, completion)``, ``(prompt, completion, reference)``, or ``(row)``, whose
-result may additionally be a dict ``{"reward", "reason", "markers", "meta"}``.
+A *verifier* is any object with ``check(candidate, reference, row)``; assay's own verifiers all
+return a :class:`Verdict` ``(reward, reason, meta)``. A user's verifier or judge may also return a
+score in [0, 1], a ``(score, reason)`` tuple, ``None`` (cannot judge) or a dict
+``{"reward", "reason", "markers", "meta"}``; a judge may also be a plain callable:
+``(prompt, completion)``, ``(prompt, completion, reference)``, or ``(row)``.
 
 Whatever the judge returns is normalized by :func:`normalize_verdict`. NaN, a number outside
 [0, 1], a string, or an exception never pass: the reward stays ``None`` and ``judge_status``
@@ -78,13 +79,57 @@ class Verifier:
 
 @dataclass(frozen=True)
 class Verdict:
-    """One normalized judgement of one row."""
+    """One judgement of one row: what every verifier's ``check()`` returns and what grading stores.
+
+    Attributes:
+        reward: the score in [0, 1], or None when the row could not be judged.
+        status: one of :data:`JUDGE_STATUSES`; left out, it is ``"ok"`` for a score and
+            ``"no_verdict"`` for None.
+        reason: one line saying why (stored in the row's ``reason``).
+        meta: JSON-able details (stored in ``judge_meta``), e.g. a sandbox's exit code.
+        markers: ``{name: number}`` measurements merged into the row's ``markers``.
+
+    Construction checks the contract, so no verdict can carry NaN, a score outside [0, 1], or a
+    score with a failure status.
+
+    Example:
+        >>> Verdict(1.0, reason="exact match")
+        Verdict(reward=1.0, status='ok', reason='exact match', meta=None, markers={})
+        >>> Verdict(None, reason="reference has no number").status
+        'no_verdict'
+        >>> Verdict(1.5)
+        Traceback (most recent call last):
+        ...
+        ValueError: Verdict: reward 1.5 is outside [0, 1]
+    """
 
     reward: float | None
-    status: str
+    status: str = None  # type: ignore[assignment]  # derived from reward when left out
     reason: str | None = None
     meta: dict[str, Any] | None = None
     markers: dict[str, float] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        reward = self.reward
+        if reward is not None:
+            if not isinstance(reward, numbers.Real):
+                raise TypeError(f"Verdict: reward must be a number in [0, 1] or None, got "
+                                f"{type(reward).__name__} {reward!r:.60}")
+            reward = float(reward)
+            if math.isnan(reward) or not 0.0 <= reward <= 1.0:
+                raise ValueError(f"Verdict: reward {reward!r} is outside [0, 1]")
+            object.__setattr__(self, "reward", reward)  # bools and numpy scalars become float
+        status = self.status
+        if status is None:
+            status = "ok" if reward is not None else "no_verdict"
+            object.__setattr__(self, "status", status)
+        if status not in JUDGE_STATUSES:
+            raise ValueError(f"Verdict: status {status!r} is not one of {sorted(JUDGE_STATUSES)}")
+        if (reward is not None) != (status in ("ok", "given")):
+            raise ValueError(f"Verdict: status {status!r} with reward {reward!r}: a score goes with "
+                             "'ok' or 'given', None with any other status")
+        if self.reason is not None and not isinstance(self.reason, str):
+            raise TypeError(f"Verdict: reason must be a string or None, got {type(self.reason).__name__}")
 
 
 def _score(value: Any) -> tuple[float | None, str | None]:
@@ -126,6 +171,9 @@ def normalize_verdict(raw: Any) -> Verdict:
         value = raw["reward"]
         reason = raw.get("reason")
         meta = raw.get("meta")
+        if reason is not None and not isinstance(reason, str):
+            return Verdict(None, "invalid_result", f"judge returned a 'reason' of type {type(reason).__name__}, "
+                                                   "not a string")
         mk = raw.get("markers") or {}
         if not isinstance(mk, Mapping):
             return Verdict(None, "invalid_result", "judge returned 'markers' that is not a dict")

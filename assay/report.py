@@ -331,7 +331,7 @@ def compare_runs(previous: str | os.PathLike[str], current: str | os.PathLike[st
 
     Returns result documents (see :func:`result_doc`) with ``source`` and ``regression`` set.
     """
-    import assay
+    from assay.measure.comparison import compare
     from assay.rows import Rows
 
     prev_dir, cur_dir = Path(previous) / "rows", Path(current) / "rows"
@@ -340,7 +340,7 @@ def compare_runs(previous: str | os.PathLike[str], current: str | os.PathLike[st
         old = prev_dir / p.name
         if not old.is_file():
             continue
-        res = assay.compare(Rows.read_parquet(old), Rows.read_parquet(p), alpha=alpha)
+        res = compare(Rows.read_parquet(old), Rows.read_parquet(p), alpha=alpha)
         verdicts = _verdicts(res)
         out.append(result_doc("nightly_compare", f"{p.stem}: previous night -> tonight", res,
                               source=p.stem, verdicts=verdicts,

@@ -2,6 +2,11 @@
 
 Every measurement (pass_at, compare, contamination, the reward audit) reports through these.
 
+Naming rule for result classes: no suffix, named for what the call returns (``pass_at`` ->
+``PassAt``, ``contamination`` -> ``Contamination``, ``audit`` -> ``Audit``), as scipy's result
+objects are named for their test. Older names (``...Report``, ``...Result``) still import, with a
+DeprecationWarning (:func:`deprecated_names`).
+
 Example:
     >>> e = Estimate("pass@1", 0.688, Interval(0.41, 0.88, 0.95, "cluster t"), n=4, n_rows=16)
     >>> str(e)
@@ -14,6 +19,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import warnings
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -108,3 +115,28 @@ class Result:
 
     def _repr_markdown_(self) -> str:
         return "```\n" + self.report() + "\n```"
+
+
+def deprecated_names(module: str, namespace: Mapping[str, Any], renamed: Mapping[str, str]
+                     ) -> Callable[[str], Any]:
+    """A module ``__getattr__`` (PEP 562) that serves each old name in ``renamed`` (old -> new)
+    as the new object, with a DeprecationWarning, so code written against the old name works.
+
+    Example:
+        >>> import warnings
+        >>> class Audit: ...
+        >>> get = deprecated_names("m", {"Audit": Audit}, {"AuditResult": "Audit"})
+        >>> with warnings.catch_warnings(record=True) as w:
+        ...     warnings.simplefilter("always")
+        ...     get("AuditResult") is Audit, str(w[0].message)
+        (True, 'm.AuditResult is deprecated: use m.Audit (the same class)')
+    """
+    def __getattr__(name: str) -> Any:
+        new = renamed.get(name)
+        if new is None:
+            raise AttributeError(f"module {module!r} has no attribute {name!r}")
+        warnings.warn(f"{module}.{name} is deprecated: use {module}.{new} (the same class)",
+                      DeprecationWarning, stacklevel=2)
+        return namespace[new]
+
+    return __getattr__

@@ -1,6 +1,7 @@
 """Rows, the contract every measurement reads: one completion of one prompt with its verdict.
 
-``rows()`` builds them from prompts and completions; ``as_table()`` reads any row-like input.
+``assay.rows()`` (in :mod:`assay.builder`) builds them from prompts and completions, grading
+them when given a verifier; ``as_table()`` reads any row-like input.
 
 Inside, rows are an Arrow table with the columns of :data:`ROW_SCHEMA`; at the API edge a row is
 a dict. ``privileged``, ``judge_meta`` and ``meta`` hold arbitrary JSON and are stored as JSON
@@ -102,7 +103,8 @@ def _c_encoder() -> Any:
 _encode = _c_encoder()
 
 
-def _to_json(value: Any, where: str) -> str | None:
+def to_json(value: Any, where: str) -> str | None:
+    """``value`` as canonical JSON text (sorted keys, no NaN), or a RowsError naming ``where``."""
     if value is None:
         return None
     try:
@@ -130,7 +132,7 @@ def task_id_for(messages: Sequence[Mapping[str, str]]) -> str:
     return content_hash([[m["role"], m["content"]] for m in messages], "task")
 
 
-def _messages_of(prompt: Any, i: int) -> tuple[list[dict[str, str]], str]:
+def messages_of(prompt: Any, i: int) -> tuple[list[dict[str, str]], str]:
     """(messages, last user turn) for prompt i, or an error naming it."""
     if isinstance(prompt, str):
         return [{"role": "user", "content": prompt}], prompt
@@ -154,14 +156,17 @@ def _messages_of(prompt: Any, i: int) -> tuple[list[dict[str, str]], str]:
     raise RowsTypeError(f"prompts[{i}]: expected a string or a list of messages, got {type(prompt).__name__}")
 
 
-def _is_seq(x: Any) -> bool:
+def is_sequence(x: Any) -> bool:
+    """A list-like of values (list, tuple, ndarray, Sequence), never a string or a mapping."""
     return isinstance(x, (list, tuple, np.ndarray)) or (
         isinstance(x, Sequence) and not isinstance(x, (str, bytes, bytearray, Mapping))
     )
 
 
-def _check_number(x: Any, where: str, *, lo: float | None = 0.0, hi: float | None = 1.0,
+def check_number(x: Any, where: str, *, lo: float | None = 0.0, hi: float | None = 1.0,
                   what: str = "reward", allow_none: bool = True) -> float | None:
+    """``x`` as a float in [lo, hi] (bools as 0/1); None, NaN, strings and out-of-range values
+    raise an error naming ``where``."""
     if x is None:
         if allow_none:
             return None
@@ -180,7 +185,8 @@ def _check_number(x: Any, where: str, *, lo: float | None = 0.0, hi: float | Non
     return v
 
 
-def _check_markers(m: Any, where: str) -> dict[str, float]:
+def check_markers(m: Any, where: str) -> dict[str, float]:
+    """A markers dict ``{name: finite number}`` checked value by value; None reads as no markers."""
     if m is None:
         return {}
     if not isinstance(m, Mapping):
@@ -191,11 +197,12 @@ def _check_markers(m: Any, where: str) -> dict[str, float]:
             raise RowsTypeError(f"{where}: marker name {k!r} is not a string")
         if v is None:
             raise RowsTypeError(f"{where}: marker {k!r} is None; omit the key for a missing measurement")
-        out[k] = _check_number(v, where, lo=None, hi=None, what=f"marker {k!r}", allow_none=False)
+        out[k] = check_number(v, where, lo=None, hi=None, what=f"marker {k!r}", allow_none=False)
     return out
 
 
-def _markers_array(dicts: Sequence[Mapping[str, float]]) -> pa.Array:
+def markers_array(dicts: Sequence[Mapping[str, float]]) -> pa.Array:
+    """Checked markers dicts as an Arrow array of :data:`MARKERS_TYPE`."""
     return pa.array([list(d.items()) for d in dicts], type=MARKERS_TYPE)
 
 
@@ -211,7 +218,8 @@ class Rows(Sequence):
     once.
 
     Example:
-        >>> r = rows(["a?"], ["x"], [1])
+        >>> import assay
+        >>> r = assay.rows(["a?"], ["x"], [1])
         >>> Rows.from_arrow(r.to_arrow()) == r
         True
     """
@@ -227,7 +235,8 @@ class Rows(Sequence):
         """The rows projected on :data:`TRAINING_COLUMNS`: what an RL or SFT export may carry.
 
         Example:
-            >>> r = rows(["2+3?"], ["5"], [1], references=["5"])
+            >>> import assay
+            >>> r = assay.rows(["2+3?"], ["5"], [1], references=["5"])
             >>> "privileged" in r.training_table().column_names
             False
         """
@@ -412,7 +421,9 @@ def as_table(data: Any, *, require: Iterable[str] = ("prompt", "final_text"),
         >>> t = as_table([{"task_id": "t1", "reward": 1}, {"task_id": "t1", "reward": 0}], require=("reward",))
         >>> t.column("reward").to_pylist(), t.column("prompt").to_pylist()
         ([1.0, 0.0], ['', ''])
-        >>> as_table([{"task_id": "t1", "reward": 1, "prompt": 5}], columns=("reward",)).column_names
+        >>> # only the columns read are validated: the bad prompt is not looked at
+        >>> as_table([{"task_id": "t1", "reward": 1, "prompt": 5}], columns=("reward",),
+        ...          require=("reward",)).column_names
         ['reward']
     """
     if isinstance(data, Rows):
@@ -510,7 +521,7 @@ def as_table(data: Any, *, require: Iterable[str] = ("prompt", "final_text"),
                     p = prompts[i]
                     msgs_out.append([{"role": "user", "content": p}] if p else [])
                 else:
-                    msgs_out.append(_messages_of(list(m), i)[0] if _is_seq(m) else _messages_of(m, i)[0])
+                    msgs_out.append(messages_of(list(m), i)[0] if is_sequence(m) else messages_of(m, i)[0])
             arrays["messages"] = pa.array(msgs_out, type=pa.list_(MESSAGE_TYPE))
     # task ids
     memo: dict[str, str] = {}
@@ -560,7 +571,7 @@ def as_table(data: Any, *, require: Iterable[str] = ("prompt", "final_text"),
                 x = arr.to_numpy(zero_copy_only=False)
                 valid = ~np.asarray(arr.is_null())
                 ok = bool(np.all((x[valid] >= 0.0) & (x[valid] <= 1.0)))  # False for NaN too
-            arrays["reward"] = arr if ok else pa.array([_check_number(v, where(i)) for i, v in enumerate(rv)], type=pa.float64())
+            arrays["reward"] = arr if ok else pa.array([check_number(v, where(i)) for i, v in enumerate(rv)], type=pa.float64())
     # markers: built in C; the per-row pass only words an error
     if "markers" in want:
         mk = get("markers")
@@ -569,7 +580,7 @@ def as_table(data: Any, *, require: Iterable[str] = ("prompt", "final_text"),
         else:
             arr = _fast_markers(mk)
             if arr is None:
-                arr = _markers_array([_check_markers(m, where(i)) for i, m in enumerate(mk)])
+                arr = markers_array([check_markers(m, where(i)) for i, m in enumerate(mk)])
             arrays["markers"] = arr
     # rollout index: given, or numbered within task in order
     if "rollout_index" in want:
@@ -585,21 +596,17 @@ def as_table(data: Any, *, require: Iterable[str] = ("prompt", "final_text"),
                 if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < 0:
                     raise RowsTypeError(f"{where(i)}: 'rollout_index' must be a non-negative integer, got {v!r}")
             arrays["rollout_index"] = pa.array([int(v) for v in ri], type=pa.int64())
-    # JSON columns: dicts at the edge, JSON text inside (a string in a table is taken as JSON)
-    for c in _JSON_COLUMNS:
+    # nullable text columns, absent = all null. JSON columns: dicts at the edge, JSON text
+    # inside (a string in a table is taken as JSON)
+    for c in (*_JSON_COLUMNS, "judge_name", "judge_status", "reason"):
         if c not in want:
             continue
         vals = get(c)
         if vals is None:
             arrays[c] = pa.nulls(n, pa.string())
             continue
-        arrays[c] = _json_column(data, c, vals, where)
-    for c in ("judge_name", "judge_status", "reason"):
-        if c not in want:
-            continue
-        vals = get(c)
-        if vals is None:
-            arrays[c] = pa.nulls(n, pa.string())
+        if c in _JSON_COLUMNS:
+            arrays[c] = _json_column(data, c, vals, where)
             continue
         arr = _try_array(vals, pa.string())
         if arr is None:
@@ -647,7 +654,7 @@ def _json_column(data: Any, c: str, vals: list[Any], where: Any) -> pa.Array:
         try:
             col.append(_encode(v))
         except (RecursionError, TypeError, ValueError):
-            _to_json(v, f"{where(i)}.{c}")  # raises the worded error
+            to_json(v, f"{where(i)}.{c}")  # raises the worded error
             raise
     return pa.array(col, type=pa.string())
 
@@ -691,7 +698,7 @@ def _fast_markers(values: list[Any]) -> pa.Array | None:
 def _try_array(values: list[Any], typ: pa.DataType) -> pa.Array | None:
     """Strict Arrow conversion (no str->number, no number->str); None if any value is off."""
     try:
-        # Arrow refuses str->float and number->str; bools become 1.0/0.0 as _check_number does.
+        # Arrow refuses str->float and number->str; bools become 1.0/0.0 as check_number does.
         return pa.array(values, type=typ, from_pandas=False)
     except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError):
         return None
@@ -724,191 +731,20 @@ def _require(table: pa.Table, require: tuple[str, ...], argument: str) -> None:
             raise RowsError(f"{argument}[{i}]: required key '{c}' is missing (None); {col.null_count} rows lack it")
 
 
-def _build_table(cols: Mapping[str, list[Any]]) -> pa.Table:
-    arrays = []
-    for f in ROW_SCHEMA:
-        if f.name == "markers":
-            arrays.append(_markers_array(cols["markers"]))
-        else:
-            arrays.append(pa.array(cols[f.name], type=f.type))
-    return pa.Table.from_arrays(arrays, schema=ROW_SCHEMA)
-
-
-# ---------------------------------------------------------------------------------------------
-# rows(): build from prompts and completions
-
-
-def _flatten_completions(prompts_n: int, completions: Any) -> list[list[str]]:
-    if not _is_seq(completions):
-        raise RowsTypeError(f"completions: expected a sequence with one entry per prompt, got {type(completions).__name__}")
-    if len(completions) != prompts_n:
-        raise RowsError(f"completions: {len(completions)} entries for {prompts_n} prompts; give one entry (a string or a list of k strings) per prompt")
-    out = []
-    for i, c in enumerate(completions):
-        if isinstance(c, str):
-            out.append([c])
-            continue
-        if c is None:
-            raise RowsTypeError(f"completions[{i}] is None; every completion must be a string (never the text 'None')")
-        if not _is_seq(c):
-            raise RowsTypeError(f"completions[{i}]: expected a string or a sequence of strings, got {type(c).__name__}")
-        if len(c) == 0:
-            raise RowsError(f"completions[{i}] is empty: prompt {i} would contribute no row; drop the prompt or give it a completion")
-        group = []
-        for j, s in enumerate(c):
-            if not isinstance(s, str):
-                what = "None" if s is None else type(s).__name__
-                raise RowsTypeError(f"completions[{i}][{j}] (prompt {i}, completion {j}) is {what}, not a string")
-            group.append(s)
-        out.append(group)
-    return out
-
-
-def _per_completion(values: Any, shape: list[int], argument: str, is_leaf: Any) -> list[list[Any]]:
-    """Values nested like completions, or flat (one per completion), as nested lists."""
-    total = sum(shape)
-    if not _is_seq(values):
-        raise RowsTypeError(f"{argument}: expected a sequence nested like completions, or flat, got {type(values).__name__}")
-    values = list(values)
-    nested = len(values) == len(shape) and any(not is_leaf(v) for v in values)
-    if nested:
-        out = []
-        for i, (v, k) in enumerate(zip(values, shape)):
-            if is_leaf(v):
-                if k != 1:
-                    raise RowsError(f"{argument}[{i}]: prompt {i} has {k} completions but one value; give a list of {k}")
-                out.append([v])
-            else:
-                v = list(v)
-                if len(v) != k:
-                    raise RowsError(f"{argument}[{i}]: {len(v)} values for prompt {i}'s {k} completions")
-                out.append(v)
-        return out
-    if len(values) != total:
-        raise RowsError(
-            f"{argument}: {len(values)} values for {len(shape)} prompts with {total} completions; "
-            "give one per completion (flat) or nest them like completions"
-        )
-    out, pos = [], 0
-    for k in shape:
-        out.append(values[pos:pos + k])
-        pos += k
-    return out
-
-
-def _meta_json(value: Any, where: str) -> str | None:
-    """One row's ``meta`` as JSON text: a dict of JSON data, or None."""
-    if value is None:
-        return None
-    if not isinstance(value, Mapping):
-        raise RowsTypeError(f"{where}: meta must be a dict of the record's fields, got {type(value).__name__}")
-    return _to_json(dict(value), where)
-
-
-def _is_number_leaf(v: Any) -> bool:
-    return v is None or isinstance(v, (numbers.Real, np.bool_, bool)) or isinstance(v, str)
-
-
-def rows(
-    prompts: Sequence[str | Sequence[Mapping[str, str]]],
-    completions: Sequence[str | Sequence[str]],
-    reward: Any = None,
-    *,
-    references: Sequence[Any] | None = None,
-    task_ids: Sequence[str] | None = None,
-    markers: Sequence[Any] | None = None,
-    meta: Sequence[Any] | None = None,
-    workers: int | None = None,
-) -> Rows:
-    """Build rows from prompts and completions, optionally grading them.
-
-    Args:
-        prompts: strings, or message lists ``[{"role", "content"}]``; the row's ``prompt`` is
-            the last user turn and ``messages`` keeps the whole list.
-        completions: one string per prompt, or a sequence of k strings per prompt.
-        reward: ``None`` (unjudged); a verifier (``check(candidate, reference, row)``); a
-            callable ``(prompt, completion)``, ``(prompt, completion, reference)`` or
-            ``(row) -> verdict``; or numbers in [0, 1] nested like completions or flat.
-        references: the gold answer per prompt, stored under ``privileged.reference``.
-        task_ids: a name per prompt; default: a hash of the whole conversation, so the same
-            prompt twice is one task with rollouts numbered continuously.
-        markers: ``{name: number}`` per completion, nested like completions or flat.
-        meta: a dict of the source record's own fields (``{"subject": "algebra"}``) per
-            completion, nested like completions or flat; read by steps (``meta.subject``) and
-            ``by:``, never exported for training.
-        workers: worker processes for grading with a verifier (see :func:`assay.grade`).
-
-    Returns:
-        :class:`Rows`.
+def take_rows(rows: Any, table: pa.Table, keep: Sequence[int]) -> Any:
+    """``rows`` restricted to positions ``keep``, in the type they came in (Rows, Arrow table,
+    pandas DataFrame or a list of dicts); ``table`` is ``as_table(rows)``, read once by the caller.
 
     Example:
-        >>> r = rows(["2+3?"], [["5", "4"]], lambda p, c, ref: c == ref, references=["5"])
-        >>> [x["reward"] for x in r], r[0]["judge_status"]
-        ([1.0, 0.0], 'ok')
+        >>> data = [{"task_id": "a", "prompt": "p"}, {"task_id": "b", "prompt": "q"}]
+        >>> take_rows(data, as_table(data, require=("prompt",)), [1])
+        [{'task_id': 'b', 'prompt': 'q'}]
     """
-    if isinstance(prompts, (str, bytes)) or not _is_seq(prompts):
-        raise RowsTypeError(f"prompts: expected a sequence of prompts, got {type(prompts).__name__}")
-    prompts = list(prompts)
-    n = len(prompts)
-    parsed = [_messages_of(p, i) for i, p in enumerate(prompts)]
-    groups = _flatten_completions(n, completions)
-    shape = [len(g) for g in groups]
-    if references is not None:
-        if not _is_seq(references) or len(references) != n:
-            got = len(references) if _is_seq(references) else type(references).__name__
-            raise RowsError(f"references: expected one reference per prompt ({n}), got {got}")
-        references = list(references)
-    if task_ids is not None:
-        if not _is_seq(task_ids) or len(task_ids) != n:
-            raise RowsError(f"task_ids: expected one task id per prompt ({n})")
-        for i, t in enumerate(task_ids):
-            if not isinstance(t, str) or not t:
-                raise RowsTypeError(f"task_ids[{i}] must be a non-empty string, got {t!r:.60}")
-    mk = None
-    if markers is not None:
-        mk = _per_completion(markers, shape, "markers", lambda v: v is None or isinstance(v, Mapping))
-    md = None
-    if meta is not None:
-        md = _per_completion(meta, shape, "meta", lambda v: v is None or isinstance(v, (Mapping, str, bytes)))
-    numbers_given = reward is not None and _is_seq(reward) and not callable(reward)
-    rw = None
-    if numbers_given:
-        rw = _per_completion(reward, shape, "reward", _is_number_leaf)
-    elif reward is not None and not (callable(reward) or callable(getattr(reward, "check", None))):
-        raise RowsTypeError(f"reward: expected a verifier, a callable, or numbers; got {type(reward).__name__}")
-
-    cols: dict[str, list[Any]] = {c: [] for c in COLUMNS}
-    counters: dict[str, int] = {}
-    for i, ((msgs, last_user), group) in enumerate(zip(parsed, groups)):
-        tid = task_ids[i] if task_ids is not None else task_id_for(msgs)
-        priv = None if references is None else _to_json({"reference": references[i]}, f"references[{i}]")
-        for j, text in enumerate(group):
-            where = f"prompt {i}, completion {j}"
-            k = counters.get(tid, 0)
-            counters[tid] = k + 1
-            cols["task_id"].append(tid)
-            cols["prompt"].append(last_user)
-            cols["final_text"].append(text)
-            cols["messages"].append(msgs)
-            cols["rollout_index"].append(k)
-            cols["privileged"].append(priv)
-            cols["markers"].append({} if mk is None else _check_markers(mk[i][j], f"markers ({where})"))
-            if rw is not None:
-                r = _check_number(rw[i][j], f"reward ({where})")
-                cols["reward"].append(r)
-                cols["judge_name"].append("given" if r is not None else None)
-                cols["judge_status"].append("given" if r is not None else "unjudged")
-            else:
-                cols["reward"].append(None)
-                cols["judge_name"].append(None)
-                cols["judge_status"].append("unjudged")
-            cols["reason"].append(None)
-            cols["judge_meta"].append(None)
-            cols["meta"].append(None if md is None else _meta_json(md[i][j], f"meta ({where})"))
-            cols["schema_version"].append(ROWS_SCHEMA_VERSION)
-    out = Rows(_build_table(cols))
-    if reward is not None and not numbers_given:
-        from assay.grading import grade
-
-        out = grade(out, reward, workers=workers, argument="reward")
-    return out
+    if isinstance(rows, Rows):
+        return Rows(table.take(pa.array(list(keep), type=pa.int64())))
+    if isinstance(rows, pa.Table):
+        return rows.take(pa.array(list(keep), type=pa.int64()))
+    if hasattr(rows, "iloc"):
+        return rows.iloc[list(keep)]
+    rows = list(rows)
+    return [rows[i] for i in keep]

@@ -14,7 +14,7 @@ from assay.data.align import SpanMap, TokenizedInput, align, tokenize
 from assay.data.builtin.diagnostic import (
     DIAGNOSTIC_V3_CARD,
     DIMENSIONS,
-    LengthBaselineResult,
+    LengthBaseline,
     length_baseline,
     load_diagnostic_v3,
     load_diagnostic_v3_matched,
@@ -22,8 +22,8 @@ from assay.data.builtin.diagnostic import (
     read_diagnostic_dir,
 )
 from assay.data.cards import DatasetCard, data_checksum, load_dataset
-from assay.data.hodge import HodgeResult, hodge_rank
-from assay.data.interaction import InteractionResult, quadruple_interaction
+from assay.data.hodge import HodgeRanking, hodge_rank
+from assay.data.interaction import Interaction, quadruple_interaction
 from assay.data.items import (
     EdgeObs,
     Pair,
@@ -42,10 +42,11 @@ from assay.data.items import (
 )
 from assay.data.lineage import EFFECTIVE_N_KINDS, Lineage, effective_n, kish_ess
 from assay.data.view import DataView, EffectiveN, apply_derivation, validate_steps
+from assay.results import deprecated_names
 
 __all__ = [
     "DIAGNOSTIC_V3_CARD", "DIMENSIONS", "DataView", "DatasetCard", "EFFECTIVE_N_KINDS",
-    "EdgeObs", "EffectiveN", "HodgeResult", "InteractionResult", "LengthBaselineResult",
+    "EdgeObs", "EffectiveN", "HodgeRanking", "Interaction", "LengthBaseline",
     "Lineage", "Pair", "Prompt", "Quadruple", "Response", "Span", "SpanMap", "TokenizedInput",
     "Tournament", "TrajStep", "Trajectory", "align", "apply_derivation", "content_of",
     "data_checksum", "effective_n", "hodge_rank", "item_from_dict", "kish_ess", "length_baseline",
@@ -53,3 +54,6 @@ __all__ = [
     "load_diagnostic_v3_quadruples", "make_pair", "make_pairs", "quadruple_interaction",
     "read_diagnostic_dir", "seed_id_of", "tokenize", "validate_steps",
 ]
+
+# Pre-0.2 names of the result classes (see assay.results: no suffix).
+__getattr__ = deprecated_names(__name__, globals(), {"HodgeResult": "HodgeRanking", "InteractionResult": "Interaction", "LengthBaselineResult": "LengthBaseline"})

@@ -36,13 +36,13 @@ import numpy as np
 
 from assay.data.items import EdgeObs, Tournament
 from assay.errors import DataError
-from assay.results import Result
+from assay.results import Result, deprecated_names
 
 ENCODINGS = ("logodds", "winrate")
 
 
 @dataclass(frozen=True)
-class HodgeResult(Result):
+class HodgeRanking(Result):
     """Scores, the three flow components and their shares of the total weighted flow energy.
 
     ``scores[k]`` is response ``k``'s gradient potential (higher is preferred; mean 0);
@@ -149,7 +149,7 @@ def hodge_rank(
     source: str | None = None,
     baseline_sims: int = 200,
     seed: int = 0,
-) -> HodgeResult:
+) -> HodgeRanking:
     """HodgeRank decomposition of a tournament's comparisons (see the module docstring).
 
     ``source`` keeps only the edges of one annotator/judge. Parallel edges between the same two
@@ -207,7 +207,7 @@ def hodge_rank(
             sims.append(float(np.sum(nn * c2 * c2)) / tot if tot > 0 else 0.0)
         base, q95 = float(np.mean(sims)), float(np.quantile(sims, 0.95))
     ranking = tuple(int(k) for k in np.argsort(-s, kind="stable"))
-    return HodgeResult(
+    return HodgeRanking(
         scores=tuple(float(x) for x in s), ranking=ranking, edges=tuple(pairs),
         weights=tuple(float(x) for x in w), flow=tuple(float(x) for x in y),
         gradient=tuple(float(x) for x in grad), curl=tuple(float(x) for x in curl),
@@ -215,3 +215,6 @@ def hodge_rank(
         harmonic_fraction=fr[2], encoding=encoding, n_triangles=len(tris),
         baseline_curl=base, baseline_curl_q95=q95, warnings=tuple(warns),
     )
+
+# Pre-0.2 names of the result classes (see assay.results: no suffix).
+__getattr__ = deprecated_names(__name__, globals(), {"HodgeResult": "HodgeRanking"})

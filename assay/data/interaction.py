@@ -22,11 +22,12 @@ import numpy as np
 
 from assay.data.items import Quadruple
 from assay.errors import DataError
-from assay.results import Estimate, Interval, Result
+from assay.intervals import cluster_t_interval
+from assay.results import Estimate, Result, deprecated_names
 
 
 @dataclass(frozen=True)
-class InteractionResult(Result):
+class Interaction(Result):
     """Interaction and main effects of a 2x2 design, each with a seed-cluster t interval.
 
     With levels ``A = (a1, a2)`` and ``B = (b1, b2)`` (sorted names, as in ``Quadruple.levels``),
@@ -49,8 +50,6 @@ class InteractionResult(Result):
 
 
 def _cluster_t(values: np.ndarray, clusters: Sequence[str], name: str, level: float) -> Estimate:
-    from scipy import stats  # lazy: scipy.stats costs ~1 s to import
-
     # Average within seed, then a Student t interval over the k seed means (df = k - 1):
     # the seed is the independent unit (clones and mutations of one seed are not).
     order: dict[str, list[float]] = {}
@@ -62,11 +61,9 @@ def _cluster_t(values: np.ndarray, clusters: Sequence[str], name: str, level: fl
     if k < 2:
         return Estimate(name, est, None, k, "seeds", len(values),
                         "fewer than 2 seeds: no interval")
-    se = float(means.std(ddof=1) / np.sqrt(k))
-    tq = float(stats.t.ppf(0.5 + level / 2, k - 1))
     note = ("every seed has the same value: the zero-width interval reflects no observed "
-            "spread, not certainty") if se == 0 else None
-    return Estimate(name, est, Interval(est - tq * se, est + tq * se, level, "seed-cluster t"), k,
+            "spread, not certainty") if float(means.std(ddof=1)) == 0 else None
+    return Estimate(name, est, cluster_t_interval(means, level, method="seed-cluster t"), k,
                     "seeds", len(values), note)
 
 
@@ -108,7 +105,7 @@ def quadruple_interaction(
     scores: np.ndarray | Sequence[Mapping[tuple[str, str], float]] | Callable[[str, str], float],
     *,
     level: float = 0.95,
-) -> InteractionResult:
+) -> Interaction:
     """Estimate the 2x2 interaction (and main effects) over a set of quadruples.
 
     ``scores`` is an ``(n, 4)`` array in each quadruple's ``cells`` order, a list of
@@ -142,4 +139,7 @@ def quadruple_interaction(
     if inter.n < 10:
         warns.append(f"only {inter.n} independent seeds: the interval is wide and its coverage "
                      "rests on near-normal seed means")
-    return InteractionResult(inter, ea, eb, (fa, fb), its[0].levels, len(its), tuple(warns))
+    return Interaction(inter, ea, eb, (fa, fb), its[0].levels, len(its), tuple(warns))
+
+# Pre-0.2 names of the result classes (see assay.results: no suffix).
+__getattr__ = deprecated_names(__name__, globals(), {"InteractionResult": "Interaction"})

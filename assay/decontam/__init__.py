@@ -17,13 +17,17 @@ from assay.decontam.index import BuildStats, ContaminationIndex
 from assay.decontam.normalize import normalize_text, tokens
 from assay.decontam.report import (
     CleanSplit,
-    ContaminationReport,
-    FilterReport,
+    Contamination,
+    Decontamination,
     ItemMatch,
-    wilson_interval,
 )
+from assay.intervals import wilson_interval
+from assay.results import deprecated_names
 
 __all__ = [
-    "BuildStats", "CleanSplit", "ContaminationIndex", "ContaminationReport", "FilterReport", "ItemMatch",
+    "BuildStats", "CleanSplit", "ContaminationIndex", "Contamination", "Decontamination", "ItemMatch",
     "contamination", "decontaminate", "normalize_text", "tokens", "wilson_interval",
 ]
+
+# Pre-0.2 names of the result classes (see assay.results: no suffix).
+__getattr__ = deprecated_names(__name__, globals(), {"ContaminationReport": "Contamination", "FilterReport": "Decontamination"})

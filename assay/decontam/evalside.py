@@ -47,10 +47,11 @@ import numpy as np
 from assay.decontam.index import ContaminationIndex, index_params, index_ref_name, resolve_store
 from assay.decontam.ngrams import EXACT_SALT, SHINGLE_SALT, WHOLE_SALT, SpanHasher
 from assay.decontam.normalize import encode
-from assay.decontam.report import RULES, ContaminationReport, ItemMatch, wilson_interval
+from assay.decontam.report import RULES, Contamination, ItemMatch
 from assay.decontam.sources import CorpusSource, utf8_bytes
 from assay.errors import RowsError, RowsTypeError
 from assay.hashing import combine
+from assay.intervals import wilson_interval
 from assay.results import Estimate
 
 _DF_FLOOR = 10
@@ -337,8 +338,8 @@ def _semantic(texts: list[str], cfg: dict[str, Any]):
     return cat(si, np.int64), cat(sd, np.int64), cat(ss, float), best, calibration(q)
 
 
-def _corpus_vectors(source: Any, embedder: Any, store: Any, checksum: str | None, model: str,
-                    batch_size: int = 256):
+def corpus_vectors(source: Any, embedder: Any, store: Any, checksum: str | None, model: str,
+                   batch_size: int = 256):
     """A callable yielding corpus embedding batches, cached in the store per (corpus, model)."""
     from assay.decontam.semantic import embed
     from assay.hashing import combine
@@ -371,7 +372,7 @@ def contamination(eval_rows: Any, corpus: Any = None, *, index: ContaminationInd
                   max_df: float | int = 0.01, near_duplicate: float | None = 0.7, shingle: int = 3,
                   num_perm: int = 128, semantic: bool = False, embedder: Any = None,
                   similarity: float = 0.9, text_field: Any = "text", id_field: str | None = "id",
-                  store: Any = None, reuse: bool = True, max_doc_ids: int = 10) -> ContaminationReport:
+                  store: Any = None, reuse: bool = True, max_doc_ids: int = 10) -> Contamination:
     """Which eval items occur in ``corpus`` (see the module docstring for the rules).
 
     ``eval_rows``: rows with a ``prompt`` (``assay.rows`` contract; a list of strings is taken
@@ -379,7 +380,7 @@ def contamination(eval_rows: Any, corpus: Any = None, *, index: ContaminationInd
     JSONL/Parquet files; or pass a prebuilt ``index=``. The index is saved in ``store`` (default
     store; ``False`` for none) and reused when the corpus is unchanged.
 
-    Returns a :class:`ContaminationReport`: per-item rows (contaminated, rule, coverage, matched
+    Returns a :class:`Contamination`: per-item rows (contaminated, rule, coverage, matched
     n-grams, corpus doc ids), the rate over items with a Wilson interval, the thresholds, and
     ``rescore(rows)`` for pass@1 on the full and the clean subset.
 
@@ -441,7 +442,7 @@ def contamination(eval_rows: Any, corpus: Any = None, *, index: ContaminationInd
         emb = embedder if embedder is not None else MiniLM()
         model = getattr(emb, "name", None) or repr(emb)
         sem_cfg = {"embedder": emb, "similarity": float(similarity),
-                   "corpus_vectors": _corpus_vectors(source, emb, st if embedder is None else None,
+                   "corpus_vectors": corpus_vectors(source, emb, st if embedder is None else None,
                                                      index.corpus_checksum, model)}
     items, _pairs, facts = match(task_ids, texts, index, min_coverage=min_coverage, max_df=max_df,
                                  near_duplicate=near_duplicate, semantic=sem_cfg, max_doc_ids=max_doc_ids)
@@ -511,7 +512,7 @@ def _load_result(store: Any, ref_name: str, index_ref: str, task_ids: list[str],
 
 
 def _report(items, facts, index, *, n_items, min_coverage, max_df, near_duplicate, semantic,
-            similarity, model, seconds, result_cached: bool = False) -> ContaminationReport:
+            similarity, model, seconds, result_cached: bool = False) -> Contamination:
     k = sum(1 for i in items if i.contaminated)
     by_rule = {r: sum(1 for i in items if i.rule == r) for r in RULES if r != "semantic" or semantic}
     if near_duplicate is None:
@@ -553,6 +554,6 @@ def _report(items, facts, index, *, n_items, min_coverage, max_df, near_duplicat
         warnings.append("no eval items: the rate is undefined")
     corpus = {"checksum": index.corpus_checksum, "docs": index.n_docs, "index_reused": not index.built,
               "ref": index.ref_name, "result_cached": result_cached}
-    return ContaminationReport(rate=rate, n_items=n_items, n_contaminated=k, by_rule=by_rule,
+    return Contamination(rate=rate, n_items=n_items, n_contaminated=k, by_rule=by_rule,
                                thresholds=thresholds, items=tuple(items), corpus=corpus, calibration=cal,
                                warnings=tuple(warnings), seconds=seconds)

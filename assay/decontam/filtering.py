@@ -26,29 +26,14 @@ from typing import Any
 
 import numpy as np
 
-from assay.decontam.evalside import _corpus_vectors, eval_items, match
+from assay.decontam.evalside import corpus_vectors, eval_items, match
 from assay.decontam.index import ContaminationIndex, resolve_store
-from assay.decontam.report import RULES, FilterReport
+from assay.decontam.report import RULES, Decontamination
 from assay.decontam.sources import CorpusSource
 from assay.errors import RowsError, RowsTypeError
+from assay.rows import take_rows
 
 MODES = ("drop", "flag")
-
-
-def _take_rows(rows: Any, table: Any, keep: Sequence[int]) -> Any:
-    """``rows`` restricted to positions ``keep``, in the type they came in."""
-    import pyarrow as pa
-
-    from assay.rows import Rows
-
-    if isinstance(rows, Rows):
-        return Rows(table.take(pa.array(list(keep), type=pa.int64())))
-    if isinstance(rows, pa.Table):
-        return rows.take(pa.array(list(keep), type=pa.int64()))
-    if hasattr(rows, "iloc"):
-        return rows.iloc[list(keep)]
-    rows = list(rows)
-    return [rows[i] for i in keep]
 
 
 def _eval_sources(against: Any) -> list[Any]:
@@ -83,7 +68,7 @@ def decontaminate(rows: Any, against: Any, *, n: int = 13, fields: Sequence[str]
                   min_overlap: float = 0.5, mode: str = "drop", max_df: float | int = 0.01,
                   near_duplicate: float | None = 0.7, shingle: int = 3, semantic: bool = False,
                   embedder: Any = None, similarity: float = 0.9, store: Any = False,
-                  ) -> tuple[Any, FilterReport]:
+                  ) -> tuple[Any, Decontamination]:
     """Drop (``mode="drop"``) or flag (``mode="flag"``: every row kept, ``markers["contaminated"]``
     set to 1.0 or 0.0) the training ``rows`` that hold an item of ``against``.
 
@@ -94,7 +79,7 @@ def decontaminate(rows: Any, against: Any, *, n: int = 13, fields: Sequence[str]
     :func:`assay.decontam.contamination`. ``store``: where to keep the training-side index
     (default ``False``: in memory, as training rows change from run to run).
 
-    Returns ``(rows_out, FilterReport)``; rows come back in the type they came in.
+    Returns ``(rows_out, Decontamination)``; rows come back in the type they came in.
     """
     if mode not in MODES:
         raise RowsError(f"mode must be one of {MODES}, got {mode!r}")
@@ -125,7 +110,7 @@ def decontaminate(rows: Any, against: Any, *, n: int = 13, fields: Sequence[str]
 
         emb = embedder if embedder is not None else MiniLM()
         sem = {"embedder": emb, "similarity": float(similarity),
-               "corpus_vectors": _corpus_vectors(source, emb, None, None, "")}
+               "corpus_vectors": corpus_vectors(source, emb, None, None, "")}
     items, pairs, facts = match(task_ids, texts, index, min_coverage=min_overlap, max_df=max_df,
                                 near_duplicate=near_duplicate, semantic=sem)
     strong = (pairs.rule != 1) | (pairs.score >= min_overlap)
@@ -142,7 +127,7 @@ def decontaminate(rows: Any, against: Any, *, n: int = 13, fields: Sequence[str]
     by_rule = {r: sum(1 for d in dropped if d["rule"] == r) for r in RULES if r != "semantic" or semantic}
     n_rows = index.n_docs
     if mode == "drop":
-        out = _take_rows(rows, _rows_table(rows), [i for i in range(n_rows) if i not in bad])
+        out = take_rows(rows, _rows_table(rows), [i for i in range(n_rows) if i not in bad])
     else:
         out = _flag_rows(rows, bad)
     warnings = []
@@ -150,7 +135,7 @@ def decontaminate(rows: Any, against: Any, *, n: int = 13, fields: Sequence[str]
         warnings.append(f"{facts['short_items']} eval items are shorter than n={n} tokens: matched exactly only")
     if not semantic:
         warnings.append("paraphrases of eval items are not caught by the text rules; semantic=True adds the embedding rule")
-    report = FilterReport(
+    report = Decontamination(
         n_rows=n_rows, n_dropped=len(bad), dropped=tuple(dropped), by_rule=by_rule,
         thresholds={"n": n, "min_overlap": min_overlap, "max_df": max_df,
                     "boilerplate_cutoff_docs": facts["cutoff"], "near_duplicate": near_duplicate,

@@ -7,44 +7,23 @@ its interval and n, and ``report()`` with thresholds, examples and warnings.
 The contamination rate is over eval *items* (distinct tasks), with a Wilson score interval
 (E. B. Wilson, "Probable inference, the law of succession, and statistical inference", JASA 22
 (1927) 209-212): it keeps nominal coverage for small n and never collapses to zero width at 0 or
-n contaminated items.
+n contaminated items; it is computed by :func:`assay.intervals.wilson_interval`.
 
 Example:
+    >>> from assay.intervals import wilson_interval  # the rate's interval: 0 of 50 items
     >>> wilson_interval(0, 50).low, round(wilson_interval(0, 50).high, 4)
     (0.0, 0.0713)
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from statistics import NormalDist
 from typing import Any
 
-from assay.results import Estimate, Interval, Result, to_plain
+from assay.results import Estimate, Result, deprecated_names, to_plain
 
 RULES = ("exact", "ngram", "near_duplicate", "semantic")
-
-
-def wilson_interval(k: int, n: int, level: float = 0.95) -> Interval:
-    """Wilson score interval for k successes in n trials (Wilson 1927).
-
-    Example:
-        >>> i = wilson_interval(3, 10)
-        >>> round(i.low, 4), round(i.high, 4), i.method
-        (0.1078, 0.6032, 'wilson')
-    """
-    if n <= 0:
-        return Interval(math.nan, math.nan, level, "wilson")
-    z = NormalDist().inv_cdf(1 - (1 - level) / 2)
-    p = k / n
-    denom = 1 + z * z / n
-    center = (p + z * z / (2 * n)) / denom
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
-    low = 0.0 if k == 0 else max(0.0, center - half)  # exact bounds at the edges, no rounding dust
-    high = 1.0 if k == n else min(1.0, center + half)
-    return Interval(low, high, level, "wilson")
 
 
 @dataclass(frozen=True)
@@ -85,8 +64,14 @@ class ItemMatch:
         return f"[{self.index}] {self.task_id}: {what} coverage={self.coverage:.2f} ({self.n_tokens} tokens){extra}{docs}"
 
 
+def _report_text(result: Any, body: list[str]) -> str:
+    """A decontam report: the one-line summary, the thresholds, ``body``, then the warnings."""
+    thresholds = "thresholds: " + ", ".join(f"{k}={v}" for k, v in result.thresholds.items())
+    return "\n".join([str(result), thresholds, *body, *(f"warning: {w}" for w in result.warnings)])
+
+
 @dataclass(frozen=True)
-class ContaminationReport(Result):
+class Contamination(Result):
     """Which eval items occur in the corpus, with the rate over items and its interval."""
 
     rate: Estimate
@@ -131,13 +116,12 @@ class ContaminationReport(Result):
     def clean(self, rows: Any) -> Any:
         """``rows`` without the rows of contaminated tasks (same type as given: Rows, Arrow table,
         or a list of dict rows)."""
-        from assay.decontam.filtering import _take_rows
-        from assay.rows import as_table
+        from assay.rows import as_table, take_rows
 
         bad = set(self.contaminated_task_ids())
         table = as_table(rows, require=("prompt",), argument="rows")
         keep = [i for i, t in enumerate(table.column("task_id").to_pylist()) if t not in bad]
-        return _take_rows(rows, table, keep)
+        return take_rows(rows, table, keep)
 
     def rescore(self, rows: Any, *, k: int | None = None) -> CleanSplit:
         """pass@1 (and pass@k) on every task and on the clean tasks only, side by side, through
@@ -148,16 +132,9 @@ class ContaminationReport(Result):
         return rescore(rows, self.contaminated_task_ids(), k=k)
 
     def report(self, examples: int = 5) -> str:
-        lines = [str(self)]
-        t = self.thresholds
-        lines.append(
-            "thresholds: " + ", ".join(f"{k}={v}" for k, v in t.items())
-        )
-        c = self.corpus
-        lines.append(
-            f"corpus: {c.get('docs')} documents, checksum {c.get('checksum')}, index "
-            f"{'reused from the store' if c.get('index_reused') else 'built'}"
-        )
+        t, c = self.thresholds, self.corpus
+        lines = [f"corpus: {c.get('docs')} documents, checksum {c.get('checksum')}, index "
+                 f"{'reused from the store' if c.get('index_reused') else 'built'}"]
         if self.calibration:
             cal = self.calibration
             lines.append(
@@ -173,13 +150,11 @@ class ContaminationReport(Result):
                 if it.matched_ngrams:
                     lines.append(f"    matched: {it.matched_ngrams[0]!r}")
                 lines.append(f"    prompt: {it.prompt[:100]!r}")
-        for w in self.warnings:
-            lines.append(f"warning: {w}")
-        return "\n".join(lines)
+        return _report_text(self, lines)
 
 
 @dataclass(frozen=True)
-class FilterReport(Result):
+class Decontamination(Result):
     """What ``decontaminate`` dropped from the training rows, and why."""
 
     n_rows: int
@@ -202,12 +177,9 @@ class FilterReport(Result):
         return self.to_dict()[key]
 
     def report(self, examples: int = 5) -> str:
-        lines = [str(self), "thresholds: " + ", ".join(f"{k}={v}" for k, v in self.thresholds.items())]
-        for d in self.dropped[:examples]:
-            lines.append(f"  row {d['index']}: {d['rule']} (eval item {d['eval_task_id']}, score {d['score']:.2f})")
-        for w in self.warnings:
-            lines.append(f"warning: {w}")
-        return "\n".join(lines)
+        return _report_text(self, [
+            f"  row {d['index']}: {d['rule']} (eval item {d['eval_task_id']}, score {d['score']:.2f})"
+            for d in self.dropped[:examples]])
 
 
 @dataclass(frozen=True)
@@ -225,9 +197,8 @@ class CleanSplit(Result):
 
 def rescore(rows: Any, contaminated_task_ids: Sequence[str], *, k: int | None = None) -> CleanSplit:
     """``assay.measure.pass_at`` of ``rows`` on all tasks and without ``contaminated_task_ids``."""
-    from assay.decontam.filtering import _take_rows
-    from assay.measure import pass_at  # lazy: the measurement stage is a separate module
-    from assay.rows import as_table
+    from assay.measure.passk import pass_at  # lazy: the measurement stage is a separate module
+    from assay.rows import as_table, take_rows
 
     bad = set(contaminated_task_ids)
     table = as_table(rows, require=("prompt",), argument="rows")
@@ -235,5 +206,8 @@ def rescore(rows: Any, contaminated_task_ids: Sequence[str], *, k: int | None = 
     keep = [i for i, t in enumerate(tids) if t not in bad]
     removed = len({t for t in tids if t in bad})
     full = pass_at(rows, k=k)
-    clean = pass_at(_take_rows(rows, table, keep), k=k)
+    clean = pass_at(take_rows(rows, table, keep), k=k)
     return CleanSplit(full=full, clean=clean, n_removed=removed, method="assay.measure.pass_at")
+
+# Pre-0.2 names of the result classes (see assay.results: no suffix).
+__getattr__ = deprecated_names(__name__, globals(), {"ContaminationReport": "Contamination", "FilterReport": "Decontamination"})

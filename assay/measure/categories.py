@@ -33,19 +33,18 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from scipy import special
 
 from assay.errors import MeasureError, RowsError
+from assay.intervals import STRATIFIED_METHOD, stratified_interval
 from assay.measure.comparison import Comparison, MetricComparison, _holm, compare
 from assay.measure.grouping import frame_of_table, task_stats
 from assay.measure.passk import PassAt, pass_at_frame, pass_at_k_unbiased
 from assay.measure.signflip import min_attainable_p
-from assay.results import Estimate, Interval, Result
+from assay.results import Estimate, Result
 from assay.rowfields import field_values
 from assay.rows import as_table
 
-MACRO_METHOD = ("stratified Wilson score over categories (equal weights, n_eff = m(1-m)/Var, "
-                "Var = sum of s_c^2/T_c over C^2, t on Welch-Satterthwaite df)")
+MACRO_METHOD = STRATIFIED_METHOD
 #: The category of rows whose field is missing (None): shown, never merged into another.
 MISSING = "(missing)"
 
@@ -88,35 +87,18 @@ def _split(table: pa.Table, labels: list[str]) -> dict[str, pa.Table]:
 def macro_average(per_task: Sequence[np.ndarray], floors: Sequence[float], *, level: float = 0.95,
                   name: str = "macro pass@1") -> Estimate:
     """Equal-weight mean over categories of the mean of each one's per-task values in [0, 1],
-    with the stratified Wilson interval of the module docstring.
+    with :func:`assay.intervals.stratified_interval`.
 
     Example:
         >>> e = macro_average([np.array([1.0, 0.0, 1.0, 1.0]), np.array([0.5, 0.5, 0.0])], [0.25, 0.25])
         >>> round(e.value, 4), e.n, e.unit
         (0.5417, 7, 'tasks')
     """
-    C = len(per_task)
-    if C == 0:
+    if not per_task:
         raise MeasureError("macro average of no categories")
-    T = np.array([len(x) for x in per_task], dtype=np.float64)
-    means = np.array([float(np.mean(x)) for x in per_task])
-    m = float(means.mean())
-    v = np.array([float(np.var(x, ddof=1)) / len(x) if len(x) > 1 else 0.25 for x in per_task])
-    var = float(v.sum() / C**2)
-    kish = C**2 / float(np.sum(1.0 / T))
-    floor = float(np.mean(floors)) if len(floors) else 1.0
-    pq = m * (1.0 - m)
-    n_eff = kish if pq <= 0 or var <= 0 else min(pq / var, kish / max(floor, 1e-12))
-    terms = np.array([(v[i] / C**2) ** 2 / (T[i] - 1) for i in range(C) if T[i] > 1])
-    df = var**2 / terms.sum() if var > 0 and terms.sum() > 0 else 2.0 * (T.sum() - 1)
-    q = float(special.stdtrit(max(df, 1.0), 0.5 + level / 2.0))
-    q2n = q * q / n_eff
-    center = (m + q2n / 2.0) / (1.0 + q2n)
-    half = q * np.sqrt(pq / n_eff + q2n / (4.0 * n_eff)) / (1.0 + q2n)
-    lo = 0.0 if m <= 0.0 else max(0.0, center - half)
-    hi = 1.0 if m >= 1.0 else min(1.0, center + half)
-    return Estimate(name, m, Interval(float(lo), float(hi), level, MACRO_METHOD), int(T.sum()), "tasks",
-                    note=f"{C} categories weighted equally")
+    m, iv = stratified_interval(list(per_task), list(floors), level)
+    return Estimate(name, m, iv, int(sum(len(x) for x in per_task)), "tasks",
+                    note=f"{len(per_task)} categories weighted equally")
 
 
 @dataclass(frozen=True)

@@ -25,9 +25,9 @@ from math import lcm
 from typing import Any
 
 import numpy as np
-from scipy import special
 
 from assay.errors import MeasureError
+from assay.intervals import t_bounds
 from assay.measure.grouping import Frame, read_runs, task_stats
 from assay.measure.signflip import min_attainable_p, power, signflip_test
 from assay.results import Estimate, Interval, Result, _fmt
@@ -253,9 +253,8 @@ def compare(before: Any, after: Any, *, proxy: str | None = None, metrics: Seque
             v = np.nan_to_num(wb_) / sb.n[paired] + np.nan_to_num(wa_) / sa.n[paired]
         sd = float(d.std(ddof=1)) if T > 1 else 0.0
         se = max(sd / np.sqrt(T), float(np.sqrt(v.sum()) / T))
-        q = special.stdtrit(max(T - 1, 1), 0.5 + level / 2)
         delta = float(d.mean())
-        lo, hi = delta - q * se, delta + q * se
+        lo, hi = t_bounds(delta, se, max(T - 1, 1), level)
         if name == "pass@1":
             lo, hi = max(lo, -1.0), min(hi, 1.0)
         rows_used = int(sb.rows[paired].sum() + sa.rows[paired].sum())

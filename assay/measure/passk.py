@@ -25,8 +25,8 @@ import numpy as np
 from scipy.special import gammaln
 
 from assay.errors import MeasureError
+from assay.intervals import TASK_METHOD, task_interval
 from assay.measure.grouping import Frame, read_frame, task_stats
-from assay.measure.intervals import METHOD, task_interval
 from assay.results import Estimate, Result
 
 
@@ -110,7 +110,7 @@ class PassAt(Result):
         lines = [str(self)]
         lines.append(
             f"rows: {self.n_rows} binary used, {self.n_partial} partial skipped, {self.n_unjudged} unjudged skipped; "
-            f"se(pass@1) {self.se:.4f}, design effect phi {self.design_effect:.3f}; intervals: {METHOD}"
+            f"se(pass@1) {self.se:.4f}, design effect phi {self.design_effect:.3f}; intervals: {TASK_METHOD}"
         )
         lines += [f"note: {n}" for n in self.notes]
         lines += [f"warning: {w}" for w in self.warnings]

@@ -29,8 +29,8 @@ import numpy as np
 from scipy import special
 
 from assay.errors import MeasureError
+from assay.intervals import cluster_t_interval, task_interval
 from assay.measure.grouping import read_runs, task_stats
-from assay.measure.intervals import task_interval
 from assay.results import Estimate, Result
 
 
@@ -118,14 +118,8 @@ def _decompose(metric: str, per_run: list[tuple[np.ndarray, np.ndarray, np.ndarr
     floor = float(np.mean(1.0 / n))
     if binary:
         interval = task_interval(x, floor=floor, level=level)
-    else:
-        interval = None
-        if T > 1:
-            q = special.stdtrit(T - 1, 0.5 + level / 2)
-            h = q * x.std(ddof=1) / np.sqrt(T)
-            from assay.results import Interval
-
-            interval = Interval(float(x.mean() - h), float(x.mean() + h), level, "t over tasks")
+    else:  # tasks are the clusters: a t interval over the per-task means
+        interval = cluster_t_interval(x, level, method="t over tasks")
     mean = Estimate(metric, float(x.mean()), interval, T, "tasks", int(st.rows[present].sum()))
     K = float(n[0]) if np.all(n == n[0]) else float(len(n) / np.sum(1.0 / n))  # harmonic mean samples per task
     if not has_w.any():

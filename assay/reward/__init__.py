@@ -12,6 +12,7 @@ Example:
 from __future__ import annotations
 
 import importlib
+import warnings
 from typing import Any
 
 # name -> defining module; loaded on first use (PEP 562) so the torch adapters and matplotlib
@@ -22,7 +23,7 @@ _LAZY: dict[str, str] = {
     "RewardModelError": "assay.reward.base",
     "ScoreRun": "assay.reward.base",
     "HFRewardModel": "assay.reward.hf",
-    "InvarianceReport": "assay.reward.hf",
+    "Invariance": "assay.reward.hf",
     "EmbeddingRewardModel": "assay.reward.embedding",
     "bundled_model_path": "assay.reward.embedding",
     "FunctionRewardModel": "assay.reward.function",
@@ -31,7 +32,7 @@ _LAZY: dict[str, str] = {
     "score_view": "assay.reward.scoring",
     "score_key": "assay.reward.scoring",
     "audit": "assay.reward.auditing",
-    "AuditResult": "assay.reward.auditing",
+    "Audit": "assay.reward.auditing",
     "DimensionAudit": "assay.reward.auditing",
     "QuadrupleAudit": "assay.reward.auditing",
     "TournamentAudit": "assay.reward.auditing",
@@ -43,11 +44,19 @@ _LAZY: dict[str, str] = {
 __all__ = sorted(_LAZY)
 
 
+# Pre-0.2 names of the result classes (see assay.results: no suffix) -> today's name.
+_RENAMED: dict[str, str] = {"AuditResult": "Audit", "InvarianceReport": "Invariance"}
+
+
 def __getattr__(name: str) -> Any:
     if name in _LAZY:
         value = getattr(importlib.import_module(_LAZY[name]), name)
         globals()[name] = value
         return value
+    if name in _RENAMED:
+        warnings.warn(f"assay.reward.{name} is deprecated: use assay.reward.{_RENAMED[name]} "
+                      "(the same class)", DeprecationWarning, stacklevel=2)
+        return __getattr__(_RENAMED[name])
     raise AttributeError(f"module 'assay.reward' has no attribute {name!r}")
 
 

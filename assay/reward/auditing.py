@@ -20,7 +20,7 @@ import numpy as np
 import pyarrow as pa
 
 from assay.errors import DataError
-from assay.results import Estimate, Result, _fmt
+from assay.results import Estimate, Result, _fmt, deprecated_names
 from assay.reward.base import RewardModel
 from assay.reward.scoring import score_view
 from assay.reward.stats import (
@@ -117,7 +117,7 @@ def _est(e: Estimate | None) -> str:
 
 
 @dataclass(frozen=True)
-class AuditResult(Result):
+class Audit(Result):
     """Per-dimension audit of one reward model, with a pooled length-bias statistic.
 
     ``str()`` is one line with every estimate, its interval and n; ``table()`` the printed
@@ -419,7 +419,7 @@ def default_views() -> dict[str, Any]:
 
 def audit(model: RewardModel, views: Mapping[str, Any] | Any | None = None, *,
           store: Store | str | os.PathLike[str] | None = None, cache: bool = True,
-          tie_tol: float = 0.0, level: float = 0.95) -> AuditResult:
+          tie_tol: float = 0.0, level: float = 0.95) -> Audit:
     """Audit a reward model per dimension (default: the built-in diagnostic set, 14 dimensions).
 
     ``views`` maps a dimension name to a DataView (a single DataView is one dimension named
@@ -470,7 +470,7 @@ def audit(model: RewardModel, views: Mapping[str, Any] | Any | None = None, *,
                          list(np.concatenate(all_seed)), np.concatenate(all_w),
                          level=level, name="pooled length bias")
     warnings = _warnings(dims, pooled, truncated, level)
-    return AuditResult(
+    return Audit(
         model=model.name, fingerprint=model.fingerprint, dimensions=tuple(dims),
         length_bias=pooled,
         tie_policy=(f"|margin| <= {tie_tol:g} is a tie, counted as half correct"),
@@ -504,3 +504,6 @@ def _warnings(dims: list[DimensionAudit], pooled: Estimate, truncated: int,
     if truncated:
         out.append(f"{truncated} inputs were truncated to fit the model (see each run's record)")
     return out
+
+# Pre-0.2 names of the result classes (see assay.results: no suffix).
+__getattr__ = deprecated_names(__name__, globals(), {"AuditResult": "Audit"})

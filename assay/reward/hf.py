@@ -45,7 +45,7 @@ import numpy as np
 
 from assay.errors import DataError
 from assay.hashing import combine
-from assay.results import Result
+from assay.results import Result, deprecated_names
 from assay.reward.base import (
     PROTOCOL_VERSION,
     RewardModelError,
@@ -88,7 +88,7 @@ PROBE_RESPONSES = (
 
 
 @dataclass(frozen=True)
-class InvarianceReport(Result):
+class Invariance(Result):
     """Whether scores depend on batch composition or padding (they must not, beyond ``atol``).
 
     ``single_vs_batched`` is the largest absolute score change between scoring each item alone
@@ -96,7 +96,7 @@ class InvarianceReport(Result):
     ``extra_padding`` more pad tokens.
 
     Example:
-        >>> r = InvarianceReport(8, 1e-6, 2e-6, 1e-4, 8, 4, True)
+        >>> r = Invariance(8, 1e-6, 2e-6, 1e-4, 8, 4, True)
         >>> str(r)
         'invariance ok: batch-size change 1e-06, padding change 2e-06 (atol 0.0001; 8 items, largest batch 4)'
     """
@@ -434,7 +434,7 @@ class HFRewardModel:
 
     def check_invariance(self, prompts: Sequence[str] | None = None,
                          responses: Sequence[str] | None = None, *, atol: float | None = None,
-                         extra_padding: int = 8) -> InvarianceReport:
+                         extra_padding: int = 8) -> Invariance:
         """Score the same items alone (batch size 1), in the usual token-budget batches, and with
         ``extra_padding`` more pad tokens per batch; report the largest score changes.
 
@@ -463,5 +463,8 @@ class HFRewardModel:
             note = "batches hold one item here: raise batch_tokens to test mixed batches"
         if self._one_at_a_time:
             note = "model cannot read padded batches (no pad_token_id): scored one at a time"
-        return InvarianceReport(len(ids), d_single, d_pad, float(atol), extra_padding, largest,
+        return Invariance(len(ids), d_single, d_pad, float(atol), extra_padding, largest,
                                 d_single <= atol and d_pad <= atol, note)
+
+# Pre-0.2 names of the result classes (see assay.results: no suffix).
+__getattr__ = deprecated_names(__name__, globals(), {"InvarianceReport": "Invariance"})

@@ -1,6 +1,7 @@
 """Statistics of the reward audit: seed-cluster pair accuracy, length bias, 2x2 contrasts, cycles.
 
 Every interval counts independent seeds, not rows; each function names its method and source.
+The interval arithmetic itself (Wilson, t, Fisher z) is in :mod:`assay.intervals`.
 """
 
 from __future__ import annotations
@@ -13,38 +14,18 @@ import numpy as np
 from scipy import stats as sps
 
 from assay.errors import MeasureError
+from assay.intervals import (
+    cluster_t_interval,
+    fisher_z_interval,
+    normal_quantile,
+    t_quantile,
+    wilson,
+)
 from assay.results import Estimate, Interval
 
 ACCURACY_METHOD = "Wilson, seed-cluster design effect (Korn-Graubard 1998)"
 SPEARMAN_METHOD = "Spearman on seed means, Fisher z, SE sqrt(1.06/(k-3)) (Fieller et al. 1957)"
 MEAN_METHOD = "seed-cluster t"
-
-
-def _z(level: float) -> float:
-    if not 0 < level < 1:
-        raise MeasureError(f"level must be in (0, 1), got {level!r}")
-    return float(sps.norm.ppf(0.5 + level / 2))
-
-
-def wilson(successes: float, n: float, level: float = 0.95) -> tuple[float, float]:
-    """Wilson score interval (Wilson 1927) for ``successes`` out of ``n`` (both may be
-    fractional: ties count half, and ``n`` may be an effective sample size).
-
-    Example:
-        >>> lo, hi = wilson(10, 10)
-        >>> round(lo, 3), hi
-        (0.722, 1.0)
-    """
-    if n <= 0:
-        return (math.nan, math.nan)
-    z = _z(level)
-    p = min(max(successes / n, 0.0), 1.0)
-    denom = 1 + z * z / n
-    centre = (p + z * z / (2 * n)) / denom
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
-    lo = 0.0 if p == 0 else max(0.0, centre - half)
-    hi = 1.0 if p == 1 else min(1.0, centre + half)
-    return (lo, hi)
 
 
 def _clusters(clusters: Sequence[str]) -> tuple[np.ndarray, int]:
@@ -100,9 +81,7 @@ def cluster_proportion(outcomes: Sequence[float] | np.ndarray, clusters: Sequenc
             note = "no variation: effective n = seeds"
     else:
         n_eff = min(p * (1 - p) / v, n_items)
-    z = _z(level)
-    t = float(sps.t.ppf(0.5 + level / 2, k - 1))
-    n_eff *= (z / t) ** 2
+    n_eff *= (normal_quantile(level) / t_quantile(level, k - 1)) ** 2
     lo, hi = wilson(p * n_eff, n_eff, level)
     return Estimate(name, p, Interval(lo, hi, level, ACCURACY_METHOD), k, "seeds", n, note)
 
@@ -136,9 +115,7 @@ def spearman_interval(x: np.ndarray, y: np.ndarray, level: float = 0.95
     if k < 5 or np.ptp(x) == 0 or np.ptp(y) == 0:
         return (math.nan, math.nan, math.nan)
     rho = float(sps.spearmanr(x, y).statistic)
-    zc = math.atanh(min(max(rho, -0.999999), 0.999999))
-    half = _z(level) * math.sqrt(1.06 / (k - 3))
-    return rho, math.tanh(zc - half), math.tanh(zc + half)
+    return (rho, *fisher_z_interval(rho, k, level, variance=1.06))
 
 
 def length_bias(score_diff: Sequence[float] | np.ndarray, length_diff: Sequence[float] | np.ndarray,
@@ -192,10 +169,7 @@ def cluster_mean(values: Sequence[float] | np.ndarray, clusters: Sequence[str], 
     mean = float(m.mean())
     if k < 2:
         return Estimate(name, mean, None, k, unit, len(v), "one seed: no interval")
-    se = float(m.std(ddof=1)) / math.sqrt(k)
-    t = float(sps.t.ppf(0.5 + level / 2, k - 1))
-    return Estimate(name, mean, Interval(mean - t * se, mean + t * se, level, MEAN_METHOD), k,
-                    unit, len(v))
+    return Estimate(name, mean, cluster_t_interval(m, level, method=MEAN_METHOD), k, unit, len(v))
 
 
 def cyclic_triads(pref: np.ndarray) -> tuple[int, int]:

@@ -49,7 +49,7 @@ class FileSource(RecordSourceSpec):
         return self.rows_from(study, self.read_source_records(study), self._where(study))
 
     def identity(self, study: StudySpec) -> dict[str, Any]:
-        from assay.spec import file_checksum
+        from assay.hashing import file_checksum
 
         return {**super().identity(study), "path": file_checksum(study.resolve(self.path))}
 

@@ -36,13 +36,13 @@ class HumanEvalSource(SourceSpec):
     verifier: VerifierSpec | None = Field(default_factory=lambda: VerifierSpec(kind="code_exec"))
 
     def build_rows(self, study: StudySpec) -> Rows:
-        import assay
         from assay import offline
+        from assay.builder import rows
 
         problems = offline.humaneval()
         p = self.policy
         completions = offline.seeded_code_policy(problems, k=p.k, seed=p.seed, skill=p.skill)
-        return assay.rows(completions=completions, **problems.inputs())
+        return rows(completions=completions, **problems.inputs())
 
     def identity(self, study: StudySpec) -> dict[str, Any]:
         from assay.hashing import code_checksum

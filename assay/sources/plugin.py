@@ -30,13 +30,12 @@ class PluginSource(SourceSpec):
                              base_dir=getattr(study, "_base_dir", None))
 
     def build_rows(self, study: StudySpec) -> Rows:
-        import assay
         from assay.errors import SpecError
         from assay.rows import Rows, as_table
 
         out = self._callable(study)(**self.params)
         try:
-            return out if isinstance(out, assay.Rows) else Rows(as_table(out))
+            return out if isinstance(out, Rows) else Rows(as_table(out))
         except Exception as e:
             raise SpecError(f"source {self.name!r}: {self.kind} returned something that is not "
                             f"rows ({type(e).__name__}: {e}); return assay.rows(...) or dict rows") from None

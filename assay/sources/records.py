@@ -198,7 +198,7 @@ def rows_from_records(records: Sequence[Mapping[str, Any]], fields: FieldMap, *,
     from the record instead of reading ``fields.prompt``; ``reference_regex`` reads the gold
     answer out of the reference field (group 1).
     """
-    import assay
+    from assay.builder import rows
 
     prompts, completions, refs, tids, rewards, markers, metas = [], [], [], [], [], [], []
     mfields = fields.marker_fields()
@@ -258,10 +258,10 @@ def rows_from_records(records: Sequence[Mapping[str, Any]], fields: FieldMap, *,
     if not prompts:
         raise SpecError(f"{where}: no records")
     try:
-        return assay.rows(prompts, completions, rewards if fields.reward is not None else None,
-                          references=refs if fields.reference is not None else None,
-                          task_ids=tids if fields.task_id is not None else None,
-                          markers=markers if mfields else None, meta=metas)
+        return rows(prompts, completions, rewards if fields.reward is not None else None,
+                    references=refs if fields.reference is not None else None,
+                    task_ids=tids if fields.task_id is not None else None,
+                    markers=markers if mfields else None, meta=metas)
     except RowsError as e:
         # rows() counts completions the way records are counted here (one per record)
         msg = re.sub(r"prompt (\d+), completion 0", r"record \1", str(e))

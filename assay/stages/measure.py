@@ -25,7 +25,15 @@ STAGE = define_stage("measure", 1)
 def run_measure(store: Store, spec: StudySpec, graded: Mapping[str, Sequence[StageResult]], *,
                 progress: Any = None) -> StageResult:
     """The measurements the spec asks for, over the graded rows of each source."""
-    import assay
+    from assay.measure import (
+        compare,
+        compare_by,
+        eval_variance,
+        holdout_size,
+        pass_at,
+        pass_at_by,
+        select,
+    )
     from assay.report import result_doc
 
     m = spec.measure
@@ -37,32 +45,31 @@ def run_measure(store: Store, spec: StudySpec, graded: Mapping[str, Sequence[Sta
         outputs: dict[str, Any] = {}
         if m.pass_at is not None:
             for n in m.pass_at.sources or names:
-                docs.append(result_doc("pass_at", f"pass_at[{n}]", assay.pass_at(rows[n], k=m.pass_at.k),
+                docs.append(result_doc("pass_at", f"pass_at[{n}]", pass_at(rows[n], k=m.pass_at.k),
                                        source=n))
                 if m.pass_at.by is not None:
-                    docs.append(_by_doc(assay.pass_at_by(rows[n], m.pass_at.by, k=m.pass_at.k), n))
+                    docs.append(_by_doc(pass_at_by(rows[n], m.pass_at.by, k=m.pass_at.k), n))
         for c in m.compare:
-            res = assay.compare(rows[c.before], rows[c.after], proxy=c.proxy, metrics=c.metrics,
+            res = compare(rows[c.before], rows[c.after], proxy=c.proxy, metrics=c.metrics,
                                 alpha=c.alpha)
             docs.append(result_doc("compare", f"compare[{c.before} -> {c.after}]", res,
                                    before=c.before, after=c.after))
             if c.by is not None:
-                res_by = assay.compare_by(rows[c.before], rows[c.after], c.by, metrics=c.metrics,
-                                          alpha=c.alpha)
+                res_by = compare_by(rows[c.before], rows[c.after], c.by, metrics=c.metrics, alpha=c.alpha)
                 docs.append(result_doc("compare_by", f"compare[{c.before} -> {c.after}] by {c.by}", res_by,
                                        before=c.before, after=c.after, by=c.by))
         if m.eval_variance is not None:
             for n in m.eval_variance.sources or names:
                 docs.append(result_doc("eval_variance", f"eval_variance[{n}]",
-                                       assay.eval_variance(rows[n]), source=n))
+                                       eval_variance(rows[n]), source=n))
         if m.holdout_size is not None:
             h = m.holdout_size
-            res = assay.holdout_size(h.effect, before=rows[h.before] if h.before else None,
+            res = holdout_size(h.effect, before=rows[h.before] if h.before else None,
                                      after=rows[h.after] if h.after else None, power=h.power,
                                      alpha=h.alpha)
             docs.append(result_doc("holdout_size", "holdout_size", res))
         if m.select is not None:
-            res = assay.select(rows[m.select.source], mode="rl", band=tuple(m.select.band))
+            res = select(rows[m.select.source], mode="rl", band=tuple(m.select.band))
             kept = getattr(res, "rows", None)
             if kept is not None:
                 outputs["selected"] = Rows(as_table(kept, require=()))

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from assay.errors import VerifierError
-from assay.judging import Verifier
+from assay.judging import Verdict, Verifier
 from assay.verify.registry import VERIFIERS
 
 
@@ -62,9 +62,9 @@ class MultipleChoice(Verifier):
 
     Example:
         >>> MultipleChoice().check("The answer is (B).", "B", {})
-        (1.0, 'chose B, want B')
-        >>> MultipleChoice("ABCDEFGHIJ").check("I am not sure.", "I", {})
-        (0.0, 'no choice found among ABCDEFGHIJ')
+        Verdict(reward=1.0, status='ok', reason='chose B, want B', meta=None, markers={})
+        >>> MultipleChoice("ABCDEFGHIJ").check("I am not sure.", "I", {}).reason
+        'no choice found among ABCDEFGHIJ'
     """
 
     def __init__(self, choices: str = "ABCD", *, name: str = "MultipleChoice") -> None:
@@ -78,7 +78,7 @@ class MultipleChoice(Verifier):
     def __repr__(self) -> str:
         return f"MultipleChoice({self.choices!r})"
 
-    def check(self, candidate: str, reference: Any, row: Mapping[str, Any]) -> Any:
+    def check(self, candidate: str, reference: Any, row: Mapping[str, Any]) -> Verdict:
         if isinstance(reference, int) and not isinstance(reference, bool):
             if not 0 <= reference < len(self.choices):
                 raise VerifierError(f"MultipleChoice: reference index {reference} is outside 0..{len(self.choices) - 1}")
@@ -90,5 +90,5 @@ class MultipleChoice(Verifier):
                                 "or an option index")
         got = extract_choice(candidate, self.choices)
         if got is None:
-            return 0.0, f"no choice found among {self.choices}"
-        return (1.0 if got == want else 0.0), f"chose {got}, want {want}"
+            return Verdict(0.0, reason=f"no choice found among {self.choices}")
+        return Verdict(1.0 if got == want else 0.0, reason=f"chose {got}, want {want}")

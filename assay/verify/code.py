@@ -79,9 +79,9 @@ class CodeExec(Verifier):
     Example:
         >>> v = CodeExec()
         >>> ref = {"test": "def check(f):\\n    assert f(2) == 4", "entry_point": "sq"}
-        >>> v.check("def sq(x):\\n    return x * x\\n", ref, {})["reward"]
+        >>> v.check("def sq(x):\\n    return x * x\\n", ref, {}).reward
         1.0
-        >>> v.check("import sys\\nsys.exit(0)\\n", ref, {})["reward"]
+        >>> v.check("import sys\\nsys.exit(0)\\n", ref, {}).reward
         0.0
     """
 
@@ -169,7 +169,7 @@ class CodeExec(Verifier):
         if reply.get("left_over"):
             meta["left_over_processes"] = reply["left_over"]
         if status == "passed":
-            return {"reward": 1.0, "reason": "all tests passed", "meta": meta}
+            return Verdict(1.0, reason="all tests passed", meta=meta)
         if status == "error":
             return Verdict(None, "error", f"{self.name}: {reply.get('output_tail', '')[-300:]}", meta)
         if status == "timeout":
@@ -185,7 +185,7 @@ class CodeExec(Verifier):
                 reason = f"failed: {excs[-1]}"
             else:
                 reason = f"failed: exited with code {reply.get('exit_code')} before the tests finished"
-        return {"reward": 0.0, "reason": reason, "meta": meta}
+        return Verdict(0.0, reason=reason, meta=meta)
 
 
 def _tests_of(spec: Any, where: str) -> tuple[str, str | None, str | None]:

@@ -21,8 +21,8 @@ Example:
     ...     "def close(completion, reference, tol=0.0):\\n"
     ...     "    return abs(float(completion) - float(reference)) <= tol\\n")
     >>> v = FunctionVerifier("my_graders:close", {"tol": 0.5}, base_dir=d)
-    >>> v.check("3.2", "3", {}), v.check("4", "3", {})
-    (True, False)
+    >>> v.check("3.2", "3", {}).reward, v.check("4", "3", {}).reward
+    (1.0, 0.0)
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from typing import Any
 
 from assay.errors import SpecError
 from assay.hashing import file_checksum
-from assay.judging import Verifier
+from assay.judging import Verdict, Verifier, normalize_verdict
 from assay.registry import load_callable
 from assay.verify.registry import VERIFIERS
 
@@ -140,11 +140,13 @@ class FunctionVerifier(Verifier):
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
 
-    def check(self, candidate: str, reference: Any, row: Mapping[str, Any]) -> Any:
+    def check(self, candidate: str, reference: Any, row: Mapping[str, Any]) -> Verdict:
+        """The function's judgement as a :class:`Verdict` (an exception propagates: grading
+        records it as the row's ``error`` reason)."""
         if self._fn is None:
             self._fn = load_fresh(self.function, self.base_dir)
         args = (candidate, reference, row)[:self._n]
-        return self._fn(*args, **self.params)
+        return normalize_verdict(self._fn(*args, **self.params))
 
     def __repr__(self) -> str:
         return f"FunctionVerifier({self.function!r}, {self.params!r})"

@@ -15,7 +15,7 @@ from fractions import Fraction
 from typing import Any
 
 from assay.errors import VerifierError
-from assay.judging import Verifier
+from assay.judging import Verdict, Verifier
 from assay.verify.registry import VERIFIERS
 
 # A number: optional sign (ASCII or Unicode minus) not glued to a preceding word or digit,
@@ -131,10 +131,11 @@ class Numeric(Verifier):
     A reference without a number cannot be judged (reward None).
 
     Example:
-        >>> Numeric().check("The answer is 3.5", "3.5", {})
+        >>> v = Numeric().check("The answer is 3.5", "3.5", {})
+        >>> v.reward, v.reason
         (1.0, 'got 3.5, want 3.5')
-        >>> Numeric().check("-5", "5", {})
-        (0.0, 'got -5.0, want 5.0')
+        >>> Numeric().check("-5", "5", {}).reason
+        'got -5.0, want 5.0'
     """
 
     def __init__(self, tol: float = 1e-6, rel: float | None = None, *, name: str = "Numeric") -> None:
@@ -154,13 +155,13 @@ class Numeric(Verifier):
         bound = self.tol if self.rel is None else max(self.tol, self.rel * abs(want))
         return abs(got - want) <= bound
 
-    def check(self, candidate: str, reference: Any, row: Mapping[str, Any]) -> Any:
+    def check(self, candidate: str, reference: Any, row: Mapping[str, Any]) -> Verdict:
         want = _reference_number(reference)
         if want is None:
-            return None, f"reference {reference!r:.60} contains no number"
+            return Verdict(None, reason=f"reference {reference!r:.60} contains no number")
         got = extract_number(candidate)
         if got is None:
-            return 0.0, "no number in the answer"
+            return Verdict(0.0, reason="no number in the answer")
         readings = [(got.value, want.value)]
         if got.percent != want.percent:
             if got.percent:
@@ -170,5 +171,5 @@ class Numeric(Verifier):
         for g, w in readings:
             if self._close(g, w):
                 note = "" if (g, w) == readings[0] else " (percent read as a fraction)"
-                return 1.0, f"got {got.value!r}{'%' if got.percent else ''}, want {want.value!r}{'%' if want.percent else ''}{note}"
-        return 0.0, f"got {got.value!r}{'%' if got.percent else ''}, want {want.value!r}{'%' if want.percent else ''}"
+                return Verdict(1.0, reason=f"got {got.value!r}{'%' if got.percent else ''}, want {want.value!r}{'%' if want.percent else ''}{note}")
+        return Verdict(0.0, reason=f"got {got.value!r}{'%' if got.percent else ''}, want {want.value!r}{'%' if want.percent else ''}")

@@ -12,7 +12,7 @@ from fractions import Fraction
 from typing import Any
 
 from assay.errors import VerifierError
-from assay.judging import Verifier
+from assay.judging import Verdict, Verifier
 from assay.verify.registry import VERIFIERS
 
 
@@ -41,7 +41,8 @@ class MathEqual(Verifier):
     (answer, reference) pair.
 
     Example:
-        >>> MathEqual().check("so the result is $\\\\boxed{\\\\frac{1}{2}}$", "0.5", {})
+        >>> v = MathEqual().check("so the result is $\\\\boxed{\\\\frac{1}{2}}$", "0.5", {})
+        >>> v.reward, v.reason
         (1.0, 'math-verify: equal')
     """
 
@@ -65,7 +66,7 @@ class MathEqual(Verifier):
     def __repr__(self) -> str:
         return f"MathEqual(timeout={self.timeout})"
 
-    def check(self, candidate: str, reference: Any, row: Mapping[str, Any]) -> Any:
+    def check(self, candidate: str, reference: Any, row: Mapping[str, Any]) -> Verdict:
         from math_verify import parse
         from math_verify.errors import TimeoutException
 
@@ -84,12 +85,12 @@ class MathEqual(Verifier):
             except TimeoutException:
                 raise TimeoutError(f"math-verify took over {self.timeout}s parsing the reference") from None
             except Exception as e:
-                return None, f"reference {reference!r:.60} does not parse: {type(e).__name__}"
+                return Verdict(None, reason=f"reference {reference!r:.60} does not parse: {type(e).__name__}")
             if len(self._gold) >= 4096:
                 self._gold.clear()
             self._gold[ref] = gold
         if not gold:
-            return None, f"reference {reference!r:.60} is not a math expression math-verify can read"
+            return Verdict(None, reason=f"reference {reference!r:.60} is not a math expression math-verify can read")
         if not isinstance(candidate, str):
             return self._judge(candidate, gold)
         key = (candidate, ref)
@@ -101,32 +102,32 @@ class MathEqual(Verifier):
             self._seen[key] = done
         return done
 
-    def _judge(self, candidate: str, gold: list[Any]) -> tuple[float, str]:
+    def _judge(self, candidate: str, gold: list[Any]) -> Verdict:
         from math_verify import parse, verify
         from math_verify.errors import TimeoutException
 
         fast = bare_number_verdict(candidate, gold, self.float_rounding)
         if fast is not None:
-            return (1.0 if fast else 0.0), f"numbers: {'equal' if fast else 'not equal'}"
+            return Verdict(1.0 if fast else 0.0, reason=f"numbers: {'equal' if fast else 'not equal'}")
         try:
             got = parse(candidate, parsing_timeout=self.timeout, raise_on_error=True)
         except TimeoutException:
             raise TimeoutError(f"math-verify took over {self.timeout}s parsing the answer") from None
         except Exception as e:
-            return 0.0, f"answer does not parse: {type(e).__name__}"
+            return Verdict(0.0, reason=f"answer does not parse: {type(e).__name__}")
         if not got:
-            return 0.0, "no answer found"
+            return Verdict(0.0, reason="no answer found")
         ok = parsed_verdict(gold, got, self.float_rounding)
         if ok is not None:  # math-verify's parse, its comparison rule done exactly (see above)
-            return (1.0 if ok else 0.0), f"math-verify: {'equal' if ok else 'not equal'}"
+            return Verdict(1.0 if ok else 0.0, reason=f"math-verify: {'equal' if ok else 'not equal'}")
         try:
             ok = verify(gold, got, float_rounding=self.float_rounding, timeout_seconds=self.timeout,
                         raise_on_error=True)
         except TimeoutException:
             raise TimeoutError(f"math-verify took over {self.timeout}s comparing") from None
         except Exception as e:  # math-verify's own default: a failed comparison is "not equal"
-            return 0.0, f"math-verify could not compare ({type(e).__name__}): not equal"
-        return (1.0 if ok else 0.0), f"math-verify: {'equal' if ok else 'not equal'}"
+            return Verdict(0.0, reason=f"math-verify could not compare ({type(e).__name__}): not equal")
+        return Verdict(1.0 if ok else 0.0, reason=f"math-verify: {'equal' if ok else 'not equal'}")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,6 +1,7 @@
 """ExactMatch: the answer equals the reference after a documented, sign-safe normalization.
 
 Normalization never deletes a sign or a decimal point: "-5" is not "5", "3.14" is not "314".
+Sentence punctuation ending the answer is not part of it: "Paris." equals "paris".
 """
 
 from __future__ import annotations
@@ -11,11 +12,15 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from assay.errors import VerifierError
-from assay.judging import Verifier
+from assay.judging import Verdict, Verifier
 from assay.verify.registry import VERIFIERS
 
 _ARTICLES = re.compile(r"\b(?:a|an|the)\b", re.I)
 _SPACE = re.compile(r"\s+")
+# A run of sentence-final punctuation (. ! ? ellipsis, and their CJK full-width forms) at the end
+# of the answer, trailing whitespace aside. A "." ending the text is never a decimal point
+# (that needs a digit after it), so "3." is 3 while ".5", "3.5" and "e.g" keep their dots.
+_TRAILING = re.compile(r"[.!?\u2026\u3002\uff01\uff1f]+(?=\s*$)")
 
 
 def _strip_punctuation(text: str) -> str:
@@ -41,14 +46,17 @@ def _strip_punctuation(text: str) -> str:
 
 
 def normalize(text: str, *, casefold: bool = True, articles: bool = False,
-              punctuation: bool = False, whitespace: bool = True) -> str:
+              punctuation: bool = False, whitespace: bool = True, trailing: bool = True) -> str:
     """The ExactMatch normalization: Unicode NFC always, then optionally ``casefold``, remove
     ``punctuation`` (sign-, decimal- and thousands-safe, see above), remove the English
-    ``articles`` a/an/the, and collapse ``whitespace`` (also strips the ends).
+    ``articles`` a/an/the, collapse ``whitespace`` (also strips the ends), and drop the
+    ``trailing`` sentence punctuation (". ! ?" and an ellipsis ending the answer).
 
     Example:
         >>> normalize("  The  Answer: -3.14! ", articles=True, punctuation=True)
         'answer -3.14'
+        >>> normalize("Paris."), normalize("e.g."), normalize("3.5"), normalize("Paris.", trailing=False)
+        ('paris', 'e.g', '3.5', 'paris.')
     """
     text = unicodedata.normalize("NFC", text)
     if casefold:
@@ -59,34 +67,37 @@ def normalize(text: str, *, casefold: bool = True, articles: bool = False,
         text = _ARTICLES.sub(" ", text)
     if whitespace:
         text = _SPACE.sub(" ", text).strip()
+    if trailing:
+        text = _TRAILING.sub("", text)
     return text
 
 
 @VERIFIERS.register("exact_match")
 class ExactMatch(Verifier):
     """1 when the normalized answer equals a normalized reference (a string, or a list of
-    accepted strings), else 0. Defaults: NFC + casefold + collapsed whitespace; punctuation and
-    article removal are opt-in (:func:`normalize`).
+    accepted strings), else 0. Defaults: NFC + casefold + collapsed whitespace + no trailing
+    sentence punctuation ("Paris." is "paris"); signs, decimal points and inner punctuation
+    count unless ``punctuation=True``; article removal is opt-in (:func:`normalize`).
 
     Example:
-        >>> ExactMatch().check("Paris ", "paris", {})[0], ExactMatch().check("-5", "5", {})[0]
+        >>> ExactMatch().check("Paris.", "paris", {}).reward, ExactMatch().check("-5", "5", {}).reward
         (1.0, 0.0)
     """
 
     def __init__(self, *, casefold: bool = True, articles: bool = False, punctuation: bool = False,
-                 whitespace: bool = True, name: str = "ExactMatch") -> None:
+                 whitespace: bool = True, trailing: bool = True, name: str = "ExactMatch") -> None:
         for arg, v in (("casefold", casefold), ("articles", articles), ("punctuation", punctuation),
-                       ("whitespace", whitespace)):
+                       ("whitespace", whitespace), ("trailing", trailing)):
             if not isinstance(v, bool):
                 raise VerifierError(f"ExactMatch({arg}={v!r}): must be True or False")
         self.options = {"casefold": casefold, "articles": articles, "punctuation": punctuation,
-                        "whitespace": whitespace}
+                        "whitespace": whitespace, "trailing": trailing}
         self.name = name
 
     def __repr__(self) -> str:
         return "ExactMatch(" + ", ".join(f"{k}={v}" for k, v in self.options.items()) + ")"
 
-    def check(self, candidate: str, reference: Any, row: Mapping[str, Any]) -> Any:
+    def check(self, candidate: str, reference: Any, row: Mapping[str, Any]) -> Verdict:
         if isinstance(reference, str):
             refs = [reference]
         elif isinstance(reference, Sequence) and reference and all(isinstance(r, str) for r in reference):
@@ -97,5 +108,5 @@ class ExactMatch(Verifier):
         got = normalize(candidate, **self.options)
         for r in refs:
             if got == normalize(r, **self.options):
-                return 1.0, "exact match"
-        return 0.0, f"no match: {got[:60]!r}"
+                return Verdict(1.0, reason="exact match")
+        return Verdict(0.0, reason=f"no match: {got[:60]!r}")

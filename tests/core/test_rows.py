@@ -367,16 +367,16 @@ def test_json_fields_match_the_standard_encoder_and_reject_circular_values():
     import json
 
     from assay.errors import RowsError
-    from assay.rows import _to_json
+    from assay.rows import to_json
 
     ref = json.JSONEncoder(ensure_ascii=False, sort_keys=True, allow_nan=False).encode
     for v in [{"b": [1, 2.5, None, "é\u2028"], "a": {"z": True, "y": -0.0}}, "x", 3, [], {}, 1e300]:
-        assert _to_json(v, "f") == ref(v)
+        assert to_json(v, "f") == ref(v)
     loop: list = []
     loop.append(loop)
     with pytest.raises(RowsError, match=r"privileged\[3\].*circular"):
-        _to_json(loop, "privileged[3]")
+        to_json(loop, "privileged[3]")
     with pytest.raises(RowsError, match="not JSON-serializable"):
-        _to_json({"a": float("nan")}, "f")
+        to_json({"a": float("nan")}, "f")
     with pytest.raises(RowsError, match="not JSON-serializable"):
-        _to_json({"a": object()}, "f")
+        to_json({"a": object()}, "f")

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
+from assay.intervals import score_bounds
 from assay.measure import pass_at
-from assay.measure.intervals import score_bounds
 
 R = 6000
 BETAS = [(2.0, 2.0), (8.0, 1.0), (0.3, 0.3)]

@@ -28,7 +28,7 @@ PATHOLOGICAL = ["$" + "(" * 3000 + "1" + ")" * 3000 + "$", "$\\boxed{9^{9^{9^{9^
     ("I do not know", "4", 0.0),
 ])
 def test_math_equal_cases(cand, ref, want):
-    assert MathEqual().check(cand, ref, {})[0] == want
+    assert MathEqual().check(cand, ref, {}).reward == want
 
 
 def test_math_equal_validates():

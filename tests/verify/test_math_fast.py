@@ -10,7 +10,7 @@ import pytest
 from math_verify import parse, verify
 
 from assay.judging import Verifier
-from assay.verify import MathEqual
+from assay.verify import MathEqual, Verdict
 from assay.verify.symbolic import bare_number_verdict, parsed_verdict
 
 TRICKY = [  # (candidate, reference)
@@ -116,7 +116,7 @@ def test_shortcuts_agree_with_math_verify_on_a_corpus():
 def test_math_equal_matches_math_verify_on_tricky_pairs(cand, ref):
     gold, got = _gold(ref), parse(cand)
     want = 1.0 if got and verify(gold, got, float_rounding=6) else 0.0
-    assert MathEqual().check(cand, ref, {})[0] == want
+    assert MathEqual().check(cand, ref, {}).reward == want
 
 
 def test_shortcuts_decline_what_they_cannot_prove():
@@ -137,9 +137,9 @@ def test_verdicts_are_memoized_and_the_pickled_verifier_starts_empty():
 
     m = MathEqual()
     first = m.check("The answer is $\\boxed{\\frac{3}{4}}$", "0.75", {})
-    assert first == (1.0, "math-verify: equal") and len(m._seen) == 1
+    assert first == Verdict(1.0, reason="math-verify: equal") and len(m._seen) == 1
     assert m.check("The answer is $\\boxed{\\frac{3}{4}}$", "0.75", {}) == first
-    assert m.check("3/4", "0.75", {}) == (1.0, "numbers: equal")
+    assert m.check("3/4", "0.75", {}) == Verdict(1.0, reason="numbers: equal")
     assert pickle.loads(pickle.dumps(m))._seen == {}
 
 
@@ -163,7 +163,7 @@ def test_shared_workers_are_reused_across_grade_calls_and_stopped():
     assert len(shared) == 2
     second = assay.grade(rows, MathEqual(), workers=2)
     assert _workers() - before == shared  # the same warm processes graded the second call
-    want = [MathEqual().check(c, r, {})[0] for c, r in TRICKY]
+    want = [MathEqual().check(c, r, {}).reward for c, r in TRICKY]
     assert [r["reward"] for r in first] == [r["reward"] for r in second] == want
     # while another call holds the shared workers, a call forks its own and stops them after
     pool = _shared_pool()

@@ -22,7 +22,6 @@ Example:
 from __future__ import annotations
 
 import functools
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,8 +33,9 @@ from assay.data.cards import DatasetCard, data_checksum, load_dataset
 from assay.data.items import Lineage, Quadruple, make_pair
 from assay.data.view import DataView
 from assay.errors import DataError
+from assay.intervals import wilson_bounds
 from assay.jsonl import iter_jsonl
-from assay.results import Estimate, Interval, Result
+from assay.results import Estimate, Interval, Result, deprecated_names
 
 DIMENSIONS: tuple[str, ...] = (
     "helpfulness", "safety", "verbosity", "sycophancy", "formatting", "confidence",
@@ -222,7 +222,7 @@ def load_diagnostic_v3_quadruples() -> DataView:
 
 
 @dataclass(frozen=True)
-class LengthBaselineResult(Result):
+class LengthBaseline(Result):
     """Per-dimension accuracy of "prefer the longer response" (ties count one half).
 
     Each estimate's interval is a Wilson score interval over seeds (Wilson 1927): per-seed
@@ -238,18 +238,8 @@ class LengthBaselineResult(Result):
         return "length-only baseline: " + "; ".join(str(e) for e in self.by_dimension.values())
 
 
-def _wilson(p: float, n: int, level: float) -> tuple[float, float]:
-    from scipy import stats  # lazy: scipy.stats costs ~1 s to import
-
-    z = float(stats.norm.ppf(0.5 + level / 2))
-    den = 1 + z * z / n
-    centre = (p + z * z / (2 * n)) / den
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / den
-    return max(0.0, centre - half), min(1.0, centre + half)
-
-
 def length_baseline(views: Mapping[str, DataView] | DataView, *, unit: str = "chars",
-                    level: float = 0.95) -> LengthBaselineResult:
+                    level: float = 0.95) -> LengthBaseline:
     """Score each dimension by "prefer the longer" so the length confound is visible.
 
     ``unit`` is ``"chars"`` or ``"words"``. Only Pair items are scored.
@@ -279,7 +269,7 @@ def length_baseline(views: Mapping[str, DataView] | DataView, *, unit: str = "ch
                                  "empty view")
             continue
         p = float(np.mean([np.mean(x) for x in per_seed.values()]))
-        lo, hi = _wilson(p, k, level)
+        lo, hi = wilson_bounds(p, k, level)
         out[name] = Estimate(f"{name} longer-wins", p, Interval(lo, hi, level, "Wilson, seeds"), k,
                              "seeds", len(v))
         why = " (expected: this axis is defined by length)" if name in LENGTH_DEFINED else ""
@@ -287,10 +277,13 @@ def length_baseline(views: Mapping[str, DataView] | DataView, *, unit: str = "ch
             warns.append(f"{name}: length alone predicts the label ({p:.2f}, {k} seeds){why}")
         elif hi < 0.5:
             warns.append(f"{name}: length alone anti-predicts the label ({p:.2f}, {k} seeds){why}")
-    return LengthBaselineResult(out, tuple(warns))
+    return LengthBaseline(out, tuple(warns))
 
 
 def pinned_checksum_now() -> tuple[int, str]:
     """``(count, checksum)`` of the files as they are (to pin in the card when data changes)."""
     m = read_diagnostic_dir(DATA_DIR).as_mapping()
     return sum(len(v) for v in m.values()), data_checksum(m)
+
+# Pre-0.2 names of the result classes (see assay.results: no suffix).
+__getattr__ = deprecated_names(__name__, globals(), {"LengthBaselineResult": "LengthBaseline"})

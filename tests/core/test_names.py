@@ -1,0 +1,75 @@
+"""One naming rule for result classes (no suffix), old names kept as deprecated aliases, and the
+``py.typed`` marker the package data declares."""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import tomllib
+import warnings
+from pathlib import Path
+
+import pytest
+
+from assay.results import Result
+
+ROOT = Path(__file__).resolve().parents[2]
+
+OLD_NAMES = [
+    ("assay.decontam", "ContaminationReport", "Contamination"),
+    ("assay.decontam", "FilterReport", "Decontamination"),
+    ("assay.decontam.report", "ContaminationReport", "Contamination"),
+    ("assay.decontam.report", "FilterReport", "Decontamination"),
+    ("assay.reward", "AuditResult", "Audit"),
+    ("assay.reward", "InvarianceReport", "Invariance"),
+    ("assay.reward.auditing", "AuditResult", "Audit"),
+    ("assay.reward.hf", "InvarianceReport", "Invariance"),
+    ("assay.data", "HodgeResult", "HodgeRanking"),
+    ("assay.data", "InteractionResult", "Interaction"),
+    ("assay.data", "LengthBaselineResult", "LengthBaseline"),
+    ("assay.data.hodge", "HodgeResult", "HodgeRanking"),
+    ("assay.data.interaction", "InteractionResult", "Interaction"),
+    ("assay.data.builtin.diagnostic", "LengthBaselineResult", "LengthBaseline"),
+]
+
+
+@pytest.mark.parametrize("module,old,new", OLD_NAMES)
+def test_old_result_names_still_work_with_a_deprecation_warning(module, old, new):
+    mod = importlib.import_module(module)
+    with pytest.warns(DeprecationWarning, match=f"{old} is deprecated: use .*{new}"):
+        cls = getattr(mod, old)
+    assert cls is getattr(mod, new)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the new name never warns
+        getattr(mod, new)
+    with pytest.raises(AttributeError):
+        getattr(mod, old + "Typo")
+
+
+def test_from_import_of_an_old_name_works():
+    with pytest.warns(DeprecationWarning):
+        from assay.decontam import ContaminationReport
+    from assay.decontam import Contamination
+    assert ContaminationReport is Contamination
+
+
+def test_no_result_class_carries_a_suffix():
+    found = {}
+    for path in sorted((ROOT / "assay").rglob("*.py")):
+        parts = list(path.relative_to(ROOT).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        mod = importlib.import_module(".".join(parts))
+        for name, obj in vars(mod).items():
+            if inspect.isclass(obj) and issubclass(obj, Result) and obj is not Result \
+                    and obj.__module__ == mod.__name__:
+                found[f"{mod.__name__}.{name}"] = name
+    assert len(found) >= 15  # the walk saw the result classes of every package
+    bad = sorted(q for q, n in found.items() if n.endswith(("Report", "Result")))
+    assert not bad, f"result classes named with a suffix: {bad}"
+
+
+def test_py_typed_is_shipped():
+    assert (ROOT / "assay" / "py.typed").is_file()
+    data = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    assert "py.typed" in data["tool"]["setuptools"]["package-data"]["assay"]
