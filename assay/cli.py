@@ -1,6 +1,8 @@
-"""The ``assay`` command: validate a spec, run a study, reprint a report, export the schema.
+"""The ``assay`` command: validate, run, nightly, history, report, schema, store du|verify|gc.
 
-``validate``, ``report`` and ``schema`` never import Prefect; ``run`` imports it lazily.
+Only ``run`` and ``nightly`` import Prefect (lazily). Exit codes: 0 ok; 2 a usage or spec
+error; 3 the check found a problem (``nightly``: a gated metric regressed; ``store verify``:
+a corrupt entry).
 
 Example:
     >>> main(["validate", "no/such/spec.yaml"])
@@ -10,6 +12,7 @@ Example:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 import time
@@ -135,6 +138,102 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_nightly(args: argparse.Namespace) -> int:
+    import datetime as dt
+
+    from assay.spec import check_files, load_spec
+    from flows.embedded import apply_local_settings, embedded_server
+
+    if args.night is not None:
+        try:
+            dt.date.fromisoformat(args.night)
+        except ValueError:
+            _err(f"--night {args.night!r}: give a date YYYY-MM-DD")
+            return 2
+    night = args.night or dt.datetime.now(dt.UTC).date().isoformat()
+    user_level = os.environ.get("PREFECT_LOGGING_LEVEL")
+    apply_local_settings(Path(args.prefect_home or ".prefect").resolve())
+    store = str(Path(args.store).resolve()) if args.store else None
+    if store:
+        os.environ["ASSAY_STORE"] = store
+    # Every spec is checked before a server starts: a cron job with a typo fails in a second.
+    specs = [load_spec(p) for p in args.spec]
+    for path, spec in zip(args.spec, specs):
+        problems = check_files(spec)
+        if problems:
+            _err(f"{path}: " + "; ".join(problems))
+            return 2
+        if spec.execution.runner != "local" and not os.environ.get("PREFECT_API_URL"):
+            _err(f"{path}: execution.runner {spec.execution.runner} needs a real Prefect server "
+                 "(set PREFECT_API_URL); without one `assay nightly` runs runner: local only")
+            return 2
+    with embedded_server() as server:
+        if user_level is None:
+            os.environ["PREFECT_LOGGING_LEVEL"] = specs[0].execution.log_level.upper()
+        if server is not None:
+            os.environ["ASSAY_EMBEDDED_API"] = "1"
+        try:
+            from flows.nightly import NightlyRegression, nightly
+            from flows.study import _quiet_local, prewarm
+
+            if server is not None:
+                prewarm()
+                server.wait()
+            ctx = _quiet_local() if server is not None else contextlib.nullcontext()
+            with ctx:
+                state = nightly(specs=[str(p) for p in args.spec], root=args.root, night=night,
+                                store_root=store, return_state=True)
+        finally:
+            os.environ.pop("ASSAY_EMBEDDED_API", None)
+    global _EMBEDDED_RUN_DONE
+    _EMBEDDED_RUN_DONE = server is not None
+    result = state.result(raise_on_failure=False)
+    if isinstance(result, NightlyRegression):
+        _err(f"REGRESSION: {result}")
+        return 3
+    if isinstance(result, BaseException):
+        raise result
+    for name, st in result["studies"].items():
+        base = ", ".join(f"{src} vs {b}" for src, b in st["baseline"].items() if b) or "first night"
+        print(f"{name}: no gated regression ({base}); {st['output']}/nightly.md")
+    return 0
+
+
+def cmd_history(args: argparse.Namespace) -> int:
+    from assay.nightly.history import write_history
+
+    text, rows = write_history(args.dir, last=args.last)
+    print(text)
+    print(f"wrote {Path(args.dir) / 'history.json'} and history.png "
+          f"({len({r['night'] for r in rows})} nights)", file=sys.stderr)
+    return 0
+
+
+def cmd_store(args: argparse.Namespace) -> int:
+    import json
+
+    from assay import upkeep
+    from assay.store import Store
+
+    store = Store(args.store)
+    if not store.root.is_dir():
+        _err(f"{store.root}: no store there (give --store DIR or set ASSAY_STORE)")
+        return 2
+    runs = upkeep.find_runs(args.runs) if args.runs else []
+    if args.action == "du":
+        res = upkeep.du(store, runs)
+    elif args.action == "verify":
+        res = upkeep.verify(store)
+    else:
+        if not args.runs:
+            _err("store gc needs --runs DIR (the run directories whose entries to keep)")
+            return 2
+        res = upkeep.gc(store, runs, keep_nights=args.keep_nights, older_than_days=args.older_than,
+                        grace=args.grace, wait=args.wait, dry_run=args.dry_run)
+    print(json.dumps(res.to_dict(), indent=2, sort_keys=True) if args.json else res.table())
+    return 3 if args.action == "verify" and res.corrupt else 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="assay", description="LLM-evaluation and reward-model studies.")
     sub = p.add_subparsers(dest="command", required=True)
@@ -159,6 +258,32 @@ def build_parser() -> argparse.ArgumentParser:
                    help="import MODULE first so the kinds it registers are in the schema (repeatable)")
     s.add_argument("spec", nargs="?", help="include the kinds this spec's plugins: register")
     s.set_defaults(func=cmd_schema)
+    n = sub.add_parser("nightly", help="run specs as tonight's nightly flow and gate regressions "
+                       "(exit 3 when a gated metric regressed)")
+    n.add_argument("spec", nargs="+")
+    n.add_argument("--night", help="the night's date YYYY-MM-DD (default: today, UTC)")
+    n.add_argument("--root", default="runs/nightly", help="nightly root (default runs/nightly)")
+    n.add_argument("--store", help="content store root (default: $ASSAY_STORE or ./.assay)")
+    n.add_argument("--prefect-home", help="PREFECT_HOME for the embedded server (default ./.prefect)")
+    n.set_defaults(func=cmd_nightly)
+    h = sub.add_parser("history", help="every night of one study: table, history.json, history.png")
+    h.add_argument("dir", help="a nightly root for one study (<root>/<study name>)")
+    h.add_argument("--last", type=int, help="only the last N nights")
+    h.set_defaults(func=cmd_history)
+    st = sub.add_parser("store", help="store upkeep: du, verify, gc (no Prefect)")
+    st.add_argument("action", choices=["du", "verify", "gc"])
+    st.add_argument("--store", help="content store root (default: $ASSAY_STORE or ./.assay)")
+    st.add_argument("--runs", nargs="+", help="folders holding run directories (gc: required)")
+    st.add_argument("--keep-nights", type=int, help="gc: keep the newest N runs of each folder")
+    st.add_argument("--older-than", type=float, metavar="DAYS",
+                    help="gc: drop runs started more than DAYS ago")
+    st.add_argument("--grace", type=float, default=3600.0,
+                    help="gc: never remove files younger than this many seconds (default 3600)")
+    st.add_argument("--wait", type=float, default=0.0,
+                    help="gc: seconds to wait for running studies to finish (default 0: fail)")
+    st.add_argument("--dry-run", action="store_true", help="gc: report, remove nothing")
+    st.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    st.set_defaults(func=cmd_store)
     return p
 
 

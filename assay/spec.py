@@ -44,6 +44,7 @@ from pydantic import (
 from assay import registry
 from assay.errors import SpecError
 from assay.hashing import content_hash, file_checksum
+from assay.nightly.spec import NightlySpec
 from assay.reward.kinds import RewardModelEntry
 from assay.reward.registry import REWARD_MODELS
 from assay.sources import SOURCES, FieldMap, SourceSpec
@@ -176,7 +177,7 @@ class ExecutionSpec(SpecModel):
 
 
 #: Top-level fields that never change results (excluded from the checksum).
-NON_RESULT_FIELDS = frozenset({"name", "description", "output", "execution"})
+NON_RESULT_FIELDS = frozenset({"name", "description", "output", "execution", "nightly"})
 
 
 class StudySpec(SpecModel):
@@ -196,6 +197,7 @@ class StudySpec(SpecModel):
     measure: MeasureSpec = Field(default_factory=MeasureSpec)
     output: str | None = Field(None, description="run directory (default runs/<name>)")
     execution: ExecutionSpec = Field(default_factory=ExecutionSpec)
+    nightly: NightlySpec | None = None
     _base_dir: str | None = PrivateAttr(None)
 
     @model_validator(mode="after")

@@ -14,6 +14,10 @@ name (truncated, bit-flipped) is reported through ``warnings`` and treated as mi
 never returned. Refs are the cache layer's pointers: a ref to a missing or corrupt blob is a
 miss, so a killed run leaves at worst an unreferenced blob behind.
 
+Lifecycle (see :mod:`assay.upkeep`): reading a ref touches its mtime (its last use), a running
+study holds :meth:`Store.in_use` (a shared ``flock`` on ``<root>/lock``) and ``gc`` takes the
+lock exclusively, so an entry a running study may still read is never removed.
+
 Example:
     >>> import tempfile, pyarrow as pa
     >>> s = Store(tempfile.mkdtemp())
@@ -26,14 +30,17 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import io
 import json
 import mmap
 import os
 import tempfile
+import time
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +51,8 @@ from assay.errors import StoreError
 from assay.hashing import canonical_json
 
 _EXT = {"parquet", "json", "bin"}
+#: file suffix -> key kind (the inverse of ``Store._blob_path``'s table).
+KIND_OF_EXT = {"parquet": "tbl", "json": "doc", "bin": "bin"}
 
 
 class CorruptEntryWarning(UserWarning):
@@ -225,6 +234,9 @@ class Store:
                 return None
         except StoreError:
             return None
+        # the ref's mtime records its last use: gc keeps what the kept runs' window used
+        with contextlib.suppress(OSError):
+            os.utime(path)
         return doc
 
     def delete_ref(self, name: str) -> None:
@@ -233,3 +245,63 @@ class Store:
             self._ref_path(name).unlink()
         except FileNotFoundError:
             pass
+
+    # -- lifecycle: locks and listings (used by assay.upkeep) ------------------------------
+    @property
+    def lock_path(self) -> Path:
+        return self.root / "lock"
+
+    @contextlib.contextmanager
+    def _flock(self, mode: int, wait: float | None) -> Iterator[None]:
+        self.root.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            deadline = None if wait is None else time.monotonic() + wait
+            while True:
+                try:
+                    fcntl.flock(fd, mode | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if deadline is not None and time.monotonic() >= deadline:
+                        what = "a store gc" if mode == fcntl.LOCK_SH else "a running study"
+                        raise StoreError(
+                            f"{self.root} is locked by {what} (lock file {self.lock_path}); "
+                            f"waited {wait:.0f} s: retry when it has finished") from None
+                    time.sleep(0.05)
+            yield
+        finally:
+            os.close(fd)  # closing the descriptor releases the lock (also when a process dies)
+
+    def in_use(self, wait: float | None = None) -> contextlib.AbstractContextManager[None]:
+        """Hold a shared lock while a study reads and writes this store: ``gc`` (exclusive)
+        waits for every holder, and a study started during a ``gc`` waits for it to finish.
+        The kernel drops the lock when the process dies, so a killed run never blocks gc.
+
+        Example:
+            >>> import tempfile
+            >>> st = Store(tempfile.mkdtemp())
+            >>> with st.in_use(), st.in_use():  # shared: any number of studies at once
+            ...     pass
+        """
+        return self._flock(fcntl.LOCK_SH, wait)
+
+    def exclusive(self, wait: float | None = 0.0) -> contextlib.AbstractContextManager[None]:
+        """The lock ``gc`` holds: no study is running on this store while it is held. Raises
+        StoreError after ``wait`` seconds (None: wait forever) when studies hold it."""
+        return self._flock(fcntl.LOCK_EX, wait)
+
+    def blob_files(self) -> Iterator[tuple[str, Path]]:
+        """``(key, path)`` of every blob file (verified or not), in path order."""
+        for path in sorted((self.root / "blobs").glob("*/*")):
+            hexd, _, ext = path.name.partition(".")
+            if ext in KIND_OF_EXT and len(hexd) == 64 and path.parent.name == hexd[:2]:
+                yield f"{KIND_OF_EXT[ext]}:{hexd}", path
+
+    def ref_files(self) -> Iterator[Path]:
+        """Every ref file, in path order."""
+        yield from sorted(p for p in (self.root / "refs").glob("*/*.json") if not p.name.startswith("."))
+
+    def temp_files(self) -> Iterator[Path]:
+        """Temp files of writers (live, or killed mid-write) under blobs/ and refs/."""
+        for sub in ("blobs", "refs"):
+            yield from sorted((self.root / sub).glob("*/.*.tmp"))

@@ -51,8 +51,10 @@ def _publish_artifacts(name: str, files: dict[str, bytes]) -> None:
                               description=f"assay study {name}: every estimate with interval and n")
 
 
-def finish_run(store: Store, spec: Any, run: stages.StudyRun, out: Path) -> dict[str, Any]:
-    """Write the run directory (report files, rows Parquet, run.json) and return run.json."""
+def finish_run(store: Store, spec: Any, run: stages.StudyRun, out: Path,
+               started: float | None = None) -> dict[str, Any]:
+    """Write the run directory (report files, rows Parquet, run.json) and return run.json.
+    run.json lists the stage keys the run used: ``assay store gc`` keeps what kept runs list."""
     files = stages.report_files(store, run.report)
     rows = {name: stages.concat_rows(store, parts) for name, parts in run.graded.items()}
     measured = next((r for r in run.results if r.stage == "measure"), None)
@@ -65,7 +67,9 @@ def finish_run(store: Store, spec: Any, run: stages.StudyRun, out: Path) -> dict
     info = {"study": spec.name, "spec_checksum": run.spec_checksum,
             "spec_definition": spec.definition_checksum(),
             "cached": run.cached_stages, "computed": run.computed_stages,
-            "store": str(store.root.resolve()), "files": sorted(files)}
+            "store": str(store.root.resolve()), "files": sorted(files),
+            "stage_keys": sorted({r.key for r in run.results}),
+            "started": started if started is not None else time.time()}
     write_run_dir(out, files, rows, info)
     return info
 
@@ -87,9 +91,11 @@ def study(spec: str, output: str | None = None, store_root: str | None = None,
         futures = [TASKS[fn].submit(*a, **{**k, "workers": 1}) for a, k in calls]
         return [f.result() for f in futures]
 
-    run = stages.run_study(s, store, call=call, call_many=call_many)
+    started = time.time()
     out = s.output_dir(output)
-    info = finish_run(store, s, run, out)
+    with store.in_use():  # a store gc waits until this run has written its run.json
+        run = stages.run_study(s, store, call=call, call_many=call_many)
+        info = finish_run(store, s, run, out, started)
     if publish:
         _publish_artifacts(s.name, stages.report_files(store, run.report))
     print(stages.summarize(run.results), file=sys.stderr, flush=True)

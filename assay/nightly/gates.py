@@ -1,0 +1,281 @@
+"""Regression gates of one night: per source, each metric's estimate and its paired comparison
+with the baseline night; a gated metric whose verdict is ``worse`` is a regression.
+
+A regression is never a raw drop: it is ``assay.compare``'s verdict (exact sign-flip test,
+Holm-corrected over the gated metrics), reported with the delta's interval. Metrics that are
+not gated (pass@1 when not listed, every other shared marker) are compared as a second Holm
+family and reported, never gated, so reporting more metrics costs the gates no power.
+
+Example:
+    >>> rows = [{"task_id": f"t{i}", "reward": float(j < 2), "markers": {"len": float(i)}}
+    ...         for i in range(10) for j in range(4)]
+    >>> e = metric_estimate(rows, "pass@1")
+    >>> e.value, e.n
+    (0.5, 10)
+    >>> round(metric_estimate(rows, "marker:len").value, 2)
+    4.5
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from scipy import special
+
+from assay.errors import MeasureError, SpecError
+from assay.nightly.spec import NightlySpec
+from assay.results import Estimate, Interval
+
+MARKER_INTERVAL = "t over tasks (per-task means, df T-1)"
+NO_BASELINE = "no baseline"
+
+
+def metric_estimate(rows: Any, metric: str, level: float = 0.95) -> Estimate:
+    """One night's value of ``metric`` with its interval over tasks: pass@1 by
+    ``assay.pass_at``; a marker as the mean of per-task means with a t interval over tasks."""
+    from assay.measure import pass_at
+    from assay.measure.grouping import read_frame, task_stats
+
+    if metric == "pass@1":
+        return pass_at(rows, k=1, level=level).pass_at_1
+    name = metric.removeprefix("marker:")
+    frame = read_frame(rows, argument="rows")
+    if name not in frame.markers:
+        raise MeasureError(f"no marker {name!r} in these rows; markers: {sorted(frame.markers)}")
+    vals = frame.markers[name]
+    mask = ~np.isnan(vals)
+    st = task_stats(frame.codes, np.where(mask, vals, 0.0), mask, frame.n_tasks, frame.weight)
+    means = st.means()[st.present]
+    T = len(means)
+    mean = float(means.mean())
+    iv = None
+    if T > 1:
+        half = float(special.stdtrit(T - 1, 0.5 + level / 2) * means.std(ddof=1) / math.sqrt(T))
+        iv = Interval(mean - half, mean + half, level, MARKER_INTERVAL)
+    return Estimate(name, mean, iv, T, "tasks", int(st.rows[st.present].sum()))
+
+
+def _markers(rows: Any) -> list[str]:
+    """The marker names rows carry."""
+    from assay.measure.grouping import read_frame
+
+    return sorted(read_frame(rows, argument="rows").markers)
+
+
+def _num(x: Any) -> float | None:
+    try:
+        v = float(x)
+    except (TypeError, ValueError):
+        return None
+    return v if math.isfinite(v) else None
+
+
+def _est_doc(e: Estimate) -> dict[str, Any]:
+    iv = e.interval
+    return {"value": _num(e.value), "low": _num(iv.low) if iv else None,
+            "high": _num(iv.high) if iv else None, "n": e.n}
+
+
+# ------------------------------------------------------------------------------- nights
+
+
+def read_json(path: Path) -> Any | None:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (FileNotFoundError, json.JSONDecodeError):
+        return None
+
+
+def candidate_nights(base: str | os.PathLike[str], before: str, spec_definition: str) -> list[Path]:
+    """Earlier finished nights of this study (name < ``before``, same spec definition), oldest
+    first: the nights a baseline may come from."""
+    base = Path(base)
+    if not base.is_dir():
+        return []
+    out = []
+    for d in sorted(p for p in base.iterdir() if p.is_dir() and p.name < before):
+        info = read_json(d / "run.json")
+        if (isinstance(info, dict) and info.get("spec_definition") == spec_definition
+                and (d / "report.md").is_file()):
+            out.append(d)
+    return out
+
+
+def night_value(night: Path, source: str, metric: str) -> float | None:
+    """A night's value of one metric: from its nightly.json, else computed from its rows."""
+    doc = read_json(night / "nightly.json")
+    for s in (doc or {}).get("sources", []) if isinstance(doc, dict) else []:
+        if s.get("source") == source:
+            for m in s.get("metrics", []):
+                if m.get("metric") == metric:
+                    return m.get("value")
+    p = night / "rows" / f"{source}.parquet"
+    if not p.is_file():
+        return None
+    from assay.rows import Rows
+
+    try:
+        return _num(metric_estimate(Rows.read_parquet(p), metric).value)
+    except MeasureError:
+        return None
+
+
+def choose_baseline(rule: str, candidates: Sequence[Path], source: str, metric: str,
+                    higher_is_better: bool = True) -> Path | None:
+    """The baseline night for one source: the latest candidate (``previous``), the one with
+    the best value of ``metric`` (``best``; the latest on ties), or the named night."""
+    have = [c for c in candidates if (c / "rows" / f"{source}.parquet").is_file()]
+    if not have:
+        return None
+    if rule == "previous":
+        return have[-1]
+    if rule == "best":
+        scored = [(v, i, c) for i, c in enumerate(have)
+                  if (v := night_value(c, source, metric)) is not None]
+        if not scored:
+            return None
+        sign = 1.0 if higher_is_better else -1.0
+        return max(scored, key=lambda t: (sign * t[0], t[1]))[2]
+    named = [c for c in have if c.name == rule]
+    if not named:
+        raise SpecError(
+            f"nightly.baseline: night {rule} has no finished run of source {source!r} with this "
+            f"spec definition; nights available: {[c.name for c in have] or 'none'}")
+    return named[0]
+
+
+# ------------------------------------------------------------------------------- the gate
+
+
+def _compare_entries(before: Any, after: Any, metrics: list[str], gates: NightlySpec
+                     ) -> tuple[dict[str, dict[str, Any]], Any]:
+    import assay
+
+    res = assay.compare(before, after, metrics=metrics, alpha=gates.alpha,
+                        lower_is_better=[m.removeprefix("marker:") for m in gates.lower_names()])
+    out = {}
+    for m in res.metrics:
+        iv = m.delta.interval
+        out[m.metric] = {"baseline_value": _num(m.before), "delta": _num(m.delta.value),
+                         "delta_low": _num(iv.low) if iv else None,
+                         "delta_high": _num(iv.high) if iv else None,
+                         "n_paired": m.n_paired, "p_adjusted": _num(m.p_adjusted),
+                         "verdict": m.verdict}
+    return out, res
+
+
+def evaluate_night(out: str | os.PathLike[str], *, study: str, night: str, sources: Sequence[str],
+                   gates: NightlySpec, spec_definition: str) -> dict[str, Any]:
+    """The nightly document of run directory ``out`` (``<root>/<study>/<night>``): per source
+    and metric the estimate, the baseline night, the delta with its interval and the verdict;
+    ``regressions`` lists the gated metrics whose verdict is ``worse``."""
+    from assay.report import result_doc
+    from assay.rows import Rows
+
+    out = Path(out)
+    cands = candidate_nights(out.parent, night, spec_definition)
+    gated = gates.metric_names()
+    lower = set(gates.lower_names())
+    doc: dict[str, Any] = {"study": study, "night": night, "baseline_rule": gates.baseline,
+                           "alpha": gates.alpha, "gated": gated, "sources": [],
+                           "regressions": [], "comparisons": []}
+    for src in sources:
+        path = out / "rows" / f"{src}.parquet"
+        if not path.is_file():
+            continue
+        rows = Rows.read_parquet(path)
+        markers = _markers(rows)
+        present = {"pass@1", *(f"marker:{m}" for m in markers)}
+        missing = [g for g in gated if g not in present]
+        if missing:
+            raise SpecError(f"nightly.must_not_regress: source {src!r} has no metric "
+                            f"{[m.removeprefix('marker:') for m in missing]}; it has pass@1 and "
+                            f"markers {markers or 'none'} (check the spelling)")
+        metrics: dict[str, dict[str, Any]] = {}
+        for m in [*gated, *sorted(present - set(gated), key=lambda x: (x != "pass@1", x))]:
+            try:
+                est = metric_estimate(rows, m)
+            except MeasureError:
+                if m in gated:
+                    raise
+                continue  # e.g. pass@1 of a source with partial scores only: nothing to report
+            metrics[m] = {"metric": m, "gated": m in gated, "higher_is_better": m not in lower,
+                          **_est_doc(est), "baseline_value": None, "delta": None,
+                          "delta_low": None, "delta_high": None, "n_paired": 0,
+                          "p_adjusted": None, "verdict": NO_BASELINE, "regression": False}
+        first = gated[0] if gated else "pass@1"
+        base = choose_baseline(gates.baseline, cands, src, first, first not in lower)
+        entry = {"source": src, "baseline": base.name if base else None, "metrics": []}
+        if base is not None:
+            before = Rows.read_parquet(base / "rows" / f"{src}.parquet")
+            bmark = set(_markers(before))
+            shared = {m for m in metrics if m == "pass@1" or m.removeprefix("marker:") in bmark}
+            for family, label in (([m for m in gated if m in shared], "gated"),
+                                  ([m for m in metrics if m in shared and m not in gated], "reported")):
+                if not family:
+                    continue
+                cmp, res = _compare_entries(before, rows, family, gates)
+                for m, c in cmp.items():
+                    metrics[m].update(c)
+                    metrics[m]["regression"] = metrics[m]["gated"] and c["verdict"] == "worse"
+                doc["comparisons"].append(result_doc(
+                    "nightly_compare", f"{src} ({label} metrics): {base.name} -> {night}", res,
+                    source=src, family=label, baseline=base.name))
+        entry["metrics"] = list(metrics.values())
+        doc["sources"].append(entry)
+        for m in entry["metrics"]:
+            if m["regression"]:
+                doc["regressions"].append({
+                    "study": study, "source": src, "metric": m["metric"], "night": night,
+                    "baseline": entry["baseline"], "delta": m["delta"], "low": m["delta_low"],
+                    "high": m["delta_high"], "p_adjusted": m["p_adjusted"]})
+    return doc
+
+
+def _f(x: float | None, spec: str = ".3f") -> str:
+    return "-" if x is None else format(x, spec)
+
+
+def regression_line(r: Mapping[str, Any]) -> str:
+    """``study/source/metric delta -0.250 [-0.34, -0.16] vs 2026-11-02``: one regression."""
+    return (f"{r['study']}/{r['source']}/{r['metric']}: delta {_f(r['delta'], '+.3f')} "
+            f"[{_f(r['low'])}, {_f(r['high'])}] vs {r['baseline']} (Holm p {_f(r['p_adjusted'], '.4f')})")
+
+
+def night_markdown(doc: Mapping[str, Any], history_png: str | None = None) -> str:
+    """nightly.md: the regressions first, then every metric per source, then the comparisons."""
+    lines = [f"# Nightly `{doc['study']}`: {doc['night']}\n"]
+    regs = doc["regressions"]
+    if regs:
+        lines.append("**REGRESSION** (gated metric, paired compare verdict `worse`):\n")
+        lines += [f"- {regression_line(r)}" for r in regs]
+        lines.append("")
+    elif not any(s["baseline"] for s in doc["sources"]):
+        lines.append("No previous night with the same spec definition: nothing to compare.\n")
+    else:
+        lines.append(f"No regression detected on the gated metrics {doc['gated']} "
+                     f"(baseline: {doc['baseline_rule']}).\n")
+    for s in doc["sources"]:
+        lines.append(f"## {s['source']} (baseline {s['baseline'] or '-'})\n")
+        lines.append("| metric | gated | tonight [95% CI] | n | delta [95% CI] | verdict |")
+        lines.append("|---|---|---|---:|---|---|")
+        for m in s["metrics"]:
+            lines.append(
+                f"| {m['metric']}{'' if m['higher_is_better'] else ' (lower is better)'} "
+                f"| {'yes' if m['gated'] else 'no'} | {_f(m['value'])} [{_f(m['low'])}, {_f(m['high'])}] "
+                f"| {m['n']} | {_f(m['delta'], '+.3f')} [{_f(m['delta_low'])}, {_f(m['delta_high'])}] "
+                f"| {'**' + m['verdict'] + '**' if m['regression'] else m['verdict']} |")
+        lines.append("")
+    for c in doc["comparisons"]:
+        lines.append(f"### {c['label']}\n")
+        lines.append("```text\n" + c["report"].rstrip() + "\n```\n")
+    if history_png:
+        lines.append("## History\n")
+        lines.append(f"![history]({history_png})\n")
+    return "\n".join(lines).rstrip() + "\n"

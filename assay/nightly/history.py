@@ -1,0 +1,166 @@
+"""The history of one study's nights: a table, history.json and history.png (interval bands).
+
+Read from each night's ``nightly.json`` only, so the files are identical for identical nights.
+
+Example:
+    >>> night = {"study": "s", "night": "2026-11-01", "gated": ["pass@1"], "sources": [
+    ...     {"source": "m", "baseline": None, "metrics": [{"metric": "pass@1", "gated": True,
+    ...      "higher_is_better": True, "value": 0.5, "low": 0.4, "high": 0.6, "n": 40, "delta": None,
+    ...      "delta_low": None, "delta_high": None, "verdict": "no baseline", "regression": False}]}]}
+    >>> history_table(history_rows([night])).splitlines()[2].split()
+    ['2026-11-01', 'm', 'pass@1*', '0.500', '[0.400,', '0.600]', '40', '-', '-', 'no', 'baseline']
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from assay.errors import AssayError
+from assay.store import atomic_write
+
+HISTORY_VERSION = 1
+
+
+class HistoryError(AssayError, FileNotFoundError):
+    """A directory holds no nights (it is not one study's nightly root)."""
+
+
+def load_nights(study_dir: str | os.PathLike[str], until: str | None = None) -> list[dict[str, Any]]:
+    """Every night's nightly.json under ``study_dir`` (``<root>/<study>``), oldest first; only
+    nights up to ``until`` when given."""
+    d = Path(study_dir)
+    if not d.is_dir():
+        raise HistoryError(f"{d}: no such directory; give a nightly root for one study "
+                           "(<root>/<study name>, e.g. runs/nightly/my-study)")
+    out = []
+    for n in sorted(p for p in d.iterdir() if p.is_dir()):
+        if until is not None and n.name > until:
+            continue
+        try:
+            doc = json.loads((n / "nightly.json").read_text(encoding="utf-8"))
+        except (FileNotFoundError, json.JSONDecodeError):
+            continue
+        if isinstance(doc, dict) and "sources" in doc:
+            out.append(doc)
+    if not out:
+        inner = sorted(p.name for p in d.iterdir() if p.is_dir() and any(p.glob("*/nightly.json")))
+        hint = (f"; it holds the studies {inner}: give one of them, e.g. {d / inner[0]}" if inner
+                else "; run `assay nightly SPEC --root DIR` first")
+        raise HistoryError(f"{d}: no nights (no <night>/nightly.json){hint}")
+    return out
+
+
+_COLS = ("night", "source", "metric", "gated", "value", "low", "high", "n", "baseline",
+         "delta", "delta_low", "delta_high", "verdict", "regression")
+
+
+def history_rows(nights: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """One row per night x source x metric, in night order."""
+    rows = []
+    for doc in nights:
+        for s in doc["sources"]:
+            for m in s["metrics"]:
+                rows.append({"night": doc["night"], "source": s["source"], "metric": m["metric"],
+                             "gated": m["gated"], "value": m["value"], "low": m["low"],
+                             "high": m["high"], "n": m["n"], "baseline": s["baseline"],
+                             "delta": m["delta"], "delta_low": m["delta_low"],
+                             "delta_high": m["delta_high"], "verdict": m["verdict"],
+                             "regression": m["regression"]})
+    return rows
+
+
+def _f(x: float | None, spec: str = ".3f") -> str:
+    return "-" if x is None else format(x, spec)
+
+
+def history_table(rows: Sequence[Mapping[str, Any]]) -> str:
+    """The table ``assay history`` prints (``*`` marks a gated metric)."""
+    head = (f"{'night':<11} {'source':<7} {'metric':<9} {'value [95% CI]':<22} {'n':>4}  "
+            f"{'delta [95% CI]':<26} {'baseline':<11} verdict")
+    lines = [head, "-" * len(head)]
+    for r in rows:
+        val = f"{_f(r['value'])} [{_f(r['low'])}, {_f(r['high'])}]"
+        delta = ("-" if r["delta"] is None
+                 else f"{_f(r['delta'], '+.3f')} [{_f(r['delta_low'])}, {_f(r['delta_high'])}]")
+        verdict = r["verdict"].upper() if r["regression"] else r["verdict"]
+        lines.append(f"{r['night']:<11} {r['source']:<7} {r['metric'] + ('*' if r['gated'] else ''):<9} "
+                     f"{val:<22} {r['n']:>4}  {delta:<26} {r['baseline'] or '-':<11} {verdict}")
+    return "\n".join(lines)
+
+
+def history_json(rows: Sequence[Mapping[str, Any]], study: str) -> bytes:
+    doc = {"history_version": HISTORY_VERSION, "study": study,
+           "nights": sorted({r["night"] for r in rows}), "columns": list(_COLS),
+           "rows": [dict(r) for r in rows]}
+    return (json.dumps(doc, indent=2, sort_keys=True, allow_nan=False) + "\n").encode()
+
+
+def history_png(rows: Sequence[Mapping[str, Any]], study: str, last: int | None = None) -> bytes | None:
+    """One panel per source x gated metric (pass@1 always): the estimate per night with its
+    interval as a band; regressions marked with a red cross. ``last``: only the last nights."""
+    nights = sorted({r["night"] for r in rows})
+    if last is not None:
+        nights = nights[-last:]
+    keep = set(nights)
+    panels: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
+    for r in rows:
+        if r["night"] in keep and (r["gated"] or r["metric"] == "pass@1") and r["value"] is not None:
+            panels.setdefault((r["source"], r["metric"]), []).append(r)
+    if not panels:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    keys = sorted(panels)
+    # a year of nights stays a readable width: at most ~40 labelled ticks
+    width = min(max(6.0, 0.35 * len(nights) + 3), 18.0)
+    step = max(1, -(-len(nights) // 40))
+    fig, axes = plt.subplots(len(keys), 1, figsize=(width, 2.4 * len(keys)), dpi=100, squeeze=False)
+    x_of = {n: i for i, n in enumerate(nights)}
+    for ax, key in zip(axes[:, 0], keys):
+        pts = panels[key]
+        xs = [x_of[r["night"]] for r in pts]
+        ys = [r["value"] for r in pts]
+        lo = [r["low"] if r["low"] is not None else r["value"] for r in pts]
+        hi = [r["high"] if r["high"] is not None else r["value"] for r in pts]
+        ax.fill_between(xs, lo, hi, color="#1f5f99", alpha=0.2, label="95% interval", linewidth=0)
+        ax.plot(xs, ys, "o-", color="#1f5f99", markersize=4, label="estimate")
+        bad = [(x, y) for x, y, r in zip(xs, ys, pts) if r["regression"]]
+        if bad:
+            ax.scatter([x for x, _ in bad], [y for _, y in bad], marker="X", s=90, color="#c0392b",
+                       zorder=3, label="regression (gated, verdict worse)")
+        ax.set_title(f"{study} / {key[0]} / {key[1]}", fontsize=9)
+        ax.set_xticks(range(0, len(nights), step))
+        ax.set_xticklabels(nights[::step], rotation=60, fontsize=7, ha="right")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7, loc="best")
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", metadata={"Software": None})
+    plt.close(fig)
+    return buf.getvalue()
+
+
+def write_history(study_dir: str | os.PathLike[str], *, until: str | None = None,
+                  last: int | None = None, out_dir: str | os.PathLike[str] | None = None
+                  ) -> tuple[str, list[dict[str, Any]]]:
+    """Write history.json and history.png into ``out_dir`` (default ``study_dir``) and return
+    the table text and rows. ``until``/``last`` restrict the nights (the nightly report's plot)."""
+    nights = load_nights(study_dir, until)
+    if last is not None:
+        nights = nights[-last:]
+    rows = history_rows(nights)
+    study = nights[-1]["study"]
+    out = Path(out_dir) if out_dir is not None else Path(study_dir)
+    atomic_write(out / "history.json", history_json(rows, study))
+    png = history_png(rows, study)
+    if png is not None:
+        atomic_write(out / "history.png", png)
+    return history_table(rows), rows

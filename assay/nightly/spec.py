@@ -1,0 +1,96 @@
+"""The ``nightly:`` section of a study spec: which metrics gate the night, against what baseline.
+
+Gates never change results, so the section is outside the spec checksum (``NON_RESULT_FIELDS``).
+
+Example:
+    >>> g = NightlySpec.model_validate({"must_not_regress": ["pass@1", "truncated"],
+    ...                                 "lower_is_better": ["truncated"], "baseline": "best"})
+    >>> g.metric_names(), g.baseline
+    (['pass@1', 'marker:truncated'], 'best')
+    >>> NightlySpec.model_validate({"baseline": "yesterday"})
+    Traceback (most recent call last):
+    ...
+    pydantic_core._pydantic_core.ValidationError: 1 validation error for NightlySpec
+    baseline
+      Value error, baseline must be 'previous', 'best' or a night date YYYY-MM-DD, got 'yesterday' [type=value_error, input_value='yesterday', input_type=str]
+    ...
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+
+from pydantic import Field, field_validator, model_validator
+
+from assay.specbase import SpecModel
+
+_BLOCK = re.compile(r"^[a-z0-9-]+/[A-Za-z0-9_.-]+$")
+
+
+def metric_name(name: str) -> str:
+    """The compare metric a gate names: ``pass@1`` or ``marker:<name>`` (bare names are markers)."""
+    return "pass@1" if name == "pass@1" else f"marker:{name.removeprefix('marker:')}"
+
+
+class NightlySpec(SpecModel):
+    """Regression gates for the nightly flow (``assay nightly``)."""
+
+    must_not_regress: list[str] = Field(
+        default_factory=lambda: ["pass@1"],
+        description="metrics whose paired compare verdict 'worse' against the baseline fails the "
+        "night: 'pass@1' or marker names; every other metric is reported, never gated")
+    lower_is_better: list[str] = Field(
+        default_factory=list,
+        description="markers where a decrease is better (a contamination rate, a truncated share)")
+    baseline: str = Field(
+        "previous", description="'previous' (the last night), 'best' (the night with the best "
+        "value of the first gated metric, per source) or a night date YYYY-MM-DD")
+    alpha: float = Field(0.05, gt=0, lt=1, description="family-wise level over the gated metrics (Holm)")
+    notify: str | None = Field(
+        None, description="where a regression is announced: a webhook URL (http[s]://...) or a "
+        "Prefect notification block as '<block-type-slug>/<block-name>' (e.g. slack-webhook/ops)")
+    history_nights: int = Field(30, ge=1, description="nights in the nightly report's history plot")
+
+    @field_validator("must_not_regress", "lower_is_better")
+    @classmethod
+    def _names(cls, v: list[str]) -> list[str]:
+        for i, n in enumerate(v):
+            if not n or not n.strip() or n != n.strip():
+                raise ValueError(f"[{i}]: metric names are 'pass@1' or a marker name, got {n!r}")
+        if len({metric_name(n) for n in v}) != len(v):
+            raise ValueError(f"a metric is listed twice: {v}")
+        return v
+
+    @field_validator("baseline")
+    @classmethod
+    def _baseline(cls, v: str) -> str:
+        if v in ("previous", "best"):
+            return v
+        try:
+            dt.date.fromisoformat(v)
+        except ValueError:
+            raise ValueError(f"baseline must be 'previous', 'best' or a night date YYYY-MM-DD, "
+                             f"got {v!r}") from None
+        return v
+
+    @field_validator("notify")
+    @classmethod
+    def _notify(cls, v: str | None) -> str | None:
+        if v is None or v.startswith(("http://", "https://")) or _BLOCK.match(v):
+            return v
+        raise ValueError(f"notify must be a webhook URL (http[s]://...) or a Prefect block "
+                         f"'<block-type-slug>/<name>' such as 'slack-webhook/ops', got {v!r}")
+
+    @model_validator(mode="after")
+    def _lower(self) -> NightlySpec:
+        if "pass@1" in self.lower_is_better:
+            raise ValueError("lower_is_better: pass@1 is higher-is-better; list markers only")
+        return self
+
+    def metric_names(self) -> list[str]:
+        """The gated metrics as compare names, in order."""
+        return [metric_name(n) for n in self.must_not_regress]
+
+    def lower_names(self) -> list[str]:
+        return [metric_name(n) for n in self.lower_is_better]

@@ -1,0 +1,412 @@
+"""Store upkeep for a store that lives for months: size (du), integrity (verify), cleanup (gc).
+
+``gc`` keeps what the kept run directories reference and what was used since the oldest of them.
+
+What a run references: its ``run.json`` lists the cache keys of its stages (``stage_keys``); each
+names a ref ``assay-stage/<key>``, whose pointer document names the output blobs. Documents are
+scanned for store keys, so everything reachable from a live ref (an index manifest's shards, a
+pointer's outputs) stays. Refs record their last use in their mtime (``Store.get_ref`` touches
+them), so caches that are not stage outputs (a corpus index, reward scores) stay while the kept
+runs' window used them. ``gc`` holds the store's exclusive lock (no study runs meanwhile) and
+never removes a file younger than ``grace`` seconds (a writer without the lock, e.g. a library
+call of ``run_study`` or a worker on a host whose filesystem ignores ``flock``).
+
+Example:
+    >>> import tempfile
+    >>> from assay.store import Store
+    >>> st = Store(tempfile.mkdtemp())
+    >>> k = st.put_json({"a": 1})
+    >>> st.set_ref("assay-stage/x", k, {"stage": "measure"})
+    >>> verify(st).corrupt, du(st).total_bytes > 0
+    ([], True)
+    >>> gc(st, [], keep_nights=1, grace=0.0).removed_blobs  # no run keeps it, and it is unused
+    1
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import re
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from assay.errors import StoreError
+from assay.store import Store
+
+STAGE_REF_PREFIX = "assay-stage/"
+_KEY_RE = re.compile(r"\b(?:tbl|doc|bin):[0-9a-f]{64}\b")
+
+
+# ------------------------------------------------------------------------------- run directories
+
+
+@dataclass(frozen=True)
+class RunDir:
+    """A finished run directory: its path, study, stage keys, start time and store root."""
+
+    path: Path
+    study: str
+    stage_keys: tuple[str, ...] | None
+    started: float
+    store: str | None
+
+
+def find_runs(roots: Iterable[str | os.PathLike[str]]) -> list[RunDir]:
+    """Every directory holding a ``run.json`` under ``roots`` (recursively), in path order."""
+    out = []
+    for root in roots:
+        root = Path(root)
+        if not root.is_dir():
+            raise StoreError(f"--runs {root}: not a directory (give the folder that holds run "
+                             "directories, e.g. runs/ or a nightly root)")
+        for rj in sorted(root.rglob("run.json")):
+            try:
+                info = json.loads(rj.read_text(encoding="utf-8"))
+            except (OSError, json.JSONDecodeError) as e:
+                raise StoreError(f"{rj}: unreadable run.json ({e}); remove the run directory "
+                                 "or rerun it") from None
+            keys = info.get("stage_keys")
+            started = info.get("started")
+            out.append(RunDir(rj.parent, str(info.get("study", "?")),
+                              tuple(keys) if isinstance(keys, list) else None,
+                              float(started) if isinstance(started, (int, float))
+                              else rj.stat().st_mtime, info.get("store")))
+    return out
+
+
+def _same_store(run: RunDir, store: Store) -> bool:
+    return run.store is None or Path(run.store).resolve() == store.root.resolve()
+
+
+def kept_runs(runs: Sequence[RunDir], *, keep_nights: int | None = None,
+              older_than_days: float | None = None, now: float | None = None) -> list[RunDir]:
+    """The runs gc keeps: the newest ``keep_nights`` of each folder of runs (nightly dirs are
+    named by date, so name order is night order), and/or those started within
+    ``older_than_days``; a run either rule keeps is kept."""
+    if keep_nights is None and older_than_days is None:
+        raise StoreError("gc needs --keep-nights N or --older-than DAYS (what to keep)")
+    if keep_nights is not None and keep_nights < 1:
+        raise StoreError(f"--keep-nights must be >= 1, got {keep_nights}")
+    now = time.time() if now is None else now
+    keep: dict[Path, RunDir] = {}
+    if keep_nights is not None:
+        groups: dict[Path, list[RunDir]] = {}
+        for r in runs:
+            groups.setdefault(r.path.parent, []).append(r)
+        for g in groups.values():
+            for r in sorted(g, key=lambda r: r.path.name)[-keep_nights:]:
+                keep[r.path] = r
+    if older_than_days is not None:
+        for r in runs:
+            if r.started >= now - older_than_days * 86400:
+                keep[r.path] = r
+    return sorted(keep.values(), key=lambda r: str(r.path))
+
+
+# ------------------------------------------------------------------------------- reachability
+
+
+def _ref_doc(path: Path) -> dict[str, Any] | None:
+    try:
+        doc = json.loads(path.read_bytes())
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError):
+        return None
+    return doc if isinstance(doc, dict) and isinstance(doc.get("name"), str) else None
+
+
+def _ref_path(store: Store, name: str) -> Path:
+    return store._ref_path(name)
+
+
+def closure(store: Store, keys: Iterable[str], seen: set[str] | None = None) -> set[str]:
+    """Every blob key reachable from ``keys``: JSON documents are scanned for store keys."""
+    seen = set() if seen is None else seen
+    todo = [k for k in keys if k not in seen]
+    while todo:
+        k = todo.pop()
+        if k in seen:
+            continue
+        seen.add(k)
+        if k.startswith("doc:"):
+            try:
+                data = store._blob_path(k).read_bytes()
+            except (OSError, StoreError):
+                continue
+            todo += [m for m in _KEY_RE.findall(data.decode("utf-8", "replace")) if m not in seen]
+    return seen
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except FileNotFoundError:
+        return 0
+
+
+# ------------------------------------------------------------------------------- du
+
+
+@dataclass
+class Usage:
+    """Store size: total, per stage (or cache kind), per study, and what no ref reaches."""
+
+    total_bytes: int
+    n_blobs: int
+    n_refs: int
+    by_stage: dict[str, int]
+    by_study: dict[str, int]
+    unreferenced_bytes: int
+    quarantined_bytes: int
+
+    def table(self) -> str:
+        lines = [f"store: {_h(self.total_bytes)} in {self.n_blobs} blobs, {self.n_refs} refs"]
+        lines.append("by stage (each blob counted once, under the first ref that reaches it):")
+        lines += [f"  {k:<28} {_h(v):>10}" for k, v in sorted(self.by_stage.items())]
+        lines.append(f"  {'(unreferenced)':<28} {_h(self.unreferenced_bytes):>10}")
+        if self.by_study:
+            lines.append("by study (what its run directories reference; shared blobs count in each):")
+            lines += [f"  {k:<28} {_h(v):>10}" for k, v in sorted(self.by_study.items())]
+        if self.quarantined_bytes:
+            lines.append(f"quarantine: {_h(self.quarantined_bytes)} (corrupt entries moved aside by verify)")
+        return "\n".join(lines)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def _h(n: int) -> str:
+    x = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if x < 1024 or unit == "GiB":
+            return f"{x:.0f} {unit}" if unit == "B" else f"{x:.1f} {unit}"
+        x /= 1024
+    return f"{n} B"
+
+
+def _owner(name: str, meta: dict[str, Any]) -> str:
+    if name.startswith(STAGE_REF_PREFIX):
+        return str(meta.get("stage") or "stage")
+    return "cache:" + re.split(r"[/:]", name, maxsplit=1)[0]
+
+
+def du(store: Store, runs: Sequence[RunDir] = ()) -> Usage:
+    """Size of the store by stage (refs' ``meta.stage``; other caches by ref name prefix) and
+    by study (the blobs the studies' run directories reference)."""
+    sizes = {k: _size(p) for k, p in store.blob_files()}
+    by_stage: dict[str, int] = {}
+    owned: set[str] = set()
+    refs = list(store.ref_files())
+    for p in refs:
+        doc = _ref_doc(p)
+        if doc is None or not isinstance(doc.get("blob"), str):
+            continue
+        owner = _owner(doc["name"], doc.get("meta") or {})
+        for k in sorted(closure(store, [doc["blob"]])):
+            if k in sizes and k not in owned:
+                owned.add(k)
+                by_stage[owner] = by_stage.get(owner, 0) + sizes[k]
+    by_study: dict[str, set[str]] = {}
+    for r in runs:
+        if not _same_store(r, store) or r.stage_keys is None:
+            continue
+        reach = by_study.setdefault(r.study, set())
+        for key in r.stage_keys:
+            doc = _ref_doc(_ref_path(store, STAGE_REF_PREFIX + key))
+            if doc and isinstance(doc.get("blob"), str):
+                closure(store, [doc["blob"]], reach)
+    q = store.root / "quarantine"
+    return Usage(
+        total_bytes=sum(sizes.values()), n_blobs=len(sizes), n_refs=len(refs),
+        by_stage=by_stage,
+        by_study={s: sum(sizes.get(k, 0) for k in ks) for s, ks in by_study.items()},
+        unreferenced_bytes=sum(v for k, v in sizes.items() if k not in owned),
+        quarantined_bytes=sum(_size(p) for p in q.rglob("*") if p.is_file()) if q.is_dir() else 0,
+    )
+
+
+# ------------------------------------------------------------------------------- verify
+
+
+@dataclass
+class Verification:
+    """What ``verify`` found: corrupt blobs and refs (moved to quarantine), dangling refs."""
+
+    n_blobs: int
+    n_refs: int
+    corrupt: list[dict[str, str]] = field(default_factory=list)
+    dangling: list[dict[str, str]] = field(default_factory=list)
+
+    def table(self) -> str:
+        lines = [f"verified {self.n_blobs} blobs and {self.n_refs} refs: "
+                 + (f"{len(self.corrupt)} corrupt" if self.corrupt else "all intact")]
+        for c in self.corrupt:
+            lines.append(f"  CORRUPT {c['key']}  {c['path']}  ({c['reason']}; moved to {c['moved_to']})")
+        for d in self.dangling:
+            lines.append(f"  dangling ref {d['ref']} -> {d['blob']} (a miss: the next run recomputes it)")
+        return "\n".join(lines)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def _sha(path: Path) -> str | None:
+    h = hashlib.sha256()
+    try:
+        with open(path, "rb") as f:
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                h.update(chunk)
+    except FileNotFoundError:
+        return None
+    return h.hexdigest()
+
+
+def _quarantine(store: Store, path: Path) -> Path:
+    dest = store.root / "quarantine" / path.relative_to(store.root)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    os.replace(path, dest)
+    return dest
+
+
+def verify(store: Store) -> Verification:
+    """Re-hash every blob and parse every ref; corrupt ones move to ``<root>/quarantine/`` (so
+    the next run recomputes them instead of warning on every read) and are reported by key and
+    path. A blob that a concurrent writer heals between the check and the move is put back."""
+    blobs = list(store.blob_files())
+    refs = list(store.ref_files())
+    out = Verification(len(blobs), len(refs))
+    for key, path in blobs:
+        want = key.split(":", 1)[1]
+        got = _sha(path)
+        if got is None or got == want:
+            continue
+        moved = _quarantine(store, path)
+        if _sha(moved) == want:  # healed by a writer in between: not corrupt after all
+            os.replace(moved, path)
+            continue
+        out.corrupt.append({"key": key, "path": str(path), "moved_to": str(moved),
+                            "reason": f"sha256 {got[:12]}... != name, {_size(moved)} bytes"})
+    for path in refs:
+        doc = _ref_doc(path)
+        if doc is None:
+            moved = _quarantine(store, path)
+            out.corrupt.append({"key": "ref", "path": str(path), "moved_to": str(moved),
+                                "reason": "unreadable ref document"})
+            continue
+        blob = doc.get("blob")
+        try:
+            present = isinstance(blob, str) and store._blob_path(blob).is_file()
+        except StoreError:
+            present = False
+        if not present:
+            out.dangling.append({"ref": doc["name"], "blob": str(blob), "path": str(path)})
+    return out
+
+
+# ------------------------------------------------------------------------------- gc
+
+
+@dataclass
+class Collection:
+    """What ``gc`` kept and removed."""
+
+    kept_runs: list[str]
+    dropped_runs: list[str]
+    kept_refs: int
+    kept_blobs: int
+    kept_bytes: int
+    removed_refs: int
+    removed_blobs: int
+    removed_bytes: int
+    removed_temp: int
+    dry_run: bool
+
+    def table(self) -> str:
+        verb = "would remove" if self.dry_run else "removed"
+        return (f"kept {len(self.kept_runs)} run(s) ({len(self.dropped_runs)} older not kept): "
+                f"{self.kept_blobs} blobs, {self.kept_refs} refs, {_h(self.kept_bytes)}\n"
+                f"{verb} {self.removed_blobs} blobs, {self.removed_refs} refs, "
+                f"{self.removed_temp} stale temp files: {_h(self.removed_bytes)}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def gc(store: Store, runs: Sequence[RunDir], *, keep_nights: int | None = None,
+       older_than_days: float | None = None, grace: float = 3600.0, wait: float = 0.0,
+       dry_run: bool = False, now: float | None = None) -> Collection:
+    """Remove every store entry that no kept run references and nothing used since the oldest
+    kept run started, except files younger than ``grace`` seconds. Holds the exclusive lock
+    (StoreError after ``wait`` seconds while studies hold it). A kept run whose run.json lists
+    no stage keys (written before they were recorded) is an error: gc cannot tell what it needs.
+    """
+    now = time.time() if now is None else now
+    mine = [r for r in runs if _same_store(r, store)]
+    keep = kept_runs(mine, keep_nights=keep_nights, older_than_days=older_than_days, now=now)
+    blind = [str(r.path) for r in keep if r.stage_keys is None]
+    if blind:
+        raise StoreError(f"{len(blind)} kept run(s) do not list their stage keys in run.json "
+                         f"(made before gc existed): {blind[:3]}; rerun them (cached, quick) so "
+                         "gc knows what they reference, or move them out of --runs")
+    with store.exclusive(wait=wait):
+        since = min((r.started for r in keep), default=now)
+        young = now - grace
+        live_refs: set[Path] = set()
+        for r in keep:
+            for key in r.stage_keys or ():
+                live_refs.add(_ref_path(store, STAGE_REF_PREFIX + key))
+        all_refs = list(store.ref_files())
+        for p in all_refs:
+            try:
+                m = p.stat().st_mtime
+            except FileNotFoundError:
+                continue
+            if m >= since or m >= young:
+                live_refs.add(p)
+        roots: list[str] = []
+        for p in live_refs:
+            doc = _ref_doc(p)
+            if doc and isinstance(doc.get("blob"), str):
+                roots.append(doc["blob"])
+        live = closure(store, roots)
+        res = Collection([str(r.path) for r in keep],
+                         [str(r.path) for r in mine if r not in keep], 0, 0, 0, 0, 0, 0, 0, dry_run)
+        for p in all_refs:
+            if p in live_refs or not p.exists():
+                res.kept_refs += p.exists()
+                continue
+            res.removed_refs += 1
+            res.removed_bytes += _size(p)
+            if not dry_run:
+                p.unlink(missing_ok=True)
+        for key, p in store.blob_files():
+            size = _size(p)
+            try:
+                fresh = p.stat().st_mtime >= young
+            except FileNotFoundError:
+                continue
+            if key in live or fresh:
+                res.kept_blobs += 1
+                res.kept_bytes += size
+                continue
+            res.removed_blobs += 1
+            res.removed_bytes += size
+            if not dry_run:
+                p.unlink(missing_ok=True)
+        for p in store.temp_files():
+            try:
+                if p.stat().st_mtime >= young:
+                    continue
+            except FileNotFoundError:
+                continue
+            res.removed_temp += 1
+            res.removed_bytes += _size(p)
+            if not dry_run:
+                p.unlink(missing_ok=True)
+    return res
+
