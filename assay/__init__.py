@@ -55,13 +55,15 @@ _LAZY: dict[str, str] = {
     "HFRewardModel": "assay.reward",
     "EmbeddingRewardModel": "assay.reward",
     "FunctionRewardModel": "assay.reward",
+    "generate": "assay.models",
+    "judge_trust": "assay.verify.trust",
     "Verdict": "assay.judging",
     "StudySpec": "assay.spec",
     "load_spec": "assay.spec",
 }
 _SUBMODULES = {
     "builder", "errors", "hashing", "store", "verify", "measure", "decontam", "data", "reward",
-    "offline", "spec", "judging", "grading", "results", "stages", "report", "cli",
+    "offline", "spec", "judging", "models", "grading", "results", "stages", "report", "cli",
 }
 
 

@@ -40,3 +40,8 @@ class VerifierError(AssayError, ValueError):
 
 class MeasureError(AssayError, ValueError):
     """A measurement cannot be computed from the rows given (no binary rewards, k < 1, ...)."""
+
+
+class GenerationError(AssayError, RuntimeError):
+    """The model under test cannot be asked (a 4xx the server will not retry, a model it does
+    not serve, a backend that cannot load); failed single requests become error rows instead."""

@@ -103,7 +103,9 @@ def judge_records(judge: Judge, records: Sequence[Mapping[str, Any]], *,
     verdicts: list[Verdict | None] = [None] * len(records)
     todo = []
     for i, r in enumerate(records):
-        if judge.needs_reference and _reference(r) is None:
+        if r.get("judge_status") == "gen_error":  # no completion to grade: never scored as ""
+            verdicts[i] = Verdict(None, "gen_error", r.get("reason"))
+        elif judge.needs_reference and _reference(r) is None:
             verdicts[i] = Verdict(None, "no_reference", f"{judge.name} needs privileged.reference; pass references=")
         else:
             todo.append(i)

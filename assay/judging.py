@@ -39,6 +39,8 @@ JUDGE_STATUSES: dict[str, str] = {
     "invalid_result": "the judge returned something that is not a score in [0, 1]",
     "error": "the judge raised; reason holds the exception",
     "timeout": "the judge ran past its time limit",
+    "gen_error": "the model under test gave no completion (the request failed; reason says why); "
+                 "never graded, and a rerun asks again",
 }
 
 

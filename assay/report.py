@@ -142,6 +142,34 @@ def _plot_estimates(title: str, ests: Sequence[dict[str, Any]], xlabel: str,
     return buf.getvalue()
 
 
+def guard_counts(rows: Any) -> dict[str, int]:
+    """How many graded rows a grading guard stopped, per guard (``judge_meta["guard"]``, set by
+    CodeExec when a candidate returned non-plain data, patched what its tests use, was refused
+    an operation, ...); a policy that starts gaming its reward shows up as a rising count.
+
+    ``rows``: anything with ``to_arrow()`` (assay's Rows) or an iterable of row dicts; the
+    meta may be a dict or its JSON text.
+
+    Example:
+        >>> guard_counts([{"judge_meta": {"guard": "plain_data"}}, {"judge_meta": '{"guard": "plain_data"}'},
+        ...               {"judge_meta": None}, {"judge_meta": {"outcome": "passed"}}])
+        {'plain_data': 2}
+    """
+    if hasattr(rows, "to_arrow"):
+        table = rows.to_arrow()
+        metas = table.column("judge_meta").to_pylist() if "judge_meta" in table.column_names else []
+    else:
+        metas = [r.get("judge_meta") for r in rows]
+    counts: dict[str, int] = {}
+    for meta in metas:
+        if isinstance(meta, str):
+            meta = json.loads(meta)
+        guard = meta.get("guard") if isinstance(meta, Mapping) else None
+        if isinstance(guard, str):
+            counts[guard] = counts.get(guard, 0) + 1
+    return dict(sorted(counts.items()))
+
+
 def _first(ests: Sequence[dict[str, Any]], pred: Any) -> dict[str, Any] | None:
     return next((e for e in ests if pred(e)), None)
 
@@ -231,9 +259,16 @@ def _markdown(spec_doc: Mapping[str, Any], sources: Sequence[Mapping[str, Any]],
                "tasks (independent units), not rows.\n")
     if sources:
         out.append("## Sources\n")
-        out.append("| source | tasks | rows | graded by |\n|---|---:|---:|---|")
+        guarded = any("guard_stopped" in s for s in sources)
+        out.append("| source | tasks | rows | graded by |" + (" stopped by a guard |" if guarded else "")
+                   + "\n|---|---:|---:|---|" + ("---|" if guarded else ""))
         for s in sources:
-            out.append(f"| {s['name']} | {s['tasks']} | {s['rows']} | {s['verifier']} |")
+            stopped = ""
+            if guarded:
+                g = s.get("guard_stopped") or {}
+                stopped = f" {sum(g.values())}" + (" (" + ", ".join(f"{k}: {v}" for k, v in g.items()) + ")"
+                                                   if g else "") + " |"
+            out.append(f"| {s['name']} | {s['tasks']} | {s['rows']} | {s['verifier']} |{stopped}")
         out.append("")
         for s in sources:
             d = s.get("data")
@@ -244,6 +279,21 @@ def _markdown(spec_doc: Mapping[str, Any], sources: Sequence[Mapping[str, Any]],
                            f"read{' (limit)' if d.get('limit') else ''}, content checksum `{d['checksum']}`")
         if any(s.get("data") for s in sources):
             out.append("")
+    made = [s for s in sources if s.get("generation")]
+    if made:
+        out.append("## Generation\n")
+        out.append("Completions sampled by assay. A `length` finish is a truncated completion; "
+                   "failed requests are never graded and are asked again by the next run.\n")
+        out.append("| source | model | k | completions | failed | truncated | prompt tokens (mean) "
+                   "| completion tokens (mean) | completion tokens (total) |\n"
+                   "|---|---|---:|---:|---:|---:|---:|---:|---:|")
+        for s in made:
+            g = s["generation"]
+            tr = "n/a" if g["truncated_share"] is None else f"{100 * g['truncated_share']:.1f}%"
+            out.append(f"| {s['name']} | {g['model']} | {g['k']} | {g['completions']} | {g['errors']} "
+                       f"| {tr} | {g['prompt_tokens_mean']} | {g['completion_tokens_mean']} "
+                       f"| {g['completion_tokens_total']} |")
+        out.append("")
     if measures:
         out.append("## Measurements\n")
         for m in measures:

@@ -31,9 +31,19 @@ Measured 2026-11-30 on the 2-core dev VM (medians of 3): CodeExec 229 vs 56 rows
 3.4-3.9x in other runs; target 3x), MathEqual 275 vs 63 rows/s (4.33x; target 2x), ExactMatch
 14,834 vs 5,000 rows/s; CodeExec and MathEqual give the peer's rewards on every row.
 
+The boundary's cost (``boundary cost`` line): the same HumanEval rows graded the way CodeExec
+did before the plain-data boundary (candidate and tests in one sandboxed process), on the same
+warm pool. Measured 2026-12-01 on the 2-core dev VM under load from other sessions (load
+average 6-15), medians of 3: CodeExec with the boundary 59.5 rows/s, whileai 5.3 rows/s
+(11.2x; target 3x), one shared process 169 rows/s: the boundary costs 2.8x the time per row
+(a second process per candidate, which a loaded scheduler starts late, and a pipe round trip
+per call, ~50 us of CPU); same rewards on every row. whileai's rows that differ (0.3%) are
+canonical solutions it timed out under that load.
+
 Usage:
     .venv/bin/python benchmarks/grading.py               # all three, 3 repeats
     .venv/bin/python benchmarks/grading.py --only code --repeats 5
+    .venv/bin/python benchmarks/grading.py --only code --peer-python /work/scratch/<you>/peer/bin/python
 """
 
 from __future__ import annotations
@@ -228,6 +238,27 @@ def run_assay(name: str, w: dict) -> tuple[float, list]:
     return time.perf_counter() - start, rewards
 
 
+def run_shared_process(w: dict) -> tuple[float, list]:
+    """The boundary's cost: the same HumanEval rows graded the way CodeExec did before the
+    plain-data boundary (candidate and tests in one sandboxed process: raw jobs of prompt +
+    completion + tests), on the same warm sandbox pool, same workers, same warm-up."""
+    from assay.verify.code import extract_code
+    from assay.verify.sandbox import default_workers, job, warm_pool
+
+    def jobs(x: dict) -> list:
+        return [job(r["prompt"] + extract_code(c) + "\n\n" + r["test"] + "\n", entry_point=r["entry_point"],
+                    timeout=3.0) for c, r in zip(x["completions"], x["references"])]
+    n = 2 * default_workers()  # CodeExec's default
+    with warm_pool(min(n, 24), max_procs=32) as pool:
+        pool.run(jobs(_head(w, 24)))
+    todo = jobs(w)
+    with warm_pool(min(n, len(todo)), max_procs=32) as pool:
+        start = time.perf_counter()
+        out = pool.run(todo)
+        seconds = time.perf_counter() - start
+    return seconds, [1.0 if o["status"] == "passed" else 0.0 for o in out]
+
+
 def run_peer(name: str, w: dict) -> tuple[float, list]:
     """The same for whileai, run in the peer interpreter."""
     import whileai as wai
@@ -257,6 +288,9 @@ def main() -> None:
                     help="GSM8K/MATH-style completions, or the earlier all-fractions workload")
     ap.add_argument("--exact-rows", type=int, default=20000)
     ap.add_argument("--data", help="(peer role) the workload file")
+    ap.add_argument("--peer-python", default=os.environ.get("ASSAY_PEER_PYTHON", PEER_PYTHON),
+                    help="interpreter with whileai installed (outside the repo); default "
+                         "$ASSAY_PEER_PYTHON or " + PEER_PYTHON)
     ap.add_argument("--name", help="(peer role) the workload to run")
     args = ap.parse_args()
     only = [s for s in args.only.split(",") if s]
@@ -268,7 +302,8 @@ def main() -> None:
 
     cores = len(os.sched_getaffinity(0))
     ours: dict[str, tuple[list[float], list]] = {}
-    peer: dict[str, tuple[list[float], list]] | None = {} if os.path.exists(PEER_PYTHON) else None
+    peer: dict[str, tuple[list[float], list]] | None = {} if os.path.exists(args.peer_python) else None
+    shared: tuple[list[float], list] = ([], [])
     data: dict[str, list[dict]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         # Alternate the tools repeat by repeat, so both see the same load on a shared machine.
@@ -279,7 +314,7 @@ def main() -> None:
                     path = os.path.join(tmp, f"{n}{r}.json")
                     with open(path, "w") as f:
                         json.dump(w, f)
-                    proc = subprocess.run([PEER_PYTHON, __file__, "--role", "peer", "--data", path,
+                    proc = subprocess.run([args.peer_python, __file__, "--role", "peer", "--data", path,
                                            "--name", n], capture_output=True, text=True)
                     if proc.returncode != 0:
                         print("peer failed:", proc.stderr[-2000:], file=sys.stderr)
@@ -291,6 +326,9 @@ def main() -> None:
                 t, rw = run_assay(n, w)
                 ours.setdefault(n, ([], []))[0].append(t)
                 ours[n] = (ours[n][0], rw)
+                if n == "code":
+                    t, rw = run_shared_process(w)
+                    shared = (shared[0] + [t], rw)
 
     print(f"grading throughput, rows/second (median of {args.repeats}, tools alternated, each warmed up; {cores} cores)")
     print(f"{'verifier':<11}{'rows':>7}{'assay':>10}{'whileai':>10}{'ratio':>8}{'target':>8}  agreement")
@@ -307,9 +345,17 @@ def main() -> None:
             ratio, p_txt, agree_txt = "    n/a", "       n/a", "peer unavailable"
         target = f"{TARGETS[n]:.0f}x" if TARGETS[n] else "-"
         print(f"{n:<11}{rows:>7}{a_rate:>10.1f}{p_txt}{ratio}{target:>8}  {agree_txt}")
+    if shared[0]:
+        rows = len(data["code"][-1]["prompts"])
+        with_b, without = rows / statistics.median(ours["code"][0]), rows / statistics.median(shared[0])
+        same = sum(x == y for x, y in zip(ours["code"][1], shared[1])) / rows
+        print(f"boundary cost (CodeExec): {with_b:.1f} rows/s with the plain-data boundary, {without:.1f} rows/s "
+              f"with candidate and tests in one process: {with_b / without:.2f}x the throughput "
+              f"({(without / with_b - 1) * 100:+.0f}% time per row); {same:.1%} same rewards")
     print("raw seconds:", json.dumps({n: {"assay": [round(t, 3) for t in ours[n][0]],
                                           "whileai": [round(t, 3) for t in peer[n][0]] if peer and n in peer else None}
-                                      for n in data}))
+                                      for n in data} | ({"code_shared_process": [round(t, 3) for t in shared[0]]}
+                                                        if shared[0] else {})))
 
 
 if __name__ == "__main__":

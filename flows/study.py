@@ -70,6 +70,9 @@ def finish_run(store: Store, spec: Any, run: stages.StudyRun, out: Path,
             "store": str(store.root.resolve()), "files": sorted(files),
             "stage_keys": sorted({r.key for r in run.results}),
             "started": started if started is not None else time.time()}
+    made = [r for r in run.results if r.stage == "generate"]
+    if made:  # requests sent this run and their latency: wall-clock facts, so here, not in the report
+        info["generation"] = {r.label: {**r.summary, "cached": r.cached} for r in made}
     write_run_dir(out, files, rows, info)
     return info
 

@@ -54,6 +54,14 @@ def _score_reward_model(store: Any, spec: Any, model_name: str, *, progress: Any
     return stages.run_reward_audit(store, spec, model_name, progress=progress, device_slot=gpu_slot)
 
 
+def _generate_shard(store: Any, spec: Any, source_name: str, filtered: Any, bounds: Any, shard: int,
+                    n_shards: int, *, workers: Any = None, progress: Any = None) -> Any:
+    """run_generate_shard holding a ``gpu`` slot while a local model generates on CUDA."""
+    return stages.run_generate_shard(store, spec, source_name, filtered, bounds, shard, n_shards,
+                                     workers=workers, progress=progress, device_slot=gpu_slot)
+
+
+generate_shard = _task(_generate_shard, "generate", "generate-{source_name}-{shard}")
 score_reward_model = _task(_score_reward_model, "score-reward-model", "score-reward-model-{model_name}")
 measure = _task(stages.run_measure, "measure", "measure")
 report = _task(stages.run_report, "report", "report")
@@ -62,6 +70,7 @@ report = _task(stages.run_report, "report", "report")
 TASKS: dict[Callable[..., Any], Any] = {
     stages.run_build_rows: build_rows,
     stages.run_filter_rows: filter_rows,
+    stages.run_generate_shard: generate_shard,
     stages.run_grade_shard: grade_shard,
     stages.run_decontaminate: decontaminate,
     stages.run_reward_audit: score_reward_model,

@@ -61,8 +61,12 @@ class SourceSpec(SpecModel):
 
     def identity(self, study: StudySpec) -> dict[str, Any]:
         """What determines the rows (the build-rows cache key): the definition without name,
-        steps and verifier, with file contents hashed in place of paths."""
-        return self.model_dump(mode="json", exclude={"name", "steps", "verifier"})
+        steps, verifier and generate (the generate stage keys on its own), with file contents
+        hashed in place of paths."""
+        ident = self.model_dump(mode="json", exclude={"name", "steps", "verifier", "generate"})
+        if getattr(self, "generate", None) is not None:  # prompt rows, not completions
+            ident["prompts_only"] = True
+        return ident
 
     def files(self, study: StudySpec) -> list[Path]:
         """Data files the source reads (checked by ``assay validate``, hashed by the checksum)."""

@@ -1,4 +1,5 @@
-"""The ``file`` source kind: prompts and completions you already have, as JSONL or Parquet.
+"""The ``file`` source kind: prompts and completions you already have, as JSONL or Parquet,
+or prompts alone with ``generate:`` (the generate stage then asks the model under test).
 
 Relative paths resolve from the spec file's folder; the file's content hash (not its path) keys rows.
 """
@@ -26,12 +27,7 @@ class FileSource(RecordSourceSpec):
     format: Literal["jsonl", "parquet"] | None = Field(None, description="default: from the suffix")
 
     @model_validator(mode="after")
-    def _needs_scores(self) -> FileSource:
-        if self.verifier is None and self.fields.reward is None:
-            raise ValueError(
-                "give a verifier to grade the completions, or fields.reward naming the field "
-                "that already holds each completion's score"
-            )
+    def _format(self) -> FileSource:
         suffix = Path(self.path).suffix.lower()
         if self.format is None and suffix not in (".jsonl", ".parquet"):
             raise ValueError(f"path {self.path!r}: cannot tell the format from the suffix; "

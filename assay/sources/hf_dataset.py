@@ -26,7 +26,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field
 
 from assay.errors import SpecError
 from assay.sources.records import RecordSourceSpec
@@ -52,13 +52,6 @@ class HFDatasetSource(RecordSourceSpec):
     allow_download: bool = Field(False, description="let a hub id download; by default only the local "
                                  "hub cache is read and the network is never touched")
     limit: int | None = Field(None, ge=1, description="read only the first N records of the split")
-
-    @model_validator(mode="after")
-    def _scored(self) -> HFDatasetSource:
-        if self.verifier is None and self.fields.reward is None:
-            raise ValueError("give a verifier to grade the completions, or fields.reward naming the field "
-                             "that already holds each completion's score")
-        return self
 
     def _local(self, study: StudySpec) -> Path | None:
         p = study.resolve(self.path)

@@ -1,5 +1,6 @@
 """The ``humaneval`` source kind: the built-in HumanEval problems answered by the seeded offline
-policy (``assay.offline``), graded by sandboxed execution unless told otherwise.
+policy (``assay.offline``) or, with ``generate:``, by a model; graded by sandboxed execution
+unless told otherwise.
 """
 
 from __future__ import annotations
@@ -8,6 +9,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field
 
+from assay.models.entry import GenerateSpec
 from assay.sources.base import SourceSpec
 from assay.sources.registry import SOURCES
 from assay.specbase import SpecModel, VerifierSpec
@@ -34,12 +36,17 @@ class HumanEvalSource(SourceSpec):
     kind: Literal["humaneval"]
     policy: PolicySpec = Field(default_factory=PolicySpec)
     verifier: VerifierSpec | None = Field(default_factory=lambda: VerifierSpec(kind="code_exec"))
+    generate: GenerateSpec | None = Field(
+        None, description="sample completions from a model instead of the seeded policy "
+        "(the prompt is the problem text)")
 
     def build_rows(self, study: StudySpec) -> Rows:
         from assay import offline
         from assay.builder import rows
 
         problems = offline.humaneval()
+        if self.generate is not None:  # prompt rows: the generate stage fills in completions
+            return rows(completions=[""] * len(problems), **problems.inputs())
         p = self.policy
         completions = offline.seeded_code_policy(problems, k=p.k, seed=p.seed, skill=p.skill)
         return rows(completions=completions, **problems.inputs())

@@ -28,6 +28,7 @@ from pydantic import Field, field_validator, model_validator
 
 from assay.errors import RowsError, SpecError
 from assay.jsonl import iter_jsonl
+from assay.models.entry import GenerateSpec
 from assay.rows import Rows
 from assay.sources.base import SourceSpec
 from assay.specbase import SpecModel
@@ -190,9 +191,11 @@ def join_completions(records: Sequence[Mapping[str, Any]], task_ids: Sequence[st
 
 
 def rows_from_records(records: Sequence[Mapping[str, Any]], fields: FieldMap, *, where: str,
-                      prompt_template: Any = None, reference_regex: str | None = None) -> Rows:
+                      prompt_template: Any = None, reference_regex: str | None = None,
+                      prompts_only: bool = False) -> Rows:
     """Rows from prompt/completion records through a field mapping (one completion per record;
-    records with the same task id or prompt group into one task).
+    records with the same task id or prompt group into one task). ``prompts_only``: the records
+    hold prompts for the generate stage; each row's completion is left empty until it runs.
 
     ``prompt_template`` (a :class:`assay.sources.templates.PromptTemplate`) renders the prompt
     from the record instead of reading ``fields.prompt``; ``reference_regex`` reads the gold
@@ -203,10 +206,14 @@ def rows_from_records(records: Sequence[Mapping[str, Any]], fields: FieldMap, *,
     prompts, completions, refs, tids, rewards, markers, metas = [], [], [], [], [], [], []
     mfields = fields.marker_fields()
     # a field the map consumes whole is not repeated in meta; a nested one keeps its parent
-    used = {p for p in fields.roles().values() if "." not in p or p in (records[0] if records else {})}
+    roles = fields.roles()
+    if prompts_only:
+        roles.pop("fields.completion")
+    used = {p for p in roles.values() if "." not in p or p in (records[0] if records else {})}
     if prompt_template is not None:
         used |= prompt_template.fields()
-    need = [("completion", fields.completion)] + ([] if prompt_template is not None else [("prompt", fields.prompt)])
+    need = ([] if prompts_only else [("completion", fields.completion)]) + (
+        [] if prompt_template is not None else [("prompt", fields.prompt)])
     for i, rec in enumerate(records):
         at = f"{where} record {i}"
         for role, name in need:
@@ -215,7 +222,7 @@ def rows_from_records(records: Sequence[Mapping[str, Any]], fields: FieldMap, *,
                 raise SpecError(f"{at}: field {name!r} (fields.{role}) is missing; the record has {sorted(rec)}")
         prompts.append(prompt_template.render(rec, where=at) if prompt_template is not None
                        else get_field(rec, fields.prompt))
-        completions.append(get_field(rec, fields.completion))
+        completions.append("" if prompts_only else get_field(rec, fields.completion))
         if fields.reference is not None:
             ref = get_field(rec, fields.reference)
             if ref is _MISSING:
@@ -298,9 +305,20 @@ class RecordSourceSpec(SourceSpec):
         "(GSM8K: '####\\\\s*(.+)$')")
     completions: CompletionsSpec | None = Field(
         None, description="completions in their own file, matched to the records by task")
+    generate: GenerateSpec | None = Field(
+        None, description="sample completions from a model (then records need only prompts)")
 
     @model_validator(mode="after")
     def _record_options(self) -> RecordSourceSpec:
+        if self.generate is not None:
+            if self.completions is not None:
+                raise ValueError("generate: and completions: both give the completions; keep one")
+            if self.verifier is None or self.fields.reward is not None:
+                raise ValueError("generate: completions made here need a verifier to grade them "
+                                 "(fields.reward cannot hold scores of completions not yet made)")
+        elif self.verifier is None and self.fields.reward is None:
+            raise ValueError("give a verifier to grade the completions, or fields.reward naming the field "
+                             "that already holds each completion's score")
         if self.prompt_template is not None:
             try:
                 self.template().check()
@@ -365,7 +383,8 @@ class RecordSourceSpec(SourceSpec):
     def rows_from(self, study: StudySpec, records: list[dict[str, Any]], where: str,
                   skip: frozenset[str] | set[str] = frozenset()) -> Rows:
         return rows_from_records(self.merged_records(study, records, where, skip), self.fields, where=where,
-                                 prompt_template=self.template(), reference_regex=self.reference_regex)
+                                 prompt_template=self.template(), reference_regex=self.reference_regex,
+                                 prompts_only=self.generate is not None)
 
     def files(self, study: StudySpec) -> list[Path]:
         return [study.resolve(self.completions.path)] if self.completions is not None else []
@@ -399,6 +418,8 @@ class RecordSourceSpec(SourceSpec):
         roles = self.fields.roles()
         if self.prompt_template is not None:
             roles.pop("fields.prompt", None)
+        if self.generate is not None:
+            roles.pop("fields.completion", None)
         for role, path in roles.items():
             why = field_problem(first, path)
             if why is not None:

@@ -1,7 +1,7 @@
 """The study stages as plain functions, one module per stage, each cached on its checksum chain.
 
 ``cache`` (keys, pointers, verified loads, progress), one module per stage (``build_rows``,
-``filter_rows``, ``grade``, ``decontaminate``, ``score_reward_model``, ``measure``, ``report``),
+``filter_rows``, ``generate``, ``grade``, ``decontaminate``, ``score_reward_model``, ``measure``, ``report``),
 ``chain`` (``run_study``). Prefect tasks in ``tasks/`` wrap the ``run_*`` functions.
 
 Example:
@@ -32,6 +32,7 @@ from assay.stages.cache import (
 from assay.stages.chain import StudyRun, direct_call, direct_map, run_study
 from assay.stages.decontaminate import run_decontaminate
 from assay.stages.filter_rows import apply_row_steps, run_filter_rows
+from assay.stages.generate import run_generate_shard
 from assay.stages.grade import make_verifier, run_grade_shard, shard_bounds, verifier_fingerprint
 from assay.stages.measure import run_measure
 from assay.stages.report import report_files, run_report
@@ -43,7 +44,7 @@ from assay.stages.score_reward_model import (
 )
 
 #: Stages in chain order.
-STAGE_ORDER = ("build-rows", "filter-rows", "grade", "decontaminate", "score-reward-model",
+STAGE_ORDER = ("build-rows", "filter-rows", "generate", "grade", "decontaminate", "score-reward-model",
                "measure", "report")
 
 __all__ = [
@@ -51,7 +52,7 @@ __all__ = [
     "concat_rows", "define_stage", "direct_call", "direct_map", "graded_checksums", "load_doc",
     "load_rows", "lookup", "make_reward_model", "make_verifier", "model_identity",
     "print_progress", "report_files", "reward_views", "rows_from_records", "run_build_rows",
-    "run_decontaminate", "run_filter_rows", "run_grade_shard", "run_measure", "run_report",
+    "run_decontaminate", "run_filter_rows", "run_generate_shard", "run_grade_shard", "run_measure", "run_report",
     "run_reward_audit", "run_study", "shard_bounds", "source_named", "stage_key", "summarize",
     "verifier_fingerprint",
 ]

@@ -1,5 +1,5 @@
-"""The study chain: build-rows -> filter-rows -> grade -> decontaminate -> score-reward-model ->
-measure -> report. ``run_study`` runs it directly; ``flows/study.py`` makes each stage a task.
+"""The study chain: build-rows -> filter-rows -> [generate] -> grade -> decontaminate ->
+score-reward-model -> measure -> report. ``run_study`` runs it directly; ``flows/study.py`` makes each stage a task.
 
 Adding a stage: one module in ``assay/stages/`` (``define_stage`` + ``run_<stage>``), one line
 here, one task line in ``tasks/stages.py``.
@@ -16,6 +16,7 @@ from assay.stages.build_rows import run_build_rows
 from assay.stages.cache import StageResult, load_rows, print_progress
 from assay.stages.decontaminate import run_decontaminate
 from assay.stages.filter_rows import run_filter_rows
+from assay.stages.generate import prompts_per_shard, run_generate_shard
 from assay.stages.grade import run_grade_shard, shard_bounds
 from assay.stages.measure import run_measure
 from assay.stages.report import run_report
@@ -66,6 +67,17 @@ def run_study(spec: StudySpec, store: Store, *, call: Callable[..., StageResult]
         done += [built, filtered]
         if src.verifier is None:
             graded[src.name] = (filtered,)
+            continue
+        gen = getattr(src, "generate", None)
+        if gen is not None:  # prompt rows -> k completions each, one generate shard per grade shard
+            pb = shard_bounds(load_rows(store, filtered), prompts_per_shard(spec.execution.shard_rows, gen.k))
+            made = call_many(run_generate_shard, [((store, spec, src.name, filtered, b, i, len(pb)),
+                                                   {"progress": progress}) for i, b in enumerate(pb)])
+            done += made
+            calls = [((store, spec, src.name, g, (0, g.summary["rows"]), i, len(made)),
+                      {"workers": workers, "progress": progress}) for i, g in enumerate(made)]
+            graded[src.name] = tuple(call_many(run_grade_shard, calls))
+            done += graded[src.name]
             continue
         bounds = shard_bounds(load_rows(store, filtered), spec.execution.shard_rows)
         calls = [((store, spec, src.name, filtered, b, i, len(bounds)),

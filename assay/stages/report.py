@@ -27,7 +27,7 @@ def run_report(store: Store, spec: StudySpec, graded: Mapping[str, Sequence[Stag
                measured: StageResult | None, decon: StageResult | None,
                audits: Sequence[StageResult], *, progress: Any = None) -> StageResult:
     """report.md / report.json / PNGs as stored blobs (written to the run dir afterwards)."""
-    from assay.report import build_report
+    from assay.report import build_report, guard_counts
     from assay.stages.build_rows import source_info
 
     ups = [p.checksums for p in (measured, decon, *audits) if p is not None]
@@ -40,7 +40,10 @@ def run_report(store: Store, spec: StudySpec, graded: Mapping[str, Sequence[Stag
             r = concat_rows(store, graded[s.name])
             entry = {"name": s.name, "rows": len(r),
                      "tasks": len(set(r.to_arrow().column("task_id").to_pylist())),
-                     "verifier": _verifier_label(s.verifier)}
+                     "verifier": _verifier_label(s.verifier),
+                     "guard_stopped": guard_counts(r)}
+            if getattr(s, "generate", None) is not None:
+                entry["generation"] = generation_summary(r, s.generate)
             info = source_info(store, spec, s.name)
             if info:
                 entry["data"] = info
@@ -62,6 +65,38 @@ def _verifier_label(v: Any) -> str:
     if v.kind == "function":
         return f"function {v.function}" + (f" (version {v.version})" if v.version else "")
     return v.kind
+
+
+def generation_summary(rows: Any, gspec: Any) -> dict[str, Any]:
+    """Per source: the model, completions, failed requests, the truncated share (``length``
+    finishes, the cut-off the RL selection gates on) and tokens, from the rows' markers.
+
+    Example:
+        >>> import assay
+        >>> r = assay.rows(["q"], [["a", "b"]], markers=[[{"truncated": 1.0, "completion_tokens": 8.0},
+        ...                                              {"truncated": 0.0, "completion_tokens": 2.0}]])
+        >>> generation_summary(r, None)["truncated_share"]
+        0.5
+    """
+    t = rows.to_arrow()
+    status = t.column("judge_status").to_pylist()
+    marks = [dict(m or []) for m in t.column("markers").to_pylist()]
+    ok = [m for m, st in zip(marks, status) if st != "gen_error"]
+
+    def mean(name: str) -> float | None:
+        vals = [m[name] for m in ok if name in m]
+        return round(sum(vals) / len(vals), 1) if vals else None
+
+    trunc = [m["truncated"] for m in ok if "truncated" in m]
+    model = None
+    if gspec is not None:
+        m = gspec.model
+        model = f"{m.kind}:{getattr(m, 'model', None) or getattr(m, 'path', None) or getattr(m, 'callable', '')}"
+    return {"model": model, "k": getattr(gspec, "k", None), "completions": len(ok),
+            "errors": len(status) - len(ok),
+            "truncated_share": round(sum(trunc) / len(trunc), 4) if trunc else None,
+            "prompt_tokens_mean": mean("prompt_tokens"), "completion_tokens_mean": mean("completion_tokens"),
+            "completion_tokens_total": int(sum(m.get("completion_tokens", 0) for m in ok))}
 
 
 def report_files(store: Store, report: StageResult) -> dict[str, bytes]:

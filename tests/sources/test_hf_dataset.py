@@ -266,3 +266,35 @@ measure: {pass_at: {by: meta.problem.level}}
     for lev in (1, 2):
         mine = [r["score"] for r in kept if r["problem"]["level"] == lev]
         assert res[str(lev)].pass_at_1.value == pytest.approx(sum(mine) / len(mine))
+
+
+def solve_even_cases(prompts):
+    """A 'model' for generate: the right product on even cases, one off on odd ones."""
+    import re
+
+    out = []
+    for p in prompts:
+        a, b, case = map(int, re.search(r"holds (\d+) rows of (\d+) jars\. How many jars\? \(case (\d+)\)", p).groups())
+        gold = a * b + (1000 if "[probability]" in p else 0)
+        out.append(f"The answer is {gold if case % 2 == 0 else gold + 1}.")
+    return out
+
+
+def test_a_hub_style_dataset_with_generate_instead_of_a_completions_file(gsm, tmp_path: Path) -> None:
+    root, _ = gsm
+    text = gsm_fixture.SPEC.replace("    completions: {path: completions.jsonl, key: idx}\n", f"""    limit: 6
+    generate:
+      model: {{kind: function, callable: "{__name__}:solve_even_cases"}}
+      api: completions
+      k: 2
+""").replace("fields: {reference: answer, markers: [latency_ms]}", "fields: {reference: answer}")
+    spec = parse_spec(text, base_dir=str(root))
+    assert check_data(spec) == ([], [])
+    store = Store(tmp_path / "store")
+    run = stages.run_study(spec, store, progress=None)
+    rows = stages.concat_rows(store, run.graded["model"])
+    assert len(rows) == 12 and [r["reward"] for r in rows] == [1.0, 1.0, 0.0, 0.0] * 3
+    assert {r["meta"]["subject"] for r in rows} == {"arithmetic"}
+    with pytest.raises(SpecError, match="generate: and completions: both give the completions"):
+        parse_spec(text.replace("    limit: 6\n", "    limit: 6\n    completions: {path: completions.jsonl}\n"),
+                   base_dir=str(root))

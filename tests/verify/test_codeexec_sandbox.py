@@ -123,8 +123,15 @@ def test_adversarial_suite_is_bounded_and_leaves_no_process(adversarial):
     assert rows["fork_bomb"]["judge_meta"]["outcome"] in ("timeout", "failed", "killed")
     assert rows["memory_hog"]["reason"] == "failed: MemoryError"
     for name in CONTAINED:
-        assert rows[name]["reward"] == 1.0, rows[name]["reason"]
         assert "left_over_processes" not in rows[name]["judge_meta"]
+    # a function-call candidate may fork but not start programs (a started program would not
+    # carry the guard on open(), so it could read the hidden tests from disk)
+    # (sleeper_setsid passes: its exec, in a grandchild, is refused there and starts nothing)
+    for name in ("python_sleeper", "sleeper_setsid"):
+        assert rows[name]["reward"] == 1.0, rows[name]["reason"]
+    assert rows["sleeper_popen"]["reward"] == 0.0
+    assert "subprocess.Popen (refused)" in rows["sleeper_popen"]["reason"]
+    assert rows["sleeper_popen"]["judge_meta"]["guard"] == "sandbox"
 
 
 def test_sleepers_are_killed_even_when_the_candidate_passes():
@@ -134,7 +141,13 @@ def test_sleepers_are_killed_even_when_the_candidate_passes():
         GOOD + "import os, time\nif os.fork() == 0:\n    os.setsid()\n    time.sleep(1000)\n",
     ]
     rows = _grade(honest_but_leaky, timeout=5.0)
-    assert [r["reward"] for r in rows] == [1.0, 1.0]  # the tests did pass; the leftovers die anyway
+    # the tests did pass for the forking one; the leftovers die anyway. Starting a program is
+    # refused to a function-call candidate; a whole program (below) may, and its sleeper dies too
+    assert [r["reward"] for r in rows] == [0.0, 1.0]
+    assert "subprocess.Popen (refused)" in rows[0]["reason"]
+    with SandboxPool(1) as pool:
+        out = pool.run([job(honest_but_leaky[0] + "assert sq(3) == 9\n", timeout=5.0)])
+    assert out[0]["status"] == "passed" and out[0]["left_over"] == 0
     assert not _leaked()
     assert _descendants() <= before
 

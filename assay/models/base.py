@@ -1,0 +1,61 @@
+"""What every backend shares: one request (a rendered prompt, its seed and sample index) and
+how prompts become message lists and rendered prompts.
+
+Example:
+    >>> to_messages("2+3?", system="Be brief.")
+    [{'role': 'system', 'content': 'Be brief.'}, {'role': 'user', 'content': '2+3?'}]
+    >>> render_messages([{"role": "user", "content": "2+3?"}], "completions")
+    '2+3?'
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from assay.errors import RowsError, RowsTypeError
+
+
+@dataclass(frozen=True)
+class Request:
+    """One completion to ask for: its cache key, where it goes, the rendered prompt and seed."""
+
+    key: str
+    prompt_index: int
+    sample_index: int
+    seed: int
+    rendered: Any
+
+
+def to_messages(prompt: Any, *, system: str | None = None, i: int = 0) -> list[dict[str, str]]:
+    """A prompt (a string or ``[{"role", "content"}]``) as a message list, system prompt first."""
+    if isinstance(prompt, str):
+        msgs = [{"role": "user", "content": prompt}]
+    elif isinstance(prompt, Sequence) and not isinstance(prompt, (bytes, bytearray)):
+        msgs = []
+        for j, m in enumerate(prompt):
+            if not isinstance(m, Mapping) or not isinstance(m.get("role"), str) or not isinstance(m.get("content"), str):
+                raise RowsError(f"prompts[{i}][{j}]: a message is {{'role': str, 'content': str}}, got {m!r:.120}")
+            msgs.append({"role": m["role"], "content": m["content"]})
+        if not msgs:
+            raise RowsError(f"prompts[{i}] is an empty message list")
+    else:
+        raise RowsTypeError(f"prompts[{i}]: expected a string or a list of messages, got {type(prompt).__name__}")
+    if system is not None:
+        if msgs[0]["role"] == "system":
+            raise RowsError(f"prompts[{i}] already starts with a system message and system= is set; "
+                            "give one or the other")
+        msgs = [{"role": "system", "content": system}, *msgs]
+    return msgs
+
+
+def render_messages(messages: list[dict[str, str]], api: str) -> Any:
+    """The prompt as an OpenAI-protocol server receives it: the messages (chat) or one text
+    (completions, which takes a single user turn)."""
+    if api == "chat":
+        return messages
+    if len(messages) != 1 or messages[0]["role"] != "user":
+        raise RowsError("api: completions takes one text per prompt; got a conversation of "
+                        f"{len(messages)} messages (roles {[m['role'] for m in messages]}); use api: chat")
+    return messages[0]["content"]

@@ -1,0 +1,101 @@
+"""The ``function`` backend: a user's ``module:callable`` that takes prompts, returns completions.
+
+For clients assay does not ship; cached and resumed like the other backends.
+
+The callable gets the rendered prompts (message lists for ``api: chat``, texts for
+``completions``) and, when its signature accepts them, ``seeds=`` (one per prompt) and
+``params=`` (the sampling parameters as a dict). It returns one item per prompt: a string, or a
+dict ``{"completion", "finish_reason", "prompt_tokens", "completion_tokens"}``; ``None`` or a
+dict with ``"error"`` makes that one an error record. Its identity is the reference, a hash of
+its source code and the spec's ``revision``: editing the function recomputes.
+
+Example:
+    >>> b = FunctionBackend({"kind": "function", "callable": "assay.models.function:echo"})
+    >>> b.identity()["callable"]
+    'assay.models.function:echo'
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import time
+from collections.abc import Callable
+from typing import Any
+
+from assay.errors import GenerationError
+from assay.models.base import Request, render_messages
+from assay.models.registry import BACKENDS
+from assay.models.specs import FunctionSpec, SamplingParams
+from assay.registry import load_callable
+
+#: Requests handed to the callable per call (each call's answers are committed together).
+CHUNK = 64
+
+
+def echo(prompts: list[Any]) -> list[str]:
+    """A trivial model for examples and tests: answers each prompt with its last user turn."""
+    return [p if isinstance(p, str) else p[-1]["content"] for p in prompts]
+
+
+@BACKENDS.register("function", spec=FunctionSpec, help="a module:callable taking prompts, returning completions")
+class FunctionBackend:
+    """Calls ``spec.callable`` on chunks of rendered prompts (see module docstring)."""
+
+    kind = "function"
+
+    def __init__(self, spec: FunctionSpec | dict[str, Any]) -> None:
+        self.spec = spec if isinstance(spec, FunctionSpec) else FunctionSpec.model_validate(spec)
+        self.fn: Callable[..., Any] = load_callable(self.spec.callable, what="model.callable")
+        try:
+            params = inspect.signature(self.fn).parameters
+        except (TypeError, ValueError):
+            params = {}
+        self._kw = {n for n in ("seeds", "params") if n in params}
+        try:
+            src = inspect.getsource(self.fn)
+        except (OSError, TypeError):
+            src = ""
+        self._src = hashlib.sha256(src.encode()).hexdigest()
+
+    def identity(self) -> dict[str, Any]:
+        return {"backend": "function", "callable": self.spec.callable, "source_sha256": self._src,
+                "revision": self.spec.revision}
+
+    def render(self, messages: list[dict[str, str]], api: str) -> Any:
+        return render_messages(messages, api)
+
+    def run(self, requests: list[Request], params: SamplingParams, *, api: str,
+            max_connections: int, commit: Callable[[Request, dict[str, Any]], None]) -> None:
+        for lo in range(0, len(requests), CHUNK):
+            chunk = requests[lo:lo + CHUNK]
+            kw: dict[str, Any] = {}
+            if "seeds" in self._kw:
+                kw["seeds"] = [r.seed for r in chunk]
+            if "params" in self._kw:
+                kw["params"] = params.model_dump(mode="json")
+            t0 = time.monotonic()
+            out = self.fn([r.rendered for r in chunk], **kw)
+            latency = round((time.monotonic() - t0) / len(chunk), 6)
+            out = list(out) if out is not None else None
+            if out is None or len(out) != len(chunk):
+                raise GenerationError(f"model.callable {self.spec.callable}: returned "
+                                      f"{'None' if out is None else len(out)} completions for "
+                                      f"{len(chunk)} prompts; return one per prompt")
+            for r, o in zip(chunk, out):
+                commit(r, self._record(o, latency))
+
+    def _record(self, o: Any, latency: float) -> dict[str, Any]:
+        base = {"latency_s": latency, "retries": 0, "served_model": self.spec.callable,
+                "prompt_tokens": None, "completion_tokens": None, "finish_reason": None}
+        if isinstance(o, str):
+            return {**base, "status": "ok", "completion": o, "reason": None, "finish_reason": "stop"}
+        if isinstance(o, dict) and isinstance(o.get("completion"), str) and not o.get("error"):
+            return {**base, "status": "ok", "completion": o["completion"], "reason": None,
+                    "finish_reason": o.get("finish_reason", "stop"),
+                    "prompt_tokens": o.get("prompt_tokens"), "completion_tokens": o.get("completion_tokens")}
+        why = o.get("error") if isinstance(o, dict) and o.get("error") else f"returned {o!r:.80}, not a string"
+        return {**base, "status": "error", "completion": None, "reason": f"model.callable {self.spec.callable}: {why}"}
+
+    def close(self) -> None:
+        pass

@@ -1,0 +1,216 @@
+"""``assay.generate``: k completions per prompt from the model under test, cached and resumable.
+
+Each completion is keyed and committed to a journal as it arrives; a rerun asks only for the rest.
+
+Example:
+    >>> import tempfile
+    >>> from assay.store import Store
+    >>> g = generate(["2+3?", "7*6?"], model={"kind": "function", "callable": "assay.models.function:echo"},
+    ...              k=2, store=Store(tempfile.mkdtemp()))
+    >>> g.completions, g.sent
+    ([['2+3?', '2+3?'], ['7*6?', '7*6?']], 4)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+
+from assay.errors import RowsError
+from assay.models.base import Request, to_messages
+from assay.models.entry import GenerateSpec, backend_spec
+from assay.models.journal import Journal, completion_key, sample_seed, shard_id
+from assay.models.registry import BACKENDS
+from assay.models.specs import SamplingParams
+from assay.store import Store
+
+#: Fields every generation record has (``latency_s`` and ``retries`` are wall-clock facts of the
+#: run that produced it: they stay out of rows so results are byte-identical across reruns).
+RECORD_FIELDS = ("key", "prompt_index", "sample_index", "seed", "status", "completion", "reason",
+                 "finish_reason", "prompt_tokens", "completion_tokens", "served_model",
+                 "latency_s", "retries")
+RECORD_SCHEMA = pa.schema([
+    ("key", pa.string()), ("prompt_index", pa.int64()), ("sample_index", pa.int64()),
+    ("seed", pa.int64()), ("status", pa.string()), ("completion", pa.string()),
+    ("reason", pa.string()), ("finish_reason", pa.string()), ("prompt_tokens", pa.int64()),
+    ("completion_tokens", pa.int64()), ("served_model", pa.string()), ("latency_s", pa.float64()),
+    ("retries", pa.int64()),
+])
+
+
+@dataclass
+class Generations:
+    """The outcome of :func:`generate`: one record per (prompt, sample), in order.
+
+    ``sent``: completions asked of the model in this call (the rest came from the journal);
+    ``records[i]["status"]`` is ``ok`` or ``error`` (``completion`` None, ``reason`` why)."""
+
+    prompts: list[Any]
+    messages: list[list[dict[str, str]]]
+    k: int
+    records: list[dict[str, Any]]
+    sent: int
+    config: dict[str, Any] = field(repr=False, default_factory=dict)
+
+    @property
+    def completions(self) -> list[list[str | None]]:
+        """``completions[i][j]``: sample j of prompt i, None for an error record."""
+        return [[r["completion"] for r in self.records[i * self.k:(i + 1) * self.k]]
+                for i in range(len(self.prompts))]
+
+    @property
+    def errors(self) -> list[dict[str, Any]]:
+        return [r for r in self.records if r["status"] != "ok"]
+
+    def to_arrow(self) -> pa.Table:
+        """Every record as an Arrow table of :data:`RECORD_SCHEMA`."""
+        return pa.Table.from_pylist([{f: r.get(f) for f in RECORD_FIELDS} for r in self.records],
+                                    schema=RECORD_SCHEMA)
+
+    def rows(self, reward: Any = None, *, references: Sequence[Any] | None = None,
+             task_ids: Sequence[str] | None = None, privileged: Sequence[Mapping[str, Any] | None] | None = None,
+             meta: Sequence[Mapping[str, Any] | None] | None = None, workers: int | None = None) -> Any:
+        """:class:`assay.Rows`, one per record, optionally graded by ``reward``.
+
+        An error record becomes a row with ``judge_status: gen_error`` (reward None, the
+        failure in ``reason``) that no grader scores; every row carries markers
+        ``prompt_tokens``, ``completion_tokens`` and ``truncated`` (1 for a ``length`` finish)
+        where the backend reported them. ``privileged``: a dict per prompt carried into its
+        rows' ``privileged`` (a source's reference and tests), next to ``generation`` (finish
+        reason, served model, cache key, seed). ``meta``: a dict per prompt (its source record's
+        own fields) carried into its rows' ``meta``. Rollouts are numbered per task, so two prompts
+        of one task do not share indices."""
+        from assay.grading import grade
+        from assay.rows import Rows, as_table, task_id_for
+
+        n = len(self.prompts)
+        for name, seq in (("references", references), ("task_ids", task_ids), ("privileged", privileged),
+                          ("meta", meta)):
+            if seq is not None and len(seq) != n:
+                raise RowsError(f"{name}: expected one per prompt ({n}), got {len(seq)}")
+        out = []
+        rollouts: dict[str, int] = {}
+        for r in self.records:
+            i = r["prompt_index"]
+            tid = task_ids[i] if task_ids is not None else task_id_for(self.messages[i])
+            rollouts[tid] = rollouts.get(tid, -1) + 1
+            msgs = [m for m in self.messages[i] if m["role"] != "system"]
+            users = [m["content"] for m in msgs if m["role"] == "user"]
+            markers = {}
+            if r["prompt_tokens"] is not None:
+                markers["prompt_tokens"] = float(r["prompt_tokens"])
+            if r["completion_tokens"] is not None:
+                markers["completion_tokens"] = float(r["completion_tokens"])
+            if r["status"] == "ok":
+                markers["truncated"] = float(r["finish_reason"] == "length")
+            priv = dict(privileged[i] or {}) if privileged is not None else {}
+            priv["generation"] = {"finish_reason": r["finish_reason"], "served_model": r["served_model"],
+                                  "key": r["key"], "seed": r["seed"], "sample_index": r["sample_index"]}
+            if references is not None:
+                priv["reference"] = references[i]
+            row = {"task_id": tid,
+                   "prompt": users[-1] if users else msgs[-1]["content"],
+                   "final_text": r["completion"] if r["status"] == "ok" else "",
+                   "messages": self.messages[i], "rollout_index": rollouts[tid],
+                   "privileged": priv, "markers": markers, "reward": None,
+                   "judge_status": "unjudged" if r["status"] == "ok" else "gen_error",
+                   "reason": None if r["status"] == "ok" else r["reason"],
+                   "meta": meta[i] if meta is not None else None}
+            out.append(row)
+        table = Rows(as_table(out))
+        return table if reward is None else grade(table, reward, workers=workers)
+
+
+_SHARED: dict[bytes, Any] = {}
+
+
+def shared_backend(model: Any) -> Any:
+    """The backend of a spec entry, built once per process (the shards of a study, and a judge
+    and its cache identity, share one loaded local model)."""
+    from assay.hashing import canonical_json
+
+    key = canonical_json(backend_spec(model).model_dump(mode="json"))
+    if key not in _SHARED:
+        _SHARED[key] = make_backend(model)
+    return _SHARED[key]
+
+
+def make_backend(model: Any) -> Any:
+    """A backend from a spec entry (dict or spec model), or ``model`` itself when it already is
+    one (anything with ``spec``, ``identity``, ``render`` and ``run``), so a loaded model is reused."""
+    if all(hasattr(model, a) for a in ("spec", "identity", "render", "run")):
+        return model
+    spec = backend_spec(model)
+    return BACKENDS.get(spec.kind).obj(spec)
+
+
+def generate(prompts: Sequence[Any], model: Any, *, k: int = 1,
+             params: SamplingParams | Mapping[str, Any] | None = None, seed: int = 0,
+             api: str = "chat", system: str | None = None, max_connections: int = 16,
+             store: Store | None = None, journal: str | None = None) -> Generations:
+    """Sample ``k`` completions per prompt from ``model``, cached per completion in ``store``.
+
+    Args:
+        prompts: strings or message lists ``[{"role", "content"}]``.
+        model: a backend spec entry (``{"kind": "openai", "base_url": ..., "model": ...}``,
+            ``{"kind": "hf", "path": ...}``, ``{"kind": "function", "callable": "m:f"}``) or a
+            backend object already built (a loaded ``hf`` model is then reused).
+        k: completions per prompt; params: :class:`SamplingParams` (every field is sent);
+        seed: per-sample seeds derive from it, the rendered prompt and the sample index;
+        api: ``chat`` or ``completions``; system: a system prompt put first (chat only);
+        max_connections: concurrent requests (``openai``); store: where the journal lives
+            (default ``$ASSAY_STORE`` or ``./.assay``); journal: a name for this call's journal
+            within the config's (the generate stage passes its shard's checksum, so a shard
+            reads only its own journal); keys do not depend on it.
+
+    A completion already in the journal is not asked again, unless it is an error record: those
+    are retried. A 4xx other than 408/429 raises :class:`assay.errors.GenerationError`.
+    """
+    backend = make_backend(model)
+    gspec = GenerateSpec(model=backend.spec, api=api, k=k, params=params or SamplingParams(),
+                         seed=seed, max_connections=max_connections, system=system)
+    store = store if store is not None else Store()
+    prompts = list(prompts)
+    messages = [to_messages(p, system=gspec.system, i=i) for i, p in enumerate(prompts)]
+    rendered = [backend.render(m, gspec.api) for m in messages]
+    config = {"identity": backend.identity(), "api": gspec.api,
+              "params": gspec.params.model_dump(mode="json")}
+    log = Journal(store, shard_id(config if journal is None else {**config, "journal": journal}))
+    done = log.load()
+    requests: list[Request] = []
+    seen: set[str] = set()
+    for i, rp in enumerate(rendered):
+        for j in range(gspec.k):
+            s = sample_seed(gspec.seed, rp, j)
+            key = completion_key(config, rp, s, j)
+            requests.append(Request(key, i, j, s, rp))
+    todo = []
+    for r in requests:
+        prev = done.get(r.key)
+        if (prev is None or prev["status"] != "ok") and r.key not in seen:
+            todo.append(r)
+            seen.add(r.key)
+
+    def commit(req: Request, result: dict[str, Any]) -> None:
+        rec = {f: result.get(f) for f in RECORD_FIELDS}
+        rec.update(key=req.key, seed=req.seed, sample_index=req.sample_index)
+        rec.pop("prompt_index")
+        log.append(rec)
+        done[req.key] = rec
+
+    try:
+        backend.run(todo, gspec.params, api=gspec.api, max_connections=gspec.max_connections, commit=commit)
+    finally:
+        log.close()
+    records = []
+    for r in requests:
+        rec = done.get(r.key)
+        if rec is None:  # a backend that skipped a request: never a silent gap
+            rec = {"key": r.key, "status": "error", "completion": None,
+                   "reason": "the backend returned no result for this request", "seed": r.seed}
+        records.append({**{f: rec.get(f) for f in RECORD_FIELDS}, "prompt_index": r.prompt_index,
+                        "sample_index": r.sample_index})
+    return Generations(prompts, messages, gspec.k, records, len(todo), config)

@@ -1,0 +1,121 @@
+"""Completion keys, per-sample seeds, and the per-shard journal completions are committed to.
+
+A journal is an append-only JSON-lines file in the store; a SIGKILL loses only requests in flight.
+
+A shard is one generation config (model identity, backend, API, parameters); its journal lives at
+``<store root>/journals/<shard hex>.jsonl``. Each line is one completion record with its key and
+a checksum of the line, written with one ``write`` on an ``O_APPEND`` descriptor as the answer
+arrives; the file is fsynced at most every ``FSYNC_EVERY_S`` seconds and when the run ends, so a
+killed process loses nothing the kernel got, and a power loss at most the last second. A torn
+last line (checksum mismatch or bad JSON) is skipped on read. A later line for a key supersedes an
+earlier one, which is how a retried error row becomes a completion.
+
+Example:
+    >>> import tempfile
+    >>> from assay.store import Store
+    >>> j = Journal(Store(tempfile.mkdtemp()), "gshard:abc")
+    >>> j.append({"key": "gen:1", "completion": "hi", "status": "ok"})
+    >>> j.close(); Journal(j.store, "gshard:abc").load()["gen:1"]["completion"]
+    'hi'
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import threading
+import time
+import warnings
+from typing import Any
+
+from assay.hashing import canonical_json, content_hash
+from assay.store import CorruptEntryWarning, Store
+
+FSYNC_EVERY_S = 1.0
+
+
+def sample_seed(seed: int, rendered: Any, index: int) -> int:
+    """The seed of one sample: derived from the study seed, the rendered prompt and the sample
+    index, so the k samples of a prompt differ and each is reproducible on its own.
+
+    Example:
+        >>> sample_seed(0, "hi", 0) == sample_seed(0, "hi", 0) != sample_seed(0, "hi", 1)
+        True
+    """
+    return int(content_hash([seed, rendered, index], "seed").split(":", 1)[1][:8], 16) & 0x7FFFFFFF
+
+
+def completion_key(config: dict[str, Any], rendered: Any, seed: int, index: int) -> str:
+    """The cache key of one completion: the shard config (model identity, backend, base URL,
+    API, every sampling parameter), the rendered prompt, the per-sample seed and the index."""
+    return content_hash({"config": config, "rendered": rendered, "seed": seed, "index": index}, "gen")
+
+
+def shard_id(config: dict[str, Any]) -> str:
+    """The journal a generation config writes to."""
+    return content_hash(config, "gshard")
+
+
+def _line(record: dict[str, Any]) -> bytes:
+    body = canonical_json(record)
+    return b'{"sum":"' + hashlib.sha256(body).hexdigest()[:16].encode() + b'","rec":' + body + b"}\n"
+
+
+class Journal:
+    """The append-only journal of one shard (see module docstring). Thread-safe appends."""
+
+    def __init__(self, store: Store, shard: str) -> None:
+        self.store = store
+        self.path = store.root / "journals" / f"{shard.split(':', 1)[-1]}.jsonl"
+        self._fd: int | None = None
+        self._lock = threading.Lock()
+        self._synced = time.monotonic()
+
+    def load(self) -> dict[str, dict[str, Any]]:
+        """Every committed record by key (the last line per key wins); torn lines skipped."""
+        try:
+            data = self.path.read_bytes()
+        except FileNotFoundError:
+            return {}
+        out: dict[str, dict[str, Any]] = {}
+        bad = 0
+        for raw in data.split(b"\n"):
+            if not raw:
+                continue
+            try:
+                doc = json.loads(raw)
+                rec = doc["rec"]
+                ok = hashlib.sha256(canonical_json(rec)).hexdigest()[:16] == doc["sum"]
+            except (ValueError, KeyError, TypeError):
+                ok = False
+            if not ok:
+                bad += 1
+                continue
+            out[rec["key"]] = rec
+        if bad:
+            warnings.warn(f"journal {self.path}: {bad} torn or corrupt line(s) skipped (a killed "
+                          "run's last write); those completions are asked again", CorruptEntryWarning,
+                          stacklevel=2)
+        return out
+
+    def append(self, record: dict[str, Any]) -> None:
+        """Commit one record: one write on an O_APPEND descriptor, fsynced at most every second."""
+        line = _line(record)
+        with self._lock:
+            if self._fd is None:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            os.write(self._fd, line)
+            now = time.monotonic()
+            if now - self._synced >= FSYNC_EVERY_S:
+                os.fsync(self._fd)
+                self._synced = now
+
+    def close(self) -> None:
+        """Fsync and close (idempotent)."""
+        with self._lock:
+            if self._fd is not None:
+                os.fsync(self._fd)
+                os.close(self._fd)
+                self._fd = None

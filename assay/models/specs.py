@@ -1,0 +1,92 @@
+"""The spec models of the model backends and of the sampling parameters they all take.
+
+Every field has a default that is sent or applied explicitly, so a cache key names the full config.
+
+Example:
+    >>> p = SamplingParams(temperature=0.7)
+    >>> p.top_p, p.max_tokens, p.stop
+    (1.0, 512, [])
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field, field_validator
+
+from assay.specbase import SpecModel
+
+_Strict = SpecModel
+
+
+class SamplingParams(_Strict):
+    """Every sampling parameter, with the value used when the spec leaves it out. All of them are
+    sent on every request (vLLM fills unset ones from the model's generation config) and all are
+    part of each completion's cache key. ``extra`` is passed through verbatim to OpenAI-protocol
+    servers (e.g. vLLM's ``top_k``, ``min_p``, ``repetition_penalty``)."""
+
+    temperature: float = Field(1.0, ge=0.0, le=2.0)
+    top_p: float = Field(1.0, gt=0.0, le=1.0)
+    max_tokens: int = Field(512, ge=1)
+    stop: list[str] = Field(default_factory=list)
+    presence_penalty: float = Field(0.0, ge=-2.0, le=2.0)
+    frequency_penalty: float = Field(0.0, ge=-2.0, le=2.0)
+    extra: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("stop")
+    @classmethod
+    def _no_empty_stop(cls, v: list[str]) -> list[str]:
+        if any(s == "" for s in v):
+            raise ValueError("an empty stop string would stop every completion at once; remove it")
+        return v
+
+    @field_validator("extra")
+    @classmethod
+    def _extra_not_core(cls, v: dict[str, Any]) -> dict[str, Any]:
+        clash = sorted(set(v) & {"temperature", "top_p", "max_tokens", "stop", "presence_penalty",
+                                 "frequency_penalty", "seed", "n", "model", "messages", "prompt"})
+        if clash:
+            raise ValueError(f"extra must not set {clash}: give them as params fields (seed is "
+                             "derived per sample from generate.seed)")
+        return v
+
+
+class OpenAISpec(_Strict):
+    """An OpenAI-compatible server (vLLM, SGLang, TGI, llama.cpp server, OpenAI)."""
+
+    kind: Literal["openai"] = "openai"
+    base_url: str = Field(description="the server's API root, e.g. http://127.0.0.1:8000/v1")
+    model: str = Field(description="the served model name sent as 'model'")
+    api_key_env: str | None = Field(None, description="environment variable holding the API key")
+    revision: str | None = Field(None, description="a checkpoint revision you pin; part of the cache key")
+    timeout_s: float = Field(120.0, gt=0, description="seconds one request may take")
+    max_retries: int = Field(8, ge=0, description="retries of 408/429/5xx/timeouts per request")
+    retry_total_s: float = Field(900.0, gt=0, description="cap on the time one request spends retrying")
+
+    @field_validator("base_url")
+    @classmethod
+    def _url(cls, v: str) -> str:
+        if not v.startswith(("http://", "https://")):
+            raise ValueError(f"base_url {v!r} must start with http:// or https://")
+        return v.rstrip("/")
+
+
+class HFSpec(_Strict):
+    """A local transformers causal LM: a local directory, or a hub id with a ``revision``."""
+
+    kind: Literal["hf"] = "hf"
+    path: str = Field(description="local directory or hub id")
+    revision: str | None = None
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
+        "auto", description="auto: bfloat16 on CUDA, float32 on CPU")
+    device: str | None = Field(None, description="cuda / cpu / cuda:1; default cuda when available")
+    batch_tokens: int = Field(8192, ge=1, description="padded tokens (prompt + new) per batch")
+    trust_remote_code: bool = False
+
+
+class FunctionSpec(_Strict):
+    """A user's ``module:callable`` taking prompts and returning completions."""
+
+    kind: Literal["function"] = "function"
+    callable: str = Field(description="module:callable; called as f(prompts) or f(prompts, seeds=, params=)")
+    revision: str | None = Field(None, description="bump to recompute: part of the cache key")

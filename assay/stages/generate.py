@@ -1,0 +1,101 @@
+"""The generate stage: k completions per prompt row from the model under test, one shard at a time.
+
+Keyed on the shard's prompt rows, the generate settings and the model's identity; resumable within.
+
+A source with ``generate:`` builds prompt rows (one per prompt, completion empty); its steps
+filter those prompts, then this stage replaces each shard of them by ``k`` generated rows. The
+stage's cache key holds the backend's identity (``/v1/models``' answer for a server, the weights'
+checksum for a local model), so a new checkpoint under the same name recomputes. Inside a shard
+every completion is committed to the store's journal as it arrives: a killed run's rerun asks
+only for what is missing (:func:`assay.models.generate`). Failed requests become ``gen_error``
+rows that are never graded and are asked again by the next run; a cached shard with error rows
+is therefore not served from the stage cache.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import statistics
+from typing import Any
+
+from assay.rows import Rows
+from assay.spec import StudySpec
+from assay.stages.build_rows import source_named
+from assay.stages.cache import (
+    StageResult,
+    _ref_name,
+    cached_stage,
+    define_stage,
+    load_rows,
+    lookup,
+    stage_key,
+)
+from assay.store import Store
+
+STAGE = define_stage("generate", 1)
+
+def backend_for(model_spec: Any) -> Any:
+    """The backend of a ``generate.model`` entry, built once per process."""
+    from assay.models.generation import shared_backend
+
+    return shared_backend(model_spec)
+
+
+def generate_params(gspec: Any) -> dict[str, Any]:
+    """What of ``generate:`` decides the completions (not ``max_connections``, nor the model
+    entry, whose identity is the stage's fingerprint)."""
+    return gspec.model_dump(mode="json", exclude={"model", "max_connections"})
+
+
+def prompts_per_shard(shard_rows: int, k: int) -> int:
+    """Prompt rows per generate shard, so a generated shard has about ``shard_rows`` rows."""
+    return max(1, shard_rows // k)
+
+
+def run_generate_shard(store: Store, spec: StudySpec, source_name: str, filtered: StageResult,
+                       bounds: tuple[int, int], shard: int, n_shards: int, *,
+                       workers: int | None = None, progress: Any = None,
+                       device_slot: Any = None) -> StageResult:
+    """Generate completions for prompt rows[bounds] of a source; cached per shard.
+
+    ``device_slot(device)`` returns a context manager held while a local model generates (the
+    Prefect task passes the strict ``gpu`` concurrency slot; this library never imports Prefect).
+    ``workers`` is accepted for the runners' uniform call and unused."""
+    from assay.models import generate
+
+    source = source_named(spec, source_name)
+    gspec = source.generate
+    lo, hi = bounds
+    part = Rows(load_rows(store, filtered).to_arrow().slice(lo, hi - lo))
+    backend = backend_for(gspec.model)
+    params = generate_params(gspec)
+    fingerprint = backend.identity()
+    key = stage_key(STAGE, [part.checksum()], params, fingerprint)
+    doc = lookup(store, key)
+    if doc is not None and doc["summary"].get("errors"):
+        store.delete_ref(_ref_name(key))  # retry the failed requests (the rest is journalled)
+
+    def compute() -> tuple[dict[str, Any], dict[str, Any]]:
+        table = part.to_arrow()
+        msgs = [[{"role": m["role"], "content": m["content"]} for m in ms]
+                for ms in table.column("messages").to_pylist()]
+        device = str(getattr(backend, "device", "cpu"))
+        slot = device_slot(device) if device_slot is not None else contextlib.nullcontext()
+        with slot:
+            g = generate(msgs, backend, k=gspec.k, params=gspec.params, seed=gspec.seed, api=gspec.api,
+                         system=gspec.system, max_connections=gspec.max_connections, store=store,
+                         journal=part.checksum())
+        rows = g.rows(task_ids=table.column("task_id").to_pylist(),
+                      privileged=[r["privileged"] for r in part], meta=[r["meta"] for r in part])
+        ok = [r for r in g.records if r["status"] == "ok"]
+        lat = [r["latency_s"] for r in g.records if r["latency_s"] is not None]
+        summary = {"rows": len(rows), "prompts": len(part), "sent": g.sent, "errors": len(g.errors),
+                   "truncated": sum(r["finish_reason"] == "length" for r in ok),
+                   "prompt_tokens": sum(r["prompt_tokens"] or 0 for r in ok),
+                   "completion_tokens": sum(r["completion_tokens"] or 0 for r in ok),
+                   "latency_s_median": round(statistics.median(lat), 4) if lat else None}
+        return {"rows": rows}, summary
+
+    return cached_stage(store, STAGE, inputs=[part.checksum()], params=params, fingerprint=fingerprint,
+                        compute=compute, label=f"{source_name} shard {shard + 1}/{n_shards}",
+                        progress=progress)

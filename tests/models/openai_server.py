@@ -1,0 +1,181 @@
+"""A real OpenAI-protocol HTTP server on 127.0.0.1 for the model tests: a scripted policy,
+request counting, injected faults (429 with Retry-After, 500, timeouts, 400) and latency.
+
+The policy is deterministic in (model, prompt, seed, temperature), so a cached completion and a
+fresh one can be compared; it honours ``max_tokens`` (finish_reason ``length``) and ``stop``.
+Run as a script (``python openai_server.py PORT_FILE [LATENCY]``) it serves until killed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import sys
+import threading
+import time
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+
+def scripted_policy(body: dict[str, Any]) -> str:
+    """The model: sums ``a + b`` questions (with a seed-dependent slip when sampling), grades a
+    judge prompt by the answer it quotes, otherwise echoes a hash of everything that matters."""
+    prompt = body.get("prompt")
+    if prompt is None:
+        prompt = "\n".join(m["content"] for m in body["messages"])
+    last = prompt if "prompt" in body else body["messages"][-1]["content"]
+    judge = re.search(r"\[Submission\]: (.*?)\n.*\[Criterion\]: (.*?)\n", prompt, re.S)
+    if judge:
+        sub, crit = judge.group(1).strip(), judge.group(2).strip()
+        if "UNPARSEABLE" in sub:
+            return "I am not sure how to grade this."
+        return f"The submission says {sub}. GRADE: {'C' if sub == crit else 'I'}"
+    m = re.search(r"What is (\d+) \+ (\d+)\?", last)
+    seed = body.get("seed")
+    if m:
+        ans = int(m.group(1)) + int(m.group(2))
+        if body.get("temperature", 1.0) > 0 and seed is not None and seed % 4 == 0:
+            ans += 1  # a sampled slip: a quarter of seeds answer wrong
+        return f"The answer is {ans}. done"
+    h = hashlib.sha256(json.dumps([body["model"], prompt, seed, body.get("temperature")]).encode()).hexdigest()
+    return f"reply {h[:12]} to {last[:40]}"
+
+
+class _Server(ThreadingHTTPServer):
+    request_queue_size = 256  # the default backlog of 5 refuses bursts of concurrent clients
+    daemon_threads = True
+
+
+class Fault:
+    """One scripted answer in place of a completion: an HTTP status (with Retry-After and a
+    message) or a stall of ``sleep`` seconds (a timeout for the client)."""
+
+    def __init__(self, status: int = 500, *, retry_after: str | None = None, message: str = "injected",
+                 sleep: float = 0.0) -> None:
+        self.status, self.retry_after, self.message, self.sleep = status, retry_after, message, sleep
+
+
+class OpenAIServer:
+    """Serves /v1/models, /v1/chat/completions and /v1/completions on 127.0.0.1:<free port>.
+
+    ``faults``: a list consumed in order, one per completion request (None = answer normally),
+    or a callable ``(n, body) -> Fault | None``. ``latency``: seconds before each answer.
+    ``requests``: every completion request body seen, with its arrival time."""
+
+    def __init__(self, models: list[str] | None = None, *, latency: float = 0.0,
+                 policy: Callable[[dict[str, Any]], str] = scripted_policy) -> None:
+        self.models = models or ["tiny-ckpt"]
+        self.latency = latency
+        self.policy = policy
+        self.faults: list[Fault | None] | Callable[[int, dict[str, Any]], Fault | None] = []
+        self.requests: list[dict[str, Any]] = []
+        self.in_flight = 0
+        self.max_in_flight = 0
+        self.lock = threading.Lock()
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+            # headers and body go out in two writes: without TCP_NODELAY, Nagle's algorithm and
+            # the client's delayed ACK add ~40 ms to every keep-alive answer
+            disable_nagle_algorithm = True
+
+            def log_message(self, *a: Any) -> None:
+                pass
+
+            def _send(self, code: int, doc: Any, headers: dict[str, str] | None = None) -> None:
+                data = json.dumps(doc).encode()
+                self.send_response(code)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                for k, v in (headers or {}).items():
+                    self.send_header(k, v)
+                self.end_headers()
+                try:
+                    self.wfile.write(data)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass
+
+            def do_GET(self) -> None:
+                if self.path.rstrip("/") == "/v1/models":
+                    self._send(200, {"object": "list", "data": [
+                        {"id": m, "object": "model", "created": int(time.time()), "owned_by": "test",
+                         "root": f"/ckpt/{m}", "parent": None, "max_model_len": 2048}
+                        for m in server.models]})
+                else:
+                    self._send(404, {"error": {"message": f"no route {self.path}"}})
+
+            def do_POST(self) -> None:
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                chat = self.path == "/v1/chat/completions"
+                if not chat and self.path != "/v1/completions":
+                    return self._send(404, {"error": {"message": f"no route {self.path}"}})
+                with server.lock:
+                    n = len(server.requests)
+                    server.requests.append({**body, "_path": self.path, "_t": time.monotonic(),
+                                            "_auth": self.headers.get("Authorization")})
+                    server.in_flight += 1
+                    server.max_in_flight = max(server.max_in_flight, server.in_flight)
+                    f = server.faults(n, body) if callable(server.faults) else (
+                        server.faults.pop(0) if server.faults else None)
+                try:
+                    if server.latency:
+                        time.sleep(server.latency)
+                    if f is not None:
+                        if f.sleep:
+                            time.sleep(f.sleep)
+                        hdr = {"Retry-After": f.retry_after} if f.retry_after is not None else None
+                        return self._send(f.status, {"error": {"message": f.message, "code": f.status}}, hdr)
+                    if body.get("model") not in server.models:
+                        return self._send(404, {"error": {"message": f"The model `{body.get('model')}` does not exist."}})
+                    missing = [p for p in ("temperature", "top_p", "max_tokens", "seed") if p not in body]
+                    if missing:
+                        return self._send(400, {"error": {"message": f"test server wants explicit {missing}"}})
+                    text = server.policy(body)
+                    words = text.split(" ")
+                    finish = "stop"
+                    for s in body.get("stop") or []:
+                        if s in text:
+                            text = text[:text.index(s)]
+                            words = text.split(" ")
+                    if len(words) > body["max_tokens"]:
+                        words, finish = words[:body["max_tokens"]], "length"
+                    text = " ".join(words)
+                    choice = {"index": 0, "finish_reason": finish}
+                    if chat:
+                        choice["message"] = {"role": "assistant", "content": text}
+                    else:
+                        choice["text"] = text
+                    self._send(200, {"id": f"cmpl-{n}", "object": "chat.completion" if chat else "text_completion",
+                                     "model": body["model"], "choices": [choice],
+                                     "usage": {"prompt_tokens": len(str(body.get("messages") or body.get("prompt")).split()),
+                                               "completion_tokens": len(words)}})
+                finally:
+                    with server.lock:
+                        server.in_flight -= 1
+
+        self.httpd = _Server(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.port = self.httpd.server_address[1]
+        self.base_url = f"http://127.0.0.1:{self.port}/v1"
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+
+    def start(self) -> OpenAIServer:
+        self.thread.start()
+        return self
+
+    def stop(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+    def count(self, since: int = 0) -> int:
+        return len(self.requests) - since
+
+
+if __name__ == "__main__":
+    srv = OpenAIServer(latency=float(sys.argv[2]) if len(sys.argv) > 2 else 0.0).start()
+    with open(sys.argv[1], "w") as fh:
+        fh.write(srv.base_url)
+    srv.thread.join()
