@@ -224,6 +224,17 @@ def build_report(spec_doc: Mapping[str, Any], sources: Sequence[Mapping[str, Any
         files["pass_rates.png"] = png
         plots.append(("pass_rates.png", "pass@1 per source"))
 
+    for m in measures:
+        if m["kind"] == "pass_at_by":
+            ests = [{**e, "label": e["category"]} for e in m["categories"]]
+            ests.append({**m["macro"], "label": "macro average"})
+            png = _plot_estimates(f"pass@1 of {m['source']} per {m['by']} (95% intervals over each "
+                                  "category's tasks)", ests, "pass@1")
+            if png:
+                fname = f"pass_by_{m['by']}_{m['source']}.png".replace("/", "_")
+                files[fname] = png
+                plots.append((fname, f"pass@1 of {m['source']} per {m['by']}"))
+
     cont_ests = []
     for c in contamination:
         e = _first(c["estimates"], lambda e: "rate" in e["name"] or "contamin" in e["name"])
@@ -285,6 +296,15 @@ def _markdown(spec_doc: Mapping[str, Any], sources: Sequence[Mapping[str, Any]],
                                                    if g else "") + " |"
             out.append(f"| {s['name']} | {s['tasks']} | {s['rows']} | {s['verifier']} |{stopped}")
         out.append("")
+        for s in sources:
+            d = s.get("data")
+            if d:
+                cfg = f", config {d['config']}" if d.get("config") else ""
+                out.append(f"- {s['name']}: {d['dataset']}{cfg}, split {d['split']}, revision "
+                           f"{d.get('revision') or 'NOT PINNED (not reproducible)'}; {d['records']} records "
+                           f"read{' (limit)' if d.get('limit') else ''}, content checksum `{d['checksum']}`")
+        if any(s.get("data") for s in sources):
+            out.append("")
     made = [s for s in sources if s.get("generation")]
     if made:
         out.append("## Generation\n")

@@ -50,6 +50,7 @@ from assay.reward.prefdata import BuiltinPreferences
 from assay.reward.registry import PREFERENCE_DATA, REWARD_MODELS
 from assay.sources import SOURCES, FieldMap, SourceSpec
 from assay.sources.file import FileSource
+from assay.sources.hf_dataset import HFDatasetSource
 from assay.sources.humaneval import HumanEvalSource, PolicySpec
 from assay.sources.plugin import PluginSource
 from assay.specbase import STEP_OPS, SpecModel, VerifierSpec, check_steps, kind_union
@@ -59,9 +60,9 @@ SPEC_VERSION = 1
 # Re-exported: these lived here before the kinds moved to the packages that own them.
 _Model = SpecModel
 _check_steps = check_steps
-__all__ = ["STEP_OPS", "FieldMap", "RewardModelEntry", "FileSource", "HumanEvalSource", "PolicySpec", "SourceSpec",
-           "StudySpec", "VerifierSpec", "check_files", "file_checksum", "json_schema", "load_spec",
-           "parse_spec"]
+__all__ = ["STEP_OPS", "FieldMap", "RewardModelEntry", "FileSource", "HFDatasetSource", "HumanEvalSource",
+           "PolicySpec", "SourceSpec", "StudySpec", "VerifierSpec", "check_data", "check_files",
+           "file_checksum", "json_schema", "load_spec", "parse_spec"]
 
 #: A ``sources:`` entry: any registered source kind, or ``module:callable`` (a plugin source).
 Source = kind_union(SOURCES, PluginSource)
@@ -122,6 +123,9 @@ class RewardSpec(SpecModel):
 class PassAtSpec(SpecModel):
     k: int | None = Field(None, ge=1, description="k for pass@k, pass^k (pass@1 is always reported)")
     sources: list[str] | None = None
+    by: str | None = Field(None, description="also per category of this row field: a record field "
+                           "kept in meta (subject, meta.level), a marker, or a row column; with a "
+                           "macro average over categories")
 
 
 class CompareSpec(SpecModel):
@@ -130,6 +134,8 @@ class CompareSpec(SpecModel):
     alpha: float = Field(0.05, gt=0, lt=1)
     proxy: str | None = None
     metrics: list[str] | None = None
+    by: str | None = Field(None, description="also compare per category of this row field (Holm "
+                           "across categories)")
 
 
 class VarianceSpec(SpecModel):
@@ -459,17 +465,22 @@ def check_files(spec: StudySpec) -> list[str]:
         try:
             obj = (VERIFIERS.get(v.kind).obj if ":" not in v.kind
                    else load_callable(v.kind, what="verifier kind", base_dir=spec._base_dir))
+            if callable(getattr(obj, "from_spec", None)):  # builds itself from the entry
+                obj.from_spec(v, spec._base_dir)
+                continue
             inspect.signature(obj).bind(**v.params)
         except SpecError as e:
-            problems.append(f"sources[{i}].verifier.kind: {e}")
+            problems.append(f"sources[{i}].verifier.{'function' if v.kind == 'function' else 'kind'}: {e}")
         except TypeError as e:
             problems.append(f"sources[{i}].verifier.params: {e} ({v.kind} takes "
                             f"{list(inspect.signature(obj).parameters)})")
     for i, s in enumerate(spec.sources):
+        comp = getattr(s, "completions", None)
         for f in s.files(spec):
             if not f.is_file():
-                where = f"sources[{i}].path" if hasattr(s, "path") else f"sources[{i}]"
-                problems.append(f"{where}: file not found: {f}")
+                key = ("completions.path" if comp is not None and f == spec.resolve(comp.path)
+                       else "path" if hasattr(s, "path") else "")
+                problems.append(f"sources[{i}]{'.' + key if key else ''}: file not found: {f}")
     data = spec.reward.data if spec.reward is not None else None
     if data is not None and data.kind == "file" and not data.file(spec).is_file():
         problems.append(f"reward.data.path: file not found: {data.file(spec)}")
@@ -478,6 +489,47 @@ def check_files(spec: StudySpec) -> list[str]:
             if not spec.resolve(c).is_file():
                 problems.append(f"decontaminate.corpus[{i}]: file not found: {spec.resolve(c)}")
     return problems
+
+
+def check_data(spec: StudySpec) -> tuple[list[str], list[str]]:
+    """``(problems, warnings)`` found by reading each source's data (what ``assay validate``
+    adds to :func:`check_files`), as ``yaml.path: message (fix)``: a ``fields`` path the
+    records lack, an unknown split, a template or regex that fails on the records, a hub id
+    without a pinned revision (a warning), a ``by:`` field the rows will not have."""
+    problems: list[str] = []
+    warnings: list[str] = []
+    fields_of: dict[str, set[str] | None] = {}
+    for i, s in enumerate(spec.sources):
+        p, w = s.check(spec)
+        problems += [f"sources[{i}].{x}" for x in p]
+        warnings += [f"sources[{i}].{x}" for x in w]
+        if not p:
+            try:
+                fields_of[s.name] = s.row_fields(spec)
+            except SpecError as e:
+                problems.append(f"sources[{i}]: {e}")
+    names = [s.name for s in spec.sources]
+
+    def check_by(by: str, source: str, where: str) -> None:
+        have = fields_of.get(source)
+        if have is None or by in have:
+            return  # unknown until the rows are built (a plugin source), or present
+        meta = sorted(f for f in have if f.startswith("meta."))
+        marks = sorted(f for f in have if f.startswith("markers."))
+        problems.append(f"{where}: {by!r} is not a field of source {source!r}'s rows; they have meta fields "
+                        f"{meta} and markers {marks} besides the row columns; fix: name one of them "
+                        "(keep the record field in the rows with fields.meta, or make it a marker "
+                        "with fields.markers)")
+
+    m = spec.measure
+    if m.pass_at is not None and m.pass_at.by is not None:
+        for n in m.pass_at.sources or names:
+            check_by(m.pass_at.by, n, "measure.pass_at.by")
+    for j, c in enumerate(m.compare):
+        if c.by is not None:
+            for n in (c.before, c.after):
+                check_by(c.by, n, f"measure.compare[{j}].by")
+    return problems, warnings
 
 
 def json_schema(plugins: Sequence[str] = ()) -> dict[str, Any]:
