@@ -136,3 +136,34 @@ def test_new_verifier_reattaches_cached_scores(tmp_path, rm_calls):
     # the verdicts changed, so the rows did: the stage reruns, but the model scores nothing new
     assert not scored[0].cached and scored[0].summary["scores"] == {"rm:lenrm": "cached"}
     assert sum(rm_calls()) == 48
+
+
+def test_score_models_subset_and_empty_completions_get_no_marker(tmp_path: Path) -> None:
+    from assay.reward.rowstats import reward_rows
+    from assay.spec import parse_spec
+
+    recs = [{"q": f"Q{t}", "a": "x" * (j + 1) if (t, j) != (0, 0) else " ", "s": float(j == 1)}
+            for t in range(6) for j in range(3)]
+    (tmp_path / "own.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    spec = parse_spec("""
+name: subset
+sources:
+  - {name: own, kind: file, path: own.jsonl, fields: {prompt: q, completion: a, reward: s}}
+reward:
+  models:
+    - {name: len, kind: function, function: "assay.reward.function:length_reward"}
+    - {name: other, kind: function, function: "assay.reward.function:length_reward"}
+  data: null
+  score: {sources: [own], models: [len]}
+""", base_dir=str(tmp_path))
+    store = Store(tmp_path / "store")
+    run = stages.run_study(spec, store, progress=None)
+    rows = list(stages.concat_rows(store, run.graded["own"]))
+    assert [sorted(r["markers"]) for r in rows] == [[]] + [["rm:len"]] * 17
+    (res,) = [r for r in run.results if r.stage == "score-rows"]
+    assert res.summary["unscored"] == 1
+    doc = next(d for d in stages.load_doc(store, run.results[-2], "measurements")
+               if d["kind"] == "reward_rows")
+    assert doc["marker"] == "rm:len" and "1 graded rows have no rm:len score" in doc["report"]
+    # the same numbers straight from the library on the stored rows
+    assert doc["text"] == str(reward_rows(rows, "rm:len"))
