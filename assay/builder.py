@@ -121,6 +121,15 @@ def _check_same_task(tid: str, a: tuple[int, list[dict[str, str]], str | None],
     )
 
 
+def _meta_json(value: Any, where: str) -> str | None:
+    """One row's ``meta`` as JSON text: a dict of JSON data, or None."""
+    if value is None:
+        return None
+    if not isinstance(value, Mapping):
+        raise RowsTypeError(f"{where}: meta must be a dict of the record's fields, got {type(value).__name__}")
+    return to_json(dict(value), where)
+
+
 def _is_number_leaf(v: Any) -> bool:
     return v is None or isinstance(v, (numbers.Real, np.bool_, bool)) or isinstance(v, str)
 
@@ -133,6 +142,7 @@ def rows(
     references: Sequence[Any] | None = None,
     task_ids: Sequence[str] | None = None,
     markers: Sequence[Any] | None = None,
+    meta: Sequence[Any] | None = None,
     workers: int | None = None,
     record_names: Callable[[int], str] | None = None,
 ) -> Rows:
@@ -149,6 +159,9 @@ def rows(
         task_ids: a name per prompt; default: a hash of the whole conversation, so the same
             prompt twice is one task with rollouts numbered continuously.
         markers: ``{name: number}`` per completion, nested like completions or flat.
+        meta: a dict of the source record's own fields (``{"subject": "algebra"}``) per
+            completion, nested like completions or flat; read by steps (``meta.subject``) and
+            ``by:``, never exported for training.
         workers: worker processes for grading with a verifier (see :func:`assay.grade`).
         record_names: how errors name prompt ``i`` (default ``prompts[i]``); a file source
             passes its file and record index.
@@ -186,6 +199,9 @@ def rows(
     mk = None
     if markers is not None:
         mk = _per_completion(markers, shape, "markers", lambda v: v is None or isinstance(v, Mapping))
+    md = None
+    if meta is not None:
+        md = _per_completion(meta, shape, "meta", lambda v: v is None or isinstance(v, (Mapping, str, bytes)))
     numbers_given = reward is not None and is_sequence(reward) and not callable(reward)
     rw = None
     if numbers_given:
@@ -224,6 +240,7 @@ def rows(
                 cols["judge_status"].append("unjudged")
             cols["reason"].append(None)
             cols["judge_meta"].append(None)
+            cols["meta"].append(None if md is None else _meta_json(md[i][j], f"meta ({where})"))
             cols["schema_version"].append(ROWS_SCHEMA_VERSION)
     out = Rows(_build_table(cols))
     if reward is not None and not numbers_given:

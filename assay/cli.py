@@ -31,10 +31,15 @@ def _err(msg: str) -> None:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    from assay.spec import check_files, load_spec
+    from assay.spec import check_data, check_files, load_spec
 
     spec = load_spec(args.spec)
-    problems = [] if args.no_files else check_files(spec, data=True)
+    problems = [] if args.no_files else check_files(spec)
+    warnings: list[str] = []
+    if not args.no_files and not problems:  # the files are there: read them
+        problems, warnings = check_data(spec)
+    for w in warnings:
+        print(f"warning: {args.spec}: {w}", file=sys.stderr)
     if problems:
         import yaml
 

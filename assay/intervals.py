@@ -1,5 +1,6 @@
 """Every confidence interval assay reports, in one place: Wilson score, clustered Wilson over
-tasks, Student t over cluster means, Fisher z for Spearman's rho; each function cites its method.
+tasks (also stratified over categories), Student t over cluster means, Fisher z for Spearman's
+rho; each function cites its method.
 
 measure, decontam, data and reward call these; none of them computes a quantile or a bound itself.
 scipy loads on first use only (``scipy.special`` costs ~0.6 s to import), so modules that import
@@ -26,6 +27,9 @@ from assay.results import Interval
 #: The clustered Wilson interval over tasks (:func:`task_interval`).
 TASK_METHOD = "clustered Wilson score (design-effect n, t on 2(T-1) df)"
 WILSON_METHOD = "wilson"
+#: The equal-weight mean over categories of per-task values (:func:`stratified_interval`).
+STRATIFIED_METHOD = ("stratified Wilson score over categories (equal weights, n_eff = m(1-m)/Var, "
+                     "Var = sum of s_c^2/T_c over C^2, t on Welch-Satterthwaite df)")
 
 
 def _check_level(level: float) -> None:
@@ -236,3 +240,40 @@ def design_effect(values: np.ndarray, floor: float) -> float:
     if len(values) < 2 or pq <= 0:
         return 1.0
     return float(np.clip(np.var(values, ddof=1) / pq, floor, 1.0))
+
+
+def stratified_interval(groups: list[np.ndarray], floors: list[float], level: float = 0.95) -> tuple[float, Interval]:
+    """The equal-weight mean over groups (categories) of each group's mean per-task value in
+    [0, 1], with its interval: a Wilson score interval on ``n_eff = m (1 - m) / Var(m)``, where
+    ``Var(m) = sum_c (s_c^2 / T_c) / C^2`` (groups are strata of independent tasks; a one-task
+    group counts 0.25, the largest variance a rate has), capped at the Kish size
+    ``C^2 / sum_c 1/T_c`` over the binomial ``floor`` (the mean of ``floors``) and equal to the
+    Kish size when ``m`` is 0 or 1 (the all-or-nothing worst case, as in :func:`score_bounds`);
+    a Student t quantile on Welch (1947)-Satterthwaite (1946) degrees of freedom replaces z.
+
+    Example:
+        >>> m, iv = stratified_interval([np.array([1.0, 0.0, 1.0, 1.0, 0.5]), np.array([0.25, 0.5, 0.0])],
+        ...                             [0.25, 0.25])
+        >>> round(m, 4), round(iv.low, 3), round(iv.high, 3)
+        (0.475, 0.223, 0.74)
+    """
+    C = len(groups)
+    if C == 0:
+        raise MeasureError("stratified interval of no groups")
+    T = np.array([len(x) for x in groups], dtype=np.float64)
+    m = float(np.mean([float(np.mean(x)) for x in groups]))
+    v = np.array([float(np.var(x, ddof=1)) / len(x) if len(x) > 1 else 0.25 for x in groups])
+    var = float(v.sum() / C**2)
+    kish = C**2 / float(np.sum(1.0 / T))
+    floor = float(np.mean(floors)) if len(floors) else 1.0
+    pq = m * (1.0 - m)
+    n_eff = kish if pq <= 0 or var <= 0 else min(pq / var, kish / max(floor, 1e-12))
+    terms = np.array([(v[i] / C**2) ** 2 / (T[i] - 1) for i in range(C) if T[i] > 1])
+    df = var**2 / terms.sum() if var > 0 and terms.size and terms.sum() > 0 else 2.0 * (T.sum() - 1)
+    q = t_quantile(level, max(df, 1.0))
+    q2n = q * q / n_eff
+    center = (m + q2n / 2.0) / (1.0 + q2n)
+    half = q * math.sqrt(pq / n_eff + q2n / (4.0 * n_eff)) / (1.0 + q2n)
+    lo = 0.0 if m <= 0.0 else max(0.0, center - half)
+    hi = 1.0 if m >= 1.0 else min(1.0, center + half)
+    return m, Interval(float(lo), float(hi), level, STRATIFIED_METHOD)

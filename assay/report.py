@@ -112,6 +112,27 @@ def _plot_estimates(title: str, ests: Sequence[dict[str, Any]], xlabel: str,
     return buf.getvalue()
 
 
+#: What the reward-rows plot shows per (source, model), in order.
+_REWARD_ROWS_SHOWN = ("pass@1", "best-of-n", "pass@", "ranking accuracy", "length concordance")
+
+
+def _plot_reward_rows(measures: Sequence[Mapping[str, Any]]) -> bytes | None:
+    """Best-of-n between pass@1 (random pick) and the oracle pick, ranking accuracy and length
+    concordance, per scored source and reward model, each with its interval over tasks."""
+    ests = []
+    for m in measures:
+        if m["kind"] != "reward_rows":
+            continue
+        for want in _REWARD_ROWS_SHOWN:
+            # "pass@": the oracle pick (pass@k, k the samples per task), not pass@1
+            e = _first(m["estimates"], lambda e, w=want: (
+                e["name"] == w if w != "pass@" else e["name"].startswith(w) and e["name"] != "pass@1"))
+            if e:
+                ests.append({**e, "label": f"{m['source']} {m['marker']}: {e['name']}"})
+    return _plot_estimates("reward models on the scored rows (95% CI over tasks)", ests,
+                           "rate over tasks (length concordance 0.5: no preference)")
+
+
 def guard_counts(rows: Any) -> dict[str, int]:
     """How many graded rows a grading guard stopped, per guard (``judge_meta["guard"]``, set by
     CodeExec when a candidate returned non-plain data, patched what its tests use, was refused
@@ -173,6 +194,17 @@ def build_report(spec_doc: Mapping[str, Any], sources: Sequence[Mapping[str, Any
         files["pass_rates.png"] = png
         plots.append(("pass_rates.png", "pass@1 per source"))
 
+    for m in measures:
+        if m["kind"] == "pass_at_by":
+            ests = [{**e, "label": e["category"]} for e in m["categories"]]
+            ests.append({**m["macro"], "label": "macro average"})
+            png = _plot_estimates(f"pass@1 of {m['source']} per {m['by']} (95% intervals over each "
+                                  "category's tasks)", ests, "pass@1")
+            if png:
+                fname = f"pass_by_{m['by']}_{m['source']}.png".replace("/", "_")
+                files[fname] = png
+                plots.append((fname, f"pass@1 of {m['source']} per {m['by']}"))
+
     cont_ests = []
     for c in contamination:
         e = _first(c["estimates"], lambda e: "rate" in e["name"] or "contamin" in e["name"])
@@ -182,6 +214,11 @@ def build_report(spec_doc: Mapping[str, Any], sources: Sequence[Mapping[str, Any
     if png:
         files["contamination.png"] = png
         plots.append(("contamination.png", "contamination rate"))
+
+    png = _plot_reward_rows(measures)
+    if png:
+        files["reward_rows.png"] = png
+        plots.append(("reward_rows.png", "reward models on the study's completions"))
 
     for a in audits:
         dims = a.get("dimensions") or []
@@ -229,6 +266,15 @@ def _markdown(spec_doc: Mapping[str, Any], sources: Sequence[Mapping[str, Any]],
                                                    if g else "") + " |"
             out.append(f"| {s['name']} | {s['tasks']} | {s['rows']} | {s['verifier']} |{stopped}")
         out.append("")
+        for s in sources:
+            d = s.get("data")
+            if d:
+                cfg = f", config {d['config']}" if d.get("config") else ""
+                out.append(f"- {s['name']}: {d['dataset']}{cfg}, split {d['split']}, revision "
+                           f"{d.get('revision') or 'NOT PINNED (not reproducible)'}; {d['records']} records "
+                           f"read{' (limit)' if d.get('limit') else ''}, content checksum `{d['checksum']}`")
+        if any(s.get("data") for s in sources):
+            out.append("")
     made = [s for s in sources if s.get("generation")]
     if made:
         out.append("## Generation\n")

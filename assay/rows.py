@@ -4,8 +4,10 @@
 them when given a verifier; ``as_table()`` reads any row-like input.
 
 Inside, rows are an Arrow table with the columns of :data:`ROW_SCHEMA`; at the API edge a row is
-a dict. ``privileged`` and ``judge_meta`` hold arbitrary JSON and are stored as JSON text, so
-every round trip (dicts, Arrow, pandas, Parquet) is lossless.
+a dict. ``privileged``, ``judge_meta`` and ``meta`` hold arbitrary JSON and are stored as JSON
+text, so every round trip (dicts, Arrow, pandas, Parquet) is lossless. ``meta`` keeps a source
+record's own fields (subject, level, ...) for steps and ``by:``; tables written before it
+existed load with ``meta`` empty.
 
 Example:
     >>> import assay
@@ -40,7 +42,7 @@ ROWS_SCHEMA_VERSION = 1
 MESSAGE_TYPE = pa.struct([("role", pa.string()), ("content", pa.string())])
 MARKERS_TYPE = pa.map_(pa.string(), pa.float64())
 
-#: The canonical columns, in order. ``privileged`` and ``judge_meta`` are JSON text.
+#: The canonical columns, in order. ``privileged``, ``judge_meta`` and ``meta`` are JSON text.
 ROW_SCHEMA = pa.schema(
     [
         pa.field("task_id", pa.string(), nullable=False),
@@ -55,15 +57,20 @@ ROW_SCHEMA = pa.schema(
         pa.field("judge_status", pa.string()),
         pa.field("reason", pa.string()),
         pa.field("judge_meta", pa.string()),
+        pa.field("meta", pa.string()),
         pa.field("schema_version", pa.int32()),
     ]
 )
 COLUMNS = tuple(ROW_SCHEMA.names)
 #: What a trainer may see of a row: never ``privileged`` (references, hidden tests) nor the
-#: judge's reasons and metadata, which can leak the reference.
+#: judge's reasons and metadata, which can leak the reference; nor ``meta``, the source
+#: record's other fields, which often hold a worked solution or a hint (GSM8K's answer text,
+#: MATH's solution) that the field map did not name.
 TRAINING_COLUMNS = ("task_id", "prompt", "messages", "final_text", "reward", "markers",
                     "rollout_index")
-_JSON_COLUMNS = ("privileged", "judge_meta")
+_JSON_COLUMNS = ("privileged", "judge_meta", "meta")
+#: JSON columns whose non-null values must be dicts (objects).
+_DICT_COLUMNS = ("privileged", "meta")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -459,7 +466,7 @@ def as_table(data: Any, *, require: Iterable[str] = ("prompt", "final_text"),
     if unknown:
         raise RowsError(
             f"{argument}: unknown row keys {unknown}; row keys are {list(COLUMNS)}. Put extra "
-            "measurements in 'markers' and extra data in 'privileged'"
+            "measurements in 'markers', record fields in 'meta' and hidden data in 'privileged'"
         )
     got: dict[str, list[Any] | None] = {}
 
@@ -629,7 +636,7 @@ def _json_column(data: Any, c: str, vals: list[Any], where: Any) -> pa.Array:
                 except json.JSONDecodeError:
                     raise RowsError(f"{where(i)}: '{c}' column holds invalid JSON text") from None
         return pa.array(vals, type=pa.string())
-    dicts_only = c == "privileged"
+    dicts_only = c in _DICT_COLUMNS
     if vals.count(None) == 0 and (not dicts_only or set(map(type, vals)) <= {dict}):
         try:  # one C-encoder call per row, no Python loop
             return pa.array(list(map(_encode, vals)), type=pa.string())
@@ -643,7 +650,7 @@ def _json_column(data: Any, c: str, vals: list[Any], where: Any) -> pa.Array:
             col.append(None)
             continue
         if dicts_only and type(v) is not dict and not isinstance(v, Mapping):
-            raise RowsTypeError(f"{where(i)}: 'privileged' must be a dict, got {type(v).__name__}")
+            raise RowsTypeError(f"{where(i)}: '{c}' must be a dict, got {type(v).__name__}")
         try:
             col.append(_encode(v))
         except (RecursionError, TypeError, ValueError):

@@ -46,9 +46,11 @@ from assay.errors import SpecError
 from assay.hashing import content_hash, file_checksum
 from assay.nightly.spec import NightlySpec
 from assay.reward.kinds import RewardModelEntry
-from assay.reward.registry import REWARD_MODELS
+from assay.reward.prefdata import BuiltinPreferences
+from assay.reward.registry import PREFERENCE_DATA, REWARD_MODELS
 from assay.sources import SOURCES, FieldMap, SourceSpec
 from assay.sources.file import FileSource
+from assay.sources.hf_dataset import HFDatasetSource
 from assay.sources.humaneval import HumanEvalSource, PolicySpec
 from assay.sources.plugin import PluginSource
 from assay.specbase import STEP_OPS, SpecModel, VerifierSpec, check_steps, kind_union
@@ -58,9 +60,9 @@ SPEC_VERSION = 1
 # Re-exported: these lived here before the kinds moved to the packages that own them.
 _Model = SpecModel
 _check_steps = check_steps
-__all__ = ["STEP_OPS", "FieldMap", "RewardModelEntry", "FileSource", "HumanEvalSource", "PolicySpec", "SourceSpec",
-           "StudySpec", "VerifierSpec", "check_files", "file_checksum", "json_schema", "load_spec",
-           "parse_spec"]
+__all__ = ["STEP_OPS", "FieldMap", "RewardModelEntry", "FileSource", "HFDatasetSource", "HumanEvalSource",
+           "PolicySpec", "SourceSpec", "StudySpec", "VerifierSpec", "check_data", "check_files",
+           "file_checksum", "json_schema", "load_spec", "parse_spec"]
 
 #: A ``sources:`` entry: any registered source kind, or ``module:callable`` (a plugin source).
 Source = kind_union(SOURCES, PluginSource)
@@ -87,23 +89,32 @@ class DecontamSpec(SpecModel):
 # ------------------------------------------------------------------------------- reward models
 
 
-class RewardDataSpec(SpecModel):
-    """The preference data the reward models are audited on."""
+#: ``reward.data``: the built-in diagnostic set (an entry without ``kind``, as in today's specs),
+#: a file, a hub dataset, or any kind registered in ``PREFERENCE_DATA``.
+RewardDataSpec = kind_union(PREFERENCE_DATA, default="builtin")
 
-    dataset: Literal["diagnostic_v3"] = "diagnostic_v3"
-    dimensions: list[str] | None = Field(None, description="subset of dimensions (default: all)")
-    steps: list[dict[str, Any]] = Field(default_factory=list,
-                                        description="derivation steps applied to every dimension")
 
-    @field_validator("steps")
-    @classmethod
-    def _steps(cls, v: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        return check_steps(v)
+class RewardScoreSpec(SpecModel):
+    """Score every completion of these sources with the reward models (marker ``rm:<model>``)."""
+
+    sources: list[str] = Field(min_length=1, description="sources whose completions are scored")
+    models: list[str] | None = Field(None, description="which reward models (default: all)")
 
 
 class RewardSpec(SpecModel):
     models: list[RewardModelSpec] = Field(min_length=1)  # type: ignore[valid-type]
-    data: RewardDataSpec = Field(default_factory=RewardDataSpec)
+    data: RewardDataSpec | None = Field(  # type: ignore[valid-type]
+        default_factory=BuiltinPreferences,
+        description="the preference data each model is audited on (default: the built-in "
+        "diagnostic set); null: no audit")
+    score: RewardScoreSpec | None = None
+
+    def scoring_models(self) -> list[Any]:
+        """The model entries that score rows (``score.models``, default all)."""
+        if self.score is None:
+            return []
+        names = self.score.models
+        return [m for m in self.models if names is None or m.name in names]
 
 
 # ------------------------------------------------------------------------------- measurements
@@ -112,6 +123,9 @@ class RewardSpec(SpecModel):
 class PassAtSpec(SpecModel):
     k: int | None = Field(None, ge=1, description="k for pass@k, pass^k (pass@1 is always reported)")
     sources: list[str] | None = None
+    by: str | None = Field(None, description="also per category of this row field: a record field "
+                           "kept in meta (subject, meta.level), a marker, or a row column; with a "
+                           "macro average over categories")
 
 
 class CompareSpec(SpecModel):
@@ -120,6 +134,8 @@ class CompareSpec(SpecModel):
     alpha: float = Field(0.05, gt=0, lt=1)
     proxy: str | None = None
     metrics: list[str] | None = None
+    by: str | None = Field(None, description="also compare per category of this row field (Holm "
+                           "across categories)")
 
 
 class VarianceSpec(SpecModel):
@@ -226,6 +242,26 @@ class StudySpec(SpecModel):
             rn = [r.name for r in self.reward.models]
             if len(set(rn)) != len(rn):
                 raise ValueError("reward.models: names must be unique")
+            sc = self.reward.score
+            for i, n in enumerate(sc.sources if sc else ()):
+                known(n, f"reward.score.sources[{i}]")
+            for i, n in enumerate((sc.models or ()) if sc else ()):
+                if n not in rn:
+                    raise ValueError(f"reward.score.models[{i}]: unknown reward model {n!r}; "
+                                     f"reward.models are {rn}")
+        scored = {f"rm:{e.name}": set(self.reward.score.sources)  # type: ignore[union-attr]
+                  for e in (self.reward.scoring_models() if self.reward else ())}
+        for i, c in enumerate(m.compare):
+            if c.proxy is not None and c.proxy.removeprefix("marker:").startswith("rm:"):
+                marker = c.proxy.removeprefix("marker:")
+                if marker not in scored:
+                    raise ValueError(
+                        f"measure.compare[{i}].proxy: {c.proxy!r} names no scoring reward model; "
+                        f"add it to reward.models and reward.score (scored: {sorted(scored)})")
+                missing = [x for x in (c.before, c.after) if x not in scored[marker]]
+                if missing:
+                    raise ValueError(f"measure.compare[{i}].proxy: {marker} is not scored on "
+                                     f"{missing}; add them to reward.score.sources")
         return self
 
     # -- paths ------------------------------------------------------------------------------
@@ -252,6 +288,15 @@ class StudySpec(SpecModel):
         if self.decontaminate is not None:
             doc["decontaminate"]["corpus"] = [file_checksum(self.resolve(p))
                                               for p in self.decontaminate.corpus]
+        data = self.reward.data if self.reward is not None else None
+        if data is not None and data.kind == "file" and data.file(self).is_file():
+            doc["reward"]["data"]["path"] = file_checksum(data.file(self))
+        elif data is not None and data.kind == "hf_dataset" and self.resolve(data.path).exists():
+            from assay.reward.runtime import dir_digest
+
+            local = self.resolve(data.path)  # a local dataset: its files, not its path
+            doc["reward"]["data"]["path"] = (dir_digest(local) if local.is_dir()
+                                             else file_checksum(local))
         return doc
 
     def checksum(self) -> str:
@@ -304,11 +349,11 @@ def _node_line(root: yaml.Node | None, loc: Sequence[Any]) -> int | None:
 def _clean_loc(loc: Sequence[Any]) -> list[Any]:
     """Drop pydantic's union-tag parts (a kind name after a list index, ``function-after[...]``)
     from a loc, so it reads as the YAML path."""
-    tags = {":plugin", *SOURCES.names(), *REWARD_MODELS.names()}
+    tags = {":plugin", *SOURCES.names(), *REWARD_MODELS.names(), *PREFERENCE_DATA.names()}
     out: list[Any] = []
     for part in loc:
         if isinstance(part, str) and (
-                (out and isinstance(out[-1], int) and part in tags) or "[" in part
+                (out and (isinstance(out[-1], int) or out[-1] == "data") and part in tags) or "[" in part
                 or ("-" in part and part.startswith(("function", "tagged")))):
             continue
         out.append(part)
@@ -403,12 +448,10 @@ def load_spec(path: str | os.PathLike[str]) -> StudySpec:
     return parse_spec(text, source=str(p), base_dir=str(p.resolve().parent))
 
 
-def check_files(spec: StudySpec, *, data: bool = False) -> list[str]:
+def check_files(spec: StudySpec) -> list[str]:
     """Problems beyond the spec's shape, as ``yaml.path: message``: missing files, and
     verifier params the verifier does not accept (checked against its signature, without
-    building it). With ``data`` (``assay validate``) also every record of every data file (see
-    :func:`assay.sources.records.check_records`), every ``function:`` reward model's import,
-    and each ``where`` step's field against the fields rows have before grading."""
+    building it)."""
     import inspect
 
     from assay.registry import load_callable
@@ -422,81 +465,71 @@ def check_files(spec: StudySpec, *, data: bool = False) -> list[str]:
         try:
             obj = (VERIFIERS.get(v.kind).obj if ":" not in v.kind
                    else load_callable(v.kind, what="verifier kind", base_dir=spec._base_dir))
+            if callable(getattr(obj, "from_spec", None)):  # builds itself from the entry
+                obj.from_spec(v, spec._base_dir)
+                continue
             inspect.signature(obj).bind(**v.params)
         except SpecError as e:
-            problems.append(f"sources[{i}].verifier.kind: {e}")
+            problems.append(f"sources[{i}].verifier.{'function' if v.kind == 'function' else 'kind'}: {e}")
         except TypeError as e:
             problems.append(f"sources[{i}].verifier.params: {e} ({v.kind} takes "
                             f"{list(inspect.signature(obj).parameters)})")
     for i, s in enumerate(spec.sources):
+        comp = getattr(s, "completions", None)
         for f in s.files(spec):
             if not f.is_file():
-                where = f"sources[{i}].path" if hasattr(s, "path") else f"sources[{i}]"
-                problems.append(f"{where}: file not found: {f}")
+                key = ("completions.path" if comp is not None and f == spec.resolve(comp.path)
+                       else "path" if hasattr(s, "path") else "")
+                problems.append(f"sources[{i}]{'.' + key if key else ''}: file not found: {f}")
+    data = spec.reward.data if spec.reward is not None else None
+    if data is not None and data.kind == "file" and not data.file(spec).is_file():
+        problems.append(f"reward.data.path: file not found: {data.file(spec)}")
     if spec.decontaminate is not None:
         for i, c in enumerate(spec.decontaminate.corpus):
             if not spec.resolve(c).is_file():
                 problems.append(f"decontaminate.corpus[{i}]: file not found: {spec.resolve(c)}")
-    if data:
-        problems += _check_data(spec)
     return problems
 
 
-#: Row fields a grader sets: a step (run before grading) sees them only as placeholders.
-GRADED_FIELDS = ("reward", "judge_status", "judge_name", "reason", "judge_meta")
-
-
-def _check_data(spec: StudySpec) -> list[str]:
-    """What only reading the data, importing the code or knowing the row fields can show."""
-    from assay.rows import COLUMNS
-
-    problems = []
+def check_data(spec: StudySpec) -> tuple[list[str], list[str]]:
+    """``(problems, warnings)`` found by reading each source's data (what ``assay validate``
+    adds to :func:`check_files`), as ``yaml.path: message (fix)``: a ``fields`` path the
+    records lack, an unknown split, a template or regex that fails on the records, a hub id
+    without a pinned revision (a warning), a ``by:`` field the rows will not have."""
+    problems: list[str] = []
+    warnings: list[str] = []
+    fields_of: dict[str, set[str] | None] = {}
     for i, s in enumerate(spec.sources):
-        if all(f.is_file() for f in s.files(spec)):
-            where = f"sources[{i}].path" if hasattr(s, "path") else f"sources[{i}]"
-            problems += [f"{where}: {msg}" for msg in s.check_data(spec)]
-        scores_given = getattr(getattr(s, "fields", None), "reward", None) is not None
-        for k, step in enumerate(s.steps):
-            field = step.get("field") if step.get("op") == "where" else None
-            if not isinstance(field, str):
-                continue
-            at = f"sources[{i}].steps[{k}].field"
-            head, _, tail = field.partition(".")
-            if field in GRADED_FIELDS and s.verifier is not None and not (field == "reward" and scores_given):
-                problems.append(
-                    f"{at}: {field!r} is set by grading, and steps run on the rows before grading; "
-                    "filter the graded rows in a measurement instead, or give fields.reward to "
-                    "filter on scores the records already hold")
-            elif not ((field in COLUMNS and field not in ("markers", "privileged", "messages"))
-                      or (head in ("markers", "privileged") and tail)):
-                problems.append(f"{at}: rows have no field {field!r}; they have "
-                                f"{[c for c in COLUMNS if c not in ('markers', 'privileged', 'messages')]}"
-                                " and markers.<name>, privileged.<key> (other record fields are not kept)")
-    if spec.reward is not None:
-        for j, m in enumerate(spec.reward.models):
-            if getattr(m, "kind", None) == "function":
-                try:
-                    m._callable(spec)
-                except SpecError as e:
-                    problems.append(f"reward.models[{j}].function: {e}")
-    return problems
+        p, w = s.check(spec)
+        problems += [f"sources[{i}].{x}" for x in p]
+        warnings += [f"sources[{i}].{x}" for x in w]
+        if not p:
+            try:
+                fields_of[s.name] = s.row_fields(spec)
+            except SpecError as e:
+                problems.append(f"sources[{i}]: {e}")
+    names = [s.name for s in spec.sources]
 
+    def check_by(by: str, source: str, where: str) -> None:
+        have = fields_of.get(source)
+        if have is None or by in have:
+            return  # unknown until the rows are built (a plugin source), or present
+        meta = sorted(f for f in have if f.startswith("meta."))
+        marks = sorted(f for f in have if f.startswith("markers."))
+        problems.append(f"{where}: {by!r} is not a field of source {source!r}'s rows; they have meta fields "
+                        f"{meta} and markers {marks} besides the row columns; fix: name one of them "
+                        "(keep the record field in the rows with fields.meta, or make it a marker "
+                        "with fields.markers)")
 
-def locate(problem: str, root: yaml.Node | None, source: str) -> str:
-    """``source:line: problem`` for a ``yaml.path: message`` problem (the line of the deepest
-    node on the path that exists).
-
-    Example:
-        >>> root = yaml.compose("name: x\\nsources:\\n  - name: a\\n    steps: [{op: where}]\\n")
-        >>> locate("sources[0].steps[0].field: no such field", root, "s.yaml")
-        's.yaml:4: sources[0].steps[0].field: no such field'
-    """
-    m = re.match(r"([A-Za-z_]\w*(?:\[\d+\]|\.[A-Za-z_]\w*)*): ", problem)
-    if root is None or m is None:
-        return f"{source}: {problem}"
-    loc: list[Any] = [int(p[1:-1]) if p.startswith("[") else p
-                      for p in re.findall(r"\[\d+\]|[A-Za-z_]\w*", m.group(1))]
-    return f"{source}:{_node_line(root, loc)}: {problem}"
+    m = spec.measure
+    if m.pass_at is not None and m.pass_at.by is not None:
+        for n in m.pass_at.sources or names:
+            check_by(m.pass_at.by, n, "measure.pass_at.by")
+    for j, c in enumerate(m.compare):
+        if c.by is not None:
+            for n in (c.before, c.after):
+                check_by(c.by, n, f"measure.compare[{j}].by")
+    return problems, warnings
 
 
 def json_schema(plugins: Sequence[str] = ()) -> dict[str, Any]:
@@ -519,3 +552,22 @@ def json_schema(plugins: Sequence[str] = ()) -> dict[str, Any]:
 
 def json_schema_text(plugins: Sequence[str] = ()) -> str:
     return json.dumps(json_schema(plugins), indent=2, sort_keys=True) + "\n"
+
+
+def locate(problem: str, root: yaml.Node | None, source: str) -> str:
+    """``source:line: problem`` for a ``yaml.path: message`` problem (the line of the deepest
+    node on the path that exists); a problem that already starts with ``source`` is kept.
+
+    Example:
+        >>> root = yaml.compose("name: x\\nsources:\\n  - name: a\\n    steps: [{op: where}]\\n")
+        >>> locate("sources[0].steps[0].field: no such field", root, "s.yaml")
+        's.yaml:4: sources[0].steps[0].field: no such field'
+    """
+    if problem.startswith(source):
+        return problem
+    m = re.match(r"([A-Za-z_]\w*(?:\[\d+\]|\.[A-Za-z_]\w*)*): ", problem)
+    if root is None or m is None:
+        return f"{source}: {problem}"
+    loc: list[Any] = [int(p[1:-1]) if p.startswith("[") else p
+                      for p in re.findall(r"\[\d+\]|[A-Za-z_]\w*", m.group(1))]
+    return f"{source}:{_node_line(root, loc)}: {problem}"

@@ -21,7 +21,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    Tag,
+    field_validator,
+    model_validator,
+)
 
 from assay.registry import Registry
 
@@ -71,9 +79,11 @@ class _KindUnion:
     """Pydantic hook: a tagged union over ``registry``'s spec models, built when the schema is
     (re)generated, so kinds registered later appear after :func:`refresh_models`."""
 
-    def __init__(self, registry: Registry[Any], fallback: type[SpecModel] | None) -> None:
+    def __init__(self, registry: Registry[Any], fallback: type[SpecModel] | None,
+                 default: str | None = None) -> None:
         self.registry = registry
         self.fallback = fallback
+        self.default = default
 
     def union(self) -> Any:
         choices = [Annotated[k.spec, Tag(k.name)] for k in self.registry if k.spec is not None]
@@ -83,6 +93,9 @@ class _KindUnion:
 
         def pick(value: Any) -> str | None:
             kind = _kind_of(value)
+            if kind is None and self.default is not None and isinstance(value, Mapping) \
+                    and "kind" not in value:
+                kind = self.default
             if kind in names:
                 return kind
             if self.fallback is not None and kind and ":" in kind:
@@ -101,18 +114,30 @@ class _KindUnion:
         return handler.generate_schema(self.union())
 
 
-def kind_union(registry: Registry[Any], fallback: type[SpecModel] | None = None) -> Any:
+def kind_union(registry: Registry[Any], fallback: type[SpecModel] | None = None,
+               default: str | None = None) -> Any:
     """A field type accepting any kind registered in ``registry`` (by its spec model), and
-    ``module:callable`` kinds as ``fallback`` entries when given."""
-    return Annotated[Any, _KindUnion(registry, fallback)]
+    ``module:callable`` kinds as ``fallback`` entries when given; an entry without ``kind`` is
+    of kind ``default`` when given (its spec model should default ``kind`` to it)."""
+    return Annotated[Any, _KindUnion(registry, fallback, default)]
 
 
 class VerifierSpec(SpecModel):
     """Which verifier grades a source: a registered kind (``assay.verify.registry.VERIFIERS``)
-    or ``module:callable`` building one, with its keyword arguments."""
+    or ``module:callable`` building one, with its keyword arguments. ``kind: function`` runs
+    your own grading function (``function: 'mypkg.graders:grade'``, its ``params`` passed as
+    keyword arguments) through the judge contract."""
 
     kind: str = Field(description="a registered verifier kind, or 'package.module:callable'")
     params: dict[str, Any] = Field(default_factory=dict)
+    function: str | None = Field(
+        None, pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$",
+        description="kind function only: 'package.module:callable' grading one completion, "
+        "called as f(completion, reference, **params) or f(completion, reference, row, **params); "
+        "a module next to the spec imports without PYTHONPATH")
+    version: str | None = Field(
+        None, description="kind function only: keys cached grades instead of the function's "
+        "module source; change it whenever the function's behaviour changes")
 
     @field_validator("kind")
     @classmethod
@@ -123,16 +148,35 @@ class VerifierSpec(SpecModel):
             VERIFIERS.get(v)  # raises with the known kinds and the closest match
         return v
 
-    def build(self, base_dir: str | None = None) -> Any:
-        """The verifier object (its class or factory called with ``params``)."""
-        import inspect
+    @model_validator(mode="after")
+    def _function_iff_kind(self) -> VerifierSpec:
+        if self.kind == "function" and self.function is None:
+            raise ValueError("kind function needs function: 'package.module:callable' (your grader)")
+        if self.kind != "function":
+            for f in ("function", "version"):
+                if getattr(self, f) is not None:
+                    raise ValueError(f"{f} is only for kind function (this verifier is kind {self.kind!r}); "
+                                     "drop it, or set kind: function")
+        return self
 
-        from assay.errors import SpecError
+    def _impl(self, base_dir: str | None) -> Any:
         from assay.registry import load_callable
         from assay.verify.registry import VERIFIERS
 
-        obj = (VERIFIERS.get(self.kind).obj if ":" not in self.kind
-               else load_callable(self.kind, what="verifier kind", base_dir=base_dir))
+        return (VERIFIERS.get(self.kind).obj if ":" not in self.kind
+                else load_callable(self.kind, what="verifier kind", base_dir=base_dir))
+
+    def build(self, base_dir: str | None = None) -> Any:
+        """The verifier object (its class or factory called with ``params``; a kind whose class
+        has ``from_spec(vspec, base_dir)`` builds itself from the whole entry)."""
+        import inspect
+
+        from assay.errors import SpecError
+
+        obj = self._impl(base_dir)
+        from_spec = getattr(obj, "from_spec", None)
+        if callable(from_spec):
+            return from_spec(self, base_dir)
         try:
             inspect.signature(obj).bind(**self.params)
         except TypeError as e:

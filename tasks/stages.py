@@ -54,6 +54,16 @@ def _score_reward_model(store: Any, spec: Any, model_name: str, *, progress: Any
     return stages.run_reward_audit(store, spec, model_name, progress=progress, device_slot=gpu_slot)
 
 
+def _score_rows(store: Any, spec: Any, source_name: str, graded: Any, shard: int, n_shards: int, *,
+                progress: Any = None) -> Any:
+    """run_score_rows holding a ``gpu`` slot while a model scores on CUDA."""
+    return stages.run_score_rows(store, spec, source_name, graded, shard, n_shards,
+                                 progress=progress, device_slot=gpu_slot)
+
+
+score_rows = _task(_score_rows, "score-rows", "score-rows-{source_name}-{shard}")
+
+
 def _generate_shard(store: Any, spec: Any, source_name: str, filtered: Any, bounds: Any, shard: int,
                     n_shards: int, *, workers: Any = None, progress: Any = None) -> Any:
     """run_generate_shard holding a ``gpu`` slot while a local model generates on CUDA."""
@@ -73,6 +83,7 @@ TASKS: dict[Callable[..., Any], Any] = {
     stages.run_generate_shard: generate_shard,
     stages.run_grade_shard: grade_shard,
     stages.run_decontaminate: decontaminate,
+    stages.run_score_rows: score_rows,
     stages.run_reward_audit: score_reward_model,
     stages.run_measure: measure,
     stages.run_report: report,

@@ -11,6 +11,7 @@ Example:
 
 from __future__ import annotations
 
+from assay.measure.categories import ComparisonBy, PassAtBy, compare_by, pass_at_by
 from assay.measure.comparison import Comparison, MetricComparison, compare
 from assay.measure.passk import PassAt, pass_at, pass_at_k_unbiased, pass_hat_k_unbiased
 from assay.measure.selection import Gate, Selection, select
@@ -20,18 +21,22 @@ from assay.measure.variance import EvalVariance, VarianceComponents, eval_varian
 
 __all__ = [
     "Comparison",
+    "ComparisonBy",
     "EvalVariance",
     "Gate",
     "HoldoutSize",
     "MetricComparison",
     "PassAt",
+    "PassAtBy",
     "Selection",
     "SignFlip",
     "VarianceComponents",
     "compare",
+    "compare_by",
     "eval_variance",
     "holdout_size",
     "pass_at",
+    "pass_at_by",
     "pass_at_k_unbiased",
     "pass_hat_k_unbiased",
     "select",

@@ -72,7 +72,7 @@ class Generations:
 
     def rows(self, reward: Any = None, *, references: Sequence[Any] | None = None,
              task_ids: Sequence[str] | None = None, privileged: Sequence[Mapping[str, Any] | None] | None = None,
-             workers: int | None = None) -> Any:
+             meta: Sequence[Mapping[str, Any] | None] | None = None, workers: int | None = None) -> Any:
         """:class:`assay.Rows`, one per record, optionally graded by ``reward``.
 
         An error record becomes a row with ``judge_status: gen_error`` (reward None, the
@@ -80,13 +80,15 @@ class Generations:
         ``prompt_tokens``, ``completion_tokens`` and ``truncated`` (1 for a ``length`` finish)
         where the backend reported them. ``privileged``: a dict per prompt carried into its
         rows' ``privileged`` (a source's reference and tests), next to ``generation`` (finish
-        reason, served model, cache key, seed). Rollouts are numbered per task, so two prompts
+        reason, served model, cache key, seed). ``meta``: a dict per prompt (its source record's
+        own fields) carried into its rows' ``meta``. Rollouts are numbered per task, so two prompts
         of one task do not share indices."""
         from assay.grading import grade
         from assay.rows import Rows, as_table, task_id_for
 
         n = len(self.prompts)
-        for name, seq in (("references", references), ("task_ids", task_ids), ("privileged", privileged)):
+        for name, seq in (("references", references), ("task_ids", task_ids), ("privileged", privileged),
+                          ("meta", meta)):
             if seq is not None and len(seq) != n:
                 raise RowsError(f"{name}: expected one per prompt ({n}), got {len(seq)}")
         out = []
@@ -115,7 +117,8 @@ class Generations:
                    "messages": self.messages[i], "rollout_index": rollouts[tid],
                    "privileged": priv, "markers": markers, "reward": None,
                    "judge_status": "unjudged" if r["status"] == "ok" else "gen_error",
-                   "reason": None if r["status"] == "ok" else r["reason"]}
+                   "reason": None if r["status"] == "ok" else r["reason"],
+                   "meta": meta[i] if meta is not None else None}
             out.append(row)
         table = Rows(as_table(out))
         return table if reward is None else grade(table, reward, workers=workers)

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import copy
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -283,15 +283,18 @@ class HFRewardModel:
                 f"dtype={self.dtype!r}, template={self.template!r})")
 
     # -- encoding ----------------------------------------------------------------------------
-    def _render(self, prompts: Sequence[str], responses: Sequence[str]) -> list[str]:
+    def _render(self, prompts: Sequence[Any], responses: Sequence[str]) -> list[str]:
+        # a prompt is a user turn (str) or a whole conversation (a sequence of (role, content))
         return [
             self.tokenizer.apply_chat_template(
-                [{"role": "user", "content": p}, {"role": "assistant", "content": r}],
+                ([{"role": "user", "content": p}] if isinstance(p, str) else
+                 [{"role": role, "content": c} for role, c in p])
+                + [{"role": "assistant", "content": r}],
                 tokenize=False)
             for p, r in zip(prompts, responses)
         ]
 
-    def _tokenize(self, prompts: Sequence[str], responses: Sequence[str]
+    def _tokenize(self, prompts: Sequence[Any], responses: Sequence[str]
                   ) -> tuple[list[list[int]], list[list[int]] | None]:
         if self.template == "chat":
             enc = self.tokenizer(self._render(prompts, responses),
@@ -302,7 +305,7 @@ class HFRewardModel:
         tts = enc.get("token_type_ids")
         return ids, ([list(x) for x in tts] if tts is not None else None)
 
-    def encode(self, prompts: Sequence[str], responses: Sequence[str]
+    def encode(self, prompts: Sequence[Any], responses: Sequence[str]
                ) -> tuple[list[list[int]], list[list[int]] | None, list[int]]:
         """Token ids (and token type ids, for pair-encoding models) per item after the
         truncation policy, plus the indices of the items that were truncated."""
@@ -327,6 +330,8 @@ class HFRewardModel:
                 ids[i] = seq[: self.max_length]
                 if tts is not None:
                     tts[i] = tts[i][: self.max_length]
+            elif not isinstance(prompts[i], str):
+                ids[i] = self._fit_conversation(i, prompts[i], responses[i])
             else:
                 new_ids, new_tt = self._fit_left_prompt(i, prompts[i], responses[i], len(seq))
                 ids[i] = new_ids
@@ -357,6 +362,20 @@ class HFRewardModel:
                 return ids[0], (tts[0] if tts is not None else None)
             drop += len(ids[0]) - self.max_length
         raise DataError(f"item {i}: could not fit max_length={self.max_length} by cutting the prompt")
+
+    def _fit_conversation(self, i: int, conv: Sequence[tuple[str, str]], response: str) -> list[int]:
+        # Drop the oldest turns (a leading system message stays) until the rest fits; down to the
+        # last turn alone, that turn is cut from its start like a single prompt.
+        conv = list(conv)
+        head = conv[:1] if conv[0][0] == "system" and len(conv) > 1 else []
+        body = conv[len(head):]
+        while len(body) > 1:
+            body = body[1:]
+            ids, _ = self._tokenize([tuple(head + body)], [response])
+            if len(ids[0]) <= self.max_length:
+                return ids[0]
+        ids, _ = self._tokenize([body[0][1]], [response])
+        return self._fit_left_prompt(i, body[0][1], response, len(ids[0]))[0]
 
     # -- forward -----------------------------------------------------------------------------
     def _forward(self, ids: list[list[int]], tts: list[list[int]] | None, idx: np.ndarray,
@@ -411,8 +430,47 @@ class HFRewardModel:
             >>> rm.score(["Q"], ["A"]).shape                      # doctest: +SKIP
             (1,)
         """
-        t0 = time.perf_counter()
         prompts, responses = check_texts(prompts, responses)
+        return self._score(prompts, responses)
+
+    def score_conversations(self, conversations: Sequence[Sequence[Mapping[str, str]]],
+                            responses: Sequence[str]) -> np.ndarray:
+        """Reward per (conversation, response): every turn of the conversation, then the
+        response as the assistant's turn, rendered by the chat template once (a multi-turn or
+        system-prompted chat is scored as the model was trained to read it). Over-long inputs
+        under ``truncation="left-prompt"`` lose their oldest turns first (a leading system
+        message stays). Needs a chat template.
+
+        Example:
+            >>> rm.score_conversations([[{"role": "system", "content": "Be brief."},
+            ...                          {"role": "user", "content": "2+2?"}]], ["4"])  # doctest: +SKIP
+            array([0.93...])
+        """
+        if self.template != "chat":
+            raise RewardModelError(
+                f"{self.name}: scores text pairs (no chat template), so it cannot read a "
+                "multi-turn conversation; give it a chat template or score single turns")
+        if isinstance(conversations, (str, bytes)) or len(conversations) != len(responses):
+            raise DataError(f"score_conversations(): got {len(conversations)} conversations for "
+                            f"{len(responses)} responses; pass one conversation per response")
+        convs = []
+        for i, conv in enumerate(conversations):
+            if isinstance(conv, (str, bytes)) or not conv:
+                raise DataError(f"score_conversations(): conversations[{i}] must be a non-empty "
+                                "list of {'role', 'content'} messages")
+            turns = []
+            for j, m in enumerate(conv):
+                if (not isinstance(m, Mapping) or not isinstance(m.get("role"), str)
+                        or not isinstance(m.get("content"), str)):
+                    raise DataError(f"score_conversations(): conversations[{i}][{j}] must be a "
+                                    f"dict with string 'role' and 'content', got {m!r:.80}")
+                turns.append((m["role"], m["content"]))
+            convs.append(tuple(turns))
+        _, responses = check_texts(["-"] * len(responses), responses)
+        return self._score(convs, responses)
+
+    def _score(self, prompts: Sequence[Any], responses: list[str]) -> np.ndarray:
+        t0 = time.perf_counter()
         keys, inv = unique_index(list(zip(prompts, responses)))
         up = [k[0] for k in keys]
         ur = [k[1] for k in keys]

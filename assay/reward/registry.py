@@ -6,3 +6,6 @@ A kind is a spec model with ``build(study)`` (the adapter) and ``identity(study)
 from assay.registry import Registry
 
 REWARD_MODELS = Registry("reward model")
+
+#: Kinds of ``reward.data`` (the preference data an audit reads): builtin, file, hf_dataset.
+PREFERENCE_DATA = Registry("preference data")

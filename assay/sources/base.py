@@ -41,6 +41,24 @@ class SourceSpec(SpecModel):
         """The source's ungraded (or given-score) rows."""
         raise NotImplementedError
 
+    def build(self, study: StudySpec) -> tuple[Rows, dict[str, Any]]:
+        """The rows and what was read to make them (shown in the report's sources table:
+        a dataset's revision and the content checksum of its records); ``{}`` when nothing
+        beyond the spec needs saying."""
+        return self.build_rows(study), {}
+
+    def check(self, study: StudySpec) -> tuple[list[str], list[str]]:
+        """``(problems, warnings)`` found by reading the source's data, each as
+        ``yaml.path: message`` relative to the source entry (``assay validate`` prefixes
+        ``sources[i].``); missing :meth:`files` are reported before this runs."""
+        return [], []
+
+    def row_fields(self, study: StudySpec) -> set[str] | None:
+        """Field names the source's rows will have (columns, ``meta.<f>`` and ``<f>``,
+        ``markers.<m>`` and ``<m>``), for checking ``by:`` before a run; None when only
+        building the rows would tell."""
+        return None
+
     def identity(self, study: StudySpec) -> dict[str, Any]:
         """What determines the rows (the build-rows cache key): the definition without name,
         steps, verifier and generate (the generate stage keys on its own), with file contents

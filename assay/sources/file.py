@@ -11,9 +11,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field, model_validator
 
-from assay.models.entry import GenerateSpec
-from assay.sources.base import SourceSpec
-from assay.sources.records import FieldMap, check_records, read_records, rows_from_records
+from assay.sources.records import RecordSourceSpec, read_records
 from assay.sources.registry import SOURCES
 
 if TYPE_CHECKING:
@@ -21,39 +19,30 @@ if TYPE_CHECKING:
     from assay.spec import StudySpec
 
 
-class FileSource(SourceSpec):
+class FileSource(RecordSourceSpec):
     """Prompts and completions you already have, as JSONL or Parquet."""
 
     kind: Literal["file"]
     path: str = Field(description="JSONL or Parquet file; relative paths resolve from the spec file")
     format: Literal["jsonl", "parquet"] | None = Field(None, description="default: from the suffix")
-    fields: FieldMap = Field(default_factory=FieldMap)
-    generate: GenerateSpec | None = Field(
-        None, description="sample completions from a model (then records need only prompts)")
 
     @model_validator(mode="after")
-    def _needs_scores(self) -> FileSource:
-        if self.generate is not None:
-            if self.verifier is None or self.fields.reward is not None:
-                raise ValueError("generate: completions made here need a verifier to grade them "
-                                 "(fields.reward cannot hold scores of completions not yet made)")
-        elif self.verifier is None and self.fields.reward is None:
-            raise ValueError(
-                "give a verifier to grade the completions, or fields.reward naming the field "
-                "that already holds each completion's score"
-            )
+    def _format(self) -> FileSource:
         suffix = Path(self.path).suffix.lower()
         if self.format is None and suffix not in (".jsonl", ".parquet"):
             raise ValueError(f"path {self.path!r}: cannot tell the format from the suffix; "
                              "set format: jsonl or format: parquet")
         return self
 
-    def build_rows(self, study: StudySpec) -> Rows:
+    def _where(self, study: StudySpec) -> str:
+        return f"source {self.name!r} ({study.resolve(self.path)})"
+
+    def read_source_records(self, study: StudySpec) -> list[dict[str, Any]]:
         path = study.resolve(self.path)
-        fmt = self.format or path.suffix.lower().lstrip(".")
-        return rows_from_records(read_records(path, fmt), self.fields,
-                                 where=f"source {self.name!r} ({path})",
-                                 prompts_only=self.generate is not None)
+        return read_records(path, self.format or path.suffix.lower().lstrip("."))
+
+    def build_rows(self, study: StudySpec) -> Rows:
+        return self.rows_from(study, self.read_source_records(study), self._where(study))
 
     def identity(self, study: StudySpec) -> dict[str, Any]:
         from assay.hashing import file_checksum
@@ -61,13 +50,22 @@ class FileSource(SourceSpec):
         return {**super().identity(study), "path": file_checksum(study.resolve(self.path))}
 
     def files(self, study: StudySpec) -> list[Path]:
-        return [study.resolve(self.path)]
+        return [study.resolve(self.path), *super().files(study)]
 
-    def check_data(self, study: StudySpec) -> list[str]:
-        path = study.resolve(self.path)
-        fmt = self.format or path.suffix.lower().lstrip(".")
-        return [f"{path} {msg}" for msg in check_records(path, fmt, self.fields,
-                                                           prompts_only=self.generate is not None)]
+    def check(self, study: StudySpec) -> tuple[list[str], list[str]]:
+        from assay.errors import SpecError
+
+        problems, warnings = super().check(study)
+        if problems or not all(f.is_file() for f in self.files(study)):
+            return problems, warnings  # a missing file is reported by check_files
+        try:
+            records = self.read_source_records(study)
+        except SpecError as e:
+            return [f"path: {e}"], warnings
+        return self.check_records(records, study, self._where(study)), warnings
+
+    def row_fields(self, study: StudySpec) -> set[str] | None:
+        return self.row_fields_of(self.read_source_records(study), study, self._where(study))
 
 
 SOURCES.register("file", spec=FileSource)(FileSource)

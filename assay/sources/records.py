@@ -1,34 +1,123 @@
 """Records into rows: read JSONL/Parquet records and map their fields onto the rows contract.
 
-One reader for every source kind that holds prompts and completions as records.
+One reader for every source kind that holds prompts and completions as records (file, hf_dataset).
+
+A field map names where each role lives in a record; a name may be a dotted path into nested
+records (``meta.subject`` reads ``record["meta"]["subject"]``; a key that itself contains a dot is
+tried first). Numeric fields can become markers, and the record's other fields are kept in the
+row's ``meta`` column (for steps and ``by:``) unless ``fields.meta`` lists which to keep.
 
 Example:
-    >>> r = rows_from_records([{"q": "2+2?", "a": "4", "s": 1}, {"q": "2+2?", "a": "5", "s": 0}],
-    ...                       FieldMap(prompt="q", completion="a", reward="s"), where="demo")
-    >>> len(r), r[1]["rollout_index"], r[1]["reward"]
-    (2, 1, 0.0)
+    >>> r = rows_from_records([{"q": "2+2?", "a": "4", "s": 1, "info": {"level": 3}},
+    ...                        {"q": "2+2?", "a": "5", "s": 0, "info": {"level": 3}}],
+    ...                       FieldMap(prompt="q", completion="a", reward="s", markers=["info.level"]),
+    ...                       where="demo")
+    >>> len(r), r[1]["rollout_index"], r[1]["reward"], r[1]["markers"], r[1]["meta"]
+    (2, 1, 0.0, {'info.level': 3.0}, {'info': {'level': 3}})
 """
 
 from __future__ import annotations
 
+import numbers
+import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal
 
-from assay.errors import RowsError, RowsTypeError, SpecError
+from pydantic import Field, field_validator, model_validator
+
+from assay.errors import RowsError, SpecError
 from assay.jsonl import iter_jsonl
-from assay.rows import Rows, check_number
+from assay.models.entry import GenerateSpec
+from assay.rows import Rows
+from assay.sources.base import SourceSpec
 from assay.specbase import SpecModel
+
+if TYPE_CHECKING:
+    from assay.spec import StudySpec
+
+_MISSING = object()
 
 
 class FieldMap(SpecModel):
-    """Which record fields hold the prompt, the completion, and the optional extras."""
+    """Which record fields hold the prompt, the completion, and the optional extras. Every name
+    may be a dotted path into nested records."""
 
     prompt: str = "prompt"
     completion: str = "completion"
     reference: str | None = None
     task_id: str | None = None
     reward: str | None = None
+    markers: list[str] | dict[str, str] = Field(
+        default_factory=list,
+        description="numeric record fields that become markers: a list of fields (the marker is "
+        "named like the field) or {marker name: field}")
+    meta: list[str] | None = Field(
+        None, description="record fields kept in the row's meta column (default: every field "
+        "the map does not name)")
+
+    @field_validator("markers")
+    @classmethod
+    def _markers(cls, v: list[str] | dict[str, str]) -> list[str] | dict[str, str]:
+        names = list(v) if isinstance(v, dict) else v
+        if len(set(names)) != len(names):
+            raise ValueError(f"marker names repeat: {names}")
+        return v
+
+    def marker_fields(self) -> dict[str, str]:
+        """``{marker name: record field}``."""
+        return dict(self.markers) if isinstance(self.markers, dict) else {m: m for m in self.markers}
+
+    def roles(self) -> dict[str, str]:
+        """``{"fields.<role>": path}`` for every role the map names (markers included)."""
+        out = {f"fields.{r}": getattr(self, r) for r in ("prompt", "completion", "reference", "task_id", "reward")
+               if getattr(self, r) is not None}
+        for name, path in self.marker_fields().items():
+            out[f"fields.markers.{name}"] = path
+        return out
+
+
+def get_field(record: Mapping[str, Any], path: str) -> Any:
+    """The value at ``path`` in a record (``a.b`` walks nested dicts, ``a.0`` a list), or the
+    module's ``_MISSING`` sentinel. A key spelled with the dot itself wins.
+
+    Example:
+        >>> get_field({"a": {"b": [1, {"c": 2}]}}, "a.b.1.c"), get_field({"a.b": 1}, "a.b")
+        (2, 1)
+    """
+    if path in record:
+        return record[path]
+    value: Any = record
+    for part in path.split("."):
+        if isinstance(value, Mapping) and part in value:
+            value = value[part]
+        elif isinstance(value, list) and part.isdigit() and int(part) < len(value):
+            value = value[int(part)]
+        else:
+            return _MISSING
+    return value
+
+
+def has_field(record: Mapping[str, Any], path: str) -> bool:
+    """Whether ``path`` exists in the record (its value may be None)."""
+    return get_field(record, path) is not _MISSING
+
+
+def field_problem(record: Mapping[str, Any], path: str) -> str | None:
+    """Why ``path`` is not in the record (naming what is there), or None when it is."""
+    if has_field(record, path):
+        return None
+    value: Any = record
+    walked = []
+    for part in path.split("."):
+        if isinstance(value, Mapping) and part in value:
+            value = value[part]
+            walked.append(part)
+            continue
+        at = ".".join(walked) or "the record"
+        have = sorted(value) if isinstance(value, Mapping) else type(value).__name__
+        return f"{path!r} is not a field: {at} has {have}"
+    return f"{path!r} is not a field"
 
 
 def read_records(path: str | Path, fmt: str) -> list[dict[str, Any]]:
@@ -40,142 +129,332 @@ def read_records(path: str | Path, fmt: str) -> list[dict[str, Any]]:
     return [rec for _, rec in iter_jsonl(path, error=SpecError)]
 
 
-def check_record(rec: Mapping[str, Any], fields: FieldMap, at: str, *, prompts_only: bool = False) -> None:
-    """Raise SpecError naming ``at`` (file and record) and the field when one record cannot
-    become a row: a missing or mistyped prompt/completion (no completion with ``prompts_only``),
-    a missing reference or task id, a reward that is not a number in [0, 1] (None: unjudged)."""
-    needed = (("prompt", fields.prompt),) if prompts_only else (
-        ("prompt", fields.prompt), ("completion", fields.completion))
-    for role, name in needed:
-        if name not in rec or rec[name] is None:
-            raise SpecError(f"{at}: field {name!r} (fields.{role}) is missing; the record has {sorted(rec)}")
-    if not prompts_only and not isinstance(rec[fields.completion], str):
-        raise SpecError(f"{at}: field {fields.completion!r} (fields.completion) must be a string, got "
-                        f"{type(rec[fields.completion]).__name__} {rec[fields.completion]!r:.60}")
-    if not isinstance(rec[fields.prompt], (str, list)):
-        raise SpecError(f"{at}: field {fields.prompt!r} (fields.prompt) must be a string or a list of "
-                        f"messages, got {type(rec[fields.prompt]).__name__}")
-    if fields.reference is not None and fields.reference not in rec:
-        raise SpecError(f"{at}: field {fields.reference!r} (fields.reference) is missing; "
-                        f"the record has {sorted(rec)}")
-    if fields.task_id is not None and rec.get(fields.task_id) is None:
-        raise SpecError(f"{at}: field {fields.task_id!r} (fields.task_id) is missing; "
-                        f"the record has {sorted(rec)}")
-    if fields.reward is not None:
-        if fields.reward not in rec:
-            raise SpecError(f"{at}: field {fields.reward!r} (fields.reward) is missing; "
-                            f"the record has {sorted(rec)}")
-        try:
-            check_number(rec[fields.reward], f"{at}: field {fields.reward!r} (fields.reward)")
-        except (RowsError, RowsTypeError) as e:
-            raise SpecError(str(e)) from None
+def extract_reference(value: Any, pattern: str, *, where: str) -> str:
+    """Group 1 (else the whole match) of ``pattern`` searched in a reference text, stripped;
+    ``^``/``$`` match at line ends. No match is an error, never an empty reference.
+
+    Example:
+        >>> extract_reference("3 + 4 = 7\\n#### 7", r"####\\s*(.+)$", where="demo")
+        '7'
+    """
+    if not isinstance(value, str):
+        raise SpecError(f"{where}: reference_regex needs text, the reference is {type(value).__name__} {value!r:.60}")
+    m = re.search(pattern, value, re.MULTILINE)
+    if m is None:
+        raise SpecError(f"{where}: reference_regex {pattern!r} does not match the reference {value[-80:]!r}; "
+                        "fix the regex (group 1 is the answer) or the record")
+    got = (m.group(1) if m.re.groups else m.group(0)).strip()
+    if not got:
+        raise SpecError(f"{where}: reference_regex {pattern!r} matched an empty answer in {value[-80:]!r}")
+    return got
+
+
+def join_completions(records: Sequence[Mapping[str, Any]], task_ids: Sequence[str],
+                     completions: Sequence[Mapping[str, Any]], key: str, *, where: str,
+                     where_completions: str, skip: frozenset[str] | set[str] = frozenset()) -> list[dict[str, Any]]:
+    """Each task's record merged with each of its completion records (matched on ``key``), in
+    task order then completion order. A completion for an unknown task, a task without
+    completions and a field both sides define are errors; completions of the tasks in ``skip``
+    (cut by a ``limit``) are left out.
+
+    Example:
+        >>> join_completions([{"q": "1+1?"}, {"q": "2+2?"}], ["0", "1"],
+        ...                  [{"task": 1, "out": "4"}, {"task": 0, "out": "2"}], "task",
+        ...                  where="ds", where_completions="c.jsonl")
+        [{'q': '1+1?', 'out': '2'}, {'q': '2+2?', 'out': '4'}]
+    """
+    index = {t: i for i, t in enumerate(task_ids)}
+    per_task: list[list[Mapping[str, Any]]] = [[] for _ in records]
+    for j, c in enumerate(completions):
+        if key not in c or c[key] is None:
+            raise SpecError(f"{where_completions} record {j}: field {key!r} (completions.key) is missing; "
+                            f"the record has {sorted(c)}")
+        t = str(c[key])
+        if t in skip:
+            continue
+        if t not in index:
+            raise SpecError(f"{where_completions} record {j}: {key} {t!r} is not a task of {where} "
+                            f"(tasks: {list(task_ids[:5])}{'...' if len(task_ids) > 5 else ''})")
+        per_task[index[t]].append(c)
+    out = []
+    for i, (rec, comps) in enumerate(zip(records, per_task)):
+        if not comps:
+            raise SpecError(f"{where}: task {task_ids[i]!r} has no completion in {where_completions}; "
+                            "give one, or keep only the tasks that have completions (limit: or a slice)")
+        for c in comps:
+            clash = sorted((set(c) - {key}) & set(rec))
+            if clash:
+                raise SpecError(f"{where_completions}: fields {clash} are in both the completions and the "
+                                f"records of {where}; rename them on one side")
+            out.append({**rec, **{k: v for k, v in c.items() if k != key}})
+    return out
 
 
 def rows_from_records(records: Sequence[Mapping[str, Any]], fields: FieldMap, *, where: str,
+                      prompt_template: Any = None, reference_regex: str | None = None,
                       prompts_only: bool = False) -> Rows:
     """Rows from prompt/completion records through a field mapping (one completion per record;
-    records with the same task id or prompt group into one task, and must agree on prompt and
-    reference). Errors name ``where`` (the file), the record index and the field.
-    ``prompts_only``: the records hold prompts for the generate stage; each row's completion is
-    left empty until it runs."""
+    records with the same task id or prompt group into one task). ``prompts_only``: the records
+    hold prompts for the generate stage; each row's completion is left empty until it runs.
+
+    ``prompt_template`` (a :class:`assay.sources.templates.PromptTemplate`) renders the prompt
+    from the record instead of reading ``fields.prompt``; ``reference_regex`` reads the gold
+    answer out of the reference field (group 1).
+    """
     from assay.builder import rows
 
-    prompts, completions, refs, tids, rewards = [], [], [], [], []
+    prompts, completions, refs, tids, rewards, markers, metas = [], [], [], [], [], [], []
+    mfields = fields.marker_fields()
+    # a field the map consumes whole is not repeated in meta; a nested one keeps its parent
+    roles = fields.roles()
+    if prompts_only:
+        roles.pop("fields.completion")
+    used = {p for p in roles.values() if "." not in p or p in (records[0] if records else {})}
+    if prompt_template is not None:
+        used |= prompt_template.fields()
+    need = ([] if prompts_only else [("completion", fields.completion)]) + (
+        [] if prompt_template is not None else [("prompt", fields.prompt)])
     for i, rec in enumerate(records):
-        check_record(rec, fields, f"{where} record {i}", prompts_only=prompts_only)
-        prompts.append(rec[fields.prompt])
-        completions.append("" if prompts_only else rec[fields.completion])
+        at = f"{where} record {i}"
+        for role, name in need:
+            v = get_field(rec, name)
+            if v is _MISSING or v is None:
+                raise SpecError(f"{at}: field {name!r} (fields.{role}) is missing; the record has {sorted(rec)}")
+        prompts.append(prompt_template.render(rec, where=at) if prompt_template is not None
+                       else get_field(rec, fields.prompt))
+        completions.append("" if prompts_only else get_field(rec, fields.completion))
         if fields.reference is not None:
-            refs.append(rec[fields.reference])
+            ref = get_field(rec, fields.reference)
+            if ref is _MISSING:
+                raise SpecError(f"{at}: reference field {fields.reference!r} is missing; the record has {sorted(rec)}")
+            if reference_regex is not None:
+                ref = extract_reference(ref, reference_regex, where=f"{at} field {fields.reference!r}")
+            refs.append(ref)
         if fields.task_id is not None:
-            tids.append(str(rec[fields.task_id]))
+            t = get_field(rec, fields.task_id)
+            if t is _MISSING or t is None:
+                raise SpecError(f"{at}: task id field {fields.task_id!r} is missing")
+            tids.append(str(t))
         if fields.reward is not None:
-            rewards.append(rec[fields.reward])
+            r = get_field(rec, fields.reward)
+            if r is _MISSING:
+                raise SpecError(f"{at}: reward field {fields.reward!r} is missing")
+            rewards.append(r)
+        mk = {}
+        for name, path in mfields.items():
+            v = get_field(rec, path)
+            if v is _MISSING:
+                raise SpecError(f"{at}: marker field {path!r} (fields.markers) is missing; the record has {sorted(rec)}")
+            if v is None:
+                continue  # a missing measurement: the marker is left out of this row
+            if not isinstance(v, numbers.Real):
+                raise SpecError(f"{at}: marker field {path!r} is {type(v).__name__} {v!r:.40}; markers are "
+                                "numbers (convert the field, or drop it from fields.markers)")
+            mk[name] = v
+        markers.append(mk)
+        if fields.meta is not None:
+            meta = {}
+            for path in fields.meta:
+                v = get_field(rec, path)
+                if v is _MISSING:
+                    raise SpecError(f"{at}: meta field {path!r} (fields.meta) is missing; the record has {sorted(rec)}")
+                meta[path] = v
+        else:
+            meta = {k: v for k, v in rec.items() if k not in used}
+        metas.append(meta or None)
     if not prompts:
         raise SpecError(f"{where}: no records")
-    return rows(prompts, completions, rewards if fields.reward is not None else None,
-                references=refs if fields.reference is not None else None,
-                task_ids=tids if fields.task_id is not None else None,
-                record_names=lambda i: f"{where} record {i}")
+    try:
+        return rows(prompts, completions, rewards if fields.reward is not None else None,
+                    references=refs if fields.reference is not None else None,
+                    task_ids=tids if fields.task_id is not None else None,
+                    markers=markers if mfields else None, meta=metas,
+                    record_names=lambda i: f"record {i}")
+    except RowsError as e:
+        # rows() counts completions the way records are counted here (one per record)
+        msg = re.sub(r"prompt (\d+), completion 0", r"record \1", str(e))
+        msg = re.sub(r"^(meta|markers|completions|prompts)\[(\d+)\]", r"record \2 (\1)", msg)
+        hint = (" (list the JSON fields to keep in fields.meta, or set fields.meta: [])"
+                if "meta" in msg else "")
+        raise SpecError(f"{where}: {msg}{hint}") from None
 
 
-def check_records(path: str | Path, fmt: str, fields: FieldMap, *, limit: int = 20,
-                  prompts_only: bool = False) -> list[str]:
-    """Every problem ``rows_from_records`` would raise on a file, without building rows:
-    ``record N: field ...`` strings (JSONL lines that do not parse, missing or mistyped fields,
-    a reward that is not a number in [0, 1], one task id with two prompts or references, an
-    empty file). Streams the file; at most ``limit`` problems, then a count of the rest.
+# ------------------------------------------------------------------------------- record sources
 
-    Example:
-        >>> import tempfile, pathlib
-        >>> p = pathlib.Path(tempfile.mkdtemp()) / "d.jsonl"
-        >>> _ = p.write_text('{"prompt": "a", "completion": "x", "r": "high"}\\n{"prompt": "b"}\\nnot json\\n')
-        >>> for line in check_records(p, "jsonl", FieldMap(reward="r")): print(line)
-        record 0 (line 1): field 'r' (fields.reward): reward must be a number, got str 'high'
-        record 1 (line 2): field 'completion' (fields.completion) is missing; the record has ['prompt']
-        line 3: not valid JSON (Expecting value); one object per line
-    """
-    import json
 
-    problems: list[str] = []
-    more = 0
-    first: dict[str, tuple[str, Any, Any]] = {}
+class CompletionsSpec(SpecModel):
+    """Completions kept apart from the problems (a JSONL/Parquet file), matched to them by task."""
 
-    def add(msg: str) -> None:
-        nonlocal more
-        if len(problems) < limit:
-            problems.append(msg)
-        else:
-            more += 1
+    path: str = Field(description="JSONL or Parquet file; relative paths resolve from the spec file")
+    format: Literal["jsonl", "parquet"] | None = Field(None, description="default: from the suffix")
+    key: str = Field("task_id", description="the completion records' field naming their task: the "
+                     "problems' fields.task_id value, or the problem's index in the split when "
+                     "fields.task_id is not set")
 
-    def records() -> Any:
-        if fmt == "parquet":
-            import pyarrow.parquet as pq
 
-            for batch in pq.ParquetFile(path).iter_batches(batch_size=65536):
-                for rec in batch.to_pylist():
-                    yield None, rec, None
-            return
-        with open(path, encoding="utf-8") as fh:
-            for no, line in enumerate(fh, 1):
-                if not line.strip():
-                    continue
-                try:
-                    obj = json.loads(line)
-                except json.JSONDecodeError as e:
-                    yield no, None, f"line {no}: not valid JSON ({e.msg}); one object per line"
-                    continue
-                if not isinstance(obj, dict):
-                    yield no, None, f"line {no}: each line must be a JSON object, got {type(obj).__name__}"
-                    continue
-                yield no, obj, None
+class RecordSourceSpec(SourceSpec):
+    """A source whose rows come from records through a field map: ``file`` and ``hf_dataset``."""
 
-    i = -1
-    for no, rec, bad in records():
-        if bad is not None:
-            add(bad)
-            continue
-        i += 1
-        at = f"record {i}" + (f" (line {no})" if no is not None else "")
+    fields: FieldMap = Field(default_factory=FieldMap)
+    prompt_template: str | None = Field(
+        None, description="the prompt rendered from the record's fields: Jinja2 ({{ question }}) or "
+        "str.format ({question}); e.g. a few-shot header then the question")
+    template_format: Literal["jinja2", "format"] | None = Field(
+        None, description="default: jinja2 when the template has {{ or {%, else format")
+    reference_regex: str | None = Field(
+        None, description="read the gold answer out of fields.reference: group 1 of the first match "
+        "(GSM8K: '####\\\\s*(.+)$')")
+    completions: CompletionsSpec | None = Field(
+        None, description="completions in their own file, matched to the records by task")
+    generate: GenerateSpec | None = Field(
+        None, description="sample completions from a model (then records need only prompts)")
+
+    @model_validator(mode="after")
+    def _record_options(self) -> RecordSourceSpec:
+        if self.generate is not None:
+            if self.completions is not None:
+                raise ValueError("generate: and completions: both give the completions; keep one")
+            if self.verifier is None or self.fields.reward is not None:
+                raise ValueError("generate: completions made here need a verifier to grade them "
+                                 "(fields.reward cannot hold scores of completions not yet made)")
+        elif self.verifier is None and self.fields.reward is None:
+            raise ValueError("give a verifier to grade the completions, or fields.reward naming the field "
+                             "that already holds each completion's score")
+        if self.prompt_template is not None:
+            try:
+                self.template().check()
+            except SpecError as e:
+                raise ValueError(str(e)) from None
+        if self.reference_regex is not None:
+            if self.fields.reference is None:
+                raise ValueError("reference_regex reads the answer out of fields.reference: set fields.reference")
+            try:
+                re.compile(self.reference_regex)
+            except re.error as e:
+                raise ValueError(f"reference_regex {self.reference_regex!r} is not a regular expression ({e})") from None
+        if self.completions is not None and self.completions.format is None and \
+                Path(self.completions.path).suffix.lower() not in (".jsonl", ".parquet"):
+            raise ValueError(f"completions.path {self.completions.path!r}: cannot tell the format from "
+                             "the suffix; set completions.format")
+        return self
+
+    def template(self) -> Any:
+        from assay.sources.templates import PromptTemplate
+
+        return None if self.prompt_template is None else PromptTemplate(self.prompt_template, self.template_format)
+
+    def read_source_records(self, study: StudySpec) -> list[dict[str, Any]]:
+        """The records this source reads (before the field map)."""
+        raise NotImplementedError
+
+    def _completion_records(self, study: StudySpec) -> tuple[list[dict[str, Any]], str]:
+        assert self.completions is not None
+        p = study.resolve(self.completions.path)
+        fmt = self.completions.format or p.suffix.lower().lstrip(".")
+        return read_records(p, fmt), str(p)
+
+    def join_ids(self, records: Sequence[Mapping[str, Any]], where: str, start: int = 0) -> list[str]:
+        """The task id each record is matched on: its ``fields.task_id`` value, else its index in
+        the split (``start`` is the index of the first record)."""
+        if self.fields.task_id is None:
+            return [str(start + i) for i in range(len(records))]
+        tids = []
+        for i, r in enumerate(records):
+            t = get_field(r, self.fields.task_id)
+            if t is _MISSING or t is None:
+                raise SpecError(f"{where} record {start + i}: task id field {self.fields.task_id!r} is missing")
+            tids.append(str(t))
+        return tids
+
+    def merged_records(self, study: StudySpec, records: list[dict[str, Any]], where: str,
+                       skip: frozenset[str] | set[str] = frozenset()) -> list[dict[str, Any]]:
+        """The records with their completions joined in (when ``completions:`` is given);
+        completions of the tasks in ``skip`` (cut by a limit) are left out."""
+        if self.completions is None:
+            return records
+        tids = self.join_ids(records, where)
+        if len(set(tids)) != len(tids):
+            dup = next(t for t in tids if tids.count(t) > 1)
+            raise SpecError(f"{where}: task id {dup!r} (fields.task_id) names several records; completions "
+                            "are matched to one record per task")
+        comps, cpath = self._completion_records(study)
+        return join_completions(records, tids, comps, self.completions.key, where=where,
+                                where_completions=cpath, skip=skip)
+
+    def rows_from(self, study: StudySpec, records: list[dict[str, Any]], where: str,
+                  skip: frozenset[str] | set[str] = frozenset()) -> Rows:
+        return rows_from_records(self.merged_records(study, records, where, skip), self.fields, where=where,
+                                 prompt_template=self.template(), reference_regex=self.reference_regex,
+                                 prompts_only=self.generate is not None)
+
+    def files(self, study: StudySpec) -> list[Path]:
+        return [study.resolve(self.completions.path)] if self.completions is not None else []
+
+    def identity(self, study: StudySpec) -> dict[str, Any]:
+        from assay.hashing import file_checksum
+
+        out = super().identity(study)
+        if self.completions is not None:
+            out["completions"] = {**out["completions"],
+                                  "path": file_checksum(study.resolve(self.completions.path))}
+        return out
+
+    def check_records(self, records: list[dict[str, Any]], study: StudySpec, where: str) -> list[str]:
+        """Problems of the field map against the records, as ``yaml.path: message`` (relative to
+        the source entry): a field path no record has, a template field or regex that fails."""
+        problems: list[str] = []
+        if not records:
+            return ["(data): no records"]
+        first = records[0]
+        if self.completions is not None:
+            try:
+                comps, cpath = self._completion_records(study)
+            except SpecError as e:
+                return [f"completions.path: {e}"]
+            if comps:
+                clash = sorted((set(comps[0]) - {self.completions.key}) & set(first))
+                first = {**first, **{k: v for k, v in comps[0].items() if k != self.completions.key}}
+                if clash:
+                    problems.append(f"completions: fields {clash} are in both the completions and the records")
+        roles = self.fields.roles()
+        if self.prompt_template is not None:
+            roles.pop("fields.prompt", None)
+        if self.generate is not None:
+            roles.pop("fields.completion", None)
+        for role, path in roles.items():
+            why = field_problem(first, path)
+            if why is not None:
+                problems.append(f"{role}: {why}; fix: name one of the record's fields "
+                                "(a dotted path reads nested records)")
+        for path in self.fields.meta or ():
+            why = field_problem(first, path)
+            if why is not None:
+                problems.append(f"fields.meta: {why}")
+        if problems:
+            return problems
         try:
-            check_record(rec, fields, at, prompts_only=prompts_only)
+            self.rows_from(study, records[:50] if self.completions is None else records, where)
         except SpecError as e:
-            add(str(e))
-            continue
-        tid = str(rec[fields.task_id]) if fields.task_id is not None else None
-        if tid is None:
-            continue  # the default task id hashes the prompt: records agree on it by construction
-        prompt = rec[fields.prompt]
-        ref = rec.get(fields.reference) if fields.reference is not None else None
-        seen = first.setdefault(tid, (at, prompt, ref))
-        if seen[0] != at:
-            for field, a, b in (("prompt", seen[1], prompt), ("reference", seen[2], ref)):
-                if a != b:
-                    add(f"{seen[0]} and {at} have the same task id {tid!r} but a different {field} "
-                        f"({a!r:.60} vs {b!r:.60}); give them different task ids, or make the {field}s agree")
-                    break
-    if i < 0 and not problems:
-        add("no records: the file is empty")
-    if more:
-        problems.append(f"... and {more} more problem{'s' * (more != 1)}")
-    return problems
+            key = "prompt_template" if "prompt_template" in str(e) else (
+                "reference_regex" if "reference_regex" in str(e) else "fields")
+            problems.append(f"{key}: {e}")
+        return problems
+
+    def row_fields_of(self, records: list[dict[str, Any]], study: StudySpec, where: str) -> set[str]:
+        """The names ``by:`` and ``where`` can read in this source's rows."""
+        from assay.rows import COLUMNS
+
+        # completions are matched to every record, so then every record is read
+        r = self.rows_from(study, records[:50] if self.completions is None else records, where)
+        names = set(COLUMNS)
+        def walk(d: Mapping[str, Any], prefix: str, depth: int) -> None:
+            for k, v in d.items():
+                names.update({prefix + k, f"meta.{prefix}{k}"})
+                if isinstance(v, Mapping) and depth < 4:
+                    walk(v, f"{prefix}{k}.", depth + 1)
+
+        for row in r[:200]:
+            walk(row["meta"] or {}, "", 0)
+            for k in row["markers"]:
+                names |= {k, f"markers.{k}"}
+        return names

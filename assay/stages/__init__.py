@@ -1,7 +1,8 @@
 """The study stages as plain functions, one module per stage, each cached on its checksum chain.
 
 ``cache`` (keys, pointers, verified loads, progress), one module per stage (``build_rows``,
-``filter_rows``, ``generate``, ``grade``, ``decontaminate``, ``score_reward_model``, ``measure``, ``report``),
+``filter_rows``, ``generate``, ``grade``, ``decontaminate``, ``score_rows``,
+``score_reward_model``, ``measure``, ``report``),
 ``chain`` (``run_study``). Prefect tasks in ``tasks/`` wrap the ``run_*`` functions.
 
 Example:
@@ -42,17 +43,19 @@ from assay.stages.score_reward_model import (
     reward_views,
     run_reward_audit,
 )
+from assay.stages.score_rows import run_score_rows
 
 #: Stages in chain order.
-STAGE_ORDER = ("build-rows", "filter-rows", "generate", "grade", "decontaminate", "score-reward-model",
-               "measure", "report")
+STAGE_ORDER = ("build-rows", "filter-rows", "generate", "grade", "decontaminate", "score-rows",
+               "score-reward-model", "measure", "report")
 
 __all__ = [
     "STAGE_ORDER", "STAGE_VERSIONS", "StageResult", "StudyRun", "apply_row_steps", "cached_stage",
     "concat_rows", "define_stage", "direct_call", "direct_map", "graded_checksums", "load_doc",
     "load_rows", "lookup", "make_reward_model", "make_verifier", "model_identity",
     "print_progress", "report_files", "reward_views", "rows_from_records", "run_build_rows",
-    "run_decontaminate", "run_filter_rows", "run_generate_shard", "run_grade_shard", "run_measure", "run_report",
-    "run_reward_audit", "run_study", "shard_bounds", "source_named", "stage_key", "summarize",
+    "run_decontaminate", "run_filter_rows", "run_generate_shard", "run_grade_shard", "run_measure",
+    "run_report", "run_reward_audit", "run_score_rows", "run_study", "shard_bounds", "source_named",
+    "stage_key", "summarize",
     "verifier_fingerprint",
 ]

@@ -10,7 +10,7 @@ from typing import Any
 from assay.errors import SpecError
 from assay.sources.base import SourceSpec
 from assay.spec import StudySpec
-from assay.stages.cache import StageResult, cached_stage, define_stage
+from assay.stages.cache import StageResult, cached_stage, define_stage, lookup, stage_key
 from assay.store import Store
 
 STAGE = define_stage("build-rows", 1)
@@ -30,8 +30,21 @@ def run_build_rows(store: Store, spec: StudySpec, source_name: str, *,
     source = source_named(spec, source_name)
 
     def compute() -> tuple[dict[str, Any], dict[str, Any]]:
-        r = source.build_rows(spec)
-        return {"rows": r}, {"rows": len(r)}
+        r, info = source.build(spec)
+        out: dict[str, Any] = {"rows": r}
+        if info:  # what was read (a dataset's revision, its records' checksum): for the report
+            out["source_info"] = info
+        return out, {"rows": len(r)}
 
     return cached_stage(store, STAGE, inputs=[], params=source.identity(spec), compute=compute,
                         label=source_name, progress=progress)
+
+
+def source_info(store: Store, spec: StudySpec, source_name: str) -> dict[str, Any] | None:
+    """What a built source read (``SourceSpec.build``'s second value), from its stored
+    build-rows entry; None when the source says nothing beyond its spec or was not built."""
+    source = source_named(spec, source_name)
+    doc = lookup(store, stage_key(STAGE, [], source.identity(spec)))
+    if doc is None or "source_info" not in doc["outputs"]:
+        return None
+    return store.get_json(doc["outputs"]["source_info"])

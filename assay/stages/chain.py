@@ -1,5 +1,5 @@
 """The study chain: build-rows -> filter-rows -> [generate] -> grade -> decontaminate ->
-score-reward-model -> measure -> report. ``run_study`` runs it directly; ``flows/study.py`` makes each stage a task.
+score-rows -> score-reward-model -> measure -> report. ``run_study`` runs it directly; ``flows/study.py`` makes each stage a task.
 
 Adding a stage: one module in ``assay/stages/`` (``define_stage`` + ``run_<stage>``), one line
 here, one task line in ``tasks/stages.py``.
@@ -21,6 +21,7 @@ from assay.stages.grade import run_grade_shard, shard_bounds
 from assay.stages.measure import run_measure
 from assay.stages.report import run_report
 from assay.stages.score_reward_model import run_reward_audit
+from assay.stages.score_rows import run_score_rows
 from assay.store import Store
 
 
@@ -85,8 +86,16 @@ def run_study(spec: StudySpec, store: Store, *, call: Callable[..., StageResult]
         graded[src.name] = tuple(call_many(run_grade_shard, calls))
         done += graded[src.name]
     decon = call(run_decontaminate, store, spec, graded, progress=progress) if spec.decontaminate else None
+    score = spec.reward.score if spec.reward is not None else None
+    for name in (score.sources if score is not None else ()):
+        # the scored shards replace the graded ones: measure, report and the rows Parquet read
+        # the rm:<model> markers like any other
+        parts = graded[name]
+        graded[name] = tuple(call(run_score_rows, store, spec, name, part, i, len(parts),
+                                  progress=progress) for i, part in enumerate(parts))
+        done += graded[name]
     audits = [call(run_reward_audit, store, spec, m.name, progress=progress)
-              for m in (spec.reward.models if spec.reward else ())]
+              for m in (spec.reward.models if spec.reward and spec.reward.data else ())]
     measured = call(run_measure, store, spec, graded, progress=progress) if spec.sources else None
     report = call(run_report, store, spec, graded, measured, decon, tuple(audits), progress=progress)
     done += [r for r in (decon, *audits, measured, report) if r is not None]

@@ -11,7 +11,6 @@ Example:
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -35,15 +34,13 @@ def _task_order(table: pa.Table) -> list[str]:
 
 
 def _row_field(table: pa.Table, field: str, where: str) -> list[Any]:
-    if field in table.column_names and field not in ("markers", "privileged", "judge_meta", "messages"):
-        return table.column(field).to_pylist()
-    head, _, tail = field.partition(".")
-    if head == "markers" and tail:
-        return [dict(m or []).get(tail) for m in table.column("markers").to_pylist()]
-    if head == "privileged" and tail:
-        return [None if v is None else json.loads(v).get(tail) for v in table.column("privileged").to_pylist()]
-    raise SpecError(f"{where}.field {field!r}: rows have {list(table.column_names)} "
-                    "(and markers.<name>, privileged.<key>)")
+    from assay.errors import RowsError
+    from assay.rowfields import field_values
+
+    try:
+        return field_values(table, field, where=f"{where}.field")
+    except RowsError as e:
+        raise SpecError(str(e)) from None
 
 
 def apply_row_steps(rows: Rows, steps: Sequence[Mapping[str, Any]], *, where: str = "steps") -> Rows:

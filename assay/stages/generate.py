@@ -86,7 +86,7 @@ def run_generate_shard(store: Store, spec: StudySpec, source_name: str, filtered
                          system=gspec.system, max_connections=gspec.max_connections, store=store,
                          journal=part.checksum())
         rows = g.rows(task_ids=table.column("task_id").to_pylist(),
-                      privileged=[r["privileged"] for r in part])
+                      privileged=[r["privileged"] for r in part], meta=[r["meta"] for r in part])
         ok = [r for r in g.records if r["status"] == "ok"]
         lat = [r["latency_s"] for r in g.records if r["latency_s"] is not None]
         summary = {"rows": len(rows), "prompts": len(part), "sent": g.sent, "errors": len(g.errors),

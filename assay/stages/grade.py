@@ -27,16 +27,18 @@ def verifier_fingerprint(vspec: VerifierSpec, spec: StudySpec | None = None) -> 
     """The verifier's identity for cache keys: kind, params, and the checksum of the module
     that implements it (editing a verifier's code recomputes its grades). A verifier class with
     ``cache_identity(**params)`` adds what its params cannot say (the model judge: what its
-    server reports for the judge model), so a new judge checkpoint re-grades."""
-    from assay.registry import load_callable
-    from assay.verify.registry import VERIFIERS
-
-    obj = (VERIFIERS.get(vspec.kind).obj if ":" not in vspec.kind else load_callable(
-        vspec.kind, what="verifier kind", base_dir=spec._base_dir if spec is not None else None))
+    server reports for the judge model), so a new judge checkpoint re-grades; one with
+    ``spec_fingerprint`` (``function``: your grader's module source, or its ``version``) adds
+    what it says."""
+    base = spec._base_dir if spec is not None else None
+    obj = vspec._impl(base)
     fp = {"kind": vspec.kind, "params": vspec.params, "code": code_checksum(obj.__module__)}
     ident = getattr(obj, "cache_identity", None)
     if callable(ident):
         fp["identity"] = ident(**vspec.params)
+    own = getattr(obj, "spec_fingerprint", None)
+    if callable(own):
+        fp["own"] = own(vspec, base)
     return fp
 
 

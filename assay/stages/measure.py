@@ -1,6 +1,7 @@
 """The measure stage: the measurements the spec asks for, over each source's graded rows.
 
-pass@k, paired comparisons, eval variance, holdout sizing and RL selection, as JSON documents.
+pass@k, paired comparisons, eval variance, holdout sizing, RL selection, and what each scoring
+reward model's ``rm:<model>`` marker says (best-of-n, ranking, length), as JSON documents.
 """
 
 from __future__ import annotations
@@ -25,7 +26,15 @@ STAGE = define_stage("measure", 1)
 def run_measure(store: Store, spec: StudySpec, graded: Mapping[str, Sequence[StageResult]], *,
                 progress: Any = None) -> StageResult:
     """The measurements the spec asks for, over the graded rows of each source."""
-    from assay.measure import compare, eval_variance, holdout_size, pass_at, select
+    from assay.measure import (
+        compare,
+        compare_by,
+        eval_variance,
+        holdout_size,
+        pass_at,
+        pass_at_by,
+        select,
+    )
     from assay.report import result_doc
 
     m = spec.measure
@@ -39,11 +48,17 @@ def run_measure(store: Store, spec: StudySpec, graded: Mapping[str, Sequence[Sta
             for n in m.pass_at.sources or names:
                 docs.append(result_doc("pass_at", f"pass_at[{n}]", pass_at(rows[n], k=m.pass_at.k),
                                        source=n))
+                if m.pass_at.by is not None:
+                    docs.append(_by_doc(pass_at_by(rows[n], m.pass_at.by, k=m.pass_at.k), n))
         for c in m.compare:
             res = compare(rows[c.before], rows[c.after], proxy=c.proxy, metrics=c.metrics,
                                 alpha=c.alpha)
             docs.append(result_doc("compare", f"compare[{c.before} -> {c.after}]", res,
                                    before=c.before, after=c.after))
+            if c.by is not None:
+                res_by = compare_by(rows[c.before], rows[c.after], c.by, metrics=c.metrics, alpha=c.alpha)
+                docs.append(result_doc("compare_by", f"compare[{c.before} -> {c.after}] by {c.by}", res_by,
+                                       before=c.before, after=c.after, by=c.by))
         if m.eval_variance is not None:
             for n in m.eval_variance.sources or names:
                 docs.append(result_doc("eval_variance", f"eval_variance[{n}]",
@@ -61,9 +76,46 @@ def run_measure(store: Store, spec: StudySpec, graded: Mapping[str, Sequence[Sta
                 outputs["selected"] = Rows(as_table(kept, require=()))
             docs.append(result_doc("select", f"select[{m.select.source}]", res,
                                    source=m.select.source))
+        docs += reward_row_docs(spec, rows)
         outputs["measurements"] = docs
         return outputs, {"rows": sum(len(r) for r in rows.values())}
 
+    params = m.model_dump(mode="json")
+    if spec.reward is not None and spec.reward.score is not None:
+        params = {**params, "reward_rows": [spec.reward.score.sources,
+                                            [e.name for e in spec.reward.scoring_models()]]}
     return cached_stage(store, STAGE, inputs=graded_checksums(graded, names),
-                        params=m.model_dump(mode="json"), compute=compute,
+                        params=params, compute=compute,
                         label=",".join(names), progress=progress)
+
+
+def reward_row_docs(spec: StudySpec, rows: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Per scored source and scoring reward model: best-of-n next to pass@1 and the oracle,
+    ranking accuracy and length concordance (:func:`assay.reward.rowstats.reward_rows`)."""
+    from assay.report import result_doc
+    from assay.reward.rowstats import reward_rows
+    from assay.stages.score_rows import marker_name
+
+    if spec.reward is None or spec.reward.score is None:
+        return []
+    docs = []
+    for n in spec.reward.score.sources:
+        for e in spec.reward.scoring_models():
+            mk = marker_name(e.name)
+            docs.append(result_doc("reward_rows", f"reward_rows[{n}, {mk}]",
+                                   reward_rows(rows[n], mk), source=n, model=e.name, marker=mk))
+    return docs
+
+
+def _by_doc(res: Any, source: str) -> dict[str, Any]:
+    """The stored document of a per-category pass@k, with the per-category pass@1 estimates
+    listed for the report's plot."""
+    from assay.report import collect_estimates, result_doc
+
+    cats = []
+    for c in res.categories:
+        if c.result is not None:
+            cats.append({**collect_estimates(c.result.pass_at_1)[0], "category": c.category})
+    macro = {**collect_estimates(res.macro)[0], "category": "macro average"}
+    return result_doc("pass_at_by", f"pass_at[{source}] by {res.by}", res, source=source, by=res.by,
+                      categories=cats, macro=macro)

@@ -28,6 +28,7 @@ def run_report(store: Store, spec: StudySpec, graded: Mapping[str, Sequence[Stag
                audits: Sequence[StageResult], *, progress: Any = None) -> StageResult:
     """report.md / report.json / PNGs as stored blobs (written to the run dir afterwards)."""
     from assay.report import build_report, guard_counts
+    from assay.stages.build_rows import source_info
 
     ups = [p.checksums for p in (measured, decon, *audits) if p is not None]
     inputs = graded_checksums(graded, list(graded)) + [ups]
@@ -39,10 +40,13 @@ def run_report(store: Store, spec: StudySpec, graded: Mapping[str, Sequence[Stag
             r = concat_rows(store, graded[s.name])
             entry = {"name": s.name, "rows": len(r),
                      "tasks": len(set(r.to_arrow().column("task_id").to_pylist())),
-                     "verifier": s.verifier.kind if s.verifier else "given scores",
+                     "verifier": _verifier_label(s.verifier),
                      "guard_stopped": guard_counts(r)}
             if getattr(s, "generate", None) is not None:
                 entry["generation"] = generation_summary(r, s.generate)
+            info = source_info(store, spec, s.name)
+            if info:
+                entry["data"] = info
             sources.append(entry)
         files = build_report(
             spec_doc, sources,
@@ -53,6 +57,14 @@ def run_report(store: Store, spec: StudySpec, graded: Mapping[str, Sequence[Stag
 
     return cached_stage(store, STAGE, inputs=inputs, params=spec_doc, compute=compute,
                         label=spec.name, progress=progress)
+
+
+def _verifier_label(v: Any) -> str:
+    if v is None:
+        return "given scores"
+    if v.kind == "function":
+        return f"function {v.function}" + (f" (version {v.version})" if v.version else "")
+    return v.kind
 
 
 def generation_summary(rows: Any, gspec: Any) -> dict[str, Any]:

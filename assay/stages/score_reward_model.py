@@ -1,4 +1,5 @@
-"""The score-reward-model stage: each reward model the spec names, audited on preference data.
+"""The score-reward-model stage: each reward model the spec names, audited on preference data
+(the built-in diagnostic set, or your own pairs: one audit row per axis).
 
 Keyed on the model's identity (weight, tokenizer and template digests; never its name) and the
 audited views' checksums. The reward-model kinds live in ``assay.reward.kinds``.
@@ -10,7 +11,6 @@ import contextlib
 from collections.abc import Mapping
 from typing import Any
 
-from assay.errors import SpecError
 from assay.spec import StudySpec
 from assay.stages.cache import StageResult, cached_stage, define_stage
 from assay.store import Store
@@ -29,16 +29,15 @@ def model_identity(mspec: Any, spec: StudySpec) -> dict[str, Any]:
 
 
 def reward_views(spec: StudySpec) -> dict[str, Any]:
-    """The audited views: the diagnostic set's dimensions, each with the spec's steps applied."""
-    from assay.data import apply_derivation, load_diagnostic_v3
+    """The audited views: one per dimension of the diagnostic set, or one per axis of your own
+    preference data, each after the spec's derivation steps."""
+    return preference_views(spec).views
 
-    d = spec.reward.data
-    views = load_diagnostic_v3()
-    dims = d.dimensions or list(views)
-    unknown = [x for x in dims if x not in views]
-    if unknown:
-        raise SpecError(f"reward.data.dimensions: unknown {unknown}; the set has {list(views)}")
-    return {k: apply_derivation(views[k], d.steps) if d.steps else views[k] for k in dims}
+
+def preference_views(spec: StudySpec) -> Any:
+    """The audited views with what the report says about them (source, seed-id fallback)."""
+    assert spec.reward is not None and spec.reward.data is not None
+    return spec.reward.data.load(spec)
 
 
 def run_reward_audit(store: Store, spec: StudySpec, model_name: str, *, progress: Any = None,
@@ -51,7 +50,8 @@ def run_reward_audit(store: Store, spec: StudySpec, model_name: str, *, progress
     from assay.report import result_doc
 
     mspec = next(m for m in spec.reward.models if m.name == model_name)
-    views = reward_views(spec)
+    loaded = preference_views(spec)
+    views = loaded.views
     inputs = [[k, v.checksum()] for k, v in views.items()]
 
     def compute() -> tuple[dict[str, Any], dict[str, Any]]:
@@ -61,8 +61,11 @@ def run_reward_audit(store: Store, spec: StudySpec, model_name: str, *, progress
         slot = device_slot(str(getattr(model, "device", "cpu"))) if device_slot else contextlib.nullcontext()
         with slot:
             res = audit(model, views, store=store) if _accepts(audit, "store") else audit(model, views)
+        notes = loaded.notes() if spec.reward.data.kind != "builtin" else []
         doc = result_doc("reward_audit", model_name, res, dimensions=_audit_dimensions(res),
-                         fingerprint=model.fingerprint)
+                         fingerprint=model.fingerprint, notes=notes)
+        if notes:
+            doc["report"] += "".join(f"\nnote: {n}" for n in notes)
         return {"audit": doc}, {"rows": sum(len(v) for v in views.values())}
 
     return cached_stage(store, STAGE, inputs=inputs, params={"name": model_name},

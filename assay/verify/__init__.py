@@ -1,8 +1,9 @@
 """Verifiers: score a candidate answer against a reference, for ``assay.rows`` and ``assay.grade``.
 
 Math (MathEqual, Numeric), text (ExactMatch, MultipleChoice), code (CodeExec), a model judge
-(JudgeVerifier, judge_trust) and combinators.
-Every verifier's ``check()`` returns a :class:`Verdict` ``(reward, reason, meta)``.
+(JudgeVerifier, judge_trust), combinators, and your own grading function (FunctionVerifier,
+``kind: function``). Every verifier's ``check()`` returns a :class:`Verdict` ``(reward, reason,
+meta)``.
 
 Example:
     >>> from assay.verify import ExactMatch, Verdict
@@ -15,6 +16,7 @@ from assay.judging import Verdict
 from assay.verify.choice import MultipleChoice, extract_choice
 from assay.verify.code import CodeExec, extract_code
 from assay.verify.combine import All, Any, Weighted
+from assay.verify.function import FunctionVerifier
 from assay.verify.judge import JudgeVerifier, parse_grade
 from assay.verify.numeric import Numeric, extract_number
 from assay.verify.symbolic import MathEqual
@@ -22,7 +24,7 @@ from assay.verify.text import ExactMatch, normalize
 from assay.verify.trust import JudgeTrust, cohen_kappa, judge_trust
 
 __all__ = [
-    "All", "Any", "CodeExec", "ExactMatch", "JudgeTrust", "JudgeVerifier", "MathEqual",
+    "All", "Any", "CodeExec", "ExactMatch", "FunctionVerifier", "JudgeTrust", "JudgeVerifier", "MathEqual",
     "MultipleChoice", "Numeric", "Verdict", "Weighted", "cohen_kappa", "extract_choice",
     "extract_code", "extract_number", "judge_trust", "normalize", "parse_grade",
 ]

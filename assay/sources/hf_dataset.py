@@ -1,0 +1,136 @@
+"""The ``hf_dataset`` source kind: a benchmark read through the ``datasets`` library.
+
+A local ``save_to_disk`` folder, a folder of Parquet/JSONL files, or a hub id (offline by default).
+
+Records become rows through the same field map as file sources (dotted paths, markers, meta),
+with ``prompt_template:`` and ``reference_regex:`` so a GSM8K-style set runs from its raw
+records, and ``completions:`` when the model's answers live in their own file. Rows are keyed
+on the data's content (a local folder's file digests) or on the hub id and its pinned
+``revision``; the report prints the revision and the checksum of the records read.
+
+The dataset's configuration is ``config:`` (``datasets``' ``name``): ``name:`` is the arm's name,
+as in every source.
+
+Example:
+    >>> s = HFDatasetSource.model_validate({
+    ...     "name": "gsm", "kind": "hf_dataset", "path": "openai/gsm8k", "config": "main",
+    ...     "split": "test", "fields": {"prompt": "question", "reference": "answer"},
+    ...     "reference_regex": "####\\\\s*(.+)$", "completions": {"path": "answers.jsonl"},
+    ...     "verifier": {"kind": "numeric"}})
+    >>> s.config, s.split, s.allow_download, s.revision
+    ('main', 'test', False, None)
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from pydantic import Field
+
+from assay.errors import SpecError
+from assay.sources.records import RecordSourceSpec
+from assay.sources.registry import SOURCES
+
+if TYPE_CHECKING:
+    from assay.rows import Rows
+    from assay.sources.hub import DatasetRecords
+    from assay.spec import StudySpec
+
+
+class HFDatasetSource(RecordSourceSpec):
+    """A benchmark through the ``datasets`` library: a save_to_disk folder, Parquet/JSONL files, or a hub id."""
+
+    kind: Literal["hf_dataset"]
+    path: str = Field(description="a hub id (org/name), a folder written by save_to_disk, or a folder "
+                      "(or file) of Parquet/JSONL; relative folders resolve from the spec file")
+    config: str | None = Field(None, description="the dataset's configuration (datasets' 'name', e.g. "
+                               "'main' for gsm8k)")
+    split: str = "train"
+    revision: str | None = Field(None, description="a hub id's pinned commit (or tag): without it, "
+                                 "results are not reproducible")
+    allow_download: bool = Field(False, description="let a hub id download; by default only the local "
+                                 "hub cache is read and the network is never touched")
+    limit: int | None = Field(None, ge=1, description="read only the first N records of the split")
+
+    def _local(self, study: StudySpec) -> Path | None:
+        p = study.resolve(self.path)
+        return p if p.exists() else None
+
+    def _where(self, study: StudySpec) -> str:
+        return f"source {self.name!r} ({self._local(study) or self.path})"
+
+    def load(self, study: StudySpec) -> tuple[DatasetRecords, set[str]]:
+        """The split's records (the first ``limit``), with the checksum of what was kept, and
+        the task ids of the records the limit cut (their completions are left out)."""
+        from dataclasses import replace
+
+        from assay.hashing import content_hash
+        from assay.sources.hub import load_dataset_records
+
+        got = load_dataset_records(self._local(study) or self.path, name=self.config, split=self.split,
+                                   revision=self.revision, allow_download=self.allow_download,
+                                   where=self._where(study))
+        cut: set[str] = set()
+        if self.limit is not None and self.limit < len(got.records):
+            kept = got.records[:self.limit]
+            if self.completions is not None:
+                cut = set(self.join_ids(got.records[self.limit:], self._where(study), start=self.limit))
+            got = replace(got, records=kept, checksum=content_hash(kept, "data"))
+        return got, cut
+
+    def read_source_records(self, study: StudySpec) -> list[dict[str, Any]]:
+        return self.load(study)[0].records
+
+    def rows_from(self, study: StudySpec, records: list[dict[str, Any]], where: str,
+                  skip: frozenset[str] | set[str] = frozenset()) -> Rows:
+        if not skip and self.limit is not None and self.completions is not None:
+            skip = self.load(study)[1]  # validate's path: the limit's cut tasks
+        return super().rows_from(study, records, where, skip)
+
+    def build_rows(self, study: StudySpec) -> Rows:
+        return self.build(study)[0]
+
+    def build(self, study: StudySpec) -> tuple[Rows, dict[str, Any]]:
+        got, cut = self.load(study)
+        rows = self.rows_from(study, got.records, self._where(study), cut)
+        info = {"dataset": self.path, "config": self.config, "split": self.split,
+                "revision": self.revision if not got.local else "(local data)",
+                "records": len(got.records), "checksum": got.checksum}
+        if self.limit is not None:
+            info["limit"] = self.limit
+        return rows, info
+
+    def identity(self, study: StudySpec) -> dict[str, Any]:
+        from assay.hashing import file_checksum
+        from assay.reward.runtime import dir_digest
+
+        out = super().identity(study)
+        out.pop("allow_download")  # where the data may come from, not what it is
+        local = self._local(study)
+        if local is not None:
+            # the data's content, not where it lies: moving the folder changes nothing
+            out["path"] = dir_digest(local) if local.is_dir() else file_checksum(local)
+        return out
+
+    def check(self, study: StudySpec) -> tuple[list[str], list[str]]:
+        problems, warnings = super().check(study)
+        local = self._local(study)
+        if local is None and self.revision is None:
+            warnings.append(f"revision: not set for the hub id {self.path!r}: results are then not "
+                            "reproducible (the hub copy can change); pin it with revision: <commit sha>")
+        if problems or not all(f.is_file() for f in self.files(study)):
+            return problems, warnings  # a missing completions file is reported by check_files
+        try:
+            records = self.read_source_records(study)
+        except SpecError as e:
+            msg = str(e)
+            key = "split" if f"split {self.split!r}" in msg else ("config" if "config" in msg.lower() else "path")
+            return [f"{key}: {msg}"], warnings
+        return self.check_records(records, study, self._where(study)), warnings
+
+    def row_fields(self, study: StudySpec) -> set[str] | None:
+        return self.row_fields_of(self.read_source_records(study), study, self._where(study))
+
+
+SOURCES.register("hf_dataset", spec=HFDatasetSource)(HFDatasetSource)

@@ -1,0 +1,96 @@
+"""Prompt templates as data: a record's fields rendered into the prompt (Jinja2 or ``str.format``).
+
+A source's ``prompt_template:`` is checked when the spec loads and rendered once per record.
+
+``{{ question }}`` or ``{% ... %}`` means Jinja2 (sandboxed, an undefined field is an error);
+otherwise the text is a ``str.format`` template (``{question}``, ``{meta[level]}``).
+``template_format:`` overrides the guess. A missing field is an error naming the record and
+the field, never an empty string.
+
+Example:
+    >>> t = PromptTemplate("Solve step by step.\\nQ: {question}\\nA:")
+    >>> t.render({"question": "2+2?", "answer": "4"}, where="r0"), sorted(t.fields())
+    ('Solve step by step.\\nQ: 2+2?\\nA:', ['question'])
+    >>> PromptTemplate("{{ q | upper }}").render({"q": "hi"}, where="r0")
+    'HI'
+"""
+
+from __future__ import annotations
+
+import string
+from collections.abc import Mapping
+from functools import cached_property
+from typing import Any, Literal
+
+from assay.errors import SpecError
+
+Format = Literal["jinja2", "format"]
+
+
+def guess_format(text: str) -> Format:
+    """``jinja2`` when the text has ``{{`` or ``{%``, else ``format``."""
+    return "jinja2" if ("{{" in text or "{%" in text) else "format"
+
+
+class PromptTemplate:
+    """A prompt template over record fields; ``check()`` raises SpecError for bad syntax."""
+
+    def __init__(self, text: str, fmt: Format | None = None) -> None:
+        self.text = text
+        self.fmt: Format = fmt or guess_format(text)
+
+    @cached_property
+    def _jinja(self) -> Any:
+        from jinja2 import StrictUndefined, TemplateSyntaxError
+        from jinja2.sandbox import SandboxedEnvironment
+
+        env = SandboxedEnvironment(undefined=StrictUndefined, keep_trailing_newline=True)
+        try:
+            return env, env.from_string(self.text)
+        except TemplateSyntaxError as e:
+            raise SpecError(f"prompt_template: Jinja2 syntax error on line {e.lineno}: {e.message}") from None
+
+    def check(self) -> PromptTemplate:
+        """Parse the template now (errors at spec load, not at the first record)."""
+        if self.fmt == "jinja2":
+            self._jinja  # noqa: B018 (parses)
+        else:
+            try:
+                list(string.Formatter().parse(self.text))
+            except ValueError as e:
+                raise SpecError(f"prompt_template: not a str.format template ({e}); write literal braces "
+                                "as {{ and }}, or set template_format: jinja2") from None
+        return self
+
+    def fields(self) -> set[str]:
+        """Top-level record fields the template reads."""
+        if self.fmt == "jinja2":
+            from jinja2 import meta
+
+            env, _ = self._jinja
+            return set(meta.find_undeclared_variables(env.parse(self.text)))
+        out = set()
+        for _, name, _, _ in string.Formatter().parse(self.text):
+            if name:
+                out.add(name.split(".")[0].split("[")[0])
+        return out
+
+    def render(self, record: Mapping[str, Any], *, where: str) -> str:
+        """The prompt for one record; a missing field is a SpecError naming it."""
+        if self.fmt == "jinja2":
+            from jinja2 import TemplateError, UndefinedError
+
+            _, tpl = self._jinja
+            try:
+                return tpl.render(**record)
+            except UndefinedError as e:
+                raise SpecError(f"{where}: prompt_template: {e.message}; the record has {sorted(record)}") from None
+            except TemplateError as e:
+                raise SpecError(f"{where}: prompt_template: {type(e).__name__}: {e}") from None
+        try:
+            return self.text.format_map(record)
+        except KeyError as e:
+            raise SpecError(f"{where}: prompt_template names field {e.args[0]!r}, which the record lacks; "
+                            f"the record has {sorted(record)}") from None
+        except (IndexError, AttributeError, ValueError, TypeError) as e:
+            raise SpecError(f"{where}: prompt_template: {type(e).__name__}: {e}") from None

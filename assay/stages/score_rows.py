@@ -1,0 +1,199 @@
+"""The score-rows stage: each scoring reward model scores every completion of one graded shard,
+and the scores land in the rows as markers ``rm:<model>`` that measure reads like any marker.
+
+The stage is keyed on the shard's rows and the models' identities; the scores themselves are
+cached apart, per (model identity, scoring inputs, scoring protocol), so a new verifier or a new
+filter upstream re-attaches cached scores and only completions the model never saw are scored.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from assay.errors import RowsError
+from assay.hashing import combine
+from assay.rows import MARKERS_TYPE, Rows, table_checksum
+from assay.spec import StudySpec
+from assay.stages.cache import StageResult, cached_stage, define_stage, load_rows
+from assay.store import Store
+
+STAGE = define_stage("score-rows", 1)
+
+#: Bump when what a row's score means changes (which text a model sees, how conversations are
+#: passed, which rows are left unscored): it is part of every row-score cache key.
+ROW_PROTOCOL = 1
+MARKER_PREFIX = "rm:"
+
+_MODELS: dict[str, Any] = {}  # identity key -> built adapter: one load per process, not per shard
+
+
+def marker_name(model_name: str) -> str:
+    """The marker a reward model's row scores are stored under.
+
+    Example:
+        >>> marker_name("minilm")
+        'rm:minilm'
+    """
+    return f"{MARKER_PREFIX}{model_name}"
+
+
+def scoring_inputs(table: pa.Table) -> tuple[list[str], list[str], list[list[dict[str, str]] | None],
+                                               np.ndarray]:
+    """What a reward model reads per row: the prompt text, the completion, the conversation
+    (``None`` for a single user turn, where the prompt is the whole conversation) and whether
+    the row can be scored at all (an empty completion cannot: it gets no marker).
+
+    Example:
+        >>> import assay
+        >>> t = assay.rows(["Q"], [["A", " "]]).to_arrow()
+        >>> p, r, conv, ok = scoring_inputs(t)
+        >>> p, r, conv, ok.tolist()
+        (['Q', 'Q'], ['A', ' '], [None, None], [True, False])
+    """
+    prompts = table.column("prompt").to_pylist()
+    responses = table.column("final_text").to_pylist()
+    msgs = table.column("messages").to_pylist() if "messages" in table.column_names else [None] * len(prompts)
+    convs: list[list[dict[str, str]] | None] = []
+    for m in msgs:
+        single = m is None or (len(m) == 1 and m[0]["role"] == "user")
+        convs.append(None if single else [{"role": x["role"], "content": x["content"]} for x in m])
+    ok = np.array([isinstance(r, str) and bool(r.strip()) for r in responses], dtype=bool)
+    return prompts, responses, convs, ok
+
+
+def inputs_checksum(table: pa.Table) -> str:
+    """Content id of what the models read (conversation and completion), not of the verdicts:
+    re-grading leaves it unchanged, so cached scores are reused."""
+    cols = [c for c in ("prompt", "messages", "final_text") if c in table.column_names]
+    return table_checksum(table.select(cols), "rmin")
+
+
+def score_inputs(model: Any, prompts: Sequence[str], responses: Sequence[str],
+                 convs: Sequence[list[dict[str, str]] | None], ok: np.ndarray) -> np.ndarray:
+    """Scores (NaN where ``ok`` is False). A model with ``score_conversations`` (a chat-template
+    model) gets multi-turn conversations whole, rendered by its template once; others, and
+    single-turn rows, get ``(prompt, completion)``."""
+    out = np.full(len(prompts), np.nan)
+    idx = np.flatnonzero(ok)
+    conv_idx = [int(i) for i in idx if convs[i] is not None] if hasattr(model, "score_conversations") else []
+    plain = np.setdiff1d(idx, np.asarray(conv_idx, dtype=np.int64))
+    if plain.size:
+        out[plain] = model.score([prompts[i] for i in plain], [responses[i] for i in plain])
+    if conv_idx:
+        out[conv_idx] = model.score_conversations([convs[i] for i in conv_idx],
+                                                  [responses[i] for i in conv_idx])
+    return out
+
+
+def clear_model_cache() -> None:
+    """Forget the adapters built in this process (the next shard builds its model again)."""
+    _MODELS.clear()
+
+
+def _planned_device(mspec: Any, identity: Any) -> str:
+    """Where the model is (or will be) loaded, known before loading it, so the device slot is
+    held while the weights move to the GPU too: a Python function runs on the CPU."""
+    built = _MODELS.get(combine("rmid", identity))
+    if built is not None:
+        return str(getattr(built, "device", "cpu"))
+    if getattr(mspec, "kind", None) == "function":
+        return "cpu"
+    from assay.reward.runtime import resolve_device
+
+    return resolve_device(str(getattr(mspec, "params", {}).get("device", "auto")))
+
+
+def _model(mspec: Any, spec: StudySpec, identity: Any) -> Any:
+    key = combine("rmid", identity)
+    if key not in _MODELS:
+        while len(_MODELS) >= 2:
+            _MODELS.pop(next(iter(_MODELS)))
+        _MODELS[key] = mspec.build(spec)
+    return _MODELS[key]
+
+
+def _cached_scores(store: Store, key: str) -> np.ndarray | None:
+    ref = store.get_ref(f"assay-rowscores/{key}")
+    if ref is None:
+        return None
+    t = store.get_table(ref["blob"])
+    if t is None:
+        return None
+    return t.column("score").to_numpy(zero_copy_only=False).astype(np.float64)
+
+
+def attach_markers(table: pa.Table, scores: dict[str, np.ndarray], *, where: str) -> pa.Table:
+    """The table with each ``{marker: scores}`` added to the rows' markers (NaN: left out).
+
+    Example:
+        >>> import assay
+        >>> t = attach_markers(assay.rows(["Q"], [["A", "B"]]).to_arrow(),
+        ...                    {"rm:x": np.array([0.5, np.nan])}, where="demo")
+        >>> t.column("markers").to_pylist()
+        [[('rm:x', 0.5)], []]
+    """
+    old = table.column("markers").to_pylist()
+    new = []
+    for i, m in enumerate(old):
+        d = dict(m or ())
+        for name, s in scores.items():
+            if name in d:
+                raise RowsError(f"{where} row {i}: already has a marker {name!r}; the reward "
+                                f"model's scores go there: rename the model or the marker")
+            if not np.isnan(s[i]):
+                d[name] = float(s[i])
+        new.append(sorted(d.items()))
+    pos = table.column_names.index("markers")
+    return table.set_column(pos, pa.field("markers", MARKERS_TYPE), pa.array(new, type=MARKERS_TYPE))
+
+
+def run_score_rows(store: Store, spec: StudySpec, source_name: str, graded: StageResult,
+                   shard: int, n_shards: int, *, progress: Any = None,
+                   device_slot: Callable[[str], Any] | None = None) -> StageResult:
+    """One graded shard of a source, with every scoring model's ``rm:<model>`` marker added.
+
+    Keyed on the shard's rows and the models' identities (weights, tokenizer, template digests
+    or function source; never the name alone). Inside, each model's scores are read from the
+    row-score cache when this model already scored these exact inputs, else computed (holding
+    ``device_slot(device)``, a ``gpu`` slot from the Prefect task on CUDA) and stored there.
+    """
+    assert spec.reward is not None
+    models = spec.reward.scoring_models()
+    identities = [[m.name, m.identity(spec)] for m in models]
+    table = load_rows(store, graded).to_arrow()
+    label = f"{source_name} shard {shard + 1}/{n_shards}" if n_shards > 1 else source_name
+
+    def compute() -> tuple[dict[str, Any], dict[str, Any]]:
+        prompts, responses, convs, ok = scoring_inputs(table)
+        texts = inputs_checksum(table)
+        scores: dict[str, np.ndarray] = {}
+        how: dict[str, str] = {}
+        for mspec, (_, ident) in zip(models, identities):
+            key = combine("rowscores", ident, texts, ROW_PROTOCOL)
+            got = _cached_scores(store, key)
+            if got is None or len(got) != len(prompts):
+                slot = (device_slot(_planned_device(mspec, ident)) if device_slot
+                        else contextlib.nullcontext())
+                with slot:  # held while the model loads and scores
+                    model = _model(mspec, spec, ident)
+                    got = score_inputs(model, prompts, responses, convs, ok)
+                blob = store.put_table(pa.table({"score": pa.array(got, pa.float64(), from_pandas=True)}))
+                store.set_ref(f"assay-rowscores/{key}", blob,
+                              {"model": mspec.name, "fingerprint": model.fingerprint,
+                               "rows": len(prompts)})
+                how[marker_name(mspec.name)] = "computed"
+            else:
+                how[marker_name(mspec.name)] = "cached"
+            scores[marker_name(mspec.name)] = got
+        out = attach_markers(table, scores, where=f"source {source_name!r}")
+        return {"rows": Rows(out)}, {"rows": len(out), "scores": how,
+                                     "unscored": int((~ok).sum())}
+
+    return cached_stage(store, STAGE, inputs=[graded.checksums["rows"]],
+                        params={"protocol": ROW_PROTOCOL}, fingerprint=identities,
+                        compute=compute, label=label, progress=progress)

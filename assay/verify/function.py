@@ -1,0 +1,152 @@
+"""The ``function`` verifier kind: your own grading function, named in a spec by reference.
+
+``verifier: {kind: function, function: "mypkg.graders:grade", params: {...}, version: ...}``.
+
+The function is called as ``f(completion, reference, **params)`` or, when it takes a third
+required positional argument (or an optional one named ``row``), ``f(completion, reference, row,
+**params)``. It returns what any judge may
+(a number in [0, 1], ``(score, reason)``, ``{"reward", "reason", "meta", "markers"}``, or None
+for "cannot judge"); NaN, a number outside [0, 1] and an exception never pass: the row stays
+unjudged with the reason (the exception's type and message) recorded.
+
+It runs in the grading worker pool: the verifier pickles as its reference (module, name,
+params, the spec's folder) and each worker imports the function itself. Cached grades are keyed
+on the checksum of the function's module source, or on ``version`` when one is declared; a
+module edited since it was imported is re-imported before grading, in every process.
+
+Example:
+    >>> import pathlib, sys, tempfile
+    >>> d = tempfile.mkdtemp()
+    >>> _ = pathlib.Path(d, "my_graders.py").write_text(
+    ...     "def close(completion, reference, tol=0.0):\\n"
+    ...     "    return abs(float(completion) - float(reference)) <= tol\\n")
+    >>> v = FunctionVerifier("my_graders:close", {"tol": 0.5}, base_dir=d)
+    >>> v.check("3.2", "3", {}).reward, v.check("4", "3", {}).reward
+    (1.0, 0.0)
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import sys
+from collections.abc import Mapping
+from typing import Any
+
+from assay.errors import SpecError
+from assay.hashing import file_checksum
+from assay.judging import Verdict, Verifier, normalize_verdict
+from assay.registry import load_callable
+from assay.verify.registry import VERIFIERS
+
+#: module name -> checksum of the source this process last imported it from.
+_IMPORTED: dict[str, str] = {}
+
+
+def _module_file(mod_name: str) -> str | None:
+    mod = sys.modules.get(mod_name)
+    path = getattr(mod, "__file__", None)
+    return path if isinstance(path, str) and path.endswith(".py") else None
+
+
+def load_fresh(ref: str, base_dir: str | None = None) -> Any:
+    """``load_callable(ref)``, re-importing its module when the source file changed since this
+    process imported it (or when it was imported before this module could note its source)."""
+    mod_name = ref.partition(":")[0]
+    known = mod_name in sys.modules
+    fn = load_callable(ref, what="verifier function", base_dir=base_dir)
+    path = _module_file(mod_name)
+    if path is None:
+        return fn
+    now = file_checksum(path)
+    if _IMPORTED.get(mod_name) != now and (known or mod_name in _IMPORTED):
+        try:
+            importlib.reload(sys.modules[mod_name])
+        except Exception as e:
+            raise SpecError(f"verifier function {ref!r}: re-importing the edited module failed "
+                            f"({type(e).__name__}: {e})") from None
+        fn = load_callable(ref, what="verifier function", base_dir=base_dir)
+    _IMPORTED[mod_name] = now
+    return fn
+
+
+def _positional(fn: Any, params: Mapping[str, Any], ref: str) -> int:
+    """How many positional arguments (2 or 3) the grader takes besides ``params``."""
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return 2
+    ps = list(sig.parameters.values())
+    if any(p.kind is p.VAR_POSITIONAL for p in ps):
+        n = 3
+    else:
+        pos = [p for p in ps if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.name not in params]
+        n = sum(1 for p in pos if p.default is p.empty)
+        if n == 2 and len(pos) > 2 and pos[2].name == "row":  # an optional row argument
+            n = 3
+    if n not in (2, 3):
+        raise SpecError(f"verifier function {ref!r} takes {n} positional arguments {[p.name for p in ps]}; "
+                        "a grader takes (completion, reference) or (completion, reference, row), and "
+                        "params as keywords")
+    try:
+        sig.bind(*range(n), **params)
+    except TypeError as e:
+        raise SpecError(f"verifier function {ref!r}: params {dict(params)} do not fit its signature "
+                        f"{sig} ({e})") from None
+    return n
+
+
+@VERIFIERS.register("function", help="your own grading function: function: 'package.module:callable'")
+class FunctionVerifier(Verifier):
+    """Your own grading function (``function: 'mypkg.graders:grade'``) as a verifier."""
+
+    needs_reference = False  # the function decides what a missing reference means
+    parallel = True  # in worker processes: a hard per-row time limit, and no GIL contention
+
+    def __init__(self, function: str, params: Mapping[str, Any] | None = None, *,
+                 version: str | None = None, base_dir: str | None = None) -> None:
+        self.function = function
+        self.params = dict(params or {})
+        self.version = version
+        self.base_dir = base_dir
+        self.name = function
+        self._fn: Any = load_fresh(function, base_dir)
+        self._n = _positional(self._fn, self.params, function)
+
+    @classmethod
+    def from_spec(cls, vspec: Any, base_dir: str | None = None) -> FunctionVerifier:
+        """Built from a spec's ``verifier:`` entry (``params`` go to the function)."""
+        return cls(vspec.function, vspec.params, version=vspec.version, base_dir=base_dir)
+
+    @classmethod
+    def spec_fingerprint(cls, vspec: Any, base_dir: str | None = None) -> dict[str, Any]:
+        """What keys cached grades: the reference, params, and ``version`` if declared, else the
+        checksum of the function's module source (editing it recomputes the grades)."""
+        out = {"function": vspec.function, "params": vspec.params}
+        if vspec.version is not None:
+            return {**out, "version": vspec.version}
+        load_fresh(vspec.function, base_dir)
+        path = _module_file(vspec.function.partition(":")[0])
+        if path is None:
+            raise SpecError(f"verifier function {vspec.function!r}: its module has no Python source file to "
+                            "fingerprint; declare version: and change it whenever the function changes")
+        return {**out, "code": file_checksum(path)}
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_fn"] = None  # workers import the function by reference
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+
+    def check(self, candidate: str, reference: Any, row: Mapping[str, Any]) -> Verdict:
+        """The function's judgement as a :class:`Verdict` (an exception propagates: grading
+        records it as the row's ``error`` reason)."""
+        if self._fn is None:
+            self._fn = load_fresh(self.function, self.base_dir)
+        args = (candidate, reference, row)[:self._n]
+        return normalize_verdict(self._fn(*args, **self.params))
+
+    def __repr__(self) -> str:
+        return f"FunctionVerifier({self.function!r}, {self.params!r})"
