@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from assay.errors import RowsError, SpecError
+from assay.errors import RowsError, RowsTypeError, SpecError
 from assay.jsonl import iter_jsonl
 from assay.models.entry import GenerateSpec
 from assay.rows import Rows
@@ -270,7 +270,7 @@ def rows_from_records(records: Sequence[Mapping[str, Any]], fields: FieldMap, *,
                     task_ids=tids if fields.task_id is not None else None,
                     markers=markers if mfields else None, meta=metas,
                     record_names=lambda i: f"record {i}")
-    except RowsError as e:
+    except (RowsError, RowsTypeError) as e:
         # rows() counts completions the way records are counted here (one per record)
         msg = re.sub(r"prompt (\d+), completion 0", r"record \1", str(e))
         msg = re.sub(r"^(meta|markers|completions|prompts)\[(\d+)\]", r"record \2 (\1)", msg)
