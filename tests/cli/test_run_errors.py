@@ -69,7 +69,7 @@ def test_user_error_foreign_error_debug_and_stale_report(prefect_server: str, tm
     bad = _run(tmp_path, spec, env=env)
     assert bad.returncode == 2, bad.stderr
     errors = [ln for ln in bad.stderr.splitlines() if ln.startswith("error: ")]
-    assert errors == [f"error: source 'm' ({data}) record 1: field 'r' (fields.reward): reward must be "
+    assert errors == [f"error: source 'm' ({data}): reward (record 1): reward must be "
                       "a number, got str 'high'"], bad.stderr
     assert _terminal_noise(bad.stderr) == [] and "Traceback" not in bad.stderr
     assert len(bad.stderr.splitlines()) <= 4, bad.stderr
@@ -78,7 +78,7 @@ def test_user_error_foreign_error_debug_and_stale_report(prefect_server: str, tm
     # the old report is kept, marked stale, and `assay report RUN/report.md` prints it
     marked = (tmp_path / "out" / "report.md").read_text()
     assert marked.startswith(STALE_MARK) and marked.endswith(report)
-    assert "failed: SpecError" in marked.splitlines()[0]
+    assert "failed: SpecError" in marked.splitlines()[0]  # the file's error, in the banner
 
     # an exception that is not ours: the stage and the log file, exit 1
     _write(data, [{"prompt": f"p{i}", "completion": "x", "r": i % 2} for i in range(6)])
