@@ -508,6 +508,7 @@ def check_data(spec: StudySpec) -> tuple[list[str], list[str]]:
                 fields_of[s.name] = s.row_fields(spec)
             except SpecError as e:
                 problems.append(f"sources[{i}]: {e}")
+        problems += steps_before_grading(s, i)
     names = [s.name for s in spec.sources]
 
     def check_by(by: str, source: str, where: str) -> None:
@@ -530,6 +531,29 @@ def check_data(spec: StudySpec) -> tuple[list[str], list[str]]:
             for n in (c.before, c.after):
                 check_by(c.by, n, f"measure.compare[{j}].by")
     return problems, warnings
+
+
+#: Row fields a verifier writes: a step cannot read them, since steps choose the rows to grade.
+GRADED_FIELDS = ("reward", "judge_status", "judge_name", "reason", "judge_meta")
+
+
+def steps_before_grading(source: Any, i: int) -> list[str]:
+    """A ``where`` step on a field that exists only after grading (or generation) would see
+    every row unjudged: say so before the run, with the fix."""
+    out = []
+    generated = getattr(source, "generate", None) is not None
+    for j, step in enumerate(source.steps):
+        field = str(step.get("field", "")) if step.get("op") == "where" else ""
+        head = field.partition(".")[0]
+        if source.verifier is not None and head in GRADED_FIELDS:
+            out.append(f"sources[{i}].steps[{j}].field: {field!r} exists only after grading, and "
+                       "steps run before grading (they choose which rows are graded); fix: drop the "
+                       "step, or filter the graded rows afterwards (rows/<source>.parquet, or "
+                       "measure.select for RL data)")
+        elif generated and head in ("final_text", "rollout_index"):
+            out.append(f"sources[{i}].steps[{j}].field: {field!r} exists only after generation, "
+                       "and steps choose the prompts to generate for; fix: filter on a record field")
+    return out
 
 
 def json_schema(plugins: Sequence[str] = ()) -> dict[str, Any]:

@@ -20,7 +20,7 @@ import pyarrow.compute as pc
 
 from assay.errors import SpecError
 from assay.rows import Rows, as_table
-from assay.spec import StudySpec
+from assay.spec import StudySpec, steps_before_grading
 from assay.stages.build_rows import source_named
 from assay.stages.cache import StageResult, cached_stage, define_stage, load_rows
 from assay.store import Store
@@ -91,10 +91,13 @@ def run_filter_rows(store: Store, spec: StudySpec, source_name: str, built: Stag
                     progress: Any = None) -> StageResult:
     """Apply a source's steps to its built rows (cached on the rows and the steps)."""
     source = source_named(spec, source_name)
+    index = [s.name for s in spec.sources].index(source_name)
+    early = steps_before_grading(source, index)
+    if early:  # the same words as `assay validate`, not "its steps keep no rows"
+        raise SpecError(early[0])
 
     def compute() -> tuple[dict[str, Any], dict[str, Any]]:
-        r = apply_row_steps(load_rows(store, built), source.steps,
-                            where=f"sources[{[s.name for s in spec.sources].index(source_name)}].steps")
+        r = apply_row_steps(load_rows(store, built), source.steps, where=f"sources[{index}].steps")
         if len(r) == 0:
             raise SpecError(f"source {source_name!r}: its steps keep no rows; loosen them")
         return {"rows": r}, {"rows": len(r)}
