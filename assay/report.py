@@ -76,6 +76,18 @@ _TIMING_KEYS = frozenset({"seconds", "elapsed", "elapsed_s", "wall_seconds", "th
 # ------------------------------------------------------------------------------- plots
 
 
+def png_bytes(fig: Any) -> bytes:
+    """A matplotlib figure as PNG bytes with no software/version stamp (byte-identical across
+    runs and matplotlib patch releases), then closed."""
+    import matplotlib.pyplot as plt
+
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", metadata={"Software": None})
+    plt.close(fig)
+    return buf.getvalue()
+
+
 def _plot_estimates(title: str, ests: Sequence[dict[str, Any]], xlabel: str,
                     baseline: Sequence[float | None] | None = None) -> bytes | None:
     ests = [e for e in ests if e["value"] is not None]
@@ -105,11 +117,7 @@ def _plot_estimates(title: str, ests: Sequence[dict[str, Any]], xlabel: str,
     ax.set_title(title, fontsize=10)
     ax.grid(axis="x", alpha=0.3)
     ax.legend(fontsize=7, loc="lower right")
-    fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", metadata={"Software": None})
-    plt.close(fig)
-    return buf.getvalue()
+    return png_bytes(fig)
 
 
 #: What the reward-rows plot shows per (source, model), in order.

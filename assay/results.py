@@ -92,8 +92,8 @@ def collect_estimates(obj: Any, path: str = "") -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     if isinstance(obj, Estimate):
         iv = obj.interval
-        out.append({"path": path, "name": obj.name, "value": _num(obj.value),
-                    "low": _num(iv.low) if iv else None, "high": _num(iv.high) if iv else None,
+        out.append({"path": path, "name": obj.name, "value": finite_or_none(obj.value),
+                    "low": finite_or_none(iv.low) if iv else None, "high": finite_or_none(iv.high) if iv else None,
                     "level": iv.level if iv else None, "method": iv.method if iv else None,
                     "n": obj.n, "unit": obj.unit, "n_rows": obj.n_rows, "note": obj.note})
     elif dataclasses.is_dataclass(obj) and not isinstance(obj, type):
@@ -108,7 +108,8 @@ def collect_estimates(obj: Any, path: str = "") -> list[dict[str, Any]]:
     return out
 
 
-def _num(x: Any) -> float | None:
+def finite_or_none(x: Any) -> float | None:
+    """``float(x)`` when it is a finite number, else None (JSON has no NaN)."""
     try:
         v = float(x)
     except (TypeError, ValueError):

@@ -30,7 +30,7 @@ from scipy import special
 
 from assay.errors import MeasureError, SpecError
 from assay.nightly.spec import NightlySpec
-from assay.results import Estimate, Interval
+from assay.results import Estimate, Interval, finite_or_none
 
 MARKER_INTERVAL = "t over tasks (per-task means, df T-1)"
 NO_BASELINE = "no baseline"
@@ -68,18 +68,10 @@ def _markers(rows: Any) -> list[str]:
     return sorted(read_frame(rows, argument="rows").markers)
 
 
-def _num(x: Any) -> float | None:
-    try:
-        v = float(x)
-    except (TypeError, ValueError):
-        return None
-    return v if math.isfinite(v) else None
-
-
 def _est_doc(e: Estimate) -> dict[str, Any]:
     iv = e.interval
-    return {"value": _num(e.value), "low": _num(iv.low) if iv else None,
-            "high": _num(iv.high) if iv else None, "n": e.n}
+    return {"value": finite_or_none(e.value), "low": finite_or_none(iv.low) if iv else None,
+            "high": finite_or_none(iv.high) if iv else None, "n": e.n}
 
 
 # ------------------------------------------------------------------------------- nights
@@ -121,7 +113,7 @@ def night_value(night: Path, source: str, metric: str) -> float | None:
     from assay.rows import Rows
 
     try:
-        return _num(metric_estimate(Rows.read_parquet(p), metric).value)
+        return finite_or_none(metric_estimate(Rows.read_parquet(p), metric).value)
     except MeasureError:
         return None
 
@@ -162,10 +154,10 @@ def _compare_entries(before: Any, after: Any, metrics: list[str], gates: Nightly
     out = {}
     for m in res.metrics:
         iv = m.delta.interval
-        out[m.metric] = {"baseline_value": _num(m.before), "delta": _num(m.delta.value),
-                         "delta_low": _num(iv.low) if iv else None,
-                         "delta_high": _num(iv.high) if iv else None,
-                         "n_paired": m.n_paired, "p_adjusted": _num(m.p_adjusted),
+        out[m.metric] = {"baseline_value": finite_or_none(m.before), "delta": finite_or_none(m.delta.value),
+                         "delta_low": finite_or_none(iv.low) if iv else None,
+                         "delta_high": finite_or_none(iv.high) if iv else None,
+                         "n_paired": m.n_paired, "p_adjusted": finite_or_none(m.p_adjusted),
                          "verdict": m.verdict}
     return out, res
 

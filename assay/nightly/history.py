@@ -13,7 +13,6 @@ Example:
 
 from __future__ import annotations
 
-import io
 import json
 import os
 from collections.abc import Mapping, Sequence
@@ -21,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from assay.errors import AssayError
+from assay.report import png_bytes
 from assay.store import atomic_write
 
 HISTORY_VERSION = 1
@@ -141,11 +141,7 @@ def history_png(rows: Sequence[Mapping[str, Any]], study: str, last: int | None 
         ax.set_xticklabels(nights[::step], rotation=60, fontsize=7, ha="right")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7, loc="best")
-    fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", metadata={"Software": None})
-    plt.close(fig)
-    return buf.getvalue()
+    return png_bytes(fig)
 
 
 def write_history(study_dir: str | os.PathLike[str], *, until: str | None = None,

@@ -39,7 +39,7 @@ SPEC = """
 name: own-prefs
 reward:
   models:
-    - {{name: lenrm, kind: function, function: "assay.reward.function:length_reward"}}
+    - {{name: lenrm, kind: function, function: "assay.reward.function:length_rewards"}}
   data: {data}
 """
 

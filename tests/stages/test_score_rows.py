@@ -151,8 +151,8 @@ sources:
   - {name: own, kind: file, path: own.jsonl, fields: {prompt: q, completion: a, reward: s}}
 reward:
   models:
-    - {name: len, kind: function, function: "assay.reward.function:length_reward"}
-    - {name: other, kind: function, function: "assay.reward.function:length_reward"}
+    - {name: len, kind: function, function: "assay.reward.function:length_rewards"}
+    - {name: other, kind: function, function: "assay.reward.function:length_rewards"}
   data: null
   score: {sources: [own], models: [len]}
 """, base_dir=str(tmp_path))
@@ -166,4 +166,6 @@ reward:
                if d["kind"] == "reward_rows")
     assert doc["marker"] == "rm:len" and "1 graded rows have no rm:len score" in doc["report"]
     # the same numbers straight from the library on the stored rows
-    assert doc["text"] == str(reward_rows(rows, "rm:len"))
+    from assay.results import line_of
+
+    assert doc["text"] == line_of(reward_rows(rows, "rm:len"))
