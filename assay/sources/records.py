@@ -274,6 +274,17 @@ def rows_from_records(records: Sequence[Mapping[str, Any]], fields: FieldMap, *,
         # rows() counts completions the way records are counted here (one per record)
         msg = re.sub(r"prompt (\d+), completion 0", r"record \1", str(e))
         msg = re.sub(r"^(meta|markers|completions|prompts)\[(\d+)\]", r"record \2 (\1)", msg)
+        # name the record's own field, not rows()'s argument ("reward" -> field 'score')
+        own = {"reward": ("reward", fields.reward), "completions": ("completion", fields.completion),
+               "prompts": ("prompt", fields.prompt), "references": ("reference", fields.reference)}
+        m = re.match(r"^(\w+) \(record (\d+)\): ", msg)
+        if m and own.get(m.group(1), (None, None))[1]:
+            role, name = own[m.group(1)]
+            msg = f"record {m.group(2)}, field {name!r} (fields.{role}): {msg[m.end():]}"
+        m = re.match(r"^record (\d+) \((\w+)\)", msg)
+        if m and own.get(m.group(2), (None, None))[1]:
+            role, name = own[m.group(2)]
+            msg = f"record {m.group(1)}, field {name!r} (fields.{role}){msg[m.end():]}"
         hint = (" (list the JSON fields to keep in fields.meta, or set fields.meta: [])"
                 if "meta" in msg else "")
         raise SpecError(f"{where}: {msg}{hint}") from None

@@ -57,14 +57,14 @@ def test_file_source_value_errors_name_file_record_field(bad: object, why: str) 
     if bad is None:  # None is an unjudged row, allowed
         assert rows_from_records(recs, fields, where="w")[1]["judge_status"] == "unjudged"
         return
-    want = "source 'm' (d.jsonl): reward (record 1): reward "
+    want = "source 'm' (d.jsonl): record 1, field 's' (fields.reward): reward "
     with pytest.raises(AssayError, match=re.escape(want) + ".*" + re.escape(why)):
         rows_from_records(recs, fields, where="source 'm' (d.jsonl)")
 
 
 def test_file_source_completion_type(tmp_path: Path) -> None:
     recs = [{"q": "a", "c": 3, "s": 1}]
-    with pytest.raises(AssayError, match=r"source 'm' \(f\): record 0 \(completions\): expected a string"):
+    with pytest.raises(AssayError, match=r"source 'm' \(f\): record 0, field 'c' \(fields.completion\): expected a string"):
         rows_from_records(recs, FieldMap(prompt="q", completion="c", reward="s"), where="source 'm' (f)")
 
 
