@@ -6,6 +6,15 @@ Each class subclasses the builtin a caller would already catch (ValueError, Type
 from __future__ import annotations
 
 
+#: Exit statuses of the ``assay`` command (documented in the README; scripts and schedulers read them).
+EXIT_OK = 0  # finished, every sample answered and graded
+EXIT_FAILED = 1  # a stage failed (the error line names it and the log)
+EXIT_INPUT = 2  # a problem in the inputs: the spec, a data file, a function it names
+EXIT_REGRESSION = 3  # assay nightly: a gated metric regressed (store verify: corruption found)
+EXIT_PARTIAL = 4  # finished with failed samples (gen_error rows): the numbers cover fewer tasks
+EXIT_STOPPED = 5  # stopped by the run's deadline or stall detector; the rerun resumes
+EXIT_INTERRUPTED = 130  # Ctrl-C (SIGINT); SIGTERM is 143 (128 + 15)
+
 class AssayError(Exception):
     """Base of every error assay raises on purpose."""
 

@@ -1,0 +1,170 @@
+"""Live progress of long work: counters per unit (stage, label) that stages advance and watchers read.
+
+The progress printer, the stall detector and the Prefect task run all read this one registry.
+
+A stage opens a unit with :func:`track` and advances it as work is committed (a sample answered,
+a row graded, a batch scored). Watchers take :func:`snapshot` or :func:`last_advance` without
+touching the workers: advancing is a counter update under one lock, cheap enough per sample.
+
+>>> with track("generate", "demo shard 1/1", total=3) as unit:
+...     unit.advance(2)
+...     unit.count(retries=1)
+...     s = unit.state()
+>>> (s.done, s.total, s.counts["retries"])
+(2, 3, 1)
+>>> any(u.label == "demo shard 1/1" for u in snapshot())
+False
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+
+_LOCK = threading.Lock()
+_UNITS: dict[int, Unit] = {}
+_NEXT = 0
+#: monotonic time of the last advance of any unit (or the last unit opened): the stall clock
+_LAST = time.monotonic()
+_LISTENERS: list[Callable[[UnitState], None]] = []
+
+
+@dataclass(frozen=True)
+class UnitState:
+    """A copy of one unit's counters at one instant."""
+
+    stage: str
+    label: str
+    done: int
+    total: int | None
+    counts: dict[str, int]
+    started: float  # monotonic
+    last: float  # monotonic time of its last advance (or its start)
+    finished: bool
+
+    @property
+    def rate(self) -> float:
+        """Units of work per second since the unit started (0 before the first)."""
+        dt = self.last - self.started
+        return self.done / dt if dt > 0 and self.done else 0.0
+
+    @property
+    def eta_s(self) -> float | None:
+        """Seconds left at the current rate, or None when unknown."""
+        if self.total is None or not self.rate:
+            return None
+        return max(0.0, (self.total - self.done) / self.rate)
+
+
+@dataclass
+class Unit:
+    """One tracked unit of work; advance it as work is committed."""
+
+    stage: str
+    label: str
+    total: int | None
+    started: float = field(default_factory=time.monotonic)
+    done: int = 0
+    counts: dict[str, int] = field(default_factory=dict)
+    last: float = 0.0
+    finished: bool = False
+
+    def advance(self, n: int = 1, **counts: int) -> None:
+        """``n`` more pieces of work committed (plus any named counts, e.g. ``errors=1``)."""
+        global _LAST
+        with _LOCK:
+            self.done += n
+            for k, v in counts.items():
+                self.counts[k] = self.counts.get(k, 0) + v
+            self.last = _LAST = time.monotonic()
+            state = self._state()
+        _notify(state)
+
+    def count(self, **counts: int) -> None:
+        """Add to named counts (retries, errors, ...) without advancing: not progress."""
+        with _LOCK:
+            for k, v in counts.items():
+                self.counts[k] = self.counts.get(k, 0) + v
+
+    def set_total(self, total: int | None) -> None:
+        with _LOCK:
+            self.total = total
+
+    def state(self) -> UnitState:
+        with _LOCK:
+            return self._state()
+
+    def _state(self) -> UnitState:
+        return UnitState(self.stage, self.label, self.done, self.total, dict(self.counts),
+                         self.started, self.last or self.started, self.finished)
+
+
+def _notify(state: UnitState) -> None:
+    for fn in list(_LISTENERS):
+        try:
+            fn(state)
+        except Exception:  # a watcher's bug must not fail the work it watches
+            pass
+
+
+@contextmanager
+def track(stage: str, label: str, total: int | None = None) -> Iterator[Unit]:
+    """Open a unit for the duration of the block; it leaves the registry when the block ends."""
+    global _NEXT, _LAST
+    unit = Unit(stage, label, total)
+    with _LOCK:
+        _NEXT += 1
+        uid = _NEXT
+        _UNITS[uid] = unit
+        _LAST = time.monotonic()  # starting a unit is progress: the previous one finished
+    try:
+        yield unit
+    finally:
+        with _LOCK:
+            unit.finished = True
+            _UNITS.pop(uid, None)
+            _LAST = time.monotonic()
+            state = unit._state()
+        _notify(state)
+
+
+def snapshot() -> list[UnitState]:
+    """Every open unit's counters, oldest first."""
+    with _LOCK:
+        return [u._state() for _, u in sorted(_UNITS.items())]
+
+
+def last_advance() -> float:
+    """Monotonic time of the last progress anywhere in this process."""
+    with _LOCK:
+        return _LAST
+
+
+def listen(fn: Callable[[UnitState], None]) -> Callable[[], None]:
+    """Call ``fn(state)`` on every advance and unit end; returns the function that unsubscribes."""
+    with _LOCK:
+        _LISTENERS.append(fn)
+
+    def remove() -> None:
+        with _LOCK:
+            if fn in _LISTENERS:
+                _LISTENERS.remove(fn)
+
+    return remove
+
+
+def describe(states: list[UnitState] | None = None) -> str:
+    """One line per open unit: what is in flight (for stall and deadline errors)."""
+    parts = []
+    for s in snapshot() if states is None else states:
+        tot = f"/{s.total}" if s.total is not None else ""
+        extra = "".join(f", {k} {v}" for k, v in sorted(s.counts.items()) if v)
+        parts.append(f"[{s.stage}] {s.label}: {s.done}{tot} done{extra}")
+    return "; ".join(parts) or "nothing in flight"
+
+
+__all__ = ["Unit", "UnitState", "track", "snapshot", "last_advance", "listen", "describe"]
