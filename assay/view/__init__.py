@@ -1,0 +1,147 @@
+"""The sample viewer: ``RUN/view/index.html``, a page that opens from the file system and shows a
+run's numbers (from report.json), every task with its samples, and what changed since another run.
+
+Plain HTML, CSS and JavaScript shipped with the package (``assay/view/static``); the data are
+``.js`` files loaded by ``<script>`` tags, so no server is needed; row text is only ever
+inserted as text.
+
+Example:
+    >>> import tempfile, assay
+    >>> from assay.report import build_report
+    >>> d = Path(tempfile.mkdtemp())
+    >>> r = assay.rows(["2+2?"], [["4", "5"]], [[1.0, 0.0]], task_ids=["t1"])
+    >>> r.to_parquet(d / "rows.parquet") and None
+    >>> (d / "rows").mkdir(); (d / "rows.parquet").rename(d / "rows" / "m.parquet") and None
+    >>> files = build_report({"name": "demo", "checksum": "spec:0"}, [], [], [], [])
+    >>> _ = (d / "report.json").write_bytes(files["report.json"])
+    >>> page = write_view(d)
+    >>> page.relative_to(d).as_posix(), sorted(p.name for p in (page.parent / "data").iterdir())
+    ('view/index.html', ['meta.js', 's0-rows-0.js', 's0-tasks.js'])
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from assay.view.compare import MAX_SHOWN, baseline_dir, headline, latest_night, moved_tasks, night_doc
+from assay.view.data import CHUNK_ROWS, ViewError, js_call, read_rows, task_docs, write_source
+
+__all__ = ["ViewError", "resolve_run", "write_view"]
+
+#: Files of the page itself, copied from the package.
+STATIC = ("index.html", "app.js", "app.css")
+
+#: Rows files that are not a source's graded rows (the training export and its graded copy).
+_SKIP_PREFIX = "selected-"
+
+
+def resolve_run(path: str | os.PathLike[str]) -> Path:
+    """The run directory ``path`` names: a finished run (has report.json), or a nightly root for
+    one study (its newest finished night). ViewError naming what is missing otherwise."""
+    p = Path(path)
+    if p.name in ("report.md", "report.json", "index.html") and p.is_file():
+        p = p.parent.parent if p.name == "index.html" else p.parent
+    if (p / "report.json").is_file():
+        return p
+    if p.is_dir():
+        night = latest_night(p)
+        if night is not None:
+            return night
+    raise ViewError(f"{p}: not a finished run directory (no report.json) nor a nightly root "
+                    "with a finished night; give the folder `assay run` or `assay nightly` wrote")
+
+
+def _source_tables(run: Path) -> list[tuple[str, Any]]:
+    rows_dir = run / "rows"
+    if not rows_dir.is_dir():
+        return []
+    return [(p.stem, read_rows(p)) for p in sorted(rows_dir.glob("*.parquet"))
+            if not p.stem.startswith(_SKIP_PREFIX)]
+
+
+def _report(run: Path) -> dict[str, Any]:
+    return json.loads((run / "report.json").read_text(encoding="utf-8"))
+
+
+def _run_info(run: Path) -> dict[str, Any]:
+    """run.json without its wall-clock fields (the page is the same for the same results)."""
+    try:
+        info = json.loads((run / "run.json").read_text(encoding="utf-8"))
+    except (FileNotFoundError, json.JSONDecodeError):
+        return {}
+    return {k: info[k] for k in ("study", "spec_checksum", "cached", "computed", "generation")
+            if k in info}
+
+
+def write_view(run_dir: str | os.PathLike[str], against: str | os.PathLike[str] | None = None,
+               *, chunk_rows: int = CHUNK_ROWS) -> Path:
+    """Write ``RUN/view/`` (index.html, assets, data, plots) and return the index.html path.
+
+    ``against``: another run (or nightly root) to compare with; for a night with a baseline
+    the baseline is the default. The folder is replaced whole, so no stale chunk survives.
+    """
+    run = resolve_run(run_dir)
+    report = _report(run)
+    other = resolve_run(against) if against is not None else baseline_dir(run)
+    out = run / "view"
+    tmp = run / ".view.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    (tmp / "data").mkdir(parents=True)
+    (tmp / "plots").mkdir()
+    static = resources.files("assay.view") / "static"
+    for name in STATIC:
+        (tmp / name).write_bytes((static / name).read_bytes())
+    plots = []
+    for name in report.get("plots", []):
+        src = run / str(name)
+        if src.is_file() and "/" not in str(name):
+            shutil.copyfile(src, tmp / "plots" / src.name)
+            plots.append(src.name)
+    from assay.view.data import categories_by
+
+    sources, docs = [], {}
+    for i, (name, table) in enumerate(_source_tables(run)):
+        by = categories_by(report, name)
+        sources.append(write_source(tmp / "data", i, name, table, by, chunk_rows))
+        docs[name] = (i, table, by)
+    meta: dict[str, Any] = {"run": run.name, "report": report, "run_info": _run_info(run),
+                            "plots": plots, "sources": sources, "against": None,
+                            "nightly": night_doc(run)}
+    if other is not None:
+        meta["against"] = _write_diff(tmp / "data", run, other, docs)
+    (tmp / "data" / "meta.js").write_text(js_call("meta", meta), encoding="ascii")
+    shutil.rmtree(out, ignore_errors=True)
+    tmp.rename(out)
+    return out / "index.html"
+
+
+def _write_diff(data: Path, run: Path, other: Path, docs: dict[str, Any]) -> dict[str, Any]:
+    """``d<i>.js`` per source both runs have: the moved tasks with both runs' rows."""
+    other_tables = dict(_source_tables(other))
+    entry: dict[str, Any] = {"run": other.name, "path": str(other.resolve()),
+                             "headline": headline(_report(other)), "sources": []}
+    for name, (i, table, by) in docs.items():
+        if name not in other_tables:
+            continue
+        after = task_docs(table, by)
+        before = task_docs(other_tables[name], by)
+        moved = moved_tasks(before, after)
+        shown = {m["id"] for m in moved[:MAX_SHOWN]}
+        b = {t["id"]: t for t in before if t["id"] in shown}
+        a = {t["id"]: t for t in after if t["id"] in shown}
+        fname = f"d{i}.js"
+        (data / fname).write_text(js_call(f"diff:{i}", {
+            "moved": moved, "tasks": {tid: {"messages": a[tid]["messages"], "before": b[tid]["rows"],
+                                            "after": a[tid]["rows"]} for tid in sorted(shown)}}),
+            encoding="ascii")
+        common = len({t["id"] for t in before} & {t["id"] for t in after})
+        entry["sources"].append({"name": name, "index": i, "file": fname, "n_moved": len(moved),
+                                 "n_common": common, "shown": len(shown),
+                                 "flips": {f: sum(m["flip"] == f for m in moved)
+                                           for f in ("pass->fail", "fail->pass")}})
+    return entry

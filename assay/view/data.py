@@ -1,0 +1,224 @@
+"""What the sample viewer shows, as data: one summary line per task and the rows in chunks,
+written as ``.js`` files that a page opened from the file system can load with ``<script>``.
+
+Every string is JSON with ``<``, ``>``, ``&``, U+2028 and U+2029 escaped (``\\u003c``...), so no
+text from a row can close a script tag or start markup; the page inserts it as text only.
+
+Example:
+    >>> js_call("meta", {"text": "</script><img onerror=alert(1)>"})
+    'assayData("meta",{"text":"\\\\u003c/script\\\\u003e\\\\u003cimg onerror=alert(1)\\\\u003e"});\\n'
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from assay.errors import AssayError
+
+#: Rows per data chunk (cut at task boundaries): a task page loads one chunk, a search all.
+CHUNK_ROWS = 2000
+
+#: Task flag bits (the page filters on them).
+FLAGS = {"failed": 1, "truncated": 2, "gen_error": 4, "unjudged": 8, "guard": 16, "passed": 32}
+
+_ESCAPES = {"<": "\\u003c", ">": "\\u003e", "&": "\\u0026"}
+
+
+class ViewError(AssayError, FileNotFoundError):
+    """A folder is not a finished run (no report.json) or a nightly root with nights."""
+
+
+def safe_json(obj: Any) -> str:
+    """JSON that is inert inside a script: ASCII only, ``<>&`` as ``\\u`` escapes, no NaN.
+
+    Example:
+        >>> safe_json({"a": "<b>&\\u2028"})
+        '{"a":"\\\\u003cb\\\\u003e\\\\u0026\\\\u2028"}'
+    """
+    text = json.dumps(obj, ensure_ascii=True, allow_nan=False, separators=(",", ":"),
+                      sort_keys=True)
+    # <, > and & occur only inside JSON strings, where the \\u form means the same character
+    for ch, esc in _ESCAPES.items():
+        text = text.replace(ch, esc)
+    return text
+
+
+def js_call(name: str, obj: Any) -> str:
+    """One data file's text: ``assayData(name, obj);``."""
+    return f"assayData({safe_json(name)},{safe_json(obj)});\n"
+
+
+def _loads(v: Any) -> Any:
+    if v is None or not isinstance(v, str):
+        return v
+    try:
+        return json.loads(v)
+    except json.JSONDecodeError:
+        return v  # shown as the text it is
+
+
+def _finite(x: Any) -> float | None:
+    if x is None:
+        return None
+    x = float(x)
+    return x if math.isfinite(x) else None
+
+
+def read_rows(path: str | Path) -> pa.Table:
+    """A run's rows file, read with pyarrow (any extra columns are kept)."""
+    return pq.read_table(path)
+
+
+def categories_by(report: Mapping[str, Any], source: str) -> str | None:
+    """The field the report groups this source's tasks by (``measure.pass_at.by``), if any."""
+    for m in report.get("measurements", []):
+        if m.get("kind") == "pass_at_by" and m.get("source") == source and m.get("by"):
+            return str(m["by"])
+    return None
+
+
+def _category_values(table: pa.Table, by: str | None) -> list[Any]:
+    if by is None:
+        return [None] * table.num_rows
+    from assay.rowfields import field_values
+
+    try:
+        vals = field_values(table, by)
+    except AssayError:
+        return [None] * table.num_rows
+    return [None if v is None else str(v) for v in vals]
+
+
+def row_doc(r: Mapping[str, Any]) -> dict[str, Any]:
+    """One graded row as the page shows it (the JSON columns parsed; the prompt is per task)."""
+    markers = dict(r.get("markers") or [])
+    doc = {"i": r.get("rollout_index"), "text": r.get("final_text"), "reward": _finite(r.get("reward")),
+           "status": r.get("judge_status"), "judge": r.get("judge_name"), "reason": r.get("reason"),
+           "markers": {k: _finite(v) for k, v in sorted(markers.items())},
+           "judge_meta": _loads(r.get("judge_meta")), "meta": _loads(r.get("meta"))}
+    priv = _loads(r.get("privileged"))
+    if isinstance(priv, dict):
+        doc["generation"] = priv.pop("generation", None)
+    doc["privileged"] = priv
+    return doc
+
+
+def task_docs(table: pa.Table, by: str | None = None) -> list[dict[str, Any]]:
+    """The rows grouped by task in order of first appearance: ``{"id", "messages", "prompt",
+    "category", "rows": [row_doc...]}``."""
+    cats = _category_values(table, by)
+    cols = [c for c in ("task_id", "prompt", "messages", "final_text", "reward", "judge_status",
+                        "judge_name", "reason", "markers", "judge_meta", "meta", "privileged",
+                        "rollout_index") if c in table.column_names]
+    data = {c: table.column(c).to_pylist() for c in cols}
+    tasks: dict[str, dict[str, Any]] = {}
+    for i in range(table.num_rows):
+        r = {c: data[c][i] for c in cols}
+        tid = str(r["task_id"])
+        t = tasks.get(tid)
+        if t is None:
+            msgs = r.get("messages") or [{"role": "user", "content": r.get("prompt") or ""}]
+            t = tasks[tid] = {"id": tid, "messages": msgs, "category": cats[i], "rows": []}
+        t["rows"].append(row_doc(r))
+    return list(tasks.values())
+
+
+def _guarded(row: Mapping[str, Any]) -> bool:
+    jm = row.get("judge_meta")
+    return isinstance(jm, Mapping) and isinstance(jm.get("guard"), str)
+
+
+def task_line(t: Mapping[str, Any], rm_names: Sequence[str]) -> list[Any]:
+    """The task's summary line (see :data:`TASK_COLUMNS`).
+
+    Example:
+        >>> t = {"id": "t1", "category": None, "messages": [{"role": "user", "content": "2+2?"}],
+        ...      "rows": [{"reward": 1.0, "status": "ok", "text": "4", "markers": {}},
+        ...               {"reward": 0.0, "status": "ok", "text": "5", "markers": {}}]}
+        >>> task_line(t, [])
+        ['t1', 1, 2, 1.0, None, 1, 4, 1.0, '2+2?', []]
+    """
+    rows = t["rows"]
+    binary = [r["reward"] for r in rows if r["reward"] in (0.0, 1.0)]
+    n_pass = sum(1 for b in binary if b == 1.0)
+    rewards = [r["reward"] for r in rows if r["reward"] is not None]
+    flags = 0
+    if binary and n_pass < len(binary):
+        flags |= FLAGS["failed"]
+    if binary and n_pass == len(binary):
+        flags |= FLAGS["passed"]
+    if any((r["markers"].get("truncated") or 0) > 0
+           or (r.get("generation") or {}).get("finish_reason") == "length" for r in rows):
+        flags |= FLAGS["truncated"]
+    if any(r["status"] == "gen_error" for r in rows):
+        flags |= FLAGS["gen_error"]
+    if any(r["reward"] is None and r["status"] != "gen_error" for r in rows):
+        flags |= FLAGS["unjudged"]
+    if any(_guarded(r) for r in rows):
+        flags |= FLAGS["guard"]
+    rm = []
+    for name in rm_names:
+        vals = [r["markers"][f"rm:{name}"] for r in rows if r["markers"].get(f"rm:{name}") is not None]
+        rm.append(round(sum(vals) / len(vals), 6) if vals else None)
+    prompt = "\n".join(str(m.get("content") or "") for m in t["messages"] if m.get("role") != "system")
+    length = sum(len(r["text"] or "") for r in rows) / max(len(rows), 1)
+    return [t["id"], n_pass, len(binary), (round(sum(rewards) / len(rewards), 6) if rewards else None),
+            t["category"], flags, round(length, 1),
+            (round(n_pass / len(binary), 6) if binary else None), prompt[:240], rm]
+
+
+#: The fields of a task line, in order.
+TASK_COLUMNS = ["id", "n_pass", "n_binary", "mean_reward", "category", "flags", "length",
+                "pass_rate", "preview", "rm"]
+
+
+def rm_names(table: pa.Table) -> list[str]:
+    """The reward models that scored these rows (markers ``rm:<name>``)."""
+    if "markers" not in table.column_names:
+        return []
+    names: set[str] = set()
+    for m in table.column("markers").to_pylist():
+        for k, _ in m or ():
+            if k.startswith("rm:"):
+                names.add(k[3:])
+    return sorted(names)
+
+
+def write_source(out: Path, index: int, name: str, table: pa.Table, by: str | None,
+                 chunk_rows: int = CHUNK_ROWS) -> dict[str, Any]:
+    """Write ``s<index>-tasks.js`` and ``s<index>-rows-<j>.js`` into ``out``; return the source's
+    entry for the page's meta (files, counts, the reward models, the category field)."""
+    tasks = task_docs(table, by)
+    models = rm_names(table)
+    lines, chunks, cur, cur_rows = [], [], [], 0
+
+    def flush() -> None:
+        nonlocal cur, cur_rows
+        if cur:
+            j = len(chunks)
+            fname = f"s{index}-rows-{j}.js"
+            (out / fname).write_text(js_call(f"rows:{index}:{j}", cur), encoding="ascii")
+            chunks.append(fname)
+            cur, cur_rows = [], 0
+
+    for t in tasks:
+        if cur_rows and cur_rows + len(t["rows"]) > chunk_rows:
+            flush()
+        line = task_line(t, models)
+        line.append(len(chunks))  # the chunk that holds the task's rows
+        lines.append(line)
+        cur.append(t)
+        cur_rows += len(t["rows"])
+    flush()
+    fname = f"s{index}-tasks.js"
+    (out / fname).write_text(js_call(f"tasks:{index}", {"columns": [*TASK_COLUMNS, "chunk"],
+                                                       "lines": lines}), encoding="ascii")
+    return {"name": name, "index": index, "tasks_file": fname, "chunks": chunks,
+            "n_tasks": len(tasks), "n_rows": table.num_rows, "rm": models, "by": by}
