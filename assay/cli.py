@@ -1,4 +1,4 @@
-"""The ``assay`` command: validate, run, nightly, history, report, schema, store du|verify|gc.
+"""The ``assay`` command: validate, run, nightly, history, report, view, schema, store du|verify|gc.
 
 Only ``run`` and ``nightly`` import Prefect (lazily). Exit codes: 0 ok; 1 an unexpected
 exception during ``run`` (the stage and OUTPUT/run.log named); 2 a usage, spec or data error;
@@ -74,6 +74,19 @@ def cmd_report(args: argparse.Namespace) -> int:
         sys.stdout.write(p.read_text(encoding="utf-8"))
         return 0
     sys.stdout.write(read_report(run_dir))
+    return 0
+
+
+def cmd_view(args: argparse.Namespace) -> int:
+    from assay.view import write_view
+
+    page = write_view(args.run_dir, args.against)
+    print(page)
+    if args.serve:
+        from assay.view.serve import serve
+
+        with contextlib.suppress(KeyboardInterrupt):
+            serve(page.parent, args.port)
     return 0
 
 
@@ -184,7 +197,8 @@ def cmd_run(args: argparse.Namespace) -> int:
                     if server is not None:
                         prewarm()
                         server.wait()
-                    result = run_spec(args.spec, args.output, args.store, embedded=server is not None)
+                    result = run_spec(args.spec, args.output, args.store, embedded=server is not None,
+                                      view=not args.no_view)
                 except BaseException as e:
                     logging.getLogger("assay.cli").error(
                         "assay run %s failed in %s", args.spec,
@@ -313,11 +327,21 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--prefect-home", help="PREFECT_HOME for the embedded server (default ./.prefect)")
     r.add_argument("--debug", action="store_true",
                    help="print Prefect's log and any traceback here too (always in OUTPUT/run.log)")
+    r.add_argument("--no-view", action="store_true",
+                   help="do not write OUTPUT/view/ (the sample viewer; also execution.view: false)")
     r.set_defaults(func=cmd_run)
     rep = sub.add_parser("report", help="print the report of a finished run (no Prefect)")
     rep.add_argument("run_dir")
     rep.add_argument("--json", action="store_true", help="print report.json instead")
     rep.set_defaults(func=cmd_report)
+    vw = sub.add_parser("view", help="write RUN/view/index.html: the run's tasks, samples, verdicts "
+                        "and what changed since another run (no Prefect)")
+    vw.add_argument("run_dir", help="a run directory, or a nightly root for one study (its newest night)")
+    vw.add_argument("--against", metavar="OTHER_RUN",
+                    help="compare with this run (a night: default its baseline)")
+    vw.add_argument("--serve", action="store_true", help="then serve the page on 127.0.0.1 until Ctrl-C")
+    vw.add_argument("--port", type=int, default=0, help="--serve: port (default: any free one)")
+    vw.set_defaults(func=cmd_view)
     s = sub.add_parser("schema", help="print or write the spec JSON Schema")
     s.add_argument("--output", help="write to this file (configs/schema.json)")
     s.add_argument("--check", metavar="FILE", help="exit 1 when FILE differs from the schema")

@@ -262,6 +262,9 @@ def _markdown(spec_doc: Mapping[str, Any], sources: Sequence[Mapping[str, Any]],
     out.append(f"Spec checksum `{spec_doc['checksum']}`. Intervals are 95% unless stated; n counts "
                "tasks (independent units), not rows.\n")
     if sources:
+        out.append("Every task's samples, verdicts and reasons: [view/index.html](view/index.html) "
+                   "(open it in a browser; `assay view RUN` rewrites it).\n")
+    if sources:
         out.append("## Sources\n")
         guarded = any("guard_stopped" in s for s in sources)
         out.append("| source | tasks | rows | graded by |" + (" stopped by a guard |" if guarded else "")

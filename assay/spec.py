@@ -181,6 +181,8 @@ class ExecutionSpec(SpecModel):
     workers: int | None = Field(None, ge=1, description="grading worker processes (default: cores)")
     shard_rows: int = Field(256, ge=1, description="rows per grading shard (the resume unit)")
     log_level: Literal["debug", "info", "warning", "error"] = "warning"
+    view: bool = Field(True, description="write OUTPUT/view/index.html, the page of the run's "
+                       "samples (`assay view OUTPUT` writes it later too)")
 
 
 # ------------------------------------------------------------------------------- the spec

@@ -31,7 +31,7 @@ from assay.nightly.spec import NightlySpec
 from assay.report import write_run_dir
 from assay.spec import load_spec
 from assay.store import atomic_write
-from flows.study import _slug, study
+from flows.study import _slug, study, write_page
 
 
 class NightlyRegression(AssayError):
@@ -93,7 +93,8 @@ def nightly(specs: list[str], root: str = "runs/nightly", night: str | None = No
         gates = spec.nightly or NightlySpec()
         base = Path(root) / spec.name
         out = base / night
-        info = study(spec=path, output=str(out), store_root=store_root)
+        # the page is written once nightly.json is there, so it shows the gate's verdict
+        info = study(spec=path, output=str(out), store_root=store_root, view=False)
         doc = gate_night(str(out), spec.name, night, [s.name for s in spec.sources],
                          gates.model_dump(mode="json"), info["spec_definition"])
         doc["spec_checksum"] = info["spec_checksum"]
@@ -104,6 +105,8 @@ def nightly(specs: list[str], root: str = "runs/nightly", night: str | None = No
         lines = [regression_line(r) for r in doc["regressions"]]
         write_run_dir(out, {"nightly.md": md.encode(), "nightly.json": _dump(doc)}, {},
                       {**info, "nightly": lines})
+        if spec.execution.view:
+            write_page(out, publish=True)
         create_markdown_artifact(markdown=md, key=f"{_slug(spec.name)}-nightly",
                                  description=f"nightly {spec.name} {night}")
         summary["studies"][spec.name] = {

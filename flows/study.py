@@ -52,6 +52,27 @@ def _publish_artifacts(name: str, files: dict[str, bytes]) -> None:
                               description=f"assay study {name}: every estimate with interval and n")
 
 
+def write_page(out: Path, publish: bool = False) -> Path | None:
+    """Write ``out/view/`` (the sample viewer) and print its path; a failure to write it is
+    reported on stderr and never fails the run whose results are already written."""
+    from assay.view import write_view
+
+    try:
+        page = write_view(out)
+    except Exception as e:  # noqa: BLE001 (the results stand; the page is a convenience)
+        print(f"warning: the page {out / 'view'} was not written: {type(e).__name__}: {e} "
+              f"(retry with `assay view {out}`)", file=sys.stderr, flush=True)
+        return None
+    print(f"view: {page}", file=sys.stderr, flush=True)
+    if publish:
+        from prefect.artifacts import create_link_artifact
+
+        create_link_artifact(link=page.resolve().as_uri(), link_text="samples, verdicts, changes",
+                             key=f"{_slug(out.name)}-view",
+                             description="assay view: the run's tasks, samples and verdicts")
+    return page
+
+
 def finish_run(store: Store, spec: Any, run: stages.StudyRun, out: Path,
                started: float | None = None) -> dict[str, Any]:
     """Write the run directory (report files, rows Parquet, run.json) and return run.json.
@@ -80,8 +101,9 @@ def finish_run(store: Store, spec: Any, run: stages.StudyRun, out: Path,
 
 @flow(name="assay-study", persist_result=False, log_prints=False, validate_parameters=True)
 def study(spec: str, output: str | None = None, store_root: str | None = None,
-          publish: bool = True) -> dict[str, Any]:
-    """Run the study in spec file ``spec``; write ``output`` (default from the spec)."""
+          publish: bool = True, view: bool = True) -> dict[str, Any]:
+    """Run the study in spec file ``spec``; write ``output`` (default from the spec) and, unless
+    ``view`` or the spec's ``execution.view`` is false, its page ``output/view/index.html``."""
     s = load_spec(spec)
     store = Store(store_root)
     local = s.execution.runner == "local"
@@ -111,6 +133,8 @@ def study(spec: str, output: str | None = None, store_root: str | None = None,
         info = finish_run(store, s, run, out, started)
     if publish:
         _publish_artifacts(s.name, stages.report_files(store, run.report))
+    if view and s.execution.view:
+        write_page(out, publish)
     print(stages.summarize(run.results), file=sys.stderr, flush=True)
     print(f"report: {out / 'report.md'}", file=sys.stderr, flush=True)
     return {**info, "output": str(out)}
@@ -212,7 +236,7 @@ def prewarm() -> None:
 
 
 def run_spec(spec_path: str, output: str | None = None, store_root: str | None = None, *,
-             embedded: bool = True, publish: bool = True) -> dict[str, Any]:
+             embedded: bool = True, publish: bool = True, view: bool = True) -> dict[str, Any]:
     """Run a study flow with the runner its spec names (call under ``flows.embedded`` set-up)."""
     spec = load_spec(spec_path)
     runner = task_runner_for(spec)
@@ -220,6 +244,7 @@ def run_spec(spec_path: str, output: str | None = None, store_root: str | None =
     flow_ = study.with_options(task_runner=runner)
     ctx = _quiet_local() if embedded else contextlib.nullcontext()
     with ctx:
-        result = flow_(spec=str(spec_path), output=output, store_root=store_root, publish=publish)
+        result = flow_(spec=str(spec_path), output=output, store_root=store_root, publish=publish,
+                       view=view)
     result["seconds"] = round(time.perf_counter() - t0, 3)
     return result
