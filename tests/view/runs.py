@@ -40,9 +40,11 @@ execution: {{runner: local, shard_rows: 64}}
 TOPICS = ("algebra", "counting", "geometry")
 
 
-def records(n_tasks: int = 24, k: int = 4, seed: int = 0, evil: bool = True) -> list[dict[str, Any]]:
+def records(n_tasks: int = 24, k: int = 4, seed: int = 0, evil: bool = True,
+            worse: float = 0.0) -> list[dict[str, Any]]:
     """``n_tasks`` questions, ``k`` answers each; task 3 and 5 carry the planted payloads in the
-    question, the answers and the gold answer (so in the prompt, completions and reasons)."""
+    question, the answers and the gold answer (so in the prompt, completions and reasons).
+    ``worse``: taken off every task's chance of a right answer (a model that regressed)."""
     rng = random.Random(seed)
     out = []
     for t in range(n_tasks):
@@ -51,7 +53,7 @@ def records(n_tasks: int = 24, k: int = 4, seed: int = 0, evil: bool = True) -> 
         if evil and t in (3, 5):
             q = q + " " + " ".join(PAYLOADS)
             gold = gold if t == 3 else PAYLOADS[2]
-        skill = (t % 5) / 4
+        skill = (t % 5) / 4 - worse
         for j in range(k):
             right = rng.random() < skill
             resp = gold if right else str(a + b + 1 + j)
@@ -63,11 +65,12 @@ def records(n_tasks: int = 24, k: int = 4, seed: int = 0, evil: bool = True) -> 
 
 
 def make_run(base: Path, name: str, recs: list[dict[str, Any]]) -> Path:
-    """Run the demo spec on ``recs``; return the run directory ``base/name``."""
+    """Run the demo spec on ``recs``; return the run directory ``base/name``. The spec and data
+    files keep their paths from run to run (as a nightly's do), so runs share a definition."""
     base.mkdir(parents=True, exist_ok=True)
-    data = base / f"{name}.jsonl"
+    data = base / "completions.jsonl"
     data.write_text("".join(json.dumps(r) + "\n" for r in recs), encoding="utf-8")
-    spec_path = base / f"{name}.yaml"
+    spec_path = base / "spec.yaml"
     spec_path.write_text(SPEC.format(data=data.name), encoding="utf-8")
     spec = load_spec(spec_path)
     store = Store(base / "store")

@@ -337,6 +337,8 @@
       shown = out.slice().sort((a, b) => f(a, b) || (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
       st.page = Math.min(st.page, Math.max(0, Math.ceil(shown.length / PAGE) - 1));
       draw();
+      // for tests and scripts: how many times the list was redrawn after a filter change
+      document.body.dataset.applied = String(Number(document.body.dataset.applied || 0) + 1);
     }
 
     function draw() {
