@@ -339,6 +339,7 @@
       draw();
       // for tests and scripts: how many times the list was redrawn after a filter change
       document.body.dataset.applied = String(Number(document.body.dataset.applied || 0) + 1);
+      if (!document.body.dataset.firstDraw) document.body.dataset.firstDraw = String(performance.now());
     }
 
     function draw() {
@@ -466,7 +467,7 @@
 
   // ---------------------------------------------------------------- what changed
   function historyChart(points) {
-    const W = 420, H = 110, P = 24;
+    const W = 420, H = 120, P = 40, B = 22;   // left margin for values, bottom for nights
     const ns = "http://www.w3.org/2000/svg";
     const svg = document.createElementNS(ns, "svg");
     svg.setAttribute("viewBox", "0 0 " + W + " " + H);
@@ -475,8 +476,8 @@
     if (!vals.length) return svg;
     let lo = Math.min(...vals), hi = Math.max(...vals);
     if (hi - lo < 1e-9) { lo -= 0.05; hi += 0.05; }
-    const x = (i) => P + (points.length < 2 ? (W - 2 * P) / 2 : i * (W - 2 * P) / (points.length - 1));
-    const y = (v) => H - P + 8 - (v - lo) / (hi - lo) * (H - P - 8);
+    const x = (i) => P + 10 + (points.length < 2 ? (W - P - 40) / 2 : i * (W - P - 40) / (points.length - 1));
+    const y = (v) => H - B - (v - lo) / (hi - lo) * (H - B - 10);
     const add = (tag, attrs) => { const e = document.createElementNS(ns, tag); for (const k in attrs) e.setAttribute(k, attrs[k]); svg.appendChild(e); return e; };
     points.forEach((p, i) => {
       if (p.low !== null && p.low !== undefined) add("line", {x1: x(i), x2: x(i), y1: y(p.low), y2: y(p.high), class: "ci"});
@@ -490,8 +491,9 @@
     const path = points.map((p, i) => (p.value === null || p.value === undefined ? "" : (i ? "L" : "M") + x(i) + " " + y(p.value))).join(" ");
     add("path", {d: path.replace(/^L/, "M"), class: "line"});
     const lab = (t, xx, yy, anchor) => { const e = add("text", {x: xx, y: yy, "text-anchor": anchor}); e.textContent = t; };
-    lab(fmt(hi), 2, 12, "start"); lab(fmt(lo), 2, H - 4, "start");
-    lab(points[0].night, P, H - 2, "start"); if (points.length > 1) lab(points[points.length - 1].night, W - P, H - 2, "end");
+    lab(fmt(hi), 2, 14, "start"); lab(fmt(lo), 2, H - B + 3, "start");
+    lab(points[0].night, x(0), H - 4, "middle");
+    if (points.length > 1) lab(points[points.length - 1].night, x(points.length - 1), H - 4, "middle");
     return svg;
   }
 
