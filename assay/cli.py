@@ -336,10 +336,12 @@ def build_parser() -> argparse.ArgumentParser:
     rep.set_defaults(func=cmd_report)
     vw = sub.add_parser("view", help="write RUN/view/index.html: the run's tasks, samples, verdicts "
                         "and what changed since another run (no Prefect)")
-    vw.add_argument("run_dir", help="a run directory, or a nightly root for one study (its newest night)")
+    vw.add_argument("run_dir",
+                    help="a run directory, or a nightly root for one study (its newest night)")
     vw.add_argument("--against", metavar="OTHER_RUN",
                     help="compare with this run (a night: default its baseline)")
-    vw.add_argument("--serve", action="store_true", help="then serve the page on 127.0.0.1 until Ctrl-C")
+    vw.add_argument("--serve", action="store_true",
+                    help="then serve the page on 127.0.0.1 until Ctrl-C")
     vw.add_argument("--port", type=int, default=0, help="--serve: port (default: any free one)")
     vw.set_defaults(func=cmd_view)
     s = sub.add_parser("schema", help="print or write the spec JSON Schema")

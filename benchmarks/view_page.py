@@ -130,8 +130,9 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--work", default=str(ROOT / "runs" / "bench-view"))
     args = ap.parse_args()
-    from assay.view import write_view
     from view.browser import page_url, start_browser
+
+    from assay.view import write_view
 
     run = build_run(Path(args.work), args.tasks, args.k)
     t0 = time.perf_counter()
@@ -156,7 +157,8 @@ def main() -> None:
             driver.get("about:blank")
             driver.get(page_url(page, "samples/0"))
             driver.execute_async_script(OPEN_JS)
-            res["search"].append(driver.execute_async_script(CHANGE_JS, "f-q", "marbles coins books"))
+            res["search"].append(
+                driver.execute_async_script(CHANGE_JS, "f-q", "marbles coins books"))
             driver.get("about:blank")
             driver.get(naive.resolve().as_uri())  # returns after the load event
             res["naive open"].append(driver.execute_script(
@@ -165,7 +167,8 @@ def main() -> None:
         driver.quit()
     n = args.tasks * args.k
     for k, v in res.items():
-        print(f"{k:>10}: median {statistics.median(v):8.0f} ms  ({', '.join(f'{x:.0f}' for x in v)})")
+        each = ", ".join(f"{x:.0f}" for x in v)
+        print(f"{k:>10}: median {statistics.median(v):8.0f} ms  ({each})")
     ratio = statistics.median(res["naive open"]) / statistics.median(res["open"])
     ok = statistics.median(res["open"]) < 2000
     print(f"{n:,} rows: the page opens in {statistics.median(res['open']) / 1000:.2f} s "

@@ -28,7 +28,14 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from assay.view.compare import MAX_SHOWN, baseline_dir, headline, latest_night, moved_tasks, night_doc
+from assay.view.compare import (
+    MAX_SHOWN,
+    baseline_dir,
+    headline,
+    latest_night,
+    moved_tasks,
+    night_doc,
+)
 from assay.view.data import CHUNK_ROWS, ViewError, js_call, read_rows, task_docs, write_source
 
 __all__ = ["ViewError", "resolve_run", "write_view"]
@@ -135,10 +142,10 @@ def _write_diff(data: Path, run: Path, other: Path, docs: dict[str, Any]) -> dic
         b = {t["id"]: t for t in before if t["id"] in shown}
         a = {t["id"]: t for t in after if t["id"] in shown}
         fname = f"d{i}.js"
-        (data / fname).write_text(js_call(f"diff:{i}", {
-            "moved": moved, "tasks": {tid: {"messages": a[tid]["messages"], "before": b[tid]["rows"],
-                                            "after": a[tid]["rows"]} for tid in sorted(shown)}}),
-            encoding="ascii")
+        pairs = {tid: {"messages": a[tid]["messages"], "before": b[tid]["rows"],
+                       "after": a[tid]["rows"]} for tid in sorted(shown)}
+        (data / fname).write_text(js_call(f"diff:{i}", {"moved": moved, "tasks": pairs}),
+                                  encoding="ascii")
         common = len({t["id"] for t in before} & {t["id"] for t in after})
         entry["sources"].append({"name": name, "index": i, "file": fname, "n_moved": len(moved),
                                  "n_common": common, "shown": len(shown),

@@ -121,6 +121,6 @@ def baseline_dir(run_dir: Path) -> Path | None:
 
 def latest_night(study_dir: Path) -> Path | None:
     """A nightly root for one study: its newest night that finished (has report.json)."""
-    nights = sorted(p for p in study_dir.iterdir()
-                    if p.is_dir() and (p / "report.json").is_file() and (p / "nightly.json").is_file())
+    nights = sorted(p for p in study_dir.iterdir() if p.is_dir() and (p / "report.json").is_file()
+                    and (p / "nightly.json").is_file())
     return nights[-1] if nights else None

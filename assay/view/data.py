@@ -5,8 +5,8 @@ Every string is JSON with ``<``, ``>``, ``&``, U+2028 and U+2029 escaped (``\\u0
 text from a row can close a script tag or start markup; the page inserts it as text only.
 
 Example:
-    >>> js_call("meta", {"text": "</script><img onerror=alert(1)>"})
-    'assayData("meta",{"text":"\\\\u003c/script\\\\u003e\\\\u003cimg onerror=alert(1)\\\\u003e"});\\n'
+    >>> js_call("meta", {"t": "</script><b>"})
+    'assayData("meta",{"t":"\\\\u003c/script\\\\u003e\\\\u003cb\\\\u003e"});\\n'
 """
 
 from __future__ import annotations
@@ -99,7 +99,8 @@ def _category_values(table: pa.Table, by: str | None) -> list[Any]:
 def row_doc(r: Mapping[str, Any]) -> dict[str, Any]:
     """One graded row as the page shows it (the JSON columns parsed; the prompt is per task)."""
     markers = dict(r.get("markers") or [])
-    doc = {"i": r.get("rollout_index"), "text": r.get("final_text"), "reward": _finite(r.get("reward")),
+    doc = {"i": r.get("rollout_index"), "text": r.get("final_text"),
+           "reward": _finite(r.get("reward")),
            "status": r.get("judge_status"), "judge": r.get("judge_name"), "reason": r.get("reason"),
            "markers": {k: _finite(v) for k, v in sorted(markers.items())},
            "judge_meta": _loads(r.get("judge_meta")), "meta": _loads(r.get("meta"))}
@@ -143,7 +144,7 @@ def task_line(t: Mapping[str, Any], rm_names: Sequence[str]) -> list[Any]:
         ...      "rows": [{"reward": 1.0, "status": "ok", "text": "4", "markers": {}},
         ...               {"reward": 0.0, "status": "ok", "text": "5", "markers": {}}]}
         >>> task_line(t, [])
-        ['t1', 1, 2, 1.0, None, 1, 4, 1.0, '2+2?', []]
+        ['t1', 1, 2, 0.5, None, 1, 1.0, 0.5, '2+2?', []]
     """
     rows = t["rows"]
     binary = [r["reward"] for r in rows if r["reward"] in (0.0, 1.0)]
@@ -165,11 +166,14 @@ def task_line(t: Mapping[str, Any], rm_names: Sequence[str]) -> list[Any]:
         flags |= FLAGS["guard"]
     rm = []
     for name in rm_names:
-        vals = [r["markers"][f"rm:{name}"] for r in rows if r["markers"].get(f"rm:{name}") is not None]
+        key = f"rm:{name}"
+        vals = [r["markers"][key] for r in rows if r["markers"].get(key) is not None]
         rm.append(round(sum(vals) / len(vals), 6) if vals else None)
-    prompt = "\n".join(str(m.get("content") or "") for m in t["messages"] if m.get("role") != "system")
+    prompt = "\n".join(str(m.get("content") or "") for m in t["messages"]
+                       if m.get("role") != "system")
     length = sum(len(r["text"] or "") for r in rows) / max(len(rows), 1)
-    return [t["id"], n_pass, len(binary), (round(sum(rewards) / len(rewards), 6) if rewards else None),
+    mean = round(sum(rewards) / len(rewards), 6) if rewards else None
+    return [t["id"], n_pass, len(binary), mean,
             t["category"], flags, round(length, 1),
             (round(n_pass / len(binary), 6) if binary else None), prompt[:240], rm]
 

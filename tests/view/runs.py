@@ -78,6 +78,7 @@ def make_run(base: Path, name: str, recs: list[dict[str, Any]]) -> Path:
     files = stages.report_files(store, run.report)
     rows = {n: stages.concat_rows(store, parts) for n, parts in run.graded.items()}
     out = base / name
-    write_run_dir(out, files, rows, {"study": spec.name, "spec_definition": spec.definition_checksum(),
+    write_run_dir(out, files, rows, {"study": spec.name,
+                                     "spec_definition": spec.definition_checksum(),
                                      "spec_checksum": run.spec_checksum})
     return out

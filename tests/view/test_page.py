@@ -16,16 +16,17 @@ from typing import Any
 
 import pandas as pd
 import pytest
+from view.browser import chromium_paths, page_url, start_browser
+from view.runs import PAYLOADS, make_run, records
 
 from assay.cli import main
 from assay.nightly.gates import evaluate_night
 from assay.nightly.spec import NightlySpec
 from assay.view import write_view
 
-from view.browser import chromium_paths, page_url, start_browser
-from view.runs import PAYLOADS, make_run, records
-
-SHOTS = Path(os.environ.get("ASSAY_SCREENSHOTS", Path(__file__).parents[2] / "runs" / "view-screenshots"))
+#: Where the screenshots are kept (look at them): runs/view-screenshots unless set.
+SHOTS = Path(os.environ.get("ASSAY_SCREENSHOTS",
+                            Path(__file__).parents[2] / "runs" / "view-screenshots"))
 
 
 @pytest.fixture(scope="module")
@@ -34,7 +35,8 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     base = tmp_path_factory.mktemp("view")
     root = base / "nightly" / "view-demo"
     out = {}
-    for night, recs in (("2026-11-01", records(seed=0)), ("2026-11-02", records(seed=1, worse=0.35))):
+    nights = (("2026-11-01", records(seed=0)), ("2026-11-02", records(seed=1, worse=0.35)))
+    for night, recs in nights:
         run = make_run(base / "work", night, recs)
         dest = root / night
         shutil.copytree(run, dest)
@@ -53,7 +55,8 @@ def browser() -> Any:
         if os.environ.get("CI"):
             pytest.fail("CI: chromium and chromedriver are missing; .ci/run must install them "
                         "(apt-get install -y chromium chromium-driver)")
-        pytest.skip("chromium/chromedriver not installed (apt-get install -y chromium chromium-driver)")
+        pytest.skip("chromium/chromedriver not installed "
+                    "(apt-get install -y chromium chromium-driver)")
     driver = start_browser()
     yield driver
     driver.quit()
@@ -98,7 +101,8 @@ def no_injection(driver: Any) -> None:
     assert all(s == "app.js" or (s or "").startswith("data/") for s in scripts), scripts
     bad = driver.execute_script(
         "return document.querySelectorAll('#main script, #main svg:not(.chart), #main iframe,"
-        " #main img:not(figure img), a[href^=\"javascript\"], #evil-link, [onerror], [onload]').length")
+        " #main img:not(figure img), a[href^=\"javascript\"], #evil-link, [onerror],"
+        " [onload]').length")
     assert bad == 0
 
 
@@ -107,9 +111,10 @@ def task_table(run: Path) -> pd.DataFrame:
     df = pd.read_parquet(run / "rows" / "model.parquet")
     df["topic"] = df["meta"].map(lambda m: json.loads(m)["topic"])
     g = df.groupby("task_id")
-    return pd.DataFrame({"n_pass": g["reward"].sum(), "n": g["reward"].size(), "topic": g["topic"].first(),
-                         "text": g.apply(lambda x: "\n".join([x["prompt"].iloc[0], *x["final_text"]]).lower(),
-                                         include_groups=False)})
+    text = g.apply(lambda x: "\n".join([x["prompt"].iloc[0], *x["final_text"]]).lower(),
+                   include_groups=False)
+    return pd.DataFrame({"n_pass": g["reward"].sum(), "n": g["reward"].size(),
+                         "topic": g["topic"].first(), "text": text})
 
 
 def test_overview_and_samples_match_report_and_rows(runs: dict[str, Path], browser: Any) -> None:
@@ -123,9 +128,11 @@ def test_overview_and_samples_match_report_and_rows(runs: dict[str, Path], brows
     p1 = next(e for m in report["measurements"] if m["kind"] == "pass_at" for e in m["estimates"]
               if e["name"] == "pass@1")
     browser.get(page_url(page, "overview"))
-    cells = [c.text for c in css(browser, "table.sources tbody tr").find_elements(By.TAG_NAME, "td")]
+    row = css(browser, "table.sources tbody tr")
+    cells = [c.text for c in row.find_elements(By.TAG_NAME, "td")]
     assert cells[:4] == ["model", str(src["tasks"]), str(src["rows"]), src["verifier"]]
-    assert cells[4:7] == [f"{p1['value']:.3f}", f"[{p1['low']:.3f}, {p1['high']:.3f}]", str(p1["n"])]
+    assert cells[4:7] == [f"{p1['value']:.3f}", f"[{p1['low']:.3f}, {p1['high']:.3f}]",
+                          str(p1["n"])]
     assert browser.find_elements(By.CSS_SELECTOR, ".plots img")  # the report's plots, copied
     shot(browser, "overview")
     no_injection(browser)
