@@ -197,8 +197,8 @@ def cmd_run(args: argparse.Namespace) -> int:
                     if server is not None:
                         prewarm()
                         server.wait()
-                    result = run_spec(args.spec, args.output, args.store, embedded=server is not None,
-                                      view=not args.no_view)
+                    result = run_spec(args.spec, args.output, args.store,
+                                      embedded=server is not None, view=not args.no_view)
                 except BaseException as e:
                     logging.getLogger("assay.cli").error(
                         "assay run %s failed in %s", args.spec,
@@ -334,8 +334,8 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("run_dir")
     rep.add_argument("--json", action="store_true", help="print report.json instead")
     rep.set_defaults(func=cmd_report)
-    vw = sub.add_parser("view", help="write RUN/view/index.html: the run's tasks, samples, verdicts "
-                        "and what changed since another run (no Prefect)")
+    vw = sub.add_parser("view", help="write RUN/view/index.html: the run's tasks, samples, "
+                        "verdicts and what changed since another run (no Prefect)")
     vw.add_argument("run_dir",
                     help="a run directory, or a nightly root for one study (its newest night)")
     vw.add_argument("--against", metavar="OTHER_RUN",

@@ -106,7 +106,7 @@ def nightly(specs: list[str], root: str = "runs/nightly", night: str | None = No
         write_run_dir(out, {"nightly.md": md.encode(), "nightly.json": _dump(doc)}, {},
                       {**info, "nightly": lines})
         if spec.execution.view:
-            write_page(out, publish=True)
+            write_page(out, spec.name)
         create_markdown_artifact(markdown=md, key=f"{_slug(spec.name)}-nightly",
                                  description=f"nightly {spec.name} {night}")
         summary["studies"][spec.name] = {

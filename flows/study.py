@@ -52,9 +52,10 @@ def _publish_artifacts(name: str, files: dict[str, bytes]) -> None:
                               description=f"assay study {name}: every estimate with interval and n")
 
 
-def write_page(out: Path, publish: bool = False) -> Path | None:
+def write_page(out: Path, name: str | None = None) -> Path | None:
     """Write ``out/view/`` (the sample viewer) and print its path; a failure to write it is
-    reported on stderr and never fails the run whose results are already written."""
+    reported on stderr and never fails the run whose results are already written. With the
+    study's ``name``, a link to it is published as the Prefect artifact ``<name>-view``."""
     from assay.view import write_view
 
     try:
@@ -64,11 +65,11 @@ def write_page(out: Path, publish: bool = False) -> Path | None:
               f"(retry with `assay view {out}`)", file=sys.stderr, flush=True)
         return None
     print(f"view: {page}", file=sys.stderr, flush=True)
-    if publish:
+    if name is not None:
         from prefect.artifacts import create_link_artifact
 
         create_link_artifact(link=page.resolve().as_uri(), link_text="samples, verdicts, changes",
-                             key=f"{_slug(out.name)}-view",
+                             key=f"{_slug(name)}-view",
                              description="assay view: the run's tasks, samples and verdicts")
     return page
 
@@ -134,7 +135,7 @@ def study(spec: str, output: str | None = None, store_root: str | None = None,
     if publish:
         _publish_artifacts(s.name, stages.report_files(store, run.report))
     if view and s.execution.view:
-        write_page(out, publish)
+        write_page(out, s.name if publish else None)
     print(stages.summarize(run.results), file=sys.stderr, flush=True)
     print(f"report: {out / 'report.md'}", file=sys.stderr, flush=True)
     return {**info, "output": str(out)}
