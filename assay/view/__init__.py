@@ -114,8 +114,9 @@ def write_view(run_dir: str | os.PathLike[str], against: str | os.PathLike[str] 
     sources, docs = [], {}
     for i, (name, table) in enumerate(_source_tables(run)):
         by = categories_by(report, name)
-        sources.append(write_source(tmp / "data", i, name, table, by, chunk_rows))
-        docs[name] = (i, table, by)
+        tasks = task_docs(table, by)
+        sources.append(write_source(tmp / "data", i, name, table, by, chunk_rows, tasks))
+        docs[name] = (i, tasks, by)
     meta: dict[str, Any] = {"run": run.name, "report": report, "run_info": _run_info(run),
                             "plots": plots, "sources": sources, "against": None,
                             "nightly": night_doc(run)}
@@ -132,10 +133,9 @@ def _write_diff(data: Path, run: Path, other: Path, docs: dict[str, Any]) -> dic
     other_tables = dict(_source_tables(other))
     entry: dict[str, Any] = {"run": other.name, "path": str(other.resolve()),
                              "headline": headline(_report(other)), "sources": []}
-    for name, (i, table, by) in docs.items():
+    for name, (i, after, by) in docs.items():
         if name not in other_tables:
             continue
-        after = task_docs(table, by)
         before = task_docs(other_tables[name], by)
         moved = moved_tasks(before, after)
         shown = {m["id"] for m in moved[:MAX_SHOWN]}

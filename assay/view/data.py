@@ -11,6 +11,7 @@ Example:
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from collections.abc import Mapping, Sequence
@@ -58,6 +59,13 @@ def js_call(name: str, obj: Any) -> str:
 def _loads(v: Any) -> Any:
     if v is None or not isinstance(v, str):
         return v
+    return _parse(v)
+
+
+@functools.lru_cache(maxsize=4096)
+def _parse(v: str) -> Any:
+    # a task's k rows mostly carry the same meta and reference: parse each text once; callers
+    # never change what this returns (row_doc copies the privileged dict before popping)
     try:
         return json.loads(v)
     except json.JSONDecodeError:
@@ -106,6 +114,7 @@ def row_doc(r: Mapping[str, Any]) -> dict[str, Any]:
            "judge_meta": _loads(r.get("judge_meta")), "meta": _loads(r.get("meta"))}
     priv = _loads(r.get("privileged"))
     if isinstance(priv, dict):
+        priv = dict(priv)
         doc["generation"] = priv.pop("generation", None)
     doc["privileged"] = priv
     return doc
@@ -196,10 +205,12 @@ def rm_names(table: pa.Table) -> list[str]:
 
 
 def write_source(out: Path, index: int, name: str, table: pa.Table, by: str | None,
-                 chunk_rows: int = CHUNK_ROWS) -> dict[str, Any]:
+                 chunk_rows: int = CHUNK_ROWS,
+                 tasks: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     """Write ``s<index>-tasks.js`` and ``s<index>-rows-<j>.js`` into ``out``; return the source's
-    entry for the page's meta (files, counts, the reward models, the category field)."""
-    tasks = task_docs(table, by)
+    entry for the page's meta (files, counts, the reward models, the category field).
+    ``tasks``: :func:`task_docs` of the table, when the caller has them already."""
+    tasks = task_docs(table, by) if tasks is None else tasks
     models = rm_names(table)
     lines, chunks, cur, cur_rows = [], [], [], 0
 

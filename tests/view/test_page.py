@@ -220,5 +220,31 @@ def test_against_any_run_and_cli(runs: dict[str, Path], capsys: pytest.CaptureFi
     assert printed == str(a / "view" / "index.html")
     meta = (a / "view" / "data" / "meta.js").read_text()
     assert '"against":{' in meta and "2026-11-02" in meta
+    # no data file can close a script tag or start markup: the payloads are there, escaped
+    data = {p.name: p.read_bytes() for p in (a / "view" / "data").iterdir()}
+    assert {"meta.js", "s0-tasks.js", "s0-rows-0.js", "d0.js"} <= set(data)
+    for name, raw in data.items():
+        assert not any(c in raw for c in (b"<", b">", b"&")) and raw.isascii(), name
+    assert b"\\u003c/script\\u003e\\u003cscript\\u003ewindow.__pwned" in data["s0-rows-0.js"]
     assert main(["view", str(a / "rows")]) == 2  # not a run: one error line, exit 2
     assert "not a finished run directory" in capsys.readouterr().err
+
+
+def test_served_page_loads_over_http(runs: dict[str, Path], browser: Any) -> None:
+    """``assay view --serve``: the same page over HTTP on 127.0.0.1 (its CSP allows 'self')."""
+    import threading
+
+    from assay.view.serve import make_server
+
+    page = write_view(runs["2026-11-01"])
+    server = make_server(page.parent, port=0)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        browser.get(f"http://127.0.0.1:{server.server_address[1]}/index.html#samples/0")
+        wait(browser, lambda d: applied(d) > 0, "the task list over HTTP")
+        assert css(browser, "#n-tasks").text == "24"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()

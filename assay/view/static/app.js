@@ -57,6 +57,9 @@
   }
   function section(title, ...kids) { return el("section", {class: "card"}, el("h2", {}, title), ...kids); }
   function help(text) { return el("p", {class: "help"}, text); }
+  // task ids in natural order: HumanEval/2 before HumanEval/10
+  const collator = new Intl.Collator(undefined, {numeric: true});
+  const byId = (a, b) => collator.compare(a, b);
   function route() { return decodeURIComponent(location.hash.replace(/^#/, "")).split("/"); }
   function go(...parts) { location.hash = "#" + parts.map(encodeURIComponent).join("/"); }
 
@@ -324,7 +327,7 @@
       const key = (t) => metricValue(t, st.sort.replace(/^rm_(asc|desc):/, "rm:"), src);
       const num = (v, dflt) => (v === null || v === undefined ? dflt : v);
       const cmp = {
-        id: (a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0),
+        id: (a, b) => byId(a.id, b.id),
         pass_asc: (a, b) => num(a.pass_rate, 2) - num(b.pass_rate, 2),
         pass_desc: (a, b) => num(b.pass_rate, -1) - num(a.pass_rate, -1),
         reward_asc: (a, b) => num(a.mean_reward, Infinity) - num(b.mean_reward, Infinity),
@@ -334,7 +337,7 @@
       let f = cmp[st.sort];
       if (!f && st.sort.startsWith("rm_asc:")) f = (a, b) => num(key(a), Infinity) - num(key(b), Infinity);
       if (!f && st.sort.startsWith("rm_desc:")) f = (a, b) => num(key(b), -Infinity) - num(key(a), -Infinity);
-      shown = out.slice().sort((a, b) => f(a, b) || (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
+      shown = out.slice().sort((a, b) => f(a, b) || byId(a.id, b.id));
       st.page = Math.min(st.page, Math.max(0, Math.ceil(shown.length / PAGE) - 1));
       draw();
       // for tests and scripts: how many times the list was redrawn after a filter change
@@ -439,8 +442,16 @@
     if (!seen.size) return null;
     return el("div", {class: "privileged"},
       el("div", {class: "lbl"}, "PRIVILEGED \u00b7 reference and hidden tests: the grader saw this, the model did not"),
-      [...seen.values()].map((p) => el("div", {}, Object.entries(p).map(([k, v]) =>
-        el("div", {}, el("div", {class: "pkey"}, k), el("pre", {}, typeof v === "string" ? v : JSON.stringify(v, null, 2)))))));
+      [...seen.values()].map((p) => el("div", {}, Object.entries(p).map(([k, v]) => privValue(k, v, 0)))));
+  }
+
+  // A privileged field: strings as they are (code keeps its lines), objects one level deep.
+  function privValue(k, v, depth) {
+    if (v !== null && typeof v === "object" && !Array.isArray(v) && depth < 2)
+      return el("div", {class: "pnest"}, el("div", {class: "pkey"}, k),
+        Object.entries(v).map(([k2, v2]) => privValue(k2, v2, depth + 1)));
+    return el("div", {}, el("div", {class: "pkey"}, k),
+      el("pre", {}, typeof v === "string" ? v : JSON.stringify(v, null, 2)));
   }
 
   async function taskPage(main, rest) {
