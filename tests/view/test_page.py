@@ -203,6 +203,11 @@ def test_diff_and_nightly_gate(runs: dict[str, Path], browser: Any) -> None:
     got = [r.get_attribute("data-task") for r in rows]
     assert sorted(delta.abs().tolist(), reverse=True) == [abs(delta[t]) for t in got]
     shot(browser, "changes")
+    css(browser, "#only-flips").click()
+    flips = int((((rate_b > 0) & (rate_a == 0)) | ((rate_b == 0) & (rate_a > 0))).sum())
+    assert 0 < flips < len(delta)
+    assert len(browser.find_elements(By.CSS_SELECTOR, "tr.moved-row")) == flips
+    rows = browser.find_elements(By.CSS_SELECTOR, "tr.moved-row")
     rows[0].click()
     pair = css(browser, "#pair-page")
     sides = pair.find_elements(By.CSS_SELECTOR, ".side")

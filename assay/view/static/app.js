@@ -549,15 +549,25 @@
     if (ag.sources.length > 1) box.append(el("div", {class: "subtabs"}, ag.sources.map((s) =>
       el("a", {href: "#changes/" + s.index, class: s === src ? "on" : ""}, s.name))));
     const d = await load("diff:" + src.index, src.file);
+    const only = el("input", {type: "checkbox", id: "only-flips"});
+    const body = el("tbody", {});
     const rows = d.moved.map((m) => el("tr", {class: "moved-row " + (m.delta < 0 ? "worse" : "better"), data: {task: m.id},
       on: {click: () => { if (d.tasks[m.id]) go("pair", String(src.index), m.id); }}},
       el("td", {class: "id"}, m.id), el("td", {}, fmt(m.before, 2)), el("td", {}, fmt(m.after, 2)),
       el("td", {class: m.delta < 0 ? "bad" : "good"}, (m.delta > 0 ? "+" : "") + fmt(m.delta, 2)),
       el("td", {}, m.flip), el("td", {}, d.tasks[m.id] ? "side by side \u2192" : "(not kept)")));
-    box.append(el("p", {id: "n-moved"}, d.moved.length + " tasks moved in " + src.name),
+    const fill = () => {
+      body.textContent = "";
+      body.append(...rows.filter((r, j) => !only.checked || d.moved[j].flip));
+    };
+    only.addEventListener("change", fill);
+    fill();
+    box.append(el("p", {id: "n-moved"}, d.moved.length + " tasks moved in " + src.name + ". " +
+        "pass->fail: some sample passed in " + ag.run + ", none in " + META.run + "; fail->pass the other way."),
+      el("label", {class: "chk"}, only, " only tasks that flipped between pass and fail"),
       el("table", {class: "grid moved"}, el("thead", {}, el("tr", {},
         ["task", "pass rate " + ag.run, "pass rate " + META.run, "change", "flip", ""].map((h) => el("th", {}, h)))),
-      el("tbody", {}, rows)));
+      body));
   }
 
   async function pairPage(main, rest) {
