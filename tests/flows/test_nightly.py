@@ -56,6 +56,9 @@ def test_nightly_flags_regression_against_previous_night(prefect_server: str, tm
     assert [(r["source"], r["metric"]) for r in doc["regressions"]] == [("model", "pass@1")]
     assert doc["comparisons"][0]["report"].startswith("verdict (pass@1): worse")
     assert (root / "nightly-demo" / "2026-11-03" / "report.md").is_file()
+    # the night's page is written after the gate: it shows the verdict and the baseline's diff
+    meta = (root / "nightly-demo" / "2026-11-03" / "view" / "data" / "meta.js").read_text()
+    assert '"verdict":"regression"' in meta and '"run":"2026-11-02"' in meta
 
 
 def _params(path: Path, name: str) -> set[str]:

@@ -58,8 +58,8 @@
   function section(title, ...kids) { return el("section", {class: "card"}, el("h2", {}, title), ...kids); }
   function help(text) { return el("p", {class: "help"}, text); }
   // task ids in natural order: HumanEval/2 before HumanEval/10
-  const collator = new Intl.Collator(undefined, {numeric: true});
-  const byId = (a, b) => collator.compare(a, b);
+  const natural = (s) => s.replace(/\d+/g, (d) => d.padStart(16, "0"));
+  const cmpStr = (a, b) => (a < b ? -1 : a > b ? 1 : 0);
   function route() { return decodeURIComponent(location.hash.replace(/^#/, "")).split("/"); }
   function go(...parts) { location.hash = "#" + parts.map(encodeURIComponent).join("/"); }
 
@@ -210,6 +210,9 @@
     if (!t.objs) {
       const cols = t.columns;
       t.objs = t.lines.map((l) => { const o = {}; cols.forEach((c, j) => { o[c] = l[j]; }); return o; });
+      // natural order of ids, computed once: a redraw compares ranks, not strings
+      const keys = new Map(t.objs.map((o) => [o, natural(o.id)]));
+      t.objs.slice().sort((a, b) => cmpStr(keys.get(a), keys.get(b))).forEach((o, r) => { o.rank = r; });
     }
     return t.objs;
   }
@@ -327,7 +330,7 @@
       const key = (t) => metricValue(t, st.sort.replace(/^rm_(asc|desc):/, "rm:"), src);
       const num = (v, dflt) => (v === null || v === undefined ? dflt : v);
       const cmp = {
-        id: (a, b) => byId(a.id, b.id),
+        id: (a, b) => a.rank - b.rank,
         pass_asc: (a, b) => num(a.pass_rate, 2) - num(b.pass_rate, 2),
         pass_desc: (a, b) => num(b.pass_rate, -1) - num(a.pass_rate, -1),
         reward_asc: (a, b) => num(a.mean_reward, Infinity) - num(b.mean_reward, Infinity),
@@ -337,7 +340,7 @@
       let f = cmp[st.sort];
       if (!f && st.sort.startsWith("rm_asc:")) f = (a, b) => num(key(a), Infinity) - num(key(b), Infinity);
       if (!f && st.sort.startsWith("rm_desc:")) f = (a, b) => num(key(b), -Infinity) - num(key(a), -Infinity);
-      shown = out.slice().sort((a, b) => f(a, b) || byId(a.id, b.id));
+      shown = out.slice().sort((a, b) => f(a, b) || a.rank - b.rank);
       st.page = Math.min(st.page, Math.max(0, Math.ceil(shown.length / PAGE) - 1));
       draw();
       // for tests and scripts: how many times the list was redrawn after a filter change
