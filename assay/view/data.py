@@ -212,7 +212,10 @@ def write_source(out: Path, index: int, name: str, table: pa.Table, by: str | No
     ``tasks``: :func:`task_docs` of the table, when the caller has them already."""
     tasks = task_docs(table, by) if tasks is None else tasks
     models = rm_names(table)
-    lines, chunks, cur, cur_rows = [], [], [], 0
+    lines: list[list[Any]] = []
+    chunks: list[str] = []
+    cur: list[dict[str, Any]] = []
+    cur_rows = 0
 
     def flush() -> None:
         nonlocal cur, cur_rows
