@@ -162,7 +162,7 @@
         const ests = m.estimates || [];
         kids.push(el("h3", {}, m.label));
         if (ests.length) kids.push(table(["estimate", "value", "95% CI", "n", "unit", "note"],
-          ests.map((e) => [e.name, fmt(e.value), ci(e), e.n ?? "-", e.unit || "", e.note || ""])));
+          ests.map((e) => [estName(m, e), fmt(e.value), ci(e), e.n ?? "-", e.unit || "", e.note || ""])));
         if (m.kind === "pass_at_by" && (m.categories || []).length) {
           kids.push(el("p", {class: "muted"}, "pass@1 per " + m.by + ":"));
           kids.push(table([m.by, "pass@1", "95% CI", "n tasks"],
@@ -185,6 +185,14 @@
       main.append(section("Plots", el("div", {class: "plots"}, META.plots.map((p) =>
         el("figure", {}, el("img", {src: "plots/" + p, alt: p}), el("figcaption", {}, p))))));
     }
+  }
+
+  // An estimate of a per-category result is named with its category ("algebra: pass@1").
+  function estName(m, e) {
+    const hit = /^categories\[(\d+)\]/.exec(e.path || "");
+    const cats = (m.data && m.data.categories) || [];
+    const c = hit && cats[Number(hit[1])];
+    return c && c.category !== undefined ? c.category + ": " + e.name : e.name;
   }
 
   function srcIndex(name) {
@@ -443,8 +451,11 @@
     const seen = new Map();
     for (const r of rows) if (r.privileged && Object.keys(r.privileged).length) seen.set(JSON.stringify(r.privileged), r.privileged);
     if (!seen.size) return null;
-    return el("div", {class: "privileged"},
-      el("div", {class: "lbl"}, "PRIVILEGED \u00b7 reference and hidden tests: the grader saw this, the model did not"),
+    // long hidden tests start folded, so the completions stay in view
+    const size = [...seen.keys()].reduce((n, k) => n + k.length, 0);
+    return el("details", {class: "privileged", open: size < 600 ? "" : null},
+      el("summary", {class: "lbl"}, "PRIVILEGED \u00b7 reference and hidden tests: the grader saw this, " +
+        "the model did not" + (size < 600 ? "" : " (" + size + " characters: click to show)")),
       [...seen.values()].map((p) => el("div", {}, Object.entries(p).map(([k, v]) => privValue(k, v, 0)))));
   }
 
