@@ -81,7 +81,8 @@ def test_moved_tasks_brute_force() -> None:
 
 
 def test_escaping_round_trips_and_is_inert() -> None:
-    nasty = {"t": "</script><!-- <img src=x onerror=alert(1)> & \u2028\u2029 \"'\\", "n": [1.5, None]}
+    nasty = {"t": "</script><!-- <img src=x onerror=alert(1)> & \u2028\u2029 \"'\\",
+             "n": [1.5, None]}
     text = safe_json(nasty)
     assert text.isascii() and not any(c in text for c in "<>&")
     assert json.loads(text) == nasty
