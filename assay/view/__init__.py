@@ -7,13 +7,11 @@ inserted as text.
 
 Example:
     >>> import tempfile, assay
-    >>> from assay.report import build_report
+    >>> from assay.report import build_report, write_run_dir
     >>> d = Path(tempfile.mkdtemp())
-    >>> r = assay.rows(["2+2?"], [["4", "5"]], [[1.0, 0.0]], task_ids=["t1"])
-    >>> r.to_parquet(d / "rows.parquet") and None
-    >>> (d / "rows").mkdir(); (d / "rows.parquet").rename(d / "rows" / "m.parquet") and None
+    >>> rows = assay.rows(["2+2?"], [["4", "5"]], [[1.0, 0.0]], task_ids=["t1"])
     >>> files = build_report({"name": "demo", "checksum": "spec:0"}, [], [], [], [])
-    >>> _ = (d / "report.json").write_bytes(files["report.json"])
+    >>> _ = write_run_dir(d, files, {"m": rows}, {"study": "demo"})
     >>> page = write_view(d)
     >>> page.relative_to(d).as_posix(), sorted(p.name for p in (page.parent / "data").iterdir())
     ('view/index.html', ['meta.js', 's0-rows-0.js', 's0-tasks.js'])
