@@ -231,6 +231,9 @@ def test_against_any_run_and_cli(runs: dict[str, Path], capsys: pytest.CaptureFi
     for name, raw in data.items():
         assert not any(c in raw for c in (b"<", b">", b"&")) and raw.isascii(), name
     assert b"\\u003c/script\\u003e\\u003cscript\\u003ewindow.__pwned" in data["s0-rows-0.js"]
+    # the same run gives the same page, byte for byte (no times, no random names)
+    write_view(a, b)
+    assert {p.name: p.read_bytes() for p in (a / "view" / "data").iterdir()} == data
     assert main(["view", str(a / "rows")]) == 2  # not a run: one error line, exit 2
     assert "not a finished run directory" in capsys.readouterr().err
 
