@@ -73,16 +73,6 @@ def _report(run: Path) -> dict[str, Any]:
     return json.loads((run / "report.json").read_text(encoding="utf-8"))
 
 
-def _run_info(run: Path) -> dict[str, Any]:
-    """run.json without its wall-clock fields (the page is the same for the same results)."""
-    try:
-        info = json.loads((run / "run.json").read_text(encoding="utf-8"))
-    except (FileNotFoundError, json.JSONDecodeError):
-        return {}
-    return {k: info[k] for k in ("study", "spec_checksum", "cached", "computed", "generation")
-            if k in info}
-
-
 def write_view(run_dir: str | os.PathLike[str], against: str | os.PathLike[str] | None = None,
                *, chunk_rows: int = CHUNK_ROWS) -> Path:
     """Write ``RUN/view/`` (index.html, assets, data, plots) and return the index.html path.
@@ -115,9 +105,12 @@ def write_view(run_dir: str | os.PathLike[str], against: str | os.PathLike[str] 
         tasks = task_docs(table, by)
         sources.append(write_source(tmp / "data", i, name, table, by, chunk_rows, tasks))
         docs[name] = (i, tasks, by)
-    meta: dict[str, Any] = {"run": run.name, "report": report, "run_info": _run_info(run),
+    # nothing here depends on where the run lies or when it ran (the page of identical results
+    # is identical); the page names a plain run by its folder, read from its own address
+    nightly = night_doc(run)
+    meta: dict[str, Any] = {"run": nightly["night"] if nightly else None, "report": report,
                             "plots": plots, "sources": sources, "against": None,
-                            "nightly": night_doc(run)}
+                            "nightly": nightly}
     if other is not None:
         meta["against"] = _write_diff(tmp / "data", run, other, docs)
     (tmp / "data" / "meta.js").write_text(js_call("meta", meta), encoding="ascii")
@@ -129,7 +122,7 @@ def write_view(run_dir: str | os.PathLike[str], against: str | os.PathLike[str] 
 def _write_diff(data: Path, run: Path, other: Path, docs: dict[str, Any]) -> dict[str, Any]:
     """``d<i>.js`` per source both runs have: the moved tasks with both runs' rows."""
     other_tables = dict(_source_tables(other))
-    entry: dict[str, Any] = {"run": other.name, "path": str(other.resolve()),
+    entry: dict[str, Any] = {"run": other.name,
                              "headline": headline(_report(other)), "sources": []}
     for name, (i, after, by) in docs.items():
         if name not in other_tables:

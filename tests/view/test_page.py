@@ -234,6 +234,14 @@ def test_against_any_run_and_cli(runs: dict[str, Path], capsys: pytest.CaptureFi
     # the same run gives the same page, byte for byte (no times, no random names)
     write_view(a, b)
     assert {p.name: p.read_bytes() for p in (a / "view" / "data").iterdir()} == data
+    # ... wherever the run lies (two copies of a plain run, no nightly.json)
+    pages = []
+    for where in ("x/one", "y/two"):
+        c = a.parent.parent / "copies" / where
+        shutil.copytree(a, c)
+        (c / "nightly.json").unlink()
+        pages.append({p.name: p.read_bytes() for p in write_view(c).parent.rglob("*.*")})
+    assert pages[0] == pages[1] and "meta.js" in pages[0]
     assert main(["view", str(a / "rows")]) == 2  # not a run: one error line, exit 2
     assert "not a finished run directory" in capsys.readouterr().err
 

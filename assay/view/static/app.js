@@ -66,6 +66,10 @@
   // ---------------------------------------------------------------- start
   function start() {
     const rep = META.report, study = rep.study || {};
+    if (!META.run) {  // a plain run: its folder, from this page's address (RUN/view/index.html)
+      const parts = decodeURIComponent(location.pathname).split("/");
+      META.run = parts.length > 3 ? parts[parts.length - 3] : "this run";
+    }
     document.title = "assay view: " + (study.name || META.run);
     const head = document.getElementById("study");
     head.textContent = "";
@@ -138,8 +142,7 @@
           }), "grid sources")));
     }
     const gen = (rep.sources || []).filter((s) => s.generation);
-    const runGen = (META.run_info || {}).generation || {};
-    if (gen.length || Object.keys(runGen).length) {
+    if (gen.length) {
       const kids = [help("Completions sampled by assay: a 'length' finish is a truncated completion; " +
         "failed requests are never graded.")];
       if (gen.length) kids.push(table(["source", "model", "k", "completions", "failed", "truncated",
@@ -148,10 +151,6 @@
         return [s.name, g.model, g.k, g.completions, g.errors, pct(g.truncated_share),
           g.prompt_tokens_mean, g.completion_tokens_mean];
       })));
-      const rg = Object.entries(runGen);
-      if (rg.length) kids.push(table(["stage", "requests sent", "errors", "retries", "latency median (s)", "cached"],
-        rg.map(([k, g]) => [k, g.sent ?? "-", g.errors ?? "-", g.retries ?? "-", g.latency_s_median ?? "-",
-          g.cached ? "yes" : "no"])));
       main.append(section("Generation", ...kids));
     }
     const ms = rep.measurements || [];
