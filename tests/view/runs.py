@@ -25,16 +25,25 @@ PAYLOADS = [
 SPEC = """\
 version: 1
 name: view-demo
-description: Arithmetic questions in three topics, four answers each, graded by exact match.
+description: Arithmetic questions in three topics, four answers each, graded by exact match
+  (a grading function that also writes its rationale, as an LLM judge does).
 sources:
   - name: model
     kind: file
     path: {data}
     fields: {{prompt: question, completion: response, reference: gold, task_id: id, meta: [topic]}}
-    verifier: {{kind: exact_match}}
+    verifier: {{kind: function, function: "view_grader:grade"}}
 measure:
   pass_at: {{k: 4, by: topic}}
 execution: {{runner: local, shard_rows: 64}}
+"""
+
+#: The grading function: exact match, with a reason and a rationale that quote the answer.
+GRADER = """\
+def grade(completion, reference):
+    ok = completion.strip() == reference.strip()
+    return {"reward": float(ok), "reason": "exact match" if ok else f"no match: {completion[:80]}",
+            "meta": {"judge_text": f"The reference is {reference}; the answer says {completion}."}}
 """
 
 TOPICS = ("algebra", "counting", "geometry")
@@ -70,6 +79,7 @@ def make_run(base: Path, name: str, recs: list[dict[str, Any]]) -> Path:
     base.mkdir(parents=True, exist_ok=True)
     data = base / "completions.jsonl"
     data.write_text("".join(json.dumps(r) + "\n" for r in recs), encoding="utf-8")
+    (base / "view_grader.py").write_text(GRADER, encoding="utf-8")
     spec_path = base / "spec.yaml"
     spec_path.write_text(SPEC.format(data=data.name), encoding="utf-8")
     spec = load_spec(spec_path)

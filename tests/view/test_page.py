@@ -179,6 +179,9 @@ def test_task_page_shows_every_completion_as_text(runs: dict[str, Path], browser
     priv = box.find_element(By.CSS_SELECTOR, ".privileged")
     assert "PRIVILEGED" in priv.text and PAYLOADS[2] in priv.text  # the gold answer, marked
     assert "no match:" in box.text  # the verifier's reasons
+    rationales = box.find_elements(By.CSS_SELECTOR, ".rationale")
+    assert len(rationales) == 4 and "judge's rationale" in rationales[0].text
+    assert f"the answer says {PAYLOADS[0]}" in box.text
     shot(browser, "task")
     no_injection(browser)
 

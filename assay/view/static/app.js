@@ -413,7 +413,7 @@
     return rows.length ? table(["field", "value"], rows, "grid kv") : null;
   }
 
-  const RATIONALE = ["rationale", "explanation", "judge_output", "critique", "thoughts", "raw"];
+  const RATIONALE = ["judge_text", "rationale", "explanation", "judge_output", "critique", "thoughts", "raw"];
 
   function completion(r, side) {
     const [cls, label] = verdictOf(r);
