@@ -474,6 +474,7 @@ def check_files(spec: StudySpec) -> list[str]:
         except TypeError as e:
             problems.append(f"sources[{i}].verifier.params: {e} ({v.kind} takes "
                             f"{list(inspect.signature(obj).parameters)})")
+    problems += _check_user_functions(spec)
     for i, s in enumerate(spec.sources):
         comp = getattr(s, "completions", None)
         for f in s.files(spec):
@@ -488,6 +489,30 @@ def check_files(spec: StudySpec) -> list[str]:
         for i, c in enumerate(spec.decontaminate.corpus):
             if not spec.resolve(c).is_file():
                 problems.append(f"decontaminate.corpus[{i}]: file not found: {spec.resolve(c)}")
+    return problems
+
+
+def _check_user_functions(spec: StudySpec) -> list[str]:
+    """The parameters of each model and reward function the spec names fit what assay passes
+    (:mod:`assay.binding`); the verifier functions are checked with the verifiers."""
+    from assay.reward.base import RewardModelError
+
+    problems = []
+    for i, s in enumerate(spec.sources):
+        gen = getattr(s, "generate", None)
+        if gen is not None and getattr(gen.model, "kind", None) == "function":
+            from assay.models.function import FunctionBackend
+
+            try:
+                FunctionBackend(gen.model)
+            except SpecError as e:
+                problems.append(f"sources[{i}].generate.model.callable: {e}")
+    for i, m in enumerate(spec.reward.models if spec.reward is not None else ()):
+        if m.kind == "function":
+            try:
+                m.build(spec)
+            except (SpecError, RewardModelError) as e:
+                problems.append(f"reward.models[{i}].function: {e}")
     return problems
 
 

@@ -106,7 +106,8 @@ class FunctionModel(RewardModelEntry):
     def build(self, study: StudySpec) -> Any:
         from assay.reward.function import FunctionRewardModel
 
-        return FunctionRewardModel(self._callable(study), **{"batched": True, **self.params})
+        return FunctionRewardModel(self._callable(study),
+                                   **{"batched": True, **self.params, "by_name": True})
 
     def identity(self, study: StudySpec) -> dict[str, Any]:
         fn = self._callable(study)
