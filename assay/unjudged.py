@@ -1,0 +1,74 @@
+"""Why graded rows stayed unjudged: counts per reason, and the stop when one error took most rows.
+
+A verifier that raises the same error on most rows is a broken verifier, not a finding: the
+grade stage says so itself (:func:`check_shard`) rather than a later stage finding no rewards.
+
+Example:
+    >>> rows = [{"reward": None, "judge_status": "error", "reason": "TypeError: bad"}] * 3 + [
+    ...         {"reward": 1.0, "judge_status": "ok", "reason": None}]
+    >>> unjudged_summary(rows)
+    {'rows': 3, 'reasons': [['error: TypeError: bad', 3]]}
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from assay.errors import VerifierError
+
+#: A shard stops when more than this share of its rows raised one and the same error.
+MOST = 0.5
+#: Reasons shown per source in the report.
+TOP = 3
+
+
+def _records(rows: Any) -> list[Mapping[str, Any]]:
+    if hasattr(rows, "to_arrow"):
+        t = rows.to_arrow()
+        cols = [c for c in ("reward", "judge_status", "reason", "task_id", "rollout_index")
+                if c in t.column_names]
+        return t.select(cols).to_pylist()
+    return list(rows)
+
+
+def _why(r: Mapping[str, Any]) -> str:
+    reason = " ".join(str(r.get("reason") or "").split())
+    return f"{r.get('judge_status')}: {reason[:160]}" if reason else str(r.get("judge_status"))
+
+
+def unjudged_summary(rows: Any, top: int = TOP) -> dict[str, Any]:
+    """``{"rows": n unjudged, "reasons": [[status: reason, count], ...]}`` (the ``top`` most
+    frequent, ties by text), over rows without a reward."""
+    c = Counter(_why(r) for r in _records(rows) if r.get("reward") is None)
+    ranked = sorted(c.items(), key=lambda kv: (-kv[1], kv[0]))[:top]
+    return {"rows": sum(c.values()), "reasons": [[k, v] for k, v in ranked]}
+
+
+def check_shard(rows: Any, verifier: str, where: str, offset: int = 0) -> None:
+    """Raise :class:`VerifierError` when more than half of ``rows`` raised one error (status
+    ``error``, same reason): the verifier, the count, the error and the first row it hit.
+
+    Example:
+        >>> check_shard([{"judge_status": "error", "reason": "KeyError: 'x'", "task_id": "t1",
+        ...               "rollout_index": 0}] * 2, "my:grade", "grade[m] shard 1/1")
+        Traceback (most recent call last):
+        ...
+        assay.errors.VerifierError: grade[m] shard 1/1: verifier my:grade raised the same error on 2 of 2 rows: KeyError: 'x' (first at row 0: task t1, rollout 0); fix the verifier and rerun (the failed shard is not cached)
+    """
+    recs: Iterable[Mapping[str, Any]] = _records(rows)
+    recs = list(recs)
+    errs = Counter(r.get("reason") for r in recs if r.get("judge_status") == "error")
+    if not errs or not recs:
+        return
+    reason, n = max(errs.items(), key=lambda kv: kv[1])
+    if n <= MOST * len(recs):
+        return
+    i, first = next((i, r) for i, r in enumerate(recs)
+                    if r.get("judge_status") == "error" and r.get("reason") == reason)
+    raise VerifierError(
+        f"{where}: verifier {verifier} raised the same error on {n} of {len(recs)} rows: "
+        f"{reason} (first at row {offset + i}: task {first.get('task_id')}, rollout "
+        f"{first.get('rollout_index')}); fix the verifier and rerun (the failed shard is not "
+        "cached)")
