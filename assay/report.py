@@ -278,7 +278,8 @@ def _markdown(spec_doc: Mapping[str, Any], sources: Sequence[Mapping[str, Any]],
             d = s.get("data")
             if d:
                 cfg = f", config {d['config']}" if d.get("config") else ""
-                out.append(f"- {s['name']}: {d['dataset']}{cfg}, split {d['split']}, revision "
+                split = d["split"] if d.get("split") else "(none: one Dataset, every record)"
+                out.append(f"- {s['name']}: {d['dataset']}{cfg}, split {split}, revision "
                            f"{d.get('revision') or 'NOT PINNED (not reproducible)'}; {d['records']} records "
                            f"read{' (limit)' if d.get('limit') else ''}, content checksum `{d['checksum']}`")
         if any(s.get("data") for s in sources):

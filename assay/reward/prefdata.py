@@ -167,7 +167,8 @@ class HubPreferences(_RecordPreferences):
     kind: Literal["hf_dataset"]
     path: str = Field(description="hub id, save_to_disk folder, or folder of data files")
     name: str | None = Field(None, description="dataset configuration name")
-    split: str = "train"
+    split: str | None = Field(None, description="the split to read; required when the data has "
+                              "more than one, refused when the data does not have it")
     revision: str | None = Field(None, description="pin a commit hash for a reproducible key")
     allow_download: bool = False
 
@@ -176,7 +177,7 @@ class HubPreferences(_RecordPreferences):
 
         local = study.resolve(self.path) if study is not None else Path(self.path)
         target = str(local) if is_local(local) else self.path
-        where = f"reward.data ({self.path}, split {self.split})"
+        where = f"reward.data ({self.path}" + (f", split {self.split})" if self.split else ")")
         got = load_dataset_records(target, name=self.name, split=self.split,
                                    revision=self.revision, allow_download=self.allow_download,
                                    where=where)

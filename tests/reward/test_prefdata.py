@@ -70,7 +70,7 @@ def test_rewardbench_layout_is_audited_per_subset(tmp_path: Path, fmt: str) -> N
         import datasets
 
         datasets.Dataset.from_list(recs).save_to_disk(str(tmp_path / "rb"))
-        data = ("{kind: hf_dataset, path: rb, split: train, revision: null, "
+        data = ("{kind: hf_dataset, path: rb, revision: null, "
                 "fields: {axis: subset, seed_id: id}}")
     got = audit(tmp_path, data)
     dims = {d["dimension"]: d for d in got["doc"]["dimensions"]}

@@ -185,6 +185,10 @@ def test_validate_names_the_yaml_path_and_the_fix(gsm, tmp_path: Path, monkeypat
     p, _ = problems(gsm_fixture.SPEC.replace("split: test", "split: validation"))
     assert p == [f"sources[0].split: source 'model' ({root / 'gsm'}): split 'validation' not found; "
                  "the dataset has ['test', 'train']"]
+    # no split: on a dataset with two is refused (it used to read train silently)
+    p, _ = problems(gsm_fixture.SPEC.replace("    split: test\n", ""))
+    assert p == [f"sources[0].split: source 'model' ({root / 'gsm'}): split: the dataset has splits "
+                 "['test', 'train']; choose one with split: (none is picked for you)"]
     p, _ = problems(gsm_fixture.SPEC.replace("by: subject", "by: subjet"))
     assert len(p) == 1 and p[0].startswith("measure.pass_at.by: 'subjet' is not a field of source 'model''s rows")
     assert "meta.subject" in p[0] and "fix:" in p[0]
