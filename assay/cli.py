@@ -46,8 +46,10 @@ def cmd_validate(args: argparse.Namespace) -> int:
         from assay.spec import locate
 
         root = yaml.compose(Path(args.spec).read_text(encoding="utf-8"))
-        _err(f"{args.spec} has {len(problems)} problem(s):\n  "
-             + "\n  ".join(locate(p, root, args.spec) for p in problems))
+        counted = " (records and lines count from 1)" if any("record " in p for p in problems) else ""
+        _err(f"{args.spec} has {len(problems)} problem(s){counted}:\n  "
+             + "\n  ".join(locate(p, root, args.spec).replace("\n", "\n    ")
+                            for p in problems))
         return 2
     stages = [f"sources: {', '.join(s.name for s in spec.sources) or '-'}"]
     if spec.decontaminate:
