@@ -1,9 +1,10 @@
 """The ``assay`` command: validate, run, nightly, history, report, schema, store du|verify|gc.
 
-Only ``run`` and ``nightly`` import Prefect (lazily). Exit codes: 0 ok; 1 an unexpected
-exception during ``run`` (the stage and OUTPUT/run.log named); 2 a usage, spec or data error;
-3 the check found a problem (``nightly``: a gated metric regressed; ``store verify``: a corrupt
-entry); 130 interrupted.
+Only ``run`` and ``nightly`` import Prefect (lazily). Exit codes (``assay.errors.EXIT_*``): 0 ok;
+1 an unexpected exception during ``run`` (the stage and OUTPUT/run.log named); 2 a usage, spec
+or data error; 3 the check found a problem (``nightly``: a gated metric regressed; ``store
+verify``: a corrupt entry); 4 ``run`` finished but some samples failed (gen_error rows: the
+numbers cover fewer samples); 130 interrupted.
 
 Example:
     >>> main(["validate", "no/such/spec.yaml"])
@@ -23,7 +24,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from assay.errors import AssayError
+from assay.errors import EXIT_OK, EXIT_PARTIAL, AssayError
 
 
 def _err(msg: str) -> None:
@@ -198,10 +199,19 @@ def cmd_run(args: argparse.Namespace) -> int:
         finally:
             os.environ.pop("ASSAY_EMBEDDED_API", None)
             _EMBEDDED_RUN_DONE = server is not None
-    print(f"done in {time.perf_counter() - t0:.1f} s: {len(result['cached'])} stage(s) cached, "
+    failed = result.get("failed_samples") or {}
+    head = "done" if not failed else "done with failed samples"
+    print(f"{head} in {time.perf_counter() - t0:.1f} s: {len(result['cached'])} stage(s) cached, "
           f"{len(result['computed'])} computed; report in {result['output']}/report.md",
           file=sys.stderr)
-    return 0
+    if failed:
+        what = "; ".join(f"{src}: {f['samples']} sample(s) of {f['tasks']} task(s)"
+                         for src, f in sorted(failed.items()))
+        print(f"partial: the model gave no completion for {what} (gen_error rows, listed in "
+              "run.json failed_samples); the numbers leave them out; rerun to ask them again "
+              f"(exit {EXIT_PARTIAL})", file=sys.stderr)
+        return EXIT_PARTIAL
+    return EXIT_OK
 
 
 def cmd_nightly(args: argparse.Namespace) -> int:

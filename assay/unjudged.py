@@ -72,3 +72,25 @@ def check_shard(rows: Any, verifier: str, where: str, offset: int = 0) -> None:
         f"{reason} (first at row {offset + i}: task {first.get('task_id')}, rollout "
         f"{first.get('rollout_index')}); fix the verifier and rerun (the failed shard is not "
         "cached)")
+
+
+def failed_samples(rows: Mapping[str, Any]) -> dict[str, dict[str, int]]:
+    """Per source with failed samples (``gen_error`` rows: the model gave no completion),
+    ``{"samples": n, "tasks": tasks hit}``; sources without any are left out. What run.json
+    records and ``assay run`` turns into ``EXIT_PARTIAL``.
+
+    Example:
+        >>> failed_samples({"m": [{"task_id": "a", "judge_status": "gen_error"},
+        ...                       {"task_id": "a", "judge_status": "ok"}], "n": []})
+        {'m': {'samples': 1, 'tasks': 1}}
+    """
+    out = {}
+    for name, r in rows.items():
+        recs = list(r) if not hasattr(r, "to_arrow") else []
+        if hasattr(r, "to_arrow"):
+            t = r.to_arrow()
+            recs = t.select([c for c in ("task_id", "judge_status") if c in t.column_names]).to_pylist()
+        bad = [x for x in recs if x.get("judge_status") == "gen_error"]
+        if bad:
+            out[name] = {"samples": len(bad), "tasks": len({x.get("task_id") for x in bad})}
+    return out
