@@ -139,6 +139,9 @@ def cmd_schema(args: argparse.Namespace) -> int:
     return 0
 
 
+#: Exit status when the reader of stdout closed the pipe (128 + SIGPIPE, as a shell reports).
+EXIT_BROKEN_PIPE = 141
+
 #: Set by a run that used its own embedded server: the process may then skip interpreter
 #: teardown (see :func:`console`).
 _EMBEDDED_RUN_DONE = False
@@ -405,7 +408,14 @@ def console() -> None:
     takes about half a second of a cached rerun and does nothing a user needs. With a real
     server (``PREFECT_API_URL``) the normal exit runs, so Prefect flushes its events and logs.
     """
-    rc = main()
+    try:
+        rc = main()
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # the reader went away (`assay validate ... | head`): no traceback, and none at exit
+        # when Python flushes stdout again; the status a shell gives a command killed by SIGPIPE
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        rc = EXIT_BROKEN_PIPE
     if _EMBEDDED_RUN_DONE:  # finished, failed or interrupted: the server is stopped either way
         grading = sys.modules.get("assay.grading")
         if grading is not None:  # stop warm grading workers and sandboxes (atexit will not run)
