@@ -21,7 +21,7 @@ Example:
     >>> Binding(lambda answer, gold: 1, ("completion", "reference"), what="verifier function 'g:f'")
     Traceback (most recent call last):
     ...
-    assay.errors.SpecError: verifier function 'g:f' takes parameter 'answer', which assay does not pass; name its parameters from: completion, reference (any order, any subset), or take **kwargs
+    assay.errors.SpecError: verifier function 'g:f' takes parameter 'answer', which assay ...
 """
 
 from __future__ import annotations

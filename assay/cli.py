@@ -47,7 +47,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
         from assay.spec import locate
 
         root = yaml.compose(Path(args.spec).read_text(encoding="utf-8"))
-        counted = " (records and lines count from 1)" if any("record " in p for p in problems) else ""
+        counted = (" (records and lines count from 1)" if any("record " in p for p in problems)
+                   else "")
         _err(f"{args.spec} has {len(problems)} problem(s){counted}:\n  "
              + "\n  ".join(locate(p, root, args.spec).replace("\n", "\n    ")
                             for p in problems))

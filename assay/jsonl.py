@@ -10,7 +10,6 @@ import os
 from collections.abc import Iterator
 from typing import Any
 
-
 #: A file's bad lines listed in one error, at most.
 MAX_BAD_LINES = 20
 

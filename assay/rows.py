@@ -392,8 +392,8 @@ def _column_values(data: Any, name: str) -> list[Any] | None:
         vals = data[name].tolist()
         # pd.NA / None are explicit "missing"; a float NaN is only "missing" outside reward,
         # where NaN would otherwise pass as a score.
-        out = [None if (v is _PD_NA or (isinstance(v, float) and math.isnan(v) and name != "reward")) else v
-               for v in vals]
+        out = [None if (v is _PD_NA or (isinstance(v, float) and math.isnan(v)
+                                        and name != "reward")) else v for v in vals]
         if name == "reward" and "judge_status" in data.columns:
             out = _unjudged_nan_as_none(out, data["judge_status"].tolist())
         if name == "markers":

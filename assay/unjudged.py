@@ -51,11 +51,17 @@ def check_shard(rows: Any, verifier: str, where: str, offset: int = 0) -> None:
     ``error``, same reason): the verifier, the count, the error and the first row it hit.
 
     Example:
-        >>> check_shard([{"judge_status": "error", "reason": "KeyError: 'x'", "task_id": "t1",
-        ...               "rollout_index": 0}] * 2, "my:grade", "grade[m] shard 1/1")
+        >>> rows = [{"judge_status": "error", "reason": "KeyError: 'x'", "task_id": "t1",
+        ...          "rollout_index": 0}] * 2
+        >>> try:
+        ...     check_shard(rows, "my:grade", "grade[m] shard 1/1")
+        ... except VerifierError as e:
+        ...     print(str(e).split(": ", 1)[1][:69])
+        verifier my:grade raised the same error on 2 of 2 rows: KeyError: 'x'
+        >>> check_shard(rows, "my:grade", "grade[m] shard 1/1")
         Traceback (most recent call last):
         ...
-        assay.errors.VerifierError: grade[m] shard 1/1: verifier my:grade raised the same error on 2 of 2 rows: KeyError: 'x' (first at row 0: task t1, rollout 0); fix the verifier and rerun (the failed shard is not cached)
+        assay.errors.VerifierError: grade[m] shard 1/1: verifier my:grade raised the same ...
     """
     recs: Iterable[Mapping[str, Any]] = _records(rows)
     recs = list(recs)
@@ -89,7 +95,8 @@ def failed_samples(rows: Mapping[str, Any]) -> dict[str, dict[str, int]]:
         recs = list(r) if not hasattr(r, "to_arrow") else []
         if hasattr(r, "to_arrow"):
             t = r.to_arrow()
-            recs = t.select([c for c in ("task_id", "judge_status") if c in t.column_names]).to_pylist()
+            cols = [c for c in ("task_id", "judge_status") if c in t.column_names]
+            recs = t.select(cols).to_pylist()
         bad = [x for x in recs if x.get("judge_status") == "gen_error"]
         if bad:
             out[name] = {"samples": len(bad), "tasks": len({x.get("task_id") for x in bad})}

@@ -4,7 +4,8 @@ For clients assay does not ship; cached and resumed like the other backends.
 
 The callable is called by its parameter names (:mod:`assay.binding`): ``prompts`` (the rendered
 prompts: message lists for ``api: chat``, texts for ``completions``) and, when it takes them,
-``seeds`` (one per prompt) and ``params`` (the sampling parameters as a dict). It returns one item per prompt: a string, or a
+``seeds`` (one per prompt) and ``params`` (the sampling parameters as a dict). It returns one
+item per prompt: a string, or a
 dict ``{"completion", "finish_reason", "prompt_tokens", "completion_tokens"}``; ``None`` or a
 dict with ``"error"`` makes that one an error record. Its identity is the reference, a hash of
 its source code and the spec's ``revision``: editing the function recomputes.

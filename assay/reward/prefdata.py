@@ -205,7 +205,8 @@ def pairs_from_records(records: Sequence[Mapping[str, Any]], fields: PreferenceF
     for i, rec in enumerate(records):
         def text(role: str, name: str, rec: Mapping[str, Any] = rec, i: int = i) -> str:
             if name not in rec or rec[name] is None:
-                raise SpecError(f"{where} record {i + 1}: field {name!r} (fields.{role}) is missing; "
+                raise SpecError(f"{where} record {i + 1}: field {name!r} (fields.{role}) is "
+                                "missing; "
                                 f"the record has {sorted(rec)}")
             v = rec[name]
             if not isinstance(v, str) or not v.strip():
@@ -219,7 +220,8 @@ def pairs_from_records(records: Sequence[Mapping[str, Any]], fields: PreferenceF
         axis = text("axis", fields.axis) if fields.axis is not None else DEFAULT_AXIS
         sid = rec.get(fields.seed_id) if fields.seed_id is not None else None
         if isinstance(sid, bool) or (sid is not None and not isinstance(sid, (str, int))):
-            raise SpecError(f"{where} record {i + 1}: field {fields.seed_id!r} (fields.seed_id) must "
+            raise SpecError(f"{where} record {i + 1}: field {fields.seed_id!r} "
+                            "(fields.seed_id) must "
                             f"be a string or an integer id, got {type(sid).__name__}")
         if sid is None or (isinstance(sid, str) and not sid.strip()):
             sid = content_hash(prompt, "prompt")

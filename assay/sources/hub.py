@@ -56,7 +56,8 @@ def _offline(enabled: bool) -> Iterator[None]:
         dc.HF_HUB_OFFLINE, hc.HF_HUB_OFFLINE = saved
 
 
-def _pick_split(ds: Any, split: str | None, where: str, files: bool = False) -> tuple[Any, str | None]:
+def _pick_split(ds: Any, split: str | None, where: str,
+                files: bool = False) -> tuple[Any, str | None]:
     """The split asked for, and its name: a split the data does not have is refused, and a
     dataset with several splits needs ``split:`` (none is picked silently)."""
     import datasets

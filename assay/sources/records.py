@@ -167,13 +167,15 @@ def join_completions(records: Sequence[Mapping[str, Any]], task_ids: Sequence[st
     per_task: list[list[Mapping[str, Any]]] = [[] for _ in records]
     for j, c in enumerate(completions):
         if key not in c or c[key] is None:
-            raise SpecError(f"{where_completions} record {j + 1}: field {key!r} (completions.key) is missing; "
+            raise SpecError(f"{where_completions} record {j + 1}: field {key!r} (completions.key) "
+                            "is missing; "
                             f"the record has {sorted(c)}")
         t = str(c[key])
         if t in skip:
             continue
         if t not in index:
-            raise SpecError(f"{where_completions} record {j + 1}: {key} {t!r} is not a task of {where} "
+            raise SpecError(f"{where_completions} record {j + 1}: {key} {t!r} is not a task of "
+                            f"{where} "
                             f"(tasks: {list(task_ids[:5])}{'...' if len(task_ids) > 5 else ''})")
         per_task[index[t]].append(c)
     out = []
@@ -383,7 +385,8 @@ class RecordSourceSpec(SourceSpec):
         for i, r in enumerate(records):
             t = get_field(r, self.fields.task_id)
             if t is _MISSING or t is None:
-                raise SpecError(f"{where} record {start + i + 1}: task id field {self.fields.task_id!r} is missing")
+                raise SpecError(f"{where} record {start + i + 1}: task id field "
+                                f"{self.fields.task_id!r} is missing")
             tids.append(str(t))
         return tids
 

@@ -109,7 +109,7 @@ class PromptTemplate:
             >>> PromptTemplate("Q: {question}").render({"question": None}, where="record 3")
             Traceback (most recent call last):
             ...
-            assay.errors.SpecError: record 3: prompt_template: field 'question' is null in this record (it would print as 'None'); fix the data, or drop such records with a step {op: where, ...}
+            assay.errors.SpecError: record 3: prompt_template: field 'question' is null in ...
         """
         if self.fmt == "jinja2":
             from jinja2 import TemplateError, UndefinedError

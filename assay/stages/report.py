@@ -28,8 +28,8 @@ def run_report(store: Store, spec: StudySpec, graded: Mapping[str, Sequence[Stag
                audits: Sequence[StageResult], *, progress: Any = None) -> StageResult:
     """report.md / report.json / PNGs as stored blobs (written to the run dir afterwards)."""
     from assay.report import build_report, guard_counts
-    from assay.unjudged import unjudged_summary
     from assay.stages.build_rows import source_info
+    from assay.unjudged import unjudged_summary
 
     ups = [p.checksums for p in (measured, decon, *audits) if p is not None]
     inputs = graded_checksums(graded, list(graded)) + [ups]
