@@ -12,8 +12,9 @@ Example:
 
 from __future__ import annotations
 
+import re
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from assay.errors import VerifierError
@@ -46,38 +47,44 @@ def unjudged_summary(rows: Any, top: int = TOP) -> dict[str, Any]:
     return {"rows": sum(c.values()), "reasons": [[k, v] for k, v in ranked]}
 
 
+_EXC = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Warning))\b")
+
+
+def _error_kind(reason: Any) -> str:
+    """What groups failures as one error: the exception type when the reason names one (the
+    messages of one bug often differ per row), else the whole reason."""
+    m = _EXC.match(str(reason or ""))
+    return m.group(1) if m else str(reason)
+
+
 def check_shard(rows: Any, verifier: str, where: str, offset: int = 0) -> None:
-    """Raise :class:`VerifierError` when more than half of ``rows`` raised one error (status
-    ``error``, same reason): the verifier, the count, the error and the first row it hit.
+    """Raise :class:`VerifierError` when more than half of ``rows`` failed with one error
+    (status ``error``, the same exception type or reason): the verifier, the count, the
+    error and the first row it hit (``offset``: the shard's first row in its source).
 
     Example:
-        >>> rows = [{"judge_status": "error", "reason": "KeyError: 'x'", "task_id": "t1",
-        ...          "rollout_index": 0}] * 2
+        >>> rows = [{"judge_status": "error", "reason": f"KeyError: 'x{i}'", "task_id": f"t{i}",
+        ...          "rollout_index": 0} for i in range(3)]
         >>> try:
         ...     check_shard(rows, "my:grade", "grade[m] shard 1/1")
         ... except VerifierError as e:
-        ...     print(str(e).split(": ", 1)[1][:69])
-        verifier my:grade raised the same error on 2 of 2 rows: KeyError: 'x'
-        >>> check_shard(rows, "my:grade", "grade[m] shard 1/1")
-        Traceback (most recent call last):
-        ...
-        assay.errors.VerifierError: grade[m] shard 1/1: verifier my:grade raised the same ...
+        ...     print(str(e).split(": ", 1)[1][:64])
+        verifier my:grade failed on 3 of 3 rows with one error (KeyError)
     """
-    recs: Iterable[Mapping[str, Any]] = _records(rows)
-    recs = list(recs)
-    errs = Counter(r.get("reason") for r in recs if r.get("judge_status") == "error")
-    if not errs or not recs:
+    recs = list(_records(rows))
+    errs = Counter(_error_kind(r.get("reason")) for r in recs if r.get("judge_status") == "error")
+    if not errs:
         return
-    reason, n = max(errs.items(), key=lambda kv: kv[1])
+    kind, n = max(errs.items(), key=lambda kv: kv[1])
     if n <= MOST * len(recs):
         return
-    i, first = next((i, r) for i, r in enumerate(recs)
-                    if r.get("judge_status") == "error" and r.get("reason") == reason)
+    i, first = next((i, r) for i, r in enumerate(recs) if r.get("judge_status") == "error"
+                    and _error_kind(r.get("reason")) == kind)
     raise VerifierError(
-        f"{where}: verifier {verifier} raised the same error on {n} of {len(recs)} rows: "
-        f"{reason} (first at row {offset + i}: task {first.get('task_id')}, rollout "
-        f"{first.get('rollout_index')}); fix the verifier and rerun (the failed shard is not "
-        "cached)")
+        f"{where}: verifier {verifier} failed on {n} of {len(recs)} rows with one error "
+        f"({kind}); the first, row {offset + i} (task {first.get('task_id')}, rollout "
+        f"{first.get('rollout_index')}): {first.get('reason')}; fix the verifier and rerun (the "
+        "failed shard is not cached)")
 
 
 def failed_samples(rows: Mapping[str, Any]) -> dict[str, dict[str, int]]:

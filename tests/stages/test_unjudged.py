@@ -48,8 +48,8 @@ def test_a_verifier_failing_on_most_rows_is_named_by_the_grade_stage(tmp_path: P
         stages.run_study(load_spec(spec), Store(tmp_path / "st"), progress=None, workers=1)
     msg = str(e.value)
     assert msg.startswith("grade[m] shard 1/1: verifier ")
-    assert ":grade raised the same error on 15 of 16 rows: TypeError: expected string" in msg
-    assert "(first at row 0: task t0, rollout 0)" in msg
+    assert ":grade failed on 15 of 16 rows with one error (TypeError); the first, row 0 " \
+           "(task t0, rollout 0): TypeError: expected string" in msg
     assert "rows has a reward" not in msg
 
 
