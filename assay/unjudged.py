@@ -68,7 +68,7 @@ def check_shard(rows: Any, verifier: str, where: str, offset: int = 0) -> None:
         >>> try:
         ...     check_shard(rows, "my:grade", "grade[m] shard 1/1")
         ... except VerifierError as e:
-        ...     print(str(e).split(": ", 1)[1][:64])
+        ...     print(str(e).split(": ", 1)[1][:65])
         verifier my:grade failed on 3 of 3 rows with one error (KeyError)
     """
     recs = list(_records(rows))
