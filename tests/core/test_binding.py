@@ -160,3 +160,29 @@ def test_a_judge_callable_binds_by_name_and_short_lambdas_stay_positional() -> N
     assert [r["reward"] for r in rows] == [1.0]
     with pytest.raises(RowsTypeError, match=r"takes parameter 'gold'.*prompt, completion"):
         assay.rows(["2+3?"], ["5"], lambda completion, gold: 1)
+
+
+BUILDER = """
+def build(completion, prompt, reference=None):
+    return f"Q: {prompt}\\nA: {completion}\\nGold: {reference}\\nGRADE: " + (
+        "C" if completion == reference else "I")
+
+def build_bad(question, answer):
+    return question
+"""
+
+
+def test_a_judge_prompt_builder_is_called_by_name_and_checked_at_validate(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    mod = _module(tmp_path, BUILDER)
+    # the echo model answers with the prompt itself, so its "GRADE:" line is the builder's
+    judge = ('{kind: judge, params: {model: {kind: function, callable: '
+             f'"assay.models.function:echo"}}, template: "{mod}:build", store: "{tmp_path / "st"}"}}}}')
+    spec = _spec(tmp_path, judge)
+    assert main(["validate", str(spec)]) == 0, capsys.readouterr().err
+    got = _rewards(tmp_path, spec)
+    assert got == [(str(i + j), float(j == 0), "ok") for i in range(6) for j in (0, 1)]
+    bad = _spec(tmp_path, judge.replace(":build", ":build_bad"))
+    assert main(["validate", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert f"judge template '{mod}:build_bad' takes parameter 'question'" in err
