@@ -1,9 +1,10 @@
 """The ``assay`` command: validate, run, nightly, history, report, view, schema, store du|verify|gc.
 
-Only ``run`` and ``nightly`` import Prefect (lazily). Exit codes: 0 ok; 1 an unexpected
-exception during ``run`` (the stage and OUTPUT/run.log named); 2 a usage, spec or data error;
-3 the check found a problem (``nightly``: a gated metric regressed; ``store verify``: a corrupt
-entry); 130 interrupted.
+Only ``run`` and ``nightly`` import Prefect (lazily). Exit codes (``assay.errors.EXIT_*``): 0 ok;
+1 an unexpected exception during ``run`` (the stage and OUTPUT/run.log named); 2 a usage, spec
+or data error; 3 the check found a problem (``nightly``: a gated metric regressed; ``store
+verify``: a corrupt entry); 4 ``run`` finished but some samples failed (gen_error rows: the
+numbers cover fewer samples); 130 interrupted.
 
 Example:
     >>> main(["validate", "no/such/spec.yaml"])
@@ -23,7 +24,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from assay.errors import AssayError
+from assay.errors import EXIT_OK, EXIT_PARTIAL, AssayError
 
 
 def _err(msg: str) -> None:
@@ -46,8 +47,11 @@ def cmd_validate(args: argparse.Namespace) -> int:
         from assay.spec import locate
 
         root = yaml.compose(Path(args.spec).read_text(encoding="utf-8"))
-        _err(f"{args.spec} has {len(problems)} problem(s):\n  "
-             + "\n  ".join(locate(p, root, args.spec) for p in problems))
+        counted = (" (records and lines count from 1)" if any("record " in p for p in problems)
+                   else "")
+        _err(f"{args.spec} has {len(problems)} problem(s){counted}:\n  "
+             + "\n  ".join(locate(p, root, args.spec).replace("\n", "\n    ")
+                            for p in problems))
         return 2
     stages = [f"sources: {', '.join(s.name for s in spec.sources) or '-'}"]
     if spec.decontaminate:
@@ -149,6 +153,9 @@ def cmd_schema(args: argparse.Namespace) -> int:
     return 0
 
 
+#: Exit status when the reader of stdout closed the pipe (128 + SIGPIPE, as a shell reports).
+EXIT_BROKEN_PIPE = 141
+
 #: Set by a run that used its own embedded server: the process may then skip interpreter
 #: teardown (see :func:`console`).
 _EMBEDDED_RUN_DONE = False
@@ -210,10 +217,19 @@ def cmd_run(args: argparse.Namespace) -> int:
         finally:
             os.environ.pop("ASSAY_EMBEDDED_API", None)
             _EMBEDDED_RUN_DONE = server is not None
-    print(f"done in {time.perf_counter() - t0:.1f} s: {len(result['cached'])} stage(s) cached, "
+    failed = result.get("failed_samples") or {}
+    head = "done" if not failed else "done with failed samples"
+    print(f"{head} in {time.perf_counter() - t0:.1f} s: {len(result['cached'])} stage(s) cached, "
           f"{len(result['computed'])} computed; report in {result['output']}/report.md",
           file=sys.stderr)
-    return 0
+    if failed:
+        what = "; ".join(f"{src}: {f['samples']} sample(s) of {f['tasks']} task(s)"
+                         for src, f in sorted(failed.items()))
+        print(f"partial: the model gave no completion for {what} (gen_error rows, listed in "
+              "run.json failed_samples); the numbers leave them out; rerun to ask them again "
+              f"(exit {EXIT_PARTIAL})", file=sys.stderr)
+        return EXIT_PARTIAL
+    return EXIT_OK
 
 
 def cmd_nightly(args: argparse.Namespace) -> int:
@@ -419,7 +435,14 @@ def console() -> None:
     takes about half a second of a cached rerun and does nothing a user needs. With a real
     server (``PREFECT_API_URL``) the normal exit runs, so Prefect flushes its events and logs.
     """
-    rc = main()
+    try:
+        rc = main()
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # the reader went away (`assay validate ... | head`): no traceback, and none at exit
+        # when Python flushes stdout again; the status a shell gives a command killed by SIGPIPE
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        rc = EXIT_BROKEN_PIPE
     if _EMBEDDED_RUN_DONE:  # finished, failed or interrupted: the server is stopped either way
         grading = sys.modules.get("assay.grading")
         if grading is not None:  # stop warm grading workers and sandboxes (atexit will not run)

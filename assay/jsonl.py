@@ -10,10 +10,15 @@ import os
 from collections.abc import Iterator
 from typing import Any
 
+#: A file's bad lines listed in one error, at most.
+MAX_BAD_LINES = 20
+
 
 def iter_jsonl(path: str | os.PathLike[str], *, error: type[Exception] = ValueError,
                where: str | None = None) -> Iterator[tuple[int, dict[str, Any]]]:
-    """Yield ``(line number, object)`` for each non-blank line; ``error`` names ``where:line``.
+    """Yield ``(line number, object)`` for each non-blank line (lines count from 1); bad lines
+    raise ``error`` naming ``where:line`` for each of them (up to :data:`MAX_BAD_LINES`), after
+    the good lines before the first bad one were yielded.
 
     Example:
         >>> import tempfile, pathlib
@@ -23,14 +28,25 @@ def iter_jsonl(path: str | os.PathLike[str], *, error: type[Exception] = ValueEr
         [(1, 1), (3, 2)]
     """
     where = where or str(path)
+    bad: list[str] = []
     with open(path, encoding="utf-8") as fh:
         for no, line in enumerate(fh, 1):
             if not line.strip():
                 continue
             try:
-                obj = json.loads(line)
+                obj = json.loads(line.rstrip("\r\n"))
             except json.JSONDecodeError as e:
-                raise error(f"{where}:{no}: not valid JSON ({e.msg}); one object per line") from None
-            if not isinstance(obj, dict):
-                raise error(f"{where}:{no}: each line must be a JSON object, got {type(obj).__name__}")
-            yield no, obj
+                bad.append(f"{where}:{no}: not valid JSON at column {e.colno}: {e.msg}; one object "
+                           "per line")
+            else:
+                if isinstance(obj, dict):
+                    if not bad:
+                        yield no, obj
+                    continue
+                bad.append(f"{where}:{no}: each line must be a JSON object, got "
+                           f"{type(obj).__name__}")
+            if len(bad) == MAX_BAD_LINES:
+                break
+    if bad:  # every bad line (up to MAX_BAD_LINES) in one error, one per line
+        more = f"\n(stopped after {MAX_BAD_LINES} bad lines)" if len(bad) == MAX_BAD_LINES else ""
+        raise error("\n".join(bad) + more)

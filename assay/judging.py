@@ -5,7 +5,9 @@ Shared by ``assay.rows(reward=...)`` and ``assay.grade``; nothing here runs in p
 A *verifier* is any object with ``check(candidate, reference, row)``; assay's own verifiers all
 return a :class:`Verdict` ``(reward, reason, meta)``. A user's verifier or judge may also return a
 score in [0, 1], a ``(score, reason)`` tuple, ``None`` (cannot judge) or a dict
-``{"reward", "reason", "markers", "meta"}``; a judge may also be a plain callable:
+``{"reward", "reason", "markers", "meta"}``; a judge may also be a plain callable, called by
+its parameter names (``prompt``, ``completion``, ``reference``, ``row``, ``meta``, any order,
+:mod:`assay.binding`) or, when none of its parameters has one of those names, positionally as
 ``(prompt, completion)``, ``(prompt, completion, reference)``, or ``(row)``. A callable
 gets the reference whenever it can take it (a third positional parameter, with or without a
 default; a ``reference`` keyword; ``**kwargs``); rows with references and a callable that cannot
@@ -288,6 +290,9 @@ def as_judge(reward: Any, *, argument: str = "reward") -> Judge:
         raise RowsTypeError(f"{argument}: got the class {reward.__name__}; pass an instance, e.g. {reward.__name__}()")
     if not callable(reward):
         raise RowsTypeError(f"{argument}: expected a verifier, a callable, or numbers; got {type(reward).__name__}")
+    named = _by_name(reward, name, argument)
+    if named is not None:
+        return named
     shape = _call_shape(reward)
     required = None if shape is None else shape[0]
     if required == 1 or (required == 0 and shape is not None and not shape[1] and not shape[2]):
@@ -308,6 +313,40 @@ def as_judge(reward: Any, *, argument: str = "reward") -> Judge:
         "required positional arguments; a judge takes (row), (prompt, completion) or "
         "(prompt, completion, reference) (the reference may also be a keyword or **kwargs)"
     )
+
+
+#: What a judge callable may take by name (see :mod:`assay.binding`).
+JUDGE_NAMES = ("prompt", "completion", "reference", "row", "meta")
+
+
+def _judge_values(row: Mapping[str, Any]) -> dict[str, Any]:
+    meta = row.get("meta")
+    return {"prompt": row.get("prompt"), "completion": row.get("final_text"),
+            "reference": _reference(row), "row": row, "meta": meta if meta is not None else {}}
+
+
+def _by_name(fn: Any, name: str, argument: str) -> Judge | None:
+    """A Judge calling ``fn`` by parameter name, when any of its parameters carries one of
+    :data:`JUDGE_NAMES` (else None: the positional forms apply)."""
+    from assay.binding import Binding
+    from assay.errors import SpecError
+
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return None
+    if not any(n in JUDGE_NAMES for n in params):
+        return None
+    try:
+        b = Binding(fn, JUDGE_NAMES, what=f"callable {name}")
+    except SpecError as e:
+        raise RowsTypeError(f"{argument}: {e}") from None
+    return Judge(name, partial(_call_bound, b), False, False, fn,
+                 takes_reference=bool({"reference", "row"} & b.takes))
+
+
+def _call_bound(b: Any, row: Mapping[str, Any]) -> Any:
+    return b.call(_judge_values(row))
 
 
 def check_references_used(judge: Judge, records: Any, argument: str = "reward") -> None:

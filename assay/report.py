@@ -281,10 +281,19 @@ def _markdown(spec_doc: Mapping[str, Any], sources: Sequence[Mapping[str, Any]],
             d = s.get("data")
             if d:
                 cfg = f", config {d['config']}" if d.get("config") else ""
-                out.append(f"- {s['name']}: {d['dataset']}{cfg}, split {d['split']}, revision "
+                split = d["split"] if d.get("split") else "(none: one Dataset, every record)"
+                out.append(f"- {s['name']}: {d['dataset']}{cfg}, split {split}, revision "
                            f"{d.get('revision') or 'NOT PINNED (not reproducible)'}; {d['records']} records "
                            f"read{' (limit)' if d.get('limit') else ''}, content checksum `{d['checksum']}`")
         if any(s.get("data") for s in sources):
+            out.append("")
+        unjudged = [s for s in sources if (s.get("unjudged") or {}).get("rows")]
+        for s in unjudged:
+            u = s["unjudged"]
+            out.append(f"- {s['name']}: {u['rows']} of {s['rows']} rows unjudged (no reward; "
+                       "left out of the measurements); top reasons: "
+                       + "; ".join(f"{why} ({n})" for why, n in u["reasons"]))
+        if unjudged:
             out.append("")
     made = [s for s in sources if s.get("generation")]
     if made:

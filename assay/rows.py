@@ -392,12 +392,40 @@ def _column_values(data: Any, name: str) -> list[Any] | None:
         vals = data[name].tolist()
         # pd.NA / None are explicit "missing"; a float NaN is only "missing" outside reward,
         # where NaN would otherwise pass as a score.
-        return [None if (v is _PD_NA or (isinstance(v, float) and math.isnan(v) and name != "reward")) else v
-                for v in vals]
+        out = [None if (v is _PD_NA or (isinstance(v, float) and math.isnan(v)
+                                        and name != "reward")) else v for v in vals]
+        if name == "reward" and "judge_status" in data.columns:
+            out = _unjudged_nan_as_none(out, data["judge_status"].tolist())
+        if name == "markers":
+            out = [_pairs_as_dict(v) for v in out]
+        return out
     try:  # every row has the key: one C-level pass (about half the time of r.get per row)
         return list(map(itemgetter(name), data))
     except KeyError:
         return [r.get(name) for r in data]
+
+
+def _unjudged_nan_as_none(rewards: list[Any], status: list[Any]) -> list[Any]:
+    """A DataFrame's float column cannot hold None: pandas reads assay's unjudged reward as NaN.
+    A NaN reward is read as None exactly where the row's own ``judge_status`` says it has no
+    score (anything but ``ok``/``given``, which every row assay writes carries); a NaN beside
+    ``ok``, ``given`` or no status is a real NaN and is refused downstream."""
+    return [None if (isinstance(r, float) and math.isnan(r) and isinstance(st, str)
+                     and st not in ("ok", "given")) else r
+            for r, st in zip(rewards, status)]
+
+
+def _pairs_as_dict(v: Any) -> Any:
+    """Markers as pandas reads them from assay's Parquet (a map column: a list or array of
+    ``(name, value)`` pairs) become the dict they were; anything else is left for the check."""
+    if v is None or isinstance(v, Mapping) or isinstance(v, (str, bytes)):
+        return v
+    if isinstance(v, (list, tuple, np.ndarray)):
+        pairs = list(v)
+        if all(isinstance(p, (tuple, list, np.ndarray)) and len(p) == 2 and isinstance(p[0], str)
+               for p in pairs):
+            return {p[0]: p[1] for p in pairs}
+    return v
 
 
 #: What the measurement calls read (``assay.measure``): rows given as dicts, a DataFrame or a

@@ -240,6 +240,15 @@ class StudySpec(SpecModel):
                     known(getattr(m.holdout_size, f), f"measure.holdout_size.{f}")
         if m.select is not None:
             known(m.select.source, "measure.select.source")
+        if m.pass_at is not None and m.pass_at.k is not None:
+            for i, src in enumerate(self.sources):
+                gen = getattr(src, "generate", None)
+                measured = m.pass_at.sources is None or src.name in m.pass_at.sources
+                if gen is not None and measured and m.pass_at.k > gen.k:
+                    raise ValueError(
+                        f"measure.pass_at.k: {m.pass_at.k} is above sources[{i}].generate.k "
+                        f"{gen.k} ({src.name!r}): pass@{m.pass_at.k} needs {m.pass_at.k} samples "
+                        "per task; raise generate.k or lower pass_at.k")
         if self.reward is not None:
             rn = [r.name for r in self.reward.models]
             if len(set(rn)) != len(rn):
@@ -380,6 +389,13 @@ def spec_errors(error: ValidationError, root: yaml.Node | None = None,
             msg = "unknown field (check the spelling; see configs/schema.json)"
         elif e["type"] == "union_tag_invalid":
             msg = f"{msg}"
+        elif e["type"] == "string_type" and not isinstance(e["input"], (str, list, dict)):
+            import datetime as dt
+
+            if isinstance(e["input"], (dt.date, dt.datetime, bool, int, float)):
+                # YAML reads 2026-11-02, yes, 1.10 unquoted as a date, a bool, a number
+                msg = (f"{msg}; YAML read {e['input']!s} as a {type(e['input']).__name__}: "
+                       f"write it in quotes ('{e['input']!s}')")
         where = f"{source}:{_node_line(root, loc)}" if root is not None else source
         lines.append(f"{where}: {_yaml_path(loc)}: {msg}")
     return lines
@@ -476,6 +492,7 @@ def check_files(spec: StudySpec) -> list[str]:
         except TypeError as e:
             problems.append(f"sources[{i}].verifier.params: {e} ({v.kind} takes "
                             f"{list(inspect.signature(obj).parameters)})")
+    problems += _check_user_functions(spec)
     for i, s in enumerate(spec.sources):
         comp = getattr(s, "completions", None)
         for f in s.files(spec):
@@ -490,6 +507,30 @@ def check_files(spec: StudySpec) -> list[str]:
         for i, c in enumerate(spec.decontaminate.corpus):
             if not spec.resolve(c).is_file():
                 problems.append(f"decontaminate.corpus[{i}]: file not found: {spec.resolve(c)}")
+    return problems
+
+
+def _check_user_functions(spec: StudySpec) -> list[str]:
+    """The parameters of each model and reward function the spec names fit what assay passes
+    (:mod:`assay.binding`); the verifier functions are checked with the verifiers."""
+    from assay.reward.base import RewardModelError
+
+    problems = []
+    for i, s in enumerate(spec.sources):
+        gen = getattr(s, "generate", None)
+        if gen is not None and getattr(gen.model, "kind", None) == "function":
+            from assay.models.function import FunctionBackend
+
+            try:
+                FunctionBackend(gen.model)
+            except SpecError as e:
+                problems.append(f"sources[{i}].generate.model.callable: {e}")
+    for i, m in enumerate(spec.reward.models if spec.reward is not None else ()):
+        if m.kind == "function":
+            try:
+                m.build(spec)
+            except (SpecError, RewardModelError) as e:
+                problems.append(f"reward.models[{i}].function: {e}")
     return problems
 
 
@@ -524,6 +565,7 @@ def check_data(spec: StudySpec) -> tuple[list[str], list[str]]:
                         "(keep the record field in the rows with fields.meta, or make it a marker "
                         "with fields.markers)")
 
+    problems += _check_gate_metrics(spec, fields_of)
     m = spec.measure
     if m.pass_at is not None and m.pass_at.by is not None:
         for n in m.pass_at.sources or names:
@@ -533,6 +575,48 @@ def check_data(spec: StudySpec) -> tuple[list[str], list[str]]:
             for n in (c.before, c.after):
                 check_by(c.by, n, f"measure.compare[{j}].by")
     return problems, warnings
+
+
+#: Markers the generate stage puts on each generated row.
+GENERATION_MARKERS = ("prompt_tokens", "completion_tokens", "truncated")
+
+
+def _check_gate_metrics(spec: StudySpec, fields_of: dict[str, set[str] | None]) -> list[str]:
+    """A nightly gate naming a marker no source's rows will carry (a typo) is found before the
+    night runs. Sources whose rows' markers only the run can tell (a plugin source, a user's
+    verifier that may return markers) are not judged."""
+    import difflib
+
+    if spec.nightly is None:
+        return []
+    scored = set()
+    if spec.reward is not None and spec.reward.score is not None:
+        scored = {f"rm:{e.name}" for e in spec.reward.scoring_models()}
+    out = []
+    for where, names in (("nightly.must_not_regress", spec.nightly.must_not_regress),
+                         ("nightly.lower_is_better", spec.nightly.lower_is_better)):
+        for i, name in enumerate(names):
+            if name == "pass@1":
+                continue
+            marker = name.removeprefix("marker:")
+            have: set[str] = set(scored)
+            open_ended = False
+            for s in spec.sources:
+                fields = fields_of.get(s.name)
+                kind = s.verifier.kind if s.verifier is not None else ""
+                if fields is None or kind == "function" or ":" in kind:
+                    open_ended = True
+                    break
+                have |= {f.removeprefix("markers.") for f in fields if f.startswith("markers.")}
+                if getattr(s, "generate", None) is not None:
+                    have |= set(GENERATION_MARKERS)
+            if open_ended or marker in have:
+                continue
+            close = difflib.get_close_matches(marker, sorted(have | {"pass@1"}), n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            out.append(f"{where}[{i}]: {name!r} is neither pass@1 nor a marker of the sources' "
+                       f"rows{hint}; they carry markers {sorted(have)}")
+    return out
 
 
 #: Row fields a verifier writes: a step cannot read them, since steps choose the rows to grade.

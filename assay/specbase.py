@@ -133,8 +133,9 @@ class VerifierSpec(SpecModel):
     function: str | None = Field(
         None, pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$",
         description="kind function only: 'package.module:callable' grading one completion, "
-        "called as f(completion, reference, **params) or f(completion, reference, row, **params); "
-        "a module next to the spec imports without PYTHONPATH")
+        "called by its parameter names: any of prompt, completion, reference, row, meta (any "
+        "order), its params as keywords, **kwargs for all; a module next to the spec imports "
+        "without PYTHONPATH")
     version: str | None = Field(
         None, description="kind function only: keys cached grades instead of the function's "
         "module source; change it whenever the function's behaviour changes")

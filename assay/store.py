@@ -301,6 +301,11 @@ class Store:
         """Every ref file, in path order."""
         yield from sorted(p for p in (self.root / "refs").glob("*/*.json") if not p.name.startswith("."))
 
+    def journal_files(self) -> Iterator[Path]:
+        """Every completion journal (``journals/<shard>.jsonl``: generations and judge calls,
+        see :mod:`assay.models.journal`), in path order."""
+        yield from sorted((self.root / "journals").glob("*.jsonl"))
+
     def temp_files(self) -> Iterator[Path]:
         """Temp files of writers (live, or killed mid-write) under blobs/ and refs/."""
         for sub in ("blobs", "refs"):

@@ -11,6 +11,10 @@ runs' window used them. ``gc`` holds the store's exclusive lock (no study runs m
 never removes a file younger than ``grace`` seconds (a writer without the lock, e.g. a library
 call of ``run_study`` or a worker on a host whose filesystem ignores ``flock``).
 
+The completion journals (``journals/``: generations and judge calls) count in ``du``, have their
+lines checked by ``verify``, and are kept by ``gc`` when a live generate stage names one or it
+was written since the oldest kept run started; the rest are removed.
+
 Example:
     >>> import tempfile
     >>> from assay.store import Store
@@ -142,6 +146,24 @@ def closure(store: Store, keys: Iterable[str], seen: set[str] | None = None) -> 
     return seen
 
 
+_JOURNAL_RE = re.compile(r"journals/([0-9a-f]{16,64}\.jsonl)")
+
+
+def _journals_named(store: Store, keys: Iterable[str]) -> set[str]:
+    """File names of the journals the documents among ``keys`` name (a generate stage's
+    summary names the journal its completions are in)."""
+    out: set[str] = set()
+    for k in keys:
+        if not k.startswith("doc:"):
+            continue
+        try:
+            data = store._blob_path(k).read_bytes()
+        except (OSError, StoreError):
+            continue
+        out.update(_JOURNAL_RE.findall(data.decode("utf-8", "replace")))
+    return out
+
+
 def _size(path: Path) -> int:
     try:
         return path.stat().st_size
@@ -163,12 +185,16 @@ class Usage:
     by_study: dict[str, int]
     unreferenced_bytes: int
     quarantined_bytes: int
+    journal_bytes: int = 0
+    n_journals: int = 0
 
     def table(self) -> str:
-        lines = [f"store: {_h(self.total_bytes)} in {self.n_blobs} blobs, {self.n_refs} refs"]
+        lines = [f"store: {_h(self.total_bytes)} in {self.n_blobs} blobs, {self.n_refs} refs, "
+                 f"{self.n_journals} journals"]
         lines.append("by stage (each blob counted once, under the first ref that reaches it):")
         lines += [f"  {k:<28} {_h(v):>10}" for k, v in sorted(self.by_stage.items())]
         lines.append(f"  {'(unreferenced)':<28} {_h(self.unreferenced_bytes):>10}")
+        lines.append(f"  {'journals (completions)':<28} {_h(self.journal_bytes):>10}")
         if self.by_study:
             lines.append("by study (what its run directories reference; shared blobs count in each):")
             lines += [f"  {k:<28} {_h(v):>10}" for k, v in sorted(self.by_study.items())]
@@ -221,12 +247,14 @@ def du(store: Store, runs: Sequence[RunDir] = ()) -> Usage:
             if doc and isinstance(doc.get("blob"), str):
                 closure(store, [doc["blob"]], reach)
     q = store.root / "quarantine"
+    journals = [_size(p) for p in store.journal_files()]
     return Usage(
-        total_bytes=sum(sizes.values()), n_blobs=len(sizes), n_refs=len(refs),
+        total_bytes=sum(sizes.values()) + sum(journals), n_blobs=len(sizes), n_refs=len(refs),
         by_stage=by_stage,
         by_study={s: sum(sizes.get(k, 0) for k in ks) for s, ks in by_study.items()},
         unreferenced_bytes=sum(v for k, v in sizes.items() if k not in owned),
         quarantined_bytes=sum(_size(p) for p in q.rglob("*") if p.is_file()) if q.is_dir() else 0,
+        journal_bytes=sum(journals), n_journals=len(journals),
     )
 
 
@@ -242,13 +270,20 @@ class Verification:
     corrupt: list[dict[str, str]] = field(default_factory=list)
     dangling: list[dict[str, str]] = field(default_factory=list)
 
+    n_journals: int = 0
+    torn: list[dict[str, str]] = field(default_factory=list)
+
     def table(self) -> str:
-        lines = [f"verified {self.n_blobs} blobs and {self.n_refs} refs: "
+        lines = [f"verified {self.n_blobs} blobs, {self.n_refs} refs and {self.n_journals} "
+                 "journals: "
                  + (f"{len(self.corrupt)} corrupt" if self.corrupt else "all intact")]
         for c in self.corrupt:
             lines.append(f"  CORRUPT {c['key']}  {c['path']}  ({c['reason']}; moved to {c['moved_to']})")
         for d in self.dangling:
             lines.append(f"  dangling ref {d['ref']} -> {d['blob']} (a miss: the next run recomputes it)")
+        for t in self.torn:
+            lines.append(f"  torn last line in {t['path']} (a killed run's last write; that "
+                         "completion is asked again)")
         return "\n".join(lines)
 
     def to_dict(self) -> dict[str, Any]:
@@ -305,7 +340,28 @@ def verify(store: Store) -> Verification:
             present = False
         if not present:
             out.dangling.append({"ref": doc["name"], "blob": str(blob), "path": str(path)})
+    for path in store.journal_files():
+        out.n_journals += 1
+        bad, torn_last = _journal_damage(path)
+        if bad:  # kept in place: its intact lines still serve, the bad ones are asked again
+            out.corrupt.append({"key": "journal", "path": str(path), "moved_to": "(kept)",
+                                "reason": f"{bad} corrupt line(s) before its end (skipped on "
+                                "read; those completions are asked again)"})
+        elif torn_last:
+            out.torn.append({"path": str(path)})
     return out
+
+
+def _journal_damage(path: Path) -> tuple[int, bool]:
+    """(corrupt lines before the last one, whether the last line is torn) of a journal."""
+    from assay.models.journal import line_ok
+
+    try:
+        lines = [ln for ln in path.read_bytes().split(b"\n") if ln]
+    except FileNotFoundError:
+        return 0, False
+    ok = [line_ok(ln) for ln in lines]
+    return sum(not x for x in ok[:-1]), bool(ok) and not ok[-1]
 
 
 # ------------------------------------------------------------------------------- gc
@@ -325,12 +381,16 @@ class Collection:
     removed_bytes: int
     removed_temp: int
     dry_run: bool
+    kept_journals: int = 0
+    removed_journals: int = 0
 
     def table(self) -> str:
         verb = "would remove" if self.dry_run else "removed"
         return (f"kept {len(self.kept_runs)} run(s) ({len(self.dropped_runs)} older not kept): "
-                f"{self.kept_blobs} blobs, {self.kept_refs} refs, {_h(self.kept_bytes)}\n"
+                f"{self.kept_blobs} blobs, {self.kept_refs} refs, {self.kept_journals} journals, "
+                f"{_h(self.kept_bytes)}\n"
                 f"{verb} {self.removed_blobs} blobs, {self.removed_refs} refs, "
+                f"{self.removed_journals} journals, "
                 f"{self.removed_temp} stale temp files: {_h(self.removed_bytes)}")
 
     def to_dict(self) -> dict[str, Any]:
@@ -374,6 +434,7 @@ def gc(store: Store, runs: Sequence[RunDir], *, keep_nights: int | None = None,
             if doc and isinstance(doc.get("blob"), str):
                 roots.append(doc["blob"])
         live = closure(store, roots)
+        named = _journals_named(store, live)
         res = Collection([str(r.path) for r in keep],
                          [str(r.path) for r in mine if r not in keep], 0, 0, 0, 0, 0, 0, 0, dry_run)
         for p in all_refs:
@@ -396,6 +457,21 @@ def gc(store: Store, runs: Sequence[RunDir], *, keep_nights: int | None = None,
                 continue
             res.removed_blobs += 1
             res.removed_bytes += size
+            if not dry_run:
+                p.unlink(missing_ok=True)
+        for p in store.journal_files():
+            try:
+                m = p.stat().st_mtime
+            except FileNotFoundError:
+                continue
+            # kept: named by a live generate stage, or written since the oldest kept run began
+            # (judge calls and in-progress generations are named by no stage)
+            if p.name in named or m >= since or m >= young:
+                res.kept_journals += 1
+                res.kept_bytes += _size(p)
+                continue
+            res.removed_journals += 1
+            res.removed_bytes += _size(p)
             if not dry_run:
                 p.unlink(missing_ok=True)
         for p in store.temp_files():

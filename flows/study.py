@@ -25,6 +25,7 @@ from assay import stages
 from assay.report import write_run_dir
 from assay.spec import load_spec
 from assay.store import Store
+from assay.unjudged import failed_samples
 from flows.embedded import OrchestrationError, require_real_server
 from tasks.stages import TASKS
 
@@ -93,6 +94,9 @@ def finish_run(store: Store, spec: Any, run: stages.StudyRun, out: Path,
             "store": str(store.root.resolve()), "files": sorted(files),
             "stage_keys": sorted({r.key for r in run.results}),
             "started": started if started is not None else time.time()}
+    failed = failed_samples({x.name: rows[x.name] for x in spec.sources if x.name in rows})
+    if failed:  # gen_error rows: the numbers cover fewer samples; `assay run` exits EXIT_PARTIAL
+        info["failed_samples"] = failed
     made = [r for r in run.results if r.stage == "generate"]
     if made:  # requests sent this run and their latency: wall-clock facts, so here, not in the report
         info["generation"] = {r.label: {**r.summary, "cached": r.cached} for r in made}

@@ -97,6 +97,8 @@ class PassAt(Result):
     weighted: bool
     notes: tuple[str, ...] = ()
     warnings: tuple[str, ...] = ()
+    #: share of the rows used whose completion was cut off (marker ``truncated``), when known
+    truncated_share: float | None = None
 
     _headline_field = "pass_at_1"
 
@@ -106,7 +108,11 @@ class PassAt(Result):
 
     def __str__(self) -> str:
         parts = [str(e) for e in (self.pass_at_1, self.pass_at_k, self.pass_hat_k, self.headroom) if e is not None]
-        return " | ".join(parts)
+        line = " | ".join(parts)
+        if self.truncated_share is not None and self.truncated_share > MOSTLY_TRUNCATED:
+            line += (f" [warning: {100 * self.truncated_share:.0f}% of these rows were truncated"
+                     " (finish 'length')]")
+        return line
 
     def report(self) -> str:
         lines = [self._line()]
@@ -117,6 +123,10 @@ class PassAt(Result):
         lines += [f"note: {n}" for n in self.notes]
         lines += [f"warning: {w}" for w in self.warnings]
         return "\n".join(lines)
+
+
+#: A pass rate over more than this share of truncated rows carries a warning on its line.
+MOSTLY_TRUNCATED = 0.5
 
 
 def pass_at(rows: Any, k: int | None = None, *, level: float = 0.95, weights: Any = None) -> PassAt:
@@ -218,5 +228,19 @@ def pass_at_frame(frame: Frame, k: int | None, *, level: float = 0.95) -> PassAt
             warnings.append(f"no task has {k_eff} binary samples: pass@{k_eff} and pass^{k_eff} are undefined")
     elif k is None:
         notes.append("some task has a single sample, so k defaults to 1: pass@k and pass^k need k >= 2 samples per task")
+    trunc = _truncated_share(frame, binary)
+    if trunc is not None and trunc > MOSTLY_TRUNCATED:
+        warnings.append(f"{100 * trunc:.0f}% of the rows measured were truncated (finish 'length', "
+                        "marker truncated): the rate measures the length limit as much as the "
+                        "model; raise max_tokens")
     return PassAt(p1, at_k, hat_k, head, k_eff, T, n_rows_used, counts["partial"], counts["unjudged"], below, n_without,
-                  se, phi, frame.weight is not None, tuple(notes), tuple(warnings))
+                  se, phi, frame.weight is not None, tuple(notes), tuple(warnings), trunc)
+
+
+def _truncated_share(frame: Frame, used: np.ndarray) -> float | None:
+    """Share of the used rows that carry ``truncated`` = 1, over those carrying the marker."""
+    t = frame.markers.get("truncated")
+    if t is None:
+        return None
+    t = t[used & ~np.isnan(t)]
+    return round(float(t.mean()), 4) if len(t) else None

@@ -2,9 +2,10 @@
 
 For clients assay does not ship; cached and resumed like the other backends.
 
-The callable gets the rendered prompts (message lists for ``api: chat``, texts for
-``completions``) and, when its signature accepts them, ``seeds=`` (one per prompt) and
-``params=`` (the sampling parameters as a dict). It returns one item per prompt: a string, or a
+The callable is called by its parameter names (:mod:`assay.binding`): ``prompts`` (the rendered
+prompts: message lists for ``api: chat``, texts for ``completions``) and, when it takes them,
+``seeds`` (one per prompt) and ``params`` (the sampling parameters as a dict). It returns one
+item per prompt: a string, or a
 dict ``{"completion", "finish_reason", "prompt_tokens", "completion_tokens"}``; ``None`` or a
 dict with ``"error"`` makes that one an error record. Its identity is the reference, a hash of
 its source code and the spec's ``revision``: editing the function recomputes.
@@ -23,7 +24,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from assay.errors import GenerationError
+from assay.binding import Binding
+from assay.errors import GenerationError, SpecError
 from assay.models.base import Request, render_messages
 from assay.models.registry import BACKENDS
 from assay.models.specs import FunctionSpec, SamplingParams
@@ -47,11 +49,12 @@ class FunctionBackend:
     def __init__(self, spec: FunctionSpec | dict[str, Any]) -> None:
         self.spec = spec if isinstance(spec, FunctionSpec) else FunctionSpec.model_validate(spec)
         self.fn: Callable[..., Any] = load_callable(self.spec.callable, what="model.callable")
-        try:
-            params = inspect.signature(self.fn).parameters
-        except (TypeError, ValueError):
-            params = {}
-        self._kw = {n for n in ("seeds", "params") if n in params}
+        self._bind = Binding(self.fn, ("prompts", "seeds", "params"),
+                             what=f"model.callable {self.spec.callable!r}")
+        if "prompts" not in self._bind.takes:
+            raise SpecError(f"model.callable {self.spec.callable!r} takes no 'prompts' parameter; "
+                            "it is called as f(prompts), f(prompts, seeds) or f(prompts, seeds, "
+                            "params), by parameter name")
         try:
             src = inspect.getsource(self.fn)
         except (OSError, TypeError):
@@ -69,13 +72,10 @@ class FunctionBackend:
             max_connections: int, commit: Callable[[Request, dict[str, Any]], None]) -> None:
         for lo in range(0, len(requests), CHUNK):
             chunk = requests[lo:lo + CHUNK]
-            kw: dict[str, Any] = {}
-            if "seeds" in self._kw:
-                kw["seeds"] = [r.seed for r in chunk]
-            if "params" in self._kw:
-                kw["params"] = params.model_dump(mode="json")
             t0 = time.monotonic()
-            out = self.fn([r.rendered for r in chunk], **kw)
+            out = self._bind.call({"prompts": [r.rendered for r in chunk],
+                                   "seeds": [r.seed for r in chunk],
+                                   "params": params.model_dump(mode="json")})
             latency = round((time.monotonic() - t0) / len(chunk), 6)
             out = list(out) if out is not None else None
             if out is None or len(out) != len(chunk):

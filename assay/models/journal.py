@@ -62,6 +62,15 @@ def _line(record: dict[str, Any]) -> bytes:
     return b'{"sum":"' + hashlib.sha256(body).hexdigest()[:16].encode() + b'","rec":' + body + b"}\n"
 
 
+def line_ok(raw: bytes) -> bool:
+    """Whether one journal line is intact (parses, and its checksum matches its record)."""
+    try:
+        doc = json.loads(raw)
+        return hashlib.sha256(canonical_json(doc["rec"])).hexdigest()[:16] == doc["sum"]
+    except (ValueError, KeyError, TypeError):
+        return False
+
+
 class Journal:
     """The append-only journal of one shard (see module docstring). Thread-safe appends."""
 

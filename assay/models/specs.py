@@ -88,5 +88,6 @@ class FunctionSpec(_Strict):
     """A user's ``module:callable`` taking prompts and returning completions."""
 
     kind: Literal["function"] = "function"
-    callable: str = Field(description="module:callable; called as f(prompts) or f(prompts, seeds=, params=)")
+    callable: str = Field(description="module:callable; called by parameter name: f(prompts), "
+                          "optionally also seeds and params (any order)")
     revision: str | None = Field(None, description="bump to recompute: part of the cache key")

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from assay.binding import Binding
 from assay.hashing import combine
 from assay.reward.base import (
     PROTOCOL_VERSION,
@@ -24,9 +25,12 @@ from assay.reward.base import (
 
 
 class FunctionRewardModel:
-    """Wrap ``fn(prompt, response) -> float`` (or, with ``batched=True``,
-    ``fn(prompts, responses) -> sequence of floats``, called once per ``batch_size`` items, by
+    """Wrap ``fn(prompt, completion) -> float`` (or, with ``batched=True``,
+    ``fn(prompts, completions) -> sequence of floats``, called once per ``batch_size`` items, by
     default once per ``score()``) as a reward model. The spec's ``kind: function`` is batched.
+    The function is called by its parameter names (:mod:`assay.binding`; ``response(s)`` is
+    accepted for ``completion(s)``); a function with none of those names (``lambda p, r``) is
+    called positionally, unless ``by_name=True`` (a function named in a spec).
 
     The fingerprint hashes ``name``, ``version`` and the function's source code, so editing the
     function invalidates cached scores. Behaviour that the source does not show (a closure over
@@ -42,7 +46,7 @@ class FunctionRewardModel:
 
     def __init__(self, fn: Callable[..., Any], *, name: str | None = None,
                  version: str | None = None, batched: bool = False,
-                 batch_size: int | None = None) -> None:
+                 batch_size: int | None = None, by_name: bool = False) -> None:
         if not callable(fn):
             raise RewardModelError(f"FunctionRewardModel needs a callable, got {type(fn).__name__}")
         if batch_size is not None and (isinstance(batch_size, bool) or not isinstance(batch_size, int)
@@ -54,6 +58,10 @@ class FunctionRewardModel:
         self.batch_size = batch_size
         self.name = name or getattr(fn, "__qualname__", None) or type(fn).__name__
         self.version = version
+        names = ("prompts", "completions") if batched else ("prompt", "completion")
+        self._bind = Binding(fn, names, what=f"reward function {self.name!r}",
+                             aliases={"responses": "completions", "response": "completion"},
+                             positional=None if by_name else names)
         try:
             source: str | None = inspect.getsource(fn)
         except (OSError, TypeError):
@@ -87,7 +95,8 @@ class FunctionRewardModel:
             size = self.batch_size or max(len(prompts), 1)
             raw: Any = []
             for lo in range(0, len(prompts), size):
-                part = self.fn(prompts[lo:lo + size], responses[lo:lo + size])
+                part = self._bind.call({"prompts": prompts[lo:lo + size],
+                                        "completions": responses[lo:lo + size]})
                 n_calls += 1
                 got = len(part) if hasattr(part, "__len__") else None
                 if got != len(prompts[lo:lo + size]):
@@ -99,7 +108,7 @@ class FunctionRewardModel:
         else:
             raw = []
             for i, (p, r) in enumerate(zip(prompts, responses)):
-                v = self.fn(p, r)
+                v = self._bind.call({"prompt": p, "completion": r})
                 if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)):
                     raise RewardModelError(
                         f"{self.name} returned {type(v).__name__} ({v!r:.40}) for item {i}; a "

@@ -83,14 +83,16 @@ class HFModel(RewardModelEntry):
 
 class FunctionModel(RewardModelEntry):
     """A Python function scoring batches: ``module:callable`` called once per batch as
-    ``fn(prompts, responses)`` with two equal-length lists, returning one score per pair
-    (``params: {batch_size: N}`` caps a batch, default all items of a call;
-    ``params: {batched: false}`` calls ``fn(prompt, response)`` per pair instead)."""
+    ``fn(prompts, completions)`` (by parameter name, any order; ``responses`` also accepted)
+    with two equal-length lists, returning one score per pair (``params: {batch_size: N}`` caps
+    a batch, default all items of a call; ``params: {batched: false}`` calls
+    ``fn(prompt, completion)`` per pair instead)."""
 
     kind: Literal["function"]
-    function: str = Field(description="'module:callable' called once per batch as fn(prompts, responses) "
-                                      "-> one number per pair (params: batch_size caps a batch; "
-                                      "batched: false for fn(prompt, response) per pair)")
+    function: str = Field(description="'module:callable' called once per batch as fn(prompts, "
+                                      "completions) by parameter name -> one number per pair "
+                                      "(params: batch_size caps a batch; batched: false for "
+                                      "fn(prompt, completion) per pair)")
 
     @field_validator("function")
     @classmethod
@@ -106,7 +108,8 @@ class FunctionModel(RewardModelEntry):
     def build(self, study: StudySpec) -> Any:
         from assay.reward.function import FunctionRewardModel
 
-        return FunctionRewardModel(self._callable(study), **{"batched": True, **self.params})
+        return FunctionRewardModel(self._callable(study),
+                                   **{"batched": True, **self.params, "by_name": True})
 
     def identity(self, study: StudySpec) -> dict[str, Any]:
         fn = self._callable(study)

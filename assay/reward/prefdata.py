@@ -167,7 +167,8 @@ class HubPreferences(_RecordPreferences):
     kind: Literal["hf_dataset"]
     path: str = Field(description="hub id, save_to_disk folder, or folder of data files")
     name: str | None = Field(None, description="dataset configuration name")
-    split: str = "train"
+    split: str | None = Field(None, description="the split to read; required when the data has "
+                              "more than one, refused when the data does not have it")
     revision: str | None = Field(None, description="pin a commit hash for a reproducible key")
     allow_download: bool = False
 
@@ -176,7 +177,7 @@ class HubPreferences(_RecordPreferences):
 
         local = study.resolve(self.path) if study is not None else Path(self.path)
         target = str(local) if is_local(local) else self.path
-        where = f"reward.data ({self.path}, split {self.split})"
+        where = f"reward.data ({self.path}" + (f", split {self.split})" if self.split else ")")
         got = load_dataset_records(target, name=self.name, split=self.split,
                                    revision=self.revision, allow_download=self.allow_download,
                                    where=where)
@@ -204,11 +205,12 @@ def pairs_from_records(records: Sequence[Mapping[str, Any]], fields: PreferenceF
     for i, rec in enumerate(records):
         def text(role: str, name: str, rec: Mapping[str, Any] = rec, i: int = i) -> str:
             if name not in rec or rec[name] is None:
-                raise SpecError(f"{where} record {i}: field {name!r} (fields.{role}) is missing; "
+                raise SpecError(f"{where} record {i + 1}: field {name!r} (fields.{role}) is "
+                                "missing; "
                                 f"the record has {sorted(rec)}")
             v = rec[name]
             if not isinstance(v, str) or not v.strip():
-                raise SpecError(f"{where} record {i}: field {name!r} (fields.{role}) must be "
+                raise SpecError(f"{where} record {i + 1}: field {name!r} (fields.{role}) must be "
                                 f"non-empty text, got {type(v).__name__} {v!r:.60}")
             return v
 
@@ -218,7 +220,8 @@ def pairs_from_records(records: Sequence[Mapping[str, Any]], fields: PreferenceF
         axis = text("axis", fields.axis) if fields.axis is not None else DEFAULT_AXIS
         sid = rec.get(fields.seed_id) if fields.seed_id is not None else None
         if isinstance(sid, bool) or (sid is not None and not isinstance(sid, (str, int))):
-            raise SpecError(f"{where} record {i}: field {fields.seed_id!r} (fields.seed_id) must "
+            raise SpecError(f"{where} record {i + 1}: field {fields.seed_id!r} "
+                            "(fields.seed_id) must "
                             f"be a string or an integer id, got {type(sid).__name__}")
         if sid is None or (isinstance(sid, str) and not sid.strip()):
             sid = content_hash(prompt, "prompt")
@@ -228,7 +231,7 @@ def pairs_from_records(records: Sequence[Mapping[str, Any]], fields: PreferenceF
                                    builder_id=builder_id))
         except DataError as e:
             field = fields.rejected if "same text" in str(e) else fields.prompt
-            raise SpecError(f"{where} record {i}: field {field!r}: {e}") from None
+            raise SpecError(f"{where} record {i + 1}: field {field!r}: {e}") from None
     if not pairs:
         raise SpecError(f"{where}: no records")
     return pairs, fallback

@@ -46,7 +46,8 @@ class HFDatasetSource(RecordSourceSpec):
                       "(or file) of Parquet/JSONL; relative folders resolve from the spec file")
     config: str | None = Field(None, description="the dataset's configuration (datasets' 'name', e.g. "
                                "'main' for gsm8k)")
-    split: str = "train"
+    split: str | None = Field(None, description="the split to read; required when the data has "
+                              "more than one, refused when the data does not have it")
     revision: str | None = Field(None, description="a hub id's pinned commit (or tag): without it, "
                                  "results are not reproducible")
     allow_download: bool = Field(False, description="let a hub id download; by default only the local "
@@ -94,7 +95,7 @@ class HFDatasetSource(RecordSourceSpec):
     def build(self, study: StudySpec) -> tuple[Rows, dict[str, Any]]:
         got, cut = self.load(study)
         rows = self.rows_from(study, got.records, self._where(study), cut)
-        info = {"dataset": self.path, "config": self.config, "split": self.split,
+        info = {"dataset": self.path, "config": self.config, "split": got.split,
                 "revision": self.revision if not got.local else "(local data)",
                 "records": len(got.records), "checksum": got.checksum}
         if self.limit is not None:
@@ -125,7 +126,8 @@ class HFDatasetSource(RecordSourceSpec):
             records = self.read_source_records(study)
         except SpecError as e:
             msg = str(e)
-            key = "split" if f"split {self.split!r}" in msg else ("config" if "config" in msg.lower() else "path")
+            key = ("split" if ": split" in msg else
+                   "config" if "config" in msg.lower() else "path")
             return [f"{key}: {msg}"], warnings
         return self.check_records(records, study, self._where(study)), warnings
 

@@ -7,9 +7,9 @@ Example:
     >>> import tempfile, datasets
     >>> d = tempfile.mkdtemp()
     >>> datasets.Dataset.from_dict({"q": ["1+1?", "2+2?"], "a": ["2", "4"]}).save_to_disk(d)
-    >>> got = load_dataset_records(d, split="train")
+    >>> got = load_dataset_records(d)
     >>> got.records[1], got.split, got.checksum[:5]
-    ({'q': '2+2?', 'a': '4'}, 'train', 'data:')
+    ({'q': '2+2?', 'a': '4'}, None, 'data:')
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ class DatasetRecords:
     records: list[dict[str, Any]]
     path: str
     name: str | None
-    split: str
+    split: str | None
     revision: str | None
     checksum: str
     local: bool
@@ -56,14 +56,32 @@ def _offline(enabled: bool) -> Iterator[None]:
         dc.HF_HUB_OFFLINE, hc.HF_HUB_OFFLINE = saved
 
 
-def _pick_split(ds: Any, split: str, where: str) -> Any:
+def _pick_split(ds: Any, split: str | None, where: str,
+                files: bool = False) -> tuple[Any, str | None]:
+    """The split asked for, and its name: a split the data does not have is refused, and a
+    dataset with several splits needs ``split:`` (none is picked silently)."""
     import datasets
 
     if isinstance(ds, datasets.DatasetDict):
+        names = sorted(ds)
+        unnamed = (" (its files are not named by split, so datasets reads them all as 'train')"
+                   if files and names == ["train"] else "")
+        if split is None:
+            if len(names) == 1:
+                return ds[names[0]], names[0]
+            raise SpecError(f"{where}: split: the dataset has splits {names}; choose one with "
+                            "split: (none is picked for you)")
         if split not in ds:
-            raise SpecError(f"{where}: split {split!r} not found; the dataset has {sorted(ds)}")
-        return ds[split]
-    return ds
+            raise SpecError(f"{where}: split {split!r} not found; the dataset has {names}{unnamed}")
+        return ds[split], split
+    own = str(ds.split) if getattr(ds, "split", None) is not None else None
+    if split is not None and own is None:
+        raise SpecError(f"{where}: split {split!r} not found: the data is one saved Dataset "
+                        "without named splits; remove split: (every record is read)")
+    if split is not None and split != own:
+        raise SpecError(f"{where}: split {split!r} not found; the saved Dataset holds split "
+                        f"{own!r} only")
+    return ds, own
 
 
 def is_local(path: str | Path) -> bool:
@@ -71,7 +89,7 @@ def is_local(path: str | Path) -> bool:
     return Path(path).exists()
 
 
-def load_dataset_records(path: str | Path, *, name: str | None = None, split: str = "train",
+def load_dataset_records(path: str | Path, *, name: str | None = None, split: str | None = None,
                          revision: str | None = None, allow_download: bool = False,
                          where: str = "dataset") -> DatasetRecords:
     """Every record of one split, through the ``datasets`` library.
@@ -79,6 +97,11 @@ def load_dataset_records(path: str | Path, *, name: str | None = None, split: st
     ``path`` is a folder written by ``save_to_disk``, a folder (or file) of Parquet/JSONL/CSV
     data, or a hub id. A hub id is served from the local cache only, unless ``allow_download``;
     a miss says how to pre-download it or give a local path. Errors name ``where``.
+
+    ``split``: which split to read; a split the data does not have is an error, and so is
+    leaving it out when the data has more than one (a folder of files has the splits its file
+    names give, as in ``datasets``: ``test-0.parquet``, ``train/...``; unnamed files are one
+    split). ``DatasetRecords.split`` is the split read (None: one Dataset without a split name).
     """
     import datasets
 
@@ -87,18 +110,22 @@ def load_dataset_records(path: str | Path, *, name: str | None = None, split: st
     local = p.exists()
     try:
         if local and p.is_dir() and ((p / "dataset_info.json").exists() or (p / "dataset_dict.json").exists()):
-            ds = _pick_split(datasets.load_from_disk(str(p)), split, where)
+            ds, split = _pick_split(datasets.load_from_disk(str(p)), split, where)
         elif local:
             files = [p] if p.is_file() else sorted(f for f in p.rglob("*") if f.suffix in _DATA_SUFFIXES)
             if not files:
                 raise SpecError(f"{where}: {p} holds no save_to_disk dataset and no "
                                 f"{'/'.join(_DATA_SUFFIXES)} files")
             builder = _DATA_SUFFIXES[files[0].suffix]
-            ds = datasets.load_dataset(builder, data_files={split: [str(f) for f in files]},
-                                       split=split)
+            if p.is_file():
+                dd = datasets.load_dataset(builder, data_files={"train": [str(p)]})
+            else:
+                dd = datasets.load_dataset(builder, data_dir=str(p))
+            ds, split = _pick_split(dd, split, where, files=True)
         else:
             with _offline(not allow_download):
-                ds = datasets.load_dataset(str(path), name, split=split, revision=revision)
+                got = datasets.load_dataset(str(path), name, split=split, revision=revision)
+            ds, split = _pick_split(got, split, where)
     except SpecError:
         raise
     except ValueError as e:

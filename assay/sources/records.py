@@ -167,13 +167,15 @@ def join_completions(records: Sequence[Mapping[str, Any]], task_ids: Sequence[st
     per_task: list[list[Mapping[str, Any]]] = [[] for _ in records]
     for j, c in enumerate(completions):
         if key not in c or c[key] is None:
-            raise SpecError(f"{where_completions} record {j}: field {key!r} (completions.key) is missing; "
+            raise SpecError(f"{where_completions} record {j + 1}: field {key!r} (completions.key) "
+                            "is missing; "
                             f"the record has {sorted(c)}")
         t = str(c[key])
         if t in skip:
             continue
         if t not in index:
-            raise SpecError(f"{where_completions} record {j}: {key} {t!r} is not a task of {where} "
+            raise SpecError(f"{where_completions} record {j + 1}: {key} {t!r} is not a task of "
+                            f"{where} "
                             f"(tasks: {list(task_ids[:5])}{'...' if len(task_ids) > 5 else ''})")
         per_task[index[t]].append(c)
     out = []
@@ -192,7 +194,7 @@ def join_completions(records: Sequence[Mapping[str, Any]], task_ids: Sequence[st
 
 def rows_from_records(records: Sequence[Mapping[str, Any]], fields: FieldMap, *, where: str,
                       prompt_template: Any = None, reference_regex: str | None = None,
-                      prompts_only: bool = False) -> Rows:
+                      prompts_only: bool = False, start: int = 0) -> Rows:
     """Rows from prompt/completion records through a field mapping (one completion per record;
     records with the same task id or prompt group into one task). ``prompts_only``: the records
     hold prompts for the generate stage; each row's completion is left empty until it runs.
@@ -200,6 +202,9 @@ def rows_from_records(records: Sequence[Mapping[str, Any]], fields: FieldMap, *,
     ``prompt_template`` (a :class:`assay.sources.templates.PromptTemplate`) renders the prompt
     from the record instead of reading ``fields.prompt``; ``reference_regex`` reads the gold
     answer out of the reference field (group 1).
+
+    Errors count records from 1 (``record 1`` is the first; in a JSONL file without blank
+    lines, its line number); ``start``: how many records precede ``records``.
     """
     from assay.builder import rows
 
@@ -215,7 +220,7 @@ def rows_from_records(records: Sequence[Mapping[str, Any]], fields: FieldMap, *,
     need = ([] if prompts_only else [("completion", fields.completion)]) + (
         [] if prompt_template is not None else [("prompt", fields.prompt)])
     for i, rec in enumerate(records):
-        at = f"{where} record {i}"
+        at = f"{where} record {start + i + 1}"
         for role, name in need:
             v = get_field(rec, name)
             if v is _MISSING or v is None:
@@ -269,11 +274,15 @@ def rows_from_records(records: Sequence[Mapping[str, Any]], fields: FieldMap, *,
                     references=refs if fields.reference is not None else None,
                     task_ids=tids if fields.task_id is not None else None,
                     markers=markers if mfields else None, meta=metas,
-                    record_names=lambda i: f"record {i}")
+                    record_names=lambda i: f"record {start + i + 1}")
     except (RowsError, RowsTypeError) as e:
         # rows() counts completions the way records are counted here (one per record)
-        msg = re.sub(r"prompt (\d+), completion 0", r"record \1", str(e))
-        msg = re.sub(r"^(meta|markers|completions|prompts)\[(\d+)\]", r"record \2 (\1)", msg)
+        def num(m: re.Match[str], fmt: str) -> str:
+            return fmt.format(n=start + int(m.group("i")) + 1, arg=m.groupdict().get("arg"))
+
+        msg = re.sub(r"prompt (?P<i>\d+), completion 0", lambda m: num(m, "record {n}"), str(e))
+        msg = re.sub(r"^(?P<arg>meta|markers|completions|prompts)\[(?P<i>\d+)\]",
+                     lambda m: num(m, "record {n} ({arg})"), msg)
         # name the record's own field, not rows()'s argument ("reward" -> field 'score')
         own = {"reward": ("reward", fields.reward), "completions": ("completion", fields.completion),
                "prompts": ("prompt", fields.prompt), "references": ("reference", fields.reference)}
@@ -291,6 +300,11 @@ def rows_from_records(records: Sequence[Mapping[str, Any]], fields: FieldMap, *,
 
 
 # ------------------------------------------------------------------------------- record sources
+
+#: ``assay validate`` lists at most this many bad records of one source.
+MAX_RECORD_PROBLEMS = 20
+#: Records checked together before a failing block is checked one record at a time.
+_BLOCK = 256
 
 
 class CompletionsSpec(SpecModel):
@@ -373,7 +387,8 @@ class RecordSourceSpec(SourceSpec):
         for i, r in enumerate(records):
             t = get_field(r, self.fields.task_id)
             if t is _MISSING or t is None:
-                raise SpecError(f"{where} record {start + i}: task id field {self.fields.task_id!r} is missing")
+                raise SpecError(f"{where} record {start + i + 1}: task id field "
+                                f"{self.fields.task_id!r} is missing")
             tids.append(str(t))
         return tids
 
@@ -443,13 +458,47 @@ class RecordSourceSpec(SourceSpec):
                 problems.append(f"fields.meta: {why}")
         if problems:
             return problems
-        try:
-            self.rows_from(study, records[:50] if self.completions is None else records, where)
-        except SpecError as e:
-            key = "prompt_template" if "prompt_template" in str(e) else (
+        def key(e: Exception) -> str:
+            return "prompt_template" if "prompt_template" in str(e) else (
                 "reference_regex" if "reference_regex" in str(e) else "fields")
-            problems.append(f"{key}: {e}")
-        return problems
+
+        try:
+            self.rows_from(study, records, where)
+        except SpecError as e:
+            first = e
+        else:
+            return problems
+        # a bad record: check each record on its own, so one validate lists them all (bounded)
+        try:
+            merged = self.merged_records(study, records, where)
+        except SpecError as e:
+            return problems + [f"{key(e)}: {e}"]
+        bad: list[str] = []
+        template = self.template()
+
+        def fails(lo: int, hi: int) -> SpecError | None:
+            try:
+                rows_from_records(merged[lo:hi], self.fields, where=where, prompt_template=template,
+                                  reference_regex=self.reference_regex,
+                                  prompts_only=self.generate is not None, start=lo)
+            except SpecError as e:
+                return e
+            return None
+
+        # blocks first (a record at a time costs ~2 ms), then each record of a failing block
+        for lo in range(0, len(merged), _BLOCK):
+            hi = min(lo + _BLOCK, len(merged))
+            if fails(lo, hi) is None:
+                continue
+            for i in range(lo, hi):
+                e = fails(i, i + 1)
+                if e is not None:
+                    bad.append(f"{key(e)}: {e}")
+                if len(bad) == MAX_RECORD_PROBLEMS:
+                    return problems + bad + [f"(data): stopped after {MAX_RECORD_PROBLEMS} bad "
+                                             "records; fix these and validate again"]
+        # none alone is bad: records that conflict with each other (one task id, two references)
+        return problems + (bad or [f"{key(first)}: {first}"])
 
     def row_fields_of(self, records: list[dict[str, Any]], study: StudySpec, where: str) -> set[str]:
         """The names ``by:`` and ``where`` can read in this source's rows."""

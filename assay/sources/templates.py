@@ -5,7 +5,8 @@ A source's ``prompt_template:`` is checked when the spec loads and rendered once
 ``{{ question }}`` or ``{% ... %}`` means Jinja2 (sandboxed, an undefined field is an error);
 otherwise the text is a ``str.format`` template (``{question}``, ``{meta[level]}``).
 ``template_format:`` overrides the guess. A missing field is an error naming the record and
-the field, never an empty string.
+the field, never an empty string; so is a null one (it would print as ``None``). Jinja2 may
+test a null field (``{% if hint %}``); printing it is the error.
 
 Example:
     >>> t = PromptTemplate("Solve step by step.\\nQ: {question}\\nA:")
@@ -32,6 +33,26 @@ def guess_format(text: str) -> Format:
     return "jinja2" if ("{{" in text or "{%" in text) else "format"
 
 
+class _Null(Exception):
+    """A template printed a null value (the field path when known)."""
+
+
+def _no_null(value: Any) -> Any:
+    if value is None:
+        raise _Null(None)
+    return value
+
+
+class _NoNullFormatter(string.Formatter):
+    """``str.format`` that refuses a null field instead of printing ``None``."""
+
+    def get_field(self, field_name: str, args: Any, kwargs: Any) -> Any:
+        obj, used = super().get_field(field_name, args, kwargs)
+        if obj is None:
+            raise _Null(field_name)
+        return obj, used
+
+
 class PromptTemplate:
     """A prompt template over record fields; ``check()`` raises SpecError for bad syntax."""
 
@@ -44,7 +65,8 @@ class PromptTemplate:
         from jinja2 import StrictUndefined, TemplateSyntaxError
         from jinja2.sandbox import SandboxedEnvironment
 
-        env = SandboxedEnvironment(undefined=StrictUndefined, keep_trailing_newline=True)
+        env = SandboxedEnvironment(undefined=StrictUndefined, keep_trailing_newline=True,
+                                   finalize=_no_null)
         try:
             return env, env.from_string(self.text)
         except TemplateSyntaxError as e:
@@ -75,20 +97,39 @@ class PromptTemplate:
                 out.add(name.split(".")[0].split("[")[0])
         return out
 
+    @staticmethod
+    def _null_message(where: str, what: str) -> str:
+        return (f"{where}: prompt_template: {what} in this record (it would print as 'None'); "
+                "fix the data, or drop such records with a step {op: where, ...}")
+
     def render(self, record: Mapping[str, Any], *, where: str) -> str:
-        """The prompt for one record; a missing field is a SpecError naming it."""
+        """The prompt for one record; a missing or null field is a SpecError naming it.
+
+        Example:
+            >>> PromptTemplate("Q: {question}").render({"question": None}, where="record 3")
+            Traceback (most recent call last):
+            ...
+            assay.errors.SpecError: record 3: prompt_template: field 'question' is null in ...
+        """
         if self.fmt == "jinja2":
             from jinja2 import TemplateError, UndefinedError
 
             _, tpl = self._jinja
             try:
                 return tpl.render(**record)
+            except _Null:
+                nulls = sorted(f for f in self.fields() if f in record and record[f] is None)
+                what = (f"field {nulls[0]!r} is null" if len(nulls) == 1 else
+                        f"fields {nulls} are null" if nulls else "a value it prints is null")
+                raise SpecError(self._null_message(where, what)) from None
             except UndefinedError as e:
                 raise SpecError(f"{where}: prompt_template: {e.message}; the record has {sorted(record)}") from None
             except TemplateError as e:
                 raise SpecError(f"{where}: prompt_template: {type(e).__name__}: {e}") from None
         try:
-            return self.text.format_map(record)
+            return _NoNullFormatter().vformat(self.text, (), record)
+        except _Null as e:
+            raise SpecError(self._null_message(where, f"field {e.args[0]!r} is null")) from None
         except KeyError as e:
             raise SpecError(f"{where}: prompt_template names field {e.args[0]!r}, which the record lacks; "
                             f"the record has {sorted(record)}") from None

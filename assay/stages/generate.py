@@ -47,6 +47,14 @@ def generate_params(gspec: Any) -> dict[str, Any]:
     return gspec.model_dump(mode="json", exclude={"model", "max_connections"})
 
 
+def journal_file(config: dict[str, Any], name: str) -> str:
+    """The store-relative path of the journal :func:`assay.models.generate` wrote for a call
+    with ``config`` and ``journal=name``."""
+    from assay.models.journal import shard_id
+
+    return f"journals/{shard_id({**config, 'journal': name}).split(':', 1)[1]}.jsonl"
+
+
 def prompts_per_shard(shard_rows: int, k: int) -> int:
     """Prompt rows per generate shard, so a generated shard has about ``shard_rows`` rows."""
     return max(1, shard_rows // k)
@@ -93,7 +101,9 @@ def run_generate_shard(store: Store, spec: StudySpec, source_name: str, filtered
                    "truncated": sum(r["finish_reason"] == "length" for r in ok),
                    "prompt_tokens": sum(r["prompt_tokens"] or 0 for r in ok),
                    "completion_tokens": sum(r["completion_tokens"] or 0 for r in ok),
-                   "latency_s_median": round(statistics.median(lat), 4) if lat else None}
+                   "latency_s_median": round(statistics.median(lat), 4) if lat else None,
+                   # the journal holding these completions: `assay store gc` keeps it with the stage
+                   "journal": journal_file(g.config, part.checksum())}
         return {"rows": rows}, summary
 
     return cached_stage(store, STAGE, inputs=[part.checksum()], params=params, fingerprint=fingerprint,

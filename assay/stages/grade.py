@@ -73,7 +73,12 @@ def run_grade_shard(store: Store, spec: StudySpec, source_name: str, filtered: S
     part = Rows(load_rows(store, filtered).to_arrow().slice(lo, hi - lo))
 
     def compute() -> tuple[dict[str, Any], dict[str, Any]]:
-        graded = grade(part, make_verifier(source.verifier, spec), workers=workers)
+        from assay.unjudged import check_shard
+
+        verifier = make_verifier(source.verifier, spec)
+        graded = grade(part, verifier, workers=workers)
+        check_shard(graded, getattr(verifier, "name", None) or source.verifier.kind,
+                    f"grade[{source_name}] shard {shard + 1}/{n_shards}", offset=lo)
         return {"rows": graded}, {"rows": len(graded)}
 
     # The shard's own content is its input, so a filter that keeps this shard's rows as they

@@ -29,6 +29,7 @@ def run_report(store: Store, spec: StudySpec, graded: Mapping[str, Sequence[Stag
     """report.md / report.json / PNGs as stored blobs (written to the run dir afterwards)."""
     from assay.report import build_report, guard_counts
     from assay.stages.build_rows import source_info
+    from assay.unjudged import unjudged_summary
 
     ups = [p.checksums for p in (measured, decon, *audits) if p is not None]
     inputs = graded_checksums(graded, list(graded)) + [ups]
@@ -42,6 +43,8 @@ def run_report(store: Store, spec: StudySpec, graded: Mapping[str, Sequence[Stag
                      "tasks": len(set(r.to_arrow().column("task_id").to_pylist())),
                      "verifier": _verifier_label(s.verifier),
                      "guard_stopped": guard_counts(r)}
+            if s.verifier is not None:
+                entry["unjudged"] = unjudged_summary(r)
             if getattr(s, "generate", None) is not None:
                 entry["generation"] = generation_summary(r, s.generate)
             info = source_info(store, spec, s.name)

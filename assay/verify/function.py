@@ -2,9 +2,10 @@
 
 ``verifier: {kind: function, function: "mypkg.graders:grade", params: {...}, version: ...}``.
 
-The function is called as ``f(completion, reference, **params)`` or, when it takes a third
-required positional argument (or an optional one named ``row``), ``f(completion, reference, row,
-**params)``. It returns what any judge may
+The function is called by its parameter names (:mod:`assay.binding`): it may take any of
+``prompt``, ``completion``, ``reference``, ``row`` (the whole row) and ``meta`` (the record
+fields kept in the row), in any order, plus its ``params`` as keywords; ``**kwargs`` gets them
+all. A parameter of another name is an error at ``assay validate``. It returns what any judge may
 (a number in [0, 1], ``(score, reason)``, ``{"reward", "reason", "meta", "markers"}``, or None
 for "cannot judge"); NaN, a number outside [0, 1] and an exception never pass: the row stays
 unjudged with the reason (the exception's type and message) recorded.
@@ -28,11 +29,11 @@ Example:
 from __future__ import annotations
 
 import importlib
-import inspect
 import sys
 from collections.abc import Mapping
 from typing import Any
 
+from assay.binding import Binding
 from assay.errors import SpecError
 from assay.hashing import file_checksum
 from assay.judging import Verdict, Verifier, normalize_verdict
@@ -70,30 +71,12 @@ def load_fresh(ref: str, base_dir: str | None = None) -> Any:
     return fn
 
 
-def _positional(fn: Any, params: Mapping[str, Any], ref: str) -> int:
-    """How many positional arguments (2 or 3) the grader takes besides ``params``."""
-    try:
-        sig = inspect.signature(fn)
-    except (TypeError, ValueError):
-        return 2
-    ps = list(sig.parameters.values())
-    if any(p.kind is p.VAR_POSITIONAL for p in ps):
-        n = 3
-    else:
-        pos = [p for p in ps if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.name not in params]
-        n = sum(1 for p in pos if p.default is p.empty)
-        if n == 2 and len(pos) > 2 and pos[2].name == "row":  # an optional row argument
-            n = 3
-    if n not in (2, 3):
-        raise SpecError(f"verifier function {ref!r} takes {n} positional arguments {[p.name for p in ps]}; "
-                        "a grader takes (completion, reference) or (completion, reference, row), and "
-                        "params as keywords")
-    try:
-        sig.bind(*range(n), **params)
-    except TypeError as e:
-        raise SpecError(f"verifier function {ref!r}: params {dict(params)} do not fit its signature "
-                        f"{sig} ({e})") from None
-    return n
+#: What a grader may take, by name (see :mod:`assay.binding`).
+NAMES = ("prompt", "completion", "reference", "row", "meta")
+
+
+def _binding(fn: Any, params: Mapping[str, Any], ref: str) -> Binding:
+    return Binding(fn, NAMES, params=params, what=f"verifier function {ref!r}")
 
 
 @VERIFIERS.register("function", help="your own grading function: function: 'package.module:callable'")
@@ -111,7 +94,7 @@ class FunctionVerifier(Verifier):
         self.base_dir = base_dir
         self.name = function
         self._fn: Any = load_fresh(function, base_dir)
-        self._n = _positional(self._fn, self.params, function)
+        self._bind = _binding(self._fn, self.params, function)
 
     @classmethod
     def from_spec(cls, vspec: Any, base_dir: str | None = None) -> FunctionVerifier:
@@ -134,7 +117,7 @@ class FunctionVerifier(Verifier):
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
-        state["_fn"] = None  # workers import the function by reference
+        state["_fn"] = state["_bind"] = None  # workers import the function by reference
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -145,8 +128,11 @@ class FunctionVerifier(Verifier):
         records it as the row's ``error`` reason)."""
         if self._fn is None:
             self._fn = load_fresh(self.function, self.base_dir)
-        args = (candidate, reference, row)[:self._n]
-        return normalize_verdict(self._fn(*args, **self.params))
+            self._bind = _binding(self._fn, self.params, self.function)
+        meta = row.get("meta")
+        return normalize_verdict(self._bind.call({
+            "prompt": row.get("prompt"), "completion": candidate, "reference": reference,
+            "row": row, "meta": meta if meta is not None else {}}))
 
     def __repr__(self) -> str:
         return f"FunctionVerifier({self.function!r}, {self.params!r})"

@@ -24,6 +24,7 @@ import hashlib
 import json
 import re
 import string
+import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -51,6 +52,7 @@ Reason step by step in a few sentences, then end with exactly one line of the fo
 
 TEMPLATES = {"correct_incorrect": CORRECT_INCORRECT}
 _FIELDS = {"question", "answer", "reference"}
+_BUILDER = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
 _GRADE = re.compile(r"GRADE\s*:\s*\**\s*([CI])\b")
 
 
@@ -80,8 +82,10 @@ class JudgeSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
     model: dict[str, Any] = Field(description="the judge model: any model backend entry (kind: openai | hf | ...)")
-    template: str = Field("correct_incorrect", description="a built-in rubric name or a template "
-                          "with {question}, {answer} and optionally {reference}")
+    template: str = Field("correct_incorrect", description="a built-in rubric name, a template "
+                          "with {question}, {answer} and optionally {reference}, or a prompt "
+                          "builder 'module:callable' called by parameter name (prompt, "
+                          "completion, reference, row, meta) returning the judge's prompt text")
     api: str = Field("chat", pattern="^(chat|completions)$")
     system: str | None = None
     max_tokens: int = Field(512, ge=1)
@@ -92,6 +96,8 @@ class JudgeSpec(BaseModel):
     @field_validator("template")
     @classmethod
     def _template(cls, v: str) -> str:
+        if _BUILDER.match(v):
+            return v  # a prompt builder: its parameters are checked when it is loaded
         text = TEMPLATES.get(v, v)
         names = {f for _, f, _, _ in string.Formatter().parse(text) if f is not None}
         if v not in TEMPLATES and not names:
@@ -116,19 +122,55 @@ class JudgeVerifier(Verifier):
 
     parallel = False
 
-    def __init__(self, **params: Any) -> None:
+    def __init__(self, base_dir: str | None = None, **params: Any) -> None:
         self.spec = JudgeSpec.model_validate(params)
+        self.base_dir = base_dir
         self.text = TEMPLATES.get(self.spec.template, self.spec.template)
         self.template_sha256 = hashlib.sha256(self.text.encode()).hexdigest()
         self.needs_reference = "{reference}" in self.text
+        self._builder: Any = None
+        if _BUILDER.match(self.spec.template):  # loaded when first used (or by from_spec)
+            self.needs_reference = False
         self.name = f"judge:{self.spec.model.get('model') or self.spec.model.get('path') or self.spec.model.get('callable') or self.spec.model.get('kind')}"
         self._backend: Any = None
 
     def __repr__(self) -> str:
         return f"JudgeVerifier(model={self.spec.model!r}, template={self.spec.template[:30]!r})"
 
+    @classmethod
+    def from_spec(cls, vspec: Any, base_dir: str | None = None) -> JudgeVerifier:
+        """Built from a spec entry: a prompt builder next to the spec imports, and its
+        parameters are checked now (``assay validate``)."""
+        v = cls(base_dir=base_dir, **vspec.params)
+        v.builder()
+        return v
+
+    @classmethod
+    def spec_fingerprint(cls, vspec: Any, base_dir: str | None = None) -> dict[str, Any]:
+        """A prompt builder's module source keys the grades (editing it re-grades)."""
+        ref = vspec.params.get("template", "")
+        if not (isinstance(ref, str) and _BUILDER.match(ref)):
+            return {}
+        from assay.hashing import file_checksum
+
+        fn = cls(base_dir=base_dir, **vspec.params).builder().fn
+        path = getattr(sys.modules.get(fn.__module__), "__file__", None)
+        return {"builder": ref, "code": file_checksum(path) if path else None}
+
+    def builder(self) -> Any:
+        """The prompt builder's :class:`assay.binding.Binding` (None for a text template)."""
+        if self._builder is None and _BUILDER.match(self.spec.template):
+            from assay.binding import Binding
+            from assay.judging import JUDGE_NAMES
+            from assay.registry import load_callable
+
+            fn = load_callable(self.spec.template, what="judge template", base_dir=self.base_dir)
+            self._builder = Binding(fn, JUDGE_NAMES, what=f"judge template {self.spec.template!r}")
+        return self._builder
+
     def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_backend": None}  # a loaded model is not sent to workers
+        # a loaded model is not sent to workers; the builder is imported again by reference
+        return {**self.__dict__, "_backend": None, "_builder": None}
 
     @classmethod
     def cache_identity(cls, **params: Any) -> dict[str, Any]:
@@ -144,6 +186,21 @@ class JudgeVerifier(Verifier):
         return self._backend
 
     def prompt(self, row: Mapping[str, Any]) -> str:
+        b = self.builder()
+        if b is not None:
+            from assay.judging import _judge_values
+
+            try:
+                out = b.call(_judge_values(row))
+            except Exception as e:  # the user's code: say whose, and on what
+                raise VerifierError(f"judge template {self.spec.template!r} raised on the row of "
+                                    f"task {row.get('task_id')!r}: {type(e).__name__}: "
+                                    f"{e}") from None
+            if not isinstance(out, str) or not out:
+                raise VerifierError(f"judge template {self.spec.template!r} returned "
+                                    f"{type(out).__name__} {out!r:.60}; a prompt builder returns "
+                                    "the judge's prompt as a non-empty string")
+            return out
         ref = (row.get("privileged") or {}).get("reference") if isinstance(row.get("privileged"), Mapping) else None
         if isinstance(ref, (list, tuple)):
             ref = " or ".join(map(str, ref))
@@ -164,6 +221,8 @@ class JudgeVerifier(Verifier):
             return []
         try:
             prompts = [self.prompt(r) for r in rows]
+        except VerifierError:
+            raise
         except (KeyError, IndexError, ValueError) as e:
             raise VerifierError(f"judge template: {e}; fields are {{question}}, {{answer}}, {{reference}}") from None
         g = generate(prompts, self.backend(), k=1, seed=self.spec.seed, api=self.spec.api,

@@ -69,7 +69,7 @@ def test_user_error_foreign_error_debug_and_stale_report(prefect_server: str, tm
     bad = _run(tmp_path, spec, env=env)
     assert bad.returncode == 2, bad.stderr
     errors = [ln for ln in bad.stderr.splitlines() if ln.startswith("error: ")]
-    assert errors == [f"error: source 'm' ({data}): record 1, field 'r' (fields.reward): reward must be "
+    assert errors == [f"error: source 'm' ({data}): record 2, field 'r' (fields.reward): reward must be "
                       "a number, got str 'high'"], bad.stderr
     assert _terminal_noise(bad.stderr) == [] and "Traceback" not in bad.stderr
     assert len(bad.stderr.splitlines()) <= 4, bad.stderr

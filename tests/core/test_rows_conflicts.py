@@ -44,7 +44,7 @@ def test_file_source_names_file_records_and_field(tmp_path: Path) -> None:
             {"id": "b", "q": "3+3?", "c": "6", "gold": "6", "s": 1},
             {"id": "a", "q": "2+2?", "c": "5", "gold": "5", "s": 0}]
     fields = FieldMap(prompt="q", completion="c", reference="gold", task_id="id", reward="s")
-    with pytest.raises(AssayError, match=r"\(data.jsonl\): record 0 and record 2 have the same "
+    with pytest.raises(AssayError, match=r"\(data.jsonl\): record 1 and record 3 have the same "
                                          r"task id 'a' but a different reference"):
         rows_from_records(recs, fields, where="source 'm' (data.jsonl)")
 
@@ -57,14 +57,14 @@ def test_file_source_value_errors_name_file_record_field(bad: object, why: str) 
     if bad is None:  # None is an unjudged row, allowed
         assert rows_from_records(recs, fields, where="w")[1]["judge_status"] == "unjudged"
         return
-    want = "source 'm' (d.jsonl): record 1, field 's' (fields.reward): reward "
+    want = "source 'm' (d.jsonl): record 2, field 's' (fields.reward): reward "
     with pytest.raises(AssayError, match=re.escape(want) + ".*" + re.escape(why)):
         rows_from_records(recs, fields, where="source 'm' (d.jsonl)")
 
 
 def test_file_source_completion_type(tmp_path: Path) -> None:
     recs = [{"q": "a", "c": 3, "s": 1}]
-    with pytest.raises(AssayError, match=r"source 'm' \(f\): record 0, field 'c' \(fields.completion\): expected a string"):
+    with pytest.raises(AssayError, match=r"source 'm' \(f\): record 1, field 'c' \(fields.completion\): expected a string"):
         rows_from_records(recs, FieldMap(prompt="q", completion="c", reward="s"), where="source 'm' (f)")
 
 
@@ -80,6 +80,6 @@ def test_spec_file_source_refuses_conflicting_records(tmp_path: Path) -> None:
     spec.write_text(f"name: x\nsources:\n  - {{name: m, kind: file, path: {data.name}, "
                     "fields: {task_id: task_id, reference: reference}, verifier: {kind: exact_match}}\n")
     s = load_spec(spec)
-    with pytest.raises(AssayError, match=r"d.jsonl\): record 0 and record 1 have the same task id 't' "
+    with pytest.raises(AssayError, match=r"d.jsonl\): record 1 and record 2 have the same task id 't' "
                                         r"but a different reference \('1' vs '2'\)"):
         s.sources[0].build_rows(s)

@@ -196,6 +196,6 @@ def test_records_with_field_mapping_and_clear_errors(tmp_path: Path) -> None:
     r = rows_from_records([{"id": 1, "q": "2+2?", "a": "4", "gold": "4"},
                            {"id": 1, "q": "2+2?", "a": "5", "gold": "4"}], fm, where="src")
     assert [x["rollout_index"] for x in r] == [0, 1] and r[0]["privileged"] == {"reference": "4"}
-    with pytest.raises(SpecError, match=r"src record 1: field 'a' \(fields.completion\) is missing"):
+    with pytest.raises(SpecError, match=r"src record 2: field 'a' \(fields.completion\) is missing"):
         rows_from_records([{"id": 1, "q": "x", "a": "4", "gold": "4"}, {"id": 2, "q": "y", "gold": "4"}],
                           fm, where="src")

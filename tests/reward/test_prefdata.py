@@ -70,7 +70,7 @@ def test_rewardbench_layout_is_audited_per_subset(tmp_path: Path, fmt: str) -> N
         import datasets
 
         datasets.Dataset.from_list(recs).save_to_disk(str(tmp_path / "rb"))
-        data = ("{kind: hf_dataset, path: rb, split: train, revision: null, "
+        data = ("{kind: hf_dataset, path: rb, revision: null, "
                 "fields: {axis: subset, seed_id: id}}")
     got = audit(tmp_path, data)
     dims = {d["dimension"]: d for d in got["doc"]["dimensions"]}
@@ -111,7 +111,7 @@ def test_a_bad_record_names_file_record_and_field(tmp_path: Path, field: str, va
     path = write_jsonl(tmp_path / "prefs.jsonl", recs)
     with pytest.raises(SpecError) as e:
         audit(tmp_path, "{kind: file, path: prefs.jsonl, fields: {axis: subset, seed_id: id}}")
-    assert f"{path} record 5: {message}" in str(e.value)
+    assert f"{path} record 6: {message}" in str(e.value)  # counted from 1
 
 
 def test_nothing_is_audited_from_a_half_read_file(tmp_path: Path) -> None:

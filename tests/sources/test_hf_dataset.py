@@ -134,7 +134,7 @@ def test_a_completion_for_an_unknown_task_or_a_task_without_completions_is_named
     with pytest.raises(SpecError, match=r"task '0' has no completion in .*completions.jsonl; .*limit"):
         spec.sources[0].build_rows(spec)
     (tmp_path / "completions.jsonl").write_text("\n".join(lines + ['{"idx": 99, "completion": "1"}']) + "\n")
-    with pytest.raises(SpecError, match=r"completions.jsonl record 144: idx '99' is not a task of source 'model'"):
+    with pytest.raises(SpecError, match=r"completions.jsonl record 145: idx '99' is not a task of source 'model'"):
         spec.sources[0].build_rows(spec)
 
 
@@ -185,6 +185,10 @@ def test_validate_names_the_yaml_path_and_the_fix(gsm, tmp_path: Path, monkeypat
     p, _ = problems(gsm_fixture.SPEC.replace("split: test", "split: validation"))
     assert p == [f"sources[0].split: source 'model' ({root / 'gsm'}): split 'validation' not found; "
                  "the dataset has ['test', 'train']"]
+    # no split: on a dataset with two is refused (it used to read train silently)
+    p, _ = problems(gsm_fixture.SPEC.replace("    split: test\n", ""))
+    assert p == [f"sources[0].split: source 'model' ({root / 'gsm'}): split: the dataset has splits "
+                 "['test', 'train']; choose one with split: (none is picked for you)"]
     p, _ = problems(gsm_fixture.SPEC.replace("by: subject", "by: subjet"))
     assert len(p) == 1 and p[0].startswith("measure.pass_at.by: 'subjet' is not a field of source 'model''s rows")
     assert "meta.subject" in p[0] and "fix:" in p[0]
@@ -288,6 +292,9 @@ def test_a_hub_style_dataset_with_generate_instead_of_a_completions_file(gsm, tm
       api: completions
       k: 2
 """).replace("fields: {reference: answer, markers: [latency_ms]}", "fields: {reference: answer}")
+    with pytest.raises(SpecError, match=r"measure.pass_at.k: 4 is above sources\[0\].generate.k 2"):
+        parse_spec(text, base_dir=str(root))  # pass@4 of 2 samples per task: undefined
+    text = text.replace("pass_at: {k: 4,", "pass_at: {k: 2,")
     spec = parse_spec(text, base_dir=str(root))
     assert check_data(spec) == ([], [])
     store = Store(tmp_path / "store")

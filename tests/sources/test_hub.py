@@ -40,3 +40,42 @@ def test_a_hub_id_without_network_says_how_to_fix_it(tmp_path: Path, monkeypatch
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))  # an empty cache
     with pytest.raises(SpecError, match=r"sources\[1\]: 'openai/gsm8k' is not a local path.*save_to_disk"):
         load_dataset_records("openai/gsm8k", name="main", split="test", where="sources[1]")
+
+
+def test_split_is_required_when_there_are_several_and_refused_when_absent(tmp_path: Path) -> None:
+    dd = datasets.DatasetDict({"train": datasets.Dataset.from_dict(ROWS),
+                               "test": datasets.Dataset.from_dict({k: v[:1] for k, v in ROWS.items()})})
+    dd.save_to_disk(str(tmp_path / "gsm"))
+    with pytest.raises(SpecError, match=r"sources\[0\]: split: the dataset has splits \['test', "
+                       r"'train'\]; choose one with split:"):
+        load_dataset_records(tmp_path / "gsm", where="sources[0]")
+    # a plain saved Dataset has no split to choose: a split: naming one is refused, not ignored
+    datasets.Dataset.from_dict(ROWS).save_to_disk(str(tmp_path / "one"))
+    with pytest.raises(SpecError, match=r"split 'validation' not found: the data is one saved "
+                       r"Dataset without named splits; remove split:"):
+        load_dataset_records(tmp_path / "one", split="validation")
+    got = load_dataset_records(tmp_path / "one")
+    assert len(got.records) == 3 and got.split is None
+    # a Dataset saved from a named split keeps the name: that split is accepted, another is not
+    datasets.Dataset.from_dict(ROWS).to_json(str(tmp_path / "t.jsonl"))
+    named = datasets.load_dataset("json", data_files={"test": str(tmp_path / "t.jsonl")})["test"]
+    named.save_to_disk(str(tmp_path / "test_only"))
+    assert load_dataset_records(tmp_path / "test_only", split="test").split == "test"
+    with pytest.raises(SpecError, match=r"split 'train' not found; the saved Dataset holds split "
+                       r"'test' only"):
+        load_dataset_records(tmp_path / "test_only", split="train")
+
+
+def test_a_folder_of_files_has_the_splits_its_file_names_give(tmp_path: Path) -> None:
+    (tmp_path / "d").mkdir()
+    datasets.Dataset.from_dict(ROWS).to_json(str(tmp_path / "d" / "train.jsonl"))
+    datasets.Dataset.from_dict({k: v[:1] for k, v in ROWS.items()}).to_json(
+        str(tmp_path / "d" / "test.jsonl"))
+    assert len(load_dataset_records(tmp_path / "d", split="test").records) == 1
+    with pytest.raises(SpecError, match=r"split: the dataset has splits \['test', 'train'\]"):
+        load_dataset_records(tmp_path / "d")
+    (tmp_path / "u").mkdir()
+    datasets.Dataset.from_dict(ROWS).to_json(str(tmp_path / "u" / "part-0.jsonl"))
+    with pytest.raises(SpecError, match=r"split 'test' not found; the dataset has \['train'\] "
+                       r"\(its files are not named by split"):
+        load_dataset_records(tmp_path / "u", split="test")

@@ -40,8 +40,8 @@ def test_dotted_paths_markers_and_meta() -> None:
 
 
 @pytest.mark.parametrize("value, message", [
-    ("7", r"src record 1: marker field 'out.usage.tokens' is str '7'; markers are numbers"),
-    (math.nan, r"src: markers \(record 1\): marker 'out.usage.tokens' is NaN"),
+    ("7", r"src record 2: marker field 'out.usage.tokens' is str '7'; markers are numbers"),
+    (math.nan, r"src: markers \(record 2\): marker 'out.usage.tokens' is NaN"),
 ])
 def test_a_bad_marker_value_names_record_and_field(value, message) -> None:
     recs = json.loads(json.dumps(NESTED))
@@ -58,14 +58,14 @@ def test_a_missing_marker_value_is_left_out_but_a_missing_field_is_an_error() ->
                           where="src")
     assert [x["markers"] for x in r] == [{}, {"out.usage.tokens": 9.0}]
     del recs[1]["out"]["usage"]
-    with pytest.raises(SpecError, match=r"src record 1: marker field 'out.usage.tokens' \(fields.markers\) is missing"):
+    with pytest.raises(SpecError, match=r"src record 2: marker field 'out.usage.tokens' \(fields.markers\) is missing"):
         rows_from_records(recs, FieldMap(prompt="item.q", completion="out.text", markers=["out.usage.tokens"]),
                           where="src")
 
 
 def test_meta_must_be_json_data() -> None:
     recs = [{"prompt": "a", "completion": "b", "blob": b"\x00\x01"}]
-    with pytest.raises(SpecError, match=r"src: meta \(record 0\): value is not JSON-serializable \(bytes\).*fields.meta"):
+    with pytest.raises(SpecError, match=r"src: meta \(record 1\): value is not JSON-serializable \(bytes\).*fields.meta"):
         rows_from_records(recs, FieldMap(), where="src")
     assert rows_from_records(recs, FieldMap(meta=[]), where="src")[0]["meta"] is None
 
@@ -87,7 +87,7 @@ def test_templates_render_record_fields_and_name_what_is_missing() -> None:
 
 
 def test_reference_regex_no_match_is_an_error_not_an_empty_reference() -> None:
-    with pytest.raises(SpecError, match=r"src record 0 field 'gold': reference_regex '####\\\\s\*\(\.\+\)\$' does not "
+    with pytest.raises(SpecError, match=r"src record 1 field 'gold': reference_regex '####\\\\s\*\(\.\+\)\$' does not "
                                         r"match the reference 'the answer is 4'"):
         rows_from_records([{"prompt": "q", "completion": "4", "gold": "the answer is 4"}],
                           FieldMap(reference="gold"), where="src", reference_regex=r"####\s*(.+)$")
