@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import socket
 import sys
 import threading
 import time
@@ -50,11 +51,15 @@ class _Server(ThreadingHTTPServer):
 
 class Fault:
     """One scripted answer in place of a completion: an HTTP status (with Retry-After and a
-    message) or a stall of ``sleep`` seconds (a timeout for the client)."""
+    message), a stall of ``sleep`` seconds (a timeout for the client), a dropped connection
+    (closed without an answer), or, with ``status=None``, the normal answer after the stall
+    and after ``until()`` holds (polled; ``until_s`` caps the wait, counted in ``gate_timeouts``)."""
 
-    def __init__(self, status: int = 500, *, retry_after: str | None = None, message: str = "injected",
-                 sleep: float = 0.0) -> None:
+    def __init__(self, status: int | None = 500, *, retry_after: str | None = None,
+                 message: str = "injected", sleep: float = 0.0, drop: bool = False,
+                 until: Callable[[], bool] | None = None, until_s: float = 30.0) -> None:
         self.status, self.retry_after, self.message, self.sleep = status, retry_after, message, sleep
+        self.drop, self.until, self.until_s = drop, until, until_s
 
 
 class OpenAIServer:
@@ -65,7 +70,7 @@ class OpenAIServer:
     ``requests``: every completion request body seen, with its arrival time."""
 
     def __init__(self, models: list[str] | None = None, *, latency: float = 0.0,
-                 policy: Callable[[dict[str, Any]], str] = scripted_policy) -> None:
+                 policy: Callable[[dict[str, Any]], str] = scripted_policy, port: int = 0) -> None:
         self.models = models or ["tiny-ckpt"]
         self.latency = latency
         self.policy = policy
@@ -73,7 +78,9 @@ class OpenAIServer:
         self.requests: list[dict[str, Any]] = []
         self.in_flight = 0
         self.max_in_flight = 0
+        self.gate_timeouts = 0
         self.lock = threading.Lock()
+        self.sockets: set[Any] = set()
         server = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -84,6 +91,19 @@ class OpenAIServer:
 
             def log_message(self, *a: Any) -> None:
                 pass
+
+            def setup(self) -> None:
+                super().setup()
+                with server.lock:
+                    server.sockets.add(self.connection)
+
+            def finish(self) -> None:
+                with server.lock:
+                    server.sockets.discard(self.connection)
+                try:
+                    super().finish()
+                except OSError:
+                    pass
 
             def _send(self, code: int, doc: Any, headers: dict[str, str] | None = None) -> None:
                 data = json.dumps(doc).encode()
@@ -123,9 +143,21 @@ class OpenAIServer:
                 try:
                     if server.latency:
                         time.sleep(server.latency)
-                    if f is not None:
-                        if f.sleep:
-                            time.sleep(f.sleep)
+                    if f is not None and f.sleep:
+                        time.sleep(f.sleep)
+                    if f is not None and f.until is not None:
+                        end = time.monotonic() + f.until_s
+                        while not f.until():
+                            if time.monotonic() > end:
+                                with server.lock:
+                                    server.gate_timeouts += 1
+                                break
+                            time.sleep(0.002)
+                    if f is not None and f.drop:
+                        self.close_connection = True
+                        self.connection.shutdown(socket.SHUT_RDWR)
+                        return None
+                    if f is not None and f.status is not None:
                         hdr = {"Retry-After": f.retry_after} if f.retry_after is not None else None
                         return self._send(f.status, {"error": {"message": f.message, "code": f.status}}, hdr)
                     if body.get("model") not in server.models:
@@ -156,7 +188,7 @@ class OpenAIServer:
                     with server.lock:
                         server.in_flight -= 1
 
-        self.httpd = _Server(("127.0.0.1", 0), Handler)
+        self.httpd = _Server(("127.0.0.1", port), Handler)
         self.httpd.daemon_threads = True
         self.port = self.httpd.server_address[1]
         self.base_url = f"http://127.0.0.1:{self.port}/v1"
@@ -169,6 +201,28 @@ class OpenAIServer:
     def stop(self) -> None:
         self.httpd.shutdown()
         self.httpd.server_close()
+
+    def kill(self) -> None:
+        """Die as a restarted server does: stop listening and reset every open connection."""
+        self.stop()
+        with self.lock:
+            socks = list(self.sockets)
+        for s in socks:
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def settle(self) -> int:
+        """Wait until no request is in flight and the count stops moving (requests a killed
+        client had sent have all arrived), then return the count."""
+        seen, still = -1, 0
+        while still < 5:
+            time.sleep(0.05)
+            n = self.count()
+            still = still + 1 if n == seen and self.in_flight == 0 else 0
+            seen = n
+        return seen
 
     def count(self, since: int = 0) -> int:
         return len(self.requests) - since
