@@ -61,7 +61,8 @@ class RunStats:
             self.unit.count(retries=1)
 
     def failed(self, *, sent: bool = True) -> None:
-        """A request ended as an error row: it gave up after its retries, or was never sent."""
+        """A request ended as an error row: it gave up (after its retries, or stopped by an open
+        circuit breaker after some attempts), or was never sent."""
         with self._lock:
             if sent:
                 self.gave_up += 1
@@ -73,10 +74,12 @@ class RunStats:
             self.min_limit = limit if self.min_limit is None else min(self.min_limit, limit)
 
     def as_dict(self) -> dict[str, Any]:
-        """``{"requests", "retries" (by cause, sorted), "gave_up", "not_sent", "breaker"}``."""
+        """``{"requests", "retries" (by cause, sorted), "gave_up", "not_sent", "breaker",
+        "min_limit"}`` (``min_limit``: the lowest adaptive concurrency seen, None if none)."""
         with self._lock:
             return {"requests": self.requests, "retries": dict(sorted(self.retries.items())),
-                    "gave_up": self.gave_up, "not_sent": self.not_sent, "breaker": self.breaker}
+                    "gave_up": self.gave_up, "not_sent": self.not_sent, "breaker": self.breaker,
+                    "min_limit": self.min_limit}
 
 
 def to_messages(prompt: Any, *, system: str | None = None, i: int = 0) -> list[dict[str, str]]:

@@ -402,10 +402,12 @@ class OpenAIBackend:
         max_retries = 0 if probe else self.spec.max_retries
         while True:
             if budget.breaker is not None and not (probe and attempt == 0):
-                stats.failed(sent=False)
+                stats.failed(sent=attempt > 0)
                 stats.breaker = stats.breaker or budget.breaker
-                commit(req, self._error(f"not sent: circuit breaker open ({budget.breaker}); "
-                                        "the next run asks again", time.monotonic() - start, attempt))
+                what = "not sent" if not attempt else f"stopped after {attempt} attempt(s)"
+                commit(req, self._error(f"{what}: circuit breaker open ({budget.breaker}); the "
+                                        "next run asks again", time.monotonic() - start,
+                                        max(0, attempt - 1)))
                 return
             why, cause, wait_hint = "", "", None
             await budget.acquire(cap)
