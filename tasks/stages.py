@@ -66,9 +66,29 @@ score_rows = _task(_score_rows, "score-rows", "score-rows-{source_name}-{shard}"
 
 def _generate_shard(store: Any, spec: Any, source_name: str, filtered: Any, bounds: Any, shard: int,
                     n_shards: int, *, workers: Any = None, progress: Any = None) -> Any:
-    """run_generate_shard holding a ``gpu`` slot while a local model generates on CUDA."""
-    return stages.run_generate_shard(store, spec, source_name, filtered, bounds, shard, n_shards,
-                                     workers=workers, progress=progress, device_slot=gpu_slot)
+    """run_generate_shard holding a ``gpu`` slot while a local model generates on CUDA; the
+    shard's requests, retries and failures go to the task run's log."""
+    from prefect import get_run_logger
+
+    res = stages.run_generate_shard(store, spec, source_name, filtered, bounds, shard, n_shards,
+                                    workers=workers, progress=progress, device_slot=gpu_slot)
+    log_generation(res, get_run_logger())
+    return res
+
+
+def log_generation(res: Any, logger: Any) -> None:
+    """One line per generate shard for the task run: what it asked and what failed (an error
+    line when the server's circuit breaker opened)."""
+    s = res.summary
+    if res.cached:
+        logger.info("%s: cached (%s rows, nothing asked)", res.label, s.get("rows"))
+        return
+    retries = ", ".join(f"{k}: {v}" for k, v in (s.get("retries") or {}).items()) or "none"
+    logger.info("%s: %s rows, %s failed; %s HTTP requests, retries by cause %s, %s gave up, "
+                "%s not sent", res.label, s.get("rows"), s.get("errors"), s.get("requests"),
+                retries, s.get("gave_up"), s.get("not_sent"))
+    if s.get("breaker"):
+        logger.error("%s: circuit breaker open: %s", res.label, s["breaker"])
 
 
 generate_shard = _task(_generate_shard, "generate", "generate-{source_name}-{shard}")

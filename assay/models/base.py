@@ -82,6 +82,29 @@ class RunStats:
                     "min_limit": self.min_limit}
 
 
+def failure_cause(reason: str | None) -> str:
+    """The cause of a failed request, from its error record's reason: ``HTTP 503``,
+    ``timeout``, ``connection``, ``circuit breaker`` (not sent, or stopped, while the server's
+    breaker was open), or ``other`` (a reply without a completion, a callable's error).
+
+    Example:
+        >>> failure_cause("HTTP 503: overloaded; gave up after 8 retries")
+        'HTTP 503'
+        >>> failure_cause("not sent: circuit breaker open (http://h/v1: ...)")
+        'circuit breaker'
+    """
+    r = reason or ""
+    if r.startswith(("not sent: circuit breaker", "stopped after")):
+        return "circuit breaker"
+    if r.startswith("HTTP ") and r[5:8].isdigit():
+        return r[:8]
+    if r.startswith("timeout"):
+        return "timeout"
+    if r.startswith("connection error"):
+        return "connection"
+    return "other"
+
+
 def to_messages(prompt: Any, *, system: str | None = None, i: int = 0) -> list[dict[str, str]]:
     """A prompt (a string or ``[{"role", "content"}]``) as a message list, system prompt first."""
     if isinstance(prompt, str):

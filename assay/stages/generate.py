@@ -70,6 +70,7 @@ def run_generate_shard(store: Store, spec: StudySpec, source_name: str, filtered
     backend = backend_for(gspec.model)
     params = generate_params(gspec)
     fingerprint = backend.identity()
+    label = f"{source_name} shard {shard + 1}/{n_shards}"
     key = stage_key(STAGE, [part.checksum()], params, fingerprint)
     doc = lookup(store, key)
     if doc is not None and doc["summary"].get("errors"):
@@ -84,7 +85,7 @@ def run_generate_shard(store: Store, spec: StudySpec, source_name: str, filtered
         with slot:
             g = generate(msgs, backend, k=gspec.k, params=gspec.params, seed=gspec.seed, api=gspec.api,
                          system=gspec.system, max_connections=gspec.max_connections, store=store,
-                         journal=part.checksum())
+                         journal=part.checksum(), label=label)
         rows = g.rows(task_ids=table.column("task_id").to_pylist(),
                       privileged=[r["privileged"] for r in part], meta=[r["meta"] for r in part])
         ok = [r for r in g.records if r["status"] == "ok"]
@@ -93,9 +94,11 @@ def run_generate_shard(store: Store, spec: StudySpec, source_name: str, filtered
                    "truncated": sum(r["finish_reason"] == "length" for r in ok),
                    "prompt_tokens": sum(r["prompt_tokens"] or 0 for r in ok),
                    "completion_tokens": sum(r["completion_tokens"] or 0 for r in ok),
-                   "latency_s_median": round(statistics.median(lat), 4) if lat else None}
+                   "latency_s_median": round(statistics.median(lat), 4) if lat else None,
+                   # facts of this run (run.json reads them; the report, kept the same for the
+                   # same rows, does not): HTTP requests, retries by cause, gave-ups, breaker
+                   **g.stats}
         return {"rows": rows}, summary
 
     return cached_stage(store, STAGE, inputs=[part.checksum()], params=params, fingerprint=fingerprint,
-                        compute=compute, label=f"{source_name} shard {shard + 1}/{n_shards}",
-                        progress=progress)
+                        compute=compute, label=label, progress=progress)
