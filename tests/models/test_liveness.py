@@ -281,3 +281,22 @@ def test_progress_counts_every_sample_retry_and_error(server, store, fast_backof
     assert final.counts["retries"] == sum(g.stats["retries"].values()) == 2 * K + 14 * K
     assert g.stats["retries"] == {"429": 14 * K, "500": 2 * K}
     assert [s.done for s in seen if not s.finished] == list(range(1, N + 1))
+
+
+def test_a_judge_under_429s_gives_every_row_a_verdict(server, tmp_path, fast_backoff):
+    """The judge's calls: 429 on every first attempt, 40 rows, 8 connections."""
+    from assay.verify.judge import JudgeVerifier
+
+    server.faults = first_attempts(lambda: Fault(429, retry_after="0"))
+    judge = JudgeVerifier(model=spec(server), store=str(tmp_path / "judge"), max_connections=8)
+    rows = [{"prompt": q, "final_text": str(2 * i + 1 + (i % 2)), "privileged": {"reference": str(2 * i + 1)}}
+            for i, q in enumerate(QS)]
+    seen = []
+    stop = listen(lambda s: seen.append(s) if s.stage == "judge" else None)
+    try:
+        verdicts = judge.grade_batch(rows)
+    finally:
+        stop()
+    assert [v.reward for v in verdicts] == [1.0, 0.0] * 20
+    assert server.count() == 80 and seen[-1].done == 40 and seen[-1].counts["retries"] == 40
+    assert seen[-1].label == "judge:tiny-ckpt"
