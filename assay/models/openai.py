@@ -11,9 +11,11 @@ parameter is sent explicitly. A 4xx other than 408/429 stops the run with the se
 
 Liveness (why every call ends, and who wakes each waiter):
 
-- A call runs ``min(max_connections, len(requests))`` lanes (asyncio tasks) that pop requests from
-  one list; a lane ends when the list is empty, and :meth:`OpenAIBackend.run` ends when every
-  lane has. A lane only ever waits in three places, each with a waker and a bound:
+- A call runs ``min(max_connections, len(requests))`` lanes (asyncio tasks) that take work
+  from two lists: new requests, and retries with the time they are due. A lane ends when both
+  are empty, and :meth:`OpenAIBackend.run` ends when every lane has; a retry is only scheduled
+  by a running lane, which sees it on its next turn, so none is left without a lane. A lane
+  only ever waits in three places, each with a waker and a bound:
   1. ``ServerBudget.acquire`` (a connection slot of the server). A waiter is parked only while
      ``in_flight >= allowed`` and ``allowed >= 1``, so some request holds a slot; every holder
      gives it back through ``ServerBudget.done`` (in a ``finally``: on an answer, an error, a
@@ -22,8 +24,9 @@ Liveness (why every call ends, and who wakes each waiter):
      is held at most ``timeout_s`` (2.).
   2. The request itself: ``asyncio.timeout(timeout_s)`` around the whole exchange, so a server
      that accepts and never answers, or trickles bytes, ends the attempt.
-  3. The backoff sleep between attempts, bounded by ``BACKOFF_MAX_S`` or the server's
-     ``Retry-After``, and never past ``retry_total_s`` (a longer wait gives up instead).
+  3. The sleep until a retry is due (taken only when no new request is left): bounded by
+     ``BACKOFF_MAX_S`` or the server's ``Retry-After``, and never past ``retry_total_s`` (a
+     longer wait gives up instead). A request waiting out its backoff holds no lane.
 - Each request makes at most ``max_retries + 1`` attempts and spends at most ``retry_total_s``
   between its first attempt and its last retry decision, so every request ends, with exactly
   one commit: its answer or an error record. A call of N requests therefore ends within about
@@ -41,6 +44,8 @@ from __future__ import annotations
 import asyncio
 import collections
 import email.utils
+import heapq
+import itertools
 import os
 import random
 import ssl
@@ -78,7 +83,8 @@ IDENTITY_FIELDS = ("id", "object", "owned_by", "root", "parent", "max_model_len"
 class _Waiter:
     __slots__ = ("fut", "loop", "cap")
 
-    def __init__(self, fut: asyncio.Future[None], loop: asyncio.AbstractEventLoop, cap: int) -> None:
+    def __init__(self, fut: asyncio.Future[None], loop: asyncio.AbstractEventLoop,
+                 cap: int) -> None:
         self.fut, self.loop, self.cap = fut, loop, cap
 
 
@@ -121,7 +127,8 @@ class ServerBudget:
         with self._lock:
             self.calls += 1
             self.high = max(self.high, cap) if self.calls > 1 else cap
-            self.limit = float(self.high) if self.limit <= 0 else min(max(self.limit, 1.0), self.high)
+            self.limit = (float(self.high) if self.limit <= 0
+                          else min(max(self.limit, 1.0), self.high))
             self._grant()
 
     def finish(self) -> None:
@@ -248,6 +255,22 @@ class _Fatal(Exception):
     pass
 
 
+class _Job:
+    """One request through its attempts: the body, attempts so far, first-attempt time, when
+    its retry is due."""
+
+    __slots__ = ("req", "body", "attempt", "start", "due")
+
+    def __init__(self, req: Request, body: dict[str, Any]) -> None:
+        self.req, self.body = req, body
+        self.attempt = 0
+        self.start: float | None = None
+        self.due = 0.0
+
+
+_SEQ = itertools.count()  # ties in the retry heap go in scheduling order
+
+
 @BACKENDS.register("openai", spec=OpenAISpec, help="an OpenAI-compatible server (vLLM, SGLang, TGI, OpenAI)")
 class OpenAIBackend:
     """Client of one model on one OpenAI-compatible server (see module docstring).
@@ -352,7 +375,8 @@ class OpenAIBackend:
 
         budget = server_budget(self.spec.base_url)
         path = "/chat/completions" if api == "chat" else "/completions"
-        queue = list(reversed(requests))  # lanes pop from the end: requests go out in order
+        queue = [_Job(r, self.body(r, params, api)) for r in reversed(requests)]  # popped in order
+        retries: list[tuple[float, int, _Job]] = []  # (due, seq, job): a heap
         verify = ssl.create_default_context() if self._verify else False  # one CA load, shared
 
         # One client per lane, each with one keep-alive connection: httpx's pool does work
@@ -360,21 +384,39 @@ class OpenAIBackend:
         # the server's answers at high request rates.
         def client() -> httpx.AsyncClient:
             return httpx.AsyncClient(base_url=self.spec.base_url, headers=self.headers,
-                                     limits=httpx.Limits(max_connections=1, max_keepalive_connections=1),
+                                     limits=httpx.Limits(max_connections=1,
+                                                         max_keepalive_connections=1),
                                      verify=verify, timeout=httpx.Timeout(self.spec.timeout_s))
 
+        def attempt(c: httpx.AsyncClient, job: _Job, probe: bool = False) -> Any:
+            return self._attempt(c, budget, max_connections, path, job, api, commit, stats,
+                                 retries, probe)
+
+        # A lane takes a retry that is due, else a new request, else the earliest retry (and
+        # sleeps until it is due): a request waiting out its backoff holds no lane, so the
+        # other lanes keep the server busy. At most max_connections requests wait out a
+        # backoff at once (then lanes take retries, not new requests): a dead server sees at
+        # most BREAKER_AFTER + 2 * max_connections requests' attempts before the breaker
+        # opens. No await between a test and its pop. A lane ends when both lists are empty;
+        # a retry is only ever scheduled by a lane that is running, which then sees it on its
+        # next turn, so no retry outlives every lane.
         async def lane() -> None:
             async with client() as c:
-                while queue:  # no await between the test and the pop: one lane per request
-                    await self._one(c, budget, max_connections, path, queue.pop(), params, api,
-                                    commit, stats)
+                while queue or retries:
+                    if retries and (retries[0][0] <= time.monotonic() or not queue
+                                    or len(retries) >= max_connections):
+                        job = heapq.heappop(retries)[2]
+                        if budget.breaker is None:  # an open breaker ends it without waiting
+                            await asyncio.sleep(max(0.0, job.due - time.monotonic()))
+                    else:
+                        job = queue.pop()
+                    await attempt(c, job)
 
         budget.start(max_connections)
         try:
             if budget.breaker is not None:  # half-open: one single-attempt probe decides
                 async with client() as c:
-                    await self._one(c, budget, max_connections, path, queue.pop(), params, api,
-                                    commit, stats, probe=True)
+                    await attempt(c, queue.pop(), probe=True)
             tasks = [asyncio.create_task(lane()) for _ in range(min(max_connections, len(queue)))]
             try:
                 await asyncio.gather(*tasks)
@@ -388,75 +430,76 @@ class OpenAIBackend:
         finally:
             budget.finish()
 
-    async def _one(self, client: httpx.AsyncClient, budget: ServerBudget, cap: int, path: str,
-                   req: Request, params: SamplingParams, api: str,
-                   commit: Callable[[Request, dict[str, Any]], None], stats: RunStats,
-                   probe: bool = False) -> None:
-        """One request to its end: an answer, or an error record after its retries (or at once
-        while the server's breaker is open); exactly one ``commit``."""
+    async def _attempt(self, client: httpx.AsyncClient, budget: ServerBudget, cap: int, path: str,
+                       job: _Job, api: str, commit: Callable[[Request, dict[str, Any]], None],
+                       stats: RunStats, retries: list[tuple[float, int, _Job]],
+                       probe: bool = False) -> None:
+        """One attempt of a request. Ends it (exactly one ``commit``: its answer, or an error
+        record once its retries are spent or while the server's breaker is open), or schedules
+        its retry on ``retries`` after a backoff that honours Retry-After."""
         import httpx
 
-        body = self.body(req, params, api)
-        start = time.monotonic()
-        attempt = 0
-        max_retries = 0 if probe else self.spec.max_retries
-        while True:
-            if budget.breaker is not None and not (probe and attempt == 0):
-                stats.failed(sent=attempt > 0)
-                stats.breaker = stats.breaker or budget.breaker
-                what = "not sent" if not attempt else f"stopped after {attempt} attempt(s)"
-                commit(req, self._error(f"{what}: circuit breaker open ({budget.breaker}); the "
-                                        "next run asks again", time.monotonic() - start,
-                                        max(0, attempt - 1)))
-                return
-            why, cause, wait_hint = "", "", None
-            await budget.acquire(cap)
-            stats.limited(budget.allowed(cap))
-            t0 = time.monotonic()
-            status: int | str | None = None
+        req = job.req
+        if job.start is None:
+            job.start = time.monotonic()
+        if budget.breaker is not None and not probe:
+            stats.failed(sent=job.attempt > 0)
+            stats.breaker = stats.breaker or budget.breaker
+            what = "not sent" if not job.attempt else f"stopped after {job.attempt} attempt(s)"
+            commit(req, self._error(f"{what}: circuit breaker open ({budget.breaker}); the next "
+                                    "run asks again", time.monotonic() - job.start,
+                                    max(0, job.attempt - 1)))
+            return
+        why, cause, wait_hint = "", "", None
+        await budget.acquire(cap)
+        stats.limited(budget.allowed(cap))
+        t0 = time.monotonic()
+        status: int | str | None = None
+        try:
+            stats.sent()
             try:
-                stats.sent()
-                try:
-                    async with asyncio.timeout(self.spec.timeout_s):
-                        resp = await client.post(path, json=body)
-                except (TimeoutError, httpx.TimeoutException) as e:
-                    why = f"timeout after {self.spec.timeout_s:g}s ({type(e).__name__})"
-                    status = cause = "timeout"
-                except httpx.TransportError as e:
-                    why = f"connection error ({type(e).__name__}: {e})"
-                    status = cause = "connection"
-                else:
-                    status = code = resp.status_code
-                    if code < 400:
-                        commit(req, self._record(resp, api, time.monotonic() - t0, attempt))
-                        return
-                    msg = _server_message(resp)
-                    if code not in RETRY_STATUS and code < 500:
-                        raise _Fatal(f"POST {self.spec.base_url}{path} answered HTTP {code}: {msg} "
-                                     f"(prompt {req.prompt_index}, sample {req.sample_index}); a "
-                                     "4xx other than 408/429 is not retried: fix the request or spec")
-                    why, cause = f"HTTP {code}: {msg}", f"HTTP {code}"
-                    wait_hint = retry_after_s(resp.headers.get("retry-after"))
-            finally:  # the slot goes back on every path: the waker of parked lanes
-                budget.done(sent_at=t0, status=status)
-            backoff = random.uniform(0, min(BACKOFF_MAX_S, BACKOFF_BASE_S * 2 ** attempt))
-            wait = max(backoff, wait_hint) if wait_hint is not None else backoff
-            elapsed = time.monotonic() - start
-            if attempt >= max_retries or elapsed + wait > self.spec.retry_total_s:
-                cap_s = (f"{attempt} retries" if attempt >= max_retries
-                         else f"the {self.spec.retry_total_s:g}s retry cap")
-                stats.failed()
-                commit(req, self._error(f"{why}; gave up after {cap_s}", elapsed, attempt))
-                opened = budget.gave_up(cause, req.prompt_index)
-                if opened is not None:
-                    stats.breaker = opened
-                    print(f"warning: generate: circuit breaker open: {opened}; the remaining "
-                          "requests to this server are not sent (error rows the next run asks "
-                          "again). Is the server up?", file=sys.stderr, flush=True)
-                return
-            attempt += 1
-            stats.retry(cause.removeprefix("HTTP "))
-            await asyncio.sleep(wait)
+                async with asyncio.timeout(self.spec.timeout_s):
+                    resp = await client.post(path, json=job.body)
+            except (TimeoutError, httpx.TimeoutException) as e:
+                why = f"timeout after {self.spec.timeout_s:g}s ({type(e).__name__})"
+                status = cause = "timeout"
+            except httpx.TransportError as e:
+                why = f"connection error ({type(e).__name__}: {e})"
+                status = cause = "connection"
+            else:
+                status = code = resp.status_code
+                if code < 400:
+                    commit(req, self._record(resp, api, time.monotonic() - t0, job.attempt))
+                    return
+                msg = _server_message(resp)
+                if code not in RETRY_STATUS and code < 500:
+                    raise _Fatal(f"POST {self.spec.base_url}{path} answered HTTP {code}: {msg} "
+                                 f"(prompt {req.prompt_index}, sample {req.sample_index}); a "
+                                 "4xx other than 408/429 is not retried: fix the request or spec")
+                why, cause = f"HTTP {code}: {msg}", f"HTTP {code}"
+                wait_hint = retry_after_s(resp.headers.get("retry-after"))
+        finally:  # the slot goes back on every path: the waker of parked lanes
+            budget.done(sent_at=t0, status=status)
+        backoff = random.uniform(0, min(BACKOFF_MAX_S, BACKOFF_BASE_S * 2 ** job.attempt))
+        wait = max(backoff, wait_hint) if wait_hint is not None else backoff
+        elapsed = time.monotonic() - job.start
+        max_retries = 0 if probe else self.spec.max_retries
+        if job.attempt >= max_retries or elapsed + wait > self.spec.retry_total_s:
+            cap_s = (f"{job.attempt} retries" if job.attempt >= max_retries
+                     else f"the {self.spec.retry_total_s:g}s retry cap")
+            stats.failed()
+            commit(req, self._error(f"{why}; gave up after {cap_s}", elapsed, job.attempt))
+            opened = budget.gave_up(cause, req.prompt_index)
+            if opened is not None:
+                stats.breaker = opened
+                print(f"warning: generate: circuit breaker open: {opened}; the remaining "
+                      "requests to this server are not sent (error rows the next run asks "
+                      "again). Is the server up?", file=sys.stderr, flush=True)
+            return
+        job.attempt += 1
+        job.due = time.monotonic() + wait
+        stats.retry(cause.removeprefix("HTTP "))
+        heapq.heappush(retries, (job.due, next(_SEQ), job))
 
     @staticmethod
     def _error(reason: str, elapsed: float, retries: int) -> dict[str, Any]:

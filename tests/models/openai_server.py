@@ -3,7 +3,8 @@ request counting, injected faults (429 with Retry-After, 500, timeouts, 400) and
 
 The policy is deterministic in (model, prompt, seed, temperature), so a cached completion and a
 fresh one can be compared; it honours ``max_tokens`` (finish_reason ``length``) and ``stop``.
-Run as a script (``python openai_server.py PORT_FILE [LATENCY]``) it serves until killed.
+Run as a script (``python openai_server.py PORT_FILE [LATENCY [P429 P500]]``) it serves until
+killed, optionally failing first attempts (:func:`first_attempt_faults`).
 """
 
 from __future__ import annotations
@@ -53,7 +54,8 @@ class Fault:
     """One scripted answer in place of a completion: an HTTP status (with Retry-After and a
     message), a stall of ``sleep`` seconds (a timeout for the client), a dropped connection
     (closed without an answer), or, with ``status=None``, the normal answer after the stall
-    and after ``until()`` holds (polled; ``until_s`` caps the wait, counted in ``gate_timeouts``)."""
+    and after ``until()`` holds (polled; ``until_s`` caps the wait, counted in
+    ``gate_timeouts``)."""
 
     def __init__(self, status: int | None = 500, *, retry_after: str | None = None,
                  message: str = "injected", sleep: float = 0.0, drop: bool = False,
@@ -228,8 +230,30 @@ class OpenAIServer:
         return len(self.requests) - since
 
 
+def first_attempt_faults(p429: float, p500: float) -> Callable[[int, dict[str, Any]], Fault | None]:
+    """Faults on first attempts only: a share ``p429`` of samples (drawn from a hash of the
+    prompt and seed, so the same ones every run) get a 429, a share ``p500`` a 500."""
+    seen: set[str] = set()
+    lock = threading.Lock()
+
+    def faults(n: int, body: dict[str, Any]) -> Fault | None:
+        key = json.dumps([body.get("messages") or body.get("prompt"), body.get("seed")])
+        with lock:
+            if key in seen:
+                return None
+            seen.add(key)
+        u = int(hashlib.sha256(key.encode()).hexdigest()[:8], 16) / 2 ** 32
+        if u < p429:
+            return Fault(429, message="rate limited")
+        return Fault(500, message="engine hiccup") if u < p429 + p500 else None
+    return faults
+
+
 if __name__ == "__main__":
+    # python openai_server.py PORT_FILE [LATENCY [P429 P500]]
     srv = OpenAIServer(latency=float(sys.argv[2]) if len(sys.argv) > 2 else 0.0).start()
+    if len(sys.argv) > 4:
+        srv.faults = first_attempt_faults(float(sys.argv[3]), float(sys.argv[4]))
     with open(sys.argv[1], "w") as fh:
         fh.write(srv.base_url)
     srv.thread.join()

@@ -112,7 +112,8 @@ def test_function_backend_commits_each_sample_once_and_a_raise_ends_the_call(sto
     try:
         g = generate([f"q{i}" for i in range(6)] + ["a", "b"], model, k=1, store=store, label="fn")
         with pytest.raises(RuntimeError, match="the model crashed"):
-            generate([f"p{i}" for i in range(4)] + ["boom", "c"], model, k=1, store=store, label="fn")
+            generate([f"p{i}" for i in range(4)] + ["boom", "c"], model, k=1, store=store,
+                     label="fn")
     finally:
         stop()
     assert not g.errors and [s.done for s in seen if not s.finished][:8] == list(range(1, 9))

@@ -217,7 +217,6 @@ def test_sigkill_inside_the_generate_stage_then_resume(server, tmp_path):
         time.sleep(0.02)
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
-    
     seen = server.settle()  # every request the killed run had sent has arrived
     (jfile,) = journal.glob("*.jsonl")
     committed = jfile.read_bytes().count(b"\n")

@@ -82,7 +82,8 @@ def run(server, store, qs=QS, k=K, conns=8, **kw):
 
 
 @pytest.mark.parametrize("n_prompts,conns", [(2, 2), (40, 8)])
-def test_429_on_every_first_attempt_ends_with_every_answer(server, store, fast_backoff, n_prompts, conns):
+def test_429_on_every_first_attempt_ends_with_every_answer(server, store, fast_backoff, n_prompts,
+                                                            conns):
     """The hang of issue 24: a lane parked by a 429 cut waited for a waker that never came."""
     server.faults = first_attempts(lambda: Fault(429, retry_after="0"))
     g = run(server, store, QS[:n_prompts], conns=conns)
@@ -110,16 +111,19 @@ def test_the_last_requests_are_retries(server, store, fast_backoff):
 
 
 @pytest.mark.parametrize("status", [429, 503])
-def test_every_attempt_failing_opens_the_breaker_and_ends(server, store, fast_backoff, capfd, status):
+def test_every_attempt_failing_opens_the_breaker_and_ends(server, store, fast_backoff, capfd,
+                                                          status):
     """A dead server: BREAKER_AFTER requests give up, the rest are not sent; one loud line."""
     server.faults = lambda n, body: Fault(status, retry_after="0", message="overloaded")
     g = run(server, store)
     assert len(g.errors) == N and all(f"HTTP {status}" in r["reason"] for r in g.errors)
     gave_up = [r for r in g.errors if "gave up after 6 retries" in r["reason"]]
     not_sent = [r for r in g.errors if r["reason"].startswith("not sent: circuit breaker open")]
-    assert BREAKER_AFTER <= len(gave_up) < BREAKER_AFTER + 8 and len(not_sent) >= N - 16
+    # at most 8 in flight and 8 waiting out a backoff when the breaker opens
+    assert BREAKER_AFTER <= len(gave_up) < BREAKER_AFTER + 16
+    assert len(not_sent) >= N - BREAKER_AFTER - 16
     # what a dead server costs is bounded, and no sample "not sent" reached the server
-    assert server.count() == g.stats["requests"] <= 7 * (BREAKER_AFTER + 8)
+    assert server.count() == g.stats["requests"] <= 7 * (BREAKER_AFTER + 16)
     asked = {sample_of(b) for b in server.requests}
     assert not asked & {(QS[r["prompt_index"]], r["seed"]) for r in not_sent}
     assert g.stats["not_sent"] == len(not_sent) and g.stats["gave_up"] == N - len(not_sent)
@@ -234,7 +238,8 @@ def test_two_concurrent_calls_share_one_servers_connections(store, tmp_path):
 
     # one gate for both servers, opened once: a gate per server could each see the other's
     # count at a different instant
-    gate = latch(lambda: a.in_flight >= 5 or (a.in_flight >= 4 and j.in_flight >= 4 and parked() >= 4))
+    gate = latch(lambda: a.in_flight >= 5
+                 or (a.in_flight >= 4 and j.in_flight >= 4 and parked() >= 4))
     a.faults = lambda n, body: Fault(None, until=gate) if n < 16 else None
     j.faults = lambda n, body: Fault(None, until=gate) if n < 16 else None
     errors: list[BaseException] = []
@@ -267,9 +272,10 @@ def test_progress_counts_every_sample_retry_and_error(server, store, fast_backof
     bad = QS[5]
     thirds = first_attempts(lambda: Fault(429, retry_after="0"),
                             pick=lambda body: QS.index(body["messages"][-1]["content"]) % 3 == 0)
-    server.faults = lambda n, body: Fault(500) if body["messages"][-1]["content"] == bad else thirds(n, body)
+    server.faults = lambda n, body: (Fault(500) if body["messages"][-1]["content"] == bad
+                                     else thirds(n, body))
     seen = []
-    stop = listen(lambda s: seen.append(s) if s.stage == "generate" and s.label == "liveness" else None)
+    stop = listen(lambda s: seen.append(s) if s.label == "liveness" else None)
     try:
         g = generate(QS, spec(server, max_retries=2), k=K, params=PARAMS, max_connections=8,
                      store=store, label="liveness")
@@ -289,8 +295,8 @@ def test_a_judge_under_429s_gives_every_row_a_verdict(server, tmp_path, fast_bac
 
     server.faults = first_attempts(lambda: Fault(429, retry_after="0"))
     judge = JudgeVerifier(model=spec(server), store=str(tmp_path / "judge"), max_connections=8)
-    rows = [{"prompt": q, "final_text": str(2 * i + 1 + (i % 2)), "privileged": {"reference": str(2 * i + 1)}}
-            for i, q in enumerate(QS)]
+    rows = [{"prompt": q, "final_text": str(2 * i + 1 + (i % 2)),
+             "privileged": {"reference": str(2 * i + 1)}} for i, q in enumerate(QS)]
     seen = []
     stop = listen(lambda s: seen.append(s) if s.stage == "judge" else None)
     try:

@@ -157,7 +157,8 @@ def test_completions_api_and_truncation(server, store):
 def test_concurrency_is_bounded_by_max_connections(server, store):
     # the first 8 arrivals are held until 8 are in flight: reaching 8 is then certain, not a race
     # (the first 8 only: each of them waits until all 8 are in, so none waits for later ones)
-    server.faults = lambda n, body: Fault(None, until=lambda: server.in_flight >= 8) if n < 8 else None
+    server.faults = lambda n, body: (Fault(None, until=lambda: server.in_flight >= 8) if n < 8
+                                     else None)
     generate([f"q{i}" for i in range(40)], spec(server), params=PARAMS, max_connections=8, store=store)
     assert server.max_in_flight == 8 and server.gate_timeouts == 0
 
