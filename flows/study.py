@@ -73,40 +73,9 @@ def finish_run(store: Store, spec: Any, run: stages.StudyRun, out: Path,
             "started": started if started is not None else time.time()}
     made = [r for r in run.results if r.stage == "generate"]
     if made:  # requests sent this run and their latency: wall-clock facts, so here, not in the report
-        info["generation"] = generation_facts(made)
+        info["generation"] = stages.generation_facts(made)
     write_run_dir(out, files, rows, info)
     return info
-
-
-def generation_facts(made: list[stages.StageResult]) -> dict[str, Any]:
-    """run.json's ``generation``: per generate shard, what this run asked (a cached shard asked
-    nothing: its summary's request counts are another run's), and the total over shards:
-    requests sent, retries by cause, requests that gave up, not sent (circuit breaker), failed.
-
-    Example:
-        >>> r = stages.StageResult("generate", "s shard 1/1", "k", {}, {}, {"rows": 2, "errors": 1,
-        ...     "requests": 5, "retries": {"429": 3}, "gave_up": 1, "not_sent": 0, "breaker": None})
-        >>> generation_facts([r])["total"]["retries"]
-        {'429': 3}
-    """
-    runs = ("sent", "requests", "gave_up", "not_sent")
-    shards: dict[str, Any] = {}
-    total: dict[str, Any] = {"requests": 0, "retries": {}, "gave_up": 0, "not_sent": 0,
-                             "errors": 0, "breaker": []}
-    for r in made:
-        doc = {**r.summary, "cached": r.cached}
-        if r.cached:
-            doc.update({k: 0 for k in runs if k in doc}, retries={}, breaker=None)
-        shards[r.label] = doc
-        total["errors"] += doc.get("errors") or 0
-        for k in ("requests", "gave_up", "not_sent"):
-            total[k] += doc.get(k) or 0
-        for cause, n in (doc.get("retries") or {}).items():
-            total["retries"][cause] = total["retries"].get(cause, 0) + n
-        if doc.get("breaker") and doc["breaker"] not in total["breaker"]:
-            total["breaker"].append(doc["breaker"])
-    total["retries"] = dict(sorted(total["retries"].items()))
-    return {"shards": shards, "total": total}
 
 
 @flow(name="assay-study", persist_result=False, log_prints=False, validate_parameters=True)

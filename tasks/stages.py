@@ -77,12 +77,22 @@ def _generate_shard(store: Any, spec: Any, source_name: str, filtered: Any, boun
 
 
 def log_generation(res: Any, logger: Any) -> None:
-    """One line per generate shard for the task run: what it asked and what failed (an error
-    line when the server's circuit breaker opened)."""
+    """What a generate shard asked and what failed, on its task run: a table artifact (seen in
+    the UI whatever the log settings) and a log line (an error line when the server's circuit
+    breaker opened)."""
+    from prefect.artifacts import create_table_artifact
+
     s = res.summary
     if res.cached:
         logger.info("%s: cached (%s rows, nothing asked)", res.label, s.get("rows"))
         return
+    create_table_artifact(
+        table=[{"shard": res.label, "rows": s.get("rows"), "failed": s.get("errors"),
+                "requests": s.get("requests"),
+                "retries": ", ".join(f"{k}: {v}" for k, v in (s.get("retries") or {}).items()),
+                "gave_up": s.get("gave_up"), "not_sent": s.get("not_sent"),
+                "breaker": s.get("breaker") or ""}],
+        description=f"generate {res.label}: requests, retries by cause, failures")
     retries = ", ".join(f"{k}: {v}" for k, v in (s.get("retries") or {}).items()) or "none"
     logger.info("%s: %s rows, %s failed; %s HTTP requests, retries by cause %s, %s gave up, "
                 "%s not sent", res.label, s.get("rows"), s.get("errors"), s.get("requests"),

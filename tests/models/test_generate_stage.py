@@ -100,9 +100,7 @@ def test_failed_requests_are_ungraded_then_retried_to_the_clean_result(server, t
     assert "| ckpt | openai:tiny-ckpt | 4 | 28 | 4 (HTTP 500: 4) |" in md
     assert "retries by status and requests that gave up are facts of each run" in md
     # run.json's facts: every request the server saw, the retries by status, the gave-ups
-    from flows.study import generation_facts
-
-    facts = generation_facts([r for r in broken.results if r.stage == "generate"])
+    facts = stages.generation_facts([r for r in broken.results if r.stage == "generate"])
     assert facts["total"] == {"requests": len(server.requests), "retries": {"500": 4}, "gave_up": 4,
                               "not_sent": 0, "errors": 4, "breaker": []}
     server.faults = []
@@ -110,7 +108,7 @@ def test_failed_requests_are_ungraded_then_retried_to_the_clean_result(server, t
     fixed = run(server, tmp_path, store)
     assert len(server.requests) - n == 4  # only the failed samples are asked again
     assert stages.report_files(store, fixed.report) == clean_report
-    facts = generation_facts([r for r in fixed.results if r.stage == "generate"])
+    facts = stages.generation_facts([r for r in fixed.results if r.stage == "generate"])
     assert facts["total"]["requests"] == 4 and facts["total"]["retries"] == {}
     assert sum(d["cached"] for d in facts["shards"].values()) == 2  # the two clean shards
 
