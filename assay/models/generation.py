@@ -14,6 +14,7 @@ Example:
 from __future__ import annotations
 
 import inspect
+import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -130,17 +131,19 @@ class Generations:
 
 
 _SHARED: dict[bytes, Any] = {}
+_SHARED_LOCK = threading.Lock()
 
 
 def shared_backend(model: Any) -> Any:
     """The backend of a spec entry, built once per process (the shards of a study, and a judge
-    and its cache identity, share one loaded local model)."""
+    and its cache identity, share one loaded local model); shards on threads get the same one."""
     from assay.hashing import canonical_json
 
     key = canonical_json(backend_spec(model).model_dump(mode="json"))
-    if key not in _SHARED:
-        _SHARED[key] = make_backend(model)
-    return _SHARED[key]
+    with _SHARED_LOCK:
+        if key not in _SHARED:
+            _SHARED[key] = make_backend(model)
+        return _SHARED[key]
 
 
 def make_backend(model: Any) -> Any:

@@ -24,14 +24,18 @@ Liveness (why every call ends, and who wakes each waiter):
      is held at most ``timeout_s`` (2.).
   2. The request itself: ``asyncio.timeout(timeout_s)`` around the whole exchange, so a server
      that accepts and never answers, or trickles bytes, ends the attempt.
-  3. The sleep until a retry is due (taken only when no new request is left): bounded by
-     ``BACKOFF_MAX_S`` or the server's ``Retry-After``, and never past ``retry_total_s`` (a
-     longer wait gives up instead). A request waiting out its backoff holds no lane.
+  3. The sleep until a retry is due (taken when no new request is left, or when
+     ``max_connections`` retries already wait): at most ``W = min(retry_total_s,
+     max(BACKOFF_MAX_S, Retry-After))``, since a longer wait gives up instead. A request
+     waiting out its backoff holds no lane.
 - Each request makes at most ``max_retries + 1`` attempts and spends at most ``retry_total_s``
   between its first attempt and its last retry decision, so every request ends, with exactly
-  one commit: its answer or an error record. A call of N requests therefore ends within about
-  ``N * (max_retries + 1) * timeout_s / allowed + retry_total_s``; the circuit breaker cuts that
-  to one request's retry budget for a dead server.
+  one commit: its answer or an error record. While the call runs, either an attempt is in
+  flight (each at most ``timeout_s``, at least one slot always allowed) or every lane sleeps
+  on a retry (each at most ``W``), so a call of N requests ends within
+  ``N * (max_retries + 1) * timeout_s + N * max_retries * W`` in the worst case (limit cut to 1,
+  every attempt timing out); in practice N / max_connections answer times plus one request's
+  retry budget. The circuit breaker cuts a dead server to about one request's retry budget.
 - The circuit breaker (one per server) opens after ``BREAKER_AFTER`` requests in a row (no
   success between, from at least two prompts) gave up with the same cause. While it is open,
   requests are not sent: they commit error records at once ("not sent: ..."), and one loud
