@@ -45,6 +45,18 @@ def scripted_policy(body: dict[str, Any]) -> str:
     return f"reply {h[:12]} to {last[:40]}"
 
 
+def latch(pred: Callable[[], bool]) -> Callable[[], bool]:
+    """``pred`` until it first holds, then True for good: a gate (``Fault(until=...)``) that
+    opens once for every request it holds, however late each one looks."""
+    opened = threading.Event()
+
+    def check() -> bool:
+        if not opened.is_set() and pred():
+            opened.set()
+        return opened.is_set()
+    return check
+
+
 class _Server(ThreadingHTTPServer):
     request_queue_size = 256  # the default backlog of 5 refuses bursts of concurrent clients
     daemon_threads = True

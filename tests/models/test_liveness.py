@@ -14,7 +14,7 @@ import threading
 from collections import Counter
 
 import pytest
-from openai_server import Fault, OpenAIServer
+from openai_server import Fault, OpenAIServer, latch
 
 from assay.errors import GenerationError
 from assay.models import generate
@@ -60,17 +60,6 @@ def first_attempts(fault, pick=lambda body: True):
             seen.add(key)
             return fault()
     return faults
-
-
-def latch(pred):
-    """``pred`` until it first holds, then True for good: a gate that opens once."""
-    opened = threading.Event()
-
-    def check():
-        if not opened.is_set() and pred():
-            opened.set()
-        return opened.is_set()
-    return check
 
 
 def run(server, store, qs=QS, k=K, conns=8, **kw):
@@ -151,7 +140,10 @@ def test_stalls_past_timeout_s_are_cut_and_retried(server, store, fast_backoff):
     server.faults = first_attempts(lambda: Fault(None, sleep=60),
                                    pick=lambda body: body["messages"][-1]["content"] in QS[:4])
     g = run(server, store, timeout_s=3)
-    assert not g.errors and g.stats["retries"] == {"timeout": 4 * K}
+    # every stalled sample timed out once (a loaded machine may add a timeout, never remove one)
+    assert not g.errors and set(g.stats["retries"]) == {"timeout"}
+    assert g.stats["retries"]["timeout"] >= 4 * K
+    assert all(r["retries"] >= 1 for r in g.records if r["prompt_index"] < 4)
 
 
 def test_a_server_restart_mid_run(store, fast_backoff):

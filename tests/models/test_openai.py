@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from openai_server import Fault
+from openai_server import Fault, latch
 
 from assay.errors import GenerationError
 from assay.models import SamplingParams, generate
@@ -102,8 +102,10 @@ def test_500_and_timeouts_are_retried_to_the_same_answer(server, store):
 
     g = generate(QS, spec(server, timeout_s=2), params=PARAMS, store=Store(store.root / "other"))
     assert g.completions == clean and not g.errors
-    assert server.count() == len(QS) + 3 and sum(r["retries"] for r in g.records) == 3
-    assert g.stats["retries"] == {"500": 1, "503": 1, "timeout": 1}
+    # (a loaded machine may add a timeout, never remove one)
+    assert server.count() == g.stats["requests"] == len(QS) + sum(r["retries"] for r in g.records)
+    assert {**g.stats["retries"], "timeout": 1} == {"500": 1, "503": 1, "timeout": 1}
+    assert g.stats["retries"]["timeout"] >= 1
 
 
 def test_exhausted_retries_make_error_rows_that_are_never_graded_and_are_retried(server, store):
@@ -156,11 +158,11 @@ def test_completions_api_and_truncation(server, store):
 
 def test_concurrency_is_bounded_by_max_connections(server, store):
     # the first 8 arrivals are held until 8 are in flight: reaching 8 is then certain, not a race
-    # (the first 8 only: each of them waits until all 8 are in, so none waits for later ones)
-    server.faults = lambda n, body: (Fault(None, until=lambda: server.in_flight >= 8) if n < 8
-                                     else None)
-    generate([f"q{i}" for i in range(40)], spec(server), params=PARAMS, max_connections=8, store=store)
-    assert server.max_in_flight == 8 and server.gate_timeouts == 0
+    eight = latch(lambda: server.in_flight >= 8)
+    server.faults = lambda n, body: Fault(None, until=eight) if n < 8 else None
+    g = generate([f"q{i}" for i in range(40)], spec(server), params=PARAMS, max_connections=8,
+                 store=store)
+    assert server.max_in_flight == 8 and server.gate_timeouts == 0 and not g.stats["retries"]
 
 
 SCRIPT = textwrap.dedent("""
