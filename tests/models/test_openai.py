@@ -25,7 +25,7 @@ PARAMS = {"temperature": 0.7, "top_p": 0.95, "max_tokens": 64, "stop": ["\n\n"]}
 
 def spec(server, model="tiny-ckpt", **kw):
     return {"kind": "openai", "base_url": server.base_url, "model": model, "max_retries": 4,
-            "timeout_s": 5, **kw}
+            "timeout_s": 30, **kw}  # far above any answer time
 
 
 def test_every_parameter_and_a_seed_per_sample_are_sent(server, store):
@@ -160,8 +160,8 @@ def test_concurrency_is_bounded_by_max_connections(server, store):
     # the first 8 arrivals are held until 8 are in flight: reaching 8 is then certain, not a race
     eight = latch(lambda: server.in_flight >= 8)
     server.faults = lambda n, body: Fault(None, until=eight) if n < 8 else None
-    g = generate([f"q{i}" for i in range(40)], spec(server), params=PARAMS, max_connections=8,
-                 store=store)
+    g = generate([f"q{i}" for i in range(40)], spec(server, timeout_s=60), params=PARAMS,
+                 max_connections=8, store=store)
     assert server.max_in_flight == 8 and server.gate_timeouts == 0 and not g.stats["retries"]
 
 
