@@ -417,20 +417,20 @@ class OpenAIBackend:
                     await attempt(c, job)
 
         budget.start(max_connections)
+        tasks: list[asyncio.Task[None]] = []
         try:
             if budget.breaker is not None:  # half-open: one single-attempt probe decides
                 async with client() as c:
                     await attempt(c, queue.pop(), probe=True)
             tasks = [asyncio.create_task(lane()) for _ in range(min(max_connections, len(queue)))]
-            try:
-                await asyncio.gather(*tasks)
-            except BaseException as e:  # stop the other lanes: their slots go back as they end
-                for t in tasks:
-                    t.cancel()
-                await asyncio.gather(*tasks, return_exceptions=True)
-                if isinstance(e, _Fatal):
-                    raise GenerationError(str(e)) from None
-                raise
+            await asyncio.gather(*tasks)
+        except BaseException as e:  # stop the other lanes: their slots go back as they end
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            if isinstance(e, _Fatal):
+                raise GenerationError(str(e)) from None
+            raise
         finally:
             budget.finish()
 

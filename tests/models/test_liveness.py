@@ -299,3 +299,11 @@ def test_a_judge_under_429s_gives_every_row_a_verdict(server, tmp_path, fast_bac
     assert [v.reward for v in verdicts] == [1.0, 0.0] * 20
     assert server.count() == 80 and seen[-1].done == 40 and seen[-1].counts["retries"] == 40
     assert seen[-1].label == "judge:tiny-ckpt"
+
+
+def test_a_4xx_to_the_breakers_probe_fails_like_any_4xx(server, store, fast_backoff):
+    server.faults = lambda n, body: Fault(503)
+    assert len(run(server, store, max_retries=0).errors) == N  # the breaker opens
+    server.faults = lambda n, body: Fault(400, message="bad probe")
+    with pytest.raises(GenerationError, match="HTTP 400: bad probe"):
+        generate(QS, spec(server), k=K, params=PARAMS, max_connections=8, store=store)
