@@ -231,6 +231,8 @@ def generate(prompts: Sequence[Any], model: Any, *, k: int = 1,
                         commit=commit, **kw)
         finally:
             log.close()
+        if not kw:  # a local backend: one request per sample asked, no retries
+            stats.requests = len(todo)
     records = []
     for r in requests:
         rec = done.get(r.key)
