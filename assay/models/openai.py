@@ -218,7 +218,14 @@ _BUDGETS_LOCK = threading.Lock()
 
 def server_budget(base_url: str) -> ServerBudget:
     """The process-wide :class:`ServerBudget` of a server: concurrent calls to one base URL
-    share one ``max_connections``; a judge on another server has its own."""
+    share one ``max_connections``; a judge on another server has its own.
+
+    Example:
+        >>> server_budget("http://a:1/v1") is server_budget("http://a:1/v1")
+        True
+        >>> server_budget("http://a:1/v1") is server_budget("http://judge:1/v1")
+        False
+    """
     with _BUDGETS_LOCK:
         if base_url not in _BUDGETS:
             _BUDGETS[base_url] = ServerBudget(base_url)
