@@ -299,14 +299,19 @@ def _markdown(spec_doc: Mapping[str, Any], sources: Sequence[Mapping[str, Any]],
     if made:
         out.append("## Generation\n")
         out.append("Completions sampled by assay. A `length` finish is a truncated completion; "
-                   "failed requests are never graded and are asked again by the next run.\n")
+                   "failed requests are never graded and are asked again by the next run. "
+                   "Requests sent, retries by status and requests that gave up are facts of each "
+                   "run, in its run.json (`generation`).\n")
         out.append("| source | model | k | completions | failed | truncated | prompt tokens (mean) "
                    "| completion tokens (mean) | completion tokens (total) |\n"
                    "|---|---|---:|---:|---:|---:|---:|---:|---:|")
         for s in made:
             g = s["generation"]
             tr = "n/a" if g["truncated_share"] is None else f"{100 * g['truncated_share']:.1f}%"
-            out.append(f"| {s['name']} | {g['model']} | {g['k']} | {g['completions']} | {g['errors']} "
+            by = g.get("errors_by_cause") or {}
+            failed = f"{g['errors']}" + (" (" + ", ".join(f"{k}: {v}" for k, v in by.items()) + ")"
+                                         if by else "")
+            out.append(f"| {s['name']} | {g['model']} | {g['k']} | {g['completions']} | {failed} "
                        f"| {tr} | {g['prompt_tokens_mean']} | {g['completion_tokens_mean']} "
                        f"| {g['completion_tokens_total']} |")
         out.append("")

@@ -99,7 +99,7 @@ def finish_run(store: Store, spec: Any, run: stages.StudyRun, out: Path,
         info["failed_samples"] = failed
     made = [r for r in run.results if r.stage == "generate"]
     if made:  # requests sent this run and their latency: wall-clock facts, so here, not in the report
-        info["generation"] = {r.label: {**r.summary, "cached": r.cached} for r in made}
+        info["generation"] = stages.generation_facts(made)
     write_run_dir(out, files, rows, info)
     return info
 

@@ -66,9 +66,39 @@ score_rows = _task(_score_rows, "score-rows", "score-rows-{source_name}-{shard}"
 
 def _generate_shard(store: Any, spec: Any, source_name: str, filtered: Any, bounds: Any, shard: int,
                     n_shards: int, *, workers: Any = None, progress: Any = None) -> Any:
-    """run_generate_shard holding a ``gpu`` slot while a local model generates on CUDA."""
-    return stages.run_generate_shard(store, spec, source_name, filtered, bounds, shard, n_shards,
-                                     workers=workers, progress=progress, device_slot=gpu_slot)
+    """run_generate_shard holding a ``gpu`` slot while a local model generates on CUDA; the
+    shard's requests, retries and failures go to the task run's log."""
+    from prefect import get_run_logger
+
+    res = stages.run_generate_shard(store, spec, source_name, filtered, bounds, shard, n_shards,
+                                    workers=workers, progress=progress, device_slot=gpu_slot)
+    log_generation(res, get_run_logger())
+    return res
+
+
+def log_generation(res: Any, logger: Any) -> None:
+    """What a generate shard asked and what failed, on its task run: a table artifact (seen in
+    the UI whatever the log settings) and a log line (an error line when the server's circuit
+    breaker opened)."""
+    from prefect.artifacts import create_table_artifact
+
+    s = res.summary
+    if res.cached:
+        logger.info("%s: cached (%s rows, nothing asked)", res.label, s.get("rows"))
+        return
+    create_table_artifact(
+        table=[{"shard": res.label, "rows": s.get("rows"), "failed": s.get("errors"),
+                "requests": s.get("requests"),
+                "retries": ", ".join(f"{k}: {v}" for k, v in (s.get("retries") or {}).items()),
+                "gave_up": s.get("gave_up"), "not_sent": s.get("not_sent"),
+                "breaker": s.get("breaker") or ""}],
+        description=f"generate {res.label}: requests, retries by cause, failures")
+    retries = ", ".join(f"{k}: {v}" for k, v in (s.get("retries") or {}).items()) or "none"
+    logger.info("%s: %s rows, %s failed; %s HTTP requests, retries by cause %s, %s gave up, "
+                "%s not sent", res.label, s.get("rows"), s.get("errors"), s.get("requests"),
+                retries, s.get("gave_up"), s.get("not_sent"))
+    if s.get("breaker"):
+        logger.error("%s: circuit breaker open: %s", res.label, s["breaker"])
 
 
 generate_shard = _task(_generate_shard, "generate", "generate-{source_name}-{shard}")

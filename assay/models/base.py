@@ -10,6 +10,7 @@ Example:
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -26,6 +27,82 @@ class Request:
     sample_index: int
     seed: int
     rendered: Any
+
+
+class RunStats:
+    """What one backend call did, as facts of the run (thread-safe): requests sent, retries by
+    cause (``"429"``, ``"503"``, ``"timeout"``, ``"connection"``), requests that gave up after
+    their retries, requests not sent because the server's circuit breaker was open, and the
+    breaker's message. Retries also count on the progress ``unit`` as they happen.
+
+    Example:
+        >>> s = RunStats(); s.sent(); s.retry("429"); s.sent(); s.as_dict()["retries"]
+        {'429': 1}
+    """
+
+    def __init__(self, unit: Any = None) -> None:
+        self.unit = unit
+        self._lock = threading.Lock()
+        self.requests = 0
+        self.retries: dict[str, int] = {}
+        self.gave_up = 0
+        self.not_sent = 0
+        self.breaker: str | None = None
+        self.min_limit: int | None = None
+
+    def sent(self) -> None:
+        with self._lock:
+            self.requests += 1
+
+    def retry(self, cause: str) -> None:
+        with self._lock:
+            self.retries[cause] = self.retries.get(cause, 0) + 1
+        if self.unit is not None:
+            self.unit.count(retries=1)
+
+    def failed(self, *, sent: bool = True) -> None:
+        """A request ended as an error row: it gave up (after its retries, or stopped by an open
+        circuit breaker after some attempts), or was never sent."""
+        with self._lock:
+            if sent:
+                self.gave_up += 1
+            else:
+                self.not_sent += 1
+
+    def limited(self, limit: int) -> None:
+        with self._lock:
+            self.min_limit = limit if self.min_limit is None else min(self.min_limit, limit)
+
+    def as_dict(self) -> dict[str, Any]:
+        """``{"requests", "retries" (by cause, sorted), "gave_up", "not_sent", "breaker",
+        "min_limit"}`` (``min_limit``: the lowest adaptive concurrency seen, None if none)."""
+        with self._lock:
+            return {"requests": self.requests, "retries": dict(sorted(self.retries.items())),
+                    "gave_up": self.gave_up, "not_sent": self.not_sent, "breaker": self.breaker,
+                    "min_limit": self.min_limit}
+
+
+def failure_cause(reason: str | None) -> str:
+    """The cause of a failed request, from its error record's reason: ``HTTP 503``,
+    ``timeout``, ``connection``, ``circuit breaker`` (not sent, or stopped, while the server's
+    breaker was open), or ``other`` (a reply without a completion, a callable's error).
+
+    Example:
+        >>> failure_cause("HTTP 503: overloaded; gave up after 8 retries")
+        'HTTP 503'
+        >>> failure_cause("not sent: circuit breaker open (http://h/v1: ...)")
+        'circuit breaker'
+    """
+    r = reason or ""
+    if r.startswith(("not sent: circuit breaker", "stopped after")):
+        return "circuit breaker"
+    if r.startswith("HTTP ") and r[5:8].isdigit():
+        return r[:8]
+    if r.startswith("timeout"):
+        return "timeout"
+    if r.startswith("connection error"):
+        return "connection"
+    return "other"
 
 
 def to_messages(prompt: Any, *, system: str | None = None, i: int = 0) -> list[dict[str, str]]:

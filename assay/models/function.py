@@ -10,6 +10,12 @@ dict ``{"completion", "finish_reason", "prompt_tokens", "completion_tokens"}``; 
 dict with ``"error"`` makes that one an error record. Its identity is the reference, a hash of
 its source code and the spec's ``revision``: editing the function recomputes.
 
+Liveness: the callable is called once per chunk of ``CHUNK`` requests, in this thread; every
+answer of a chunk is committed (one record per request) as soon as the call returns, so the call
+ends when the callable's calls do. A callable that raises ends the call with its exception
+(what earlier chunks committed stays); one that never returns is what the run's stall detector
+reports (nothing here can interrupt a Python call safely).
+
 Example:
     >>> b = FunctionBackend({"kind": "function", "callable": "assay.models.function:echo"})
     >>> b.identity()["callable"]

@@ -13,18 +13,21 @@ Example:
 
 from __future__ import annotations
 
+import inspect
+import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
 
-from assay.errors import RowsError
-from assay.models.base import Request, to_messages
+from assay.errors import GenerationError, RowsError
+from assay.models.base import Request, RunStats, to_messages
 from assay.models.entry import GenerateSpec, backend_spec
 from assay.models.journal import Journal, completion_key, sample_seed, shard_id
 from assay.models.registry import BACKENDS
 from assay.models.specs import SamplingParams
+from assay.progress import track
 from assay.store import Store
 
 #: Fields every generation record has (``latency_s`` and ``retries`` are wall-clock facts of the
@@ -46,7 +49,9 @@ class Generations:
     """The outcome of :func:`generate`: one record per (prompt, sample), in order.
 
     ``sent``: completions asked of the model in this call (the rest came from the journal);
-    ``records[i]["status"]`` is ``ok`` or ``error`` (``completion`` None, ``reason`` why)."""
+    ``records[i]["status"]`` is ``ok`` or ``error`` (``completion`` None, ``reason`` why);
+    ``stats``: facts of this call (:class:`assay.models.base.RunStats`: HTTP requests sent,
+    retries by cause, requests that gave up, not sent by an open circuit breaker)."""
 
     prompts: list[Any]
     messages: list[list[dict[str, str]]]
@@ -54,6 +59,7 @@ class Generations:
     records: list[dict[str, Any]]
     sent: int
     config: dict[str, Any] = field(repr=False, default_factory=dict)
+    stats: dict[str, Any] = field(repr=False, default_factory=dict)
 
     @property
     def completions(self) -> list[list[str | None]]:
@@ -125,17 +131,19 @@ class Generations:
 
 
 _SHARED: dict[bytes, Any] = {}
+_SHARED_LOCK = threading.Lock()
 
 
 def shared_backend(model: Any) -> Any:
     """The backend of a spec entry, built once per process (the shards of a study, and a judge
-    and its cache identity, share one loaded local model)."""
+    and its cache identity, share one loaded local model); shards on threads get the same one."""
     from assay.hashing import canonical_json
 
     key = canonical_json(backend_spec(model).model_dump(mode="json"))
-    if key not in _SHARED:
-        _SHARED[key] = make_backend(model)
-    return _SHARED[key]
+    with _SHARED_LOCK:
+        if key not in _SHARED:
+            _SHARED[key] = make_backend(model)
+        return _SHARED[key]
 
 
 def make_backend(model: Any) -> Any:
@@ -150,7 +158,8 @@ def make_backend(model: Any) -> Any:
 def generate(prompts: Sequence[Any], model: Any, *, k: int = 1,
              params: SamplingParams | Mapping[str, Any] | None = None, seed: int = 0,
              api: str = "chat", system: str | None = None, max_connections: int = 16,
-             store: Store | None = None, journal: str | None = None) -> Generations:
+             store: Store | None = None, journal: str | None = None, label: str | None = None,
+             stage: str = "generate") -> Generations:
     """Sample ``k`` completions per prompt from ``model``, cached per completion in ``store``.
 
     Args:
@@ -165,6 +174,9 @@ def generate(prompts: Sequence[Any], model: Any, *, k: int = 1,
             (default ``$ASSAY_STORE`` or ``./.assay``); journal: a name for this call's journal
             within the config's (the generate stage passes its shard's checksum, so a shard
             reads only its own journal); keys do not depend on it.
+        label, stage: the live progress unit this call advances (``track(stage, label)`` of
+            :mod:`assay.progress`): one per committed sample, ``errors`` for an error record,
+            ``retries`` per retried request.
 
     A completion already in the journal is not asked again, unless it is an error record: those
     are retried. A 4xx other than 408/429 raises :class:`assay.errors.GenerationError`.
@@ -194,17 +206,33 @@ def generate(prompts: Sequence[Any], model: Any, *, k: int = 1,
             todo.append(r)
             seen.add(r.key)
 
-    def commit(req: Request, result: dict[str, Any]) -> None:
-        rec = {f: result.get(f) for f in RECORD_FIELDS}
-        rec.update(key=req.key, seed=req.seed, sample_index=req.sample_index)
-        rec.pop("prompt_index")
-        log.append(rec)
-        done[req.key] = rec
+    committed: set[str] = set()
+    with track(stage, label or stage, total=len(todo)) as unit:
+        stats = RunStats(unit)
 
-    try:
-        backend.run(todo, gspec.params, api=gspec.api, max_connections=gspec.max_connections, commit=commit)
-    finally:
-        log.close()
+        def commit(req: Request, result: dict[str, Any]) -> None:
+            if req.key in committed:  # a backend bug: never two records for one sample
+                raise GenerationError(f"backend {backend.spec.kind} committed sample "
+                                      f"{req.sample_index} of prompt {req.prompt_index} twice")
+            committed.add(req.key)
+            rec = {f: result.get(f) for f in RECORD_FIELDS}
+            rec.update(key=req.key, seed=req.seed, sample_index=req.sample_index)
+            rec.pop("prompt_index")
+            log.append(rec)
+            done[req.key] = rec
+            if rec["status"] == "ok":
+                unit.advance(1)
+            else:
+                unit.advance(1, errors=1)
+
+        kw = {"stats": stats} if _takes_stats(backend) else {}
+        try:
+            backend.run(todo, gspec.params, api=gspec.api, max_connections=gspec.max_connections,
+                        commit=commit, **kw)
+        finally:
+            log.close()
+        if not kw:  # a local backend: one request per sample asked, no retries
+            stats.requests = len(todo)
     records = []
     for r in requests:
         rec = done.get(r.key)
@@ -213,4 +241,13 @@ def generate(prompts: Sequence[Any], model: Any, *, k: int = 1,
                    "reason": "the backend returned no result for this request", "seed": r.seed}
         records.append({**{f: rec.get(f) for f in RECORD_FIELDS}, "prompt_index": r.prompt_index,
                         "sample_index": r.sample_index})
-    return Generations(prompts, messages, gspec.k, records, len(todo), config)
+    return Generations(prompts, messages, gspec.k, records, len(todo), config, stats.as_dict())
+
+
+def _takes_stats(backend: Any) -> bool:
+    """Whether ``backend.run`` takes ``stats=`` (a plugin backend written before it need not)."""
+    try:
+        params = inspect.signature(backend.run).parameters
+    except (TypeError, ValueError):
+        return False
+    return "stats" in params or any(p.kind is p.VAR_KEYWORD for p in params.values())

@@ -8,6 +8,11 @@ row draws from its own ``torch.Generator`` seeded by the sample's seed. Greedy d
 argmax per row, and at float32 it gives the same tokens whatever the batch size (tested), since
 left padding plus explicit position ids make every row see exactly its own tokens.
 
+Liveness: decoding is a bounded loop (at most ``max_tokens`` steps per batch, every batch
+once); each batch's rows are committed as the batch ends, one record per request. A CUDA error
+or an out-of-memory raises and ends the call (the longest batch runs first, so that shows at
+once); what earlier batches committed stays.
+
 The identity in each completion's key is a checksum of every file of the model directory
 (weights, config, tokenizer, chat template): a new checkpoint in the same path recomputes. For a
 hub snapshot the LFS blob names already are SHA-256 digests and are used as they are.

@@ -1,28 +1,66 @@
 """The ``openai`` backend: any OpenAI-compatible server, one request per sample, over httpx.
 
-Retries 408/429/5xx/timeouts with jittered backoff honouring Retry-After; concurrency adapts on 429.
+Retries 408/429/5xx/timeouts with jittered backoff honouring Retry-After; one adaptive connection
+budget per server; a circuit breaker when every request to a server fails the same way.
 
 One request per sample (not ``n=k``): each sample then has its own seed, cache entry and retry,
 and vLLM's ``n`` with a seed is not equivalent to k seeded requests (vLLM #7808). Every sampling
 parameter is sent explicitly. A 4xx other than 408/429 stops the run with the server's message
 (a bad request will not get better); a request whose retries run out becomes an error record
 (``status: "error"``, ``completion: None``) that the next run asks again.
+
+Liveness (why every call ends, and who wakes each waiter):
+
+- A call runs ``min(max_connections, len(requests))`` lanes (asyncio tasks) that take work
+  from two lists: new requests, and retries with the time they are due. A lane ends when both
+  are empty, and :meth:`OpenAIBackend.run` ends when every lane has; a retry is only scheduled
+  by a running lane, which sees it on its next turn, so none is left without a lane. A lane
+  only ever waits in three places, each with a waker and a bound:
+  1. ``ServerBudget.acquire`` (a connection slot of the server). A waiter is parked only while
+     ``in_flight >= allowed`` and ``allowed >= 1``, so some request holds a slot; every holder
+     gives it back through ``ServerBudget.done`` (in a ``finally``: on an answer, an error, a
+     timeout or a cancellation), and ``done`` grants the freed slot (and any slot a raised
+     limit opens) to the parked waiters in FIFO order, across threads and event loops. A slot
+     is held at most ``timeout_s`` (2.).
+  2. The request itself: ``asyncio.timeout(timeout_s)`` around the whole exchange, so a server
+     that accepts and never answers, or trickles bytes, ends the attempt.
+  3. The sleep until a retry is due (taken when no new request is left, or when
+     ``max_connections`` retries already wait): at most ``W = min(retry_total_s,
+     max(BACKOFF_MAX_S, Retry-After))``, since a longer wait gives up instead. A request
+     waiting out its backoff holds no lane.
+- Each request makes at most ``max_retries + 1`` attempts and spends at most ``retry_total_s``
+  between its first attempt and its last retry decision, so every request ends, with exactly
+  one commit: its answer or an error record. While the call runs, either an attempt is in
+  flight (each at most ``timeout_s``, at least one slot always allowed) or every lane sleeps
+  on a retry (each at most ``W``), so a call of N requests ends within
+  ``N * (max_retries + 1) * timeout_s + N * max_retries * W`` in the worst case (limit cut to 1,
+  every attempt timing out); in practice N / max_connections answer times plus one request's
+  retry budget. The circuit breaker cuts a dead server to about one request's retry budget.
+- The circuit breaker (one per server) opens after ``BREAKER_AFTER`` requests in a row (no
+  success between, from at least two prompts) gave up with the same cause. While it is open,
+  requests are not sent: they commit error records at once ("not sent: ..."), and one loud
+  ``warning:`` line goes to stderr. A later call probes the server with one single-attempt
+  request; an answer closes the breaker.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import email.utils
+import heapq
+import itertools
 import os
 import random
 import ssl
+import sys
 import threading
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from assay.errors import GenerationError, SpecError
-from assay.models.base import Request, render_messages
+from assay.models.base import Request, RunStats, render_messages
 from assay.models.registry import BACKENDS
 from assay.models.specs import OpenAISpec, SamplingParams
 
@@ -33,53 +71,165 @@ RETRY_STATUS = {408, 429}
 #: Backoff: base * 2**attempt seconds, full jitter, capped per wait.
 BACKOFF_BASE_S = 0.5
 BACKOFF_MAX_S = 30.0
-#: On a 429 the concurrency limit is multiplied by this (inspect uses 0.8); it grows back by one
-#: after this many successes in a row.
+#: On a 429 the server's concurrency limit is multiplied by this (inspect uses 0.8), at most once
+#: per round trip (429s of requests sent before the last cut do not cut again); every answer
+#: raises it by one, so it is back at ``max_connections`` within that many answers once the
+#: server accepts again (a +1 after a streak of successes never recovers at a 10% 429 rate).
 DECREASE = 0.8
-GROW_AFTER = 8
+#: Requests in a row that gave up with one cause (no answer between, two prompts or more) that
+#: open a server's circuit breaker.
+BREAKER_AFTER = 5
 #: /v1/models fields that identify the served checkpoint (``created`` and permission ids change
 #: on every server restart, so they stay out of the cache key).
 IDENTITY_FIELDS = ("id", "object", "owned_by", "root", "parent", "max_model_len")
 
 
-class AdaptiveLimit:
-    """A concurrency limit between 1 and ``high``: x0.8 on a 429, +1 after a run of successes.
+class _Waiter:
+    __slots__ = ("fut", "loop", "cap")
 
-    Requests run on ``high`` lanes (one connection each); lane ``i`` sends only while
-    ``i < limit``, so a cut parks the top lanes until successes raise the limit again."""
+    def __init__(self, fut: asyncio.Future[None], loop: asyncio.AbstractEventLoop,
+                 cap: int) -> None:
+        self.fut, self.loop, self.cap = fut, loop, cap
 
-    def __init__(self, high: int) -> None:
-        self.high = high
-        self.limit = float(high)
-        self.streak = 0
-        self.min_seen = high
-        self._cond: asyncio.Condition | None = None
 
-    def open(self, lane: int) -> bool:
-        return lane < max(1, int(self.limit))
+class ServerBudget:
+    """The connection budget of one server (base URL) in this process, shared by every call.
 
-    async def admit(self, lane: int) -> None:
-        """Wait until ``lane`` may send."""
-        if self.open(lane):
-            return
-        if self._cond is None:
-            self._cond = asyncio.Condition()
-        async with self._cond:
-            await self._cond.wait_for(lambda: self.open(lane))
+    ``in_flight`` requests never exceed ``allowed(cap)``: the caller's ``max_connections``
+    (``cap``) and the adaptive ``limit`` (x0.8 on a 429, +1 per answer, between 1 and the largest
+    cap of the calls running). Thread-safe: concurrent calls (shards on threads, each with its
+    own event loop) share it; a freed slot is handed to a parked waiter with
+    ``call_soon_threadsafe``. Also holds the server's circuit breaker.
 
-    def throttled(self) -> None:
-        self.limit = max(1.0, self.limit * DECREASE)
-        self.min_seen = min(self.min_seen, int(self.limit))
-        self.streak = 0
+    Example:
+        >>> b = ServerBudget("http://127.0.0.1:1/v1")
+        >>> b.start(4); asyncio.run(b.acquire(4)); b.in_flight
+        1
+        >>> b.done(sent_at=0.0, status=429); b.in_flight, b.allowed(4)
+        (0, 3)
+    """
 
-    async def succeeded(self) -> None:
-        self.streak += 1
-        if self.streak >= GROW_AFTER and self.limit < self.high:
-            self.limit = min(float(self.high), self.limit + 1)
-            self.streak = 0
-            if self._cond is not None:
-                async with self._cond:
-                    self._cond.notify_all()
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self._lock = threading.Lock()
+        self.in_flight = 0
+        self.limit = 0.0
+        self.high = 0
+        self.calls = 0
+        self.cut_at = float("-inf")
+        self._waiters: collections.deque[_Waiter] = collections.deque()
+        self.breaker: str | None = None
+        self._cause: str | None = None
+        self._run: list[int] = []
+
+    def allowed(self, cap: int) -> int:
+        """Requests a caller with ``max_connections=cap`` may have in flight in all."""
+        return max(1, min(cap, int(self.limit)))
+
+    def start(self, cap: int) -> None:
+        """A call with ``max_connections=cap`` begins (the limit's ceiling is the largest cap)."""
+        with self._lock:
+            self.calls += 1
+            self.high = max(self.high, cap) if self.calls > 1 else cap
+            self.limit = (float(self.high) if self.limit <= 0
+                          else min(max(self.limit, 1.0), self.high))
+            self._grant()
+
+    def finish(self) -> None:
+        with self._lock:
+            self.calls -= 1
+
+    async def acquire(self, cap: int) -> None:
+        """Wait for a slot. Woken by :meth:`done` (a slot freed or the limit raised), which
+        counts the slot as taken before waking; a cancelled waiter leaves the queue or gives
+        back a slot granted meanwhile."""
+        loop = asyncio.get_running_loop()
+        with self._lock:
+            # no queued waiter has room (every change of in_flight or limit runs _grant), so a
+            # caller with room takes it without passing anyone of its own cap
+            if self.in_flight < self.allowed(cap):
+                self.in_flight += 1
+                return
+            w = _Waiter(loop.create_future(), loop, cap)
+            self._waiters.append(w)
+        try:
+            await w.fut
+        except BaseException:
+            with self._lock:
+                queued = w in self._waiters
+                if queued:
+                    self._waiters.remove(w)
+            # granted and delivered: give the slot back (a grant still on its way sees the
+            # cancelled future in _deliver and gives it back there)
+            if not queued and w.fut.done() and not w.fut.cancelled():
+                self.done(sent_at=None, status=None)
+            raise
+
+    def done(self, *, sent_at: float | None, status: int | str | None) -> None:
+        """Give a slot back after an attempt (``status``: the HTTP status, ``"timeout"``,
+        ``"connection"``, or None when nothing was learnt), adapt the limit, wake waiters."""
+        with self._lock:
+            self.in_flight -= 1
+            if isinstance(status, int) and status < 400:
+                self.limit = min(float(self.high), self.limit + 1)
+                self._cause, self._run = None, []
+                self.breaker = None
+            elif status == 429 and sent_at is not None and sent_at >= self.cut_at:
+                self.limit = max(1.0, self.limit * DECREASE)
+                self.cut_at = time.monotonic()
+            self._grant()
+
+    def _grant(self) -> None:
+        """Hand free slots to parked waiters, oldest first (called with the lock held). A
+        waiter whose own cap is full does not block a later one with room."""
+        for w in list(self._waiters):
+            if self.in_flight >= self.allowed(w.cap):
+                continue
+            self._waiters.remove(w)
+            self.in_flight += 1
+            try:
+                w.loop.call_soon_threadsafe(self._deliver, w.fut)
+            except RuntimeError:  # its event loop closed: that call is gone, the slot is free
+                self.in_flight -= 1
+
+    def _deliver(self, fut: asyncio.Future[None]) -> None:
+        if fut.done():  # cancelled while the grant was on its way: the slot goes back
+            self.done(sent_at=None, status=None)
+        else:
+            fut.set_result(None)
+
+    def gave_up(self, cause: str, prompt: int) -> str | None:
+        """A request gave up after its retries; returns the breaker's message when this opens it."""
+        with self._lock:
+            if cause != self._cause:
+                self._cause, self._run = cause, []
+            self._run.append(prompt)
+            if (self.breaker is None and len(self._run) >= BREAKER_AFTER
+                    and len(set(self._run)) >= 2):
+                self.breaker = (f"{self.url}: {len(self._run)} requests in a row gave up after "
+                                f"their retries with {cause} and none was answered between")
+                return self.breaker
+            return None
+
+
+_BUDGETS: dict[str, ServerBudget] = {}
+_BUDGETS_LOCK = threading.Lock()
+
+
+def server_budget(base_url: str) -> ServerBudget:
+    """The process-wide :class:`ServerBudget` of a server: concurrent calls to one base URL
+    share one ``max_connections``; a judge on another server has its own.
+
+    Example:
+        >>> server_budget("http://a:1/v1") is server_budget("http://a:1/v1")
+        True
+        >>> server_budget("http://a:1/v1") is server_budget("http://judge:1/v1")
+        False
+    """
+    with _BUDGETS_LOCK:
+        if base_url not in _BUDGETS:
+            _BUDGETS[base_url] = ServerBudget(base_url)
+        return _BUDGETS[base_url]
 
 
 def retry_after_s(value: str | None) -> float | None:
@@ -116,12 +266,28 @@ class _Fatal(Exception):
     pass
 
 
+class _Job:
+    """One request through its attempts: the body, attempts so far, first-attempt time, when
+    its retry is due."""
+
+    __slots__ = ("req", "body", "attempt", "start", "due")
+
+    def __init__(self, req: Request, body: dict[str, Any]) -> None:
+        self.req, self.body = req, body
+        self.attempt = 0
+        self.start: float | None = None
+        self.due = 0.0
+
+
+_SEQ = itertools.count()  # ties in the retry heap go in scheduling order
+
+
 @BACKENDS.register("openai", spec=OpenAISpec, help="an OpenAI-compatible server (vLLM, SGLang, TGI, OpenAI)")
 class OpenAIBackend:
     """Client of one model on one OpenAI-compatible server (see module docstring).
 
-    ``stats`` after a run: ``sent`` HTTP requests, ``retries``, ``min_limit`` (lowest adaptive
-    concurrency reached)."""
+    ``stats`` after a run: the :class:`RunStats` of the last call (requests sent, retries by
+    cause, gave-ups, the breaker, ``min_limit``: the lowest adaptive concurrency it saw)."""
 
     kind = "openai"
 
@@ -137,7 +303,7 @@ class OpenAIBackend:
         # plain http needs no certificates: loading the CA bundle costs ~0.2 s per client
         self._verify = self.spec.base_url.startswith("https://")
         self._identity: dict[str, Any] | None = None
-        self.stats: dict[str, int] = {"sent": 0, "retries": 0, "min_limit": 0}
+        self.stats = RunStats()
 
     def identity(self) -> dict[str, Any]:
         """Model name, base URL, pinned revision and what ``/v1/models`` reports for the model
@@ -184,11 +350,15 @@ class OpenAIBackend:
         return body
 
     def run(self, requests: list[Request], params: SamplingParams, *, api: str,
-            max_connections: int, commit: Callable[[Request, dict[str, Any]], None]) -> None:
-        """Send every request (``max_connections`` at a time), calling ``commit`` per answer."""
+            max_connections: int, commit: Callable[[Request, dict[str, Any]], None],
+            stats: RunStats | None = None) -> None:
+        """Send every request (at most ``max_connections`` in flight to this server, counting
+        concurrent calls), calling ``commit`` once per request: its answer or an error record."""
+        stats = stats if stats is not None else RunStats()
+        self.stats = stats
         if not requests:
             return
-        coro = self._run(requests, params, api, max_connections, commit)
+        coro = self._run(requests, params, api, max_connections, commit, stats)
         try:
             asyncio.get_running_loop()
         except RuntimeError:
@@ -210,86 +380,143 @@ class OpenAIBackend:
             raise err[0]
 
     async def _run(self, requests: list[Request], params: SamplingParams, api: str,
-                   max_connections: int, commit: Callable[[Request, dict[str, Any]], None]) -> None:
+                   max_connections: int, commit: Callable[[Request, dict[str, Any]], None],
+                   stats: RunStats) -> None:
         import httpx
 
-        limit = AdaptiveLimit(max_connections)
+        budget = server_budget(self.spec.base_url)
         path = "/chat/completions" if api == "chat" else "/completions"
-        queue = list(reversed(requests))  # lanes pop from the end: requests go out in order
+        queue = [_Job(r, self.body(r, params, api)) for r in reversed(requests)]  # popped in order
+        retries: list[tuple[float, int, _Job]] = []  # (due, seq, job): a heap
         verify = ssl.create_default_context() if self._verify else False  # one CA load, shared
 
         # One client per lane, each with one keep-alive connection: httpx's pool does work
         # linear in its connections on every request, so one pool of 16 costs more CPU than
         # the server's answers at high request rates.
-        async def lane(i: int) -> None:
-            async with httpx.AsyncClient(base_url=self.spec.base_url, headers=self.headers,
-                                         limits=httpx.Limits(max_connections=1, max_keepalive_connections=1),
-                                         verify=verify, timeout=httpx.Timeout(self.spec.timeout_s)) as client:
-                while queue:
-                    await limit.admit(i)
-                    if not queue:
-                        return
-                    await self._one(client, limit, i, path, queue.pop(), params, api, commit)
+        def client() -> httpx.AsyncClient:
+            return httpx.AsyncClient(base_url=self.spec.base_url, headers=self.headers,
+                                     limits=httpx.Limits(max_connections=1,
+                                                         max_keepalive_connections=1),
+                                     verify=verify, timeout=httpx.Timeout(self.spec.timeout_s))
 
-        tasks = [asyncio.create_task(lane(i)) for i in range(min(max_connections, len(requests)))]
+        def attempt(c: httpx.AsyncClient, job: _Job, probe: bool = False) -> Any:
+            return self._attempt(c, budget, max_connections, path, job, api, commit, stats,
+                                 retries, probe)
+
+        # A lane takes a retry that is due, else a new request, else the earliest retry (and
+        # sleeps until it is due): a request waiting out its backoff holds no lane, so the
+        # other lanes keep the server busy. At most max_connections requests wait out a
+        # backoff at once (then lanes take retries, not new requests): a dead server sees at
+        # most BREAKER_AFTER + 2 * max_connections requests' attempts before the breaker
+        # opens. No await between a test and its pop. A lane ends when both lists are empty;
+        # a retry is only ever scheduled by a lane that is running, which then sees it on its
+        # next turn, so no retry outlives every lane.
+        async def lane() -> None:
+            async with client() as c:
+                while queue or retries:
+                    if retries and (retries[0][0] <= time.monotonic() or not queue
+                                    or len(retries) >= max_connections):
+                        job = heapq.heappop(retries)[2]
+                        if budget.breaker is None:  # an open breaker ends it without waiting
+                            await asyncio.sleep(max(0.0, job.due - time.monotonic()))
+                    else:
+                        job = queue.pop()
+                    await attempt(c, job)
+
+        budget.start(max_connections)
+        tasks: list[asyncio.Task[None]] = []
         try:
+            if budget.breaker is not None:  # half-open: one single-attempt probe decides
+                async with client() as c:
+                    await attempt(c, queue.pop(), probe=True)
+            tasks = [asyncio.create_task(lane()) for _ in range(min(max_connections, len(queue)))]
             await asyncio.gather(*tasks)
-        except _Fatal as e:
+        except BaseException as e:  # stop the other lanes: their slots go back as they end
             for t in tasks:
                 t.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
-            raise GenerationError(str(e)) from None
-        self.stats["min_limit"] = limit.min_seen
+            if isinstance(e, _Fatal):
+                raise GenerationError(str(e)) from None
+            raise
+        finally:
+            budget.finish()
 
-    async def _one(self, client: httpx.AsyncClient, limit: AdaptiveLimit, lane: int, path: str,
-                   req: Request, params: SamplingParams, api: str,
-                   commit: Callable[[Request, dict[str, Any]], None]) -> None:
+    async def _attempt(self, client: httpx.AsyncClient, budget: ServerBudget, cap: int, path: str,
+                       job: _Job, api: str, commit: Callable[[Request, dict[str, Any]], None],
+                       stats: RunStats, retries: list[tuple[float, int, _Job]],
+                       probe: bool = False) -> None:
+        """One attempt of a request. Ends it (exactly one ``commit``: its answer, or an error
+        record once its retries are spent or while the server's breaker is open), or schedules
+        its retry on ``retries`` after a backoff that honours Retry-After."""
         import httpx
 
-        body = self.body(req, params, api)
-        start = time.monotonic()
-        attempt = 0
-        while True:
-            why, wait_hint = "", None
-            if attempt:
-                await limit.admit(lane)  # a lane parked by a 429 cut waits before its retry too
-            t0 = time.monotonic()
-            self.stats["sent"] += 1
+        req = job.req
+        if job.start is None:
+            job.start = time.monotonic()
+        if budget.breaker is not None and not probe:
+            stats.failed(sent=job.attempt > 0)
+            stats.breaker = stats.breaker or budget.breaker
+            what = "not sent" if not job.attempt else f"stopped after {job.attempt} attempt(s)"
+            commit(req, self._error(f"{what}: circuit breaker open ({budget.breaker}); the next "
+                                    "run asks again", time.monotonic() - job.start,
+                                    max(0, job.attempt - 1)))
+            return
+        why, cause, wait_hint = "", "", None
+        await budget.acquire(cap)
+        stats.limited(budget.allowed(cap))
+        t0 = time.monotonic()
+        status: int | str | None = None
+        try:
+            stats.sent()
             try:
-                resp = await client.post(path, json=body)
-            except httpx.TimeoutException as e:
+                async with asyncio.timeout(self.spec.timeout_s):
+                    resp = await client.post(path, json=job.body)
+            except (TimeoutError, httpx.TimeoutException) as e:
                 why = f"timeout after {self.spec.timeout_s:g}s ({type(e).__name__})"
+                status = cause = "timeout"
             except httpx.TransportError as e:
                 why = f"connection error ({type(e).__name__}: {e})"
+                status = cause = "connection"
             else:
-                code = resp.status_code
+                status = code = resp.status_code
                 if code < 400:
-                    await limit.succeeded()
-                    commit(req, self._record(resp, api, time.monotonic() - t0, attempt))
+                    commit(req, self._record(resp, api, time.monotonic() - t0, job.attempt))
                     return
                 msg = _server_message(resp)
                 if code not in RETRY_STATUS and code < 500:
                     raise _Fatal(f"POST {self.spec.base_url}{path} answered HTTP {code}: {msg} "
                                  f"(prompt {req.prompt_index}, sample {req.sample_index}); a "
                                  "4xx other than 408/429 is not retried: fix the request or spec")
-                if code == 429:
-                    limit.throttled()
-                why = f"HTTP {code}: {msg}"
+                why, cause = f"HTTP {code}: {msg}", f"HTTP {code}"
                 wait_hint = retry_after_s(resp.headers.get("retry-after"))
-            backoff = random.uniform(0, min(BACKOFF_MAX_S, BACKOFF_BASE_S * 2 ** attempt))
-            wait = max(backoff, wait_hint) if wait_hint is not None else backoff
-            elapsed = time.monotonic() - start
-            if attempt >= self.spec.max_retries or elapsed + wait > self.spec.retry_total_s:
-                cap = (f"{attempt} retries" if attempt >= self.spec.max_retries
-                       else f"the {self.spec.retry_total_s:g}s retry cap")
-                commit(req, {"status": "error", "completion": None, "finish_reason": None,
-                             "reason": f"{why}; gave up after {cap}", "prompt_tokens": None,
-                             "completion_tokens": None, "served_model": None,
-                             "latency_s": round(elapsed, 6), "retries": attempt})
-                return
-            attempt += 1
-            self.stats["retries"] += 1
-            await asyncio.sleep(wait)
+        finally:  # the slot goes back on every path: the waker of parked lanes
+            budget.done(sent_at=t0, status=status)
+        backoff = random.uniform(0, min(BACKOFF_MAX_S, BACKOFF_BASE_S * 2 ** job.attempt))
+        wait = max(backoff, wait_hint) if wait_hint is not None else backoff
+        elapsed = time.monotonic() - job.start
+        max_retries = 0 if probe else self.spec.max_retries
+        if job.attempt >= max_retries or elapsed + wait > self.spec.retry_total_s:
+            cap_s = (f"{job.attempt} retries" if job.attempt >= max_retries
+                     else f"the {self.spec.retry_total_s:g}s retry cap")
+            stats.failed()
+            commit(req, self._error(f"{why}; gave up after {cap_s}", elapsed, job.attempt))
+            opened = budget.gave_up(cause, req.prompt_index)
+            if opened is not None:
+                stats.breaker = opened
+                print(f"warning: generate: circuit breaker open: {opened}; the remaining "
+                      "requests to this server are not sent (error rows the next run asks "
+                      "again). Is the server up?", file=sys.stderr, flush=True)
+            return
+        job.attempt += 1
+        job.due = time.monotonic() + wait
+        stats.retry(cause.removeprefix("HTTP "))
+        heapq.heappush(retries, (job.due, next(_SEQ), job))
+
+    @staticmethod
+    def _error(reason: str, elapsed: float, retries: int) -> dict[str, Any]:
+        return {"status": "error", "completion": None, "finish_reason": None, "reason": reason,
+                "prompt_tokens": None, "completion_tokens": None, "served_model": None,
+                "latency_s": round(elapsed, 6), "retries": retries}
 
     def _record(self, resp: httpx.Response, api: str, latency: float, retries: int) -> dict[str, Any]:
         base = {"latency_s": round(latency, 6), "retries": retries}

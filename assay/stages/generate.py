@@ -78,6 +78,7 @@ def run_generate_shard(store: Store, spec: StudySpec, source_name: str, filtered
     backend = backend_for(gspec.model)
     params = generate_params(gspec)
     fingerprint = backend.identity()
+    label = f"{source_name} shard {shard + 1}/{n_shards}"
     key = stage_key(STAGE, [part.checksum()], params, fingerprint)
     doc = lookup(store, key)
     if doc is not None and doc["summary"].get("errors"):
@@ -92,7 +93,7 @@ def run_generate_shard(store: Store, spec: StudySpec, source_name: str, filtered
         with slot:
             g = generate(msgs, backend, k=gspec.k, params=gspec.params, seed=gspec.seed, api=gspec.api,
                          system=gspec.system, max_connections=gspec.max_connections, store=store,
-                         journal=part.checksum())
+                         journal=part.checksum(), label=label)
         rows = g.rows(task_ids=table.column("task_id").to_pylist(),
                       privileged=[r["privileged"] for r in part], meta=[r["meta"] for r in part])
         ok = [r for r in g.records if r["status"] == "ok"]
@@ -103,9 +104,42 @@ def run_generate_shard(store: Store, spec: StudySpec, source_name: str, filtered
                    "completion_tokens": sum(r["completion_tokens"] or 0 for r in ok),
                    "latency_s_median": round(statistics.median(lat), 4) if lat else None,
                    # the journal holding these completions: `assay store gc` keeps it with the stage
-                   "journal": journal_file(g.config, part.checksum())}
+                   "journal": journal_file(g.config, part.checksum()),
+                   # facts of this run (run.json reads them; the report, kept the same for the
+                   # same rows, does not): HTTP requests, retries by cause, gave-ups, breaker
+                   **g.stats}
         return {"rows": rows}, summary
 
     return cached_stage(store, STAGE, inputs=[part.checksum()], params=params, fingerprint=fingerprint,
-                        compute=compute, label=f"{source_name} shard {shard + 1}/{n_shards}",
-                        progress=progress)
+                        compute=compute, label=label, progress=progress)
+
+
+def generation_facts(made: list[StageResult]) -> dict[str, Any]:
+    """run.json's ``generation``: per generate shard, what this run asked (a cached shard asked
+    nothing: its summary's request counts are another run's), and the total over shards:
+    requests sent, retries by cause, requests that gave up, not sent (circuit breaker), failed.
+
+    Example:
+        >>> r = StageResult("generate", "s shard 1/1", "k", {}, {}, {"rows": 2, "errors": 1,
+        ...     "requests": 5, "retries": {"429": 3}, "gave_up": 1, "not_sent": 0, "breaker": None})
+        >>> generation_facts([r])["total"]["retries"]
+        {'429': 3}
+    """
+    runs = ("sent", "requests", "gave_up", "not_sent")
+    shards: dict[str, Any] = {}
+    total: dict[str, Any] = {"requests": 0, "retries": {}, "gave_up": 0, "not_sent": 0,
+                             "errors": 0, "breaker": []}
+    for r in made:
+        doc = {**r.summary, "cached": r.cached}
+        if r.cached:
+            doc.update({k: 0 for k in runs if k in doc}, retries={}, breaker=None)
+        shards[r.label] = doc
+        total["errors"] += doc.get("errors") or 0
+        for k in ("requests", "gave_up", "not_sent"):
+            total[k] += doc.get(k) or 0
+        for cause, n in (doc.get("retries") or {}).items():
+            total["retries"][cause] = total["retries"].get(cause, 0) + n
+        if doc.get("breaker") and doc["breaker"] not in total["breaker"]:
+            total["breaker"].append(doc["breaker"])
+    total["retries"] = dict(sorted(total["retries"].items()))
+    return {"shards": shards, "total": total}

@@ -20,7 +20,7 @@ from assay.stages.cache import (
 )
 from assay.store import Store
 
-STAGE = define_stage("report", 1)
+STAGE = define_stage("report", 2)  # 2: failed generations by cause
 
 
 def run_report(store: Store, spec: StudySpec, graded: Mapping[str, Sequence[StageResult]],
@@ -71,8 +71,10 @@ def _verifier_label(v: Any) -> str:
 
 
 def generation_summary(rows: Any, gspec: Any) -> dict[str, Any]:
-    """Per source: the model, completions, failed requests, the truncated share (``length``
-    finishes, the cut-off the RL selection gates on) and tokens, from the rows' markers.
+    """Per source: the model, completions, failed requests (and by cause: ``HTTP 503``,
+    ``timeout``, ``circuit breaker``, ...), the truncated share (``length`` finishes, the cut-off
+    the RL selection gates on) and tokens, from the rows. Retries and requests sent are facts
+    of a run, not of its rows: they are in run.json, so this stays the same for the same rows.
 
     Example:
         >>> import assay
@@ -81,8 +83,15 @@ def generation_summary(rows: Any, gspec: Any) -> dict[str, Any]:
         >>> generation_summary(r, None)["truncated_share"]
         0.5
     """
+    from assay.models.base import failure_cause
+
     t = rows.to_arrow()
     status = t.column("judge_status").to_pylist()
+    causes: dict[str, int] = {}
+    for st, why in zip(status, t.column("reason").to_pylist()):
+        if st == "gen_error":
+            c = failure_cause(why)
+            causes[c] = causes.get(c, 0) + 1
     marks = [dict(m or []) for m in t.column("markers").to_pylist()]
     ok = [m for m, st in zip(marks, status) if st != "gen_error"]
 
@@ -96,7 +105,7 @@ def generation_summary(rows: Any, gspec: Any) -> dict[str, Any]:
         m = gspec.model
         model = f"{m.kind}:{getattr(m, 'model', None) or getattr(m, 'path', None) or getattr(m, 'callable', '')}"
     return {"model": model, "k": getattr(gspec, "k", None), "completions": len(ok),
-            "errors": len(status) - len(ok),
+            "errors": len(status) - len(ok), "errors_by_cause": dict(sorted(causes.items())),
             "truncated_share": round(sum(trunc) / len(trunc), 4) if trunc else None,
             "prompt_tokens_mean": mean("prompt_tokens"), "completion_tokens_mean": mean("completion_tokens"),
             "completion_tokens_total": int(sum(m.get("completion_tokens", 0) for m in ok))}

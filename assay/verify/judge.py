@@ -9,6 +9,10 @@ is never a fail or a pass. A judge request that fails after its retries is an ``
 and is asked again on the next run (the judge's calls live in the same journal as generations,
 keyed by judge model, rendered prompt (so the template) and parameters).
 
+Liveness: the judge's calls go through :func:`assay.models.generate`, so they end as a
+generation does (see :mod:`assay.models.openai`), with the judge server's own connection budget
+and circuit breaker; they advance the progress unit ``track("judge", "judge:<model>")``.
+
 Example:
     >>> parse_grade("The answer matches. GRADE: I ... on reflection GRADE: C")
     (1.0, 'GRADE: C')
@@ -228,7 +232,8 @@ class JudgeVerifier(Verifier):
         g = generate(prompts, self.backend(), k=1, seed=self.spec.seed, api=self.spec.api,
                      system=self.spec.system, max_connections=self.spec.max_connections,
                      params={"temperature": 0.0, "top_p": 1.0, "max_tokens": self.spec.max_tokens},
-                     store=Store(self.spec.store) if self.spec.store else None)
+                     store=Store(self.spec.store) if self.spec.store else None,
+                     stage="judge", label=self.name)
         out = []
         for rec in g.records:
             meta = {"judge_text": rec["completion"], "judge_key": rec["key"],

@@ -13,6 +13,29 @@ sys.path.insert(0, str(Path(__file__).parent))
 from openai_server import OpenAIServer  # noqa: E402
 
 
+@pytest.fixture(autouse=True)
+def fresh_budgets() -> Iterator[None]:
+    """Each test starts with no server budgets (a port the OS reuses is another server), and
+    ends with none leaking a slot or a parked waiter: every path gives its slot back."""
+    from assay.models import openai
+
+    openai._BUDGETS.clear()
+    yield
+    leaks = {url: (b.in_flight, len(b._waiters)) for url, b in openai._BUDGETS.items()
+             if b.in_flight or b._waiters or b.calls}
+    openai._BUDGETS.clear()
+    assert not leaks, f"server budgets left with (in flight, waiters): {leaks}"
+
+
+@pytest.fixture
+def fast_backoff(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Backoff in milliseconds, so retry-heavy tests take seconds (the rule is unchanged)."""
+    from assay.models import openai
+
+    monkeypatch.setattr(openai, "BACKOFF_BASE_S", 0.005)
+    monkeypatch.setattr(openai, "BACKOFF_MAX_S", 0.05)
+
+
 @pytest.fixture
 def server() -> Iterator[OpenAIServer]:
     srv = OpenAIServer(["tiny-ckpt", "other-ckpt"]).start()

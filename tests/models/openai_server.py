@@ -3,7 +3,8 @@ request counting, injected faults (429 with Retry-After, 500, timeouts, 400) and
 
 The policy is deterministic in (model, prompt, seed, temperature), so a cached completion and a
 fresh one can be compared; it honours ``max_tokens`` (finish_reason ``length``) and ``stop``.
-Run as a script (``python openai_server.py PORT_FILE [LATENCY]``) it serves until killed.
+Run as a script (``python openai_server.py PORT_FILE [LATENCY [P429 P500]]``) it serves until
+killed, optionally failing first attempts (:func:`first_attempt_faults`).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import socket
 import sys
 import threading
 import time
@@ -43,6 +45,18 @@ def scripted_policy(body: dict[str, Any]) -> str:
     return f"reply {h[:12]} to {last[:40]}"
 
 
+def latch(pred: Callable[[], bool]) -> Callable[[], bool]:
+    """``pred`` until it first holds, then True for good: a gate (``Fault(until=...)``) that
+    opens once for every request it holds, however late each one looks."""
+    opened = threading.Event()
+
+    def check() -> bool:
+        if not opened.is_set() and pred():
+            opened.set()
+        return opened.is_set()
+    return check
+
+
 class _Server(ThreadingHTTPServer):
     request_queue_size = 256  # the default backlog of 5 refuses bursts of concurrent clients
     daemon_threads = True
@@ -50,11 +64,16 @@ class _Server(ThreadingHTTPServer):
 
 class Fault:
     """One scripted answer in place of a completion: an HTTP status (with Retry-After and a
-    message) or a stall of ``sleep`` seconds (a timeout for the client)."""
+    message), a stall of ``sleep`` seconds (a timeout for the client), a dropped connection
+    (closed without an answer), or, with ``status=None``, the normal answer after the stall
+    and after ``until()`` holds (polled; ``until_s`` caps the wait, counted in
+    ``gate_timeouts``)."""
 
-    def __init__(self, status: int = 500, *, retry_after: str | None = None, message: str = "injected",
-                 sleep: float = 0.0) -> None:
+    def __init__(self, status: int | None = 500, *, retry_after: str | None = None,
+                 message: str = "injected", sleep: float = 0.0, drop: bool = False,
+                 until: Callable[[], bool] | None = None, until_s: float = 30.0) -> None:
         self.status, self.retry_after, self.message, self.sleep = status, retry_after, message, sleep
+        self.drop, self.until, self.until_s = drop, until, until_s
 
 
 class OpenAIServer:
@@ -65,7 +84,7 @@ class OpenAIServer:
     ``requests``: every completion request body seen, with its arrival time."""
 
     def __init__(self, models: list[str] | None = None, *, latency: float = 0.0,
-                 policy: Callable[[dict[str, Any]], str] = scripted_policy) -> None:
+                 policy: Callable[[dict[str, Any]], str] = scripted_policy, port: int = 0) -> None:
         self.models = models or ["tiny-ckpt"]
         self.latency = latency
         self.policy = policy
@@ -73,7 +92,9 @@ class OpenAIServer:
         self.requests: list[dict[str, Any]] = []
         self.in_flight = 0
         self.max_in_flight = 0
+        self.gate_timeouts = 0
         self.lock = threading.Lock()
+        self.sockets: set[Any] = set()
         server = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -84,6 +105,19 @@ class OpenAIServer:
 
             def log_message(self, *a: Any) -> None:
                 pass
+
+            def setup(self) -> None:
+                super().setup()
+                with server.lock:
+                    server.sockets.add(self.connection)
+
+            def finish(self) -> None:
+                with server.lock:
+                    server.sockets.discard(self.connection)
+                try:
+                    super().finish()
+                except OSError:
+                    pass
 
             def _send(self, code: int, doc: Any, headers: dict[str, str] | None = None) -> None:
                 data = json.dumps(doc).encode()
@@ -123,9 +157,21 @@ class OpenAIServer:
                 try:
                     if server.latency:
                         time.sleep(server.latency)
-                    if f is not None:
-                        if f.sleep:
-                            time.sleep(f.sleep)
+                    if f is not None and f.sleep:
+                        time.sleep(f.sleep)
+                    if f is not None and f.until is not None:
+                        end = time.monotonic() + f.until_s
+                        while not f.until():
+                            if time.monotonic() > end:
+                                with server.lock:
+                                    server.gate_timeouts += 1
+                                break
+                            time.sleep(0.002)
+                    if f is not None and f.drop:
+                        self.close_connection = True
+                        self.connection.shutdown(socket.SHUT_RDWR)
+                        return None
+                    if f is not None and f.status is not None:
                         hdr = {"Retry-After": f.retry_after} if f.retry_after is not None else None
                         return self._send(f.status, {"error": {"message": f.message, "code": f.status}}, hdr)
                     if body.get("model") not in server.models:
@@ -156,7 +202,7 @@ class OpenAIServer:
                     with server.lock:
                         server.in_flight -= 1
 
-        self.httpd = _Server(("127.0.0.1", 0), Handler)
+        self.httpd = _Server(("127.0.0.1", port), Handler)
         self.httpd.daemon_threads = True
         self.port = self.httpd.server_address[1]
         self.base_url = f"http://127.0.0.1:{self.port}/v1"
@@ -170,12 +216,56 @@ class OpenAIServer:
         self.httpd.shutdown()
         self.httpd.server_close()
 
+    def kill(self) -> None:
+        """Die as a restarted server does: stop listening and reset every open connection."""
+        self.stop()
+        with self.lock:
+            socks = list(self.sockets)
+        for s in socks:
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def settle(self) -> int:
+        """Wait until no request is in flight and the count stops moving (requests a killed
+        client had sent have all arrived), then return the count."""
+        seen, still = -1, 0
+        while still < 5:
+            time.sleep(0.05)
+            n = self.count()
+            still = still + 1 if n == seen and self.in_flight == 0 else 0
+            seen = n
+        return seen
+
     def count(self, since: int = 0) -> int:
         return len(self.requests) - since
 
 
+def first_attempt_faults(p429: float, p500: float) -> Callable[[int, dict[str, Any]], Fault | None]:
+    """Faults on first attempts only: a share ``p429`` of samples (drawn from a hash of the
+    prompt and seed, so the same ones every run) get a 429, a share ``p500`` a 500."""
+    seen: set[str] = set()
+    lock = threading.Lock()
+
+    def faults(n: int, body: dict[str, Any]) -> Fault | None:
+        key = json.dumps([body.get("messages") or body.get("prompt"), body.get("seed")])
+        with lock:
+            if key in seen:
+                return None
+            seen.add(key)
+        u = int(hashlib.sha256(key.encode()).hexdigest()[:8], 16) / 2 ** 32
+        if u < p429:
+            return Fault(429, message="rate limited")
+        return Fault(500, message="engine hiccup") if u < p429 + p500 else None
+    return faults
+
+
 if __name__ == "__main__":
+    # python openai_server.py PORT_FILE [LATENCY [P429 P500]]
     srv = OpenAIServer(latency=float(sys.argv[2]) if len(sys.argv) > 2 else 0.0).start()
+    if len(sys.argv) > 4:
+        srv.faults = first_attempt_faults(float(sys.argv[3]), float(sys.argv[4]))
     with open(sys.argv[1], "w") as fh:
         fh.write(srv.base_url)
     srv.thread.join()

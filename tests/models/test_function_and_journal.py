@@ -93,3 +93,32 @@ def test_spec_errors_name_the_field():
                          "api_key_env": "OPENAI_KEY_UNSET_X"})
     with pytest.raises(GenerationError, match="cannot reach http://127.0.0.1:9/v1/models"):
         generate(["q"], {"kind": "openai", "base_url": "http://127.0.0.1:9/v1", "model": "m"})
+
+
+def breaks_on_second_chunk(prompts):
+    if any("boom" in p[-1]["content"] for p in prompts):
+        raise RuntimeError("the model crashed")
+    return ["ok" for _ in prompts]
+
+
+def test_function_backend_commits_each_sample_once_and_a_raise_ends_the_call(store, monkeypatch):
+    from assay.models import function
+    from assay.progress import listen
+
+    monkeypatch.setattr(function, "CHUNK", 4)
+    model = {"kind": "function", "callable": f"{__name__}:breaks_on_second_chunk"}
+    seen = []
+    stop = listen(lambda s: seen.append(s) if s.label == "fn" else None)
+    try:
+        g = generate([f"q{i}" for i in range(6)] + ["a", "b"], model, k=1, store=store, label="fn")
+        with pytest.raises(RuntimeError, match="the model crashed"):
+            generate([f"p{i}" for i in range(4)] + ["boom", "c"], model, k=1, store=store,
+                     label="fn")
+    finally:
+        stop()
+    assert not g.errors and [s.done for s in seen if not s.finished][:8] == list(range(1, 9))
+    # the call that raised committed its first chunk (4 samples), once each, then ended
+    (path,) = (store.root / "journals").glob("*.jsonl")
+    keys = [line.split(b'"key":"')[1][:20] for line in path.read_bytes().splitlines()]
+    assert len(keys) == 12 == len(set(keys))
+    assert seen[-1].finished and seen[-1].done == 4 and seen[-1].total == 6

@@ -97,12 +97,20 @@ def test_failed_requests_are_ungraded_then_retried_to_the_clean_result(server, t
     assert len(bad) == 4 and all(r["judge_status"] == "gen_error" and r["reward"] is None for r in bad)
     assert all("HTTP 500: oom" in r["reason"] for r in bad)
     md = stages.report_files(store, broken.report)["report.md"].decode()
-    assert "| ckpt | openai:tiny-ckpt | 4 | 28 | 4 |" in md
+    assert "| ckpt | openai:tiny-ckpt | 4 | 28 | 4 (HTTP 500: 4) |" in md
+    assert "retries by status and requests that gave up are facts of each run" in md
+    # run.json's facts: every request the server saw, the retries by status, the gave-ups
+    facts = stages.generation_facts([r for r in broken.results if r.stage == "generate"])
+    assert facts["total"] == {"requests": len(server.requests), "retries": {"500": 4}, "gave_up": 4,
+                              "not_sent": 0, "errors": 4, "breaker": []}
     server.faults = []
     n = len(server.requests)
     fixed = run(server, tmp_path, store)
     assert len(server.requests) - n == 4  # only the failed samples are asked again
     assert stages.report_files(store, fixed.report) == clean_report
+    facts = stages.generation_facts([r for r in fixed.results if r.stage == "generate"])
+    assert facts["total"]["requests"] == 4 and facts["total"]["retries"] == {}
+    assert sum(d["cached"] for d in facts["shards"].values()) == 2  # the two clean shards
 
 
 def canonical(prompts):
@@ -207,10 +215,9 @@ def test_sigkill_inside_the_generate_stage_then_resume(server, tmp_path):
         time.sleep(0.02)
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
-    time.sleep(0.2)
+    seen = server.settle()  # every request the killed run had sent has arrived
     (jfile,) = journal.glob("*.jsonl")
     committed = jfile.read_bytes().count(b"\n")
-    seen = len(server.requests)
     assert 40 <= committed < 120 and seen - committed <= 4
     spec = parse_spec(text, base_dir=str(tmp_path))
     resumed = stages.run_study(spec, store, progress=None)

@@ -141,3 +141,18 @@ def test_sampled_first_tokens_follow_the_models_distribution(lm, tmp_path):
     drawn = {(lm.tok(c, add_special_tokens=False)["input_ids"] or [-1])[0] for c in g.completions[0]}
     allowed = {-1 if t in special else t for t in nucleus.tolist()}
     assert drawn == allowed
+
+
+def test_every_sample_advances_the_progress_unit_once(lm, tmp_path):
+    from assay.progress import listen
+
+    seen = []
+    stop = listen(lambda s: seen.append(s) if s.label == "hf-progress" else None)
+    try:
+        g = generate(QS[:5], lm, k=2, params={"temperature": 0.0, "max_tokens": 3},
+                     store=Store(tmp_path), label="hf-progress")
+    finally:
+        stop()
+    assert [s.done for s in seen if not s.finished] == list(range(1, 11))
+    assert seen[-1].finished and seen[-1].total == 10 and not g.errors
+    assert seen[-1].counts.get("errors", 0) == 0
