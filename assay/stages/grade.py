@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from assay.hashing import code_checksum
+from assay.progress import track
 from assay.rows import Rows
 from assay.spec import StudySpec
 from assay.specbase import VerifierSpec
@@ -71,14 +72,16 @@ def run_grade_shard(store: Store, spec: StudySpec, source_name: str, filtered: S
     lo, hi = bounds
 
     part = Rows(load_rows(store, filtered).to_arrow().slice(lo, hi - lo))
+    label = f"{source_name} shard {shard + 1}/{n_shards}"
 
     def compute() -> tuple[dict[str, Any], dict[str, Any]]:
-        graded = grade(part, make_verifier(source.verifier, spec), workers=workers)
+        with track(STAGE, label, total=len(part)):  # grading advances it per row
+            graded = grade(part, make_verifier(source.verifier, spec), workers=workers)
         return {"rows": graded}, {"rows": len(graded)}
 
     # The shard's own content is its input, so a filter that keeps this shard's rows as they
     # were (e.g. a longer slice) does not re-grade it.
     return cached_stage(store, STAGE, inputs=[part.checksum()],
                         params={"verifier": verifier_fingerprint(source.verifier, spec)},
-                        compute=compute, label=f"{source_name} shard {shard + 1}/{n_shards}",
+                        compute=compute, label=label,
                         progress=progress)

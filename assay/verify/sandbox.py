@@ -27,6 +27,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from assay import progress
 from assay.errors import VerifierError
 
 SERVER_SCRIPT = str(Path(__file__).with_name("forkserver.py"))
@@ -245,6 +246,7 @@ class SandboxPool:
         for i in range(len(jobs)):
             todo.put(i)
         errors: list[BaseException] = []
+        unit = progress.current()  # the grade stage's unit (this thread's): one per job done
 
         def drive(slot: int) -> None:
             try:
@@ -264,6 +266,8 @@ class SandboxPool:
                                  "seconds": round(time.monotonic() - start, 4),
                                  "output_tail": "the sandbox server died or hung while running this job"}
                     results[i] = reply
+                    if unit is not None:
+                        unit.advance(1)
             except BaseException as e:  # surfaced to the caller below
                 errors.append(e)
 
