@@ -63,7 +63,7 @@ def format_duration(seconds: float) -> str:
         ('1h30m', '1m30s', '2.5s')
     """
     if seconds < 60:
-        return f"{seconds:g}s"
+        return f"{seconds:.3g}s"
     out, rest = "", int(round(seconds))
     for unit, size in (("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
         if rest >= size:
@@ -75,20 +75,24 @@ def format_duration(seconds: float) -> str:
 class RunStopped(AssayError, RuntimeError):
     """The run was stopped by its deadline or its stall detector (exit EXIT_STOPPED).
 
-    An ``Exception`` (not a ``BaseException``), so Prefect records the task and flow runs as
-    Failed with this message. ``reason`` is ``"deadline"`` or ``"stall"``; ``in_flight`` is
+    What :func:`guard` raises: an ``Exception``, so Prefect records the flow run as Failed
+    with this message. ``reason`` is ``"deadline"`` or ``"stall"``; ``in_flight`` is
     :func:`assay.progress.describe` at the moment of the stop."""
 
-    #: the message of the stop in progress (an exception raised into another thread is built
-    #: without arguments: see :meth:`Watchdog._interrupt`)
-    _pending: tuple[str, str, str] = ("", "", "")
+    def __init__(self, message: str, reason: str = "", in_flight: str = "") -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.in_flight = in_flight
 
-    def __init__(self, message: str | None = None, reason: str | None = None,
-                 in_flight: str | None = None) -> None:
-        pm, pr, pi = RunStopped._pending
-        super().__init__(message if message is not None else pm)
-        self.reason = reason if reason is not None else pr
-        self.in_flight = in_flight if in_flight is not None else pi
+
+class StopRun(KeyboardInterrupt):
+    """Raised *inside* the guarded block to unwind it as Ctrl-C does: no ``except Exception``
+    turns it into error verdicts, no half-computed stage is committed, and sandboxes are
+    aborted rather than waited for. :func:`guard` turns it into :class:`RunStopped`."""
+
+    #: the stop in progress (an exception raised into another thread is built without
+    #: arguments: see :meth:`Watchdog._interrupt`)
+    pending: RunStopped | None = None
 
 
 #: Signal the watchdog sends the main thread so that a blocking wait (a pipe, a socket, a
@@ -167,13 +171,14 @@ class Watchdog:
             return
 
     def _interrupt(self, stop: RunStopped) -> None:
-        RunStopped._pending = (str(stop), stop.reason, stop.in_flight)
+        """Raise :class:`StopRun` in the guarded thread."""
+        StopRun.pending = stop
         if self._target == threading.main_thread().ident and _HANDLER_OWNER.get("watchdog"):
             signal.pthread_kill(self._target, STOP_SIGNAL)  # wakes a blocking wait there
             return
         # another thread: raise at its next bytecode (a blocking call returns first)
         ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(self._target),
-                                                   ctypes.py_object(RunStopped))
+                                                   ctypes.py_object(StopRun))
 
 
 #: which watchdog installed the STOP_SIGNAL handler (the innermost guard in the main thread)
@@ -183,7 +188,7 @@ _HANDLER_OWNER: dict[str, Watchdog] = {}
 def _raise_stop(signum: int, frame: Any) -> None:
     w = _HANDLER_OWNER.get("watchdog")
     if w is not None and w.stopped is not None and not w._done.is_set():
-        raise w.stopped
+        raise StopRun(str(w.stopped))
 
 
 def _hard_exit(stop: RunStopped) -> None:
@@ -205,12 +210,12 @@ def guard(deadline: str | float | None = None, stall_after: str | float | None =
 
     Example:
         >>> import time
-        >>> with guard(stall_after="0.2s") as w:
-        ...     with progress.track("grade", "demo shard 1/1", total=2) as unit:
-        ...         try:
-        ...             time.sleep(60)
-        ...         except RunStopped as e:
-        ...             stop = e
+        >>> try:
+        ...     with guard(stall_after="0.2s"):
+        ...         with progress.track("grade", "demo shard 1/1", total=2):
+        ...             time.sleep(60)  # a wait that never ends by itself
+        ... except RunStopped as e:
+        ...     stop = e
         >>> stop.reason, "[grade] demo shard 1/1: 0/2 done" in str(stop)
         ('stall', True)
     """
@@ -229,6 +234,15 @@ def guard(deadline: str | float | None = None, stall_after: str | float | None =
     w.start()
     try:
         yield w
+    except StopRun as e:
+        stop = w.stopped or StopRun.pending
+        if stop is None:  # not ours: a StopRun of an outer guard
+            raise
+        err = RunStopped(str(stop), stop.reason, stop.in_flight)
+        stage = getattr(e, "assay_stage", None)  # set by the flow on the way out of a stage
+        if stage:
+            err.assay_stage = stage  # type: ignore[attr-defined]
+        raise err from None
     finally:
         w.close()
         if in_main:
@@ -239,4 +253,4 @@ def guard(deadline: str | float | None = None, stall_after: str | float | None =
                 _HANDLER_OWNER["watchdog"] = outer
 
 
-__all__ = ["RunStopped", "Watchdog", "guard", "parse_duration", "format_duration", "STOP_SIGNAL"]
+__all__ = ["RunStopped", "StopRun", "Watchdog", "guard", "parse_duration", "format_duration", "STOP_SIGNAL"]
