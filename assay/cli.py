@@ -377,14 +377,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     _RUN.clear()
     term = None
+    ticker: Any = contextlib.nullcontext()
     if args.func in (cmd_run, cmd_nightly):
         import signal
         import threading
 
+        from assay.progressbar import printing
+
         if threading.current_thread() is threading.main_thread():
             term = signal.signal(signal.SIGTERM, _on_sigterm)
+        ticker = printing(sys.stderr)  # long shards: a bar (TTY) or a line every 5 s
     try:
-        return args.func(args)
+        with ticker:
+            return args.func(args)
     except Terminated:
         _err("terminated (SIGTERM); rerun the same command to resume from the cached stages")
         return 128 + 15

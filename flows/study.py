@@ -27,6 +27,7 @@ from assay.spec import load_spec
 from assay.store import Store
 from assay.watchdog import guard
 from flows.embedded import OrchestrationError, require_real_server
+from flows.progress_ui import progress_artifacts
 from tasks.stages import TASKS
 
 
@@ -110,7 +111,7 @@ def study(spec: str, output: str | None = None, store_root: str | None = None,
     with store.in_use():  # a store gc waits until this run has written its run.json
         # past execution.deadline, or stalled for execution.stall_after: RunStopped is raised
         # here, so the flow run ends Failed naming the stage (what was committed stays)
-        with guard(s.execution.deadline, s.execution.stall_after):
+        with guard(s.execution.deadline, s.execution.stall_after), progress_artifacts():
             run = stages.run_study(s, store, call=call, call_many=call_many)
         info = finish_run(store, s, run, out, started)
     if publish:
