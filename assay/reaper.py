@@ -44,13 +44,13 @@ def kill_descendants(grace_s: float = 1.0, only: list[int] | None = None) -> int
     procs = [p for p in descendants() if only is None or p.pid in only]
     leaders = []
     for p in procs:
-        with contextlib.suppress(psutil.Error):
+        with contextlib.suppress(psutil.Error, OSError):  # it may be gone already
             if os.getpgid(p.pid) == p.pid:
                 leaders.append(p.pid)
             p.terminate()
     _, alive = psutil.wait_procs(procs, timeout=grace_s)
     for p in alive:
-        with contextlib.suppress(psutil.Error):
+        with contextlib.suppress(psutil.Error, OSError):
             p.kill()
     for pgid in leaders:  # what a killed group leader left in its group
         with contextlib.suppress(OSError):

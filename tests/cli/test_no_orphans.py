@@ -182,10 +182,10 @@ class Watched:
             i = 0
             while True:
                 while i < len(self.lines):
-                    if self.lines[i] == "":
-                        pytest.fail("exited before the expected line:\n" + "".join(self.lines))
                     if pred(self.lines[i]):
                         return self.lines[i]
+                    if self.lines[i] == "":
+                        pytest.fail("exited before the expected line:\n" + "".join(self.lines))
                     i += 1
                 if not self._new_line.wait(timeout=max(0.0, end - time.monotonic())):
                     pytest.fail("the expected line never came:\n" + "".join(self.lines))
