@@ -427,6 +427,9 @@ def _harness_boundary(job, code=None):
             try:
                 for fd in (NONCE_FD, RESULT_FD, SECRET_FD, to_c_w, from_c_r):
                     os.close(fd)
+                # dies with the tests' process (itself tied to this server), so a server
+                # killed before its cleanup runs leaves no candidate behind
+                _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
                 _drop_caps()
             except BaseException:
                 exit_(3)

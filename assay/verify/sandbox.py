@@ -157,7 +157,7 @@ class _Server:
             self.proc.stdin.close()
             self.proc.wait(timeout=10)
         except Exception:
-            self.kill()
+            self.abort()  # SIGTERM first: the server then kills its job's uid and group
         finally:
             if self.proc.stdout:
                 self.proc.stdout.close()
@@ -337,7 +337,7 @@ def warm_pool(workers: int, **kwargs: Any) -> Iterator[SandboxPool]:
     try:
         yield pool
         ok = True
-    except KeyboardInterrupt:
+    except BaseException:  # Ctrl-C, SIGTERM (Prefect's TerminationSignal), a stop, an error
         pool.abort()  # close() would wait for each running job (up to its timeout)
         raise
     finally:
