@@ -76,7 +76,8 @@ class Printer:
     def lines(self, now: float | None = None) -> list[str]:
         """What one tick prints (without bars): the units open at least ``every_s``."""
         now = time.monotonic() if now is None else now
-        return [format_state(s, now) for s in progress.snapshot() if now - s.started >= self.every_s]
+        return [format_state(s, now) for s in progress.snapshot()
+                if now - s.started >= self.every_s]
 
     def tick(self, now: float | None = None) -> None:
         now = time.monotonic() if now is None else now

@@ -253,4 +253,5 @@ def guard(deadline: str | float | None = None, stall_after: str | float | None =
                 _HANDLER_OWNER["watchdog"] = outer
 
 
-__all__ = ["RunStopped", "StopRun", "Watchdog", "guard", "parse_duration", "format_duration", "STOP_SIGNAL"]
+__all__ = ["RunStopped", "StopRun", "Watchdog", "guard", "parse_duration", "format_duration",
+           "STOP_SIGNAL"]

@@ -47,7 +47,8 @@ def run_decontaminate(store: Store, spec: StudySpec, graded: Mapping[str, Sequen
                 extra: dict[str, Any] = {"source": name}
                 if hasattr(rep, "rescore"):  # pass@1 on the full set next to the clean subset
                     split = rep.rescore(rows)
-                    extra["clean_report"] = split.report() if hasattr(split, "report") else str(split)
+                    extra["clean_report"] = (split.report() if hasattr(split, "report")
+                                             else str(split))
                     extra["clean_estimates"] = collect_estimates(getattr(split, "clean", None))
                 docs.append(result_doc("contamination", f"contamination[{name}]", rep, **extra))
                 unit.advance(1)

@@ -178,4 +178,34 @@ def test_printer_is_silent_for_short_units() -> None:
 
 def test_format_state_without_total() -> None:
     s = progress.UnitState("decontaminate", "a", 3, None, {}, 0.0, 1.0, False)
-    assert format_state(s, now=2.0) == "[decontaminate] a: 3 done, 1.5/s, retries 0, errors 0, ETA ?"
+    assert format_state(s, now=2.0) == ("[decontaminate] a: 3 done, 1.5/s, retries 0, errors 0, "
+                                        "ETA ?")
+
+
+def test_a_thread_no_stop_reaches_gets_the_hard_exit() -> None:
+    """A worker thread blocked in a wait no exception can interrupt: after the grace period the
+    watchdog's hard exit runs (in ``assay``: the error line, children killed, exit 5)."""
+    release = threading.Event()
+    called: list[RunStopped] = []
+
+    def hard_exit(stop: RunStopped) -> None:
+        called.append(stop)
+        release.set()  # stands in for os._exit: lets the blocked thread go
+
+    got: list[BaseException] = []
+
+    def work() -> None:
+        try:
+            with guard(stall_after="0.2s", grace_s=0.2, hard_exit=hard_exit):
+                with progress.track("generate", "wedged", total=1):
+                    release.wait()  # not interruptible by an async exception
+                    while True:  # now it is: the pending stop lands here
+                        time.sleep(0.01)
+        except BaseException as e:  # noqa: BLE001
+            got.append(e)
+
+    t = threading.Thread(target=work)
+    t.start()
+    t.join()
+    assert len(called) == 1 and called[0].reason == "stall"
+    assert len(got) == 1 and isinstance(got[0], RunStopped)
