@@ -16,7 +16,7 @@ import contextlib
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import IO
 
 from assay import progress
@@ -71,7 +71,7 @@ class Printer:
         self._thread: threading.Thread | None = None
         self._shown = False  # a bar is on the terminal's last line
         self._lock = threading.Lock()
-        self._unlisten = None
+        self._unlisten: Callable[[], None] | None = None
 
     def lines(self, now: float | None = None) -> list[str]:
         """What one tick prints (without bars): the units open at least ``every_s``."""
