@@ -4,7 +4,8 @@ Only ``run`` and ``nightly`` import Prefect (lazily). Exit codes (``assay.errors
 1 an unexpected exception during ``run`` (the stage and OUTPUT/run.log named); 2 a usage, spec
 or data error; 3 the check found a problem (``nightly``: a gated metric regressed; ``store
 verify``: a corrupt entry); 4 ``run`` finished but some samples failed (gen_error rows: the
-numbers cover fewer samples); 130 interrupted.
+numbers cover fewer samples); 5 stopped by the spec's deadline or stall detector; 130
+interrupted; 143 terminated.
 
 Example:
     >>> main(["validate", "no/such/spec.yaml"])
@@ -24,7 +25,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from assay.errors import EXIT_OK, EXIT_PARTIAL, AssayError
+from assay.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_PARTIAL, EXIT_STOPPED, AssayError
+from assay.watchdog import RunStopped
 
 
 def _err(msg: str) -> None:
@@ -396,19 +398,51 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM during ``run``/``nightly``: unwinds like Ctrl-C (stages stop their workers and
+    sandboxes on the way out), then exit 143."""
+
+
+def _on_sigterm(signum: int, frame: Any) -> None:
+    import signal
+
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a second SIGTERM ends us at once
+    raise Terminated()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``assay`` console script; returns the exit status.
 
     2: an error in the input (one ``error:`` line saying where and how to fix it); 1: an
-    unexpected exception (its stage and the log file holding the traceback); 130: interrupted.
+    unexpected exception (its stage and the log file holding the traceback); 5: stopped by
+    execution.deadline or stall_after; 130: interrupted (Ctrl-C); 143: terminated (SIGTERM).
     """
     args = build_parser().parse_args(argv)
     _RUN.clear()
+    term = None
+    ticker: Any = contextlib.nullcontext()
+    if args.func in (cmd_run, cmd_nightly):
+        import signal
+        import threading
+
+        from assay.progressbar import printing
+
+        if threading.current_thread() is threading.main_thread():
+            term = signal.signal(signal.SIGTERM, _on_sigterm)
+        ticker = printing(sys.stderr)  # long shards: a bar (TTY) or a line every 5 s
     try:
-        return args.func(args)
+        with ticker:
+            return args.func(args)
+    except Terminated:
+        _err("terminated (SIGTERM); rerun the same command to resume from the cached stages")
+        return 128 + 15
     except KeyboardInterrupt:
         _err("interrupted; rerun the same command to resume from the cached stages")
-        return 130
+        return EXIT_INTERRUPTED
+    except RunStopped as e:  # the deadline or the stall detector: one line, its own status
+        stage = getattr(e, "assay_stage", None) or "the study flow"
+        _err(f"{stage}: {e}; what was committed is kept: rerun the same command to resume")
+        return EXIT_STOPPED
     except AssayError as e:
         if _RUN.get("debug"):
             traceback.print_exc()
@@ -425,6 +459,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         _err(f"{stage} failed: {type(e).__name__}: {first} (not an input assay checks: the "
              f"traceback is in {log}; `assay run --debug` prints it here)")
         return 1
+    finally:
+        if term is not None:
+            import signal
+
+            signal.signal(signal.SIGTERM, term)
 
 
 def console() -> None:
@@ -443,10 +482,18 @@ def console() -> None:
         # when Python flushes stdout again; the status a shell gives a command killed by SIGPIPE
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         rc = EXIT_BROKEN_PIPE
+    if rc != 0 and not _EMBEDDED_RUN_DONE:  # anything an interrupted stage started, stopped
+        from assay.reaper import kill_descendants
+
+        kill_descendants()
     if _EMBEDDED_RUN_DONE:  # finished, failed or interrupted: the server is stopped either way
         grading = sys.modules.get("assay.grading")
         if grading is not None:  # stop warm grading workers and sandboxes (atexit will not run)
             grading.shutdown_workers()
+        if rc != 0:  # anything an interrupted stage started and did not stop
+            from assay.reaper import kill_descendants
+
+            kill_descendants()
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(rc)

@@ -27,6 +27,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from assay import progress
 from assay.errors import RowsError, RowsTypeError
 from assay.judging import Judge, Verdict, as_judge, check_references_used, normalize_verdict
 from assay.rows import MARKERS_TYPE, Rows, as_table, table_to_records, to_json
@@ -101,6 +102,7 @@ def judge_records(judge: Judge, records: Sequence[Mapping[str, Any]], *,
     """
     _check_workers(workers)
     judge = as_judge(judge)
+    unit = progress.current()  # the grade stage's unit: advanced per row graded
     verdicts: list[Verdict | None] = [None] * len(records)
     todo = []
     for i, r in enumerate(records):
@@ -110,10 +112,13 @@ def judge_records(judge: Judge, records: Sequence[Mapping[str, Any]], *,
             verdicts[i] = Verdict(None, "no_reference", f"{judge.name} needs privileged.reference; pass references=")
         else:
             todo.append(i)
+    if unit is not None and len(records) > len(todo):
+        unit.advance(len(records) - len(todo))  # nothing to grade in those rows
     if not todo:
         return verdicts  # type: ignore[return-value]
     batch = getattr(judge.source, "grade_batch", None)
     if callable(batch):
+        before = unit.state().done if unit is not None else 0
         try:
             raw = batch([records[i] for i in todo], workers=workers)
             if len(raw) != len(todo):
@@ -123,6 +128,8 @@ def judge_records(judge: Judge, records: Sequence[Mapping[str, Any]], *,
         except Exception as e:  # the whole batch failed: every row says so, none passes
             for i in todo:
                 verdicts[i] = Verdict(None, "error", f"{type(e).__name__}: {e}")
+        if unit is not None:  # the rows a batch grader did not advance itself (per row)
+            unit.advance(max(0, len(todo) - (unit.state().done - before)))
         return verdicts  # type: ignore[return-value]
     n = len(todo)
     main = threading.current_thread() is threading.main_thread()
@@ -138,6 +145,8 @@ def judge_records(judge: Judge, records: Sequence[Mapping[str, Any]], *,
     else:
         for i in todo:
             verdicts[i] = judge.judge(records[i])
+            if unit is not None:
+                unit.advance(1)
     return verdicts  # type: ignore[return-value]
 
 
@@ -155,6 +164,9 @@ def _worker(judge: Judge | None, conn: Any) -> None:
     workers, which outlive one grade call, get each call's verifier this way);
     ``("rows", token, [(index, row)])`` grades a chunk with the judge ``token`` names (None: the
     judge the worker was forked with), sending one (index, Verdict) per row; None stops."""
+    from assay.reaper import watch_parent
+
+    watch_parent()  # a SIGKILLed parent leaves no worker (other workers hold our pipe's end)
     judges: dict[Any, Judge | None] = {None: judge}
     while True:
         try:
@@ -350,6 +362,7 @@ def _drive(ctx: Any, judge: Judge, rows: list[Mapping[str, Any]], workers: int, 
         return new
 
     own: list[_Slot] = []
+    unit = progress.current()
 
     ok = False
     try:
@@ -376,6 +389,8 @@ def _drive(ctx: Any, judge: Judge, rows: list[Mapping[str, Any]], workers: int, 
                             out[i] = v
                             s.pending.remove(i)
                             s.since = time.monotonic()
+                            if unit is not None:
+                                unit.advance(1)
                     except (EOFError, OSError):
                         code = s.proc.exitcode
                         failed = Verdict(None, "error", f"grading worker died (exit code {code}) on this row")
@@ -385,6 +400,8 @@ def _drive(ctx: Any, judge: Judge, rows: list[Mapping[str, Any]], workers: int, 
                 if failed is not None:
                     first = s.pending.popleft()
                     out[first] = failed
+                    if unit is not None:
+                        unit.advance(1, errors=1)
                     if s.pending:
                         queue.appendleft(list(s.pending))
                     s.pending.clear()

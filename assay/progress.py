@@ -31,6 +31,8 @@ _NEXT = 0
 #: monotonic time of the last advance of any unit (or the last unit opened): the stall clock
 _LAST = time.monotonic()
 _LISTENERS: list[Callable[[UnitState], None]] = []
+#: per thread, the units it has open (innermost last): see :func:`current`
+_OPEN = threading.local()
 
 
 @dataclass(frozen=True)
@@ -121,15 +123,34 @@ def track(stage: str, label: str, total: int | None = None) -> Iterator[Unit]:
         uid = _NEXT
         _UNITS[uid] = unit
         _LAST = time.monotonic()  # starting a unit is progress: the previous one finished
+    stack = _OPEN.__dict__.setdefault("units", [])
+    stack.append(unit)
     try:
         yield unit
     finally:
+        if stack and stack[-1] is unit:
+            stack.pop()
         with _LOCK:
             unit.finished = True
             _UNITS.pop(uid, None)
             _LAST = time.monotonic()
             state = unit._state()
         _notify(state)
+
+
+def current() -> Unit | None:
+    """The innermost unit this thread has open, or None: code deep in a stage (a grading loop,
+    a sandbox pool) advances the stage's unit without it being passed down.
+
+    Example:
+        >>> with track("grade", "demo", total=1) as unit:
+        ...     current() is unit
+        True
+        >>> current() is None
+        True
+    """
+    stack = getattr(_OPEN, "units", None)
+    return stack[-1] if stack else None
 
 
 def snapshot() -> list[UnitState]:
@@ -167,4 +188,5 @@ def describe(states: list[UnitState] | None = None) -> str:
     return "; ".join(parts) or "nothing in flight"
 
 
-__all__ = ["Unit", "UnitState", "track", "snapshot", "last_advance", "listen", "describe"]
+__all__ = ["Unit", "UnitState", "track", "current", "snapshot", "last_advance", "listen",
+           "describe"]

@@ -183,6 +183,29 @@ class ExecutionSpec(SpecModel):
     log_level: Literal["debug", "info", "warning", "error"] = "warning"
     view: bool = Field(True, description="write OUTPUT/view/index.html, the page of the run's "
                        "samples (`assay view OUTPUT` writes it later too)")
+    deadline: str | None = Field(
+        None, description="stop the run after this long, e.g. 6h, 90m, 1h30m (exit 5; the "
+        "rerun resumes from what was committed)")
+    stall_after: str | None = Field(
+        None, description="stop the run when no sample is answered, no row graded and no batch "
+        "scored for this long, e.g. 15m (exit 5); runner local only")
+
+    @field_validator("deadline", "stall_after", mode="before")
+    @classmethod
+    def _duration(cls, v: Any) -> Any:
+        from assay.watchdog import parse_duration
+
+        if v is None:
+            return v
+        parse_duration(v)  # ValueError: pydantic names the field
+        return str(v)
+
+    @model_validator(mode="after")
+    def _stall_runner(self) -> ExecutionSpec:
+        if self.stall_after is not None and self.runner != "local":
+            raise ValueError(f"stall_after needs runner: local (the progress of {self.runner} "
+                             "workers is not seen by the flow's process); use deadline instead")
+        return self
 
 
 # ------------------------------------------------------------------------------- the spec

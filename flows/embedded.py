@@ -88,10 +88,38 @@ class EmbeddedServer:
         home = Path(os.environ.get("PREFECT_HOME", ".prefect"))
         self.log_path = Path(log_path) if log_path else home / "embedded-server.log"
         self.process: subprocess.Popen[bytes] | None = None
+        self.home = home
+        self._lock_fd: int | None = None
+
+    def _lock_new_database(self) -> None:
+        """Two runs started at once on a fresh PREFECT_HOME would both create the database
+        (one dies: "table ... already exists"). While there is no database yet, the first
+        server is started under an exclusive file lock, held until it is healthy (its
+        migrations done); the others wait for the lock, find the database and start freely.
+        Bounded: the holder releases it when its server is healthy, fails or is stopped, and
+        the kernel releases it if the holder dies."""
+        db = self.home / "prefect.db"
+        if os.environ.get("PREFECT_API_DATABASE_CONNECTION_URL") or db.exists():
+            return
+        import fcntl
+
+        self.home.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.home / ".assay-db.lock", os.O_RDWR | os.O_CREAT, 0o644)
+        fcntl.flock(fd, fcntl.LOCK_EX)  # waits while another run's server creates it
+        if db.exists() and db.stat().st_size > 0:
+            os.close(fd)  # made by the run that held the lock: start freely
+            return
+        self._lock_fd = fd
+
+    def _unlock(self) -> None:
+        fd, self._lock_fd = self._lock_fd, None
+        if fd is not None:
+            os.close(fd)  # closing releases the flock
 
     def start(self) -> EmbeddedServer:
         """Launch the server; returns at once (call :meth:`wait` before using the API)."""
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock_new_database()
         env = dict(os.environ, PREFECT__SERVER_EPHEMERAL="1", PREFECT__SERVER_FINAL="1",
                    PREFECT_UI_ENABLED="0")
         for name in EMBEDDED_SERVICES_OFF:
@@ -122,6 +150,7 @@ class EmbeddedServer:
             try:
                 with urllib.request.urlopen(f"{self.api_url}/health", timeout=2) as r:
                     if r.status == 200:
+                        self._unlock()  # the database exists and is migrated
                         return
             except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
                 pass
@@ -138,6 +167,7 @@ class EmbeddedServer:
         )
 
     def stop(self) -> None:
+        self._unlock()
         p, self.process = self.process, None
         if p is None or p.poll() is not None:
             return

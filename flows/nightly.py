@@ -26,11 +26,12 @@ from prefect.states import Failed
 from assay.errors import AssayError
 from assay.nightly.gates import evaluate_night, night_markdown, regression_line
 from assay.nightly.history import write_history
-from assay.nightly.notify import NotifyError, alert_text, post_webhook
+from assay.nightly.notify import NotifyError, alert_text, post_json, post_webhook, stopped_alert
 from assay.nightly.spec import NightlySpec
 from assay.report import write_run_dir
 from assay.spec import load_spec
 from assay.store import atomic_write
+from assay.watchdog import RunStopped
 from flows.study import _slug, study, write_page
 
 
@@ -69,6 +70,21 @@ def notify(target: str, regressions: list[dict[str, Any]]) -> None:
     block.notify(body=body, subject=subject)
 
 
+def notify_stopped(target: str, study_name: str, night: str, message: str) -> None:
+    """Alert ``target`` that tonight's run of a study was stopped (a failed delivery is
+    printed: the stop is what the flow run reports)."""
+    subject, body, payload = stopped_alert(study_name, night, message)
+    try:
+        if target.startswith(("http://", "https://")):
+            post_json(target, payload, what="the stopped-run alert")
+            return
+        from prefect.blocks.core import Block
+
+        Block.load(target).notify(body=body, subject=subject)
+    except Exception as e:  # noqa: BLE001 - the alert must not mask the stop
+        print(f"nightly.notify: the stopped-run alert to {target} failed: {e}", file=sys.stderr)
+
+
 def _tonight() -> str:
     from prefect.runtime import flow_run
 
@@ -93,8 +109,13 @@ def nightly(specs: list[str], root: str = "runs/nightly", night: str | None = No
         gates = spec.nightly or NightlySpec()
         base = Path(root) / spec.name
         out = base / night
-        # the page is written once nightly.json is there, so it shows the gate's verdict
-        info = study(spec=path, output=str(out), store_root=store_root, view=False)
+        try:
+            # the page is written once nightly.json is there, so it shows the gate's verdict
+            info = study(spec=path, output=str(out), store_root=store_root, view=False)
+        except RunStopped as e:  # deadline or stall: alerted like a regression, then Failed
+            if gates.notify:
+                notify_stopped(gates.notify, spec.name, night, str(e))
+            raise
         doc = gate_night(str(out), spec.name, night, [s.name for s in spec.sources],
                          gates.model_dump(mode="json"), info["spec_definition"])
         doc["spec_checksum"] = info["spec_checksum"]

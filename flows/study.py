@@ -26,7 +26,9 @@ from assay.report import write_run_dir
 from assay.spec import load_spec
 from assay.store import Store
 from assay.unjudged import failed_samples
+from assay.watchdog import guard
 from flows.embedded import OrchestrationError, require_real_server
+from flows.progress_ui import progress_artifacts
 from tasks.stages import TASKS
 
 
@@ -134,7 +136,10 @@ def study(spec: str, output: str | None = None, store_root: str | None = None,
     started = time.time()
     out = s.output_dir(output)
     with store.in_use():  # a store gc waits until this run has written its run.json
-        run = stages.run_study(s, store, call=call, call_many=call_many)
+        # past execution.deadline, or stalled for execution.stall_after: RunStopped is raised
+        # here, so the flow run ends Failed naming the stage (what was committed stays)
+        with guard(s.execution.deadline, s.execution.stall_after), progress_artifacts():
+            run = stages.run_study(s, store, call=call, call_many=call_many)
         info = finish_run(store, s, run, out, started)
     if publish:
         _publish_artifacts(s.name, stages.report_files(store, run.report))

@@ -44,15 +44,36 @@ def alert_payload(regressions: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
 def post_webhook(url: str, regressions: Sequence[Mapping[str, Any]], *, timeout: float = 10.0,
                  attempts: int = 3) -> None:
     """POST the alert as JSON; retries 408/429/5xx and connection errors, then NotifyError."""
+    post_json(url, alert_payload(regressions), timeout=timeout, attempts=attempts,
+              what="the regression alert")
+
+
+def stopped_alert(study: str, night: str, message: str) -> tuple[str, str, dict[str, Any]]:
+    """(subject, body, webhook JSON) of the alert for a night whose run was stopped by its
+    deadline or stall detector (no verdict: the night is missing, which is as loud).
+
+    Example:
+        >>> subject, body, doc = stopped_alert("s", "2026-11-03", "stopped by execution.deadline")
+        >>> subject, doc["stopped"]["study"]
+        ('assay nightly 2026-11-03: run stopped (s)', 's')
+    """
+    subject = f"assay nightly {night}: run stopped ({study})"
+    body = f"{study}: {message}"
+    return subject, body, {"text": f"{subject}\n{body}", "subject": subject,
+                           "stopped": {"study": study, "night": night, "message": message}}
+
+
+def post_json(url: str, payload: Mapping[str, Any], *, timeout: float = 10.0, attempts: int = 3,
+              what: str = "the alert") -> None:
+    """POST ``payload``; retries 408/429/5xx and connection errors, then NotifyError."""
     import time
 
     import httpx
 
-    payload = alert_payload(regressions)
     last = ""
     for i in range(attempts):
         try:
-            r = httpx.post(url, json=payload, timeout=timeout)
+            r = httpx.post(url, json=dict(payload), timeout=timeout)
         except httpx.TransportError as e:
             last = f"{type(e).__name__}: {e}"
         else:
@@ -62,4 +83,4 @@ def post_webhook(url: str, regressions: Sequence[Mapping[str, Any]], *, timeout:
             if r.status_code not in (408, 429) and r.status_code < 500:
                 break
         time.sleep(0.5 * 2**i)
-    raise NotifyError(f"nightly.notify: posting the regression alert to {url} failed ({last})")
+    raise NotifyError(f"nightly.notify: posting {what} to {url} failed ({last})")

@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from assay.hashing import file_checksum
+from assay.progress import track
 from assay.spec import StudySpec
 from assay.stages.cache import (
     StageResult,
@@ -37,17 +38,20 @@ def run_decontaminate(store: Store, spec: StudySpec, graded: Mapping[str, Sequen
 
         paths = [str(spec.resolve(c)) for c in d.corpus]
         docs, n_rows = [], 0
-        for name in names:
-            rows = concat_rows(store, graded[name])
-            n_rows += len(rows)
-            rep = dc.contamination(rows, paths, n=d.n, text_field=d.text_field,
-                                   id_field=d.id_field, store=store, **d.params)
-            extra: dict[str, Any] = {"source": name}
-            if hasattr(rep, "rescore"):  # pass@1 on the full set next to the clean subset
-                split = rep.rescore(rows)
-                extra["clean_report"] = split.report() if hasattr(split, "report") else str(split)
-                extra["clean_estimates"] = collect_estimates(getattr(split, "clean", None))
-            docs.append(result_doc("contamination", f"contamination[{name}]", rep, **extra))
+        with track(STAGE, ",".join(names), total=len(names)) as unit:  # one per source checked
+            for name in names:
+                rows = concat_rows(store, graded[name])
+                n_rows += len(rows)
+                rep = dc.contamination(rows, paths, n=d.n, text_field=d.text_field,
+                                       id_field=d.id_field, store=store, **d.params)
+                extra: dict[str, Any] = {"source": name}
+                if hasattr(rep, "rescore"):  # pass@1 on the full set next to the clean subset
+                    split = rep.rescore(rows)
+                    extra["clean_report"] = (split.report() if hasattr(split, "report")
+                                             else str(split))
+                    extra["clean_estimates"] = collect_estimates(getattr(split, "clean", None))
+                docs.append(result_doc("contamination", f"contamination[{name}]", rep, **extra))
+                unit.advance(1)
         return {"contamination": docs}, {"rows": n_rows}
 
     return cached_stage(store, STAGE, inputs=graded_checksums(graded, names) + corpus_sums,

@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from assay.hashing import code_checksum
+from assay.progress import track
 from assay.rows import Rows
 from assay.spec import StudySpec
 from assay.specbase import VerifierSpec
@@ -71,12 +72,14 @@ def run_grade_shard(store: Store, spec: StudySpec, source_name: str, filtered: S
     lo, hi = bounds
 
     part = Rows(load_rows(store, filtered).to_arrow().slice(lo, hi - lo))
+    label = f"{source_name} shard {shard + 1}/{n_shards}"
 
     def compute() -> tuple[dict[str, Any], dict[str, Any]]:
         from assay.unjudged import check_shard
 
         verifier = make_verifier(source.verifier, spec)
-        graded = grade(part, verifier, workers=workers)
+        with track(STAGE, label, total=len(part)):  # grading advances it per row
+            graded = grade(part, verifier, workers=workers)
         check_shard(graded, getattr(verifier, "name", None) or source.verifier.kind,
                     f"grade[{source_name}] shard {shard + 1}/{n_shards}", offset=lo)
         return {"rows": graded}, {"rows": len(graded)}
@@ -85,5 +88,5 @@ def run_grade_shard(store: Store, spec: StudySpec, source_name: str, filtered: S
     # were (e.g. a longer slice) does not re-grade it.
     return cached_stage(store, STAGE, inputs=[part.checksum()],
                         params={"verifier": verifier_fingerprint(source.verifier, spec)},
-                        compute=compute, label=f"{source_name} shard {shard + 1}/{n_shards}",
+                        compute=compute, label=label,
                         progress=progress)

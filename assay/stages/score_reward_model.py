@@ -11,6 +11,7 @@ import contextlib
 from collections.abc import Mapping
 from typing import Any
 
+from assay.progress import track
 from assay.spec import StudySpec
 from assay.stages.cache import StageResult, cached_stage, define_stage
 from assay.store import Store
@@ -57,10 +58,14 @@ def run_reward_audit(store: Store, spec: StudySpec, model_name: str, *, progress
     def compute() -> tuple[dict[str, Any], dict[str, Any]]:
         from assay.reward import audit
 
-        model = mspec.build(spec)
-        slot = device_slot(str(getattr(model, "device", "cpu"))) if device_slot else contextlib.nullcontext()
-        with slot:
-            res = audit(model, views, store=store) if _accepts(audit, "store") else audit(model, views)
+        with track(STAGE, model_name, total=sum(len(v) for v in views.values())) as unit:
+            model = mspec.build(spec)
+            slot = (device_slot(str(getattr(model, "device", "cpu"))) if device_slot
+                    else contextlib.nullcontext())
+            with slot:
+                res = (audit(model, views, store=store) if _accepts(audit, "store")
+                       else audit(model, views))
+            unit.advance(unit.total or 0)  # one batch: the whole diagnostic set scored
         notes = loaded.notes() if spec.reward.data.kind != "builtin" else []
         doc = result_doc("reward_audit", model_name, res, dimensions=_audit_dimensions(res),
                          fingerprint=model.fingerprint, notes=notes)

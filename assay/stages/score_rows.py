@@ -17,6 +17,7 @@ import pyarrow as pa
 
 from assay.errors import RowsError
 from assay.hashing import combine
+from assay.progress import Unit, track
 from assay.rows import MARKERS_TYPE, Rows, table_checksum
 from assay.spec import StudySpec
 from assay.stages.cache import StageResult, cached_stage, define_stage, load_rows
@@ -169,6 +170,10 @@ def run_score_rows(store: Store, spec: StudySpec, source_name: str, graded: Stag
     label = f"{source_name} shard {shard + 1}/{n_shards}" if n_shards > 1 else source_name
 
     def compute() -> tuple[dict[str, Any], dict[str, Any]]:
+        with track(STAGE, label, total=table.num_rows * len(models)) as unit:
+            return _compute(unit)
+
+    def _compute(unit: Unit) -> tuple[dict[str, Any], dict[str, Any]]:
         prompts, responses, convs, ok = scoring_inputs(table)
         texts = inputs_checksum(table)
         scores: dict[str, np.ndarray] = {}
@@ -190,6 +195,7 @@ def run_score_rows(store: Store, spec: StudySpec, source_name: str, graded: Stag
             else:
                 how[marker_name(mspec.name)] = "cached"
             scores[marker_name(mspec.name)] = got
+            unit.advance(len(prompts))  # one batch: this model's scores of the shard
         out = attach_markers(table, scores, where=f"source {source_name!r}")
         return {"rows": Rows(out)}, {"rows": len(out), "scores": how,
                                      "unscored": int((~ok).sum())}

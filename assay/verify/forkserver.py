@@ -427,6 +427,9 @@ def _harness_boundary(job, code=None):
             try:
                 for fd in (NONCE_FD, RESULT_FD, SECRET_FD, to_c_w, from_c_r):
                     os.close(fd)
+                # dies with the tests' process (itself tied to this server), so a server
+                # killed before its cleanup runs leaves no candidate behind
+                _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
                 _drop_caps()
             except BaseException:
                 exit_(3)
@@ -631,7 +634,11 @@ def _run(job, base, uid_base, seq, pidns=False):
             timed_out = True
             break
         watch = open_fds + ([pidfd] if pidfd is not None else [])
-        ready, _, _ = select.select(watch, [], [], min(left, 0.05 if pidfd is None else left))
+        # at most 0.5 s between looks at our parent: a SIGKILLed run must not leave this
+        # server and its job alive until the job's timeout
+        ready, _, _ = select.select(watch, [], [], min(left, 0.05 if pidfd is None else 0.5))
+        if _PARENT and os.getppid() != _PARENT[0]:
+            break  # killed below as on a timeout; main's loop then sees the parent gone
         for fd in ready:
             if fd == pidfd:
                 continue
@@ -783,6 +790,8 @@ def _parent_alive(parent):
 
 #: The running job's (process group, uid), for the SIGTERM handler.
 _RUNNING = []
+#: This server's parent pid (set by main): a job is killed when the parent is gone.
+_PARENT = []
 
 
 def _on_sigterm(signum, frame):
@@ -809,6 +818,7 @@ def main():
     signal.signal(signal.SIGTERM, _on_sigterm)
     _boundary = _load_boundary()
     parent = os.getppid()
+    _PARENT[:] = [parent]
     config = _recv()
     if config is None:
         return

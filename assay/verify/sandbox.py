@@ -27,6 +27,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from assay import progress
 from assay.errors import VerifierError
 
 SERVER_SCRIPT = str(Path(__file__).with_name("forkserver.py"))
@@ -156,7 +157,7 @@ class _Server:
             self.proc.stdin.close()
             self.proc.wait(timeout=10)
         except Exception:
-            self.kill()
+            self.abort()  # SIGTERM first: the server then kills its job's uid and group
         finally:
             if self.proc.stdout:
                 self.proc.stdout.close()
@@ -245,6 +246,7 @@ class SandboxPool:
         for i in range(len(jobs)):
             todo.put(i)
         errors: list[BaseException] = []
+        unit = progress.current()  # the grade stage's unit (this thread's): one per job done
 
         def drive(slot: int) -> None:
             try:
@@ -264,6 +266,8 @@ class SandboxPool:
                                  "seconds": round(time.monotonic() - start, 4),
                                  "output_tail": "the sandbox server died or hung while running this job"}
                     results[i] = reply
+                    if unit is not None:
+                        unit.advance(1)
             except BaseException as e:  # surfaced to the caller below
                 errors.append(e)
 
@@ -333,7 +337,7 @@ def warm_pool(workers: int, **kwargs: Any) -> Iterator[SandboxPool]:
     try:
         yield pool
         ok = True
-    except KeyboardInterrupt:
+    except BaseException:  # Ctrl-C, SIGTERM (Prefect's TerminationSignal), a stop, an error
         pool.abort()  # close() would wait for each running job (up to its timeout)
         raise
     finally:

@@ -1,0 +1,139 @@
+"""Progress of long work on the terminal: a bar on a TTY, a line every few seconds otherwise.
+
+A :class:`Printer` thread reads :mod:`assay.progress`; short stages (under ``every_s``) print
+nothing, so a cached rerun's output is unchanged.
+
+Example:
+    >>> from assay.progress import UnitState
+    >>> s = UnitState("grade", "m shard 1/2", 120, 240, {"retries": 3}, 0.0, 10.0, False)
+    >>> format_state(s, now=10.0)
+    '[grade] m shard 1/2: 120/240 (50%), 12/s, retries 3, errors 0, ETA 10s'
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import IO
+
+from assay import progress
+from assay.progress import UnitState
+from assay.watchdog import format_duration
+
+
+def format_state(s: UnitState, now: float | None = None) -> str:
+    """One line: done/total (percent), rate, retries, errors, ETA; rate and ETA over the time
+    since the unit started (``now``: monotonic, default the present).
+
+    Example:
+        >>> format_state(UnitState("decontaminate", "a", 0, None, {}, 0.0, 0.0, False), now=4.0)
+        '[decontaminate] a: 0 done, 0/s, retries 0, errors 0, ETA ?'
+    """
+    now = time.monotonic() if now is None else now
+    dt = now - s.started
+    rate = s.done / dt if dt > 0 else 0.0
+    if s.total is not None:
+        pct = f" ({100 * s.done / s.total:.0f}%)" if s.total else ""
+        done = f"{s.done}/{s.total}{pct}"
+        eta = (format_duration(max(1.0, (s.total - s.done) / rate)) if rate and s.done < s.total
+               else "0s" if s.done >= s.total else "?")
+    else:
+        done, eta = f"{s.done} done", "?"
+    shown = f"{rate:.3g}" if rate < 100 else f"{rate:,.0f}"
+    c = s.counts
+    extra = "".join(f", {k} {v}" for k, v in sorted(c.items()) if k not in ("retries", "errors"))
+    return (f"[{s.stage}] {s.label}: {done}, {shown}/s, retries {c.get('retries', 0)}, "
+            f"errors {c.get('errors', 0)}{extra}, ETA {eta}")
+
+
+def _bar(s: UnitState, width: int = 20) -> str:
+    if not s.total:
+        return ""
+    filled = min(width, int(width * s.done / s.total))
+    return "[" + "#" * filled + "." * (width - filled) + "] "
+
+
+class Printer:
+    """Prints the open units that have run longer than ``every_s``: on a TTY one bar line
+    rewritten in place (``tty_every_s``), else one line per unit every ``every_s``. Stops by
+    its event (bounded join); a watcher's error never reaches the work."""
+
+    def __init__(self, stream: IO[str] | None = None, *, every_s: float = 5.0,
+                 tty: bool | None = None, tty_every_s: float = 0.5) -> None:
+        self.stream = stream or sys.stderr
+        self.tty = bool(getattr(self.stream, "isatty", lambda: False)()) if tty is None else tty
+        self.every_s = every_s
+        self.tick_s = tty_every_s if self.tty else every_s
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._shown = False  # a bar is on the terminal's last line
+        self._lock = threading.Lock()
+        self._unlisten: Callable[[], None] | None = None
+
+    def lines(self, now: float | None = None) -> list[str]:
+        """What one tick prints (without bars): the units open at least ``every_s``."""
+        now = time.monotonic() if now is None else now
+        return [format_state(s, now) for s in progress.snapshot()
+                if now - s.started >= self.every_s]
+
+    def tick(self, now: float | None = None) -> None:
+        now = time.monotonic() if now is None else now
+        states = [s for s in progress.snapshot() if now - s.started >= self.every_s]
+        if not states:
+            return
+        with self._lock:
+            if self.tty:
+                text = " | ".join(_bar(s) + format_state(s, now) for s in states)
+                self.stream.write("\r\x1b[K" + text)
+                self._shown = True
+            else:
+                self.stream.write("".join(format_state(s, now) + "\n" for s in states))
+            self.stream.flush()
+
+    def _clear(self, state: UnitState) -> None:
+        if state.finished and self._shown:  # the stage's own done line comes next
+            with self._lock:
+                self.stream.write("\r\x1b[K")
+                self.stream.flush()
+                self._shown = False
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.tick_s):
+            try:
+                self.tick()
+            except Exception:  # noqa: BLE001 - a closed stream must not stop the run
+                return
+
+    def start(self) -> Printer:
+        if self.tty:
+            self._unlisten = progress.listen(self._clear)
+        self._thread = threading.Thread(target=self._loop, name="assay-progress", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._unlisten is not None:
+            self._unlisten()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        if self._shown:
+            with contextlib.suppress(Exception):
+                self.stream.write("\r\x1b[K")
+                self.stream.flush()
+
+
+@contextlib.contextmanager
+def printing(stream: IO[str] | None = None, **kwargs: float) -> Iterator[Printer]:
+    """A :class:`Printer` running while the block runs."""
+    p = Printer(stream, **kwargs).start()  # type: ignore[arg-type]
+    try:
+        yield p
+    finally:
+        p.stop()
+
+
+__all__ = ["Printer", "format_state", "printing"]

@@ -1,0 +1,81 @@
+"""Leave no process behind: stop what this process started (its descendants) before it exits.
+
+Used on the ways out that skip normal teardown: SIGTERM, a deadline's hard exit, ``os._exit``.
+
+Each kind of child also dies by itself when we are SIGKILLed (nothing runs here then): the
+embedded server by PR_SET_PDEATHSIG, grading workers and sandbox servers by watching their
+parent pid (:func:`watch_parent`), a sandboxed candidate with its server.
+
+Example:
+    >>> import subprocess, sys
+    >>> p = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    >>> p.pid in [c.pid for c in descendants()]
+    True
+    >>> kill_descendants(grace_s=2.0, only=[p.pid]), p.pid in [c.pid for c in descendants()]
+    (1, False)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import threading
+from typing import Any
+
+
+def descendants() -> list[Any]:
+    """Every live process below this one (psutil.Process objects), deepest last."""
+    import psutil
+
+    try:
+        return psutil.Process().children(recursive=True)
+    except psutil.Error:
+        return []
+
+
+def kill_descendants(grace_s: float = 1.0, only: list[int] | None = None) -> int:
+    """SIGTERM every descendant (a sandbox server then kills its running candidate, whose
+    process group or PID namespace holds all it started), SIGKILL what is left after
+    ``grace_s``, and the process groups of those that lead one. Returns how many were
+    signalled (``only``: just these pids among them). Bounded: ``grace_s`` plus one second."""
+    import psutil
+
+    procs = [p for p in descendants() if only is None or p.pid in only]
+    leaders = []
+    for p in procs:
+        with contextlib.suppress(psutil.Error, OSError):  # it may be gone already
+            if os.getpgid(p.pid) == p.pid:
+                leaders.append(p.pid)
+            p.terminate()
+    _, alive = psutil.wait_procs(procs, timeout=grace_s)
+    for p in alive:
+        with contextlib.suppress(psutil.Error, OSError):
+            p.kill()
+    for pgid in leaders:  # what a killed group leader left in its group
+        with contextlib.suppress(OSError):
+            os.killpg(pgid, signal.SIGKILL)
+    psutil.wait_procs(alive, timeout=1.0)
+    return len(procs)
+
+
+def watch_parent(interval_s: float = 0.25) -> threading.Thread:
+    """In a child process: a daemon thread that exits the process (``os._exit(1)``) as soon
+    as its parent is gone (it was re-parented), so a SIGKILLed ``assay`` leaves no worker.
+
+    Not PR_SET_PDEATHSIG: that fires when the parent *thread* that forked us exits, and
+    workers outlive the task-runner thread that started them."""
+    parent = os.getppid()
+
+    def loop() -> None:
+        ev = threading.Event()
+        while not ev.wait(interval_s):  # the bound: a check every interval_s
+            if os.getppid() != parent:
+                os._exit(1)
+
+    t = threading.Thread(target=loop, name="assay-watch-parent", daemon=True)
+    t.start()
+    return t
+
+
+__all__ = ["descendants", "kill_descendants", "watch_parent"]
