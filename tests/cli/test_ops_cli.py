@@ -49,6 +49,6 @@ def test_store_and_history_errors_exit_2(tmp_path: Path) -> None:
     p = _probe("store", "gc", "--store", str(tmp_path / "st"), "--runs", str(tmp_path))
     assert p.returncode == 2 and "gc needs --keep-nights N or --older-than DAYS" in p.stderr
     p = _probe("store", "verify", "--store", str(tmp_path / "st"))
-    assert p.returncode == 0 and "verified 0 blobs and 0 refs: all intact" in p.stdout
+    assert p.returncode == 0 and "verified 0 blobs, 0 refs and 0 journals: all intact" in p.stdout
     p = _probe("history", str(tmp_path))
     assert p.returncode == 2 and "no nights" in p.stderr
