@@ -128,6 +128,12 @@ class PassAtSpec(SpecModel):
                            "macro average over categories")
 
 
+class ChoiceAccuracySpec(SpecModel):
+    sources: list[str] | None = Field(None, description="default: every choices: source")
+    by: str | None = Field(None, description="also per category of this row field (subject), "
+                           "with the macro average over categories")
+
+
 class CompareSpec(SpecModel):
     before: str
     after: str
@@ -164,6 +170,8 @@ class SelectSpec(SpecModel):
 
 class MeasureSpec(SpecModel):
     pass_at: PassAtSpec | None = None
+    choice_accuracy: ChoiceAccuracySpec | None = Field(
+        None, description="acc, acc_norm, acc_bytes of sources graded by log-likelihood")
     compare: list[CompareSpec] = Field(default_factory=list)
     eval_variance: VarianceSpec | None = None
     holdout_size: HoldoutSpec | None = None

@@ -31,6 +31,7 @@ from assay.jsonl import iter_jsonl
 from assay.models.entry import GenerateSpec
 from assay.rows import Rows
 from assay.sources.base import SourceSpec
+from assay.sources.choices import ChoicesSpec
 from assay.specbase import SpecModel
 
 if TYPE_CHECKING:
@@ -319,10 +320,19 @@ class RecordSourceSpec(SourceSpec):
         None, description="completions in their own file, matched to the records by task")
     generate: GenerateSpec | None = Field(
         None, description="sample completions from a model (then records need only prompts)")
+    choices: ChoicesSpec | None = Field(
+        None, description="multiple choice scored by a model's log-likelihood of each choice "
+        "(then records need the question, the choices and the answer)")
 
     @model_validator(mode="after")
     def _record_options(self) -> RecordSourceSpec:
-        if self.generate is not None:
+        if self.choices is not None:
+            clash = [n for n in ("generate", "completions", "verifier", "reference_regex")
+                     if getattr(self, n) is not None]
+            if clash or self.fields.reward is not None:
+                raise ValueError(f"choices: the model's choice is graded against choices.answer; "
+                                 f"drop {clash or ['fields.reward']}")
+        elif self.generate is not None:
             if self.completions is not None:
                 raise ValueError("generate: and completions: both give the completions; keep one")
             if self.verifier is None or self.fields.reward is not None:
@@ -394,17 +404,29 @@ class RecordSourceSpec(SourceSpec):
 
     def rows_from(self, study: StudySpec, records: list[dict[str, Any]], where: str,
                   skip: frozenset[str] | set[str] = frozenset()) -> Rows:
+        if self.choices is not None:
+            from assay.sources.choices import choice_rows
+
+            return choice_rows(self, study, records, where)
         return rows_from_records(self.merged_records(study, records, where, skip), self.fields, where=where,
                                  prompt_template=self.template(), reference_regex=self.reference_regex,
                                  prompts_only=self.generate is not None)
 
     def files(self, study: StudySpec) -> list[Path]:
-        return [study.resolve(self.completions.path)] if self.completions is not None else []
+        out = [study.resolve(self.completions.path)] if self.completions is not None else []
+        if self.choices is not None and self.choices.fewshot.path is not None:
+            out.append(study.resolve(self.choices.fewshot.path))
+        return out
 
     def identity(self, study: StudySpec) -> dict[str, Any]:
         from assay.hashing import file_checksum
 
         out = super().identity(study)
+        if self.choices is not None:  # prompt rows: the model keys the score-choices stage
+            out["choices"] = {k: v for k, v in out["choices"].items() if k != "model"}
+            if self.choices.fewshot.path is not None:
+                out["choices"]["fewshot"]["path"] = file_checksum(
+                    study.resolve(self.choices.fewshot.path))
         if self.completions is not None:
             out["completions"] = {**out["completions"],
                                   "path": file_checksum(study.resolve(self.completions.path))}
@@ -430,7 +452,7 @@ class RecordSourceSpec(SourceSpec):
         roles = self.fields.roles()
         if self.prompt_template is not None:
             roles.pop("fields.prompt", None)
-        if self.generate is not None:
+        if self.generate is not None or self.choices is not None:
             roles.pop("fields.completion", None)
         for role, path in roles.items():
             why = field_problem(first, path)

@@ -40,7 +40,8 @@ def run_report(store: Store, spec: StudySpec, graded: Mapping[str, Sequence[Stag
             r = concat_rows(store, graded[s.name])
             entry = {"name": s.name, "rows": len(r),
                      "tasks": len(set(r.to_arrow().column("task_id").to_pylist())),
-                     "verifier": _verifier_label(s.verifier),
+                     "verifier": _verifier_label(s.verifier) if getattr(s, "choices", None) is None
+                     else f"log-likelihood ({s.choices.model.kind} {_model_name(s.choices.model)})",
                      "guard_stopped": guard_counts(r)}
             if getattr(s, "generate", None) is not None:
                 entry["generation"] = generation_summary(r, s.generate)
@@ -57,6 +58,10 @@ def run_report(store: Store, spec: StudySpec, graded: Mapping[str, Sequence[Stag
 
     return cached_stage(store, STAGE, inputs=inputs, params=spec_doc, compute=compute,
                         label=spec.name, progress=progress)
+
+
+def _model_name(m: Any) -> str:
+    return str(getattr(m, "path", None) or getattr(m, "model", None) or "")
 
 
 def _verifier_label(v: Any) -> str:
