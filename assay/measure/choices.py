@@ -71,7 +71,8 @@ class ChoiceAccuracy(Result):
         return "\n".join(lines)
 
 
-def _per_task(table: Any, labels: list[str] | None = None) -> tuple[np.ndarray, dict[str, np.ndarray],
+def _per_task(table: Any, labels: list[str] | None = None
+              ) -> tuple[np.ndarray, dict[str, np.ndarray],
                                                                     list[str] | None]:
     tids = np.asarray(table.column("task_id").to_pylist(), dtype=object)
     uniq, codes = np.unique(tids, return_inverse=True)

@@ -27,19 +27,20 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from assay.errors import GenerationError
-from assay.models.loglik import Loglik, register_scorer
+from assay.models.scorers import Loglik, register_scorer
 
 _TOKENIZER_INFINITY = 1000000000000000019884624838656
 
 
-def rolling_windows(tokens: list[int], prefix: int, max_len: int) -> list[tuple[list[int], list[int]]]:
+def rolling_windows(tokens: list[int], prefix: int, max_len: int
+                    ) -> list[tuple[list[int], list[int]]]:
     """Disjoint ``(context, continuation)`` token windows covering ``tokens``: every token is
     predicted once, each window with the longest context that fits ``max_len`` (lm-eval's
     ``get_rolling_token_windows`` with ``context_len=1``, then ``make_disjoint_window``).
 
     Example:
         >>> rolling_windows([1, 2, 3, 4, 5, 6, 7], prefix=0, max_len=4)
-        [([0], [1, 2, 3, 4]), ([3, 4, 5], [6, 7])]
+        [([0], [1, 2, 3, 4]), ([3, 4], [5, 6, 7])]
     """
     if not tokens:
         return []

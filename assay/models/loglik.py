@@ -21,35 +21,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from assay.hashing import content_hash
-
-#: backend kind -> ``factory(model spec) -> scorer`` (filled by the scorer modules).
-SCORERS: dict[str, Callable[[Any], Any]] = {}
-
-
-@dataclass(frozen=True)
-class Loglik:
-    """The log-probability (natural log) of a continuation, whether greedy decoding would have
-    produced it token by token, and how many tokens it spans."""
-
-    logprob: float
-    is_greedy: bool
-    tokens: int
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"logprob": self.logprob, "is_greedy": self.is_greedy, "tokens": self.tokens}
-
-
-def register_scorer(kind: str) -> Callable[[Callable[[Any], Any]], Callable[[Any], Any]]:
-    """Register the log-likelihood scorer of a backend kind."""
-    def deco(factory: Callable[[Any], Any]) -> Callable[[Any], Any]:
-        SCORERS[kind] = factory
-        return factory
-    return deco
-
+from assay.models.scorers import SCORERS, Loglik, register_scorer  # noqa: F401
 
 _SHARED: dict[bytes, Any] = {}
 
@@ -75,7 +50,8 @@ def shared_scorer(model: Any) -> Any:
 
 
 def _cached(items: Sequence[Any], keyed: Callable[[Any], Any], run: Callable[[list[Any]], Any],
-            scorer: Any, store: Any, kind: str, on_done: Callable[[int], None] | None) -> list[Loglik]:
+            scorer: Any, store: Any, kind: str, on_done: Callable[[int], None] | None
+            ) -> list[Loglik]:
     """Answers for ``items``: from the journal where committed, else from ``run`` (which
     yields ``(index list, answers)`` per batch), committed as each batch finishes."""
     ident = scorer.identity()

@@ -86,7 +86,7 @@ class ChoicesSpec(SpecModel):
 
 def choice_texts(rec: Mapping[str, Any], spec: ChoicesSpec, where: str) -> list[str]:
     """The record's choices as texts, in order."""
-    from assay.sources.records import _MISSING, get_field
+    from assay.sources.fieldpath import _MISSING, get_field
     from assay.sources.templates import PromptTemplate
 
     if spec.templates is not None:
@@ -104,9 +104,10 @@ def choice_texts(rec: Mapping[str, Any], spec: ChoicesSpec, where: str) -> list[
     return list(v)
 
 
-def gold_index(rec: Mapping[str, Any], spec: ChoicesSpec, choices: Sequence[str], where: str) -> int:
+def gold_index(rec: Mapping[str, Any], spec: ChoicesSpec, choices: Sequence[str],
+               where: str) -> int:
     """The index of the gold choice (see :class:`ChoicesSpec` ``answer``)."""
-    from assay.sources.records import _MISSING, get_field
+    from assay.sources.fieldpath import _MISSING, get_field
 
     a = get_field(rec, spec.answer)
     at = f"{where}: field {spec.answer!r} (choices.answer)"
@@ -151,7 +152,7 @@ def fewshot_records(source: Any, study: StudySpec) -> list[dict[str, Any]] | Non
     """The records examples are drawn from (None: the evaluated records themselves)."""
     fs = source.choices.fewshot
     if fs.path is not None:
-        from assay.sources.records import read_records
+        from assay.sources.fieldpath import read_records
 
         p = study.resolve(fs.path)
         return read_records(p, "parquet" if p.suffix.lower() == ".parquet" else "jsonl")
@@ -176,7 +177,7 @@ def choice_rows(source: Any, study: StudySpec, records: Sequence[Mapping[str, An
 
     from assay.builder import rows
     from assay.rows import Rows, to_json
-    from assay.sources.records import _MISSING, get_field
+    from assay.sources.fieldpath import _MISSING, get_field
 
     spec: ChoicesSpec = source.choices
     fields = source.fields
@@ -231,7 +232,8 @@ def choice_rows(source: Any, study: StudySpec, records: Sequence[Mapping[str, An
             for j in pick:
                 if j not in shot_texts:
                     shot_texts[j] = solved(pool_list[j], f"{pool_where} record {j}")
-            shots = spec.fewshot.delimiter.join(shot_texts[j] for j in pick) + spec.fewshot.delimiter
+            delim = spec.fewshot.delimiter
+            shots = delim.join(shot_texts[j] for j in pick) + delim
         prompts.append(spec.description + shots + question(rec, at))
         privileged.append({"reference": cs[gold], "choices": cs, "gold": gold})
         if fields.meta is not None:
@@ -239,7 +241,8 @@ def choice_rows(source: Any, study: StudySpec, records: Sequence[Mapping[str, An
         else:
             meta = {key: v for key, v in rec.items() if key not in used}
         metas.append(meta or None)
-    built = rows(prompts, [""] * len(prompts), None, references=[p["reference"] for p in privileged],
+    built = rows(prompts, [""] * len(prompts), None,
+                 references=[p["reference"] for p in privileged],
                  task_ids=tids, meta=metas, record_names=lambda i: f"record {i}")
     t = built.to_arrow()
     col = pa.array([to_json(p, f"{where} record {i}") for i, p in enumerate(privileged)],

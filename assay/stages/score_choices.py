@@ -44,7 +44,8 @@ def grade_choices(lls: list[float], choices: list[str], gold: int) -> dict[str, 
     by_bytes = [normalized(x, c, "bytes") for x, c in zip(lls, choices)]
     pred, pn, pb = int(np.argmax(ll)), int(np.argmax(by_chars)), int(np.argmax(by_bytes))
     return {"pred": pred, "pred_norm": pn, "pred_bytes": pb, "gold": gold,
-            "acc": float(pred == gold), "acc_norm": float(pn == gold), "acc_bytes": float(pb == gold),
+            "acc": float(pred == gold), "acc_norm": float(pn == gold),
+            "acc_bytes": float(pb == gold),
             "loglik": [float(x) for x in lls], "loglik_per_char": by_chars,
             "loglik_per_byte": by_bytes}
 

@@ -38,7 +38,8 @@ measure:
 def data(tmp_path: Path) -> Path:
     (tmp_path / "mmlu_tiny").mkdir()
     for split in ("test", "dev"):
-        lines = (ROOT / "configs" / "data" / "mmlu_tiny" / f"{split}.jsonl").read_text().splitlines()
+        src = ROOT / "configs" / "data" / "mmlu_tiny" / f"{split}.jsonl"
+        lines = src.read_text().splitlines()
         out = [json.dumps({**json.loads(x), "qid": f"{split}{i}"}) for i, x in enumerate(lines)]
         (tmp_path / "mmlu_tiny" / f"{split}.jsonl").write_text("\n".join(out) + "\n")
     return tmp_path
@@ -72,8 +73,10 @@ def test_choice_study_end_to_end(data: Path, tmp_path_factory: pytest.TempPathFa
     docs = {(d["kind"], d.get("source")): d for d in load_doc(store, measured, "measurements")}
     acc = docs["choice_accuracy", "base"]["data"]
     assert acc["acc"]["value"] == pytest.approx(sum(x["reward"] for x in rows) / 36)
-    assert [c["category"] for c in acc["categories"]] == sorted({x["meta"]["subject"] for x in rows})
-    assert {m["metric"] for m in docs["compare", None]["data"]["metrics"]} == {"pass@1", "marker:acc_norm"}
+    subjects = sorted({x["meta"]["subject"] for x in rows})
+    assert [c["category"] for c in acc["categories"]] == subjects
+    compared = {m["metric"] for m in docs["compare", None]["data"]["metrics"]}
+    assert compared == {"pass@1", "marker:acc_norm"}
     report = next(x for x in run.results if x.stage == "report")
     md = store.get_bytes(report.outputs["file:report.md"]).decode()
     assert "choice_accuracy[base] by subject" in md and "log-likelihood (hf" in md

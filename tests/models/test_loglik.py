@@ -47,7 +47,8 @@ sources:
     kind: hf_dataset
     path: {FIXTURE}
     split: test
-    prompt_template: "{{{{ question }}}}\\nA. {{{{ choices[0] }}}}\\nB. {{{{ choices[1] }}}}\\nC. {{{{ choices[2] }}}}\\nD. {{{{ choices[3] }}}}\\nAnswer:"
+    prompt_template: "{{{{ question }}}}\\nA. {{{{ choices[0] }}}}\\nB. {{{{ choices[1] }}}}\\n\\
+      C. {{{{ choices[2] }}}}\\nD. {{{{ choices[3] }}}}\\nAnswer:"
     choices:
       model: {model}
       templates: ["A", "B", "C", "D"]
