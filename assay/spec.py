@@ -134,6 +134,10 @@ class ChoiceAccuracySpec(SpecModel):
                            "with the macro average over categories")
 
 
+class PerplexityMeasureSpec(SpecModel):
+    sources: list[str] | None = Field(None, description="default: every perplexity: source")
+
+
 class CompareSpec(SpecModel):
     before: str
     after: str
@@ -172,6 +176,8 @@ class MeasureSpec(SpecModel):
     pass_at: PassAtSpec | None = None
     choice_accuracy: ChoiceAccuracySpec | None = Field(
         None, description="acc, acc_norm, acc_bytes of sources graded by log-likelihood")
+    perplexity: PerplexityMeasureSpec | None = Field(
+        None, description="word/byte perplexity and bits per byte of perplexity: sources")
     compare: list[CompareSpec] = Field(default_factory=list)
     eval_variance: VarianceSpec | None = None
     holdout_size: HoldoutSpec | None = None

@@ -31,6 +31,7 @@ from assay.models.entry import GenerateSpec
 from assay.rows import Rows
 from assay.sources.base import SourceSpec
 from assay.sources.choices import ChoicesSpec
+from assay.sources.documents import PerplexitySpec
 from assay.sources.fieldpath import (  # noqa: F401  (re-exported: their home was here)
     _MISSING,
     field_problem,
@@ -274,15 +275,19 @@ class RecordSourceSpec(SourceSpec):
     choices: ChoicesSpec | None = Field(
         None, description="multiple choice scored by a model's log-likelihood of each choice "
         "(then records need the question, the choices and the answer)")
+    perplexity: PerplexitySpec | None = Field(
+        None, description="perplexity of a model on each record's document (rolling windows)")
 
     @model_validator(mode="after")
     def _record_options(self) -> RecordSourceSpec:
-        if self.choices is not None:
-            clash = [n for n in ("generate", "completions", "verifier", "reference_regex")
+        if self.choices is not None or self.perplexity is not None:
+            mode = "choices" if self.choices is not None else "perplexity"
+            clash = [n for n in ("generate", "completions", "verifier", "reference_regex",
+                                 "choices" if mode == "perplexity" else "perplexity")
                      if getattr(self, n) is not None]
             if clash or self.fields.reward is not None:
-                raise ValueError(f"choices: the model's choice is graded against choices.answer; "
-                                 f"drop {clash or ['fields.reward']}")
+                raise ValueError(f"{mode}: the model scores the records itself; drop "
+                                 f"{clash or ['fields.reward']}")
         elif self.generate is not None:
             if self.completions is not None:
                 raise ValueError("generate: and completions: both give the completions; keep one")
@@ -359,6 +364,10 @@ class RecordSourceSpec(SourceSpec):
             from assay.sources.choices import choice_rows
 
             return choice_rows(self, study, records, where)
+        if self.perplexity is not None:
+            from assay.sources.documents import document_rows
+
+            return document_rows(self, records, where)
         return rows_from_records(self.merged_records(study, records, where, skip), self.fields, where=where,
                                  prompt_template=self.template(), reference_regex=self.reference_regex,
                                  prompts_only=self.generate is not None)
@@ -373,6 +382,8 @@ class RecordSourceSpec(SourceSpec):
         from assay.hashing import file_checksum
 
         out = super().identity(study)
+        if self.perplexity is not None:  # documents: the model keys the score-documents stage
+            out["perplexity"] = {k: v for k, v in out["perplexity"].items() if k != "model"}
         if self.choices is not None:  # prompt rows: the model keys the score-choices stage
             out["choices"] = {k: v for k, v in out["choices"].items() if k != "model"}
             if self.choices.fewshot.path is not None:
@@ -403,8 +414,10 @@ class RecordSourceSpec(SourceSpec):
         roles = self.fields.roles()
         if self.prompt_template is not None:
             roles.pop("fields.prompt", None)
-        if self.generate is not None or self.choices is not None:
+        if self.generate is not None or self.choices is not None or self.perplexity is not None:
             roles.pop("fields.completion", None)
+        if self.perplexity is not None:
+            roles.pop("fields.prompt", None)
         for role, path in roles.items():
             why = field_problem(first, path)
             if why is not None:

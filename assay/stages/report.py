@@ -40,8 +40,8 @@ def run_report(store: Store, spec: StudySpec, graded: Mapping[str, Sequence[Stag
             r = concat_rows(store, graded[s.name])
             entry = {"name": s.name, "rows": len(r),
                      "tasks": len(set(r.to_arrow().column("task_id").to_pylist())),
-                     "verifier": _verifier_label(s.verifier) if getattr(s, "choices", None) is None
-                     else f"log-likelihood ({s.choices.model.kind} {_model_name(s.choices.model)})",
+                     "verifier": _verifier_label(s.verifier) if _scored_by(s) is None
+                     else f"log-likelihood ({_scored_by(s)})",
                      "guard_stopped": guard_counts(r)}
             if getattr(s, "generate", None) is not None:
                 entry["generation"] = generation_summary(r, s.generate)
@@ -60,8 +60,10 @@ def run_report(store: Store, spec: StudySpec, graded: Mapping[str, Sequence[Stag
                         label=spec.name, progress=progress)
 
 
-def _model_name(m: Any) -> str:
-    return str(getattr(m, "path", None) or getattr(m, "model", None) or "")
+def _scored_by(s: Any) -> str | None:
+    """The model that scores a choices: or perplexity: source, or None."""
+    m = getattr(getattr(s, "choices", None) or getattr(s, "perplexity", None), "model", None)
+    return None if m is None else f"{m.kind} {getattr(m, 'path', None) or getattr(m, 'model', '')}"
 
 
 def _verifier_label(v: Any) -> str:
