@@ -11,7 +11,8 @@ log-probabilities are read off the last ``len(continuation)`` positions.
 Batching: requests whose model inputs are equal share one row (a multiple-choice question with
 one-token choices " A".." D" is one forward pass, as lm-eval's ``logits_cache`` does); rows are
 sorted longest first and cut into batches of at most ``batch_tokens`` padded tokens. Only the
-continuation positions go through ``log_softmax`` (in float32), never the whole
+continuation positions get logits at all (transformers' ``logits_to_keep``; the output layer is
+most of a small model's cost on CPU) and go through ``log_softmax`` in float32, never the whole
 ``[batch, length, vocab]`` tensor. Right padding under a causal mask leaves every real position
 unchanged, so the numbers do not depend on the batch size (tested at float32).
 
@@ -160,7 +161,10 @@ class HFScorer:
                       ) -> Iterator[tuple[list[int], list[Loglik]]]:
         import torch
 
+        import inspect
+
         model = self.backend.model
+        self._keep_arg = "logits_to_keep" in inspect.signature(model.forward).parameters
         L = self.max_length
         rows: dict[tuple[int, ...], list[int]] = {}  # model input -> requests reading it
         for i, (ctx, cont) in enumerate(toks):
@@ -182,8 +186,18 @@ class HFScorer:
             ids = torch.full((len(batch), width), pad, dtype=torch.long)
             for r, inp in enumerate(batch):
                 ids[r, :len(inp)] = torch.tensor(inp, dtype=torch.long)
+            # the logits of the positions some continuation reads, not of every position: for
+            # MMLU-style one-token choices that is one in hundreds (the lm_head dominates on CPU)
+            need = sorted({p for inp in batch for i in rows[inp]
+                           for p in range(len(inp) - len(toks[i][1]), len(inp))})
+            at = {p: j for j, p in enumerate(need)}
+            kw: dict[str, Any] = {}
+            if self._keep_arg:
+                kw["logits_to_keep"] = torch.tensor(need, dtype=torch.long, device=self.device)
+            else:
+                at = {p: p for p in need}
             with torch.inference_mode():
-                logits = model(ids.to(self.device)).logits
+                logits = model(ids.to(self.device), use_cache=False, **kw).logits
             self.stats["forward_rows"] += len(batch)
             self.stats["batches"] += 1
             self.stats["padded_tokens"] += len(batch) * width
@@ -192,7 +206,8 @@ class HFScorer:
                 for i in rows[inp]:
                     cont = toks[i][1]
                     n = len(inp)
-                    lp = torch.log_softmax(logits[r, n - len(cont):n].float(), dim=-1)
+                    pos = [at[p] for p in range(n - len(cont), n)]
+                    lp = torch.log_softmax(logits[r, pos].float(), dim=-1)
                     target = torch.tensor(cont, dtype=torch.long, device=lp.device)
                     total = lp.gather(1, target[:, None]).sum().item()
                     greedy = bool((lp.argmax(dim=-1) == target).all().item())

@@ -20,8 +20,9 @@ def corpus() -> list[str]:
 
 
 def build_tiny_bpe_lm(path: str | Path, *, seed: int = 0, max_positions: int = 512,
-                      hidden: int = 32) -> Path:
-    """Save a random GPT-2-style BPE tokenizer and a 2-layer Llama to ``path``."""
+                      hidden: int = 32, layers: int = 2, vocab: int | None = None) -> Path:
+    """Save a random GPT-2-style BPE tokenizer and a Llama to ``path``; ``vocab``: the model's
+    output size when larger than the tokenizer's (padded, as many checkpoints are)."""
     import torch
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
@@ -35,8 +36,8 @@ def build_tiny_bpe_lm(path: str | Path, *, seed: int = 0, max_positions: int = 5
     tok.train_from_iterator(corpus(), trainer)
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<|endoftext|>",
                                    eos_token="<|endoftext|>", unk_token="<|endoftext|>")
-    config = LlamaConfig(vocab_size=len(fast), hidden_size=hidden, intermediate_size=2 * hidden,
-                         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+    config = LlamaConfig(vocab_size=max(vocab or 0, len(fast)), hidden_size=hidden,
+                         intermediate_size=2 * hidden, num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2,
                          max_position_embeddings=max_positions, bos_token_id=fast.bos_token_id,
                          eos_token_id=fast.eos_token_id)
     torch.manual_seed(seed)
