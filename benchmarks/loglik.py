@@ -17,6 +17,16 @@ Both sides: fp32, no cache (assay without a store; lm-eval without ``use_cache``
 chosen per side (lm-eval ``batch_size=16``; assay ``batch_tokens=8192``). Checks that every
 log-likelihood agrees within 1e-5 relative (1e-4 absolute on one-token choices), then prints
 choices per second per side and the ratio.
+
+Measured 2026-12-02 on the shared 2-core CPU box (load average 10-13 from other jobs), 48
+questions (192 choices, ~255-token 5-shot contexts), 3 repeats, vocab 32000:
+letters 30.7 s lm-eval vs 13.4 s assay (2.3x; 6.2 vs 14.3 choices/s; max |diff| 2.3e-5);
+texts 132.7 s vs 51.9 s (2.6x; 1.4 vs 3.7 choices/s; max |diff| 1.2e-4, 4.8e-7 relative).
+Where the time goes: both sides run the same forward rows (48 for letters: one per question,
+lm-eval's logits cache and our shared-input rows; 182 for texts); lm-eval computes the output
+layer and a log_softmax over every position of every row ([batch, ~255, 32000]), assay only at
+the continuation positions (``logits_to_keep``), so the rest of its time is the transformer
+body. On GPU: not measured (no device in this session).
 """
 
 from __future__ import annotations
