@@ -159,9 +159,9 @@ class HFScorer:
 
     def _score_tokens(self, toks: Sequence[tuple[list[int], list[int]]]
                       ) -> Iterator[tuple[list[int], list[Loglik]]]:
-        import torch
-
         import inspect
+
+        import torch
 
         model = self.backend.model
         self._keep_arg = "logits_to_keep" in inspect.signature(model.forward).parameters

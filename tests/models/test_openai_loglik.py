@@ -21,7 +21,8 @@ def bpe_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return build_tiny_bpe_lm(tmp_path_factory.mktemp("bpe_oa"))
 
 
-PAIRS = [("water is the answer of it?\nAnswer:", " A"), ("water is the answer of it?\nAnswer:", " B"),
+Q = "water is the answer of it?\nAnswer:"
+PAIRS = [(Q, " A"), (Q, " B"),
          ("Answer: ", "C"), ("who can call the people", " over the water"),
          ("what number did they", " find")]
 

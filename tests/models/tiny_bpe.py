@@ -37,7 +37,8 @@ def build_tiny_bpe_lm(path: str | Path, *, seed: int = 0, max_positions: int = 5
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<|endoftext|>",
                                    eos_token="<|endoftext|>", unk_token="<|endoftext|>")
     config = LlamaConfig(vocab_size=max(vocab or 0, len(fast)), hidden_size=hidden,
-                         intermediate_size=2 * hidden, num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2,
+                         intermediate_size=2 * hidden, num_hidden_layers=layers,
+                         num_attention_heads=4, num_key_value_heads=2,
                          max_position_embeddings=max_positions, bos_token_id=fast.bos_token_id,
                          eos_token_id=fast.eos_token_id)
     torch.manual_seed(seed)
