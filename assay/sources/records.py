@@ -382,6 +382,9 @@ class RecordSourceSpec(SourceSpec):
         from assay.hashing import file_checksum
 
         out = super().identity(study)
+        for mode in ("choices", "perplexity"):  # unset: existing sources keep their keys
+            if out.get(mode, 0) is None:
+                out.pop(mode)
         if self.perplexity is not None:  # documents: the model keys the score-documents stage
             out["perplexity"] = {k: v for k, v in out["perplexity"].items() if k != "model"}
         if self.choices is not None:  # prompt rows: the model keys the score-choices stage
