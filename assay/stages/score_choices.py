@@ -36,8 +36,11 @@ def grade_choices(lls: list[float], choices: list[str], gold: int) -> dict[str, 
         >>> g = grade_choices([-4.0, -6.0], ["no", "maybe"], 1)
         >>> g["pred"], g["pred_norm"], g["acc"], g["acc_norm"]
         (0, 1, 0.0, 1.0)
+        >>> grade_choices([-1.0, -2.0], ["", "x"], 0)["loglik_per_char"]
+        [None, -2.0]
     """
     from assay.models.loglik import normalized
+    from assay.results import finite_or_none
 
     ll = np.asarray(lls, dtype=np.float64)
     by_chars = [normalized(x, c, "chars") for x, c in zip(lls, choices)]
@@ -46,8 +49,10 @@ def grade_choices(lls: list[float], choices: list[str], gold: int) -> dict[str, 
     return {"pred": pred, "pred_norm": pn, "pred_bytes": pb, "gold": gold,
             "acc": float(pred == gold), "acc_norm": float(pn == gold),
             "acc_bytes": float(pb == gold),
-            "loglik": [float(x) for x in lls], "loglik_per_char": by_chars,
-            "loglik_per_byte": by_bytes}
+            "loglik": [float(x) for x in lls],
+            # an empty choice text has no length: -inf in the argmax, null in JSON
+            "loglik_per_char": [finite_or_none(x) for x in by_chars],
+            "loglik_per_byte": [finite_or_none(x) for x in by_bytes]}
 
 
 def score_choice_rows(rows: Rows, model: Any, *, target_delimiter: str = " ", store: Any = None,
@@ -105,16 +110,21 @@ def run_score_choices(store: Store, spec: StudySpec, source_name: str, filtered:
     scorer = shared_scorer(cspec.model)
     params = {"target_delimiter": cspec.target_delimiter}
 
+    label = f"{source_name} shard {shard + 1}/{n_shards}"
+
     def compute() -> tuple[dict[str, Any], dict[str, Any]]:
+        from assay.progress import track
+
         device = str(getattr(scorer, "device", "cpu"))
         slot = device_slot(device) if device_slot is not None else contextlib.nullcontext()
-        with slot:
+        n_choices = sum(len(r["privileged"]["choices"]) for r in part)
+        with slot, track(STAGE, label, total=n_choices) as unit:
             out = score_choice_rows(part, scorer, target_delimiter=cspec.target_delimiter,
-                                    store=store)
-        acc = [r for r in out.to_arrow().column("reward").to_pylist()]
-        return {"rows": out}, {"rows": len(out), "choices": sum(
-            len(r["privileged"]["choices"]) for r in part), "acc": round(float(np.mean(acc)), 6)}
+                                    store=store, on_done=unit.advance)
+        acc = out.to_arrow().column("reward").to_pylist()
+        return {"rows": out}, {"rows": len(out), "choices": n_choices,
+                               "acc": round(float(np.mean(acc)), 6)}
 
     return cached_stage(store, STAGE, inputs=[part.checksum()], params=params,
                         fingerprint=scorer.identity(), compute=compute,
-                        label=f"{source_name} shard {shard + 1}/{n_shards}", progress=progress)
+                        label=label, progress=progress)

@@ -21,14 +21,15 @@ from assay.store import Store
 STAGE = define_stage("score-documents", 1)
 
 
-def score_document_rows(rows: Rows, model: Any, *, store: Any = None) -> Rows:
+def score_document_rows(rows: Rows, model: Any, *, store: Any = None,
+                        on_done: Any = None) -> Rows:
     """Rows with markers ``loglik``, ``tokens``, ``words`` and ``bytes`` per document."""
     from assay.models.loglik import rolling_loglikelihoods, shared_scorer
     from assay.sources.documents import count_bytes, count_words
 
     table = rows.to_arrow()
     docs = table.column("prompt").to_pylist()
-    got = rolling_loglikelihoods(docs, shared_scorer(model), store=store)
+    got = rolling_loglikelihoods(docs, shared_scorer(model), store=store, on_done=on_done)
     markers = [[("loglik", a.logprob), ("tokens", float(a.tokens)),
                 ("words", float(count_words(d))), ("bytes", float(count_bytes(d)))]
                for a, d in zip(got, docs)]
@@ -49,13 +50,17 @@ def run_score_documents(store: Store, spec: StudySpec, source_name: str, filtere
     part = Rows(load_rows(store, filtered).to_arrow().slice(lo, hi - lo))
     scorer = shared_scorer(source.perplexity.model)
 
+    label = f"{source_name} shard {shard + 1}/{n_shards}"
+
     def compute() -> tuple[dict[str, Any], dict[str, Any]]:
+        from assay.progress import track
+
         device = str(getattr(scorer, "device", "cpu"))
         slot = device_slot(device) if device_slot is not None else contextlib.nullcontext()
-        with slot:
-            out = score_document_rows(part, scorer, store=store)
+        with slot, track(STAGE, label, total=len(part)) as unit:
+            out = score_document_rows(part, scorer, store=store, on_done=unit.advance)
         return {"rows": out}, {"rows": len(out)}
 
     return cached_stage(store, STAGE, inputs=[part.checksum()], params={},
                         fingerprint=scorer.identity(), compute=compute,
-                        label=f"{source_name} shard {shard + 1}/{n_shards}", progress=progress)
+                        label=label, progress=progress)

@@ -56,7 +56,16 @@ def test_choice_study_end_to_end(data: Path, tmp_path_factory: pytest.TempPathFa
     tuned = build_tiny_bpe_lm(tmp_path_factory.mktemp("tuned"), seed=1)
     spec = _spec(data, {"base": base, "tuned": tuned})
     store = Store(data / "store")
-    run = run_study(spec, store, progress=None)
+    from assay.progress import listen
+
+    seen: list = []
+    stop = listen(lambda st: seen.append(st) if st.stage == "score-choices" else None)
+    try:
+        run = run_study(spec, store, progress=None)
+    finally:
+        stop()
+    last = {st.label: st for st in seen}  # live progress: every choice of each shard advanced
+    assert sorted((st.done, st.total) for st in last.values()) == [(144, 144), (144, 144)]
     rows = list(concat_rows(store, run.graded["base"]))
     assert len(rows) == 36 and len({r["task_id"] for r in rows}) == 36  # one row per question
     r = rows[0]
