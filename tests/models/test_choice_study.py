@@ -92,11 +92,3 @@ def test_choice_study_end_to_end(data: Path, tmp_path_factory: pytest.TempPathFa
     again = run_study(spec, store, progress=None)
     assert again.computed_stages == []
 
-
-def test_flow_dispatches_the_scoring_stages_to_gpu_slot_tasks() -> None:
-    from assay import stages
-    from tasks.stages import TASKS, _score_choices, _score_documents, score_choices, score_documents
-
-    assert TASKS[stages.run_score_choices] is score_choices and score_choices.fn is _score_choices
-    assert TASKS[stages.run_score_documents] is score_documents
-    assert score_documents.fn is _score_documents
