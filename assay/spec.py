@@ -243,7 +243,10 @@ class StudySpec(SpecModel):
             known(c.after, f"measure.compare[{i}].after")
         for where, lst in (("measure.pass_at.sources", m.pass_at and m.pass_at.sources),
                            ("measure.eval_variance.sources", m.eval_variance and m.eval_variance.sources),
-                           ("decontaminate.sources", self.decontaminate and self.decontaminate.sources)):
+                           ("decontaminate.sources", self.decontaminate and self.decontaminate.sources),
+                           ("measure.choice_accuracy.sources",
+                            m.choice_accuracy and m.choice_accuracy.sources),
+                           ("measure.perplexity.sources", m.perplexity and m.perplexity.sources)):
             for n in lst or ():
                 known(n, where)
         if m.holdout_size is not None:
@@ -540,6 +543,10 @@ def check_data(spec: StudySpec) -> tuple[list[str], list[str]]:
     if m.pass_at is not None and m.pass_at.by is not None:
         for n in m.pass_at.sources or names:
             check_by(m.pass_at.by, n, "measure.pass_at.by")
+    if m.choice_accuracy is not None and m.choice_accuracy.by is not None:
+        for n in m.choice_accuracy.sources or [s.name for s in spec.sources
+                                               if getattr(s, "choices", None) is not None]:
+            check_by(m.choice_accuracy.by, n, "measure.choice_accuracy.by")
     for j, c in enumerate(m.compare):
         if c.by is not None:
             for n in (c.before, c.after):

@@ -436,7 +436,8 @@ class RecordSourceSpec(SourceSpec):
             self.rows_from(study, records[:50] if self.completions is None else records, where)
         except SpecError as e:
             key = "prompt_template" if "prompt_template" in str(e) else (
-                "reference_regex" if "reference_regex" in str(e) else "fields")
+                "reference_regex" if "reference_regex" in str(e) else
+                "choices" if "(choices." in str(e) else "fields")
             problems.append(f"{key}: {e}")
         return problems
 

@@ -117,3 +117,17 @@ sources:
 """, source="t.yaml", base_dir=str(tmp_path))
     rows = spec.sources[0].build(spec)[0]
     assert len(rows) == 4 and all(r["prompt"].startswith("dev question") for r in rows)
+
+
+def test_validate_names_the_choices_problem_and_a_missing_by(tmp_path: Path) -> None:
+    from assay.spec import check_data
+
+    _write(tmp_path / "q.jsonl", [QS[0], {**QS[1], "answer": 9}])
+    spec = _spec(tmp_path, "answer: answer", "\nmeasure: {choice_accuracy: {by: level}}")
+    problems, _ = check_data(spec)
+    assert any(p.startswith("sources[0].choices:") and "record 1" in p for p in problems), problems
+    _write(tmp_path / "q.jsonl", QS)
+    problems, _ = check_data(spec)
+    assert any("measure.choice_accuracy.by: 'level' is not a field" in p for p in problems)
+    with pytest.raises(SpecError, match="unknown source 'nope'"):
+        _spec(tmp_path, "answer: answer", "\nmeasure: {perplexity: {sources: [nope]}}")
