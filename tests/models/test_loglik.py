@@ -161,3 +161,71 @@ def test_rolling_loglikelihood_equals_lm_eval(short_dir: Path) -> None:
                                                                  [(d,) for d in docs]))
     np.testing.assert_allclose([o.logprob for o in ours], theirs, atol=1e-4, rtol=0)
     assert ours[0].tokens > 16 and all(math.isfinite(o.logprob) for o in ours)
+
+
+LM_EVAL_TASK = """task: {name}
+dataset_path: json
+dataset_kwargs:
+  data_files:
+    test: {data}
+test_split: test
+output_type: multiple_choice
+doc_to_text: "{{{{question.strip()}}}}\\nA. {{{{choices[0]}}}}\\nB. {{{{choices[1]}}}}\\n\\
+  C. {{{{choices[2]}}}}\\nD. {{{{choices[3]}}}}\\nAnswer:"
+doc_to_choice: {choices}
+doc_to_target: answer
+metric_list:
+  - {{metric: acc, aggregation: mean, higher_is_better: true}}
+  - {{metric: acc_norm, aggregation: mean, higher_is_better: true}}
+"""
+
+
+@pytest.mark.slow  # ~40 s: lm-eval's own task pipeline (datasets, simple_evaluate)
+def test_study_equals_lm_eval_tasks(bpe_dir: Path, tmp_path: Path, monkeypatch) -> None:
+    """lm-eval's own multiple_choice tasks (zero-shot; letters and choice texts) on the fixture
+    through simple_evaluate, and the same questions as a choices: source scored by assay: the
+    contexts, every choice's log-likelihood, each question's acc and acc_norm and the means."""
+    pytest.importorskip("lm_eval")
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    from lm_eval import simple_evaluate
+    from lm_eval.tasks import TaskManager
+
+    from assay.spec import parse_spec
+    from assay.stages.score_choices import score_choice_rows
+
+    forms = {"letters": '["A", "B", "C", "D"]', "texts": '"{{choices}}"'}
+    for name, choices in forms.items():
+        (tmp_path / f"{name}.yaml").write_text(LM_EVAL_TASK.format(
+            name=f"assay_mc_{name}", data=FIXTURE / "test.jsonl", choices=choices))
+    res = simple_evaluate(model=_lmeval(bpe_dir), tasks=[f"assay_mc_{n}" for n in forms],
+                          num_fewshot=0, task_manager=TaskManager(include_path=str(tmp_path)),
+                          log_samples=True)
+    for name in forms:
+        choice = ('templates: ["A", "B", "C", "D"]' if name == "letters" else "field: choices")
+        spec = parse_spec(f"""
+version: 1
+name: t
+sources:
+  - name: s
+    kind: file
+    path: {FIXTURE / "test.jsonl"}
+    prompt_template: "{{{{ question.strip() }}}}\\nA. {{{{ choices[0] }}}}\\nB. \\
+      {{{{ choices[1] }}}}\\nC. {{{{ choices[2] }}}}\\nD. {{{{ choices[3] }}}}\\nAnswer:"
+    choices: {{model: {{kind: hf, path: "{bpe_dir}", dtype: float32}}, {choice}}}
+""", source="t.yaml", base_dir=str(tmp_path))
+        rows = list(score_choice_rows(spec.sources[0].build(spec)[0], _spec(bpe_dir)))
+        samples = sorted(res["samples"][f"assay_mc_{name}"], key=lambda s: s["doc_id"])
+        assert len(samples) == len(rows) == 36
+        for r, s in zip(rows, samples):
+            assert r["prompt"] == s["arguments"][0][0]
+            np.testing.assert_allclose(r["judge_meta"]["loglik"],
+                                       [x[0] for x in s["filtered_resps"]], atol=1e-4, rtol=0)
+            assert r["judge_meta"]["is_greedy"] == [bool(x[1]) for x in s["filtered_resps"]]
+            assert (r["reward"], r["markers"]["acc_norm"]) == (s["acc"], s["acc_norm"])
+        got = res["results"][f"assay_mc_{name}"]
+        assert np.mean([r["reward"] for r in rows]) == pytest.approx(got["acc,none"])
+        assert np.mean([r["markers"]["acc_norm"] for r in rows]) == pytest.approx(
+            got["acc_norm,none"])
+    texts = res["results"]["assay_mc_texts"]
+    assert texts["acc,none"] != texts["acc_norm,none"]  # the length normalization matters here
