@@ -128,6 +128,16 @@ class PassAtSpec(SpecModel):
                            "macro average over categories")
 
 
+class ChoiceAccuracySpec(SpecModel):
+    sources: list[str] | None = Field(None, description="default: every choices: source")
+    by: str | None = Field(None, description="also per category of this row field (subject), "
+                           "with the macro average over categories")
+
+
+class PerplexityMeasureSpec(SpecModel):
+    sources: list[str] | None = Field(None, description="default: every perplexity: source")
+
+
 class CompareSpec(SpecModel):
     before: str
     after: str
@@ -164,6 +174,10 @@ class SelectSpec(SpecModel):
 
 class MeasureSpec(SpecModel):
     pass_at: PassAtSpec | None = None
+    choice_accuracy: ChoiceAccuracySpec | None = Field(
+        None, description="acc, acc_norm, acc_bytes of sources graded by log-likelihood")
+    perplexity: PerplexityMeasureSpec | None = Field(
+        None, description="word/byte perplexity and bits per byte of perplexity: sources")
     compare: list[CompareSpec] = Field(default_factory=list)
     eval_variance: VarianceSpec | None = None
     holdout_size: HoldoutSpec | None = None
@@ -254,7 +268,10 @@ class StudySpec(SpecModel):
             known(c.after, f"measure.compare[{i}].after")
         for where, lst in (("measure.pass_at.sources", m.pass_at and m.pass_at.sources),
                            ("measure.eval_variance.sources", m.eval_variance and m.eval_variance.sources),
-                           ("decontaminate.sources", self.decontaminate and self.decontaminate.sources)):
+                           ("decontaminate.sources", self.decontaminate and self.decontaminate.sources),
+                           ("measure.choice_accuracy.sources",
+                            m.choice_accuracy and m.choice_accuracy.sources),
+                           ("measure.perplexity.sources", m.perplexity and m.perplexity.sources)):
             for n in lst or ():
                 known(n, where)
         if m.holdout_size is not None:
@@ -593,6 +610,10 @@ def check_data(spec: StudySpec) -> tuple[list[str], list[str]]:
     if m.pass_at is not None and m.pass_at.by is not None:
         for n in m.pass_at.sources or names:
             check_by(m.pass_at.by, n, "measure.pass_at.by")
+    if m.choice_accuracy is not None and m.choice_accuracy.by is not None:
+        for n in m.choice_accuracy.sources or [s.name for s in spec.sources
+                                               if getattr(s, "choices", None) is not None]:
+            check_by(m.choice_accuracy.by, n, "measure.choice_accuracy.by")
     for j, c in enumerate(m.compare):
         if c.by is not None:
             for n in (c.before, c.after):

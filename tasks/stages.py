@@ -102,6 +102,28 @@ def log_generation(res: Any, logger: Any) -> None:
 
 
 generate_shard = _task(_generate_shard, "generate", "generate-{source_name}-{shard}")
+
+
+def _score_choices(store: Any, spec: Any, source_name: str, filtered: Any, bounds: Any, shard: int,
+                   n_shards: int, *, workers: Any = None, progress: Any = None) -> Any:
+    """run_score_choices holding a ``gpu`` slot while a local model scores on CUDA."""
+    return stages.run_score_choices(store, spec, source_name, filtered, bounds, shard, n_shards,
+                                    workers=workers, progress=progress, device_slot=gpu_slot)
+
+
+score_choices = _task(_score_choices, "score-choices", "score-choices-{source_name}-{shard}")
+
+
+def _score_documents(store: Any, spec: Any, source_name: str, filtered: Any, bounds: Any,
+                     shard: int, n_shards: int, *, workers: Any = None,
+                     progress: Any = None) -> Any:
+    """run_score_documents holding a ``gpu`` slot while a local model scores on CUDA."""
+    return stages.run_score_documents(store, spec, source_name, filtered, bounds, shard, n_shards,
+                                      workers=workers, progress=progress, device_slot=gpu_slot)
+
+
+score_documents = _task(_score_documents, "score-documents",
+                        "score-documents-{source_name}-{shard}")
 score_reward_model = _task(_score_reward_model, "score-reward-model", "score-reward-model-{model_name}")
 measure = _task(stages.run_measure, "measure", "measure")
 report = _task(stages.run_report, "report", "report")
@@ -111,6 +133,8 @@ TASKS: dict[Callable[..., Any], Any] = {
     stages.run_build_rows: build_rows,
     stages.run_filter_rows: filter_rows,
     stages.run_generate_shard: generate_shard,
+    stages.run_score_choices: score_choices,
+    stages.run_score_documents: score_documents,
     stages.run_grade_shard: grade_shard,
     stages.run_decontaminate: decontaminate,
     stages.run_score_rows: score_rows,

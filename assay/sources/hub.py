@@ -95,7 +95,8 @@ def load_dataset_records(path: str | Path, *, name: str | None = None, split: st
     """Every record of one split, through the ``datasets`` library.
 
     ``path`` is a folder written by ``save_to_disk``, a folder (or file) of Parquet/JSONL/CSV
-    data, or a hub id. A hub id is served from the local cache only, unless ``allow_download``;
+    data (in a folder, files or subfolders named for ``split``, e.g. ``dev.jsonl``, are that
+    split), or a hub id. A hub id is served from the local cache only, unless ``allow_download``;
     a miss says how to pre-download it or give a local path. Errors name ``where``.
 
     ``split``: which split to read; a split the data does not have is an error, and so is
@@ -113,6 +114,9 @@ def load_dataset_records(path: str | Path, *, name: str | None = None, split: st
             ds, split = _pick_split(datasets.load_from_disk(str(p)), split, where)
         elif local:
             files = [p] if p.is_file() else sorted(f for f in p.rglob("*") if f.suffix in _DATA_SUFFIXES)
+            # a folder of one file (or folder) per split: test.jsonl, dev.jsonl -> that split's
+            named = [f for f in files if f.stem == split or f.parent.name == split]
+            files = named or files
             if not files:
                 raise SpecError(f"{where}: {p} holds no save_to_disk dataset and no "
                                 f"{'/'.join(_DATA_SUFFIXES)} files")

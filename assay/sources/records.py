@@ -27,17 +27,22 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from assay.errors import RowsError, RowsTypeError, SpecError
-from assay.jsonl import iter_jsonl
 from assay.models.entry import GenerateSpec
 from assay.rows import Rows
 from assay.sources.base import SourceSpec
+from assay.sources.choices import ChoicesSpec
+from assay.sources.documents import PerplexitySpec
+from assay.sources.fieldpath import (  # noqa: F401  (re-exported: their home was here)
+    _MISSING,
+    field_problem,
+    get_field,
+    has_field,
+    read_records,
+)
 from assay.specbase import SpecModel
 
 if TYPE_CHECKING:
     from assay.spec import StudySpec
-
-_MISSING = object()
-
 
 class FieldMap(SpecModel):
     """Which record fields hold the prompt, the completion, and the optional extras. Every name
@@ -75,58 +80,6 @@ class FieldMap(SpecModel):
         for name, path in self.marker_fields().items():
             out[f"fields.markers.{name}"] = path
         return out
-
-
-def get_field(record: Mapping[str, Any], path: str) -> Any:
-    """The value at ``path`` in a record (``a.b`` walks nested dicts, ``a.0`` a list), or the
-    module's ``_MISSING`` sentinel. A key spelled with the dot itself wins.
-
-    Example:
-        >>> get_field({"a": {"b": [1, {"c": 2}]}}, "a.b.1.c"), get_field({"a.b": 1}, "a.b")
-        (2, 1)
-    """
-    if path in record:
-        return record[path]
-    value: Any = record
-    for part in path.split("."):
-        if isinstance(value, Mapping) and part in value:
-            value = value[part]
-        elif isinstance(value, list) and part.isdigit() and int(part) < len(value):
-            value = value[int(part)]
-        else:
-            return _MISSING
-    return value
-
-
-def has_field(record: Mapping[str, Any], path: str) -> bool:
-    """Whether ``path`` exists in the record (its value may be None)."""
-    return get_field(record, path) is not _MISSING
-
-
-def field_problem(record: Mapping[str, Any], path: str) -> str | None:
-    """Why ``path`` is not in the record (naming what is there), or None when it is."""
-    if has_field(record, path):
-        return None
-    value: Any = record
-    walked = []
-    for part in path.split("."):
-        if isinstance(value, Mapping) and part in value:
-            value = value[part]
-            walked.append(part)
-            continue
-        at = ".".join(walked) or "the record"
-        have = sorted(value) if isinstance(value, Mapping) else type(value).__name__
-        return f"{path!r} is not a field: {at} has {have}"
-    return f"{path!r} is not a field"
-
-
-def read_records(path: str | Path, fmt: str) -> list[dict[str, Any]]:
-    """Every record of a JSONL or Parquet file; a bad line is a SpecError naming file and line."""
-    if fmt == "parquet":
-        import pyarrow.parquet as pq
-
-        return pq.read_table(path).to_pylist()
-    return [rec for _, rec in iter_jsonl(path, error=SpecError)]
 
 
 def extract_reference(value: Any, pattern: str, *, where: str) -> str:
@@ -333,10 +286,23 @@ class RecordSourceSpec(SourceSpec):
         None, description="completions in their own file, matched to the records by task")
     generate: GenerateSpec | None = Field(
         None, description="sample completions from a model (then records need only prompts)")
+    choices: ChoicesSpec | None = Field(
+        None, description="multiple choice scored by a model's log-likelihood of each choice "
+        "(then records need the question, the choices and the answer)")
+    perplexity: PerplexitySpec | None = Field(
+        None, description="perplexity of a model on each record's document (rolling windows)")
 
     @model_validator(mode="after")
     def _record_options(self) -> RecordSourceSpec:
-        if self.generate is not None:
+        if self.choices is not None or self.perplexity is not None:
+            mode = "choices" if self.choices is not None else "perplexity"
+            clash = [n for n in ("generate", "completions", "verifier", "reference_regex",
+                                 "choices" if mode == "perplexity" else "perplexity")
+                     if getattr(self, n) is not None]
+            if clash or self.fields.reward is not None:
+                raise ValueError(f"{mode}: the model scores the records itself; drop "
+                                 f"{clash or ['fields.reward']}")
+        elif self.generate is not None:
             if self.completions is not None:
                 raise ValueError("generate: and completions: both give the completions; keep one")
             if self.verifier is None or self.fields.reward is not None:
@@ -409,17 +375,38 @@ class RecordSourceSpec(SourceSpec):
 
     def rows_from(self, study: StudySpec, records: list[dict[str, Any]], where: str,
                   skip: frozenset[str] | set[str] = frozenset()) -> Rows:
+        if self.choices is not None:
+            from assay.sources.choices import choice_rows
+
+            return choice_rows(self, study, records, where)
+        if self.perplexity is not None:
+            from assay.sources.documents import document_rows
+
+            return document_rows(self, records, where)
         return rows_from_records(self.merged_records(study, records, where, skip), self.fields, where=where,
                                  prompt_template=self.template(), reference_regex=self.reference_regex,
                                  prompts_only=self.generate is not None)
 
     def files(self, study: StudySpec) -> list[Path]:
-        return [study.resolve(self.completions.path)] if self.completions is not None else []
+        out = [study.resolve(self.completions.path)] if self.completions is not None else []
+        if self.choices is not None and self.choices.fewshot.path is not None:
+            out.append(study.resolve(self.choices.fewshot.path))
+        return out
 
     def identity(self, study: StudySpec) -> dict[str, Any]:
         from assay.hashing import file_checksum
 
         out = super().identity(study)
+        for mode in ("choices", "perplexity"):  # unset: existing sources keep their keys
+            if out.get(mode, 0) is None:
+                out.pop(mode)
+        if self.perplexity is not None:  # documents: the model keys the score-documents stage
+            out["perplexity"] = {k: v for k, v in out["perplexity"].items() if k != "model"}
+        if self.choices is not None:  # prompt rows: the model keys the score-choices stage
+            out["choices"] = {k: v for k, v in out["choices"].items() if k != "model"}
+            if self.choices.fewshot.path is not None:
+                out["choices"]["fewshot"]["path"] = file_checksum(
+                    study.resolve(self.choices.fewshot.path))
         if self.completions is not None:
             out["completions"] = {**out["completions"],
                                   "path": file_checksum(study.resolve(self.completions.path))}
@@ -445,8 +432,10 @@ class RecordSourceSpec(SourceSpec):
         roles = self.fields.roles()
         if self.prompt_template is not None:
             roles.pop("fields.prompt", None)
-        if self.generate is not None:
+        if self.generate is not None or self.choices is not None or self.perplexity is not None:
             roles.pop("fields.completion", None)
+        if self.perplexity is not None:
+            roles.pop("fields.prompt", None)
         for role, path in roles.items():
             why = field_problem(first, path)
             if why is not None:
@@ -460,7 +449,8 @@ class RecordSourceSpec(SourceSpec):
             return problems
         def key(e: Exception) -> str:
             return "prompt_template" if "prompt_template" in str(e) else (
-                "reference_regex" if "reference_regex" in str(e) else "fields")
+                "reference_regex" if "reference_regex" in str(e) else
+                "choices" if "(choices." in str(e) else "fields")
 
         try:
             self.rows_from(study, records, where)
@@ -478,9 +468,13 @@ class RecordSourceSpec(SourceSpec):
 
         def fails(lo: int, hi: int) -> SpecError | None:
             try:
-                rows_from_records(merged[lo:hi], self.fields, where=where, prompt_template=template,
-                                  reference_regex=self.reference_regex,
-                                  prompts_only=self.generate is not None, start=lo)
+                if self.choices is not None or self.perplexity is not None:
+                    self.rows_from(study, merged[lo:hi], where)
+                else:
+                    rows_from_records(merged[lo:hi], self.fields, where=where,
+                                      prompt_template=template,
+                                      reference_regex=self.reference_regex,
+                                      prompts_only=self.generate is not None, start=lo)
             except SpecError as e:
                 return e
             return None

@@ -37,6 +37,8 @@ from assay.stages.generate import generation_facts, run_generate_shard
 from assay.stages.grade import make_verifier, run_grade_shard, shard_bounds, verifier_fingerprint
 from assay.stages.measure import run_measure
 from assay.stages.report import report_files, run_report
+from assay.stages.score_choices import run_score_choices
+from assay.stages.score_documents import run_score_documents
 from assay.stages.score_reward_model import (
     make_reward_model,
     model_identity,
@@ -46,8 +48,9 @@ from assay.stages.score_reward_model import (
 from assay.stages.score_rows import run_score_rows
 
 #: Stages in chain order.
-STAGE_ORDER = ("build-rows", "filter-rows", "generate", "grade", "decontaminate", "score-rows",
-               "score-reward-model", "measure", "report")
+STAGE_ORDER = ("build-rows", "filter-rows", "generate", "score-choices", "score-documents",
+               "grade", "decontaminate",
+               "score-rows", "score-reward-model", "measure", "report")
 
 __all__ = [
     "STAGE_ORDER", "STAGE_VERSIONS", "StageResult", "StudyRun", "apply_row_steps", "cached_stage",
@@ -55,8 +58,8 @@ __all__ = [
     "load_rows", "lookup", "make_reward_model", "make_verifier", "model_identity",
     "generation_facts", "print_progress", "report_files", "reward_views", "rows_from_records",
     "run_build_rows", "run_decontaminate", "run_filter_rows", "run_generate_shard",
-    "run_grade_shard", "run_measure",
-    "run_report", "run_reward_audit", "run_score_rows", "run_study", "shard_bounds", "source_named",
+    "run_grade_shard", "run_measure", "run_report", "run_reward_audit", "run_score_choices",
+    "run_score_documents", "run_score_rows", "run_study", "shard_bounds", "source_named",
     "stage_key", "summarize",
     "verifier_fingerprint",
 ]

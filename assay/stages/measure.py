@@ -50,6 +50,20 @@ def run_measure(store: Store, spec: StudySpec, graded: Mapping[str, Sequence[Sta
                                        source=n))
                 if m.pass_at.by is not None:
                     docs.append(_by_doc(pass_at_by(rows[n], m.pass_at.by, k=m.pass_at.k), n))
+        if m.choice_accuracy is not None:
+            from assay.measure.choices import choice_accuracy
+
+            ca = m.choice_accuracy
+            for n in ca.sources or [s.name for s in spec.sources if getattr(s, "choices", None)]:
+                docs.append(result_doc("choice_accuracy", f"choice_accuracy[{n}]" + (
+                    f" by {ca.by}" if ca.by else ""), choice_accuracy(rows[n], by=ca.by), source=n))
+        if m.perplexity is not None:
+            from assay.measure.perplexity import perplexity
+
+            for n in m.perplexity.sources or [s.name for s in spec.sources
+                                               if getattr(s, "perplexity", None)]:
+                docs.append(result_doc("perplexity", f"perplexity[{n}]", perplexity(rows[n]),
+                                       source=n))
         for c in m.compare:
             res = compare(rows[c.before], rows[c.after], proxy=c.proxy, metrics=c.metrics,
                                 alpha=c.alpha)

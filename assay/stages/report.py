@@ -41,7 +41,8 @@ def run_report(store: Store, spec: StudySpec, graded: Mapping[str, Sequence[Stag
             r = concat_rows(store, graded[s.name])
             entry = {"name": s.name, "rows": len(r),
                      "tasks": len(set(r.to_arrow().column("task_id").to_pylist())),
-                     "verifier": _verifier_label(s.verifier),
+                     "verifier": _verifier_label(s.verifier) if _scored_by(s) is None
+                     else f"log-likelihood ({_scored_by(s)})",
                      "guard_stopped": guard_counts(r)}
             if s.verifier is not None:
                 entry["unjudged"] = unjudged_summary(r)
@@ -60,6 +61,12 @@ def run_report(store: Store, spec: StudySpec, graded: Mapping[str, Sequence[Stag
 
     return cached_stage(store, STAGE, inputs=inputs, params=spec_doc, compute=compute,
                         label=spec.name, progress=progress)
+
+
+def _scored_by(s: Any) -> str | None:
+    """The model that scores a choices: or perplexity: source, or None."""
+    m = getattr(getattr(s, "choices", None) or getattr(s, "perplexity", None), "model", None)
+    return None if m is None else f"{m.kind} {getattr(m, 'path', None) or getattr(m, 'model', '')}"
 
 
 def _verifier_label(v: Any) -> str:

@@ -1,0 +1,224 @@
+"""Log-likelihood scoring on a local transformers causal LM, tokenized and windowed exactly as
+lm-evaluation-harness's ``HFLM`` does, in batched forward passes.
+
+Tokenization (lm-eval ``TemplateLM._encode_pair``): trailing spaces of the context move to the
+start of the continuation, the whole text is encoded once and the continuation's tokens are what
+follows the context's own encoding, so a boundary space lands in the same token as there. An
+empty context is replaced by the prefix token (BOS, else EOS). The input is
+``(context + continuation)[-(max_length + 1):][:-1]``, right-padded; the continuation's
+log-probabilities are read off the last ``len(continuation)`` positions.
+
+Batching: requests whose model inputs are equal share one row (a multiple-choice question with
+one-token choices " A".." D" is one forward pass, as lm-eval's ``logits_cache`` does); rows are
+sorted longest first and cut into batches of at most ``batch_tokens`` padded tokens. Only the
+continuation positions get logits at all (transformers' ``logits_to_keep``; the output layer is
+most of a small model's cost on CPU) and go through ``log_softmax`` in float32, never the whole
+``[batch, length, vocab]`` tensor. Right padding under a causal mask leaves every real position
+unchanged, so the numbers do not depend on the batch size (tested at float32).
+
+Perplexity windows (lm-eval ``loglikelihood_rolling``): the document's tokens, the prefix token
+in front, cut into disjoint windows of ``max_length`` predictions, each with as much preceding
+text as fits. ``max_length`` is the model config's ``n_positions`` / ``max_position_embeddings``
+/ ``n_ctx``, else the tokenizer's ``model_max_length``, else 2048 (lm-eval's order).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from assay.errors import GenerationError
+from assay.models.scorers import Loglik, register_scorer
+
+_TOKENIZER_INFINITY = 1000000000000000019884624838656
+
+
+def rolling_windows(tokens: list[int], prefix: int, max_len: int
+                    ) -> list[tuple[list[int], list[int]]]:
+    """Disjoint ``(context, continuation)`` token windows covering ``tokens``: every token is
+    predicted once, each window with the longest context that fits ``max_len`` (lm-eval's
+    ``get_rolling_token_windows`` with ``context_len=1``, then ``make_disjoint_window``).
+
+    Example:
+        >>> rolling_windows([1, 2, 3, 4, 5, 6, 7], prefix=0, max_len=4)
+        [([0], [1, 2, 3, 4]), ([3, 4], [5, 6, 7])]
+    """
+    if not tokens:
+        return []
+    out = []
+    first = min(max_len, len(tokens))
+    windows = [([prefix] + tokens[:first - 1], tokens[:first])]
+    done = first
+    while done < len(tokens):
+        n = min(len(tokens) - done, max_len)
+        end = done + n
+        windows.append((tokens[max(0, end - max_len - 1):end - 1], tokens[end - n:end]))
+        done += n
+    for ctx, cont in windows:
+        out.append((ctx[:len(ctx) - (len(cont) - 1)], cont))
+    return out
+
+
+class HFScorer:
+    """Scores ``(context, continuation)`` pairs and documents on an ``hf`` model entry (see the
+    module docstring). The model loads on first use; ``identity()`` is the backend's (the
+    checksum of every model file and the dtype)."""
+
+    def __init__(self, spec: Any) -> None:
+        from assay.models.hf import HFBackend
+
+        self.backend = HFBackend(spec)
+        self.tok = self.backend.tok
+        self.device = self.backend.device
+        self.batch_tokens = self.backend.spec.batch_tokens
+        bos, eos = self.tok.bos_token_id, self.tok.eos_token_id
+        self.prefix_id = bos if bos is not None else eos
+        if self.prefix_id is None:
+            raise GenerationError(f"model.path {self.backend.spec.path}: the tokenizer has neither "
+                                  "a BOS nor an EOS token to condition an empty context on")
+        self._prefix_text = self.tok.decode(self.prefix_id)
+        self.stats = {"forward_rows": 0, "batches": 0, "padded_tokens": 0}
+
+    def identity(self) -> dict[str, Any]:
+        return {**self.backend.identity(), "scorer": "hf-loglik/1"}
+
+    @property
+    def max_length(self) -> int:
+        cfg = self.backend.model.config
+        cfg = getattr(cfg, "text_config", None) or cfg
+        for attr in ("n_positions", "max_position_embeddings", "n_ctx"):
+            v = getattr(cfg, attr, None)
+            if v is not None:
+                return int(v)
+        m = getattr(self.tok, "model_max_length", None)
+        return int(m) if m is not None and m != _TOKENIZER_INFINITY else 2048
+
+    def encode(self, text: str, add_special_tokens: bool | None = None) -> list[int]:
+        """lm-eval's ``tok_encode``: the tokenizer's own special-token default, except that a
+        text already starting with the prefix token's text gets no second one."""
+        kw: dict[str, Any] = {}
+        if add_special_tokens is not None:
+            kw["add_special_tokens"] = add_special_tokens
+        elif self._prefix_text and text.startswith(self._prefix_text):
+            kw["add_special_tokens"] = False
+        return list(self.tok.encode(text, **kw))
+
+    def encode_pair(self, context: str, continuation: str) -> tuple[list[int], list[int]]:
+        """Context and continuation tokens as lm-eval splits them (module docstring)."""
+        if context == "":
+            cont = self.encode(continuation, add_special_tokens=False)
+            if cont and cont[0] == self.prefix_id:
+                return cont[:1], cont[1:]
+            return [self.prefix_id], cont
+        n = len(context) - len(context.rstrip())
+        if n:
+            context, continuation = context[:-n], context[-n:] + continuation
+        whole = self.encode(context + continuation)
+        ctx = self.encode(context)
+        return ctx, whole[len(ctx):]
+
+    def score_batches(self, pairs: Sequence[tuple[str, str]]
+                      ) -> Iterator[tuple[list[int], list[Loglik]]]:
+        """``(indices, answers)`` per batch of forward passes, for the pairs in any order."""
+        toks = []
+        for i, (c, x) in enumerate(pairs):
+            ctx, cont = self.encode_pair(c, x)
+            if not cont:
+                raise GenerationError(f"request {i}: the continuation {x!r} is empty once "
+                                      f"tokenized (context ends {c[-40:]!r}); nothing to score")
+            toks.append((ctx, cont))
+        yield from self._score_tokens(toks)
+
+    def score(self, pairs: Sequence[tuple[str, str]]) -> list[Loglik]:
+        """One answer per pair, in order."""
+        out: list[Loglik | None] = [None] * len(pairs)
+        for idx, ans in self.score_batches(pairs):
+            for i, a in zip(idx, ans):
+                out[i] = a
+        return out  # type: ignore[return-value]
+
+    def score_rolling_batches(self, texts: Sequence[str], docs_per_step: int = 64
+                              ) -> Iterator[tuple[list[int], list[Loglik]]]:
+        """``(indices, answers)`` per group of documents: each document's summed log-probability
+        over its rolling windows, ``is_greedy`` whether every window's tokens are greedy."""
+        for lo in range(0, len(texts), docs_per_step):
+            idx = list(range(lo, min(lo + docs_per_step, len(texts))))
+            windows, owner = [], []
+            for i in idx:
+                for w in rolling_windows(self.encode(texts[i]), self.prefix_id, self.max_length):
+                    windows.append(w)
+                    owner.append(i)
+            sums = {i: [0.0, True, 0] for i in idx}
+            for widx, ans in self._score_tokens(windows):
+                for w, a in zip(widx, ans):
+                    s = sums[owner[w]]
+                    s[0] += a.logprob
+                    s[1] = s[1] and a.is_greedy
+                    s[2] += a.tokens
+            yield idx, [Loglik(float(sums[i][0]), bool(sums[i][1]), int(sums[i][2])) for i in idx]
+
+    def _score_tokens(self, toks: Sequence[tuple[list[int], list[int]]]
+                      ) -> Iterator[tuple[list[int], list[Loglik]]]:
+        import inspect
+
+        import torch
+
+        model = self.backend.model
+        self._keep_arg = "logits_to_keep" in inspect.signature(model.forward).parameters
+        L = self.max_length
+        rows: dict[tuple[int, ...], list[int]] = {}  # model input -> requests reading it
+        for i, (ctx, cont) in enumerate(toks):
+            if len(cont) > L:
+                raise GenerationError(f"request {i}: the continuation has {len(cont)} tokens, "
+                                      f"more than the model's context of {L}")
+            inp = tuple((ctx + cont)[-(L + 1):][:-1])
+            rows.setdefault(inp, []).append(i)
+        order = sorted(rows, key=lambda t: (-len(t), t))
+        batches: list[list[tuple[int, ...]]] = []
+        for inp in order:
+            if batches and len(batches[-1][0]) * (len(batches[-1]) + 1) <= self.batch_tokens:
+                batches[-1].append(inp)
+            else:
+                batches.append([inp])
+        pad = self.backend.pad_id
+        for batch in batches:
+            width = len(batch[0])
+            ids = torch.full((len(batch), width), pad, dtype=torch.long)
+            for r, inp in enumerate(batch):
+                ids[r, :len(inp)] = torch.tensor(inp, dtype=torch.long)
+            # the logits of the positions some continuation reads, not of every position: for
+            # MMLU-style one-token choices that is one in hundreds (the lm_head dominates on CPU)
+            need = sorted({p for inp in batch for i in rows[inp]
+                           for p in range(len(inp) - len(toks[i][1]), len(inp))})
+            at = {p: j for j, p in enumerate(need)}
+            kw: dict[str, Any] = {}
+            if self._keep_arg:
+                kw["logits_to_keep"] = torch.tensor(need, dtype=torch.long, device=self.device)
+            else:
+                at = {p: p for p in need}
+            with torch.inference_mode():
+                logits = model(ids.to(self.device), use_cache=False, **kw).logits
+            self.stats["forward_rows"] += len(batch)
+            self.stats["batches"] += 1
+            self.stats["padded_tokens"] += len(batch) * width
+            idx, ans = [], []
+            for r, inp in enumerate(batch):
+                for i in rows[inp]:
+                    cont = toks[i][1]
+                    n = len(inp)
+                    pos = [at[p] for p in range(n - len(cont), n)]
+                    lp = torch.log_softmax(logits[r, pos].float(), dim=-1)
+                    target = torch.tensor(cont, dtype=torch.long, device=lp.device)
+                    total = lp.gather(1, target[:, None]).sum().item()
+                    greedy = bool((lp.argmax(dim=-1) == target).all().item())
+                    idx.append(i)
+                    ans.append(Loglik(float(total), greedy, len(cont)))
+            yield idx, ans
+
+    def close(self) -> None:
+        self.backend.close()
+
+
+@register_scorer("hf")
+def _hf_scorer(spec: Any) -> HFScorer:
+    return HFScorer(spec)

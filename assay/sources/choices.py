@@ -1,0 +1,263 @@
+"""``choices:`` of a file or hf_dataset source: multiple choice scored by log-likelihood.
+
+Each record becomes one prompt row whose context is the rendered question (with few-shot examples).
+
+The record names its choices (a list field, or one template per choice) and its gold answer (an
+index, the gold choice's text, one of ``labels``, or a letter A, B, ...). The context is the
+question as ``fields.prompt`` or ``prompt_template`` renders it, after ``description`` and
+``fewshot.k`` solved examples (each its context, ``target_delimiter`` and its gold choice, joined
+by ``fewshot.delimiter``, as lm-eval builds them). Examples come from another split (hf_dataset)
+or file; with neither, from the evaluated records, never the question itself. Each question's
+examples are drawn by a generator seeded with ``(fewshot.seed, task id)``, so a question's context
+does not depend on which other questions are in the run (lm-eval draws from one sequential
+generator instead: its shots change when the question set does).
+
+The score-choices stage (:mod:`assay.stages.score_choices`) then scores ``target_delimiter +
+choice`` after each context with ``model``.
+
+Example:
+    >>> c = ChoicesSpec.model_validate({"model": {"kind": "hf", "path": "m"}, "answer": "label"})
+    >>> c.field, c.target_delimiter, gold_index({"label": "B"}, c, ["x", "y"], "demo")
+    ('choices', ' ', 1)
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Annotated, Any
+
+from pydantic import Field, field_validator, model_validator
+
+from assay.errors import SpecError
+from assay.models.entry import _BackendEntry, backend_spec
+from assay.specbase import SpecModel
+
+if TYPE_CHECKING:
+    from assay.rows import Rows
+    from assay.spec import StudySpec
+
+
+class FewShotSpec(SpecModel):
+    """Solved examples put before each question."""
+
+    k: int = Field(0, ge=0, description="examples per question")
+    split: str | None = Field(None, description="hf_dataset: the split examples come from "
+                              "(MMLU: dev; ARC: train)")
+    path: str | None = Field(None, description="file: a JSONL/Parquet file of example records")
+    seed: int = Field(1234, description="examples are drawn per question from (seed, task id)")
+    delimiter: str = Field("\n\n", description="between examples, and before the question")
+
+
+class ChoicesSpec(SpecModel):
+    """Multiple choice by log-likelihood: which choice does ``model`` find most likely after
+    the context?"""
+
+    model: Annotated[Any, _BackendEntry()]
+    field: str | None = Field("choices", description="the record field holding the list of choice "
+                              "texts (a dotted path: choices.text for ARC); unused with templates")
+    templates: list[str] | None = Field(None, description="one template per choice, rendered from "
+                                        "the record (HellaSwag-style fields), instead of field")
+    answer: str = Field("answer", description="the record field of the gold answer: its index, "
+                        "its text, one of labels, or a letter A, B, ...")
+    labels: str | None = Field(None, description="the record field listing each choice's label "
+                               "(ARC: choices.label), read when the answer is a label")
+    target_delimiter: str = Field(" ", description="between the context and each choice")
+    description: str = Field("", description="text before the examples and the question")
+    fewshot: FewShotSpec = Field(default_factory=FewShotSpec)
+
+    @field_validator("model", mode="before")
+    @classmethod
+    def _backend(cls, v: Any) -> Any:
+        return backend_spec(v)
+
+    @model_validator(mode="after")
+    def _one_way(self) -> ChoicesSpec:
+        if self.templates is not None:
+            if len(self.templates) < 2:
+                raise ValueError("templates: give one template per choice (at least 2)")
+        elif self.field is None:
+            raise ValueError("name the choices: field (a list field) or templates (one per choice)")
+        if self.fewshot.split is not None and self.fewshot.path is not None:
+            raise ValueError("fewshot: split (hf_dataset) and path (a file) both name the "
+                             "examples; keep one")
+        return self
+
+
+def choice_texts(rec: Mapping[str, Any], spec: ChoicesSpec, where: str) -> list[str]:
+    """The record's choices as texts, in order."""
+    from assay.sources.fieldpath import _MISSING, get_field
+    from assay.sources.templates import PromptTemplate
+
+    if spec.templates is not None:
+        return [PromptTemplate(t).render(rec, where=f"{where} choices.templates[{i}]")
+                for i, t in enumerate(spec.templates)]
+    assert spec.field is not None
+    v = get_field(rec, spec.field)
+    if v is _MISSING or not isinstance(v, (list, tuple)) or len(v) < 2:
+        raise SpecError(f"{where}: field {spec.field!r} (choices.field) must be a list of at "
+                        f"least 2 choice texts, got {v if v is not _MISSING else 'nothing'!r:.80}")
+    bad = [i for i, c in enumerate(v) if not isinstance(c, str)]
+    if bad:
+        raise SpecError(f"{where}: choice {bad[0]} of field {spec.field!r} is "
+                        f"{type(v[bad[0]]).__name__} {v[bad[0]]!r:.40}, not text")
+    return list(v)
+
+
+def gold_index(rec: Mapping[str, Any], spec: ChoicesSpec, choices: Sequence[str],
+               where: str) -> int:
+    """The index of the gold choice (see :class:`ChoicesSpec` ``answer``)."""
+    from assay.sources.fieldpath import _MISSING, get_field
+
+    a = get_field(rec, spec.answer)
+    at = f"{where}: field {spec.answer!r} (choices.answer)"
+    if a is _MISSING or a is None:
+        raise SpecError(f"{at} is missing; the record has {sorted(rec)}")
+    if isinstance(a, bool):
+        raise SpecError(f"{at} is a boolean {a!r}; give the gold choice's index, text or label")
+    if isinstance(a, int):
+        if not 0 <= a < len(choices):
+            raise SpecError(f"{at} is {a}, not an index of the {len(choices)} choices")
+        return a
+    if isinstance(a, str):
+        if spec.labels is not None:
+            labels = get_field(rec, spec.labels)
+            if isinstance(labels, list) and a in labels:
+                return labels.index(a)
+            raise SpecError(f"{at} {a!r} is not one of the labels {labels!r:.80} "
+                            f"(choices.labels {spec.labels!r})")
+        if a in choices:
+            return list(choices).index(a)
+        if len(a) == 1 and "A" <= a <= "Z" and ord(a) - 65 < len(choices):
+            return ord(a) - 65
+        if a.strip().isdigit() and int(a) < len(choices):
+            return int(a)
+    raise SpecError(f"{at} is {a!r:.60}: neither an index of the {len(choices)} choices, nor one "
+                    "of their texts, nor a letter A.. naming one; fix the record or choices.answer")
+
+
+def example_seed(seed: int, task_id: str) -> int:
+    """The seed of one question's few-shot draw.
+
+    Example:
+        >>> example_seed(1234, "q1") == example_seed(1234, "q1") != example_seed(1234, "q2")
+        True
+    """
+    from assay.hashing import content_hash
+
+    return int(content_hash([seed, task_id], "fewshot").split(":", 1)[1][:12], 16)
+
+
+def fewshot_records(source: Any, study: StudySpec) -> list[dict[str, Any]] | None:
+    """The records examples are drawn from (None: the evaluated records themselves)."""
+    fs = source.choices.fewshot
+    if fs.path is not None:
+        from assay.sources.fieldpath import read_records
+
+        p = study.resolve(fs.path)
+        return read_records(p, "parquet" if p.suffix.lower() == ".parquet" else "jsonl")
+    if fs.split is not None:
+        if getattr(source, "kind", None) != "hf_dataset":
+            raise SpecError(f"source {source.name!r}: choices.fewshot.split needs an hf_dataset "
+                            "source; for a file source give fewshot.path")
+        from assay.sources.hub import load_dataset_records
+
+        return load_dataset_records(source._local(study) or source.path, name=source.config,
+                                    split=fs.split, revision=source.revision,
+                                    allow_download=source.allow_download,
+                                    where=f"{source._where(study)} split {fs.split!r}").records
+    return None
+
+
+def choice_rows(source: Any, study: StudySpec, records: Sequence[Mapping[str, Any]],
+                where: str) -> Rows:
+    """One prompt row per record: the context in ``prompt``, and ``privileged`` holding the
+    choices, the gold index and the gold text (``reference``)."""
+    import pyarrow as pa
+
+    from assay.builder import rows
+    from assay.rows import Rows, to_json
+    from assay.sources.fieldpath import _MISSING, get_field
+
+    spec: ChoicesSpec = source.choices
+    fields = source.fields
+    tmpl = source.template()
+    if not records:
+        raise SpecError(f"{where}: no records")
+
+    def question(rec: Mapping[str, Any], at: str) -> str:
+        if tmpl is not None:
+            return str(tmpl.render(rec, where=at))
+        v = get_field(rec, fields.prompt)
+        if v is _MISSING or not isinstance(v, str):
+            raise SpecError(f"{at}: field {fields.prompt!r} (fields.prompt) must be text, got "
+                            f"{'nothing' if v is _MISSING else type(v).__name__}; the record has "
+                            f"{sorted(rec)}")
+        return v
+
+    def solved(rec: Mapping[str, Any], at: str) -> str:
+        cs = choice_texts(rec, spec, at)
+        return question(rec, at) + spec.target_delimiter + cs[gold_index(rec, spec, cs, at)]
+
+    tids: list[str] = []
+    for i, rec in enumerate(records):
+        if fields.task_id is None:
+            tids.append(str(i))
+            continue
+        t = get_field(rec, fields.task_id)
+        if t is _MISSING or t is None:
+            raise SpecError(f"{where} record {i}: task id field {fields.task_id!r} is missing")
+        tids.append(str(t))
+    pool = fewshot_records(source, study)
+    own_pool = pool is None
+    pool_where = f"{where} (few-shot examples)"
+    pool_list = list(records) if own_pool else list(pool or [])
+    k = spec.fewshot.k
+    if k and len(pool_list) - own_pool < k:
+        raise SpecError(f"{pool_where}: fewshot.k is {k} but only {len(pool_list) - own_pool} "
+                        "examples are there; lower k or give more examples")
+    shot_texts: dict[int, str] = {}
+    used = {fields.prompt} if tmpl is None else set(tmpl.fields())
+    listed = spec.field if spec.templates is None else None
+    used |= {p for p in (listed, spec.answer, spec.labels, fields.task_id) if p is not None}
+    prompts, privileged, metas = [], [], []
+    for i, rec in enumerate(records):
+        at = f"{where} record {i}"
+        cs = choice_texts(rec, spec, at)
+        gold = gold_index(rec, spec, cs, at)
+        shots = ""
+        if k:
+            cand = [j for j in range(len(pool_list)) if not (own_pool and j == i)]
+            pick = random.Random(example_seed(spec.fewshot.seed, tids[i])).sample(cand, k)
+            for j in pick:
+                if j not in shot_texts:
+                    shot_texts[j] = solved(pool_list[j], f"{pool_where} record {j}")
+            delim = spec.fewshot.delimiter
+            shots = delim.join(shot_texts[j] for j in pick) + delim
+        prompts.append(spec.description + shots + question(rec, at))
+        privileged.append({"reference": cs[gold], "choices": cs, "gold": gold})
+        if fields.meta is not None:
+            meta = {p: get_field(rec, p) for p in fields.meta}
+        else:
+            meta = {key: v for key, v in rec.items() if key not in used}
+        metas.append(meta or None)
+    built = rows(prompts, [""] * len(prompts), None,
+                 references=[p["reference"] for p in privileged],
+                 task_ids=tids, meta=metas, record_names=lambda i: f"record {i}")
+    t = built.to_arrow()
+    col = pa.array([to_json(p, f"{where} record {i}") for i, p in enumerate(privileged)],
+                   pa.string())
+    return Rows(t.set_column(t.schema.get_field_index("privileged"), "privileged", col))
+
+
+def check_choice_records(source: Any, study: StudySpec, records: list[dict[str, Any]],
+                         where: str) -> list[str]:
+    """Problems building the choice rows would hit, as ``yaml.path: message``."""
+    try:
+        choice_rows(source, study, records[:50], where)
+    except SpecError as e:
+        msg = str(e)
+        key = "choices" if "choices." in msg else (
+            "prompt_template" if "prompt_template" in msg else "fields")
+        return [f"{key}: {msg}"]
+    return []

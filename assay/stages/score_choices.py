@@ -1,0 +1,130 @@
+"""The score-choices stage: a choice source's prompt rows become graded rows, one per question,
+by the model's log-likelihood of each choice; cached per shard, each answer journalled.
+
+Keyed on the shard's prompt rows, the delimiter and the scorer's identity (the model files'
+checksum): a new checkpoint under the same path recomputes, a killed run resumes from the journal.
+
+Each row's completion is the choice with the highest log-likelihood; ``reward`` is 1 when it is
+the gold one (lm-eval's ``acc``); markers ``acc_norm`` and ``acc_bytes`` grade the choice with
+the highest log-likelihood per character and per UTF-8 byte of the choice text (lm-eval's
+``acc_norm`` and ``acc_bytes``). ``judge_meta`` keeps every choice's log-likelihood, raw and
+normalized, its token count and whether it is the greedy continuation.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from assay.rows import Rows, to_json
+from assay.spec import StudySpec
+from assay.stages.build_rows import source_named
+from assay.stages.cache import StageResult, cached_stage, define_stage, load_rows
+from assay.store import Store
+
+STAGE = define_stage("score-choices", 1)
+
+
+def grade_choices(lls: list[float], choices: list[str], gold: int) -> dict[str, Any]:
+    """The predictions and verdicts of one question from its choices' log-likelihoods (first
+    maximum wins ties, as ``numpy.argmax`` in lm-eval).
+
+    Example:
+        >>> g = grade_choices([-4.0, -6.0], ["no", "maybe"], 1)
+        >>> g["pred"], g["pred_norm"], g["acc"], g["acc_norm"]
+        (0, 1, 0.0, 1.0)
+        >>> grade_choices([-1.0, -2.0], ["", "x"], 0)["loglik_per_char"]
+        [None, -2.0]
+    """
+    from assay.models.loglik import normalized
+    from assay.results import finite_or_none
+
+    ll = np.asarray(lls, dtype=np.float64)
+    by_chars = [normalized(x, c, "chars") for x, c in zip(lls, choices)]
+    by_bytes = [normalized(x, c, "bytes") for x, c in zip(lls, choices)]
+    pred, pn, pb = int(np.argmax(ll)), int(np.argmax(by_chars)), int(np.argmax(by_bytes))
+    return {"pred": pred, "pred_norm": pn, "pred_bytes": pb, "gold": gold,
+            "acc": float(pred == gold), "acc_norm": float(pn == gold),
+            "acc_bytes": float(pb == gold),
+            "loglik": [float(x) for x in lls],
+            # an empty choice text has no length: -inf in the argmax, null in JSON
+            "loglik_per_char": [finite_or_none(x) for x in by_chars],
+            "loglik_per_byte": [finite_or_none(x) for x in by_bytes]}
+
+
+def score_choice_rows(rows: Rows, model: Any, *, target_delimiter: str = " ", store: Any = None,
+                      on_done: Any = None) -> Rows:
+    """Graded rows from choice prompt rows (``privileged`` holds ``choices`` and ``gold``)."""
+    import json
+
+    from assay.models.loglik import loglikelihoods, shared_scorer
+
+    table = rows.to_arrow()
+    priv = [json.loads(p) for p in table.column("privileged").to_pylist()]
+    prompts = table.column("prompt").to_pylist()
+    pairs, spans = [], []
+    for ctx, p in zip(prompts, priv):
+        spans.append((len(pairs), len(pairs) + len(p["choices"])))
+        pairs += [(ctx, target_delimiter + c) for c in p["choices"]]
+    scorer = shared_scorer(model)
+    got = loglikelihoods(pairs, scorer, store=store, on_done=on_done)
+    texts, rewards, markers, metas = [], [], [], []
+    for (lo, hi), p in zip(spans, priv):
+        g = grade_choices([a.logprob for a in got[lo:hi]], p["choices"], p["gold"])
+        g["is_greedy"] = [a.is_greedy for a in got[lo:hi]]
+        g["tokens"] = [a.tokens for a in got[lo:hi]]
+        texts.append(p["choices"][g["pred"]])
+        rewards.append(g["acc"])
+        markers.append([("acc_norm", g["acc_norm"]), ("acc_bytes", g["acc_bytes"])])
+        metas.append(to_json(g, "score-choices"))
+    n = len(texts)
+    ident = scorer.identity()
+    name = f"loglik:{ident.get('path') or ident.get('model') or 'model'}"
+    cols = {"final_text": pa.array(texts, pa.string()), "reward": pa.array(rewards, pa.float64()),
+            "markers": pa.array(markers, table.schema.field("markers").type),
+            "judge_name": pa.array([name] * n, pa.string()),
+            "judge_status": pa.array(["ok"] * n, pa.string()),
+            "judge_meta": pa.array(metas, pa.string())}
+    for c, arr in cols.items():
+        table = table.set_column(table.schema.get_field_index(c), c, arr)
+    return Rows(table)
+
+
+def run_score_choices(store: Store, spec: StudySpec, source_name: str, filtered: StageResult,
+                      bounds: tuple[int, int], shard: int, n_shards: int, *,
+                      workers: int | None = None, progress: Any = None,
+                      device_slot: Any = None) -> StageResult:
+    """Score the choices of prompt rows[bounds] of a choice source; cached per shard.
+
+    ``device_slot(device)``: a context manager held while a local model scores (the Prefect
+    task passes the ``gpu`` slot). ``workers`` is accepted for the runners' uniform call."""
+    from assay.models.loglik import shared_scorer
+
+    source = source_named(spec, source_name)
+    cspec = source.choices
+    lo, hi = bounds
+    part = Rows(load_rows(store, filtered).to_arrow().slice(lo, hi - lo))
+    scorer = shared_scorer(cspec.model)
+    params = {"target_delimiter": cspec.target_delimiter}
+
+    label = f"{source_name} shard {shard + 1}/{n_shards}"
+
+    def compute() -> tuple[dict[str, Any], dict[str, Any]]:
+        from assay.progress import track
+
+        device = str(getattr(scorer, "device", "cpu"))
+        slot = device_slot(device) if device_slot is not None else contextlib.nullcontext()
+        n_choices = sum(len(r["privileged"]["choices"]) for r in part)
+        with slot, track(STAGE, label, total=n_choices) as unit:
+            out = score_choice_rows(part, scorer, target_delimiter=cspec.target_delimiter,
+                                    store=store, on_done=unit.advance)
+        acc = out.to_arrow().column("reward").to_pylist()
+        return {"rows": out}, {"rows": len(out), "choices": n_choices,
+                               "acc": round(float(np.mean(acc)), 6)}
+
+    return cached_stage(store, STAGE, inputs=[part.checksum()], params=params,
+                        fingerprint=scorer.identity(), compute=compute,
+                        label=label, progress=progress)

@@ -1,0 +1,66 @@
+"""The score-documents stage: a perplexity source's documents get their log-likelihood under the
+model (rolling windows, as lm-eval) and their word, byte and token counts; cached per shard.
+
+Keyed on the shard's document rows and the scorer's identity (the model files' checksum); every
+document's answer is journalled, so a killed run resumes and a new checkpoint recomputes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+import pyarrow as pa
+
+from assay.rows import Rows
+from assay.spec import StudySpec
+from assay.stages.build_rows import source_named
+from assay.stages.cache import StageResult, cached_stage, define_stage, load_rows
+from assay.store import Store
+
+STAGE = define_stage("score-documents", 1)
+
+
+def score_document_rows(rows: Rows, model: Any, *, store: Any = None,
+                        on_done: Any = None) -> Rows:
+    """Rows with markers ``loglik``, ``tokens``, ``words`` and ``bytes`` per document."""
+    from assay.models.loglik import rolling_loglikelihoods, shared_scorer
+    from assay.sources.documents import count_bytes, count_words
+
+    table = rows.to_arrow()
+    docs = table.column("prompt").to_pylist()
+    got = rolling_loglikelihoods(docs, shared_scorer(model), store=store, on_done=on_done)
+    markers = [[("loglik", a.logprob), ("tokens", float(a.tokens)),
+                ("words", float(count_words(d))), ("bytes", float(count_bytes(d)))]
+               for a, d in zip(got, docs)]
+    i = table.schema.get_field_index("markers")
+    return Rows(table.set_column(i, "markers", pa.array(markers, table.schema.field(i).type)))
+
+
+def run_score_documents(store: Store, spec: StudySpec, source_name: str, filtered: StageResult,
+                        bounds: tuple[int, int], shard: int, n_shards: int, *,
+                        workers: int | None = None, progress: Any = None,
+                        device_slot: Any = None) -> StageResult:
+    """Score the documents rows[bounds] of a perplexity source; cached per shard.
+    ``device_slot`` and ``workers`` as in :func:`assay.stages.score_choices.run_score_choices`."""
+    from assay.models.loglik import shared_scorer
+
+    source = source_named(spec, source_name)
+    lo, hi = bounds
+    part = Rows(load_rows(store, filtered).to_arrow().slice(lo, hi - lo))
+    scorer = shared_scorer(source.perplexity.model)
+
+    label = f"{source_name} shard {shard + 1}/{n_shards}"
+
+    def compute() -> tuple[dict[str, Any], dict[str, Any]]:
+        from assay.progress import track
+
+        device = str(getattr(scorer, "device", "cpu"))
+        slot = device_slot(device) if device_slot is not None else contextlib.nullcontext()
+        with slot, track(STAGE, label, total=len(part)) as unit:
+            out = score_document_rows(part, scorer, store=store, on_done=unit.advance)
+        return {"rows": out}, {"rows": len(out)}
+
+    return cached_stage(store, STAGE, inputs=[part.checksum()], params={},
+                        fingerprint=scorer.identity(), compute=compute,
+                        label=label, progress=progress)
