@@ -170,9 +170,10 @@ def fewshot_records(source: Any, study: StudySpec) -> list[dict[str, Any]] | Non
 
 
 def choice_rows(source: Any, study: StudySpec, records: Sequence[Mapping[str, Any]],
-                where: str) -> Rows:
+                where: str, start: int = 0) -> Rows:
     """One prompt row per record: the context in ``prompt``, and ``privileged`` holding the
-    choices, the gold index and the gold text (``reference``)."""
+    choices, the gold index and the gold text (``reference``). Records are named from 1
+    (``start`` records precede these)."""
     import pyarrow as pa
 
     from assay.builder import rows
@@ -206,7 +207,7 @@ def choice_rows(source: Any, study: StudySpec, records: Sequence[Mapping[str, An
             continue
         t = get_field(rec, fields.task_id)
         if t is _MISSING or t is None:
-            raise SpecError(f"{where} record {i}: task id field {fields.task_id!r} is missing")
+            raise SpecError(f"{where} record {start + i + 1}: task id field {fields.task_id!r} is missing")
         tids.append(str(t))
     pool = fewshot_records(source, study)
     own_pool = pool is None
@@ -222,7 +223,7 @@ def choice_rows(source: Any, study: StudySpec, records: Sequence[Mapping[str, An
     used |= {p for p in (listed, spec.answer, spec.labels, fields.task_id) if p is not None}
     prompts, privileged, metas = [], [], []
     for i, rec in enumerate(records):
-        at = f"{where} record {i}"
+        at = f"{where} record {start + i + 1}"
         cs = choice_texts(rec, spec, at)
         gold = gold_index(rec, spec, cs, at)
         shots = ""
@@ -231,7 +232,7 @@ def choice_rows(source: Any, study: StudySpec, records: Sequence[Mapping[str, An
             pick = random.Random(example_seed(spec.fewshot.seed, tids[i])).sample(cand, k)
             for j in pick:
                 if j not in shot_texts:
-                    shot_texts[j] = solved(pool_list[j], f"{pool_where} record {j}")
+                    shot_texts[j] = solved(pool_list[j], f"{pool_where} record {j + 1}")
             delim = spec.fewshot.delimiter
             shots = delim.join(shot_texts[j] for j in pick) + delim
         prompts.append(spec.description + shots + question(rec, at))
@@ -243,9 +244,9 @@ def choice_rows(source: Any, study: StudySpec, records: Sequence[Mapping[str, An
         metas.append(meta or None)
     built = rows(prompts, [""] * len(prompts), None,
                  references=[p["reference"] for p in privileged],
-                 task_ids=tids, meta=metas, record_names=lambda i: f"record {i}")
+                 task_ids=tids, meta=metas, record_names=lambda i: f"record {start + i + 1}")
     t = built.to_arrow()
-    col = pa.array([to_json(p, f"{where} record {i}") for i, p in enumerate(privileged)],
+    col = pa.array([to_json(p, f"{where} record {start + i + 1}") for i, p in enumerate(privileged)],
                    pa.string())
     return Rows(t.set_column(t.schema.get_field_index("privileged"), "privileged", col))
 

@@ -49,7 +49,8 @@ def count_bytes(doc: str) -> int:
     return len(doc.encode("utf-8"))
 
 
-def document_rows(source: Any, records: Sequence[Mapping[str, Any]], where: str) -> Rows:
+def document_rows(source: Any, records: Sequence[Mapping[str, Any]], where: str,
+                  start: int = 0) -> Rows:
     """One prompt row per record: the document in ``prompt``, the other fields in ``meta``."""
     from assay.builder import rows
     from assay.sources.fieldpath import _MISSING, get_field
@@ -62,17 +63,17 @@ def document_rows(source: Any, records: Sequence[Mapping[str, Any]], where: str)
     for i, rec in enumerate(records):
         v = get_field(rec, spec.field)
         if v is _MISSING or not isinstance(v, str) or not v:
-            raise SpecError(f"{where} record {i}: field {spec.field!r} (perplexity.field) must be "
+            raise SpecError(f"{where} record {start + i + 1}: field {spec.field!r} (perplexity.field) must be "
                             f"non-empty text, got {'nothing' if v is _MISSING else repr(v)[:40]}; "
                             f"the record has {sorted(rec)}")
         docs.append(v)
         t = str(i) if fields.task_id is None else get_field(rec, fields.task_id)
         if t is _MISSING or t is None:
-            raise SpecError(f"{where} record {i}: task id field {fields.task_id!r} is missing")
+            raise SpecError(f"{where} record {start + i + 1}: task id field {fields.task_id!r} is missing")
         tids.append(str(t))
         keep = fields.meta
         meta = ({p: get_field(rec, p) for p in keep} if keep is not None else
                 {k: x for k, x in rec.items() if k not in (spec.field, fields.task_id)})
         metas.append(meta or None)
     return rows(docs, [""] * len(docs), None, task_ids=tids, meta=metas,
-                record_names=lambda i: f"record {i}")
+                record_names=lambda i: f"record {start + i + 1}")

@@ -114,14 +114,16 @@ def load_dataset_records(path: str | Path, *, name: str | None = None, split: st
             ds, split = _pick_split(datasets.load_from_disk(str(p)), split, where)
         elif local:
             files = [p] if p.is_file() else sorted(f for f in p.rglob("*") if f.suffix in _DATA_SUFFIXES)
-            # a folder of one file (or folder) per split: test.jsonl, dev.jsonl -> that split's
-            named = [f for f in files if f.stem == split or f.parent.name == split]
-            files = named or files
             if not files:
                 raise SpecError(f"{where}: {p} holds no save_to_disk dataset and no "
                                 f"{'/'.join(_DATA_SUFFIXES)} files")
-            builder = _DATA_SUFFIXES[files[0].suffix]
-            if p.is_file():
+            # a folder of one file (or folder) per split named exactly as asked (dev.jsonl for
+            # split: dev) is that split, though datasets would call a dev file 'validation'
+            named = [f for f in files if split is not None and split in (f.stem, f.parent.name)]
+            builder = _DATA_SUFFIXES[(named or files)[0].suffix]
+            if named and not p.is_file():
+                dd = datasets.load_dataset(builder, data_files={split: [str(f) for f in named]})
+            elif p.is_file():
                 dd = datasets.load_dataset(builder, data_files={"train": [str(p)]})
             else:
                 dd = datasets.load_dataset(builder, data_dir=str(p))

@@ -374,15 +374,15 @@ class RecordSourceSpec(SourceSpec):
                                 where_completions=cpath, skip=skip)
 
     def rows_from(self, study: StudySpec, records: list[dict[str, Any]], where: str,
-                  skip: frozenset[str] | set[str] = frozenset()) -> Rows:
+                  skip: frozenset[str] | set[str] = frozenset(), start: int = 0) -> Rows:
         if self.choices is not None:
             from assay.sources.choices import choice_rows
 
-            return choice_rows(self, study, records, where)
+            return choice_rows(self, study, records, where, start=start)
         if self.perplexity is not None:
             from assay.sources.documents import document_rows
 
-            return document_rows(self, records, where)
+            return document_rows(self, records, where, start=start)
         return rows_from_records(self.merged_records(study, records, where, skip), self.fields, where=where,
                                  prompt_template=self.template(), reference_regex=self.reference_regex,
                                  prompts_only=self.generate is not None)
@@ -469,7 +469,7 @@ class RecordSourceSpec(SourceSpec):
         def fails(lo: int, hi: int) -> SpecError | None:
             try:
                 if self.choices is not None or self.perplexity is not None:
-                    self.rows_from(study, merged[lo:hi], where)
+                    self.rows_from(study, merged[lo:hi], where, start=lo)
                 else:
                     rows_from_records(merged[lo:hi], self.fields, where=where,
                                       prompt_template=template,
@@ -486,7 +486,8 @@ class RecordSourceSpec(SourceSpec):
                 continue
             for i in range(lo, hi):
                 e = fails(i, i + 1)
-                if e is not None:
+                # a problem of the whole source (a missing split) fails every record alike
+                if e is not None and f"{key(e)}: {e}" not in bad:
                     bad.append(f"{key(e)}: {e}")
                 if len(bad) == MAX_RECORD_PROBLEMS:
                     return problems + bad + [f"(data): stopped after {MAX_RECORD_PROBLEMS} bad "

@@ -82,7 +82,7 @@ def test_bad_answers_name_the_record_and_field(tmp_path: Path, answer, match) ->
     spec = _spec(tmp_path, "answer: answer")
     with pytest.raises(SpecError, match=match) as e:
         spec.sources[0].build(spec)
-    assert "record 1" in str(e.value) and "'answer' (choices.answer)" in str(e.value)
+    assert "record 2" in str(e.value) and "'answer' (choices.answer)" in str(e.value)
 
 
 def test_spec_errors(tmp_path: Path) -> None:
@@ -125,7 +125,7 @@ def test_validate_names_the_choices_problem_and_a_missing_by(tmp_path: Path) -> 
     _write(tmp_path / "q.jsonl", [QS[0], {**QS[1], "answer": 9}])
     spec = _spec(tmp_path, "answer: answer", "\nmeasure: {choice_accuracy: {by: level}}")
     problems, _ = check_data(spec)
-    assert any(p.startswith("sources[0].choices:") and "record 1" in p for p in problems), problems
+    assert any(p.startswith("sources[0].choices:") and "record 2" in p for p in problems), problems
     _write(tmp_path / "q.jsonl", QS)
     problems, _ = check_data(spec)
     assert any("measure.choice_accuracy.by: 'level' is not a field" in p for p in problems)
