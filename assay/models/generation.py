@@ -150,7 +150,8 @@ def make_backend(model: Any) -> Any:
 def generate(prompts: Sequence[Any], model: Any, *, k: int = 1,
              params: SamplingParams | Mapping[str, Any] | None = None, seed: int = 0,
              api: str = "chat", system: str | None = None, max_connections: int = 16,
-             store: Store | None = None, journal: str | None = None) -> Generations:
+             store: Store | None = None, journal: str | None = None,
+             scope: str | None = None) -> Generations:
     """Sample ``k`` completions per prompt from ``model``, cached per completion in ``store``.
 
     Args:
@@ -165,6 +166,8 @@ def generate(prompts: Sequence[Any], model: Any, *, k: int = 1,
             (default ``$ASSAY_STORE`` or ``./.assay``); journal: a name for this call's journal
             within the config's (the generate stage passes its shard's checksum, so a shard
             reads only its own journal); keys do not depend on it.
+        scope: a token added to every completion key (a nightly's ``night:<date>`` when the
+            model's identity is unproven): completions cached under another scope are not reused.
 
     A completion already in the journal is not asked again, unless it is an error record: those
     are retried. A 4xx other than 408/429 raises :class:`assay.errors.GenerationError`.
@@ -178,6 +181,8 @@ def generate(prompts: Sequence[Any], model: Any, *, k: int = 1,
     rendered = [backend.render(m, gspec.api) for m in messages]
     config = {"identity": backend.identity(), "api": gspec.api,
               "params": gspec.params.model_dump(mode="json")}
+    if scope is not None:
+        config["scope"] = scope
     log = Journal(store, shard_id(config if journal is None else {**config, "journal": journal}))
     done = log.load()
     requests: list[Request] = []
