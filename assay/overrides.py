@@ -21,6 +21,7 @@ Example:
 from __future__ import annotations
 
 import copy
+import datetime as dt
 import re
 from collections.abc import Sequence
 from typing import Any
@@ -99,6 +100,8 @@ def apply_overrides(doc: dict[str, Any], overrides: Sequence[str]) -> dict[str, 
             value = yaml.safe_load(raw) if raw.strip() else raw
         except yaml.YAMLError as e:
             raise SpecError(f"--set {item!r}: the value is not valid YAML ({e})") from None
+        if isinstance(value, dt.date):  # a night date stays the text it was (baseline=2026-12-01)
+            value = raw.strip()
         parts = _split(path.strip(), item)
         sources = out.get("sources") if isinstance(out.get("sources"), list) else []
         if parts[0] == "generate":

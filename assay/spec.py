@@ -329,17 +329,21 @@ class StudySpec(SpecModel):
         study across checkpoints while any change to how answers are graded or measured breaks it.
 
         Example:
-            >>> s = parse_spec('''
+            >>> text = '''
             ... name: n
             ... sources:
             ...   - name: m
             ...     kind: file
             ...     path: p.jsonl
             ...     generate: {model: {kind: openai, base_url: "http://h/v1", model: ckpt-1}}
-            ... ''')
-            >>> t = parse_spec(s.to_yaml(), overrides=["generate.model.model=ckpt-2"])
-            >>> t.definition_checksum() == s.definition_checksum(), t.checksum() == s.checksum()
-            (True, False)
+            ...     verifier: {kind: numeric}
+            ... '''
+            >>> s = parse_spec(text)
+            >>> t = parse_spec(text, overrides=["generate.model.model=ckpt-2"])
+            >>> t.definition_checksum() == s.definition_checksum()
+            True
+            >>> t.model_under_test()["m"]["model"]["model"]
+            'ckpt-2'
         """
         return content_hash(self.definition_content(), "specdef")
 
@@ -363,8 +367,7 @@ class StudySpec(SpecModel):
         without a model (scored completions from a file) has none. Keys are source names.
 
         Example:
-            >>> s = parse_spec("name: x\\nsources: [{name: a, kind: file, path: p.jsonl}]")
-            >>> s.model_under_test()
+            >>> parse_spec("name: x\\nsources: [{name: a, kind: humaneval}]").model_under_test()
             {}
         """
         out: dict[str, dict[str, Any]] = {}

@@ -53,7 +53,7 @@ def _publish_artifacts(name: str, files: dict[str, bytes]) -> None:
 
 
 def finish_run(store: Store, spec: Any, run: stages.StudyRun, out: Path,
-               started: float | None = None) -> dict[str, Any]:
+               started: float | None = None, overrides: list[str] | None = None) -> dict[str, Any]:
     """Write the run directory (report files, rows Parquet, run.json) and return run.json.
     run.json lists the stage keys the run used: ``assay store gc`` keeps what kept runs list."""
     files = stages.report_files(store, run.report)
@@ -73,16 +73,33 @@ def finish_run(store: Store, spec: Any, run: stages.StudyRun, out: Path,
             "started": started if started is not None else time.time()}
     made = [r for r in run.results if r.stage == "generate"]
     if made:  # requests sent this run and their latency: wall-clock facts, so here, not in the report
-        info["generation"] = {r.label: {**r.summary, "cached": r.cached} for r in made}
+        # a stage served from the cache sent nothing this run, whatever its first run sent
+        info["generation"] = {r.label: {**r.summary, "cached": r.cached,
+                                        "sent": 0 if r.cached else r.summary.get("sent", 0)}
+                              for r in made}
+        info["sent"] = sum(g["sent"] for g in info["generation"].values())
+        info["completions"] = sum(int(r.summary.get("rows") or 0) for r in made)
+    if overrides:
+        info["overrides"] = list(overrides)
+    if spec.night is not None:
+        info["night"] = spec.night
+    tested = spec.model_under_test()
+    if tested:
+        from assay.nightly.under_test import records_of
+
+        info["under_test"] = records_of(tested, info.get("generation", {}))
     write_run_dir(out, files, rows, info)
     return info
 
 
 @flow(name="assay-study", persist_result=False, log_prints=False, validate_parameters=True)
 def study(spec: str, output: str | None = None, store_root: str | None = None,
-          publish: bool = True) -> dict[str, Any]:
-    """Run the study in spec file ``spec``; write ``output`` (default from the spec)."""
-    s = load_spec(spec)
+          publish: bool = True, overrides: list[str] | None = None,
+          night: str | None = None) -> dict[str, Any]:
+    """Run the study in spec file ``spec``; write ``output`` (default from the spec).
+    ``overrides``: ``PATH=VALUE`` items applied to the spec (``--set``); ``night``: run as
+    that nightly night (completions of an unproven model identity are keyed to it)."""
+    s = load_spec(spec, overrides or ()).for_night(night)
     store = Store(store_root)
     local = s.execution.runner == "local"
 
@@ -108,12 +125,24 @@ def study(spec: str, output: str | None = None, store_root: str | None = None,
     out = s.output_dir(output)
     with store.in_use():  # a store gc waits until this run has written its run.json
         run = stages.run_study(s, store, call=call, call_many=call_many)
-        info = finish_run(store, s, run, out, started)
+        info = finish_run(store, s, run, out, started, overrides)
     if publish:
         _publish_artifacts(s.name, stages.report_files(store, run.report))
     print(stages.summarize(run.results), file=sys.stderr, flush=True)
+    if "sent" in info:
+        print(generation_line(info), file=sys.stderr, flush=True)
     print(f"report: {out / 'report.md'}", file=sys.stderr, flush=True)
     return {**info, "output": str(out)}
+
+
+def generation_line(info: dict[str, Any]) -> str:
+    """``generation: 0 requests sent, all 256 completions from the cache`` (or how many were
+    asked of the model this run)."""
+    n, sent = info.get("completions", 0), info["sent"]
+    if sent == 0:
+        return (f"generation: 0 requests sent: all {n} completions served from the cache "
+                "(the model was not asked tonight)")
+    return f"generation: {sent} requests sent to the model ({n} completions in all)"
 
 
 @contextlib.contextmanager
@@ -212,14 +241,16 @@ def prewarm() -> None:
 
 
 def run_spec(spec_path: str, output: str | None = None, store_root: str | None = None, *,
-             embedded: bool = True, publish: bool = True) -> dict[str, Any]:
+             embedded: bool = True, publish: bool = True,
+             overrides: list[str] | None = None) -> dict[str, Any]:
     """Run a study flow with the runner its spec names (call under ``flows.embedded`` set-up)."""
-    spec = load_spec(spec_path)
+    spec = load_spec(spec_path, overrides or ())
     runner = task_runner_for(spec)
     t0 = time.perf_counter()
     flow_ = study.with_options(task_runner=runner)
     ctx = _quiet_local() if embedded else contextlib.nullcontext()
     with ctx:
-        result = flow_(spec=str(spec_path), output=output, store_root=store_root, publish=publish)
+        result = flow_(spec=str(spec_path), output=output, store_root=store_root, publish=publish,
+                       overrides=list(overrides or []))
     result["seconds"] = round(time.perf_counter() - t0, 3)
     return result
