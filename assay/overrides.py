@@ -52,11 +52,11 @@ def _split(path: str, item: str) -> list[str | int]:
     pos = 0
     for m in _PART.finditer(path):
         if m.start() != pos and path[pos:m.start()] != ".":
-            raise SpecError(f"--set {item!r}: cannot read the path {path!r} (dotted names and [i])")
+            raise SpecError(f"{item}: cannot read the path {path!r} (dotted names and [i])")
         parts.append(m.group(1) if m.group(1) is not None else int(m.group(2)))
         pos = m.end()
     if not parts or pos != len(path):
-        raise SpecError(f"--set {item!r}: cannot read the path {path!r} (dotted names and [i])")
+        raise SpecError(f"{item}: cannot read the path {path!r} (dotted names and [i])")
     return parts
 
 
@@ -65,7 +65,7 @@ def _put(node: Any, parts: list[str | int], value: Any, item: str, where: str) -
         last = i == len(parts) - 1
         if isinstance(part, int):
             if not isinstance(node, list) or part >= len(node):
-                raise SpecError(f"--set {item!r}: {where} has no item [{part}]")
+                raise SpecError(f"{item}: {where} has no item [{part}]")
             if last:
                 node[part] = value
                 return
@@ -73,7 +73,7 @@ def _put(node: Any, parts: list[str | int], value: Any, item: str, where: str) -
             where += f"[{part}]"
             continue
         if not isinstance(node, dict):
-            raise SpecError(f"--set {item!r}: {where} is not a mapping, so it has no field {part!r}")
+            raise SpecError(f"{item}: {where} is not a mapping, so it has no field {part!r}")
         if part == CHECKPOINT:
             kind = node.get("kind")
             if kind not in _CHECKPOINT_FIELD:
@@ -92,14 +92,16 @@ def _put(node: Any, parts: list[str | int], value: Any, item: str, where: str) -
 def apply_overrides(doc: dict[str, Any], overrides: Sequence[str]) -> dict[str, Any]:
     """A copy of spec document ``doc`` with each ``PATH=VALUE`` applied in order."""
     out = copy.deepcopy(doc)
-    for item in overrides:
-        path, eq, raw = item.partition("=")
+    for entry in overrides:
+        path, eq, raw = entry.partition("=")
+        # errors name the flag the user typed
+        item = f"--model {raw!r}" if CHECKPOINT in path else f"--set {entry!r}"
         if not eq or not path.strip():
-            raise SpecError(f"--set {item!r}: give PATH=VALUE, e.g. generate.model.base_url=http://h:8000/v1")
+            raise SpecError(f"{item}: give PATH=VALUE, e.g. generate.model.base_url=http://h:8000/v1")
         try:
             value = yaml.safe_load(raw) if raw.strip() else raw
         except yaml.YAMLError as e:
-            raise SpecError(f"--set {item!r}: the value is not valid YAML ({e})") from None
+            raise SpecError(f"{item}: the value is not valid YAML ({e})") from None
         if isinstance(value, dt.date):  # a night date stays the text it was (baseline=2026-12-01)
             value = raw.strip()
         parts = _split(path.strip(), item)
@@ -107,17 +109,17 @@ def apply_overrides(doc: dict[str, Any], overrides: Sequence[str]) -> dict[str, 
         if parts[0] == "generate":
             targets = [s for s in sources if isinstance(s, dict) and isinstance(s.get("generate"), dict)]
             if not targets:
-                raise SpecError(f"--set {item!r}: no source of this spec has a generate: section")
+                raise SpecError(f"{item}: no source of this spec has a generate: section")
             for s in targets:
                 _put(s, parts, value, item, f"sources.{s.get('name')}")
             continue
         if parts[0] == "sources" and len(parts) > 1 and isinstance(parts[1], str):
             named = [s for s in sources if isinstance(s, dict) and s.get("name") == parts[1]]
             if not named:
-                raise SpecError(f"--set {item!r}: no source named {parts[1]!r}; sources are "
+                raise SpecError(f"{item}: no source named {parts[1]!r}; sources are "
                                 f"{[s.get('name') for s in sources if isinstance(s, dict)]}")
             if len(parts) == 2:
-                raise SpecError(f"--set {item!r}: name a field of source {parts[1]!r}")
+                raise SpecError(f"{item}: name a field of source {parts[1]!r}")
             _put(named[0], parts[2:], value, item, f"sources.{parts[1]}")
             continue
         _put(out, parts, value, item, "")
