@@ -185,8 +185,8 @@ def cmd_run(args: argparse.Namespace) -> int:
                     if server is not None:
                         prewarm()
                         server.wait()
-                    result = run_spec(args.spec, args.output, args.store, embedded=server is not None,
-                                      overrides=overrides)
+                    result = run_spec(args.spec, args.output, args.store,
+                                      embedded=server is not None, overrides=overrides)
                 except BaseException as e:
                     logging.getLogger("assay.cli").error(
                         "assay run %s failed in %s", args.spec,
@@ -302,7 +302,8 @@ def cmd_nightly(args: argparse.Namespace) -> int:
                 print(f"  {line}", file=sys.stderr)
             print(f"  report: {st['output']}/nightly.md", file=sys.stderr)
         else:
-            base = ", ".join(f"{src} vs {b}" for src, b in st["baseline"].items() if b) or "first night"
+            base = (", ".join(f"{src} vs {b}" for src, b in st["baseline"].items() if b)
+                    or "first night")
             print(f"{name}: no gated regression ({base}); {st['output']}/nightly.md")
     for target in summary.get("alerts", []):
         print(f"alert sent to {target}", file=sys.stderr)

@@ -1,6 +1,6 @@
 """Dotted ``PATH=VALUE`` overrides of a spec document, applied before validation (``--set``).
 
-A scheduler passes tonight's checkpoint (``--model``, ``--revision``, ``--set``) without editing the spec.
+A scheduler passes tonight's checkpoint (``--model``, ``--revision``, ``--set``), spec unedited.
 
 ``PATH`` is dotted with ``[i]`` list indexes; ``sources.NAME`` picks a source by name; a path
 that starts with ``generate.`` applies to every source that generates (the model under test).
@@ -14,7 +14,8 @@ Example:
     >>> out = apply_overrides(doc, ["generate.model.model=c2", "sources.b.steps=[]"])
     >>> out["sources"][0]["generate"]["model"]["model"], out["sources"][1]["steps"]
     ('c2', [])
-    >>> apply_overrides(doc, checkpoint_overrides("/ckpts/step-9", None))["sources"][0]["generate"]["model"]["model"]
+    >>> out = apply_overrides(doc, checkpoint_overrides("/ckpts/step-9", None))
+    >>> out["sources"][0]["generate"]["model"]["model"]
     '/ckpts/step-9'
 """
 
@@ -97,7 +98,8 @@ def apply_overrides(doc: dict[str, Any], overrides: Sequence[str]) -> dict[str, 
         # errors name the flag the user typed
         item = f"--model {raw!r}" if CHECKPOINT in path else f"--set {entry!r}"
         if not eq or not path.strip():
-            raise SpecError(f"{item}: give PATH=VALUE, e.g. generate.model.base_url=http://h:8000/v1")
+            raise SpecError(f"{item}: give PATH=VALUE, e.g. "
+                            "generate.model.base_url=http://h:8000/v1")
         try:
             value = yaml.safe_load(raw) if raw.strip() else raw
         except yaml.YAMLError as e:
@@ -107,7 +109,8 @@ def apply_overrides(doc: dict[str, Any], overrides: Sequence[str]) -> dict[str, 
         parts = _split(path.strip(), item)
         sources = out.get("sources") if isinstance(out.get("sources"), list) else []
         if parts[0] == "generate":
-            targets = [s for s in sources if isinstance(s, dict) and isinstance(s.get("generate"), dict)]
+            targets = [s for s in sources
+                       if isinstance(s, dict) and isinstance(s.get("generate"), dict)]
             if not targets:
                 raise SpecError(f"{item}: no source of this spec has a generate: section")
             for s in targets:

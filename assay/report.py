@@ -289,14 +289,14 @@ def _markdown(spec_doc: Mapping[str, Any], sources: Sequence[Mapping[str, Any]],
         out.append("Completions sampled by assay. A `length` finish is a truncated completion; "
                    "failed requests are never graded and are asked again by the next run.\n")
         out.append("| source | model | k | completions | failed | truncated | prompt tokens (mean) "
-                   "| completion tokens (mean) | completion tokens (total) |\n"
-                   "|---|---|---:|---:|---:|---:|---:|---:|---:|")
+                   "| completion tokens (mean) | completion tokens (total) | sampling |\n"
+                   "|---|---|---:|---:|---:|---:|---:|---:|---:|---|")
         for s in made:
             g = s["generation"]
             tr = "n/a" if g["truncated_share"] is None else f"{100 * g['truncated_share']:.1f}%"
             out.append(f"| {s['name']} | {g['model']} | {g['k']} | {g['completions']} | {g['errors']} "
                        f"| {tr} | {g['prompt_tokens_mean']} | {g['completion_tokens_mean']} "
-                       f"| {g['completion_tokens_total']} |")
+                       f"| {g['completion_tokens_total']} | {g.get('sampling') or '-'} |")
         out.append("")
     if measures:
         out.append("## Measurements\n")

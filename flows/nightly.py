@@ -95,7 +95,8 @@ def _dump(doc: Any) -> bytes:
     return (json.dumps(doc, indent=2, sort_keys=True, allow_nan=False) + "\n").encode()
 
 
-def all_overrides(model: str | None, revision: str | None, overrides: list[str] | None) -> list[str]:
+def all_overrides(model: str | None, revision: str | None,
+                  overrides: list[str] | None) -> list[str]:
     """``model``/``revision`` as overrides, then ``overrides`` (later items win)."""
     from assay.overrides import checkpoint_overrides
 
@@ -109,7 +110,8 @@ def nightly(specs: list[str], root: str = "runs/nightly", night: str | None = No
     """Run every spec in ``specs`` for ``night`` (default: the scheduled date), gate each
     against its baseline night; ends Failed (a NightlyRegression) when a gated metric regressed.
     ``model``/``revision``: tonight's checkpoint for every generating source (served name or
-    model directory); ``overrides``: ``PATH=VALUE`` spec overrides (``generate.model.base_url=...``)."""
+    model directory); ``overrides``: ``PATH=VALUE`` spec overrides
+    (``generate.model.base_url=...``)."""
     from prefect import get_run_logger
 
     log = get_run_logger()

@@ -38,7 +38,8 @@ def identity_proven(identity: Mapping[str, Any], model: Any) -> str | None:
     return None
 
 
-def reuse_scope(identity: Mapping[str, Any], model: Any, reuse: str, night: str | None) -> str | None:
+def reuse_scope(identity: Mapping[str, Any], model: Any, reuse: str,
+                night: str | None) -> str | None:
     """The scope added to every completion key, or None (keys as in a plain run). Only a
     nightly (``night`` given) scopes keys, and only when the identity is neither proven nor
     vouched for (``reuse: across_nights``)."""

@@ -7,8 +7,8 @@ Example:
     ...     {"source": "m", "baseline": None, "metrics": [{"metric": "pass@1", "gated": True,
     ...      "higher_is_better": True, "value": 0.5, "low": 0.4, "high": 0.6, "n": 40, "delta": None,
     ...      "delta_low": None, "delta_high": None, "verdict": "no baseline", "regression": False}]}]}
-    >>> history_table(history_rows([night])).splitlines()[2].split()
-    ['2026-11-01', 'm', 'pass@1*', '0.500', '[0.400,', '0.600]', '40', '-', '-', 'no', 'baseline', '-', '-', '-']
+    >>> history_table(history_rows([night])).splitlines()[2].split()[:11]
+    ['2026-11-01', 'm', 'pass@1*', '0.500', '[0.400,', '0.600]', '40', '-', '-', 'no', 'baseline']
 """
 
 from __future__ import annotations
@@ -96,7 +96,8 @@ def history_table(rows: Sequence[Mapping[str, Any]]) -> str:
                  else f"{_f(r['delta'], '+.3f')} [{_f(r['delta_low'])}, {_f(r['delta_high'])}]")
         body.append([r["night"], r["source"], r["metric"] + ("*" if r["gated"] else ""),
                      f"{_f(r['value'])} [{_f(r['low'])}, {_f(r['high'])}]", str(r["n"]), delta,
-                     r["baseline"] or "-", r["verdict"].upper() if r["regression"] else r["verdict"],
+                     r["baseline"] or "-",
+                     r["verdict"].upper() if r["regression"] else r["verdict"],
                      model_label(r) if r.get("model") else "-", r.get("sampling") or "-",
                      r.get("judge") or "-"])
     widths = [max(len(c[i]) for c in [head, *body]) for i in range(len(head))]

@@ -8,8 +8,10 @@ Example:
     >>> subject, body = alert_text([r])
     >>> subject
     'assay nightly 2026-11-03: 1 regression (s)'
-    >>> body.splitlines()[0]
-    's/m/pass@1: delta -0.250 [-0.340, -0.160] vs 2026-11-02: worse by the two-sided exact sign-flip test (Holm-adjusted p 0.0001)'
+    >>> body.splitlines()[0][:62]
+    's/m/pass@1: delta -0.250 [-0.340, -0.160] vs 2026-11-02: worse'
+    >>> body.splitlines()[0][62:]
+    ' by the two-sided exact sign-flip test (Holm-adjusted p 0.0001)'
 """
 
 from __future__ import annotations

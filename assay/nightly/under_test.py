@@ -2,9 +2,9 @@
 parameters and judge, read from the spec and the generate stages' records (run.json, nightly).
 
 Example:
-    >>> rec = under_test_record({"model": {"kind": "openai", "base_url": "http://h/v1", "model": "c2",
-    ...     "revision": "step-7", "revision_immutable": False}, "params": {"temperature": 0.7,
-    ...     "top_p": 1.0, "max_tokens": 64, "stop": [], "presence_penalty": 0.0,
+    >>> rec = under_test_record({"model": {"kind": "openai", "base_url": "http://h/v1",
+    ...     "model": "c2", "revision": "step-7", "revision_immutable": False},
+    ...     "params": {"temperature": 0.7, "top_p": 1.0, "max_tokens": 64, "stop": [], "presence_penalty": 0.0,
     ...     "frequency_penalty": 0.0, "extra": {}}, "k": 4},
     ...     [{"identity": {"backend": "openai", "served": {"root": "/ckpt/latest"}}, "scope": None,
     ...       "sent": 3}])
@@ -55,7 +55,8 @@ def judge_label(judge: Mapping[str, Any] | None) -> str | None:
     return f"{judge.get('kind', '?')}:{name}{rev}"
 
 
-def under_test_record(entry: Mapping[str, Any], gens: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+def under_test_record(entry: Mapping[str, Any],
+                      gens: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """One source's record: ``entry`` from :meth:`StudySpec.model_under_test`, ``gens`` the
     summaries of its generate shards this run (each with ``identity``, ``scope``, ``sent``)."""
     model = entry.get("model") or {}

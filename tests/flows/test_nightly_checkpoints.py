@@ -112,7 +112,8 @@ def test_checkpoint_in_the_spec_keeps_the_history_and_gates(prefect_server: str,
         run_info(tmp_path, "2026-12-02")["spec_definition"]
     doc = nightly_doc(tmp_path, "2026-12-02")
     (src,) = doc["sources"]
-    assert src["under_test"]["model"] == "ckpt-2" and src["baseline_under_test"]["model"] == "ckpt-1"
+    assert src["under_test"]["model"] == "ckpt-2"
+    assert src["baseline_under_test"]["model"] == "ckpt-1"
     assert any(c.startswith("model: ckpt-1 -> ckpt-2") for c in src["model_changes"])
     md = (tmp_path / "nights" / "ckpts" / "2026-12-02" / "nightly.md").read_text()
     assert "| tonight | ckpt-2 |" in md and "| baseline 2026-12-01 | ckpt-1 |" in md
@@ -152,7 +153,8 @@ def test_checkpoint_from_the_command_line(prefect_server: str, tmp_path: Path, s
     assert "ckpts: REGRESSION on night 2026-12-03" in p.stderr
     assert "ckpts/model/pass@1: delta -" in p.stderr and "vs 2026-12-02: worse by the" in p.stderr
     (failed,) = [ln for ln in p.stderr.splitlines() if "alert" in ln]
-    assert failed.startswith(f"alert NOT delivered: nightly.notify: posting the regression alert to {dead}")
+    assert failed.startswith("alert NOT delivered: nightly.notify: posting the regression "
+                             f"alert to {dead}")
     log = (tmp_path / "nights" / "ckpts" / "2026-12-03" / "run.log").read_text()
     assert "REGRESSION ckpts/model/pass@1" in log and "NotifyError" in log
     info = run_info(tmp_path, "2026-12-03")
@@ -186,7 +188,8 @@ def test_new_weights_behind_one_served_name_are_evaluated_not_read_from_cache(
         second = night(spec, tmp_path, "2026-12-02")
         assert srv.count() - before == N_TASKS * K  # asked afresh, not last night's answers
         assert second["regressions"] == ["ckpts/model/pass@1"] and second["alerts"] == [hook["url"]]
-        assert run_info(tmp_path, "2026-12-02")["under_test"]["model"]["scope"] == "night:2026-12-02"
+        tested = run_info(tmp_path, "2026-12-02")["under_test"]["model"]
+        assert tested["scope"] == "night:2026-12-02"
         # rerunning the same night: every completion from that night's cache, said so; the
         # alert for this verdict is not sent again
         before = srv.count()
@@ -236,15 +239,16 @@ def test_changed_study_definition_starts_a_new_history_unless_carried_over(
     night(spec, tmp_path, "2026-12-01")
     old_def = run_info(tmp_path, "2026-12-01")["spec_definition"]
     # a different filter of the prompts: another study definition
-    text = spec.read_text().replace("    verifier:", "    steps: [{op: slice, start: 0, stop: 20}]\n"
-                                    "    verifier:")
+    text = spec.read_text().replace(
+        "    verifier:", "    steps: [{op: slice, start: 0, stop: 20}]\n    verifier:")
     spec.write_text(text)
     res = night(spec, tmp_path, "2026-12-02", model="ckpt-2")
     assert res["regressions"] == [] and res["studies"]["ckpts"]["baseline"] == {"model": None}
     note = res["studies"]["ckpts"]["new_history"]
     assert note.startswith("New history: the study definition changed since night 2026-12-01")
     assert f"continues: [{old_def}]" in note
-    assert "New history" in (tmp_path / "nights" / "ckpts" / "2026-12-02" / "nightly.md").read_text()
+    md = (tmp_path / "nights" / "ckpts" / "2026-12-02" / "nightly.md").read_text()
+    assert "New history" in md
     # carried over explicitly: compared with the earlier night, and the regression is caught
     res = night(spec, tmp_path, "2026-12-03", model="ckpt-2",
                 overrides=[f"nightly.continues=[{old_def}]", "nightly.baseline=2026-12-01"])
