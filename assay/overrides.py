@@ -78,7 +78,7 @@ def _put(node: Any, parts: list[str | int], value: Any, item: str, where: str) -
         if part == CHECKPOINT:
             kind = node.get("kind")
             if kind not in _CHECKPOINT_FIELD:
-                raise SpecError(f"--model: {where} is a {kind!r} backend, which has no checkpoint "
+                raise SpecError(f"{item}: {where} is a {kind!r} backend, which has no checkpoint "
                                 "name to set; use --set with its own field")
             part = _CHECKPOINT_FIELD[kind]
         if last:

@@ -129,7 +129,7 @@ def study(spec: str, output: str | None = None, store_root: str | None = None,
     if publish:
         _publish_artifacts(s.name, stages.report_files(store, run.report))
     print(stages.summarize(run.results), file=sys.stderr, flush=True)
-    if "sent" in info:
+    if "sent" in info and night is None:  # a nightly prints it under the study's name
         print(generation_line(info), file=sys.stderr, flush=True)
     print(f"report: {out / 'report.md'}", file=sys.stderr, flush=True)
     return {**info, "output": str(out)}
