@@ -100,6 +100,10 @@ def history_table(rows: Sequence[Mapping[str, Any]]) -> str:
                      r["verdict"].upper() if r["regression"] else r["verdict"],
                      model_label(r) if r.get("model") else "-", r.get("sampling") or "-",
                      r.get("judge") or "-"])
+    # the model columns only where some night evaluated a model (not for scored files)
+    keep = [i for i in range(len(head))
+            if i < 8 or any(c[i] != "-" for c in body)]
+    head, body = [head[i] for i in keep], [[c[i] for i in keep] for c in body]
     widths = [max(len(c[i]) for c in [head, *body]) for i in range(len(head))]
     right = {4}  # n
 
