@@ -23,7 +23,7 @@ from assay.errors import AssayError
 from assay.report import png_bytes
 from assay.store import atomic_write
 
-HISTORY_VERSION = 1
+HISTORY_VERSION = 2  # 2: per night the model under test (model, revision, identity, sampling, judge)
 
 
 class HistoryError(AssayError, FileNotFoundError):
