@@ -141,7 +141,7 @@ def generation_line(info: dict[str, Any]) -> str:
     n, sent = info.get("completions", 0), info["sent"]
     if sent == 0:
         return (f"generation: 0 requests sent: all {n} completions served from the cache "
-                "(the model was not asked tonight)")
+                "(this run asked the model nothing)")
     return f"generation: {sent} requests sent to the model ({n} completions in all)"
 
 

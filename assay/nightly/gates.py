@@ -263,6 +263,10 @@ def _f(x: float | None, spec: str = ".3f") -> str:
     return "-" if x is None else format(x, spec)
 
 
+def _p(p: float | None) -> str:
+    return "-" if p is None else "< 0.0001" if p < 1e-4 else format(p, ".4f")
+
+
 #: What a regression verdict is (see assay.measure.comparison): said beside every regression.
 TEST_WORDS = "two-sided exact sign-flip test"
 
@@ -276,7 +280,7 @@ def regression_line(r: Mapping[str, Any]) -> str:
     alpha = f" < alpha {r['alpha']:g}" if r.get("alpha") is not None else ""
     line = (f"{r['study']}/{r['source']}/{r['metric']}: delta {_f(r['delta'], '+.3f')} "
             f"[{_f(r['low'])}, {_f(r['high'])}] vs {r['baseline']}: worse by the {test} "
-            f"(Holm-adjusted p {_f(r['p_adjusted'], '.4f')}{alpha})")
+            f"(Holm-adjusted p {_p(r['p_adjusted'])}{alpha})")
     if r.get("low") is not None and r.get("high") is not None and r["low"] <= 0 <= r["high"]:
         line += ("; the 95% interval is a descriptive paired t interval that the test does not "
                  "read, so it may contain 0")

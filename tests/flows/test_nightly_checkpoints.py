@@ -99,6 +99,7 @@ def run_info(tmp: Path, date: str) -> dict[str, Any]:
 
 
 @pytest.mark.server
+@pytest.mark.slow
 def test_checkpoint_in_the_spec_keeps_the_history_and_gates(prefect_server: str, tmp_path: Path,
                                                             served: Any) -> None:
     srv, _ = served
