@@ -16,6 +16,9 @@ Example:
     'night:2026-12-02'
     >>> reuse_scope({"backend": "hf", "files_sha256": "ab"}, {"kind": "hf"}, "auto", "2026-12-02")
     >>> reuse_scope(served, {"kind": "openai"}, "across_nights", "2026-12-02")
+    >>> pinned = {"kind": "openai", "revision": "step-7000", "revision_immutable": True}
+    >>> reuse_scope(served, pinned, "auto", "2026-12-02"), identity_proven(served, pinned)
+    (None, 'revision step-7000 declared immutable')
     >>> reuse_scope(served, {"kind": "openai"}, "auto", None)
 """
 

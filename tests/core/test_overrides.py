@@ -82,3 +82,18 @@ def test_misspelled_field_fails_validation_and_names_the_overrides() -> None:
         parse_spec(SPEC, overrides=["generate.model.revison=x"])
     assert "sources[0].generate.model" in str(e.value) and "revison" in str(e.value)
     assert "(the spec as overridden by ['generate.model.revison=x'])" in str(e.value)
+
+
+def test_judge_model_is_under_test_its_rubric_is_the_study() -> None:
+    judge = ("    verifier: {kind: judge, params: {model: {kind: openai, base_url: 'http://j/v1', "
+             "model: J}, template: correct_incorrect}}\n")
+    text = SPEC.replace("    verifier: {kind: numeric}\n  - name: b", judge + "  - name: b", 1)
+    s = parse_spec(text)
+    assert s.model_under_test()["a"]["judge"]["model"] == "J"
+    other_judge = parse_spec(text, overrides=["sources.a.verifier.params.model.model=J2"])
+    assert other_judge.definition_checksum() == s.definition_checksum()
+    rubric = parse_spec(text, overrides=["sources.a.verifier.params.template="
+                                         "'Q {question} A {answer}'"])
+    assert rubric.definition_checksum() != s.definition_checksum()
+    prompts = parse_spec(text, overrides=["sources.a.generate.system=Be brief."])
+    assert prompts.definition_checksum() != s.definition_checksum()
