@@ -58,10 +58,11 @@ class NightlyRegression(AssayError):
 
 @task(name="gate-night", cache_policy=NO_CACHE, persist_result=False)
 def gate_night(out: str, study_name: str, night: str, sources: list[str], gates: dict[str, Any],
-               spec_definition: str, under_test: dict[str, Any] | None = None) -> dict[str, Any]:
+               spec_definition: str, under_test: dict[str, Any] | None = None,
+               definition: Any = None) -> dict[str, Any]:
     return evaluate_night(out, study=study_name, night=night, sources=sources,
                           gates=NightlySpec.model_validate(gates), spec_definition=spec_definition,
-                          under_test=under_test)
+                          under_test=under_test, definition=definition)
 
 
 @task(name="notify-regressions", cache_policy=NO_CACHE, persist_result=False, retries=0)
@@ -128,7 +129,7 @@ def nightly(specs: list[str], root: str = "runs/nightly", night: str | None = No
         info = study(spec=path, output=str(out), store_root=store_root, overrides=sets, night=night)
         doc = gate_night(str(out), spec.name, night, [s.name for s in spec.sources],
                          gates.model_dump(mode="json"), info["spec_definition"],
-                         info.get("under_test"))
+                         info.get("under_test"), info.get("study_definition"))
         doc["spec_checksum"] = info["spec_checksum"]
         gen = generation_line(info) if "sent" in info else None
         doc["generation"] = gen.removeprefix("generation: ") if gen else None

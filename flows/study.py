@@ -67,6 +67,7 @@ def finish_run(store: Store, spec: Any, run: stages.StudyRun, out: Path,
         rows[f"selected-{spec.measure.select.source}.graded"] = selected
     info = {"study": spec.name, "spec_checksum": run.spec_checksum,
             "spec_definition": spec.definition_checksum(),
+            "study_definition": spec.definition_content(),
             "cached": run.cached_stages, "computed": run.computed_stages,
             "store": str(store.root.resolve()), "files": sorted(files),
             "stage_keys": sorted({r.key for r in run.results}),

@@ -107,6 +107,28 @@ def candidate_nights(base: str | os.PathLike[str], before: str, spec_definition:
     return [d for d, sd in finished_nights(base, before) if sd in ok]
 
 
+def definition_diff(before: Any, after: Any, path: str = "", limit: int = 8) -> list[str]:
+    """The dotted paths where two study definitions differ (at most ``limit``).
+
+    Example:
+        >>> definition_diff({"sources": [{"steps": [], "k": 2}]},
+        ...                 {"sources": [{"steps": [1], "k": 2}]})
+        ['sources[0].steps']
+    """
+    out: list[str] = []
+    if isinstance(before, dict) and isinstance(after, dict):
+        for k in sorted(set(before) | set(after), key=str):
+            out += definition_diff(before.get(k), after.get(k), f"{path}.{k}" if path else str(k),
+                                   limit)
+    elif (isinstance(before, list) and isinstance(after, list) and len(before) == len(after)
+          and any(isinstance(x, dict) for x in before)):
+        for i, (x, y) in enumerate(zip(before, after)):
+            out += definition_diff(x, y, f"{path}[{i}]", limit)
+    elif before != after:
+        out.append(path or "(top level)")
+    return out[:limit]
+
+
 def under_test_of(night: Path, source: str) -> dict[str, Any] | None:
     """What a finished night evaluated for ``source`` (its run.json ``under_test``), if recorded."""
     info = read_json(night / "run.json")
@@ -179,12 +201,14 @@ def _compare_entries(before: Any, after: Any, metrics: list[str], gates: Nightly
 
 def evaluate_night(out: str | os.PathLike[str], *, study: str, night: str, sources: Sequence[str],
                    gates: NightlySpec, spec_definition: str,
-                   under_test: Mapping[str, Mapping[str, Any]] | None = None) -> dict[str, Any]:
+                   under_test: Mapping[str, Mapping[str, Any]] | None = None,
+                   definition: Any = None) -> dict[str, Any]:
     """The nightly document of run directory ``out`` (``<root>/<study>/<night>``): per source
     and metric the estimate, the baseline night, the delta with its interval and the verdict;
     ``regressions`` lists the gated metrics whose verdict is ``worse``. ``under_test``: per
     source what tonight evaluated (:mod:`assay.nightly.under_test`), set beside the baseline's.
-    ``new_history`` says when earlier nights exist but none has this study definition."""
+    ``new_history`` says when earlier nights exist but none has this study definition (and,
+    given ``definition``, tonight's :meth:`StudySpec.definition_content`, where it changed)."""
     from assay.nightly.under_test import model_changes
     from assay.report import result_doc
     from assay.rows import Rows
@@ -199,7 +223,10 @@ def evaluate_night(out: str | os.PathLike[str], *, study: str, night: str, sourc
                            "new_history": None, "sources": [], "regressions": [], "comparisons": []}
     if earlier and not cands:
         last, last_def = earlier[-1]
-        doc["new_history"] = {"previous_night": last.name, "previous_definition": last_def}
+        prev = (read_json(last / "run.json") or {}).get("study_definition")
+        doc["new_history"] = {"previous_night": last.name, "previous_definition": last_def,
+                              "changed": (definition_diff(prev, definition)
+                                          if prev is not None and definition is not None else None)}
     for src in sources:
         path = out / "rows" / f"{src}.parquet"
         if not path.is_file():
@@ -291,10 +318,12 @@ def new_history_text(doc: Mapping[str, Any]) -> str:
     """The notice of a night whose study definition no earlier night has, with the fix."""
     new = doc["new_history"]
     return (f"New history: the study definition changed since night {new['previous_night']} "
-            f"({new['previous_definition']} -> {doc['spec_definition']}), so no earlier night is "
-            "a baseline. If the change does not affect the measurement, carry the history over "
-            f"with `nightly: {{continues: [{new['previous_definition']}]}}` (or `--set "
-            f"nightly.continues=[{new['previous_definition']}]`).")
+            f"({new['previous_definition']} -> {doc['spec_definition']}"
+            + (f"; changed: {', '.join(new['changed'])}" if new.get("changed") else "")
+            + "), so no earlier night is a baseline. If the change does not affect the "
+            "measurement, carry the history over with "
+            f"`nightly: {{continues: [{new['previous_definition']}]}}` "
+            f"(or `--set nightly.continues=[{new['previous_definition']}]`).")
 
 
 def night_markdown(doc: Mapping[str, Any], history_png: str | None = None) -> str:

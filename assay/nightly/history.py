@@ -23,7 +23,8 @@ from assay.errors import AssayError
 from assay.report import png_bytes
 from assay.store import atomic_write
 
-HISTORY_VERSION = 2  # 2: per night the model under test (model, revision, identity, sampling, judge)
+#: 2: per night the model under test (model, revision, identity, sampling, judge)
+HISTORY_VERSION = 2
 
 
 class HistoryError(AssayError, FileNotFoundError):

@@ -4,8 +4,8 @@ parameters and judge, read from the spec and the generate stages' records (run.j
 Example:
     >>> rec = under_test_record({"model": {"kind": "openai", "base_url": "http://h/v1",
     ...     "model": "c2", "revision": "step-7", "revision_immutable": False},
-    ...     "params": {"temperature": 0.7, "top_p": 1.0, "max_tokens": 64, "stop": [], "presence_penalty": 0.0,
-    ...     "frequency_penalty": 0.0, "extra": {}}, "k": 4},
+    ...     "params": {"temperature": 0.7, "top_p": 1.0, "max_tokens": 64, "stop": [],
+    ...                "presence_penalty": 0.0, "frequency_penalty": 0.0, "extra": {}}, "k": 4},
     ...     [{"identity": {"backend": "openai", "served": {"root": "/ckpt/latest"}}, "scope": None,
     ...       "sent": 3}])
     >>> rec["model"], rec["revision"], rec["served_root"], rec["sampling"]

@@ -248,6 +248,7 @@ def test_changed_study_definition_starts_a_new_history_unless_carried_over(
     assert res["regressions"] == [] and res["studies"]["ckpts"]["baseline"] == {"model": None}
     note = res["studies"]["ckpts"]["new_history"]
     assert note.startswith("New history: the study definition changed since night 2026-12-01")
+    assert "; changed: sources[0].steps)" in note
     assert f"continues: [{old_def}]" in note
     md = (tmp_path / "nights" / "ckpts" / "2026-12-02" / "nightly.md").read_text()
     assert "New history" in md
