@@ -107,7 +107,8 @@ def apply_overrides(doc: dict[str, Any], overrides: Sequence[str]) -> dict[str, 
         if isinstance(value, dt.date):  # a night date stays the text it was (baseline=2026-12-01)
             value = raw.strip()
         parts = _split(path.strip(), item)
-        sources = out.get("sources") if isinstance(out.get("sources"), list) else []
+        raw_sources = out.get("sources")
+        sources: list[Any] = raw_sources if isinstance(raw_sources, list) else []
         if parts[0] == "generate":
             targets = [s for s in sources
                        if isinstance(s, dict) and isinstance(s.get("generate"), dict)]

@@ -63,7 +63,8 @@ def under_test_record(entry: Mapping[str, Any],
     idents = [g["identity"] for g in gens if g.get("identity") is not None]
     distinct = {content_hash(i, "ident") for i in idents}
     ident = idents[0] if idents else {}
-    served = ident.get("served") if isinstance(ident.get("served"), dict) else {}
+    raw = ident.get("served")
+    served: dict[str, Any] = raw if isinstance(raw, dict) else {}
     return {
         "backend": model.get("kind"),
         "model": model.get("model") or model.get("path") or model.get("callable"),
