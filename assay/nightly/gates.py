@@ -255,10 +255,10 @@ def evaluate_night(out: str | os.PathLike[str], *, study: str, night: str, sourc
         base = choose_baseline(gates.baseline, cands, src, first, first not in lower)
         tonight = dict((under_test or {}).get(src) or {}) or None
         before_model = under_test_of(base, src) if base is not None else None
-        entry: dict[str, Any] = {"source": src, "baseline": base.name if base else None,
-                                 "metrics": [],
-                 "under_test": tonight, "baseline_under_test": before_model,
-                 "model_changes": model_changes(before_model, tonight)}
+        entry: dict[str, Any] = {
+            "source": src, "baseline": base.name if base else None, "metrics": [],
+            "under_test": tonight, "baseline_under_test": before_model,
+            "model_changes": model_changes(before_model, tonight)}
         if base is not None:
             before = Rows.read_parquet(base / "rows" / f"{src}.parquet")
             bmark = set(_markers(before))
