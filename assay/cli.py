@@ -179,8 +179,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     _RUN["debug"] = bool(args.debug)
     # The embedded server is launched first: its start-up overlaps loading the spec and
     # importing Prefect here. A bad spec stops it again before Prefect is imported.
+    overrides = spec_overrides(args)
     with embedded_server() as server:
-        spec = load_spec(args.spec)
+        spec = load_spec(args.spec, overrides)
         problems = check_files(spec)
         if problems:
             _err(f"{args.spec}: " + "; ".join(problems))
@@ -207,7 +208,8 @@ def cmd_run(args: argparse.Namespace) -> int:
                         prewarm()
                         server.wait()
                     result = run_spec(args.spec, args.output, args.store,
-                                      embedded=server is not None, view=not args.no_view)
+                                      embedded=server is not None, view=not args.no_view,
+                                      overrides=overrides)
                 except BaseException as e:
                     logging.getLogger("assay.cli").error(
                         "assay run %s failed in %s", args.spec,
@@ -234,6 +236,23 @@ def cmd_run(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def spec_overrides(args: argparse.Namespace) -> list[str]:
+    """``--model``/``--revision`` then every ``--set`` (later items win)."""
+    from assay.overrides import checkpoint_overrides
+
+    return [*checkpoint_overrides(args.model, args.revision), *(args.set or [])]
+
+
+def add_override_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", help="the checkpoint under test for every generating source: the "
+                   "served name (openai) or the model directory / hub id (hf)")
+    p.add_argument("--revision", help="the checkpoint's revision (generate.model.revision)")
+    p.add_argument("--set", action="append", metavar="PATH=VALUE",
+                   help="override a spec field, e.g. generate.model.base_url=http://h:8000/v1 "
+                   "(generate.* applies to every generating source; sources.NAME.* to one; the "
+                   "value is YAML); repeatable")
+
+
 def cmd_nightly(args: argparse.Namespace) -> int:
     import datetime as dt
 
@@ -252,8 +271,9 @@ def cmd_nightly(args: argparse.Namespace) -> int:
     store = str(Path(args.store).resolve()) if args.store else None
     if store:
         os.environ["ASSAY_STORE"] = store
+    overrides = spec_overrides(args)
     # Every spec is checked before a server starts: a cron job with a typo fails in a second.
-    specs = [load_spec(p) for p in args.spec]
+    specs = [load_spec(p, overrides) for p in args.spec]
     for path, spec in zip(args.spec, specs):
         problems = check_files(spec)
         if problems:
@@ -263,6 +283,14 @@ def cmd_nightly(args: argparse.Namespace) -> int:
             _err(f"{path}: execution.runner {spec.execution.runner} needs a real Prefect server "
                  "(set PREFECT_API_URL); without one `assay nightly` runs runner: local only")
             return 2
+    # Prefect's records (a failed alert's come with a traceback) go to the night's run.log;
+    # the terminal gets one line per study and per problem
+    root = Path(args.root)
+    log_path = (root / specs[0].name / night / "run.log" if len(specs) == 1
+                else root / f"nightly-{night}.log")
+    _RUN["log"] = log_path
+    debug = bool(getattr(args, "debug", False))
+    _RUN["debug"] = debug
     with embedded_server() as server:
         if user_level is None:
             os.environ["PREFECT_LOGGING_LEVEL"] = specs[0].execution.log_level.upper()
@@ -270,29 +298,53 @@ def cmd_nightly(args: argparse.Namespace) -> int:
             os.environ["ASSAY_EMBEDDED_API"] = "1"
         try:
             from flows.nightly import NightlyRegression, nightly
-            from flows.study import _quiet_local, prewarm
+            from flows.study import _quiet_local, capture_logs, prewarm
 
-            if server is not None:
-                prewarm()
-                server.wait()
-            ctx = _quiet_local() if server is not None else contextlib.nullcontext()
-            with ctx:
-                state = nightly(specs=[str(p) for p in args.spec], root=args.root, night=night,
-                                store_root=store, return_state=True)
+            with capture_logs(log_path, echo=debug):
+                if server is not None:
+                    prewarm()
+                    server.wait()
+                ctx = _quiet_local() if server is not None else contextlib.nullcontext()
+                with ctx:
+                    state = nightly(specs=[str(p) for p in args.spec], root=args.root, night=night,
+                                    store_root=store, overrides=overrides, return_state=True)
         finally:
             os.environ.pop("ASSAY_EMBEDDED_API", None)
     global _EMBEDDED_RUN_DONE
     _EMBEDDED_RUN_DONE = server is not None
     result = state.result(raise_on_failure=False)
     if isinstance(result, NightlyRegression):
-        _err(f"REGRESSION: {result}")
-        return 3
-    if isinstance(result, BaseException):
+        summary = result.summary
+    elif isinstance(result, BaseException):
         raise result
-    for name, st in result["studies"].items():
-        base = ", ".join(f"{src} vs {b}" for src, b in st["baseline"].items() if b) or "first night"
-        print(f"{name}: no gated regression ({base}); {st['output']}/nightly.md")
-    return 0
+    else:
+        summary = result
+    for name, st in summary["studies"].items():
+        if st.get("generation"):
+            print(f"{name}: {st['generation']}", file=sys.stderr)
+        if st.get("new_history"):
+            print(f"{name}: {st['new_history']}", file=sys.stderr)
+        for src, changes in st.get("model_changes", {}).items():
+            print(f"{name}/{src}: under test since {st['baseline'].get(src)}: {'; '.join(changes)}",
+                  file=sys.stderr)
+        if st["regressions"]:
+            print(f"{name}: REGRESSION on night {night} (gated metric worse than its baseline "
+                  "night):", file=sys.stderr)
+            for line in st["lines"]:
+                print(f"  {line}", file=sys.stderr)
+            print(f"  report: {st['output']}/nightly.md", file=sys.stderr)
+        else:
+            base = (", ".join(f"{src} vs {b}" for src, b in st["baseline"].items() if b)
+                    or "first night")
+            print(f"{name}: no gated regression ({base}); {st['output']}/nightly.md")
+    for target in summary.get("alerts", []):
+        print(f"alert sent to {target}", file=sys.stderr)
+    for target in summary.get("alerts_already_sent", []):
+        print(f"alert to {target} not sent again: this night's verdict was already announced",
+              file=sys.stderr)
+    for why in summary.get("alerts_failed", []):
+        print(f"alert NOT delivered: {why} (details in {log_path})", file=sys.stderr)
+    return 3 if summary["regressions"] else 0
 
 
 def cmd_history(args: argparse.Namespace) -> int:
@@ -347,6 +399,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="print Prefect's log and any traceback here too (always in OUTPUT/run.log)")
     r.add_argument("--no-view", action="store_true",
                    help="do not write OUTPUT/view/ (the sample viewer; also execution.view: false)")
+    add_override_flags(r)
     r.set_defaults(func=cmd_run)
     rep = sub.add_parser("report", help="print the report of a finished run (no Prefect)")
     rep.add_argument("run_dir")
@@ -376,6 +429,9 @@ def build_parser() -> argparse.ArgumentParser:
     n.add_argument("--root", default="runs/nightly", help="nightly root (default runs/nightly)")
     n.add_argument("--store", help="content store root (default: $ASSAY_STORE or ./.assay)")
     n.add_argument("--prefect-home", help="PREFECT_HOME for the embedded server (default ./.prefect)")
+    n.add_argument("--debug", action="store_true",
+                   help="print Prefect's log here too (always in the night's run.log)")
+    add_override_flags(n)
     n.set_defaults(func=cmd_nightly)
     h = sub.add_parser("history", help="every night of one study: table, history.json, history.png")
     h.add_argument("dir", help="a nightly root for one study (<root>/<study name>)")

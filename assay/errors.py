@@ -5,7 +5,6 @@ Each class subclasses the builtin a caller would already catch (ValueError, Type
 
 from __future__ import annotations
 
-
 #: Exit statuses of the ``assay`` command (documented in the README; scripts and schedulers read them).
 EXIT_OK = 0  # finished, every sample answered and graded
 EXIT_FAILED = 1  # a stage failed (the error line names it and the log)

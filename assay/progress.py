@@ -24,7 +24,6 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-
 _LOCK = threading.Lock()
 _UNITS: dict[int, Unit] = {}
 _NEXT = 0

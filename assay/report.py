@@ -303,8 +303,8 @@ def _markdown(spec_doc: Mapping[str, Any], sources: Sequence[Mapping[str, Any]],
                    "Requests sent, retries by status and requests that gave up are facts of each "
                    "run, in its run.json (`generation`).\n")
         out.append("| source | model | k | completions | failed | truncated | prompt tokens (mean) "
-                   "| completion tokens (mean) | completion tokens (total) |\n"
-                   "|---|---|---:|---:|---:|---:|---:|---:|---:|")
+                   "| completion tokens (mean) | completion tokens (total) | sampling |\n"
+                   "|---|---|---:|---:|---:|---:|---:|---:|---:|---|")
         for s in made:
             g = s["generation"]
             tr = "n/a" if g["truncated_share"] is None else f"{100 * g['truncated_share']:.1f}%"
@@ -313,7 +313,7 @@ def _markdown(spec_doc: Mapping[str, Any], sources: Sequence[Mapping[str, Any]],
                                          if by else "")
             out.append(f"| {s['name']} | {g['model']} | {g['k']} | {g['completions']} | {failed} "
                        f"| {tr} | {g['prompt_tokens_mean']} | {g['completion_tokens_mean']} "
-                       f"| {g['completion_tokens_total']} |")
+                       f"| {g['completion_tokens_total']} | {g.get('sampling') or '-'} |")
         out.append("")
     if measures:
         out.append("## Measurements\n")

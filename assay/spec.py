@@ -227,6 +227,11 @@ class ExecutionSpec(SpecModel):
 
 #: Top-level fields that never change results (excluded from the checksum).
 NON_RESULT_FIELDS = frozenset({"name", "description", "output", "execution", "nightly"})
+#: ``generate:`` fields that say which model is under test and how it is sampled: outside the
+#: study definition (:meth:`StudySpec.definition_checksum`), inside the results checksum.
+MODEL_UNDER_TEST_FIELDS = ("model", "params", "max_connections", "reuse")
+#: ``verifier.params`` fields of a judge that name its model (the rubric stays in the definition).
+JUDGE_MODEL_FIELDS = ("model", "max_connections", "store")
 
 
 class StudySpec(SpecModel):
@@ -248,6 +253,7 @@ class StudySpec(SpecModel):
     execution: ExecutionSpec = Field(default_factory=ExecutionSpec)
     nightly: NightlySpec | None = None
     _base_dir: str | None = PrivateAttr(None)
+    _night: str | None = PrivateAttr(None)
 
     @model_validator(mode="after")
     def _references(self) -> StudySpec:
@@ -329,6 +335,19 @@ class StudySpec(SpecModel):
             return Path(override)
         return Path(self.output) if self.output else Path("runs") / self.name
 
+    @property
+    def night(self) -> str | None:
+        """The nightly night this spec runs as (:meth:`for_night`), else None."""
+        return self._night
+
+    def for_night(self, night: str | None) -> StudySpec:
+        """A copy that runs as nightly ``night``: completions of a model whose identity is not
+        proven are keyed to the night (:mod:`assay.models.freshness`), never served from an
+        earlier night's cache."""
+        out = self.model_copy()
+        out._night = night
+        return out
+
     # -- checksum ---------------------------------------------------------------------------
     def results_content(self) -> dict[str, Any]:
         """The part of the spec that changes results, with file paths replaced by the files'
@@ -355,10 +374,67 @@ class StudySpec(SpecModel):
         return content_hash(self.results_content(), "spec")
 
     def definition_checksum(self) -> str:
-        """``specdef:<hex>``: like :meth:`checksum` but with the files' paths instead of their
-        contents, so a nightly spec whose model outputs change every night keeps its identity
-        while any change to how they are graded or measured breaks it."""
-        return content_hash(self.model_dump(mode="json", exclude=set(NON_RESULT_FIELDS)), "specdef")
+        """``specdef:<hex>``: what the study *is* (prompts, filters, verifiers, measures), with
+        the files' paths instead of their contents and without the model under test
+        (:meth:`model_under_test`), so a nightly history, its gate and its baseline follow the
+        study across checkpoints while any change to how answers are graded or measured breaks it.
+
+        Example:
+            >>> text = '''
+            ... name: n
+            ... sources:
+            ...   - name: m
+            ...     kind: file
+            ...     path: p.jsonl
+            ...     generate: {model: {kind: openai, base_url: "http://h/v1", model: ckpt-1}}
+            ...     verifier: {kind: numeric}
+            ... '''
+            >>> s = parse_spec(text)
+            >>> t = parse_spec(text, overrides=["generate.model.model=ckpt-2"])
+            >>> t.definition_checksum() == s.definition_checksum()
+            True
+            >>> t.model_under_test()["m"]["model"]["model"]
+            'ckpt-2'
+        """
+        return content_hash(self.definition_content(), "specdef")
+
+    def definition_content(self) -> dict[str, Any]:
+        """The spec's study definition: the results fields less the model under test."""
+        doc = self.model_dump(mode="json", exclude=set(NON_RESULT_FIELDS))
+        for src in doc["sources"]:
+            gen = src.get("generate")
+            if isinstance(gen, dict):
+                for f in MODEL_UNDER_TEST_FIELDS:
+                    gen.pop(f, None)
+            ver = src.get("verifier")
+            if isinstance(ver, dict) and ver.get("kind") == "judge":
+                for f in JUDGE_MODEL_FIELDS:
+                    ver.get("params", {}).pop(f, None)
+        return doc
+
+    def model_under_test(self) -> dict[str, dict[str, Any]]:
+        """Per source, what is under test rather than what the study is: the ``generate.model``
+        entry, the sampling parameters, the reuse rule, and a judge verifier's model. A source
+        without a model (scored completions from a file) has none. Keys are source names.
+
+        Example:
+            >>> parse_spec("name: x\\nsources: [{name: a, kind: humaneval}]").model_under_test()
+            {}
+        """
+        out: dict[str, dict[str, Any]] = {}
+        for s in self.sources:
+            entry: dict[str, Any] = {}
+            gen = getattr(s, "generate", None)
+            if gen is not None:
+                g = gen.model_dump(mode="json")
+                entry.update({f: g[f] for f in MODEL_UNDER_TEST_FIELDS if f in g})
+                entry["k"] = g.get("k")
+            v = s.verifier
+            if v is not None and v.kind == "judge" and isinstance(v.params.get("model"), dict):
+                entry["judge"] = dict(v.params["model"])
+            if entry:
+                out[s.name] = entry
+        return out
 
     def to_yaml(self) -> str:
         """The spec as YAML (defaults included), loadable by :func:`parse_spec`."""
@@ -467,8 +543,10 @@ def _import_plugins(doc: dict[str, Any], root: yaml.Node | None, source: str,
     refresh_models()
 
 
-def parse_spec(text: str, *, source: str = "spec", base_dir: str | None = None) -> StudySpec:
+def parse_spec(text: str, *, source: str = "spec", base_dir: str | None = None,
+               overrides: Sequence[str] = ()) -> StudySpec:
     """Parse and validate spec YAML text; SpecError lists every problem with its YAML path.
+    ``overrides``: ``PATH=VALUE`` items applied before validation (:mod:`assay.overrides`).
 
     Example:
         >>> parse_spec("name: x\\nsources: [{name: a, kind: humaneval, polcy: {}}]")
@@ -486,24 +564,31 @@ def parse_spec(text: str, *, source: str = "spec", base_dir: str | None = None) 
         raise SpecError(f"{source}: a spec is a YAML mapping (name:, sources:, ...), "
                         f"got {type(doc).__name__}")
     _import_plugins(doc, root, source, base_dir)
+    if overrides:
+        from assay.overrides import apply_overrides
+
+        doc = apply_overrides(doc, overrides)
     try:
         spec = StudySpec.model_validate(doc)
     except ValidationError as e:
         problems = spec_errors(e, root, source)
+        # a problem may come from an override rather than from a line of the file
+        note = f"\n  (the spec as overridden by {list(overrides)})" if overrides else ""
         raise SpecError(f"{source} has {len(problems)} problem{'s' * (len(problems) != 1)}:\n  "
-                        + "\n  ".join(problems)) from None
+                        + "\n  ".join(problems) + note) from None
     spec._base_dir = base_dir
     return spec
 
 
-def load_spec(path: str | os.PathLike[str]) -> StudySpec:
-    """Load a spec file; relative paths inside it resolve from its directory."""
+def load_spec(path: str | os.PathLike[str], overrides: Sequence[str] = ()) -> StudySpec:
+    """Load a spec file; relative paths inside it resolve from its directory. ``overrides``:
+    ``PATH=VALUE`` items applied before validation (``--set``, ``--model``, ``--revision``)."""
     p = Path(path)
     try:
         text = p.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise SpecError(f"spec file not found: {p}") from None
-    return parse_spec(text, source=str(p), base_dir=str(p.resolve().parent))
+    return parse_spec(text, source=str(p), base_dir=str(p.resolve().parent), overrides=overrides)
 
 
 def check_files(spec: StudySpec) -> list[str]:

@@ -8,6 +8,13 @@ section names (default: the previous night, gate pass@1) and writes ``nightly.md
 report embeds the last nights' plot. When a gated metric regressed, one alert goes to each
 ``nightly.notify`` target (a webhook URL or a Prefect notification block) and the flow run
 ends ``Failed`` with a message naming study/source/metric, so Prefect automations fire on it.
+An alert goes out once per night and verdict: a rerun of the night that reaches the same
+verdict does not send it again (``<root>/.alerts/<night>.json``); one that failed is retried.
+
+The checkpoint under test comes from the spec or from the parameters ``model``, ``revision``
+and ``overrides`` (``PATH=VALUE``, as ``assay nightly --set``), so a scheduler passes tonight's
+checkpoint without editing the spec. History and baseline follow the study definition, not the
+model; completions of a model whose identity is not proven are asked afresh each night.
 """
 
 from __future__ import annotations
@@ -24,15 +31,24 @@ from prefect.cache_policies import NO_CACHE
 from prefect.states import Failed
 
 from assay.errors import AssayError
-from assay.nightly.gates import evaluate_night, night_markdown, regression_line
+from assay.nightly.gates import evaluate_night, new_history_text, night_markdown, regression_line
 from assay.nightly.history import write_history
-from assay.nightly.notify import NotifyError, alert_text, post_json, post_webhook, stopped_alert
+from assay.nightly.notify import (
+    NotifyError,
+    alert_key,
+    alert_text,
+    already_sent,
+    post_json,
+    post_webhook,
+    record_sent,
+    stopped_alert,
+)
 from assay.nightly.spec import NightlySpec
 from assay.report import write_run_dir
 from assay.spec import load_spec
 from assay.store import atomic_write
 from assay.watchdog import RunStopped
-from flows.study import _slug, study, write_page
+from flows.study import _slug, generation_line, study, write_page
 
 
 class NightlyRegression(AssayError):
@@ -45,9 +61,11 @@ class NightlyRegression(AssayError):
 
 @task(name="gate-night", cache_policy=NO_CACHE, persist_result=False)
 def gate_night(out: str, study_name: str, night: str, sources: list[str], gates: dict[str, Any],
-               spec_definition: str) -> dict[str, Any]:
+               spec_definition: str, under_test: dict[str, Any] | None = None,
+               definition: Any = None) -> dict[str, Any]:
     return evaluate_night(out, study=study_name, night=night, sources=sources,
-                          gates=NightlySpec.model_validate(gates), spec_definition=spec_definition)
+                          gates=NightlySpec.model_validate(gates), spec_definition=spec_definition,
+                          under_test=under_test, definition=definition)
 
 
 @task(name="notify-regressions", cache_policy=NO_CACHE, persist_result=False, retries=0)
@@ -96,29 +114,50 @@ def _dump(doc: Any) -> bytes:
     return (json.dumps(doc, indent=2, sort_keys=True, allow_nan=False) + "\n").encode()
 
 
+def all_overrides(model: str | None, revision: str | None,
+                  overrides: list[str] | None) -> list[str]:
+    """``model``/``revision`` as overrides, then ``overrides`` (later items win)."""
+    from assay.overrides import checkpoint_overrides
+
+    return [*checkpoint_overrides(model, revision), *(overrides or [])]
+
+
 @flow(name="assay-nightly", persist_result=False, log_prints=True)
 def nightly(specs: list[str], root: str = "runs/nightly", night: str | None = None,
-            store_root: str | None = None) -> Any:
+            store_root: str | None = None, model: str | None = None, revision: str | None = None,
+            overrides: list[str] | None = None) -> Any:
     """Run every spec in ``specs`` for ``night`` (default: the scheduled date), gate each
-    against its baseline night; ends Failed (a NightlyRegression) when a gated metric regressed."""
+    against its baseline night; ends Failed (a NightlyRegression) when a gated metric regressed.
+    ``model``/``revision``: tonight's checkpoint for every generating source (served name or
+    model directory); ``overrides``: ``PATH=VALUE`` spec overrides
+    (``generate.model.base_url=...``)."""
+    from prefect import get_run_logger
+
+    log = get_run_logger()
     night = night or _tonight()
-    summary: dict[str, Any] = {"night": night, "studies": {}, "regressions": [], "alerts": []}
+    sets = all_overrides(model, revision, overrides)
+    summary: dict[str, Any] = {"night": night, "studies": {}, "regressions": [], "alerts": [],
+                               "alerts_already_sent": [], "alerts_failed": [], "overrides": sets}
     targets: dict[str, list[dict[str, Any]]] = {}
     for path in specs:
-        spec = load_spec(path)
+        spec = load_spec(path, sets)
         gates = spec.nightly or NightlySpec()
         base = Path(root) / spec.name
         out = base / night
         try:
             # the page is written once nightly.json is there, so it shows the gate's verdict
-            info = study(spec=path, output=str(out), store_root=store_root, view=False)
+            info = study(spec=path, output=str(out), store_root=store_root, view=False,
+                         overrides=sets, night=night)
         except RunStopped as e:  # deadline or stall: alerted like a regression, then Failed
             if gates.notify:
                 notify_stopped(gates.notify, spec.name, night, str(e))
             raise
         doc = gate_night(str(out), spec.name, night, [s.name for s in spec.sources],
-                         gates.model_dump(mode="json"), info["spec_definition"])
+                         gates.model_dump(mode="json"), info["spec_definition"],
+                         info.get("under_test"), info.get("study_definition"))
         doc["spec_checksum"] = info["spec_checksum"]
+        gen = generation_line(info) if "sent" in info else None
+        doc["generation"] = gen.removeprefix("generation: ") if gen else None
         atomic_write(out / "nightly.json", _dump(doc))
         write_history(base, until=night, last=gates.history_nights, out_dir=out)
         write_history(base)
@@ -132,23 +171,35 @@ def nightly(specs: list[str], root: str = "runs/nightly", night: str | None = No
                                  description=f"nightly {spec.name} {night}")
         summary["studies"][spec.name] = {
             "output": str(out), "baseline": {s["source"]: s["baseline"] for s in doc["sources"]},
-            "regressions": [f"{r['source']}/{r['metric']}" for r in doc["regressions"]]}
+            "regressions": [f"{r['source']}/{r['metric']}" for r in doc["regressions"]],
+            "lines": lines, "generation": gen, "spec_definition": info["spec_definition"],
+            "new_history": new_history_text(doc) if doc.get("new_history") else None,
+            "model_changes": {s["source"]: s["model_changes"] for s in doc["sources"]
+                              if s.get("model_changes")}}
         summary["regressions"] += [f"{spec.name}/{r['source']}/{r['metric']}" for r in doc["regressions"]]
         for line in lines:
-            print(f"REGRESSION {line}", file=sys.stderr)
+            log.warning("REGRESSION %s", line)
+        if doc.get("new_history"):
+            log.warning("%s: %s", spec.name, new_history_text(doc))
         if doc["regressions"] and gates.notify:
             targets.setdefault(gates.notify, []).extend(doc["regressions"])
-    failed_alerts = []
     for target, regs in targets.items():
+        key = alert_key(target, regs)
+        if already_sent(root, night, key):  # a rerun of the night with the same verdict
+            summary["alerts_already_sent"].append(target)
+            log.info("alert to %s already sent for this night's verdict; not sent again", target)
+            continue
         try:
             notify(target, regs)
-            summary["alerts"].append(target)
         except NotifyError as e:  # the regression verdict stands; the message says both
-            failed_alerts.append(str(e))
-            print(str(e), file=sys.stderr)
+            summary["alerts_failed"].append(str(e))
+            log.error("%s", e)
+            continue
+        record_sent(root, night, key, target)
+        summary["alerts"].append(target)
     if summary["regressions"]:
-        msg = f"regression on night {night}: {', '.join(summary['regressions'])}"
-        if failed_alerts:
-            msg += "; alert not delivered: " + "; ".join(failed_alerts)
+        msg = f"night {night}: gated metric regressed: {', '.join(summary['regressions'])}"
+        if summary["alerts_failed"]:
+            msg += "; alert not delivered: " + "; ".join(summary["alerts_failed"])
         return Failed(message=msg, data=NightlyRegression(msg, summary))
     return summary

@@ -78,7 +78,7 @@ def write_page(out: Path, name: str | None = None) -> Path | None:
 
 
 def finish_run(store: Store, spec: Any, run: stages.StudyRun, out: Path,
-               started: float | None = None) -> dict[str, Any]:
+               started: float | None = None, overrides: list[str] | None = None) -> dict[str, Any]:
     """Write the run directory (report files, rows Parquet, run.json) and return run.json.
     run.json lists the stage keys the run used: ``assay store gc`` keeps what kept runs list."""
     files = stages.report_files(store, run.report)
@@ -92,6 +92,7 @@ def finish_run(store: Store, spec: Any, run: stages.StudyRun, out: Path,
         rows[f"selected-{spec.measure.select.source}.graded"] = selected
     info = {"study": spec.name, "spec_checksum": run.spec_checksum,
             "spec_definition": spec.definition_checksum(),
+            "study_definition": spec.definition_content(),
             "cached": run.cached_stages, "computed": run.computed_stages,
             "store": str(store.root.resolve()), "files": sorted(files),
             "stage_keys": sorted({r.key for r in run.results}),
@@ -101,17 +102,32 @@ def finish_run(store: Store, spec: Any, run: stages.StudyRun, out: Path,
         info["failed_samples"] = failed
     made = [r for r in run.results if r.stage == "generate"]
     if made:  # requests sent this run and their latency: wall-clock facts, so here, not in the report
+        # a stage served from the cache sent nothing this run, whatever its first run sent
         info["generation"] = stages.generation_facts(made)
+        info["sent"] = sum(g.get("sent") or 0 for g in info["generation"]["shards"].values())
+        info["completions"] = sum(int(r.summary.get("rows") or 0) for r in made)
+    if overrides:
+        info["overrides"] = list(overrides)
+    if spec.night is not None:
+        info["night"] = spec.night
+    tested = spec.model_under_test()
+    if tested:
+        from assay.nightly.under_test import records_of
+
+        info["under_test"] = records_of(tested, info.get("generation", {}).get("shards", {}))
     write_run_dir(out, files, rows, info)
     return info
 
 
 @flow(name="assay-study", persist_result=False, log_prints=False, validate_parameters=True)
 def study(spec: str, output: str | None = None, store_root: str | None = None,
-          publish: bool = True, view: bool = True) -> dict[str, Any]:
+          publish: bool = True, view: bool = True, overrides: list[str] | None = None,
+          night: str | None = None) -> dict[str, Any]:
     """Run the study in spec file ``spec``; write ``output`` (default from the spec) and, unless
-    ``view`` or the spec's ``execution.view`` is false, its page ``output/view/index.html``."""
-    s = load_spec(spec)
+    ``view`` or the spec's ``execution.view`` is false, its page ``output/view/index.html``.
+    ``overrides``: ``PATH=VALUE`` items applied to the spec (``--set``); ``night``: run as
+    that nightly night (completions of an unproven model identity are keyed to it)."""
+    s = load_spec(spec, overrides or ()).for_night(night)
     store = Store(store_root)
     local = s.execution.runner == "local"
 
@@ -140,14 +156,26 @@ def study(spec: str, output: str | None = None, store_root: str | None = None,
         # here, so the flow run ends Failed naming the stage (what was committed stays)
         with guard(s.execution.deadline, s.execution.stall_after), progress_artifacts():
             run = stages.run_study(s, store, call=call, call_many=call_many)
-        info = finish_run(store, s, run, out, started)
+        info = finish_run(store, s, run, out, started, overrides)
     if publish:
         _publish_artifacts(s.name, stages.report_files(store, run.report))
     if view and s.execution.view:
         write_page(out, s.name if publish else None)
     print(stages.summarize(run.results), file=sys.stderr, flush=True)
+    if "sent" in info and night is None:  # a nightly prints it under the study's name
+        print(generation_line(info), file=sys.stderr, flush=True)
     print(f"report: {out / 'report.md'}", file=sys.stderr, flush=True)
     return {**info, "output": str(out)}
+
+
+def generation_line(info: dict[str, Any]) -> str:
+    """``generation: 0 requests sent, all 256 completions from the cache`` (or how many were
+    asked of the model this run)."""
+    n, sent = info.get("completions", 0), info["sent"]
+    if sent == 0:
+        return (f"generation: 0 requests sent: all {n} completions served from the cache "
+                "(this run asked the model nothing)")
+    return f"generation: {sent} requests sent to the model ({n} completions in all)"
 
 
 @contextlib.contextmanager
@@ -246,15 +274,16 @@ def prewarm() -> None:
 
 
 def run_spec(spec_path: str, output: str | None = None, store_root: str | None = None, *,
-             embedded: bool = True, publish: bool = True, view: bool = True) -> dict[str, Any]:
+             embedded: bool = True, publish: bool = True, view: bool = True,
+             overrides: list[str] | None = None) -> dict[str, Any]:
     """Run a study flow with the runner its spec names (call under ``flows.embedded`` set-up)."""
-    spec = load_spec(spec_path)
+    spec = load_spec(spec_path, overrides or ())
     runner = task_runner_for(spec)
     t0 = time.perf_counter()
     flow_ = study.with_options(task_runner=runner)
     ctx = _quiet_local() if embedded else contextlib.nullcontext()
     with ctx:
         result = flow_(spec=str(spec_path), output=output, store_root=store_root, publish=publish,
-                       view=view)
+                       view=view, overrides=list(overrides or []))
     result["seconds"] = round(time.perf_counter() - t0, 3)
     return result

@@ -41,6 +41,12 @@ class GenerateSpec(_Strict):
     seed: int = 0
     max_connections: int = Field(16, ge=1)
     system: str | None = None
+    reuse: Literal["auto", "across_nights"] = Field(
+        "auto", description="nightly only: 'auto' reuses last nights' completions only when the "
+        "model's identity is proven unchanged (hf: the weights' checksum; function: its code; "
+        "openai: a revision declared revision_immutable), else each night asks afresh (a rerun "
+        "of the same night still resumes); 'across_nights': reuse whenever the identity key "
+        "matches (you vouch that the served weights did not change)")
 
     @field_validator("model", mode="before")
     @classmethod

@@ -159,7 +159,7 @@ def generate(prompts: Sequence[Any], model: Any, *, k: int = 1,
              params: SamplingParams | Mapping[str, Any] | None = None, seed: int = 0,
              api: str = "chat", system: str | None = None, max_connections: int = 16,
              store: Store | None = None, journal: str | None = None, label: str | None = None,
-             stage: str = "generate") -> Generations:
+             stage: str = "generate", scope: str | None = None) -> Generations:
     """Sample ``k`` completions per prompt from ``model``, cached per completion in ``store``.
 
     Args:
@@ -177,6 +177,8 @@ def generate(prompts: Sequence[Any], model: Any, *, k: int = 1,
         label, stage: the live progress unit this call advances (``track(stage, label)`` of
             :mod:`assay.progress`): one per committed sample, ``errors`` for an error record,
             ``retries`` per retried request.
+        scope: a token added to every completion key (a nightly's ``night:<date>`` when the
+            model's identity is unproven): completions cached under another scope are not reused.
 
     A completion already in the journal is not asked again, unless it is an error record: those
     are retried. A 4xx other than 408/429 raises :class:`assay.errors.GenerationError`.
@@ -190,6 +192,8 @@ def generate(prompts: Sequence[Any], model: Any, *, k: int = 1,
     rendered = [backend.render(m, gspec.api) for m in messages]
     config = {"identity": backend.identity(), "api": gspec.api,
               "params": gspec.params.model_dump(mode="json")}
+    if scope is not None:
+        config["scope"] = scope
     log = Journal(store, shard_id(config if journal is None else {**config, "journal": journal}))
     done = log.load()
     requests: list[Request] = []

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from assay.specbase import SpecModel
 
@@ -59,6 +59,9 @@ class OpenAISpec(_Strict):
     model: str = Field(description="the served model name sent as 'model'")
     api_key_env: str | None = Field(None, description="environment variable holding the API key")
     revision: str | None = Field(None, description="a checkpoint revision you pin; part of the cache key")
+    revision_immutable: bool = Field(
+        False, description="you vouch that the weights behind this revision never change: a "
+        "nightly then reuses earlier nights' completions of it (a server cannot prove it)")
     timeout_s: float = Field(120.0, gt=0, description="seconds one request may take")
     max_retries: int = Field(8, ge=0, description="retries of 408/429/5xx/timeouts per request")
     retry_total_s: float = Field(900.0, gt=0, description="cap on the time one request spends retrying")
@@ -69,6 +72,12 @@ class OpenAISpec(_Strict):
         if not v.startswith(("http://", "https://")):
             raise ValueError(f"base_url {v!r} must start with http:// or https://")
         return v.rstrip("/")
+
+    @model_validator(mode="after")
+    def _immutable_needs_revision(self) -> OpenAISpec:
+        if self.revision_immutable and not self.revision:
+            raise ValueError("revision_immutable: needs the revision it vouches for; set revision")
+        return self
 
 
 class HFSpec(_Strict):

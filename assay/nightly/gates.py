@@ -84,19 +84,56 @@ def read_json(path: Path) -> Any | None:
         return None
 
 
-def candidate_nights(base: str | os.PathLike[str], before: str, spec_definition: str) -> list[Path]:
-    """Earlier finished nights of this study (name < ``before``, same spec definition), oldest
-    first: the nights a baseline may come from."""
+def finished_nights(base: str | os.PathLike[str], before: str) -> list[tuple[Path, str | None]]:
+    """Earlier finished nights of this study (name < ``before``) with their study definition,
+    oldest first."""
     base = Path(base)
     if not base.is_dir():
         return []
     out = []
     for d in sorted(p for p in base.iterdir() if p.is_dir() and p.name < before):
         info = read_json(d / "run.json")
-        if (isinstance(info, dict) and info.get("spec_definition") == spec_definition
-                and (d / "report.md").is_file()):
-            out.append(d)
+        if isinstance(info, dict) and (d / "report.md").is_file():
+            out.append((d, info.get("spec_definition")))
     return out
+
+
+def candidate_nights(base: str | os.PathLike[str], before: str, spec_definition: str,
+                     continues: Sequence[str] = ()) -> list[Path]:
+    """Earlier finished nights of this study (name < ``before``) whose study definition is this
+    one or one it ``continues``, oldest first: the nights a baseline may come from. The model
+    under test is not part of the definition: a new checkpoint keeps the history."""
+    ok = {spec_definition, *continues}
+    return [d for d, sd in finished_nights(base, before) if sd in ok]
+
+
+def definition_diff(before: Any, after: Any, path: str = "", limit: int = 8) -> list[str]:
+    """The dotted paths where two study definitions differ (at most ``limit``).
+
+    Example:
+        >>> definition_diff({"sources": [{"steps": [], "k": 2}]},
+        ...                 {"sources": [{"steps": [1], "k": 2}]})
+        ['sources[0].steps']
+    """
+    out: list[str] = []
+    if isinstance(before, dict) and isinstance(after, dict):
+        for k in sorted(set(before) | set(after), key=str):
+            out += definition_diff(before.get(k), after.get(k), f"{path}.{k}" if path else str(k),
+                                   limit)
+    elif (isinstance(before, list) and isinstance(after, list) and len(before) == len(after)
+          and any(isinstance(x, dict) for x in before)):
+        for i, (x, y) in enumerate(zip(before, after)):
+            out += definition_diff(x, y, f"{path}[{i}]", limit)
+    elif before != after:
+        out.append(path or "(top level)")
+    return out[:limit]
+
+
+def under_test_of(night: Path, source: str) -> dict[str, Any] | None:
+    """What a finished night evaluated for ``source`` (its run.json ``under_test``), if recorded."""
+    info = read_json(night / "run.json")
+    rec = (info or {}).get("under_test", {}) if isinstance(info, dict) else {}
+    return rec.get(source) if isinstance(rec, dict) else None
 
 
 def night_value(night: Path, source: str, metric: str) -> float | None:
@@ -163,20 +200,33 @@ def _compare_entries(before: Any, after: Any, metrics: list[str], gates: Nightly
 
 
 def evaluate_night(out: str | os.PathLike[str], *, study: str, night: str, sources: Sequence[str],
-                   gates: NightlySpec, spec_definition: str) -> dict[str, Any]:
+                   gates: NightlySpec, spec_definition: str,
+                   under_test: Mapping[str, Mapping[str, Any]] | None = None,
+                   definition: Any = None) -> dict[str, Any]:
     """The nightly document of run directory ``out`` (``<root>/<study>/<night>``): per source
     and metric the estimate, the baseline night, the delta with its interval and the verdict;
-    ``regressions`` lists the gated metrics whose verdict is ``worse``."""
+    ``regressions`` lists the gated metrics whose verdict is ``worse``. ``under_test``: per
+    source what tonight evaluated (:mod:`assay.nightly.under_test`), set beside the baseline's.
+    ``new_history`` says when earlier nights exist but none has this study definition (and,
+    given ``definition``, tonight's :meth:`StudySpec.definition_content`, where it changed)."""
+    from assay.nightly.under_test import model_changes
     from assay.report import result_doc
     from assay.rows import Rows
 
     out = Path(out)
-    cands = candidate_nights(out.parent, night, spec_definition)
+    cands = candidate_nights(out.parent, night, spec_definition, gates.continues)
+    earlier = finished_nights(out.parent, night)
     gated = gates.metric_names()
     lower = set(gates.lower_names())
     doc: dict[str, Any] = {"study": study, "night": night, "baseline_rule": gates.baseline,
-                           "alpha": gates.alpha, "gated": gated, "sources": [],
-                           "regressions": [], "comparisons": []}
+                           "alpha": gates.alpha, "gated": gated, "spec_definition": spec_definition,
+                           "new_history": None, "sources": [], "regressions": [], "comparisons": []}
+    if earlier and not cands:
+        last, last_def = earlier[-1]
+        prev = (read_json(last / "run.json") or {}).get("study_definition")
+        doc["new_history"] = {"previous_night": last.name, "previous_definition": last_def,
+                              "changed": (definition_diff(prev, definition)
+                                          if prev is not None and definition is not None else None)}
     for src in sources:
         path = out / "rows" / f"{src}.parquet"
         if not path.is_file():
@@ -203,7 +253,12 @@ def evaluate_night(out: str | os.PathLike[str], *, study: str, night: str, sourc
                           "p_adjusted": None, "verdict": NO_BASELINE, "regression": False}
         first = gated[0] if gated else "pass@1"
         base = choose_baseline(gates.baseline, cands, src, first, first not in lower)
-        entry = {"source": src, "baseline": base.name if base else None, "metrics": []}
+        tonight = dict((under_test or {}).get(src) or {}) or None
+        before_model = under_test_of(base, src) if base is not None else None
+        entry: dict[str, Any] = {
+            "source": src, "baseline": base.name if base else None, "metrics": [],
+            "under_test": tonight, "baseline_under_test": before_model,
+            "model_changes": model_changes(before_model, tonight)}
         if base is not None:
             before = Rows.read_parquet(base / "rows" / f"{src}.parquet")
             bmark = set(_markers(before))
@@ -226,7 +281,9 @@ def evaluate_night(out: str | os.PathLike[str], *, study: str, night: str, sourc
                 doc["regressions"].append({
                     "study": study, "source": src, "metric": m["metric"], "night": night,
                     "baseline": entry["baseline"], "delta": m["delta"], "low": m["delta_low"],
-                    "high": m["delta_high"], "p_adjusted": m["p_adjusted"]})
+                    "high": m["delta_high"], "p_adjusted": m["p_adjusted"],
+                    "n_paired": m["n_paired"], "alpha": gates.alpha,
+                    "model_changes": entry["model_changes"]})
     return doc
 
 
@@ -234,27 +291,87 @@ def _f(x: float | None, spec: str = ".3f") -> str:
     return "-" if x is None else format(x, spec)
 
 
+def _p(p: float | None) -> str:
+    return "-" if p is None else "< 0.0001" if p < 1e-4 else format(p, ".4f")
+
+
+#: What a regression verdict is (see assay.measure.comparison): said beside every regression.
+TEST_WORDS = "two-sided exact sign-flip test"
+
+
 def regression_line(r: Mapping[str, Any]) -> str:
-    """``study/source/metric delta -0.250 [-0.34, -0.16] vs 2026-11-02``: one regression."""
-    return (f"{r['study']}/{r['source']}/{r['metric']}: delta {_f(r['delta'], '+.3f')} "
-            f"[{_f(r['low'])}, {_f(r['high'])}] vs {r['baseline']} (Holm p {_f(r['p_adjusted'], '.4f')})")
+    """``study/source/metric: delta -0.250 [-0.340, -0.160] vs 2026-11-02: worse by ...``: one
+    regression, with the test that decided it. The interval is a descriptive paired t interval
+    that the verdict does not read, so it may contain 0: the line then says so."""
+    n = r.get("n_paired")
+    test = f"{TEST_WORDS}{f' over {n} paired tasks' if n else ''}"
+    alpha = f" < alpha {r['alpha']:g}" if r.get("alpha") is not None else ""
+    line = (f"{r['study']}/{r['source']}/{r['metric']}: delta {_f(r['delta'], '+.3f')} "
+            f"[{_f(r['low'])}, {_f(r['high'])}] vs {r['baseline']}: worse by the {test} "
+            f"(Holm-adjusted p {_p(r['p_adjusted'])}{alpha})")
+    if r.get("low") is not None and r.get("high") is not None and r["low"] <= 0 <= r["high"]:
+        line += ("; the 95% interval is a descriptive paired t interval that the test does not "
+                 "read, so it may contain 0")
+    return line
+
+
+def new_history_text(doc: Mapping[str, Any]) -> str:
+    """The notice of a night whose study definition no earlier night has, with the fix."""
+    new = doc["new_history"]
+    return (f"New history: the study definition changed since night {new['previous_night']} "
+            f"({new['previous_definition']} -> {doc['spec_definition']}"
+            + (f"; changed: {', '.join(new['changed'])}" if new.get("changed") else "")
+            + "), so no earlier night is a baseline. If the change does not affect the "
+            "measurement, carry the history over with "
+            f"`nightly: {{continues: [{new['previous_definition']}]}}` "
+            f"(or `--set nightly.continues=[{new['previous_definition']}]`).")
 
 
 def night_markdown(doc: Mapping[str, Any], history_png: str | None = None) -> str:
     """nightly.md: the regressions first, then every metric per source, then the comparisons."""
+    from assay.nightly.under_test import model_label
+
     lines = [f"# Nightly `{doc['study']}`: {doc['night']}\n"]
     regs = doc["regressions"]
+    new = doc.get("new_history")
+    if new:
+        lines.append(new_history_text(doc) + "\n")
     if regs:
         lines.append("**REGRESSION** (gated metric, paired compare verdict `worse`):\n")
         lines += [f"- {regression_line(r)}" for r in regs]
         lines.append("")
     elif not any(s["baseline"] for s in doc["sources"]):
-        lines.append("No previous night with the same spec definition: nothing to compare.\n")
+        if not new:
+            lines.append("No previous night of this study definition: nothing to compare.\n")
     else:
         lines.append(f"No regression detected on the gated metrics {doc['gated']} "
                      f"(baseline: {doc['baseline_rule']}).\n")
+    gen = doc.get("generation")
+    if gen is not None:
+        lines.append(f"Generation: {gen}\n")
     for s in doc["sources"]:
         lines.append(f"## {s['source']} (baseline {s['baseline'] or '-'})\n")
+        ut, before = s.get("under_test"), s.get("baseline_under_test")
+        if ut:
+            lines.append("| | model | revision | identity | served root / weights | base_url "
+                         "| sampling | judge |")
+            lines.append("|---|---|---|---|---|---|---|---|")
+            for who, rec in (("tonight", ut), (f"baseline {s['baseline']}", before)):
+                if rec:
+                    lines.append(
+                        f"| {who} | {rec.get('model') or '-'} | {rec.get('revision') or '-'} "
+                        f"| {rec.get('identity') or '-'} "
+                        f"| {rec.get('served_root') or (rec.get('files_sha256') or '-')[:16]} "
+                        f"| {rec.get('base_url') or '-'} | {rec.get('sampling') or '-'} "
+                        f"| {rec.get('judge') or '-'} |")
+            lines.append("")
+            if s.get("model_changes"):
+                lines.append(f"Under test changed since {s['baseline']} ({model_label(before)} -> "
+                             f"{model_label(ut)}): " + "; ".join(s["model_changes"]) + "\n")
+            if ut.get("scope"):
+                lines.append(f"Completions asked afresh for this night (`{ut['scope']}`): the "
+                             "model's identity is not proven, so no earlier night's answers are "
+                             "reused.\n")
         lines.append("| metric | gated | tonight [95% CI] | n | delta [95% CI] | verdict |")
         lines.append("|---|---|---|---:|---|---|")
         for m in s["metrics"]:

@@ -7,7 +7,7 @@ Example:
     ...     {"source": "m", "baseline": None, "metrics": [{"metric": "pass@1", "gated": True,
     ...      "higher_is_better": True, "value": 0.5, "low": 0.4, "high": 0.6, "n": 40, "delta": None,
     ...      "delta_low": None, "delta_high": None, "verdict": "no baseline", "regression": False}]}]}
-    >>> history_table(history_rows([night])).splitlines()[2].split()
+    >>> history_table(history_rows([night])).splitlines()[2].split()[:11]
     ['2026-11-01', 'm', 'pass@1*', '0.500', '[0.400,', '0.600]', '40', '-', '-', 'no', 'baseline']
 """
 
@@ -23,7 +23,8 @@ from assay.errors import AssayError
 from assay.report import png_bytes
 from assay.store import atomic_write
 
-HISTORY_VERSION = 1
+#: 2: per night the model under test (model, revision, identity, sampling, judge)
+HISTORY_VERSION = 2
 
 
 class HistoryError(AssayError, FileNotFoundError):
@@ -56,7 +57,8 @@ def load_nights(study_dir: str | os.PathLike[str], until: str | None = None) -> 
 
 
 _COLS = ("night", "source", "metric", "gated", "value", "low", "high", "n", "baseline",
-         "delta", "delta_low", "delta_high", "verdict", "regression")
+         "delta", "delta_low", "delta_high", "verdict", "regression", "model", "revision",
+         "identity", "sampling", "judge")
 
 
 def history_rows(nights: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
@@ -70,7 +72,9 @@ def history_rows(nights: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
                              "high": m["high"], "n": m["n"], "baseline": s["baseline"],
                              "delta": m["delta"], "delta_low": m["delta_low"],
                              "delta_high": m["delta_high"], "verdict": m["verdict"],
-                             "regression": m["regression"]})
+                             "regression": m["regression"],
+                             **{f: (s.get("under_test") or {}).get(f)
+                                for f in ("model", "revision", "identity", "sampling", "judge")}})
     return rows
 
 
@@ -79,17 +83,37 @@ def _f(x: float | None, spec: str = ".3f") -> str:
 
 
 def history_table(rows: Sequence[Mapping[str, Any]]) -> str:
-    """The table ``assay history`` prints (``*`` marks a gated metric)."""
-    head = (f"{'night':<11} {'source':<7} {'metric':<9} {'value [95% CI]':<22} {'n':>4}  "
-            f"{'delta [95% CI]':<26} {'baseline':<11} verdict")
-    lines = [head, "-" * len(head)]
+    """The table ``assay history`` prints (``*`` marks a gated metric, a regression's verdict is
+    in capitals), with what each night evaluated: the served model with its revision and
+    identity hash, the sampling parameters and the judge. Columns are as wide as their widest
+    cell, so every column lines up whatever the names."""
+    from assay.nightly.under_test import model_label
+
+    head = ["night", "source", "metric", "value [95% CI]", "n", "delta [95% CI]", "baseline",
+            "verdict", "model", "sampling", "judge"]
+    body = []
     for r in rows:
-        val = f"{_f(r['value'])} [{_f(r['low'])}, {_f(r['high'])}]"
         delta = ("-" if r["delta"] is None
                  else f"{_f(r['delta'], '+.3f')} [{_f(r['delta_low'])}, {_f(r['delta_high'])}]")
-        verdict = r["verdict"].upper() if r["regression"] else r["verdict"]
-        lines.append(f"{r['night']:<11} {r['source']:<7} {r['metric'] + ('*' if r['gated'] else ''):<9} "
-                     f"{val:<22} {r['n']:>4}  {delta:<26} {r['baseline'] or '-':<11} {verdict}")
+        body.append([r["night"], r["source"], r["metric"] + ("*" if r["gated"] else ""),
+                     f"{_f(r['value'])} [{_f(r['low'])}, {_f(r['high'])}]", str(r["n"]), delta,
+                     r["baseline"] or "-",
+                     r["verdict"].upper() if r["regression"] else r["verdict"],
+                     model_label(r) if r.get("model") else "-", r.get("sampling") or "-",
+                     r.get("judge") or "-"])
+    # the model columns only where some night evaluated a model (not for scored files)
+    keep = [i for i in range(len(head))
+            if i < 8 or any(c[i] != "-" for c in body)]
+    head, body = [head[i] for i in keep], [[c[i] for i in keep] for c in body]
+    widths = [max(len(c[i]) for c in [head, *body]) for i in range(len(head))]
+    right = {4}  # n
+
+    def fmt(cells: list[str]) -> str:
+        return "  ".join(c.rjust(w) if i in right else c.ljust(w)
+                         for i, (c, w) in enumerate(zip(cells, widths))).rstrip()
+
+    lines = [fmt(head), "-" * len(fmt(head))]
+    lines += [fmt(c) for c in body]
     return "\n".join(lines)
 
 

@@ -8,13 +8,18 @@ Example:
     >>> subject, body = alert_text([r])
     >>> subject
     'assay nightly 2026-11-03: 1 regression (s)'
-    >>> body.splitlines()[0]
-    's/m/pass@1: delta -0.250 [-0.340, -0.160] vs 2026-11-02 (Holm p 0.0001)'
+    >>> body.splitlines()[0][:62]
+    's/m/pass@1: delta -0.250 [-0.340, -0.160] vs 2026-11-02: worse'
+    >>> body.splitlines()[0][62:]
+    ' by the two-sided exact sign-flip test (Holm-adjusted p 0.0001)'
 """
 
 from __future__ import annotations
 
+import json
+import os
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from assay.errors import AssayError
@@ -84,3 +89,50 @@ def post_json(url: str, payload: Mapping[str, Any], *, timeout: float = 10.0, at
                 break
         time.sleep(0.5 * 2**i)
     raise NotifyError(f"nightly.notify: posting {what} to {url} failed ({last})")
+
+
+# ------------------------------------------------------------------------------- sent once
+
+
+def alert_key(target: str, regressions: Sequence[Mapping[str, Any]]) -> str:
+    """The identity of one alert: target, night and verdict (which study/source/metric
+    regressed against which baseline night), not the numbers: a rerun of the night that reaches
+    the same verdict is the same alert.
+
+    Example:
+        >>> r = {"study": "s", "source": "m", "metric": "pass@1", "night": "2026-11-03",
+        ...      "baseline": "2026-11-02", "delta": -0.25}
+        >>> alert_key("http://h", [r]) == alert_key("http://h", [{**r, "delta": -0.3}])
+        True
+    """
+    from assay.hashing import content_hash
+
+    verdict = sorted([r["study"], r["source"], r["metric"], r["night"], r["baseline"]]
+                     for r in regressions)
+    return content_hash([target, verdict], "alert")
+
+
+def _ledger(root: str | os.PathLike[str], night: str) -> Path:
+    return Path(root) / ".alerts" / f"{night}.json"
+
+
+def already_sent(root: str | os.PathLike[str], night: str, key: str) -> bool:
+    """Whether alert ``key`` of ``night`` was delivered before (``<root>/.alerts/<night>.json``)."""
+    try:
+        return key in json.loads(_ledger(root, night).read_text(encoding="utf-8"))
+    except (FileNotFoundError, ValueError, TypeError):
+        return False
+
+
+def record_sent(root: str | os.PathLike[str], night: str, key: str, target: str) -> None:
+    """Remember that alert ``key`` was delivered to ``target`` (written atomically)."""
+    from assay.store import atomic_write
+
+    path = _ledger(root, night)
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+        doc = doc if isinstance(doc, dict) else {}
+    except (FileNotFoundError, ValueError):
+        doc = {}
+    doc[key] = target
+    atomic_write(path, (json.dumps(doc, indent=2, sort_keys=True) + "\n").encode())

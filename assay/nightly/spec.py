@@ -51,6 +51,20 @@ class NightlySpec(SpecModel):
         None, description="where a regression is announced: a webhook URL (http[s]://...) or a "
         "Prefect notification block as '<block-type-slug>/<block-name>' (e.g. slack-webhook/ops)")
     history_nights: int = Field(30, ge=1, description="nights in the nightly report's history plot")
+    continues: list[str] = Field(
+        default_factory=list,
+        description="earlier study definitions (specdef:... as the night that started a new "
+        "history printed it) whose nights stay in this study's history and may be its baseline: "
+        "carry the baseline over a change you judge harmless (a reworded filter, a new marker)")
+
+    @field_validator("continues")
+    @classmethod
+    def _definitions(cls, v: list[str]) -> list[str]:
+        for i, d in enumerate(v):
+            if not re.fullmatch(r"specdef:[0-9a-f]{8,64}", d):
+                raise ValueError(f"[{i}]: a study definition reads specdef:<hex> (printed by the "
+                                 f"night that started the new history), got {d!r}")
+        return v
 
     @field_validator("must_not_regress", "lower_is_better")
     @classmethod
@@ -61,6 +75,12 @@ class NightlySpec(SpecModel):
         if len({metric_name(n) for n in v}) != len(v):
             raise ValueError(f"a metric is listed twice: {v}")
         return v
+
+    @field_validator("baseline", mode="before")
+    @classmethod
+    def _date_text(cls, v: object) -> object:
+        # YAML reads an unquoted 2026-11-02 as a date: it names the same night
+        return v.isoformat() if isinstance(v, dt.date) else v
 
     @field_validator("baseline")
     @classmethod

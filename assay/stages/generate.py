@@ -18,6 +18,7 @@ import contextlib
 import statistics
 from typing import Any
 
+from assay.models.freshness import reuse_scope
 from assay.rows import Rows
 from assay.spec import StudySpec
 from assay.stages.build_rows import source_named
@@ -44,7 +45,7 @@ def backend_for(model_spec: Any) -> Any:
 def generate_params(gspec: Any) -> dict[str, Any]:
     """What of ``generate:`` decides the completions (not ``max_connections``, nor the model
     entry, whose identity is the stage's fingerprint)."""
-    return gspec.model_dump(mode="json", exclude={"model", "max_connections"})
+    return gspec.model_dump(mode="json", exclude={"model", "max_connections", "reuse"})
 
 
 def journal_file(config: dict[str, Any], name: str) -> str:
@@ -77,7 +78,9 @@ def run_generate_shard(store: Store, spec: StudySpec, source_name: str, filtered
     part = Rows(load_rows(store, filtered).to_arrow().slice(lo, hi - lo))
     backend = backend_for(gspec.model)
     params = generate_params(gspec)
-    fingerprint = backend.identity()
+    identity = backend.identity()
+    scope = reuse_scope(identity, gspec.model, gspec.reuse, spec.night)
+    fingerprint = identity if scope is None else {**identity, "scope": scope}
     label = f"{source_name} shard {shard + 1}/{n_shards}"
     key = stage_key(STAGE, [part.checksum()], params, fingerprint)
     doc = lookup(store, key)
@@ -93,7 +96,7 @@ def run_generate_shard(store: Store, spec: StudySpec, source_name: str, filtered
         with slot:
             g = generate(msgs, backend, k=gspec.k, params=gspec.params, seed=gspec.seed, api=gspec.api,
                          system=gspec.system, max_connections=gspec.max_connections, store=store,
-                         journal=part.checksum(), label=label)
+                         journal=part.checksum(), label=label, scope=scope)
         rows = g.rows(task_ids=table.column("task_id").to_pylist(),
                       privileged=[r["privileged"] for r in part], meta=[r["meta"] for r in part])
         ok = [r for r in g.records if r["status"] == "ok"]
@@ -103,6 +106,7 @@ def run_generate_shard(store: Store, spec: StudySpec, source_name: str, filtered
                    "prompt_tokens": sum(r["prompt_tokens"] or 0 for r in ok),
                    "completion_tokens": sum(r["completion_tokens"] or 0 for r in ok),
                    "latency_s_median": round(statistics.median(lat), 4) if lat else None,
+                   "identity": identity, "scope": scope,
                    # the journal holding these completions: `assay store gc` keeps it with the stage
                    "journal": journal_file(g.config, part.checksum()),
                    # facts of this run (run.json reads them; the report, kept the same for the

@@ -20,7 +20,7 @@ from assay.stages.cache import (
 )
 from assay.store import Store
 
-STAGE = define_stage("report", 2)  # 2: failed generations by cause
+STAGE = define_stage("report", 3)  # 2: failed generations by cause; 3: model revision, sampling, judge
 
 
 def run_report(store: Store, spec: StudySpec, graded: Mapping[str, Sequence[StageResult]],
@@ -72,6 +72,10 @@ def _scored_by(s: Any) -> str | None:
 def _verifier_label(v: Any) -> str:
     if v is None:
         return "given scores"
+    if v.kind == "judge" and isinstance(v.params.get("model"), dict):
+        from assay.nightly.under_test import judge_label
+
+        return f"judge {judge_label(v.params['model'])}"
     if v.kind == "function":
         return f"function {v.function}" + (f" (version {v.version})" if v.version else "")
     return v.kind
@@ -111,7 +115,15 @@ def generation_summary(rows: Any, gspec: Any) -> dict[str, Any]:
     if gspec is not None:
         m = gspec.model
         model = f"{m.kind}:{getattr(m, 'model', None) or getattr(m, 'path', None) or getattr(m, 'callable', '')}"
-    return {"model": model, "k": getattr(gspec, "k", None), "completions": len(ok),
+        if getattr(m, "revision", None):
+            model += f"@{m.revision}"
+    sampling = None
+    if gspec is not None:
+        from assay.nightly.under_test import sampling_label
+
+        sampling = sampling_label(gspec.params.model_dump(mode="json"), None)
+    return {"model": model, "sampling": sampling, "k": getattr(gspec, "k", None),
+            "completions": len(ok),
             "errors": len(status) - len(ok), "errors_by_cause": dict(sorted(causes.items())),
             "truncated_share": round(sum(trunc) / len(trunc), 4) if trunc else None,
             "prompt_tokens_mean": mean("prompt_tokens"), "completion_tokens_mean": mean("completion_tokens"),

@@ -37,6 +37,15 @@ def test_nightly_usage_and_spec_errors_exit_2(tmp_path: Path) -> None:
         "name: x\nsources:\n  - {name: a, kind: file, path: a.jsonl, fields: {reward: r}}\n")
     p = _probe("nightly", "s.yaml", cwd=tmp_path)
     assert p.returncode == 2 and "sources[0].path: file not found" in p.stderr
+    # overrides are checked with the spec, before any server starts
+    p = _probe("nightly", "s.yaml", "--model", "ckpt-2", cwd=tmp_path)
+    assert p.returncode == 2
+    assert "--model 'ckpt-2': no source of this spec has a generate:" in p.stderr
+    p = _probe("nightly", "s.yaml", "--set", "nightly.baselin=best", cwd=tmp_path)
+    assert p.returncode == 2 and "nightly.baselin: unknown field" in p.stderr
+    assert "(the spec as overridden by ['nightly.baselin=best'])" in p.stderr
+    p = _probe("nightly", "s.yaml", "--set", "nightly", cwd=tmp_path)
+    assert p.returncode == 2 and "--set 'nightly': give PATH=VALUE" in p.stderr
     assert not (tmp_path / ".prefect").exists() or not any((tmp_path / ".prefect").iterdir())
 
 

@@ -79,7 +79,9 @@ def test_three_nights_gate_alert_and_history(prefect_server: str, tmp_path: Path
             codes.append(p.returncode)
             errs.append(p.stderr)
     assert codes == [0, 0, 3], errs[-1][-3000:]
-    assert "REGRESSION: regression on night 2026-11-03: gated/model/pass@1" in errs[2]
+    assert "gated: REGRESSION on night 2026-11-03" in errs[2] and "error:" not in errs[2]
+    assert "  gated/model/pass@1: delta -" in errs[2]
+    assert "alert sent to" in errs[2] and (root / "gated" / "2026-11-03" / "run.log").is_file()
     # the flow run is Failed on the server, its message naming study/source/metric
     (run,) = _nightly_runs("2026-11-03", root)
     assert run.state.is_failed() and "gated/model/pass@1" in run.state.message

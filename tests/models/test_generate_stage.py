@@ -161,7 +161,7 @@ def test_the_shipped_openai_config_runs_against_a_server(server, tmp_path, monke
     assert {b["max_tokens"] for b in server.requests} == {512}
     assert {b["_auth"] for b in server.requests} == {"Bearer test-key"}
     md = stages.report_files(store, res.report)["report.md"].decode()
-    assert "| ckpt | openai:tiny-ckpt | 4 | 160 | 0 | 0.0% |" in md
+    assert "| ckpt | openai:tiny-ckpt@step-2000 | 4 | 160 | 0 | 0.0% |" in md
 
 
 def test_the_shipped_hf_config_runs_on_a_tiny_local_model(tiny_lm_dir, tmp_path):

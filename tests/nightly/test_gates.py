@@ -137,3 +137,16 @@ def test_nightly_json_is_byte_identical_for_identical_nights(tmp_path: Path) -> 
                                               gates=NightlySpec(), spec_definition="specdef:test"),
                                sort_keys=True))
     assert docs[0] == docs[1]
+
+
+def test_regression_line_names_the_test_and_explains_an_interval_over_zero() -> None:
+    from assay.nightly.gates import regression_line
+
+    r = {"study": "s", "source": "m", "metric": "pass@1", "night": "2026-11-03",
+         "baseline": "2026-11-02", "delta": -0.1, "low": -0.21, "high": 0.01,
+         "p_adjusted": 0.00002, "n_paired": 40, "alpha": 0.05}
+    line = regression_line(r)
+    assert ("worse by the two-sided exact sign-flip test over 40 paired tasks "
+            "(Holm-adjusted p < 0.0001 < alpha 0.05)") in line
+    assert "descriptive paired t interval that the test does not read, so it may contain 0" in line
+    assert "may contain 0" not in regression_line({**r, "high": -0.01})
