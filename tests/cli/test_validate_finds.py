@@ -104,9 +104,14 @@ def test_a_typo_in_a_gate_metric_and_k_above_generate_k(
                         "needs 4 samples per task") in err
 
 
-def test_an_unquoted_date_says_to_quote_it(tmp_path: Path,
-                                           capsys: pytest.CaptureFixture[str]) -> None:
+def test_an_unquoted_baseline_date_names_that_night(tmp_path: Path,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    # YAML reads an unquoted 2026-11-02 as a date; for baseline it can only mean that night
     rc, err = _validate(tmp_path, "name: v\nsources: [{name: a, kind: humaneval}]\n"
                         "nightly: {baseline: 2026-11-02}\n", capsys)
-    assert rc == 2 and "nightly.baseline: Input should be a valid string; YAML read 2026-11-02 " \
-                       "as a date: write it in quotes ('2026-11-02')" in err
+    assert rc == 0, err
+    import datetime as dt
+
+    from assay.nightly.spec import NightlySpec
+
+    assert NightlySpec.model_validate({"baseline": dt.date(2026, 11, 2)}).baseline == "2026-11-02"
