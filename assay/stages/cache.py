@@ -23,6 +23,7 @@ Example:
 from __future__ import annotations
 
 import sys
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -175,10 +176,16 @@ def print_progress(res: StageResult, stream: Any = None) -> None:
         line = f"[{res.stage}] {res.label}: {n} rows in {res.seconds:.1f} s ({rate:,.0f} rows/s)"
     else:
         line = f"[{res.stage}] {res.label}: done in {res.seconds:.1f} s"
-    print(line, file=stream, flush=True)
+    with _PRINT_LOCK:  # nodes run concurrently: one write per line, never two half-lines
+        stream.write(line + "\n")
+        stream.flush()
+
+
+_PRINT_LOCK = threading.Lock()
 
 
 _TABLES: dict[tuple[str, str], pa.Table] = {}
+_TABLES_LOCK = threading.Lock()
 
 
 def load_rows(store: Store, res: StageResult, name: str = "rows") -> Rows:
@@ -189,9 +196,10 @@ def load_rows(store: Store, res: StageResult, name: str = "rows") -> Rows:
     if t is None:
         t = store.get_table(res.outputs[name])
         if t is not None:
-            if len(_TABLES) >= 8:
-                _TABLES.pop(next(iter(_TABLES)))
-            _TABLES[memo] = t
+            with _TABLES_LOCK:  # shards on several threads read and evict at once
+                while len(_TABLES) >= 8:
+                    _TABLES.pop(next(iter(_TABLES)))
+                _TABLES[memo] = t
     if t is None:
         raise StoreError(f"{res.label}: output {name!r} ({res.outputs[name]}) vanished from "
                          f"{store.root}; rerun to recompute it")
