@@ -184,7 +184,8 @@ def cmd_run(args: argparse.Namespace) -> int:
                     if server is not None:
                         prewarm()
                         server.wait()
-                    result = run_spec(args.spec, args.output, args.store, embedded=server is not None)
+                    result = run_spec(args.spec, args.output, args.store, embedded=server is not None,
+                                      max_parallel=args.max_parallel)
                 except BaseException as e:
                     logging.getLogger("assay.cli").error(
                         "assay run %s failed in %s", args.spec,
@@ -313,6 +314,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--prefect-home", help="PREFECT_HOME for the embedded server (default ./.prefect)")
     r.add_argument("--debug", action="store_true",
                    help="print Prefect's log and any traceback here too (always in OUTPUT/run.log)")
+    r.add_argument("--max-parallel", type=int, metavar="N",
+                   help="stage nodes in flight at once (default: execution.max_parallel, or 8)")
     r.set_defaults(func=cmd_run)
     rep = sub.add_parser("report", help="print the report of a finished run (no Prefect)")
     rep.add_argument("run_dir")

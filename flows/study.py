@@ -2,8 +2,8 @@
 
 ``run_spec`` is the entry point ``assay run`` uses: embedded server, quiet settings, runner.
 
-The chain itself lives in ``assay.stages.run_study``; this flow only decides where each stage
-runs (a Prefect task here, locally or on Dask) so the same chain also runs without Prefect.
+The graph itself lives in ``assay.stages.plan`` (plain Python, runnable without Prefect); this
+flow only decides where each node runs: a Prefect task future, on threads or on Dask workers.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from prefect import flow
 from assay import stages
 from assay.report import write_run_dir
 from assay.spec import load_spec
+from assay.stages.plan import LOCAL_CAPACITY
 from assay.store import Store
 from flows.embedded import OrchestrationError, require_real_server
 from tasks.stages import TASKS
@@ -78,56 +79,56 @@ def finish_run(store: Store, spec: Any, run: stages.StudyRun, out: Path,
     return info
 
 
+class PrefectExecutor:
+    """Runs the study graph's nodes as Prefect task runs on the flow's task runner (threads
+    locally, workers on Dask): each node is submitted once its inputs exist, with
+    ``wait_for`` its inputs' futures, so the flow run records the graph's edges."""
+
+    def __init__(self, distributed: bool) -> None:
+        self.distributed = distributed
+
+    def submit(self, node: Any, args: tuple[Any, ...], kwargs: dict[str, Any],
+               waits: list[Any], done: Any) -> Any:
+        task = TASKS[node.fn]
+        if self.distributed and "workers" in kwargs:  # a cluster worker grades on one core
+            kwargs = {**kwargs, "workers": 1}
+        fut = task.submit(*args, wait_for=waits, **kwargs)
+        fut.add_done_callback(lambda _: done())
+        return fut
+
+    def result(self, handle: Any) -> Any:
+        return handle.result()
+
+    def close(self, cancel: bool) -> None:
+        pass  # the flow's task runner owns the workers
+
+
+def capacity_for(spec: Any) -> dict[str, int]:
+    """Slots for the graph: on a cluster, one grading shard per worker core."""
+    if spec.execution.runner == "local":
+        return dict(LOCAL_CAPACITY)
+    return {**LOCAL_CAPACITY, "cores": spec.execution.workers or os.cpu_count() or 1}
+
+
 @flow(name="assay-study", persist_result=False, log_prints=False, validate_parameters=True)
 def study(spec: str, output: str | None = None, store_root: str | None = None,
-          publish: bool = True) -> dict[str, Any]:
-    """Run the study in spec file ``spec``; write ``output`` (default from the spec)."""
+          publish: bool = True, max_parallel: int | None = None) -> dict[str, Any]:
+    """Run the study in spec file ``spec``; write ``output`` (default from the spec). The stages
+    are a graph (``assay.stages.plan``): every node whose inputs exist runs, at most
+    ``max_parallel`` at once (default: the spec's ``execution.max_parallel``)."""
     s = load_spec(spec)
     store = Store(store_root)
-    local = s.execution.runner == "local"
-
-    def call(fn: Any, *args: Any, **kwargs: Any) -> stages.StageResult:
-        with stage_named(fn, args):
-            return TASKS[fn](*args, **kwargs)
-
-    def call_many(fn: Any, calls: list[tuple[tuple[Any, ...], dict[str, Any]]]) -> list[Any]:
-        if local:  # one shard at a time; each grade call already uses every core
-            out = []
-            for a, k in calls:
-                with stage_named(fn, a):
-                    out.append(TASKS[fn](*a, **k))
-            return out
-        futures = [TASKS[fn].submit(*a, **{**k, "workers": 1}) for a, k in calls]
-        results = []
-        for (a, _), f in zip(calls, futures):
-            with stage_named(fn, a):
-                results.append(f.result())
-        return results
-
     started = time.time()
     out = s.output_dir(output)
     with store.in_use():  # a store gc waits until this run has written its run.json
-        run = stages.run_study(s, store, call=call, call_many=call_many)
+        run = stages.run_study(s, store, executor=PrefectExecutor(s.execution.runner != "local"),
+                               max_parallel=max_parallel, capacity=capacity_for(s))
         info = finish_run(store, s, run, out, started)
     if publish:
         _publish_artifacts(s.name, stages.report_files(store, run.report))
     print(stages.summarize(run.results), file=sys.stderr, flush=True)
     print(f"report: {out / 'report.md'}", file=sys.stderr, flush=True)
     return {**info, "output": str(out)}
-
-
-@contextlib.contextmanager
-def stage_named(fn: Any, args: tuple[Any, ...]) -> Iterator[None]:
-    """Label an exception escaping a stage with the stage (and its source or model), as
-    ``exc.assay_stage``: ``assay run`` names it in its one ``error:`` line."""
-    try:
-        yield
-    except BaseException as e:
-        if getattr(e, "assay_stage", None) is None:
-            what = args[2] if len(args) > 2 and isinstance(args[2], str) else None
-            with contextlib.suppress(AttributeError, TypeError):
-                e.assay_stage = TASKS[fn].name + (f" ({what})" if what else "")
-        raise
 
 
 @contextlib.contextmanager
@@ -167,13 +168,14 @@ def capture_logs(path: str | os.PathLike[str], *, echo: bool = False) -> Iterato
         handler.close()
 
 
-def task_runner_for(spec: Any) -> Any:
-    """The task runner a spec's execution settings ask for; Dask and Ray need a real server."""
+def task_runner_for(spec: Any, max_parallel: int | None = None) -> Any:
+    """The task runner a spec's execution settings ask for; Dask and Ray need a real server.
+    Locally one thread per node in flight (``max_parallel``)."""
     runner = spec.execution.runner
     if runner == "local":
         from prefect.task_runners import ThreadPoolTaskRunner
 
-        return ThreadPoolTaskRunner(max_workers=1)
+        return ThreadPoolTaskRunner(max_workers=stages.max_parallel_for(spec, max_parallel))
     require_real_server(runner)
     if runner == "dask":
         from prefect_dask import DaskTaskRunner
@@ -212,14 +214,16 @@ def prewarm() -> None:
 
 
 def run_spec(spec_path: str, output: str | None = None, store_root: str | None = None, *,
-             embedded: bool = True, publish: bool = True) -> dict[str, Any]:
+             embedded: bool = True, publish: bool = True,
+             max_parallel: int | None = None) -> dict[str, Any]:
     """Run a study flow with the runner its spec names (call under ``flows.embedded`` set-up)."""
     spec = load_spec(spec_path)
-    runner = task_runner_for(spec)
+    runner = task_runner_for(spec, max_parallel)
     t0 = time.perf_counter()
     flow_ = study.with_options(task_runner=runner)
     ctx = _quiet_local() if embedded else contextlib.nullcontext()
     with ctx:
-        result = flow_(spec=str(spec_path), output=output, store_root=store_root, publish=publish)
+        result = flow_(spec=str(spec_path), output=output, store_root=store_root, publish=publish,
+                       max_parallel=max_parallel)
     result["seconds"] = round(time.perf_counter() - t0, 3)
     return result
