@@ -144,6 +144,47 @@ _EMBEDDED_RUN_DONE = False
 _RUN: dict[str, Any] = {}
 
 
+#: run.json's note (and the terminal's) when every node was served from the store.
+SERVED_NOTE = ("none: every stage node was already in the store, so no Prefect server was "
+               "started and no flow run was recorded (--no-fast-path records one)")
+
+
+def _serve_cached(args: argparse.Namespace, t0: float) -> bool:
+    """Serve a run whose every node is cached straight from the store, before any Prefect
+    start-up (seconds of the embedded server for nothing new). False when anything is
+    missing or the spec has problems: the orchestrated run then computes, or reports them."""
+    from assay.errors import AssayError
+    from assay.spec import check_files, load_spec
+    from assay.stages.finish import finish_run
+    from assay.stages.plan import serve_cached
+    from assay.stages.cache import print_progress, summarize
+    from assay.store import Store
+
+    started = time.time()
+    try:
+        spec = load_spec(args.spec)
+        if check_files(spec):
+            return False
+        store = Store(args.store)
+        with store.in_use():
+            run = serve_cached(spec, store, progress=None)
+            if run is None:
+                return False
+            out = spec.output_dir(args.output)
+            for r in run.results:
+                print_progress(r)
+            info = finish_run(store, spec, run, out, started, note=SERVED_NOTE)
+    except (AssayError, OSError, ValueError):
+        return False
+    (out / "run.log").write_text(f"served from the store: {SERVED_NOTE}\n", encoding="utf-8")
+    print(summarize(run.results), file=sys.stderr, flush=True)
+    print("[prefect] not started: every stage was cached (run.json: orchestration)",
+          file=sys.stderr, flush=True)
+    print(f"done in {time.perf_counter() - t0:.1f} s: {len(info['cached'])} stage(s) cached, "
+          f"0 computed; report in {out}/report.md", file=sys.stderr)
+    return True
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     from assay.spec import check_files, load_spec
     from flows.embedded import apply_local_settings, embedded_server, require_real_server
@@ -155,6 +196,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.store:
         os.environ["ASSAY_STORE"] = str(Path(args.store).resolve())
     _RUN["debug"] = bool(args.debug)
+    if not args.no_fast_path and _serve_cached(args, t0):
+        return 0
     # The embedded server is launched first: its start-up overlaps loading the spec and
     # importing Prefect here. A bad spec stops it again before Prefect is imported.
     with embedded_server() as server:
@@ -299,6 +342,16 @@ def cmd_store(args: argparse.Namespace) -> int:
     return 3 if args.action == "verify" and res.corrupt else 0
 
 
+def _positive(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number >= 1, not {text!r}")
+    return n
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="assay", description="LLM-evaluation and reward-model studies.")
     sub = p.add_subparsers(dest="command", required=True)
@@ -314,7 +367,9 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--prefect-home", help="PREFECT_HOME for the embedded server (default ./.prefect)")
     r.add_argument("--debug", action="store_true",
                    help="print Prefect's log and any traceback here too (always in OUTPUT/run.log)")
-    r.add_argument("--max-parallel", type=int, metavar="N",
+    r.add_argument("--no-fast-path", action="store_true",
+                   help="run the Prefect flow even when every stage is cached (records a flow run)")
+    r.add_argument("--max-parallel", type=_positive, metavar="N",
                    help="stage nodes in flight at once (default: execution.max_parallel, or 8)")
     r.set_defaults(func=cmd_run)
     rep = sub.add_parser("report", help="print the report of a finished run (no Prefect)")

@@ -22,8 +22,8 @@ from typing import Any
 from prefect import flow
 
 from assay import stages
-from assay.report import write_run_dir
 from assay.spec import load_spec
+from assay.stages.finish import finish_run
 from assay.stages.plan import LOCAL_CAPACITY
 from assay.store import Store
 from flows.embedded import OrchestrationError, require_real_server
@@ -51,32 +51,6 @@ def _publish_artifacts(name: str, files: dict[str, bytes]) -> None:
     if table:
         create_table_artifact(table=table, key=f"{slug}-estimates",
                               description=f"assay study {name}: every estimate with interval and n")
-
-
-def finish_run(store: Store, spec: Any, run: stages.StudyRun, out: Path,
-               started: float | None = None) -> dict[str, Any]:
-    """Write the run directory (report files, rows Parquet, run.json) and return run.json.
-    run.json lists the stage keys the run used: ``assay store gc`` keeps what kept runs list."""
-    files = stages.report_files(store, run.report)
-    rows = {name: stages.concat_rows(store, parts) for name, parts in run.graded.items()}
-    measured = next((r for r in run.results if r.stage == "measure"), None)
-    if measured is not None and "selected" in measured.outputs and spec.measure.select:
-        # the rows select(mode="rl") kept: the training export carries only what a trainer may
-        # see; the same rows with their references and verdict details stay under .graded
-        selected = stages.load_rows(store, measured, "selected")
-        rows[f"selected-{spec.measure.select.source}"] = selected.training_table()
-        rows[f"selected-{spec.measure.select.source}.graded"] = selected
-    info = {"study": spec.name, "spec_checksum": run.spec_checksum,
-            "spec_definition": spec.definition_checksum(),
-            "cached": run.cached_stages, "computed": run.computed_stages,
-            "store": str(store.root.resolve()), "files": sorted(files),
-            "stage_keys": sorted({r.key for r in run.results}),
-            "started": started if started is not None else time.time()}
-    made = [r for r in run.results if r.stage == "generate"]
-    if made:  # requests sent this run and their latency: wall-clock facts, so here, not in the report
-        info["generation"] = {r.label: {**r.summary, "cached": r.cached} for r in made}
-    write_run_dir(out, files, rows, info)
-    return info
 
 
 class PrefectExecutor:

@@ -22,10 +22,12 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import sys
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -126,6 +128,36 @@ def _store_output(store: Store, value: Any) -> tuple[str, str]:
     return k, k
 
 
+class NotCached(LookupError):
+    """Inside :func:`cached_only`: a stage's key is not in the store (it would compute)."""
+
+
+_CACHED_ONLY: contextvars.ContextVar[bool] = contextvars.ContextVar("assay_cached_only",
+                                                                    default=False)
+
+
+@contextlib.contextmanager
+def cached_only() -> Iterator[None]:
+    """While the block runs (in this thread), a stage whose key is not stored raises
+    :class:`NotCached` instead of computing: how a fully cached run is served without starting
+    any orchestration.
+
+    Example:
+        >>> import tempfile
+        >>> from assay.store import Store
+        >>> with cached_only():
+        ...     cached_stage(Store(tempfile.mkdtemp()), "measure", inputs=[], params={},
+        ...                  compute=lambda: ({}, {}))
+        Traceback (most recent call last):
+        assay.stages.cache.NotCached: measure: not in the store
+    """
+    token = _CACHED_ONLY.set(True)
+    try:
+        yield
+    finally:
+        _CACHED_ONLY.reset(token)
+
+
 def cached_stage(store: Store, stage: str, *, inputs: Sequence[str], params: Any,
                  compute: Callable[[], tuple[Mapping[str, Any], Mapping[str, Any]]],
                  fingerprint: Any = None, label: str | None = None,
@@ -145,6 +177,8 @@ def cached_stage(store: Store, stage: str, *, inputs: Sequence[str], params: Any
         if progress:
             progress(res)
         return res
+    if _CACHED_ONLY.get():
+        raise NotCached(f"{label}: not in the store")
     if progress:  # long stages (a reward model, a big shard) say they started
         progress(StageResult(stage, label, key, {}, {}, {"state": "running"}))
     t0 = time.perf_counter()

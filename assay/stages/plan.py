@@ -20,7 +20,7 @@ from typing import Any
 
 from assay.spec import StudySpec
 from assay.stages.build_rows import run_build_rows
-from assay.stages.cache import StageResult, load_rows, print_progress
+from assay.stages.cache import StageResult, cached_only, load_rows, print_progress
 from assay.stages.chain import StudyRun, direct_call, direct_map, run_chain
 from assay.stages.decontaminate import run_decontaminate
 from assay.stages.filter_rows import run_filter_rows
@@ -190,3 +190,44 @@ def run_study(spec: StudySpec, store: Store, *, call: Callable[..., StageResult]
                     capacity=capacity if capacity is not None else LOCAL_CAPACITY)
     graded = {s.name: run.group(f"final:{s.name}") for s in spec.sources}
     return StudyRun(spec.checksum(), tuple(run.ordered()), graded, run.results["report"])
+
+
+class InlineExecutor:
+    """Runs each node at once in the calling thread (for :func:`serve_cached`: lookups only)."""
+
+    def submit(self, node: Node, args: tuple[Any, ...], kwargs: dict[str, Any],
+               waits: list[Any], done: Callable[[], None]) -> tuple[bool, Any]:
+        try:
+            out = (True, node.fn(*args, **kwargs))
+        except Exception as e:
+            out = (False, e)
+        done()
+        return out
+
+    def result(self, handle: tuple[bool, Any]) -> Any:
+        ok, value = handle
+        if not ok:
+            raise value
+        return value
+
+    def close(self, cancel: bool) -> None:
+        pass
+
+
+def serve_cached(spec: StudySpec, store: Store, *,
+                 progress: Callable[[StageResult], None] | None = print_progress
+                 ) -> StudyRun | None:
+    """The study run when every node's key is already in the store, else None (nothing is
+    computed, nothing in the store changes, nothing is printed). What ``assay run`` tries
+    before it starts Prefect: a fully cached rerun needs no orchestration."""
+    graph = study_graph(spec, store, progress=None, workers=spec.execution.workers)
+    with cached_only():
+        run = run_graph(graph, InlineExecutor(), max_parallel=1, raise_first=False)
+    if run.failed or run.skipped or "report" not in run.results:
+        return None
+    results = run.ordered()
+    if progress is not None:
+        for r in results:
+            progress(r)
+    graded = {s.name: run.group(f"final:{s.name}") for s in spec.sources}
+    return StudyRun(spec.checksum(), tuple(results), graded, run.results["report"])

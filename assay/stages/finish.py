@@ -1,0 +1,44 @@
+"""The run directory of a finished study run: report files, rows Parquet and run.json.
+
+Written the same way whether the graph ran as a Prefect flow or was served from the store alone.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from assay.report import write_run_dir
+from assay.stages.cache import concat_rows, load_rows
+from assay.stages.chain import StudyRun
+from assay.stages.report import report_files
+from assay.store import Store
+
+
+def finish_run(store: Store, spec: Any, run: StudyRun, out: Path,
+               started: float | None = None, note: str | None = None) -> dict[str, Any]:
+    """Write the run directory (report files, rows Parquet, run.json) and return run.json.
+    run.json lists the stage keys the run used: ``assay store gc`` keeps what kept runs list."""
+    files = report_files(store, run.report)
+    rows = {name: concat_rows(store, parts) for name, parts in run.graded.items()}
+    measured = next((r for r in run.results if r.stage == "measure"), None)
+    if measured is not None and "selected" in measured.outputs and spec.measure.select:
+        # the rows select(mode="rl") kept: the training export carries only what a trainer may
+        # see; the same rows with their references and verdict details stay under .graded
+        selected = load_rows(store, measured, "selected")
+        rows[f"selected-{spec.measure.select.source}"] = selected.training_table()
+        rows[f"selected-{spec.measure.select.source}.graded"] = selected
+    info = {"study": spec.name, "spec_checksum": run.spec_checksum,
+            "spec_definition": spec.definition_checksum(),
+            "cached": run.cached_stages, "computed": run.computed_stages,
+            "store": str(store.root.resolve()), "files": sorted(files),
+            "stage_keys": sorted({r.key for r in run.results}),
+            "started": started if started is not None else time.time()}
+    if note:  # e.g. served from the store without a Prefect flow run
+        info["orchestration"] = note
+    made = [r for r in run.results if r.stage == "generate"]
+    if made:  # requests sent this run and their latency: wall-clock facts, so here, not in the report
+        info["generation"] = {r.label: {**r.summary, "cached": r.cached} for r in made}
+    write_run_dir(out, files, rows, info)
+    return info
