@@ -153,7 +153,6 @@ def _serve_cached(args: argparse.Namespace, t0: float) -> bool:
     """Serve a run whose every node is cached straight from the store, before any Prefect
     start-up (seconds of the embedded server for nothing new). False when anything is
     missing or the spec has problems: the orchestrated run then computes, or reports them."""
-    from assay.errors import AssayError
     from assay.spec import check_files, load_spec
     from assay.stages.finish import finish_run
     from assay.stages.plan import serve_cached
@@ -174,7 +173,7 @@ def _serve_cached(args: argparse.Namespace, t0: float) -> bool:
             for r in run.results:
                 print_progress(r)
             info = finish_run(store, spec, run, out, started, note=SERVED_NOTE)
-    except (AssayError, OSError, ValueError):
+    except Exception:  # noqa: BLE001  (the flow meets it again and reports it properly)
         return False
     (out / "run.log").write_text(f"served from the store: {SERVED_NOTE}\n", encoding="utf-8")
     print(summarize(run.results), file=sys.stderr, flush=True)
