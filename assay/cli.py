@@ -154,9 +154,9 @@ def _serve_cached(args: argparse.Namespace, t0: float) -> bool:
     start-up (seconds of the embedded server for nothing new). False when anything is
     missing or the spec has problems: the orchestrated run then computes, or reports them."""
     from assay.spec import check_files, load_spec
+    from assay.stages.cache import print_progress, summarize
     from assay.stages.finish import finish_run
     from assay.stages.plan import serve_cached
-    from assay.stages.cache import print_progress, summarize
     from assay.store import Store
 
     started = time.time()

@@ -94,6 +94,7 @@ sources:
 {sources}
 reward:
   models: [{{name: minilm, kind: embedding}}]
+  data: null
   score: {{sources: [left, right]}}
 measure:
   pass_at: {{k: 4}}
@@ -150,7 +151,7 @@ def graph_child(spec_path: str, store: str, mode: str) -> None:
 
 
 def graph_bench(tmp: Path, repeats: int, latency: float = 0.2, slots: int = 8,
-                prompts: int = 24, ms: float = 25) -> None:
+                prompts: int = 16, ms: float = 25) -> None:
     import json
     import threading
 
@@ -202,7 +203,7 @@ def graph_bench(tmp: Path, repeats: int, latency: float = 0.2, slots: int = 8,
                                  "scoring": b.get("score-rows", 0.0)})
                 prev = seen.setdefault(mode, doc)
                 assert (prev["report"], prev["rows"], prev["keys"]) == \
-                    (doc["report"], doc["rows"], doc["keys"]), f"{mode}: results differ between runs"
+                    (doc["report"], doc["rows"], doc["keys"]), f"{mode}: results differ by run"
                 print(f"  repeat {i + 1} {mode}: {doc['wall']:.2f} s", flush=True)
         same = all(seen["chain"][k] == seen["graph"][k] for k in ("report", "rows", "keys"))
         c, g = statistics.median(walls["chain"]), statistics.median(walls["graph"])

@@ -38,7 +38,7 @@ def finish_run(store: Store, spec: Any, run: StudyRun, out: Path,
     if note:  # e.g. served from the store without a Prefect flow run
         info["orchestration"] = note
     made = [r for r in run.results if r.stage == "generate"]
-    if made:  # requests sent this run and their latency: wall-clock facts, so here, not in the report
+    if made:  # requests sent this run and their latency: wall-clock facts, not the report's
         info["generation"] = {r.label: {**r.summary, "cached": r.cached} for r in made}
     write_run_dir(out, files, rows, info)
     return info

@@ -94,7 +94,8 @@ def study_graph(spec: StudySpec, store: Store | None, *, progress: Any = print_p
 
     if spec.sources:
         g.add(Node("measure", "measure", lambda get: ((store, spec, graded_of(get)), pk),
-                   run_measure, deps=finals, order=(4,), label=",".join(s.name for s in spec.sources)))
+                   run_measure, deps=finals, order=(4,),
+                   label=",".join(s.name for s in spec.sources)))
     ups = (("measure",) if spec.sources else ()) + ((decon_id,) if decon_id else ()) + tuple(
         f"score-reward-model[{m}]" for m in audits)
     g.add(Node("report", "report",
@@ -123,7 +124,9 @@ def _shards(spec: StudySpec, store: Store | None, si: int, src: Any, scored: Seq
             return nodes
         gen = getattr(src, "generate", None)
         rows = load_rows(store, filtered)  # type: ignore[arg-type]
-        per = prompts_per_shard(spec.execution.shard_rows, gen.k) if gen else spec.execution.shard_rows
+        per = spec.execution.shard_rows
+        if gen is not None:
+            per = prompts_per_shard(per, gen.k)
         bounds = shard_bounds(rows, per)
         n = len(bounds)
         score_si = scored.index(name) if name in scored else None
@@ -146,7 +149,8 @@ def _shards(spec: StudySpec, store: Store | None, si: int, src: Any, scored: Seq
                         () if score_si is not None else (f"final:{name}",))))
             else:
                 nodes.append(Node(grade_id, "grade",
-                                  _always(store, spec, name, filtered, b, i, n, workers=workers, **pk),
+                                  _always(store, spec, name, filtered, b, i, n,
+                                          workers=workers, **pk),
                                   run_grade_shard, resources=("cores",), order=(0, si, 3, i),
                                   label=label, groups=(f"graded:{name}",) + (
                                       () if score_si is not None else (f"final:{name}",))))

@@ -32,8 +32,8 @@ def spec_text(base_url: str, max_connections: int = 2) -> str:
       params: {{temperature: 0.7, max_tokens: 8}}
       max_connections: {mc}
     verifier: {{kind: numeric}}"""
-    return ("name: gen-graph\nsources:" + "".join(src.format(name=n, url=base_url, mc=max_connections)
-                                                for n in ("add", "sum"))
+    srcs = "".join(src.format(name=n, url=base_url, mc=max_connections) for n in ("add", "sum"))
+    return ("name: gen-graph\nsources:" + srcs
             + "\nmeasure:\n  pass_at: {k: 2}\n  compare: [{before: add, after: sum}]\n"
             "execution: {shard_rows: 6}\n")
 
