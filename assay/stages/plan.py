@@ -15,6 +15,7 @@ Example:
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -47,10 +48,35 @@ def _always(*args: Any, **kwargs: Any) -> Callable[[Any], tuple[tuple[Any, ...],
     return lambda get: (args, kwargs)
 
 
+def _on_cpu(device: Any) -> bool:
+    """Whether a model with this ``device`` setting runs on the CPU. ``auto`` is decided without
+    importing torch (a fully cached rerun never loads it): no NVIDIA device node, no GPU."""
+    d = str(device or "auto")
+    if d == "auto":
+        return not os.path.exists("/dev/nvidiactl")
+    return not d.startswith("cuda")
+
+
+def _model_resources(devices: Sequence[Any]) -> tuple[str, ...]:
+    """A model holds the ``gpu`` slot (one model at a time); on the CPU it also holds ``cores``:
+    its threads and the grading workers would otherwise fight over the same cores (measured:
+    scoring next to grading on 2 cores was slower than one after the other)."""
+    return ("gpu", "cores") if any(_on_cpu(d) for d in devices) else ("gpu",)
+
+
 def _generation_resources(src: Any) -> tuple[str, ...]:
-    """A local model (transformers) generating holds the ``gpu`` slot; a server does not."""
-    kind = getattr(getattr(src.generate, "model", None), "kind", None)
-    return ("gpu",) if kind == "hf" else ()
+    """A local model (transformers) generating holds the model slots; a server does not."""
+    model = getattr(src.generate, "model", None)
+    if getattr(model, "kind", None) != "hf":
+        return ()
+    return _model_resources([getattr(model, "device", "auto")])
+
+
+def _reward_resources(models: Sequence[Any]) -> tuple[str, ...]:
+    """Reward models' slots; a ``function`` scorer is plain Python: the ``gpu`` slot only."""
+    devices = [(getattr(m, "params", None) or {}).get("device", "auto") for m in models
+               if getattr(m, "kind", None) != "function"]
+    return _model_resources(devices) if devices else ("gpu",)
 
 
 def study_graph(spec: StudySpec, store: Store | None, *, progress: Any = print_progress,
@@ -85,7 +111,8 @@ def study_graph(spec: StudySpec, store: Store | None, *, progress: Any = print_p
     audits = [m.name for m in (spec.reward.models if spec.reward and spec.reward.data else ())]
     for ai, m in enumerate(audits):
         g.add(Node(f"score-reward-model[{m}]", "score-reward-model",
-                   _always(store, spec, m, **pk), run_reward_audit, resources=("gpu",),
+                   _always(store, spec, m, **pk), run_reward_audit,
+                   resources=_reward_resources([e for e in spec.reward.models if e.name == m]),
                    order=(3, ai), label=m))
     finals = tuple(f"group:final:{s.name}" for s in spec.sources)
 
@@ -113,13 +140,15 @@ def _shards(spec: StudySpec, store: Store | None, si: int, src: Any, scored: Seq
     name = src.name
     pk = {"progress": progress}
 
+    scoring = _reward_resources(spec.reward.scoring_models()) if scored else ()
+
     def expand(filtered: StageResult) -> list[Node]:
         nodes: list[Node] = []
         if src.verifier is None:  # the filtered rows are the graded ones (as in the chain)
             if name in scored:
                 nodes.append(Node(f"score-rows[{name}]", "score-rows",
                                   _always(store, spec, name, filtered, 0, 1, **pk), run_score_rows,
-                                  resources=("gpu",), order=(1, scored.index(name), 0),
+                                  resources=scoring, order=(1, scored.index(name), 0),
                                   label=name, groups=(f"final:{name}",)))
             return nodes
         gen = getattr(src, "generate", None)
@@ -158,7 +187,7 @@ def _shards(spec: StudySpec, store: Store | None, si: int, src: Any, scored: Seq
                 nodes.append(Node(f"score-rows[{label}]", "score-rows",
                                   lambda get, grade_id=grade_id, i=i: (
                                       (store, spec, name, get(grade_id), i, n), pk),
-                                  run_score_rows, deps=(grade_id,), resources=("gpu",),
+                                  run_score_rows, deps=(grade_id,), resources=scoring,
                                   order=(1, score_si, i), label=label if n > 1 else name,
                                   groups=(f"final:{name}",)))
         return nodes
