@@ -24,7 +24,12 @@ Run: ``.venv/bin/python benchmarks/pipeline.py [--only graph,quickstart,overhead
    on a smaller spec (``--overhead-spec``, default: 40 HumanEval problems x 4 samples x 2 arms,
    graded by CodeExec, measured) so repeats fit in minutes.
 
-Measured 2026-11-30 on the 2-core dev VM: cold 79.5 s; fully cached rerun median 9.14 s (8.55,
+Measured 2026-12-02 on the shared 2-core VM, load average 7-22 (see the README for all of it):
+graph vs chain 1.20x on medians of 5 (paired ratios median 1.43x), graph / busiest resource 1.34,
+identical results; fully cached quickstart rerun served without Prefect 9.4 s wall but 1.4 s of
+CPU (the wall is waiting for a core), through Prefect 33.5 s wall / 11.0 s CPU.
+
+Earlier, measured 2026-11-30 on the 2-core dev VM (before the graph and the fast path): cold 79.5 s; fully cached rerun median 9.14 s (8.55,
 9.14, 9.41; 6.7-7.8 s at quieter moments); overhead +3.7%. The cached rerun is mostly the
 embedded server's start-up: importing Prefect's server takes 5.4-8.8 s of one core on this VM,
 then the first API call builds FastAPI's routes (~0.8 s); the client's imports overlap it.

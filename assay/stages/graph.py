@@ -125,6 +125,10 @@ class GraphRun:
         return tuple(self.results[m] for m in self.graph.groups[name][1])
 
 
+def _waker(q: queue.SimpleQueue[str], node_id: str) -> Callable[[], None]:
+    return lambda: q.put(node_id)
+
+
 class NodeFailed(RuntimeError):
     """Raised by :func:`run_graph` when the failing node's own exception cannot carry a note."""
 
@@ -200,7 +204,7 @@ def run_graph(graph: Graph, executor: Executor, *, max_parallel: int = 8,
                     waits = [h for d in n.deps for h in handles(d)]
                     with lock:
                         running[n.id] = executor.submit(n, args, kwargs, waits,
-                                                        lambda i=n.id: finished.put(i))
+                                                        _waker(finished, n.id))
             if not running:
                 break
             try:
