@@ -16,9 +16,10 @@ Run: ``.venv/bin/python benchmarks/pipeline.py [--only graph,quickstart,overhead
 
 1. cold: ``assay run SPEC`` as a user runs it (a subprocess, embedded Prefect server, fresh
    content store, warm PREFECT_HOME database), wall time.
-2. cached: the same command again on the same store: every stage served from the store, wall
-   time including Prefect's start-up (target: under 10 s).
-3. overhead: the same stage chain cold in fresh stores, once through the Prefect flow (tasks,
+2. cached: the same command again on the same store: every stage served from the store
+   without starting Prefect (target: under 2 s), then with ``--no-fast-path`` (Prefect's
+   start-up included); wall time and CPU seconds (user+sys, all processes).
+3. overhead: the same stage graph cold in fresh stores, once through the Prefect flow (tasks,
    embedded server already up) and once by calling ``assay.stages.run_study`` directly;
    overhead = flow / direct - 1 (target: under 15%). Medians of ``--repeats`` alternated runs,
    on a smaller spec (``--overhead-spec``, default: 40 HumanEval problems x 4 samples x 2 arms,
