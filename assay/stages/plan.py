@@ -219,8 +219,14 @@ def run_study(spec: StudySpec, store: Store, *, call: Callable[..., StageResult]
     cap = max_parallel_for(spec, max_parallel)
     graph = study_graph(spec, store, progress=progress, workers=workers)
     ex = executor if executor is not None else ThreadExecutor(cap)
-    run = run_graph(graph, ex, max_parallel=cap,
-                    capacity=capacity if capacity is not None else LOCAL_CAPACITY)
+    try:
+        run = run_graph(graph, ex, max_parallel=cap,
+                        capacity=capacity if capacity is not None else LOCAL_CAPACITY)
+    except KeyboardInterrupt:  # Ctrl-C: shards grading on other threads stop too
+        from assay.grading import cancel_running
+
+        cancel_running()
+        raise
     graded = {s.name: run.group(f"final:{s.name}") for s in spec.sources}
     return StudyRun(spec.checksum(), tuple(run.ordered()), graded, run.results["report"])
 
