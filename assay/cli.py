@@ -166,6 +166,60 @@ _EMBEDDED_RUN_DONE = False
 _RUN: dict[str, Any] = {}
 
 
+#: run.json's note (and the terminal's) when every node was served from the store.
+SERVED_NOTE = ("none: every stage node was already in the store, so no Prefect server was "
+               "started and no flow run was recorded (--no-fast-path records one)")
+
+
+def _serve_cached(args: argparse.Namespace, t0: float) -> bool:
+    """Serve a run whose every node is cached straight from the store, before any Prefect
+    start-up (seconds of the embedded server for nothing new). False when anything is
+    missing or the spec has problems: the orchestrated run then computes, or reports them."""
+    from assay.spec import check_files, load_spec
+    from assay.stages.cache import print_progress, summarize
+    from assay.stages.finish import finish_run
+    from assay.stages.plan import serve_cached
+    from assay.store import Store
+
+    started = time.time()
+    try:
+        overrides = spec_overrides(args)
+        spec = load_spec(args.spec, overrides)
+        if check_files(spec):
+            return False
+        store = Store(args.store)
+        with store.in_use():
+            run = serve_cached(spec, store, progress=None)
+            if run is None:
+                return False
+            out = spec.output_dir(args.output)
+            for r in run.results:
+                print_progress(r)
+            info = finish_run(store, spec, run, out, started, note=SERVED_NOTE,
+                              overrides=overrides)
+    except Exception:  # noqa: BLE001  (the flow meets it again and reports it properly)
+        return False
+    (out / "run.log").write_text(f"served from the store: {SERVED_NOTE}\n", encoding="utf-8")
+    if spec.execution.view and not args.no_view:
+        from assay.view import write_view
+
+        try:
+            print(f"view: {write_view(out)}", file=sys.stderr, flush=True)
+        except Exception as e:  # noqa: BLE001 (the results stand; the page is a convenience)
+            print(f"warning: the page {out / 'view'} was not written: {type(e).__name__}: {e} "
+                  f"(retry with `assay view {out}`)", file=sys.stderr, flush=True)
+    print(summarize(run.results), file=sys.stderr, flush=True)
+    if "sent" in info:
+        print("generation: 0 requests sent: all {} completions served from the cache (this run "
+              "asked the model nothing)".format(info.get("completions", 0)),
+              file=sys.stderr, flush=True)
+    print("[prefect] not started: every stage was cached (run.json: orchestration)",
+          file=sys.stderr, flush=True)
+    print(f"done in {time.perf_counter() - t0:.1f} s: {len(info['cached'])} stage(s) cached, "
+          f"0 computed; report in {out}/report.md", file=sys.stderr)
+    return True
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     from assay.spec import check_files, load_spec
     from flows.embedded import apply_local_settings, embedded_server, require_real_server
@@ -177,6 +231,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.store:
         os.environ["ASSAY_STORE"] = str(Path(args.store).resolve())
     _RUN["debug"] = bool(args.debug)
+    if not args.no_fast_path and _serve_cached(args, t0):
+        return 0
     # The embedded server is launched first: its start-up overlaps loading the spec and
     # importing Prefect here. A bad spec stops it again before Prefect is imported.
     overrides = spec_overrides(args)
@@ -209,7 +265,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                         server.wait()
                     result = run_spec(args.spec, args.output, args.store,
                                       embedded=server is not None, view=not args.no_view,
-                                      overrides=overrides)
+                                      overrides=overrides, max_parallel=args.max_parallel)
                 except BaseException as e:
                     logging.getLogger("assay.cli").error(
                         "assay run %s failed in %s", args.spec,
@@ -382,6 +438,16 @@ def cmd_store(args: argparse.Namespace) -> int:
     return 3 if args.action == "verify" and res.corrupt else 0
 
 
+def _positive(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number >= 1, not {text!r}")
+    return n
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="assay", description="LLM-evaluation and reward-model studies.")
     sub = p.add_subparsers(dest="command", required=True)
@@ -400,6 +466,10 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--no-view", action="store_true",
                    help="do not write OUTPUT/view/ (the sample viewer; also execution.view: false)")
     add_override_flags(r)
+    r.add_argument("--no-fast-path", action="store_true",
+                   help="run the Prefect flow even when every stage is cached (records a flow run)")
+    r.add_argument("--max-parallel", type=_positive, metavar="N",
+                   help="stage nodes in flight at once (default: execution.max_parallel, or 8)")
     r.set_defaults(func=cmd_run)
     rep = sub.add_parser("report", help="print the report of a finished run (no Prefect)")
     rep.add_argument("run_dir")

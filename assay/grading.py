@@ -286,6 +286,22 @@ def _shared_pool() -> _SharedPool:
         return _shared
 
 
+_CANCELLED = [0]  # bumped by cancel_running(): every grade call started before it stops
+
+
+def cancel_running() -> None:
+    """Stop every grade call now running in this process (on other threads), within half a
+    second: each raises KeyboardInterrupt and kills its workers. What an interrupted study graph
+    calls, so Ctrl-C does not wait for shards grading on worker threads; later calls run.
+
+    Example:
+        >>> cancel_running()
+    """
+    _CANCELLED[0] += 1
+    if "assay.verify.sandbox" in sys.modules:  # CodeExec's sandboxes: kill their jobs now
+        sys.modules["assay.verify.sandbox"].abort_running()
+
+
 def shutdown_workers() -> None:
     """Stop the worker processes kept between grade calls: MathEqual's grading workers and
     CodeExec's sandbox servers (they also stop at exit).
@@ -365,11 +381,14 @@ def _drive(ctx: Any, judge: Judge, rows: list[Mapping[str, Any]], workers: int, 
     unit = progress.current()
 
     ok = False
+    epoch = _CANCELLED[0]
     try:
         slots = pool.take(ctx, workers) if pool is not None else _fork_slots(ctx, judge, workers)
         for s in slots:
             feed(s)
         while any(s.pending for s in slots):
+            if _CANCELLED[0] != epoch:  # the run was interrupted (cancel_running)
+                raise KeyboardInterrupt("grading cancelled")
             ready = wait([s.conn for s in slots if s.pending], timeout=0.5)
             now = time.monotonic()
             for k, s in enumerate(slots):

@@ -194,6 +194,8 @@ class ExecutionSpec(SpecModel):
     address: str | None = Field(None, description="dask: scheduler address (default: a LocalCluster)")
     workers: int | None = Field(None, ge=1, description="grading worker processes (default: cores)")
     shard_rows: int = Field(256, ge=1, description="rows per grading shard (the resume unit)")
+    max_parallel: int | None = Field(None, ge=1, description="stage nodes in flight at once "
+                                     "(default 8; `assay run --max-parallel` overrides)")
     log_level: Literal["debug", "info", "warning", "error"] = "warning"
     view: bool = Field(True, description="write OUTPUT/view/index.html, the page of the run's "
                        "samples (`assay view OUTPUT` writes it later too)")

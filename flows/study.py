@@ -2,8 +2,8 @@
 
 ``run_spec`` is the entry point ``assay run`` uses: embedded server, quiet settings, runner.
 
-The chain itself lives in ``assay.stages.run_study``; this flow only decides where each stage
-runs (a Prefect task here, locally or on Dask) so the same chain also runs without Prefect.
+The graph itself lives in ``assay.stages.plan`` (plain Python, runnable without Prefect); this
+flow only decides where each node runs: a Prefect task future, on threads or on Dask workers.
 """
 
 from __future__ import annotations
@@ -22,10 +22,10 @@ from typing import Any
 from prefect import flow
 
 from assay import stages
-from assay.report import write_run_dir
 from assay.spec import load_spec
+from assay.stages.finish import finish_run
+from assay.stages.plan import LOCAL_CAPACITY
 from assay.store import Store
-from assay.unjudged import failed_samples
 from assay.watchdog import guard
 from flows.embedded import OrchestrationError, require_real_server
 from flows.progress_ui import progress_artifacts
@@ -77,86 +77,59 @@ def write_page(out: Path, name: str | None = None) -> Path | None:
     return page
 
 
-def finish_run(store: Store, spec: Any, run: stages.StudyRun, out: Path,
-               started: float | None = None, overrides: list[str] | None = None) -> dict[str, Any]:
-    """Write the run directory (report files, rows Parquet, run.json) and return run.json.
-    run.json lists the stage keys the run used: ``assay store gc`` keeps what kept runs list."""
-    files = stages.report_files(store, run.report)
-    rows = {name: stages.concat_rows(store, parts) for name, parts in run.graded.items()}
-    measured = next((r for r in run.results if r.stage == "measure"), None)
-    if measured is not None and "selected" in measured.outputs and spec.measure.select:
-        # the rows select(mode="rl") kept: the training export carries only what a trainer may
-        # see; the same rows with their references and verdict details stay under .graded
-        selected = stages.load_rows(store, measured, "selected")
-        rows[f"selected-{spec.measure.select.source}"] = selected.training_table()
-        rows[f"selected-{spec.measure.select.source}.graded"] = selected
-    info = {"study": spec.name, "spec_checksum": run.spec_checksum,
-            "spec_definition": spec.definition_checksum(),
-            "study_definition": spec.definition_content(),
-            "cached": run.cached_stages, "computed": run.computed_stages,
-            "store": str(store.root.resolve()), "files": sorted(files),
-            "stage_keys": sorted({r.key for r in run.results}),
-            "started": started if started is not None else time.time()}
-    failed = failed_samples({x.name: rows[x.name] for x in spec.sources if x.name in rows})
-    if failed:  # gen_error rows: the numbers cover fewer samples; `assay run` exits EXIT_PARTIAL
-        info["failed_samples"] = failed
-    made = [r for r in run.results if r.stage == "generate"]
-    if made:  # requests sent this run and their latency: wall-clock facts, so here, not in the report
-        # a stage served from the cache sent nothing this run, whatever its first run sent
-        info["generation"] = stages.generation_facts(made)
-        info["sent"] = sum(g.get("sent") or 0 for g in info["generation"]["shards"].values())
-        info["completions"] = sum(int(r.summary.get("rows") or 0) for r in made)
-    if overrides:
-        info["overrides"] = list(overrides)
-    if spec.night is not None:
-        info["night"] = spec.night
-    tested = spec.model_under_test()
-    if tested:
-        from assay.nightly.under_test import records_of
+class PrefectExecutor:
+    """Runs the study graph's nodes as Prefect task runs on the flow's task runner (threads
+    locally, workers on Dask): each node is submitted once its inputs exist, with
+    ``wait_for`` its inputs' futures, so the flow run records the graph's edges."""
 
-        info["under_test"] = records_of(tested, info.get("generation", {}).get("shards", {}))
-    write_run_dir(out, files, rows, info)
-    return info
+    def __init__(self, distributed: bool) -> None:
+        self.distributed = distributed
+
+    def submit(self, node: Any, args: tuple[Any, ...], kwargs: dict[str, Any],
+               waits: list[Any], done: Any) -> Any:
+        task = TASKS[node.fn]
+        if self.distributed and "workers" in kwargs:  # a cluster worker grades on one core
+            kwargs = {**kwargs, "workers": 1}
+        fut = task.submit(*args, wait_for=waits, **kwargs)
+        fut.add_done_callback(lambda _: done())
+        return fut
+
+    def result(self, handle: Any) -> Any:
+        return handle.result()
+
+    def close(self, cancel: bool) -> None:
+        pass  # the flow's task runner owns the workers
+
+
+def capacity_for(spec: Any) -> dict[str, int]:
+    """Slots for the graph: on a cluster, one grading shard per worker core."""
+    if spec.execution.runner == "local":
+        return dict(LOCAL_CAPACITY)
+    return {**LOCAL_CAPACITY, "cores": spec.execution.workers or os.cpu_count() or 1}
 
 
 @flow(name="assay-study", persist_result=False, log_prints=False, validate_parameters=True)
 def study(spec: str, output: str | None = None, store_root: str | None = None,
           publish: bool = True, view: bool = True, overrides: list[str] | None = None,
-          night: str | None = None) -> dict[str, Any]:
+          night: str | None = None, max_parallel: int | None = None) -> dict[str, Any]:
     """Run the study in spec file ``spec``; write ``output`` (default from the spec) and, unless
     ``view`` or the spec's ``execution.view`` is false, its page ``output/view/index.html``.
     ``overrides``: ``PATH=VALUE`` items applied to the spec (``--set``); ``night``: run as
-    that nightly night (completions of an unproven model identity are keyed to it)."""
+    that nightly night (completions of an unproven model identity are keyed to it). The stages
+    are a graph (``assay.stages.plan``): every node whose inputs exist runs, at most
+    ``max_parallel`` at once (default: the spec's ``execution.max_parallel``)."""
     s = load_spec(spec, overrides or ()).for_night(night)
     store = Store(store_root)
-    local = s.execution.runner == "local"
-
-    def call(fn: Any, *args: Any, **kwargs: Any) -> stages.StageResult:
-        with stage_named(fn, args):
-            return TASKS[fn](*args, **kwargs)
-
-    def call_many(fn: Any, calls: list[tuple[tuple[Any, ...], dict[str, Any]]]) -> list[Any]:
-        if local:  # one shard at a time; each grade call already uses every core
-            out = []
-            for a, k in calls:
-                with stage_named(fn, a):
-                    out.append(TASKS[fn](*a, **k))
-            return out
-        futures = [TASKS[fn].submit(*a, **{**k, "workers": 1}) for a, k in calls]
-        results = []
-        for (a, _), f in zip(calls, futures):
-            with stage_named(fn, a):
-                results.append(f.result())
-        return results
-
     started = time.time()
     out = s.output_dir(output)
     with store.in_use():  # a store gc waits until this run has written its run.json
         # past execution.deadline, or stalled for execution.stall_after: RunStopped is raised
         # here, so the flow run ends Failed naming the stage (what was committed stays)
         with guard(s.execution.deadline, s.execution.stall_after), progress_artifacts():
-            run = stages.run_study(s, store, call=call, call_many=call_many)
-        info = finish_run(store, s, run, out, started, overrides)
+            run = stages.run_study(s, store,
+                                   executor=PrefectExecutor(s.execution.runner != "local"),
+                                   max_parallel=max_parallel, capacity=capacity_for(s))
+        info = finish_run(store, s, run, out, started, overrides=overrides)
     if publish:
         _publish_artifacts(s.name, stages.report_files(store, run.report))
     if view and s.execution.view:
@@ -176,20 +149,6 @@ def generation_line(info: dict[str, Any]) -> str:
         return (f"generation: 0 requests sent: all {n} completions served from the cache "
                 "(this run asked the model nothing)")
     return f"generation: {sent} requests sent to the model ({n} completions in all)"
-
-
-@contextlib.contextmanager
-def stage_named(fn: Any, args: tuple[Any, ...]) -> Iterator[None]:
-    """Label an exception escaping a stage with the stage (and its source or model), as
-    ``exc.assay_stage``: ``assay run`` names it in its one ``error:`` line."""
-    try:
-        yield
-    except BaseException as e:
-        if getattr(e, "assay_stage", None) is None:
-            what = args[2] if len(args) > 2 and isinstance(args[2], str) else None
-            with contextlib.suppress(AttributeError, TypeError):
-                e.assay_stage = TASKS[fn].name + (f" ({what})" if what else "")
-        raise
 
 
 @contextlib.contextmanager
@@ -229,13 +188,14 @@ def capture_logs(path: str | os.PathLike[str], *, echo: bool = False) -> Iterato
         handler.close()
 
 
-def task_runner_for(spec: Any) -> Any:
-    """The task runner a spec's execution settings ask for; Dask and Ray need a real server."""
+def task_runner_for(spec: Any, max_parallel: int | None = None) -> Any:
+    """The task runner a spec's execution settings ask for; Dask and Ray need a real server.
+    Locally one thread per node in flight (``max_parallel``)."""
     runner = spec.execution.runner
     if runner == "local":
         from prefect.task_runners import ThreadPoolTaskRunner
 
-        return ThreadPoolTaskRunner(max_workers=1)
+        return ThreadPoolTaskRunner(max_workers=stages.max_parallel_for(spec, max_parallel))
     require_real_server(runner)
     if runner == "dask":
         from prefect_dask import DaskTaskRunner
@@ -275,15 +235,16 @@ def prewarm() -> None:
 
 def run_spec(spec_path: str, output: str | None = None, store_root: str | None = None, *,
              embedded: bool = True, publish: bool = True, view: bool = True,
-             overrides: list[str] | None = None) -> dict[str, Any]:
+             overrides: list[str] | None = None,
+             max_parallel: int | None = None) -> dict[str, Any]:
     """Run a study flow with the runner its spec names (call under ``flows.embedded`` set-up)."""
     spec = load_spec(spec_path, overrides or ())
-    runner = task_runner_for(spec)
+    runner = task_runner_for(spec, max_parallel)
     t0 = time.perf_counter()
     flow_ = study.with_options(task_runner=runner)
     ctx = _quiet_local() if embedded else contextlib.nullcontext()
     with ctx:
         result = flow_(spec=str(spec_path), output=output, store_root=store_root, publish=publish,
-                       view=view, overrides=list(overrides or []))
+                       view=view, overrides=list(overrides or []), max_parallel=max_parallel)
     result["seconds"] = round(time.perf_counter() - t0, 3)
     return result

@@ -22,9 +22,12 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import sys
+import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -125,6 +128,36 @@ def _store_output(store: Store, value: Any) -> tuple[str, str]:
     return k, k
 
 
+class NotCached(LookupError):
+    """Inside :func:`cached_only`: a stage's key is not in the store (it would compute)."""
+
+
+_CACHED_ONLY: contextvars.ContextVar[bool] = contextvars.ContextVar("assay_cached_only",
+                                                                    default=False)
+
+
+@contextlib.contextmanager
+def cached_only() -> Iterator[None]:
+    """While the block runs (in this thread), a stage whose key is not stored raises
+    :class:`NotCached` instead of computing: how a fully cached run is served without starting
+    any orchestration.
+
+    Example:
+        >>> import tempfile
+        >>> from assay.store import Store
+        >>> with cached_only():
+        ...     cached_stage(Store(tempfile.mkdtemp()), "measure", inputs=[], params={},
+        ...                  compute=lambda: ({}, {}))
+        Traceback (most recent call last):
+        assay.stages.cache.NotCached: measure: not in the store
+    """
+    token = _CACHED_ONLY.set(True)
+    try:
+        yield
+    finally:
+        _CACHED_ONLY.reset(token)
+
+
 def cached_stage(store: Store, stage: str, *, inputs: Sequence[str], params: Any,
                  compute: Callable[[], tuple[Mapping[str, Any], Mapping[str, Any]]],
                  fingerprint: Any = None, label: str | None = None,
@@ -144,6 +177,8 @@ def cached_stage(store: Store, stage: str, *, inputs: Sequence[str], params: Any
         if progress:
             progress(res)
         return res
+    if _CACHED_ONLY.get():
+        raise NotCached(f"{label}: not in the store")
     if progress:  # long stages (a reward model, a big shard) say they started
         progress(StageResult(stage, label, key, {}, {}, {"state": "running"}))
     t0 = time.perf_counter()
@@ -175,10 +210,16 @@ def print_progress(res: StageResult, stream: Any = None) -> None:
         line = f"[{res.stage}] {res.label}: {n} rows in {res.seconds:.1f} s ({rate:,.0f} rows/s)"
     else:
         line = f"[{res.stage}] {res.label}: done in {res.seconds:.1f} s"
-    print(line, file=stream, flush=True)
+    with _PRINT_LOCK:  # nodes run concurrently: one write per line, never two half-lines
+        stream.write(line + "\n")
+        stream.flush()
+
+
+_PRINT_LOCK = threading.Lock()
 
 
 _TABLES: dict[tuple[str, str], pa.Table] = {}
+_TABLES_LOCK = threading.Lock()
 
 
 def load_rows(store: Store, res: StageResult, name: str = "rows") -> Rows:
@@ -189,9 +230,10 @@ def load_rows(store: Store, res: StageResult, name: str = "rows") -> Rows:
     if t is None:
         t = store.get_table(res.outputs[name])
         if t is not None:
-            if len(_TABLES) >= 8:
-                _TABLES.pop(next(iter(_TABLES)))
-            _TABLES[memo] = t
+            with _TABLES_LOCK:  # shards on several threads read and evict at once
+                while len(_TABLES) >= 8:
+                    _TABLES.pop(next(iter(_TABLES)))
+                _TABLES[memo] = t
     if t is None:
         raise StoreError(f"{res.label}: output {name!r} ({res.outputs[name]}) vanished from "
                          f"{store.root}; rerun to recompute it")

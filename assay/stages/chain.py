@@ -1,8 +1,8 @@
-"""The study chain: build-rows -> filter-rows -> [generate] -> grade -> decontaminate ->
-score-rows -> score-reward-model -> measure -> report. ``run_study`` runs it directly; ``flows/study.py`` makes each stage a task.
+"""The study as a chain (the order before the graph): build-rows -> filter-rows -> [generate] ->
+grade -> decontaminate -> score-rows -> score-reward-model -> measure -> report, one at a time.
 
-Adding a stage: one module in ``assay/stages/`` (``define_stage`` + ``run_<stage>``), one line
-here, one task line in ``tasks/stages.py``.
+``run_chain`` is kept as the reference the graph (``assay.stages.plan``) is compared against
+byte for byte, and for ``run_study(mode="chain")``; :class:`StudyRun` is what both return.
 """
 
 from __future__ import annotations
@@ -55,11 +55,11 @@ class StudyRun:
         return [f"{r.stage}[{r.label}]" for r in self.results if not r.cached]
 
 
-def run_study(spec: StudySpec, store: Store, *, call: Callable[..., StageResult] = direct_call,
+def run_chain(spec: StudySpec, store: Store, *, call: Callable[..., StageResult] = direct_call,
               call_many: Callable[..., list[StageResult]] = direct_map,
               progress: Callable[[StageResult], None] | None = print_progress,
               workers: int | None = None) -> StudyRun:
-    """Run the chain, skipping what the spec does not ask for. ``call``/``call_many`` decide
+    """Run the chain, skipping what the spec does not ask for (stages one after another). ``call``/``call_many`` decide
     where each stage runs (directly, or as Prefect tasks: see ``flows/study.py``)."""
     workers = workers or spec.execution.workers
     done: list[StageResult] = []

@@ -23,6 +23,8 @@ from assay.rows import Rows
 from assay.spec import StudySpec
 from assay.stages.build_rows import source_named
 from assay.stages.cache import (
+    _CACHED_ONLY,
+    NotCached,
     StageResult,
     _ref_name,
     cached_stage,
@@ -85,6 +87,8 @@ def run_generate_shard(store: Store, spec: StudySpec, source_name: str, filtered
     key = stage_key(STAGE, [part.checksum()], params, fingerprint)
     doc = lookup(store, key)
     if doc is not None and doc["summary"].get("errors"):
+        if _CACHED_ONLY.get():  # a probe changes nothing: the real run retries them
+            raise NotCached(f"{source_name} shard {shard + 1}/{n_shards}: has failed requests")
         store.delete_ref(_ref_name(key))  # retry the failed requests (the rest is journalled)
 
     def compute() -> tuple[dict[str, Any], dict[str, Any]]:

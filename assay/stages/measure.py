@@ -26,21 +26,22 @@ STAGE = define_stage("measure", 1)
 def run_measure(store: Store, spec: StudySpec, graded: Mapping[str, Sequence[StageResult]], *,
                 progress: Any = None) -> StageResult:
     """The measurements the spec asks for, over the graded rows of each source."""
-    from assay.measure import (
-        compare,
-        compare_by,
-        eval_variance,
-        holdout_size,
-        pass_at,
-        pass_at_by,
-        select,
-    )
-    from assay.report import result_doc
-
     m = spec.measure
     names = [s.name for s in spec.sources]
 
     def compute() -> tuple[dict[str, Any], dict[str, Any]]:
+        # imported here: a cached measure (a fully cached rerun) never loads scipy
+        from assay.measure import (
+            compare,
+            compare_by,
+            eval_variance,
+            holdout_size,
+            pass_at,
+            pass_at_by,
+            select,
+        )
+        from assay.report import result_doc
+
         rows = {n: concat_rows(store, graded[n]) for n in names}
         docs: list[dict[str, Any]] = []
         outputs: dict[str, Any] = {}

@@ -334,18 +334,44 @@ def warm_pool(workers: int, **kwargs: Any) -> Iterator[SandboxPool]:
     if pool is None:
         pool = SandboxPool(workers, **kwargs)
     ok = False
+    with _idle_lock:
+        _busy.add(pool)
     try:
         yield pool
+        if pool in _aborted:  # abort_running() killed its jobs: their verdicts mean nothing
+            raise KeyboardInterrupt("grading cancelled")
         ok = True
     except BaseException:  # Ctrl-C, SIGTERM (Prefect's TerminationSignal), a stop, an error
         pool.abort()  # close() would wait for each running job (up to its timeout)
         raise
     finally:
+        with _idle_lock:
+            _busy.discard(pool)
+            _aborted.discard(pool)
         if ok:
             with _idle_lock:
                 _idle.setdefault(key, []).append(pool)
         elif any(s is not None for s in pool._servers):
             pool.close()
+
+
+_busy: set[SandboxPool] = set()  # pools a caller holds now (any thread)
+_aborted: set[SandboxPool] = set()
+
+
+def abort_running() -> None:
+    """Kill the jobs of every pool in use (on any thread): their callers raise
+    KeyboardInterrupt instead of returning verdicts. An interrupted study graph calls this
+    (through :func:`assay.grading.cancel_running`) so Ctrl-C does not wait for timeouts.
+
+    Example:
+        >>> abort_running()
+    """
+    with _idle_lock:
+        pools = list(_busy)
+        _aborted.update(pools)
+    for p in pools:
+        p.abort()
 
 
 def close_idle_pools() -> None:

@@ -1,0 +1,295 @@
+"""The study as a graph of stage nodes: per shard build-rows -> filter-rows -> generate[i] ->
+grade[i] -> score-rows[i]; decontaminate after its sources' grades; audits on their own; measure
+after all; report last. ``run_study`` runs it (threads here; Prefect tasks in flows/study.py).
+
+Every node calls the same stage function with the same inputs as the chain, so results, rows
+and cache keys are the chain's byte for byte; only when each node starts differs.
+
+Example:
+    >>> from assay.spec import parse_spec
+    >>> spec = parse_spec("{name: d, sources: [{name: a, kind: file, path: a.jsonl, "
+    ...                   "fields: {prompt: q, completion: c, reward: r}}]}")
+    >>> sorted(study_graph(spec, None, progress=None).nodes)
+    ['build-rows[a]', 'filter-rows[a]', 'measure', 'report']
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from assay.spec import StudySpec
+from assay.stages.build_rows import run_build_rows
+from assay.stages.cache import StageResult, cached_only, load_rows, print_progress
+from assay.stages.chain import StudyRun, direct_call, direct_map, run_chain
+from assay.stages.decontaminate import run_decontaminate
+from assay.stages.filter_rows import run_filter_rows
+from assay.stages.generate import prompts_per_shard, run_generate_shard
+from assay.stages.grade import run_grade_shard, shard_bounds
+from assay.stages.graph import Graph, Node, ThreadExecutor, run_graph
+from assay.stages.measure import run_measure
+from assay.stages.report import run_report
+from assay.stages.score_choices import run_score_choices
+from assay.stages.score_documents import run_score_documents
+from assay.stages.score_reward_model import run_reward_audit
+from assay.stages.score_rows import run_score_rows
+from assay.store import Store
+
+#: Default cap on nodes in flight (``execution.max_parallel``): generate nodes mostly wait on
+#: their server, grading and scoring hold the ``cores`` and ``gpu`` slots.
+DEFAULT_MAX_PARALLEL = 8
+
+#: Slots: one grading shard at a time uses every core (its own worker processes); one reward or
+#: local generation model at a time holds the ``gpu`` (on CPU-only machines: the cores' memory).
+#: A model server needs no slot here: its ``max_connections`` is its own pool.
+LOCAL_CAPACITY = {"cores": 1, "gpu": 1}
+
+
+def _always(*args: Any, **kwargs: Any) -> Callable[[Any], tuple[tuple[Any, ...], dict[str, Any]]]:
+    return lambda get: (args, kwargs)
+
+
+def _on_cpu(device: Any) -> bool:
+    """Whether a model with this ``device`` setting runs on the CPU. ``auto`` is decided without
+    importing torch (a fully cached rerun never loads it): no NVIDIA device node, no GPU."""
+    d = str(device or "auto")
+    if d == "auto":
+        return not os.path.exists("/dev/nvidiactl")
+    return not d.startswith("cuda")
+
+
+def _model_resources(devices: Sequence[Any]) -> tuple[str, ...]:
+    """A model holds the ``gpu`` slot (one model at a time); on the CPU it also holds ``cores``:
+    its threads and the grading workers would otherwise fight over the same cores (measured:
+    scoring next to grading on 2 cores was slower than one after the other)."""
+    return ("gpu", "cores") if any(_on_cpu(d) for d in devices) else ("gpu",)
+
+
+def _generation_resources(src: Any) -> tuple[str, ...]:
+    """A local model (transformers) generating holds the model slots; a server does not."""
+    model = getattr(src.generate, "model", None)
+    if getattr(model, "kind", None) != "hf":
+        return ()
+    return _model_resources([getattr(model, "device", "auto")])
+
+
+def _loglik(src: Any) -> tuple[Callable[..., StageResult] | None, tuple[str, ...]]:
+    """A choices or perplexity source's scoring stage and the slots its model holds."""
+    mode = getattr(src, "choices", None) or getattr(src, "perplexity", None)
+    if mode is None:
+        return None, ()
+    fn = run_score_choices if getattr(src, "choices", None) is not None else run_score_documents
+    model = getattr(mode, "model", None)
+    if getattr(model, "kind", None) != "hf":
+        return fn, ()
+    return fn, _model_resources([getattr(model, "device", "auto")])
+
+
+def _reward_resources(models: Sequence[Any]) -> tuple[str, ...]:
+    """Reward models' slots; a ``function`` scorer is plain Python: the ``gpu`` slot only."""
+    devices = [(getattr(m, "params", None) or {}).get("device", "auto") for m in models
+               if getattr(m, "kind", None) != "function"]
+    return _model_resources(devices) if devices else ("gpu",)
+
+
+def study_graph(spec: StudySpec, store: Store | None, *, progress: Any = print_progress,
+                workers: int | None = None) -> Graph:
+    """The study's nodes (shards are added when a source's filtered rows exist)."""
+    g = Graph()
+    score = spec.reward.score if spec.reward is not None else None
+    scored = list(score.sources) if score is not None else []
+    pk = {"progress": progress}
+    for si, src in enumerate(spec.sources):
+        name = src.name
+        b_id, f_id = f"build-rows[{name}]", f"filter-rows[{name}]"
+        g.add(Node(b_id, "build-rows", _always(store, spec, name, **pk), run_build_rows,
+                   order=(0, si, 0), label=name))
+        graded = g.group(f"graded:{name}", sealed_by=f_id)
+        final = g.group(f"final:{name}", sealed_by=f_id)
+        g.add(Node(f_id, "filter-rows",
+                   lambda get, b_id=b_id, name=name: ((store, spec, name, get(b_id)), pk),
+                   run_filter_rows, deps=(b_id,), order=(0, si, 1), label=name,
+                   expand=_shards(spec, store, si, src, scored, workers, progress),
+                   groups=() if src.verifier is not None or _loglik(src)[0] else (
+                       (graded[6:],) + (() if name in scored else (final[6:],)))))
+    decon_id = None
+    if spec.decontaminate:
+        names = spec.decontaminate.sources or [s.name for s in spec.sources]
+        decon_id = "decontaminate"
+        g.add(Node(decon_id, "decontaminate",
+                   lambda get, names=names: ((store, spec, {n: get(f"group:graded:{n}")
+                                                            for n in names}), pk),
+                   run_decontaminate, deps=tuple(f"group:graded:{n}" for n in names),
+                   resources=("cores",), order=(2,), label=",".join(names)))
+    audits = [m.name for m in (spec.reward.models if spec.reward and spec.reward.data else ())]
+    for ai, m in enumerate(audits):
+        g.add(Node(f"score-reward-model[{m}]", "score-reward-model",
+                   _always(store, spec, m, **pk), run_reward_audit,
+                   resources=_reward_resources([e for e in spec.reward.models if e.name == m]),
+                   order=(3, ai), label=m))
+    finals = tuple(f"group:final:{s.name}" for s in spec.sources)
+
+    def graded_of(get: Callable[[str], Any]) -> dict[str, tuple[StageResult, ...]]:
+        return {s.name: get(f"group:final:{s.name}") for s in spec.sources}
+
+    if spec.sources:
+        g.add(Node("measure", "measure", lambda get: ((store, spec, graded_of(get)), pk),
+                   run_measure, deps=finals, order=(4,),
+                   label=",".join(s.name for s in spec.sources)))
+    ups = (("measure",) if spec.sources else ()) + ((decon_id,) if decon_id else ()) + tuple(
+        f"score-reward-model[{m}]" for m in audits)
+    g.add(Node("report", "report",
+               lambda get: ((store, spec, graded_of(get),
+                             get("measure") if spec.sources else None,
+                             get(decon_id) if decon_id else None,
+                             tuple(get(f"score-reward-model[{m}]") for m in audits)), pk),
+               run_report, deps=finals + ups, order=(5,), label=spec.name))
+    return g
+
+
+def _shards(spec: StudySpec, store: Store | None, si: int, src: Any, scored: Sequence[str],
+            workers: int | None, progress: Any) -> Callable[[StageResult], list[Node]]:
+    """The shard nodes of one source, made once its filtered rows exist (as the chain cuts them)."""
+    name = src.name
+    pk = {"progress": progress}
+
+    scoring = _reward_resources(spec.reward.scoring_models()) if scored else ()
+
+    def expand(filtered: StageResult) -> list[Node]:
+        nodes: list[Node] = []
+        scorer, slots = _loglik(src)
+        if src.verifier is None and scorer is None:  # the filtered rows are the graded ones
+            if name in scored:
+                nodes.append(Node(f"score-rows[{name}]", "score-rows",
+                                  _always(store, spec, name, filtered, 0, 1, **pk), run_score_rows,
+                                  resources=scoring, order=(1, scored.index(name), 0),
+                                  label=name, groups=(f"final:{name}",)))
+            return nodes
+        gen = getattr(src, "generate", None)
+        rows = load_rows(store, filtered)  # type: ignore[arg-type]
+        per = spec.execution.shard_rows
+        if gen is not None:
+            per = prompts_per_shard(per, gen.k)
+        bounds = shard_bounds(rows, per)
+        n = len(bounds)
+        score_si = scored.index(name) if name in scored else None
+        for i, b in enumerate(bounds):
+            label = f"{name} shard {i + 1}/{n}"
+            grade_id = f"grade[{label}]"
+            if scorer is not None:  # questions or documents scored by log-likelihood: no grading
+                grade_id = f"{'score-choices' if src.choices is not None else 'score-documents'}"
+                grade_id += f"[{label}]"
+                nodes.append(Node(grade_id, grade_id.split("[")[0],
+                                  _always(store, spec, name, filtered, b, i, n, **pk), scorer,
+                                  resources=slots, order=(0, si, 2, i), label=label,
+                                  groups=(f"graded:{name}",) + (
+                                      () if score_si is not None else (f"final:{name}",))))
+            elif gen is not None:
+                gen_id = f"generate[{label}]"
+                nodes.append(Node(gen_id, "generate",
+                                  _always(store, spec, name, filtered, b, i, n, **pk),
+                                  run_generate_shard, resources=_generation_resources(src),
+                                  order=(0, si, 2, i), label=label))
+                nodes.append(Node(
+                    grade_id, "grade",
+                    lambda get, gen_id=gen_id, i=i: (
+                        (store, spec, name, get(gen_id), (0, get(gen_id).summary["rows"]), i, n),
+                        {"workers": workers, **pk}),
+                    run_grade_shard, deps=(gen_id,), resources=("cores",), order=(0, si, 3, i),
+                    label=label, groups=(f"graded:{name}",) + (
+                        () if score_si is not None else (f"final:{name}",))))
+            else:
+                nodes.append(Node(grade_id, "grade",
+                                  _always(store, spec, name, filtered, b, i, n,
+                                          workers=workers, **pk),
+                                  run_grade_shard, resources=("cores",), order=(0, si, 3, i),
+                                  label=label, groups=(f"graded:{name}",) + (
+                                      () if score_si is not None else (f"final:{name}",))))
+            if score_si is not None:
+                nodes.append(Node(f"score-rows[{label}]", "score-rows",
+                                  lambda get, grade_id=grade_id, i=i: (
+                                      (store, spec, name, get(grade_id), i, n), pk),
+                                  run_score_rows, deps=(grade_id,), resources=scoring,
+                                  order=(1, score_si, i), label=label if n > 1 else name,
+                                  groups=(f"final:{name}",)))
+        return nodes
+
+    return expand
+
+
+def max_parallel_for(spec: StudySpec, override: int | None = None) -> int:
+    """The cap on nodes in flight: ``override`` (``--max-parallel``), else the spec's, else
+    :data:`DEFAULT_MAX_PARALLEL`."""
+    return override or getattr(spec.execution, "max_parallel", None) or DEFAULT_MAX_PARALLEL
+
+
+def run_study(spec: StudySpec, store: Store, *, call: Callable[..., StageResult] = direct_call,
+              call_many: Callable[..., list[StageResult]] = direct_map,
+              progress: Callable[[StageResult], None] | None = print_progress,
+              workers: int | None = None, mode: str = "graph", executor: Any = None,
+              max_parallel: int | None = None,
+              capacity: Mapping[str, int] | None = None) -> StudyRun:
+    """Run the study: as a graph (default; on ``executor``, threads unless given) or, with
+    ``mode="chain"``, the stages one after another through ``call``/``call_many`` (the old
+    order, kept to show both give the same bytes). Results come back in the chain's order."""
+    if mode == "chain":
+        return run_chain(spec, store, call=call, call_many=call_many, progress=progress,
+                         workers=workers)
+    if mode != "graph":
+        raise ValueError(f"run_study: mode must be 'graph' or 'chain', not {mode!r}")
+    workers = workers or spec.execution.workers
+    cap = max_parallel_for(spec, max_parallel)
+    graph = study_graph(spec, store, progress=progress, workers=workers)
+    ex = executor if executor is not None else ThreadExecutor(cap)
+    try:
+        run = run_graph(graph, ex, max_parallel=cap,
+                        capacity=capacity if capacity is not None else LOCAL_CAPACITY)
+    except KeyboardInterrupt:  # Ctrl-C: shards grading on other threads stop too
+        from assay.grading import cancel_running
+
+        cancel_running()
+        raise
+    graded = {s.name: run.group(f"final:{s.name}") for s in spec.sources}
+    return StudyRun(spec.checksum(), tuple(run.ordered()), graded, run.results["report"])
+
+
+class InlineExecutor:
+    """Runs each node at once in the calling thread (for :func:`serve_cached`: lookups only)."""
+
+    def submit(self, node: Node, args: tuple[Any, ...], kwargs: dict[str, Any],
+               waits: list[Any], done: Callable[[], None]) -> tuple[bool, Any]:
+        try:
+            out = (True, node.fn(*args, **kwargs))
+        except Exception as e:
+            out = (False, e)
+        done()
+        return out
+
+    def result(self, handle: tuple[bool, Any]) -> Any:
+        ok, value = handle
+        if not ok:
+            raise value
+        return value
+
+    def close(self, cancel: bool) -> None:
+        pass
+
+
+def serve_cached(spec: StudySpec, store: Store, *,
+                 progress: Callable[[StageResult], None] | None = print_progress
+                 ) -> StudyRun | None:
+    """The study run when every node's key is already in the store, else None (nothing is
+    computed, nothing in the store changes, nothing is printed). What ``assay run`` tries
+    before it starts Prefect: a fully cached rerun needs no orchestration."""
+    graph = study_graph(spec, store, progress=None, workers=spec.execution.workers)
+    with cached_only():
+        run = run_graph(graph, InlineExecutor(), max_parallel=1, raise_first=False)
+    if run.failed or run.skipped or "report" not in run.results:
+        return None
+    results = run.ordered()
+    if progress is not None:
+        for r in results:
+            progress(r)
+    graded = {s.name: run.group(f"final:{s.name}") for s in spec.sources}
+    return StudyRun(spec.checksum(), tuple(results), graded, run.results["report"])
