@@ -9,7 +9,6 @@ import threading
 from pathlib import Path
 from typing import Any
 
-import pytest
 from openai_server import scripted_policy
 
 from assay import stages
