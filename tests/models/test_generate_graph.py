@@ -49,12 +49,13 @@ def test_two_sources_generate_at_once_and_match_the_chain(server: Any, tmp_path:
     spec = parse_spec(spec_text(server.base_url), base_dir=str(tmp_path))
     other_seen = threading.Event()
     held: list[bool] = []
+    first = threading.Lock()  # two lanes may ask at once: exactly one request is held
 
     def policy(body: dict[str, Any]) -> str:
         text = body["messages"][-1]["content"]
         if text.startswith("Add "):
             other_seen.set()
-        elif not held:  # the first "add" request is answered once a "sum" request has arrived
+        elif first.acquire(blocking=False):  # the first "add" request waits for a "sum" one
             held.append(other_seen.wait(BOUND))
         return scripted_policy(body)
 
