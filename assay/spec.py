@@ -53,14 +53,13 @@ from assay.sources.file import FileSource
 from assay.sources.hf_dataset import HFDatasetSource
 from assay.sources.humaneval import HumanEvalSource, PolicySpec
 from assay.sources.plugin import PluginSource
-from assay.specbase import STEP_OPS, SpecModel, VerifierSpec, check_steps, kind_union
+from assay.specbase import SpecModel, VerifierSpec, kind_union
 
 SPEC_VERSION = 1
 
 # Re-exported: these lived here before the kinds moved to the packages that own them.
 _Model = SpecModel
-_check_steps = check_steps
-__all__ = ["STEP_OPS", "FieldMap", "RewardModelEntry", "FileSource", "HFDatasetSource", "HumanEvalSource",
+__all__ = ["FieldMap", "RewardModelEntry", "FileSource", "HFDatasetSource", "HumanEvalSource",
            "PolicySpec", "SourceSpec", "StudySpec", "VerifierSpec", "check_data", "check_files",
            "file_checksum", "json_schema", "load_spec", "parse_spec"]
 

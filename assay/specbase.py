@@ -33,32 +33,13 @@ from pydantic import (
 
 from assay.registry import Registry
 
-#: Ops a row or view derivation step may use (the data plane's vocabulary).
-STEP_OPS = ("where", "slice", "sample", "collapse_duplicates")
-
-__all__ = ["STEP_OPS", "SpecModel", "PluginEntry", "VerifierSpec", "check_steps", "kind_union",
-           "Literal"]
+__all__ = ["SpecModel", "PluginEntry", "VerifierSpec", "kind_union", "Literal"]
 
 
 class SpecModel(BaseModel):
     """Base of every spec entry: immutable, and an unknown field is an error, not ignored."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-def check_steps(steps: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Validate derivation steps with the data plane's rules (pure Python, no I/O)."""
-    from assay.data.view import validate_steps
-    from assay.errors import DataError
-
-    for i, s in enumerate(steps):
-        if not isinstance(s, Mapping) or s.get("op") not in STEP_OPS:
-            raise ValueError(f"steps[{i}].op must be one of {list(STEP_OPS)}")
-    try:
-        return validate_steps(steps)
-    except DataError as e:
-        # The message starts with "steps[i].field"; pydantic prefixes the YAML path.
-        raise ValueError(str(e)) from None
 
 
 class PluginEntry(SpecModel):

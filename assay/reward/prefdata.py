@@ -28,7 +28,8 @@ from pydantic import Field, field_validator
 from assay.errors import DataError, SpecError
 from assay.hashing import content_hash
 from assay.reward.registry import PREFERENCE_DATA
-from assay.specbase import SpecModel, check_steps
+from assay.specbase import SpecModel
+from assay.steps import VIEW_OPS, check_steps
 
 if TYPE_CHECKING:
     from assay.spec import StudySpec
@@ -38,10 +39,7 @@ DEFAULT_AXIS = "all"
 
 
 def _steps(v: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    # `{op: where, field: axis, value: chat}` reads as equality, as in the spec shape
-    filled = [{**s, "cmp": "=="} if isinstance(s, Mapping) and s.get("op") == "where"
-              and "cmp" not in s else s for s in v]
-    return check_steps(filled)
+    return check_steps(v, VIEW_OPS)
 
 
 class PreferenceFields(SpecModel):

@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import Field, field_validator
 
-from assay.specbase import SpecModel, VerifierSpec, check_steps
+from assay.specbase import SpecModel, VerifierSpec
+from assay.steps import ROW_OPS, check_steps
 
 if TYPE_CHECKING:
     from assay.rows import Rows
@@ -28,14 +29,15 @@ class SourceSpec(SpecModel):
     steps: list[dict[str, Any]] = Field(
         default_factory=list,
         description="row filters/slices as data: {op: slice|where|sample, ...}; slice and sample "
-        "act on tasks (all completions of a task stay together), where on row fields",
+        "act on tasks (all completions of a task stay together), where on row fields "
+        "(cmp defaults to ==)",
     )
     verifier: VerifierSpec | None = None
 
     @field_validator("steps")
     @classmethod
     def _steps(cls, v: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        return check_steps(v)
+        return check_steps(v, ROW_OPS, used_by="a source's rows")
 
     def build_rows(self, study: StudySpec) -> Rows:
         """The source's ungraded (or given-score) rows."""
