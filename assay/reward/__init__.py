@@ -15,6 +15,11 @@ import importlib
 import warnings
 from typing import Any
 
+# The built-in kinds register on import (light modules: pydantic only, no torch), so
+# REWARD_MODELS and PREFERENCE_DATA list them whichever module a caller imported first.
+from assay.reward import kinds as kinds
+from assay.reward import prefdata as prefdata
+
 # name -> defining module; loaded on first use (PEP 562) so the torch adapters and matplotlib
 # stay out of ``import assay.reward``.
 _LAZY: dict[str, str] = {
