@@ -43,7 +43,7 @@ from pydantic import (
 
 from assay import registry
 from assay.errors import SpecError
-from assay.hashing import content_hash, file_checksum
+from assay.hashing import content_hash, dir_digest, file_checksum
 from assay.nightly.spec import NightlySpec
 from assay.reward.kinds import RewardModelEntry
 from assay.reward.prefdata import BuiltinPreferences
@@ -291,8 +291,6 @@ class StudySpec(SpecModel):
         if data is not None and data.kind == "file" and data.file(self).is_file():
             doc["reward"]["data"]["path"] = file_checksum(data.file(self))
         elif data is not None and data.kind == "hf_dataset" and self.resolve(data.path).exists():
-            from assay.reward.runtime import dir_digest
-
             local = self.resolve(data.path)  # a local dataset: its files, not its path
             doc["reward"]["data"]["path"] = (dir_digest(local) if local.is_dir()
                                              else file_checksum(local))

@@ -6,8 +6,9 @@ The callable gets the rendered prompts (message lists for ``api: chat``, texts f
 ``completions``) and, when its signature accepts them, ``seeds=`` (one per prompt) and
 ``params=`` (the sampling parameters as a dict). It returns one item per prompt: a string, or a
 dict ``{"completion", "finish_reason", "prompt_tokens", "completion_tokens"}``; ``None`` or a
-dict with ``"error"`` makes that one an error record. Its identity is the reference, a hash of
-its source code and the spec's ``revision``: editing the function recomputes.
+dict with ``"error"`` makes that one an error record. Its identity is the reference,
+:func:`assay.hashing.code_identity` (its ``version``, else its module source and local helpers)
+and the spec's ``revision``: editing the function recomputes.
 
 Example:
     >>> b = FunctionBackend({"kind": "function", "callable": "assay.models.function:echo"})
@@ -17,13 +18,13 @@ Example:
 
 from __future__ import annotations
 
-import hashlib
 import inspect
 import time
 from collections.abc import Callable
 from typing import Any
 
 from assay.errors import GenerationError
+from assay.hashing import code_identity
 from assay.models.base import Request, render_messages
 from assay.models.registry import BACKENDS
 from assay.models.specs import FunctionSpec, SamplingParams
@@ -52,14 +53,11 @@ class FunctionBackend:
         except (TypeError, ValueError):
             params = {}
         self._kw = {n for n in ("seeds", "params") if n in params}
-        try:
-            src = inspect.getsource(self.fn)
-        except (OSError, TypeError):
-            src = ""
-        self._src = hashlib.sha256(src.encode()).hexdigest()
+        self._code = code_identity(self.fn, version=self.spec.version,
+                                   what=f"model.callable {self.spec.callable!r}")
 
     def identity(self) -> dict[str, Any]:
-        return {"backend": "function", "callable": self.spec.callable, "source_sha256": self._src,
+        return {"backend": "function", "callable": self.spec.callable, "code": self._code,
                 "revision": self.spec.revision}
 
     def render(self, messages: list[dict[str, str]], api: str) -> Any:

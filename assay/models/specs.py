@@ -90,3 +90,6 @@ class FunctionSpec(_Strict):
     kind: Literal["function"] = "function"
     callable: str = Field(description="module:callable; called as f(prompts) or f(prompts, seeds=, params=)")
     revision: str | None = Field(None, description="bump to recompute: part of the cache key")
+    version: str | None = Field(
+        None, description="keys the generations instead of the callable's module source (and "
+        "its helpers'); change it whenever the callable's behaviour changes")

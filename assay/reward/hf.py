@@ -44,7 +44,7 @@ from typing import Any
 import numpy as np
 
 from assay.errors import DataError
-from assay.hashing import combine
+from assay.hashing import combine, dir_digest
 from assay.results import Estimate, Result, deprecated_names
 from assay.reward.base import (
     PROTOCOL_VERSION,
@@ -56,7 +56,6 @@ from assay.reward.base import (
 )
 from assay.reward.batching import run_plan
 from assay.reward.runtime import (
-    dir_digest,
     quiet_loading,
     resolve_device,
     resolve_dtype,

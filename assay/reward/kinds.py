@@ -11,15 +11,13 @@ Example:
 
 from __future__ import annotations
 
-import hashlib
-import inspect
 from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field, field_validator
 
+from assay.hashing import code_identity, dir_digest
 from assay.registry import load_callable
 from assay.reward.registry import REWARD_MODELS
-from assay.reward.runtime import dir_digest
 from assay.specbase import SpecModel
 
 if TYPE_CHECKING:
@@ -91,6 +89,9 @@ class FunctionModel(RewardModelEntry):
     function: str = Field(description="'module:callable' called once per batch as fn(prompts, responses) "
                                       "-> one number per pair (params: batch_size caps a batch; "
                                       "batched: false for fn(prompt, response) per pair)")
+    version: str | None = Field(
+        None, description="keys cached scores instead of the function's module source (and its "
+        "helpers'); change it whenever the function's behaviour changes")
 
     @field_validator("function")
     @classmethod
@@ -106,16 +107,16 @@ class FunctionModel(RewardModelEntry):
     def build(self, study: StudySpec) -> Any:
         from assay.reward.function import FunctionRewardModel
 
-        return FunctionRewardModel(self._callable(study), **{"batched": True, **self.params})
+        return FunctionRewardModel(self._callable(study), version=self.version,
+                                   base_dir=getattr(study, "_base_dir", None),
+                                   **{"batched": True, **self.params})
 
     def identity(self, study: StudySpec) -> dict[str, Any]:
-        fn = self._callable(study)
-        try:
-            src = inspect.getsource(fn)
-        except (TypeError, OSError):
-            src = repr(fn)
+        fn = None if self.version is not None else self._callable(study)
         return {**super().identity(study),
-                "function": {"name": self.function, "source": hashlib.sha256(src.encode()).hexdigest()}}
+                "function": {"name": self.function, **code_identity(
+                    fn, version=self.version, base_dir=getattr(study, "_base_dir", None),
+                    what=f"reward model {self.name!r}")}}
 
 
 for _kind, _cls in (("embedding", EmbeddingModel), ("hf", HFModel), ("function", FunctionModel)):

@@ -102,8 +102,7 @@ class HFDatasetSource(RecordSourceSpec):
         return rows, info
 
     def identity(self, study: StudySpec) -> dict[str, Any]:
-        from assay.hashing import file_checksum
-        from assay.reward.runtime import dir_digest
+        from assay.hashing import dir_digest, file_checksum
 
         out = super().identity(study)
         out.pop("allow_download")  # where the data may come from, not what it is

@@ -22,6 +22,9 @@ class PluginSource(SourceSpec):
     kind: str = Field(pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$",
                       description="'package.module:callable' returning rows")
     params: dict[str, Any] = Field(default_factory=dict)
+    version: str | None = Field(
+        None, description="keys the built rows instead of the function's module source (and its "
+        "helpers'); change it whenever the function's behaviour changes")
 
     def _callable(self, study: StudySpec) -> Any:
         from assay.registry import load_callable
@@ -41,12 +44,9 @@ class PluginSource(SourceSpec):
                             f"rows ({type(e).__name__}: {e}); return assay.rows(...) or dict rows") from None
 
     def identity(self, study: StudySpec) -> dict[str, Any]:
-        import hashlib
-        import inspect
+        from assay.hashing import code_identity
 
-        fn = self._callable(study)
-        try:
-            src = inspect.getsource(inspect.getmodule(fn) or fn)
-        except (TypeError, OSError):
-            src = repr(fn)
-        return {**super().identity(study), "code": hashlib.sha256(src.encode()).hexdigest()}
+        fn = None if self.version is not None else self._callable(study)
+        return {**super().identity(study),
+                "code": code_identity(fn, version=self.version, what=f"source {self.name!r}",
+                                      base_dir=getattr(study, "_base_dir", None))}
