@@ -263,6 +263,13 @@ class StudySpec(SpecModel):
                                      f"{missing}; add them to reward.score.sources")
         return self
 
+    def source(self, name: str) -> SourceSpec:
+        """The source called ``name``, or a SpecError listing the sources."""
+        for s in self.sources:
+            if s.name == name:
+                return s
+        raise SpecError(f"no source named {name!r}; sources are {[s.name for s in self.sources]}")
+
     # -- paths ------------------------------------------------------------------------------
     def resolve(self, path: str) -> Path:
         """A spec-relative path made absolute (relative to the spec file's directory)."""
@@ -538,7 +545,7 @@ def steps_before_grading(source: Any, i: int) -> list[str]:
     """A ``where`` step on a field that exists only after grading (or generation) would see
     every row unjudged: say so before the run, with the fix."""
     out = []
-    generated = getattr(source, "generate", None) is not None
+    generated = source.generate is not None
     for j, step in enumerate(source.steps):
         field = str(step.get("field", "")) if step.get("op") == "where" else ""
         head = field.partition(".")[0]

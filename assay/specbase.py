@@ -140,6 +140,12 @@ class VerifierSpec(SpecModel):
                                      "drop it, or set kind: function")
         return self
 
+    def label(self) -> str:
+        """How the report names the verifier: its kind, or the function (and its version)."""
+        if self.kind == "function":
+            return f"function {self.function}" + (f" (version {self.version})" if self.version else "")
+        return self.kind
+
     def _impl(self, base_dir: str | None) -> Any:
         from assay.registry import load_callable
         from assay.verify.registry import VERIFIERS

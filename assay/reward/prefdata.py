@@ -62,9 +62,12 @@ class PreferenceViews:
     n_records: int
     seed_fallback: int
     where: str  # the data's name in the report: a file name or hub id, never a machine's path
+    stated: bool = True  # the report says where the pairs came from (not for the built-in set)
 
     def notes(self) -> list[str]:
         """Report notes: where the pairs came from and, if ids fell back, what n means."""
+        if not self.stated:
+            return []
         out = [f"preference data: {self.n_records} pairs from {self.where}, "
                f"{len(self.views)} axes"]
         if self.seed_fallback:
@@ -108,7 +111,8 @@ class BuiltinPreferences(_PreferenceData):
 
         views = self._pick(load_diagnostic_v3(), "the set")
         views = {k: apply_derivation(v, self.steps) if self.steps else v for k, v in views.items()}
-        return PreferenceViews(views, sum(len(v) for v in views.values()), 0, self.dataset)
+        return PreferenceViews(views, sum(len(v) for v in views.values()), 0, self.dataset,
+                               stated=False)
 
 
 class _RecordPreferences(_PreferenceData):

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import Field, field_validator
 
+from assay.models.entry import GenerateSpec
 from assay.specbase import SpecModel, VerifierSpec
 from assay.steps import ROW_OPS, check_steps
 
@@ -33,6 +34,9 @@ class SourceSpec(SpecModel):
         "(cmp defaults to ==)",
     )
     verifier: VerifierSpec | None = None
+    generate: GenerateSpec | None = Field(
+        None, description="ask a model for the completions (the generate stage); the source "
+        "gives the prompts")
 
     @field_validator("steps")
     @classmethod
@@ -66,7 +70,7 @@ class SourceSpec(SpecModel):
         steps, verifier and generate (the generate stage keys on its own), with file contents
         hashed in place of paths."""
         ident = self.model_dump(mode="json", exclude={"name", "steps", "verifier", "generate"})
-        if getattr(self, "generate", None) is not None:  # prompt rows, not completions
+        if self.generate is not None:  # prompt rows, not completions
             ident["prompts_only"] = True
         return ident
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from assay.sources.base import SourceSpec
 
@@ -25,6 +25,14 @@ class PluginSource(SourceSpec):
     version: str | None = Field(
         None, description="keys the built rows instead of the function's module source (and its "
         "helpers'); change it whenever the function's behaviour changes")
+
+    @field_validator("generate")
+    @classmethod
+    def _no_generate(cls, v: Any) -> Any:
+        if v is not None:
+            raise ValueError("a plugin source returns its rows with their completions; to have a "
+                             "model generate them, use a file or hf_dataset source of prompts")
+        return v
 
     def _callable(self, study: StudySpec) -> Any:
         from assay.registry import load_callable

@@ -15,7 +15,7 @@ Example:
 """
 
 from assay.sources.records import rows_from_records
-from assay.stages.build_rows import run_build_rows, source_named
+from assay.stages.build_rows import run_build_rows
 from assay.stages.cache import (
     STAGE_VERSIONS,
     StageResult,
@@ -55,7 +55,7 @@ __all__ = [
     "load_rows", "lookup", "make_reward_model", "make_verifier", "model_identity",
     "print_progress", "report_files", "reward_views", "rows_from_records", "run_build_rows",
     "run_decontaminate", "run_filter_rows", "run_generate_shard", "run_grade_shard", "run_measure",
-    "run_report", "run_reward_audit", "run_score_rows", "run_study", "shard_bounds", "source_named",
+    "run_report", "run_reward_audit", "run_score_rows", "run_study", "shard_bounds",
     "stage_key", "summarize",
     "verifier_fingerprint",
 ]

@@ -21,7 +21,6 @@ import pyarrow.compute as pc
 from assay.errors import DataError, SpecError
 from assay.rows import Rows, as_table
 from assay.spec import StudySpec, steps_before_grading
-from assay.stages.build_rows import source_named
 from assay.stages.cache import StageResult, cached_stage, define_stage, load_rows
 from assay.steps import ROW_OPS, WHERE_OPS, validate_steps
 from assay.store import Store
@@ -92,7 +91,7 @@ def apply_row_steps(rows: Rows, steps: Sequence[Mapping[str, Any]], *, where: st
 def run_filter_rows(store: Store, spec: StudySpec, source_name: str, built: StageResult, *,
                     progress: Any = None) -> StageResult:
     """Apply a source's steps to its built rows (cached on the rows and the steps)."""
-    source = source_named(spec, source_name)
+    source = spec.source(source_name)
     index = [s.name for s in spec.sources].index(source_name)
     early = steps_before_grading(source, index)
     if early:  # the same words as `assay validate`, not "its steps keep no rows"

@@ -11,7 +11,6 @@ from assay.hashing import code_checksum
 from assay.rows import Rows
 from assay.spec import StudySpec
 from assay.specbase import VerifierSpec
-from assay.stages.build_rows import source_named
 from assay.stages.cache import StageResult, cached_stage, define_stage, load_rows
 from assay.store import Store
 
@@ -67,7 +66,7 @@ def run_grade_shard(store: Store, spec: StudySpec, source_name: str, filtered: S
     """Grade rows[bounds] of a source with its verifier; cached per shard content."""
     from assay.grading import grade
 
-    source = source_named(spec, source_name)
+    source = spec.source(source_name)
     lo, hi = bounds
 
     part = Rows(load_rows(store, filtered).to_arrow().slice(lo, hi - lo))

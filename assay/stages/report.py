@@ -40,9 +40,9 @@ def run_report(store: Store, spec: StudySpec, graded: Mapping[str, Sequence[Stag
             r = concat_rows(store, graded[s.name])
             entry = {"name": s.name, "rows": len(r),
                      "tasks": len(set(r.to_arrow().column("task_id").to_pylist())),
-                     "verifier": _verifier_label(s.verifier),
+                     "verifier": s.verifier.label() if s.verifier else "given scores",
                      "guard_stopped": guard_counts(r)}
-            if getattr(s, "generate", None) is not None:
+            if s.generate is not None:
                 entry["generation"] = generation_summary(r, s.generate)
             info = source_info(store, spec, s.name)
             if info:
@@ -57,14 +57,6 @@ def run_report(store: Store, spec: StudySpec, graded: Mapping[str, Sequence[Stag
 
     return cached_stage(store, STAGE, inputs=inputs, params=spec_doc, compute=compute,
                         label=spec.name, progress=progress)
-
-
-def _verifier_label(v: Any) -> str:
-    if v is None:
-        return "given scores"
-    if v.kind == "function":
-        return f"function {v.function}" + (f" (version {v.version})" if v.version else "")
-    return v.kind
 
 
 def generation_summary(rows: Any, gspec: Any) -> dict[str, Any]:

@@ -60,8 +60,8 @@ def run_reward_audit(store: Store, spec: StudySpec, model_name: str, *, progress
         model = mspec.build(spec)
         slot = device_slot(str(getattr(model, "device", "cpu"))) if device_slot else contextlib.nullcontext()
         with slot:
-            res = audit(model, views, store=store) if _accepts(audit, "store") else audit(model, views)
-        notes = loaded.notes() if spec.reward.data.kind != "builtin" else []
+            res = audit(model, views, store=store)
+        notes = loaded.notes()
         doc = result_doc("reward_audit", model_name, res, dimensions=_audit_dimensions(res),
                          fingerprint=model.fingerprint, notes=notes)
         if notes:
@@ -71,15 +71,6 @@ def run_reward_audit(store: Store, spec: StudySpec, model_name: str, *, progress
     return cached_stage(store, STAGE, inputs=inputs, params={"name": model_name},
                         fingerprint=mspec.identity(spec), compute=compute, label=model_name,
                         progress=progress)
-
-
-def _accepts(fn: Any, name: str) -> bool:
-    import inspect
-
-    try:
-        return name in inspect.signature(fn).parameters
-    except (TypeError, ValueError):
-        return False
 
 
 def _audit_dimensions(res: Any) -> list[dict[str, Any]]:
