@@ -43,8 +43,9 @@ from pydantic import (
 
 from assay import registry
 from assay.errors import SpecError
-from assay.hashing import content_hash, dir_digest, file_checksum
+from assay.hashing import content_hash, file_checksum
 from assay.nightly.spec import NightlySpec
+from assay.paths import SpecPaths
 from assay.reward.kinds import RewardModelEntry
 from assay.reward.prefdata import BuiltinPreferences
 from assay.reward.registry import PREFERENCE_DATA, REWARD_MODELS
@@ -53,7 +54,8 @@ from assay.sources.file import FileSource
 from assay.sources.hf_dataset import HFDatasetSource
 from assay.sources.humaneval import HumanEvalSource, PolicySpec
 from assay.sources.plugin import PluginSource
-from assay.specbase import SpecModel, VerifierSpec, kind_union
+from assay.specbase import SpecModel, kind_union
+from assay.verify.spec import VerifierSpec
 
 SPEC_VERSION = 1
 
@@ -271,12 +273,19 @@ class StudySpec(SpecModel):
         raise SpecError(f"no source named {name!r}; sources are {[s.name for s in self.sources]}")
 
     # -- paths ------------------------------------------------------------------------------
+    @property
+    def base_dir(self) -> str | None:
+        """The spec file's folder (None: paths resolve from the working directory)."""
+        return self._base_dir
+
+    @property
+    def paths(self) -> SpecPaths:
+        """What a kind may know of the study: its folder and how its paths resolve."""
+        return SpecPaths(self._base_dir)
+
     def resolve(self, path: str) -> Path:
         """A spec-relative path made absolute (relative to the spec file's directory)."""
-        p = Path(os.path.expanduser(path))
-        if not p.is_absolute() and self._base_dir:
-            p = Path(self._base_dir) / p
-        return p
+        return self.paths.resolve(path)
 
     def output_dir(self, override: str | os.PathLike[str] | None = None) -> Path:
         """Where the run writes: ``override``, else ``output``, else ``runs/<name>``."""
@@ -290,17 +299,13 @@ class StudySpec(SpecModel):
         content hashes (moving a file changes nothing; editing it changes the checksum)."""
         doc = self.model_dump(mode="json", exclude=set(NON_RESULT_FIELDS))
         for src, s in zip(doc["sources"], self.sources):
-            src.update(s.identity(self))  # file contents in place of paths, code checksums
+            src.update(s.identity(self.paths))  # file contents in place of paths, code checksums
         if self.decontaminate is not None:
             doc["decontaminate"]["corpus"] = [file_checksum(self.resolve(p))
                                               for p in self.decontaminate.corpus]
         data = self.reward.data if self.reward is not None else None
-        if data is not None and data.kind == "file" and data.file(self).is_file():
-            doc["reward"]["data"]["path"] = file_checksum(data.file(self))
-        elif data is not None and data.kind == "hf_dataset" and self.resolve(data.path).exists():
-            local = self.resolve(data.path)  # a local dataset: its files, not its path
-            doc["reward"]["data"]["path"] = (dir_digest(local) if local.is_dir()
-                                             else file_checksum(local))
+        if data is not None:
+            doc["reward"]["data"].update(data.identity(self.paths))
         return doc
 
     def checksum(self) -> str:
@@ -456,38 +461,21 @@ def check_files(spec: StudySpec) -> list[str]:
     """Problems beyond the spec's shape, as ``yaml.path: message``: missing files, and
     verifier params the verifier does not accept (checked against its signature, without
     building it)."""
-    import inspect
-
-    from assay.registry import load_callable
-    from assay.verify.registry import VERIFIERS
-
     problems = []
     for i, s in enumerate(spec.sources):
-        v = s.verifier
-        if v is None:
-            continue
-        try:
-            obj = (VERIFIERS.get(v.kind).obj if ":" not in v.kind
-                   else load_callable(v.kind, what="verifier kind", base_dir=spec._base_dir))
-            if callable(getattr(obj, "from_spec", None)):  # builds itself from the entry
-                obj.from_spec(v, spec._base_dir)
-                continue
-            inspect.signature(obj).bind(**v.params)
-        except SpecError as e:
-            problems.append(f"sources[{i}].verifier.{'function' if v.kind == 'function' else 'kind'}: {e}")
-        except TypeError as e:
-            problems.append(f"sources[{i}].verifier.params: {e} ({v.kind} takes "
-                            f"{list(inspect.signature(obj).parameters)})")
+        if s.verifier is not None:
+            problems += [f"sources[{i}].verifier.{p}" for p in s.verifier.check(spec.base_dir)]
     for i, s in enumerate(spec.sources):
         comp = getattr(s, "completions", None)
-        for f in s.files(spec):
+        for f in s.files(spec.paths):
             if not f.is_file():
                 key = ("completions.path" if comp is not None and f == spec.resolve(comp.path)
                        else "path" if hasattr(s, "path") else "")
                 problems.append(f"sources[{i}]{'.' + key if key else ''}: file not found: {f}")
     data = spec.reward.data if spec.reward is not None else None
-    if data is not None and data.kind == "file" and not data.file(spec).is_file():
-        problems.append(f"reward.data.path: file not found: {data.file(spec)}")
+    for f in data.files(spec.paths) if data is not None else []:
+        if not f.is_file():
+            problems.append(f"reward.data.path: file not found: {f}")
     if spec.decontaminate is not None:
         for i, c in enumerate(spec.decontaminate.corpus):
             if not spec.resolve(c).is_file():
@@ -504,12 +492,12 @@ def check_data(spec: StudySpec) -> tuple[list[str], list[str]]:
     warnings: list[str] = []
     fields_of: dict[str, set[str] | None] = {}
     for i, s in enumerate(spec.sources):
-        p, w = s.check(spec)
+        p, w = s.check(spec.paths)
         problems += [f"sources[{i}].{x}" for x in p]
         warnings += [f"sources[{i}].{x}" for x in w]
         if not p:
             try:
-                fields_of[s.name] = s.row_fields(spec)
+                fields_of[s.name] = s.row_fields(spec.paths)
             except SpecError as e:
                 problems.append(f"sources[{i}]: {e}")
         problems += steps_before_grading(s, i)

@@ -21,18 +21,16 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from pydantic import Field, field_validator
 
 from assay.errors import DataError, SpecError
-from assay.hashing import content_hash
+from assay.hashing import content_hash, dir_digest, file_checksum
+from assay.paths import Paths
 from assay.reward.registry import PREFERENCE_DATA
 from assay.specbase import SpecModel
 from assay.steps import VIEW_OPS, check_steps
-
-if TYPE_CHECKING:
-    from assay.spec import StudySpec
 
 #: Axis of every pair when the field map names no axis field.
 DEFAULT_AXIS = "all"
@@ -89,8 +87,17 @@ class _PreferenceData(SpecModel):
     def _valid_steps(cls, v: list[dict[str, Any]]) -> list[dict[str, Any]]:
         return _steps(v)
 
-    def load(self, study: StudySpec | None) -> PreferenceViews:  # pragma: no cover - abstract
+    def load(self, paths: Paths | None) -> PreferenceViews:  # pragma: no cover - abstract
         raise NotImplementedError
+
+    def identity(self, paths: Paths) -> dict[str, Any]:
+        """What replaces fields of the entry in the spec's checksum: file contents in place of
+        paths (``{}``: the entry as written says it all)."""
+        return {}
+
+    def files(self, paths: Paths) -> list[Path]:
+        """Data files the entry reads (``assay validate`` reports a missing one)."""
+        return []
 
     def _pick(self, views: dict[str, Any], what: str) -> dict[str, Any]:
         dims = self.dimensions or list(views)
@@ -106,7 +113,7 @@ class BuiltinPreferences(_PreferenceData):
     kind: Literal["builtin"] = "builtin"
     dataset: Literal["diagnostic_v3"] = "diagnostic_v3"
 
-    def load(self, study: StudySpec | None) -> PreferenceViews:
+    def load(self, paths: Paths | None) -> PreferenceViews:
         from assay.data import apply_derivation, load_diagnostic_v3
 
         views = self._pick(load_diagnostic_v3(), "the set")
@@ -118,13 +125,13 @@ class BuiltinPreferences(_PreferenceData):
 class _RecordPreferences(_PreferenceData):
     fields: PreferenceFields = Field(default_factory=PreferenceFields)
 
-    def records(self, study: StudySpec | None) -> tuple[list[dict[str, Any]], str, str]:
+    def records(self, paths: Paths | None) -> tuple[list[dict[str, Any]], str, str]:
         raise NotImplementedError  # pragma: no cover - each kind reads its own
 
-    def load(self, study: StudySpec | None) -> PreferenceViews:
+    def load(self, paths: Paths | None) -> PreferenceViews:
         from assay.data import DataView, apply_derivation
 
-        records, where, builder = self.records(study)
+        records, where, builder = self.records(paths)
         pairs, fallback = pairs_from_records(records, self.fields, where=where, builder_id=builder)
         view = DataView(pairs, name=builder)
         if self.steps:
@@ -146,13 +153,20 @@ class FilePreferences(_RecordPreferences):
     path: str = Field(description="JSONL or Parquet file of preference records")
     format: Literal["jsonl", "parquet"] | None = Field(None, description="default: from the suffix")
 
-    def file(self, study: StudySpec | None) -> Path:
-        return study.resolve(self.path) if study is not None else Path(self.path)
+    def file(self, paths: Paths | None) -> Path:
+        return paths.resolve(self.path) if paths is not None else Path(self.path)
 
-    def records(self, study: StudySpec | None) -> tuple[list[dict[str, Any]], str, str]:
+    def identity(self, paths: Paths) -> dict[str, Any]:
+        f = self.file(paths)
+        return {"path": file_checksum(f)} if f.is_file() else {}
+
+    def files(self, paths: Paths) -> list[Path]:
+        return [self.file(paths)]
+
+    def records(self, paths: Paths | None) -> tuple[list[dict[str, Any]], str, str]:
         from assay.sources.records import read_records
 
-        path = self.file(study)
+        path = self.file(paths)
         fmt = self.format or path.suffix.lower().lstrip(".")
         if fmt not in ("jsonl", "parquet"):
             raise SpecError(f"reward.data.path {str(path)!r}: cannot tell the format from the "
@@ -173,10 +187,16 @@ class HubPreferences(_RecordPreferences):
     revision: str | None = Field(None, description="pin a commit hash for a reproducible key")
     allow_download: bool = False
 
-    def records(self, study: StudySpec | None) -> tuple[list[dict[str, Any]], str, str]:
+    def identity(self, paths: Paths) -> dict[str, Any]:
+        local = paths.resolve(self.path)  # a local dataset: its files, not its path
+        if not local.exists():
+            return {}
+        return {"path": dir_digest(local) if local.is_dir() else file_checksum(local)}
+
+    def records(self, paths: Paths | None) -> tuple[list[dict[str, Any]], str, str]:
         from assay.sources.hub import is_local, load_dataset_records
 
-        local = study.resolve(self.path) if study is not None else Path(self.path)
+        local = paths.resolve(self.path) if paths is not None else Path(self.path)
         target = str(local) if is_local(local) else self.path
         where = f"reward.data ({self.path}, split {self.split})"
         got = load_dataset_records(target, name=self.name, split=self.split,

@@ -1,6 +1,7 @@
 """The reward-model registry: every ``kind`` a spec's ``reward.models`` entry can name.
 
-A kind is a spec model with ``build(study)`` (the adapter) and ``identity(study)`` (its cache key).
+A kind is a spec model with ``build(paths)`` (the adapter) and ``identity(paths)`` (its cache
+key), given the spec's paths context (:class:`assay.paths.SpecPaths`).
 """
 
 from assay.registry import Registry

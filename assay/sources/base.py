@@ -15,12 +15,13 @@ from typing import TYPE_CHECKING, Any
 from pydantic import Field, field_validator
 
 from assay.models.entry import GenerateSpec
-from assay.specbase import SpecModel, VerifierSpec
+from assay.paths import Paths
+from assay.specbase import SpecModel
 from assay.steps import ROW_OPS, check_steps
+from assay.verify.spec import VerifierSpec
 
 if TYPE_CHECKING:
     from assay.rows import Rows
-    from assay.spec import StudySpec
 
 
 class SourceSpec(SpecModel):
@@ -43,29 +44,29 @@ class SourceSpec(SpecModel):
     def _steps(cls, v: list[dict[str, Any]]) -> list[dict[str, Any]]:
         return check_steps(v, ROW_OPS, used_by="a source's rows")
 
-    def build_rows(self, study: StudySpec) -> Rows:
+    def build_rows(self, paths: Paths) -> Rows:
         """The source's ungraded (or given-score) rows."""
         raise NotImplementedError
 
-    def build(self, study: StudySpec) -> tuple[Rows, dict[str, Any]]:
+    def build(self, paths: Paths) -> tuple[Rows, dict[str, Any]]:
         """The rows and what was read to make them (shown in the report's sources table:
         a dataset's revision and the content checksum of its records); ``{}`` when nothing
         beyond the spec needs saying."""
-        return self.build_rows(study), {}
+        return self.build_rows(paths), {}
 
-    def check(self, study: StudySpec) -> tuple[list[str], list[str]]:
+    def check(self, paths: Paths) -> tuple[list[str], list[str]]:
         """``(problems, warnings)`` found by reading the source's data, each as
         ``yaml.path: message`` relative to the source entry (``assay validate`` prefixes
         ``sources[i].``); missing :meth:`files` are reported before this runs."""
         return [], []
 
-    def row_fields(self, study: StudySpec) -> set[str] | None:
+    def row_fields(self, paths: Paths) -> set[str] | None:
         """Field names the source's rows will have (columns, ``meta.<f>`` and ``<f>``,
         ``markers.<m>`` and ``<m>``), for checking ``by:`` before a run; None when only
         building the rows would tell."""
         return None
 
-    def identity(self, study: StudySpec) -> dict[str, Any]:
+    def identity(self, paths: Paths) -> dict[str, Any]:
         """What determines the rows (the build-rows cache key): the definition without name,
         steps, verifier and generate (the generate stage keys on its own), with file contents
         hashed in place of paths."""
@@ -74,11 +75,11 @@ class SourceSpec(SpecModel):
             ident["prompts_only"] = True
         return ident
 
-    def files(self, study: StudySpec) -> list[Path]:
+    def files(self, paths: Paths) -> list[Path]:
         """Data files the source reads (checked by ``assay validate``, hashed by the checksum)."""
         return []
 
-    def check_data(self, study: StudySpec) -> list[str]:
+    def check_data(self, paths: Paths) -> list[str]:
         """Every problem building the rows would hit, found by reading the data without building
         them (``assay validate``); each names the file, the record and the field."""
         return []

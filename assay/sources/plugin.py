@@ -9,11 +9,11 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import Field, field_validator
 
+from assay.paths import Paths
 from assay.sources.base import SourceSpec
 
 if TYPE_CHECKING:
     from assay.rows import Rows
-    from assay.spec import StudySpec
 
 
 class PluginSource(SourceSpec):
@@ -34,27 +34,27 @@ class PluginSource(SourceSpec):
                              "model generate them, use a file or hf_dataset source of prompts")
         return v
 
-    def _callable(self, study: StudySpec) -> Any:
+    def _callable(self, paths: Paths) -> Any:
         from assay.registry import load_callable
 
         return load_callable(self.kind, what=f"source {self.name!r} kind",
-                             base_dir=getattr(study, "_base_dir", None))
+                             base_dir=paths.base_dir)
 
-    def build_rows(self, study: StudySpec) -> Rows:
+    def build_rows(self, paths: Paths) -> Rows:
         from assay.errors import SpecError
         from assay.rows import Rows, as_table
 
-        out = self._callable(study)(**self.params)
+        out = self._callable(paths)(**self.params)
         try:
             return out if isinstance(out, Rows) else Rows(as_table(out))
         except Exception as e:
             raise SpecError(f"source {self.name!r}: {self.kind} returned something that is not "
                             f"rows ({type(e).__name__}: {e}); return assay.rows(...) or dict rows") from None
 
-    def identity(self, study: StudySpec) -> dict[str, Any]:
+    def identity(self, paths: Paths) -> dict[str, Any]:
         from assay.hashing import code_identity
 
-        fn = None if self.version is not None else self._callable(study)
-        return {**super().identity(study),
+        fn = None if self.version is not None else self._callable(paths)
+        return {**super().identity(paths),
                 "code": code_identity(fn, version=self.version, what=f"source {self.name!r}",
-                                      base_dir=getattr(study, "_base_dir", None))}
+                                      base_dir=paths.base_dir)}

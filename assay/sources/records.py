@@ -22,19 +22,17 @@ import numbers
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
 from assay.errors import RowsError, RowsTypeError, SpecError
 from assay.jsonl import iter_jsonl
 from assay.models.entry import GenerateSpec
+from assay.paths import Paths
 from assay.rows import Rows
 from assay.sources.base import SourceSpec
 from assay.specbase import SpecModel
-
-if TYPE_CHECKING:
-    from assay.spec import StudySpec
 
 _MISSING = object()
 
@@ -354,13 +352,13 @@ class RecordSourceSpec(SourceSpec):
 
         return None if self.prompt_template is None else PromptTemplate(self.prompt_template, self.template_format)
 
-    def read_source_records(self, study: StudySpec) -> list[dict[str, Any]]:
+    def read_source_records(self, paths: Paths) -> list[dict[str, Any]]:
         """The records this source reads (before the field map)."""
         raise NotImplementedError
 
-    def _completion_records(self, study: StudySpec) -> tuple[list[dict[str, Any]], str]:
+    def _completion_records(self, paths: Paths) -> tuple[list[dict[str, Any]], str]:
         assert self.completions is not None
-        p = study.resolve(self.completions.path)
+        p = paths.resolve(self.completions.path)
         fmt = self.completions.format or p.suffix.lower().lstrip(".")
         return read_records(p, fmt), str(p)
 
@@ -377,7 +375,7 @@ class RecordSourceSpec(SourceSpec):
             tids.append(str(t))
         return tids
 
-    def merged_records(self, study: StudySpec, records: list[dict[str, Any]], where: str,
+    def merged_records(self, paths: Paths, records: list[dict[str, Any]], where: str,
                        skip: frozenset[str] | set[str] = frozenset()) -> list[dict[str, Any]]:
         """The records with their completions joined in (when ``completions:`` is given);
         completions of the tasks in ``skip`` (cut by a limit) are left out."""
@@ -388,29 +386,29 @@ class RecordSourceSpec(SourceSpec):
             dup = next(t for t in tids if tids.count(t) > 1)
             raise SpecError(f"{where}: task id {dup!r} (fields.task_id) names several records; completions "
                             "are matched to one record per task")
-        comps, cpath = self._completion_records(study)
+        comps, cpath = self._completion_records(paths)
         return join_completions(records, tids, comps, self.completions.key, where=where,
                                 where_completions=cpath, skip=skip)
 
-    def rows_from(self, study: StudySpec, records: list[dict[str, Any]], where: str,
+    def rows_from(self, paths: Paths, records: list[dict[str, Any]], where: str,
                   skip: frozenset[str] | set[str] = frozenset()) -> Rows:
-        return rows_from_records(self.merged_records(study, records, where, skip), self.fields, where=where,
+        return rows_from_records(self.merged_records(paths, records, where, skip), self.fields, where=where,
                                  prompt_template=self.template(), reference_regex=self.reference_regex,
                                  prompts_only=self.generate is not None)
 
-    def files(self, study: StudySpec) -> list[Path]:
-        return [study.resolve(self.completions.path)] if self.completions is not None else []
+    def files(self, paths: Paths) -> list[Path]:
+        return [paths.resolve(self.completions.path)] if self.completions is not None else []
 
-    def identity(self, study: StudySpec) -> dict[str, Any]:
+    def identity(self, paths: Paths) -> dict[str, Any]:
         from assay.hashing import file_checksum
 
-        out = super().identity(study)
+        out = super().identity(paths)
         if self.completions is not None:
             out["completions"] = {**out["completions"],
-                                  "path": file_checksum(study.resolve(self.completions.path))}
+                                  "path": file_checksum(paths.resolve(self.completions.path))}
         return out
 
-    def check_records(self, records: list[dict[str, Any]], study: StudySpec, where: str) -> list[str]:
+    def check_records(self, records: list[dict[str, Any]], paths: Paths, where: str) -> list[str]:
         """Problems of the field map against the records, as ``yaml.path: message`` (relative to
         the source entry): a field path no record has, a template field or regex that fails."""
         problems: list[str] = []
@@ -419,7 +417,7 @@ class RecordSourceSpec(SourceSpec):
         first = records[0]
         if self.completions is not None:
             try:
-                comps, cpath = self._completion_records(study)
+                comps, cpath = self._completion_records(paths)
             except SpecError as e:
                 return [f"completions.path: {e}"]
             if comps:
@@ -444,19 +442,19 @@ class RecordSourceSpec(SourceSpec):
         if problems:
             return problems
         try:
-            self.rows_from(study, records[:50] if self.completions is None else records, where)
+            self.rows_from(paths, records[:50] if self.completions is None else records, where)
         except SpecError as e:
             key = "prompt_template" if "prompt_template" in str(e) else (
                 "reference_regex" if "reference_regex" in str(e) else "fields")
             problems.append(f"{key}: {e}")
         return problems
 
-    def row_fields_of(self, records: list[dict[str, Any]], study: StudySpec, where: str) -> set[str]:
+    def row_fields_of(self, records: list[dict[str, Any]], paths: Paths, where: str) -> set[str]:
         """The names ``by:`` and ``where`` can read in this source's rows."""
         from assay.rows import COLUMNS
 
         # completions are matched to every record, so then every record is read
-        r = self.rows_from(study, records[:50] if self.completions is None else records, where)
+        r = self.rows_from(paths, records[:50] if self.completions is None else records, where)
         names = set(COLUMNS)
         def walk(d: Mapping[str, Any], prefix: str, depth: int) -> None:
             for k, v in d.items():

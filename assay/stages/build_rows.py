@@ -20,13 +20,13 @@ def run_build_rows(store: Store, spec: StudySpec, source_name: str, *,
     source = spec.source(source_name)
 
     def compute() -> tuple[dict[str, Any], dict[str, Any]]:
-        r, info = source.build(spec)
+        r, info = source.build(spec.paths)
         out: dict[str, Any] = {"rows": r}
         if info:  # what was read (a dataset's revision, its records' checksum): for the report
             out["source_info"] = info
         return out, {"rows": len(r)}
 
-    return cached_stage(store, STAGE, inputs=[], params=source.identity(spec), compute=compute,
+    return cached_stage(store, STAGE, inputs=[], params=source.identity(spec.paths), compute=compute,
                         label=source_name, progress=progress)
 
 
@@ -34,7 +34,7 @@ def source_info(store: Store, spec: StudySpec, source_name: str) -> dict[str, An
     """What a built source read (``SourceSpec.build``'s second value), from its stored
     build-rows entry; None when the source says nothing beyond its spec or was not built."""
     source = spec.source(source_name)
-    doc = lookup(store, stage_key(STAGE, [], source.identity(spec)))
+    doc = lookup(store, stage_key(STAGE, [], source.identity(spec.paths)))
     if doc is None or "source_info" not in doc["outputs"]:
         return None
     return store.get_json(doc["outputs"]["source_info"])

@@ -10,16 +10,16 @@ from typing import Any
 from assay.hashing import code_checksum
 from assay.rows import Rows
 from assay.spec import StudySpec
-from assay.specbase import VerifierSpec
 from assay.stages.cache import StageResult, cached_stage, define_stage, load_rows
 from assay.store import Store
+from assay.verify.spec import VerifierSpec
 
 STAGE = define_stage("grade", 1)
 
 
 def make_verifier(vspec: VerifierSpec, spec: StudySpec | None = None) -> Any:
     """The verifier a spec entry names (a registered kind or ``module:callable``)."""
-    return vspec.build(base_dir=spec._base_dir if spec is not None else None)
+    return vspec.build(base_dir=spec.base_dir if spec is not None else None)
 
 
 def verifier_fingerprint(vspec: VerifierSpec, spec: StudySpec | None = None) -> Any:
@@ -29,7 +29,7 @@ def verifier_fingerprint(vspec: VerifierSpec, spec: StudySpec | None = None) -> 
     server reports for the judge model), so a new judge checkpoint re-grades; one with
     ``spec_fingerprint`` (``function``: your grader's module source, or its ``version``) adds
     what it says."""
-    base = spec._base_dir if spec is not None else None
+    base = spec.base_dir if spec is not None else None
     obj = vspec._impl(base)
     fp = {"kind": vspec.kind, "params": vspec.params, "code": code_checksum(obj.__module__)}
     ident = getattr(obj, "cache_identity", None)

@@ -20,12 +20,12 @@ STAGE = define_stage("score-reward-model", 1)
 
 def make_reward_model(mspec: Any, spec: StudySpec) -> Any:
     """A reward model adapter from its spec entry (any registered kind)."""
-    return mspec.build(spec)
+    return mspec.build(spec.paths)
 
 
 def model_identity(mspec: Any, spec: StudySpec) -> dict[str, Any]:
     """What identifies a reward model's outputs, computed without loading it."""
-    return mspec.identity(spec)
+    return mspec.identity(spec.paths)
 
 
 def reward_views(spec: StudySpec) -> dict[str, Any]:
@@ -37,7 +37,7 @@ def reward_views(spec: StudySpec) -> dict[str, Any]:
 def preference_views(spec: StudySpec) -> Any:
     """The audited views with what the report says about them (source, seed-id fallback)."""
     assert spec.reward is not None and spec.reward.data is not None
-    return spec.reward.data.load(spec)
+    return spec.reward.data.load(spec.paths)
 
 
 def run_reward_audit(store: Store, spec: StudySpec, model_name: str, *, progress: Any = None,
@@ -57,7 +57,7 @@ def run_reward_audit(store: Store, spec: StudySpec, model_name: str, *, progress
     def compute() -> tuple[dict[str, Any], dict[str, Any]]:
         from assay.reward import audit
 
-        model = mspec.build(spec)
+        model = mspec.build(spec.paths)
         slot = device_slot(str(getattr(model, "device", "cpu"))) if device_slot else contextlib.nullcontext()
         with slot:
             res = audit(model, views, store=store)
@@ -69,7 +69,7 @@ def run_reward_audit(store: Store, spec: StudySpec, model_name: str, *, progress
         return {"audit": doc}, {"rows": sum(len(v) for v in views.values())}
 
     return cached_stage(store, STAGE, inputs=inputs, params={"name": model_name},
-                        fingerprint=mspec.identity(spec), compute=compute, label=model_name,
+                        fingerprint=mspec.identity(spec.paths), compute=compute, label=model_name,
                         progress=progress)
 
 
