@@ -360,6 +360,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     2: an error in the input (one ``error:`` line saying where and how to fix it); 1: an
     unexpected exception (its stage and the log file holding the traceback); 130: interrupted.
     """
+    from assay.layout import bind_own_packages
+
+    bind_own_packages()  # a user's tasks.py or flows/ beside the spec must not replace ours
     args = build_parser().parse_args(argv)
     _RUN.clear()
     try:

@@ -30,8 +30,13 @@ from assay.nightly.notify import NotifyError, alert_text, post_webhook
 from assay.nightly.spec import NightlySpec
 from assay.report import write_run_dir
 from assay.spec import load_spec
+from assay.layout import bind_own_packages
 from assay.store import atomic_write
-from flows.study import _slug, study
+
+# A deployment loads this file by path: `flows` must be ours even where a user's flows/ is first
+# on sys.path (the worker's working directory, a spec's folder).
+bind_own_packages()
+from flows.study import _slug, study  # noqa: E402
 
 
 class NightlyRegression(AssayError):

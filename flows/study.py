@@ -25,8 +25,11 @@ from assay import stages
 from assay.report import write_run_dir
 from assay.spec import load_spec
 from assay.store import Store
+from assay.layout import bind_own_packages
 from flows.embedded import OrchestrationError, require_real_server
-from tasks.stages import TASKS
+
+bind_own_packages()  # `tasks` is ours even where the working directory holds a user's tasks.py
+from tasks.stages import TASKS  # noqa: E402
 
 
 def _slug(text: str) -> str:
