@@ -24,13 +24,13 @@ from prefect.cache_policies import NO_CACHE
 from prefect.states import Failed
 
 from assay.errors import AssayError
+from assay.layout import bind_own_packages
 from assay.nightly.gates import evaluate_night, night_markdown, regression_line
 from assay.nightly.history import write_history
 from assay.nightly.notify import NotifyError, alert_text, post_webhook
 from assay.nightly.spec import NightlySpec
 from assay.report import write_run_dir
 from assay.spec import load_spec
-from assay.layout import bind_own_packages
 from assay.store import atomic_write
 
 # A deployment loads this file by path: `flows` must be ours even where a user's flows/ is first

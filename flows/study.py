@@ -22,10 +22,10 @@ from typing import Any
 from prefect import flow
 
 from assay import stages
+from assay.layout import bind_own_packages
 from assay.report import write_run_dir
 from assay.spec import load_spec
 from assay.store import Store
-from assay.layout import bind_own_packages
 from flows.embedded import OrchestrationError, require_real_server
 
 bind_own_packages()  # `tasks` is ours even where the working directory holds a user's tasks.py
