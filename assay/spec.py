@@ -46,24 +46,15 @@ from assay.errors import SpecError
 from assay.hashing import content_hash, file_checksum
 from assay.nightly.spec import NightlySpec
 from assay.paths import SpecPaths
-from assay.reward.kinds import RewardModelEntry
 from assay.reward.prefdata import BuiltinPreferences
 from assay.reward.registry import PREFERENCE_DATA, REWARD_MODELS
-from assay.sources import SOURCES, FieldMap, SourceSpec
-from assay.sources.file import FileSource
-from assay.sources.hf_dataset import HFDatasetSource
-from assay.sources.humaneval import HumanEvalSource, PolicySpec
+from assay.sources import SOURCES, SourceSpec
 from assay.sources.plugin import PluginSource
 from assay.specbase import SpecModel, kind_union
-from assay.verify.spec import VerifierSpec
 
 SPEC_VERSION = 1
 
-# Re-exported: these lived here before the kinds moved to the packages that own them.
-_Model = SpecModel
-__all__ = ["FieldMap", "RewardModelEntry", "FileSource", "HFDatasetSource", "HumanEvalSource",
-           "PolicySpec", "SourceSpec", "StudySpec", "VerifierSpec", "check_data", "check_files",
-           "file_checksum", "json_schema", "load_spec", "parse_spec"]
+__all__ = ["StudySpec", "check_data", "check_files", "json_schema", "load_spec", "parse_spec"]
 
 #: A ``sources:`` entry: any registered source kind, or ``module:callable`` (a plugin source).
 Source = kind_union(SOURCES, PluginSource)

@@ -22,12 +22,8 @@ from assay.decontam.report import (
     ItemMatch,
 )
 from assay.intervals import wilson_interval
-from assay.results import deprecated_names
 
 __all__ = [
     "BuildStats", "CleanSplit", "ContaminationIndex", "Contamination", "Decontamination", "ItemMatch",
     "contamination", "decontaminate", "normalize_text", "tokens", "wilson_interval",
 ]
-
-# Pre-0.2 names of the result classes (see assay.results: no suffix).
-__getattr__ = deprecated_names(__name__, globals(), {"ContaminationReport": "Contamination", "FilterReport": "Decontamination"})

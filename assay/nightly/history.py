@@ -19,15 +19,11 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from assay.errors import AssayError
+from assay.errors import HistoryError
 from assay.report import png_bytes
 from assay.store import atomic_write
 
 HISTORY_VERSION = 1
-
-
-class HistoryError(AssayError, FileNotFoundError):
-    """A directory holds no nights (it is not one study's nightly root)."""
 
 
 def load_nights(study_dir: str | os.PathLike[str], until: str | None = None) -> list[dict[str, Any]]:

@@ -12,7 +12,6 @@ Example:
 from __future__ import annotations
 
 import importlib
-import warnings
 from typing import Any
 
 # The built-in kinds register on import (light modules: pydantic only, no torch), so
@@ -50,8 +49,6 @@ _LAZY: dict[str, str] = {
 __all__ = sorted(_LAZY)
 
 
-# Pre-0.2 names of the result classes (see assay.results: no suffix) -> today's name.
-_RENAMED: dict[str, str] = {"AuditResult": "Audit", "InvarianceReport": "Invariance"}
 
 
 def __getattr__(name: str) -> Any:
@@ -59,10 +56,6 @@ def __getattr__(name: str) -> Any:
         value = getattr(importlib.import_module(_LAZY[name]), name)
         globals()[name] = value
         return value
-    if name in _RENAMED:
-        warnings.warn(f"assay.reward.{name} is deprecated: use assay.reward.{_RENAMED[name]} "
-                      "(the same class)", DeprecationWarning, stacklevel=2)
-        return __getattr__(_RENAMED[name])
     raise AttributeError(f"module 'assay.reward' has no attribute {name!r}")
 
 

@@ -78,8 +78,3 @@ class SourceSpec(SpecModel):
     def files(self, paths: Paths) -> list[Path]:
         """Data files the source reads (checked by ``assay validate``, hashed by the checksum)."""
         return []
-
-    def check_data(self, paths: Paths) -> list[str]:
-        """Every problem building the rows would hit, found by reading the data without building
-        them (``assay validate``); each names the file, the record and the field."""
-        return []

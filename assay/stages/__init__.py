@@ -34,26 +34,17 @@ from assay.stages.chain import StudyRun, direct_call, direct_map, run_study
 from assay.stages.decontaminate import run_decontaminate
 from assay.stages.filter_rows import apply_row_steps, run_filter_rows
 from assay.stages.generate import run_generate_shard
-from assay.stages.grade import make_verifier, run_grade_shard, shard_bounds, verifier_fingerprint
+from assay.stages.grade import run_grade_shard, shard_bounds, verifier_fingerprint
 from assay.stages.measure import run_measure
 from assay.stages.report import report_files, run_report
-from assay.stages.score_reward_model import (
-    make_reward_model,
-    model_identity,
-    reward_views,
-    run_reward_audit,
-)
+from assay.stages.score_reward_model import run_reward_audit
 from assay.stages.score_rows import run_score_rows
 
-#: Stages in chain order.
-STAGE_ORDER = ("build-rows", "filter-rows", "generate", "grade", "decontaminate", "score-rows",
-               "score-reward-model", "measure", "report")
-
 __all__ = [
-    "STAGE_ORDER", "STAGE_VERSIONS", "StageResult", "StudyRun", "apply_row_steps", "cached_stage",
+    "STAGE_VERSIONS", "StageResult", "StudyRun", "apply_row_steps", "cached_stage",
     "concat_rows", "define_stage", "direct_call", "direct_map", "graded_checksums", "load_doc",
-    "load_rows", "lookup", "make_reward_model", "make_verifier", "model_identity",
-    "print_progress", "report_files", "reward_views", "rows_from_records", "run_build_rows",
+    "load_rows", "lookup", 
+    "print_progress", "report_files", "rows_from_records", "run_build_rows",
     "run_decontaminate", "run_filter_rows", "run_generate_shard", "run_grade_shard", "run_measure",
     "run_report", "run_reward_audit", "run_score_rows", "run_study", "shard_bounds",
     "stage_key", "summarize",

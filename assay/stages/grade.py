@@ -17,11 +17,6 @@ from assay.verify.spec import VerifierSpec
 STAGE = define_stage("grade", 1)
 
 
-def make_verifier(vspec: VerifierSpec, spec: StudySpec | None = None) -> Any:
-    """The verifier a spec entry names (a registered kind or ``module:callable``)."""
-    return vspec.build(base_dir=spec.base_dir if spec is not None else None)
-
-
 def verifier_fingerprint(vspec: VerifierSpec, spec: StudySpec | None = None) -> Any:
     """The verifier's identity for cache keys: kind, params, and the checksum of the module
     that implements it (editing a verifier's code recomputes its grades). A verifier class with
@@ -72,7 +67,7 @@ def run_grade_shard(store: Store, spec: StudySpec, source_name: str, filtered: S
     part = Rows(load_rows(store, filtered).to_arrow().slice(lo, hi - lo))
 
     def compute() -> tuple[dict[str, Any], dict[str, Any]]:
-        graded = grade(part, make_verifier(source.verifier, spec), workers=workers)
+        graded = grade(part, source.verifier.build(spec.base_dir), workers=workers)
         return {"rows": graded}, {"rows": len(graded)}
 
     # The shard's own content is its input, so a filter that keeps this shard's rows as they

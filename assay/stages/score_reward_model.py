@@ -18,22 +18,6 @@ from assay.store import Store
 STAGE = define_stage("score-reward-model", 1)
 
 
-def make_reward_model(mspec: Any, spec: StudySpec) -> Any:
-    """A reward model adapter from its spec entry (any registered kind)."""
-    return mspec.build(spec.paths)
-
-
-def model_identity(mspec: Any, spec: StudySpec) -> dict[str, Any]:
-    """What identifies a reward model's outputs, computed without loading it."""
-    return mspec.identity(spec.paths)
-
-
-def reward_views(spec: StudySpec) -> dict[str, Any]:
-    """The audited views: one per dimension of the diagnostic set, or one per axis of your own
-    preference data, each after the spec's derivation steps."""
-    return preference_views(spec).views
-
-
 def preference_views(spec: StudySpec) -> Any:
     """The audited views with what the report says about them (source, seed-id fallback)."""
     assert spec.reward is not None and spec.reward.data is not None
