@@ -5,7 +5,8 @@ Each class subclasses the builtin a caller would already catch (ValueError, Type
 
 from __future__ import annotations
 
-#: Exit statuses of the ``assay`` command (documented in the README; scripts and schedulers read them).
+#: Exit statuses of the ``assay`` command (documented in the README; scripts and schedulers
+#: read them).
 EXIT_OK = 0  # finished, every sample answered and graded
 EXIT_FAILED = 1  # a stage failed (the error line names it and the log)
 EXIT_INPUT = 2  # a problem in the inputs: the spec, a data file, a function it names

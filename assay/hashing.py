@@ -212,7 +212,10 @@ def code_checksum(module: str) -> str:
     version by hand (a verifier, the seeded policy) recomputes when that code changes."""
     import importlib
 
-    return file_checksum(importlib.import_module(module).__file__)
+    path = importlib.import_module(module).__file__
+    if path is None:
+        raise SpecError(f"module {module!r} has no source file to checksum")
+    return file_checksum(path)
 
 
 def _not_user_code(path: Path) -> bool:

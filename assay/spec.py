@@ -30,7 +30,7 @@ import os
 import re
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import yaml
 from pydantic import (
@@ -52,14 +52,25 @@ from assay.sources import SOURCES, SourceSpec
 from assay.sources.plugin import PluginSource
 from assay.specbase import SpecModel, kind_union
 
-SPEC_VERSION = 1
+SPEC_VERSION: Literal[1] = 1
 
 __all__ = ["StudySpec", "check_data", "check_files", "json_schema", "load_spec", "parse_spec"]
 
-#: A ``sources:`` entry: any registered source kind, or ``module:callable`` (a plugin source).
-Source = kind_union(SOURCES, PluginSource)
-#: A ``reward.models`` entry: any registered reward-model kind.
-RewardModelSpec = kind_union(REWARD_MODELS)
+if TYPE_CHECKING:  # to a type checker, each entry is the base class of its kinds
+    from assay.reward.kinds import RewardModelEntry
+    from assay.reward.prefdata import PreferenceData
+
+    Source = SourceSpec
+    RewardModelSpec = RewardModelEntry
+    RewardDataSpec = PreferenceData
+else:
+    #: A ``sources:`` entry: any registered source kind, or ``module:callable`` (a plugin).
+    Source = kind_union(SOURCES, PluginSource)
+    #: A ``reward.models`` entry: any registered reward-model kind.
+    RewardModelSpec = kind_union(REWARD_MODELS)
+    #: ``reward.data``: the built-in diagnostic set (an entry without ``kind``), a file, a hub
+    #: dataset, or any kind registered in ``PREFERENCE_DATA``.
+    RewardDataSpec = kind_union(PREFERENCE_DATA, default="builtin")
 
 
 # ------------------------------------------------------------------------------- decontamination
@@ -81,9 +92,6 @@ class DecontamSpec(SpecModel):
 # ------------------------------------------------------------------------------- reward models
 
 
-#: ``reward.data``: the built-in diagnostic set (an entry without ``kind``, as in today's specs),
-#: a file, a hub dataset, or any kind registered in ``PREFERENCE_DATA``.
-RewardDataSpec = kind_union(PREFERENCE_DATA, default="builtin")
 
 
 class RewardScoreSpec(SpecModel):
@@ -94,8 +102,8 @@ class RewardScoreSpec(SpecModel):
 
 
 class RewardSpec(SpecModel):
-    models: list[RewardModelSpec] = Field(min_length=1)  # type: ignore[valid-type]
-    data: RewardDataSpec | None = Field(  # type: ignore[valid-type]
+    models: list[RewardModelSpec] = Field(min_length=1)
+    data: RewardDataSpec | None = Field(
         default_factory=BuiltinPreferences,
         description="the preference data each model is audited on (default: the built-in "
         "diagnostic set); null: no audit")
@@ -193,7 +201,7 @@ class StudySpec(SpecModel):
         description="modules imported before the spec is validated, whose registry decorators "
         "add kinds ('package.module', or 'package.module:callable' called once); a module next to "
         "the spec file imports without PYTHONPATH")
-    sources: list[Source] = Field(default_factory=list)  # type: ignore[valid-type]
+    sources: list[Source] = Field(default_factory=list)
     decontaminate: DecontamSpec | None = None
     reward: RewardSpec | None = None
     measure: MeasureSpec = Field(default_factory=MeasureSpec)

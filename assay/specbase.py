@@ -83,11 +83,13 @@ class _KindUnion:
 
         if not choices:
             raise RuntimeError(f"no {self.registry.what} kinds are registered")
-        return Annotated[Union[tuple(choices)], Discriminator(  # noqa: UP007 (a runtime tuple)
-            pick, custom_error_type="unknown_kind",
-            custom_error_message=f"unknown {self.registry.what} kind; known kinds: "
-                                 f"{sorted(names)}" + (", or 'module:callable'" if self.fallback else ""),
-        )]
+        known = f"{sorted(names)}" + (", or 'module:callable'" if self.fallback else "")
+        return Annotated[
+            Union[tuple(choices)],  # noqa: UP007 (a runtime tuple)
+            Discriminator(pick, custom_error_type="unknown_kind",
+                          custom_error_message=f"unknown {self.registry.what} kind; "
+                          f"known kinds: {known}"),
+        ]
 
     def __get_pydantic_core_schema__(self, source: Any, handler: Any) -> Any:
         return handler.generate_schema(self.union())

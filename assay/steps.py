@@ -90,6 +90,7 @@ def validate_steps(steps: Any, ops: Sequence[str] = VIEW_OPS, *,
             raise DataError(f"{at} must be a mapping like {{'op': 'slice', ...}}, got {s!r}")
         op = s.get("op")
         _check_op(at, op, ops, used_by)
+        assert isinstance(op, str)
         req, opt = STEP_FIELDS[op]
         for k in req:
             if k not in s:

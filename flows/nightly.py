@@ -114,7 +114,9 @@ def nightly(specs: list[str], root: str = "runs/nightly", night: str | None = No
         summary["studies"][spec.name] = {
             "output": str(out), "baseline": {s["source"]: s["baseline"] for s in doc["sources"]},
             "regressions": [f"{r['source']}/{r['metric']}" for r in doc["regressions"]]}
-        summary["regressions"] += [f"{spec.name}/{r['source']}/{r['metric']}" for r in doc["regressions"]]
+        summary["regressions"] += [
+            f"{spec.name}/{r['source']}/{r['metric']}" for r in doc["regressions"]
+        ]
         for line in lines:
             print(f"REGRESSION {line}", file=sys.stderr)
         if doc["regressions"] and gates.notify:

@@ -1,6 +1,7 @@
 """DataView: an immutable, ordered view of preference items with derivation steps recorded as data.
 
-Filters, slices and samples are JSON steps that a study spec stores and ``apply_derivation`` replays.
+Filters, slices and samples are JSON steps that a study spec stores and ``apply_derivation``
+replays.
 
 Example:
     >>> from assay.data.items import make_pair
@@ -324,7 +325,8 @@ class DataView:
                     ok = fn(got, value)
                 except TypeError:
                     raise DataError(
-                        f"where: cannot compare item {i}'s {field} ({got!r:.40}) {cmp} {value!r:.40}"
+                        f"where: cannot compare item {i}'s {field} ({got!r:.40}) "
+                        f"{cmp} {value!r:.40}"
                     ) from None
                 if ok:
                     keep.append(i)
@@ -341,7 +343,9 @@ class DataView:
         return DataView._derived(self, items, w, {"op": "filter", "predicate": name},
                                  replayable=False)
 
-    def slice(self, start: int | None, stop: int | None = None, step: int | None = None) -> DataView:
+    def slice(
+        self, start: int | None, stop: int | None = None, step: int | None = None
+    ) -> DataView:
         """``items[start:stop:step]`` as a recorded step.
 
         Example:

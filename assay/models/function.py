@@ -39,7 +39,9 @@ def echo(prompts: list[Any]) -> list[str]:
     return [p if isinstance(p, str) else p[-1]["content"] for p in prompts]
 
 
-@BACKENDS.register("function", spec=FunctionSpec, help="a module:callable taking prompts, returning completions")
+@BACKENDS.register(
+    "function", spec=FunctionSpec, help="a module:callable taking prompts, returning completions"
+)
 class FunctionBackend:
     """Calls ``spec.callable`` on chunks of rendered prompts (see module docstring)."""
 
@@ -87,13 +89,34 @@ class FunctionBackend:
         base = {"latency_s": latency, "retries": 0, "served_model": self.spec.callable,
                 "prompt_tokens": None, "completion_tokens": None, "finish_reason": None}
         if isinstance(o, str):
-            return {**base, "status": "ok", "completion": o, "reason": None, "finish_reason": "stop"}
+            return {
+                **base,
+                "status": "ok",
+                "completion": o,
+                "reason": None,
+                "finish_reason": "stop",
+            }
         if isinstance(o, dict) and isinstance(o.get("completion"), str) and not o.get("error"):
-            return {**base, "status": "ok", "completion": o["completion"], "reason": None,
-                    "finish_reason": o.get("finish_reason", "stop"),
-                    "prompt_tokens": o.get("prompt_tokens"), "completion_tokens": o.get("completion_tokens")}
-        why = o.get("error") if isinstance(o, dict) and o.get("error") else f"returned {o!r:.80}, not a string"
-        return {**base, "status": "error", "completion": None, "reason": f"model.callable {self.spec.callable}: {why}"}
+            return {
+                **base,
+                "status": "ok",
+                "completion": o["completion"],
+                "reason": None,
+                "finish_reason": o.get("finish_reason", "stop"),
+                "prompt_tokens": o.get("prompt_tokens"),
+                "completion_tokens": o.get("completion_tokens"),
+            }
+        why = (
+            o.get("error")
+            if isinstance(o, dict) and o.get("error")
+            else f"returned {o!r:.80}, not a string"
+        )
+        return {
+            **base,
+            "status": "error",
+            "completion": None,
+            "reason": f"model.callable {self.spec.callable}: {why}",
+        }
 
     def close(self) -> None:
         pass

@@ -46,10 +46,13 @@ class FunctionRewardModel:
                  batch_size: int | None = None, base_dir: str | None = None) -> None:
         if not callable(fn):
             raise RewardModelError(f"FunctionRewardModel needs a callable, got {type(fn).__name__}")
-        if batch_size is not None and (isinstance(batch_size, bool) or not isinstance(batch_size, int)
-                                       or batch_size < 1):
-            raise RewardModelError(f"FunctionRewardModel(batch_size={batch_size!r}): a positive integer, "
-                                   "or None for one call per score()")
+        if batch_size is not None and (
+            isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1
+        ):
+            raise RewardModelError(
+                f"FunctionRewardModel(batch_size={batch_size!r}): a positive integer, "
+                "or None for one call per score()"
+            )
         self.fn = fn
         self.batched = batched
         self.batch_size = batch_size
@@ -89,9 +92,11 @@ class FunctionRewardModel:
                 got = len(part) if hasattr(part, "__len__") else None
                 if got != len(prompts[lo:lo + size]):
                     raise RewardModelError(
-                        f"{self.name} returned {got if got is not None else type(part).__name__} scores "
-                        f"for a batch of {len(prompts[lo:lo + size])} (items {lo}..); a batched reward "
-                        "function returns one number per (prompt, response)")
+                        f"{self.name} returned "
+                        f"{got if got is not None else type(part).__name__} scores for a batch "
+                        f"of {len(prompts[lo : lo + size])} (items {lo}..); a batched reward "
+                        "function returns one number per (prompt, response)"
+                    )
                 raw.extend(part)
         else:
             raw = []

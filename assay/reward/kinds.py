@@ -84,9 +84,11 @@ class FunctionModel(RewardModelEntry):
     ``params: {batched: false}`` calls ``fn(prompt, response)`` per pair instead)."""
 
     kind: Literal["function"]
-    function: str = Field(description="'module:callable' called once per batch as fn(prompts, responses) "
-                                      "-> one number per pair (params: batch_size caps a batch; "
-                                      "batched: false for fn(prompt, response) per pair)")
+    function: str = Field(
+        description="'module:callable' called once per batch as fn(prompts, responses) "
+        "-> one number per pair (params: batch_size caps a batch; "
+        "batched: false for fn(prompt, response) per pair)"
+    )
     version: str | None = Field(
         None, description="keys cached scores instead of the function's module source (and its "
         "helpers'); change it whenever the function's behaviour changes")

@@ -46,7 +46,9 @@ class PreferenceFields(SpecModel):
     prompt: str = "prompt"
     chosen: str = "chosen"
     rejected: str = "rejected"
-    axis: str | None = Field(None, description="field naming the pair's axis (default: one axis, 'all')")
+    axis: str | None = Field(
+        None, description="field naming the pair's axis (default: one axis, 'all')"
+    )
     seed_id: str | None = Field(
         None, description="field holding the seed id (the unit of independence); missing ids "
         "fall back to the prompt, so the effective n is the number of distinct prompts")
@@ -70,13 +72,15 @@ class PreferenceViews:
                f"{len(self.views)} axes"]
         if self.seed_fallback:
             prompts = sum(len({it.prompt_text for it in v}) for v in self.views.values())
-            out.append(f"{self.seed_fallback} of {self.n_records} records have no seed id: their "
-                       "seed falls back to the prompt, so the effective n is the number of distinct "
-                       f"prompts ({prompts} over all axes), not the number of pairs")
+            out.append(
+                f"{self.seed_fallback} of {self.n_records} records have no seed id: their "
+                "seed falls back to the prompt, so the effective n is the number of distinct "
+                f"prompts ({prompts} over all axes), not the number of pairs"
+            )
         return out
 
 
-class _PreferenceData(SpecModel):
+class PreferenceData(SpecModel):
     steps: list[dict[str, Any]] = Field(
         default_factory=list, description="DataView derivation steps (where/slice/sample/"
         "collapse_duplicates), applied to the whole set before it is split by axis")
@@ -107,7 +111,7 @@ class _PreferenceData(SpecModel):
         return {k: views[k] for k in dims}
 
 
-class BuiltinPreferences(_PreferenceData):
+class BuiltinPreferences(PreferenceData):
     """The built-in diagnostic set (14 dimensions); ``steps`` apply to every dimension."""
 
     kind: Literal["builtin"] = "builtin"
@@ -122,7 +126,7 @@ class BuiltinPreferences(_PreferenceData):
                                stated=False)
 
 
-class _RecordPreferences(_PreferenceData):
+class _RecordPreferences(PreferenceData):
     fields: PreferenceFields = Field(default_factory=PreferenceFields)
 
     def records(self, paths: Paths | None) -> tuple[list[dict[str, Any]], str, str]:

@@ -83,7 +83,11 @@ def upcast_head(model: Any, checkpoint_dir: str | None) -> str:
 
     found = find_head(model)
     if found is None:
-        return "no known reward head (tried " + ", ".join(HEAD_NAMES) + "): whole model in low precision"
+        return (
+            "no known reward head (tried "
+            + ", ".join(HEAD_NAMES)
+            + "): whole model in low precision"
+        )
     name, head = found
     head.to(torch.float32)
 

@@ -48,8 +48,10 @@ class PluginSource(SourceSpec):
         try:
             return out if isinstance(out, Rows) else Rows(as_table(out))
         except Exception as e:
-            raise SpecError(f"source {self.name!r}: {self.kind} returned something that is not "
-                            f"rows ({type(e).__name__}: {e}); return assay.rows(...) or dict rows") from None
+            raise SpecError(
+                f"source {self.name!r}: {self.kind} returned something that is not "
+                f"rows ({type(e).__name__}: {e}); return assay.rows(...) or dict rows"
+            ) from None
 
     def identity(self, paths: Paths) -> dict[str, Any]:
         from assay.hashing import code_identity

@@ -43,7 +43,7 @@ from assay.stages.score_rows import run_score_rows
 __all__ = [
     "STAGE_VERSIONS", "StageResult", "StudyRun", "apply_row_steps", "cached_stage",
     "concat_rows", "define_stage", "direct_call", "direct_map", "graded_checksums", "load_doc",
-    "load_rows", "lookup", 
+    "load_rows", "lookup",
     "print_progress", "report_files", "rows_from_records", "run_build_rows",
     "run_decontaminate", "run_filter_rows", "run_generate_shard", "run_grade_shard", "run_measure",
     "run_report", "run_reward_audit", "run_score_rows", "run_study", "shard_bounds",

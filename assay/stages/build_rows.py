@@ -26,8 +26,15 @@ def run_build_rows(store: Store, spec: StudySpec, source_name: str, *,
             out["source_info"] = info
         return out, {"rows": len(r)}
 
-    return cached_stage(store, STAGE, inputs=[], params=source.identity(spec.paths), compute=compute,
-                        label=source_name, progress=progress)
+    return cached_stage(
+        store,
+        STAGE,
+        inputs=[],
+        params=source.identity(spec.paths),
+        compute=compute,
+        label=source_name,
+        progress=progress,
+    )
 
 
 def source_info(store: Store, spec: StudySpec, source_name: str) -> dict[str, Any] | None:

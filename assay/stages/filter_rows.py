@@ -43,7 +43,9 @@ def _row_field(table: pa.Table, field: str, where: str) -> list[Any]:
         raise SpecError(str(e)) from None
 
 
-def apply_row_steps(rows: Rows, steps: Sequence[Mapping[str, Any]], *, where: str = "steps") -> Rows:
+def apply_row_steps(
+    rows: Rows, steps: Sequence[Mapping[str, Any]], *, where: str = "steps"
+) -> Rows:
     """Replay row filters recorded as data. ``slice`` and ``sample`` act on tasks in order of
     first appearance (a task keeps all its completions); ``where`` keeps rows whose field
     compares true.

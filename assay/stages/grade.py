@@ -61,18 +61,19 @@ def run_grade_shard(store: Store, spec: StudySpec, source_name: str, filtered: S
     """Grade rows[bounds] of a source with its verifier; cached per shard content."""
     from assay.grading import grade
 
-    source = spec.source(source_name)
+    vspec = spec.source(source_name).verifier
+    assert vspec is not None  # the chain grades only the sources that name a verifier
     lo, hi = bounds
 
     part = Rows(load_rows(store, filtered).to_arrow().slice(lo, hi - lo))
 
     def compute() -> tuple[dict[str, Any], dict[str, Any]]:
-        graded = grade(part, source.verifier.build(spec.base_dir), workers=workers)
+        graded = grade(part, vspec.build(spec.base_dir), workers=workers)
         return {"rows": graded}, {"rows": len(graded)}
 
     # The shard's own content is its input, so a filter that keeps this shard's rows as they
     # were (e.g. a longer slice) does not re-grade it.
     return cached_stage(store, STAGE, inputs=[part.checksum()],
-                        params={"verifier": verifier_fingerprint(source.verifier, spec)},
+                        params={"verifier": verifier_fingerprint(vspec, spec)},
                         compute=compute, label=f"{source_name} shard {shard + 1}/{n_shards}",
                         progress=progress)

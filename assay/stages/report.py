@@ -65,8 +65,9 @@ def generation_summary(rows: Any, gspec: Any) -> dict[str, Any]:
 
     Example:
         >>> import assay
-        >>> r = assay.rows(["q"], [["a", "b"]], markers=[[{"truncated": 1.0, "completion_tokens": 8.0},
-        ...                                              {"truncated": 0.0, "completion_tokens": 2.0}]])
+        >>> r = assay.rows(["q"], [["a", "b"]],
+        ...                markers=[[{"truncated": 1.0, "completion_tokens": 8.0},
+        ...                          {"truncated": 0.0, "completion_tokens": 2.0}]])
         >>> generation_summary(r, None)["truncated_share"]
         0.5
     """
@@ -83,12 +84,19 @@ def generation_summary(rows: Any, gspec: Any) -> dict[str, Any]:
     model = None
     if gspec is not None:
         m = gspec.model
-        model = f"{m.kind}:{getattr(m, 'model', None) or getattr(m, 'path', None) or getattr(m, 'callable', '')}"
-    return {"model": model, "k": getattr(gspec, "k", None), "completions": len(ok),
-            "errors": len(status) - len(ok),
-            "truncated_share": round(sum(trunc) / len(trunc), 4) if trunc else None,
-            "prompt_tokens_mean": mean("prompt_tokens"), "completion_tokens_mean": mean("completion_tokens"),
-            "completion_tokens_total": int(sum(m.get("completion_tokens", 0) for m in ok))}
+        named = (getattr(m, "model", None) or getattr(m, "path", None)
+                 or getattr(m, "callable", ""))
+        model = f"{m.kind}:{named}"
+    return {
+        "model": model,
+        "k": getattr(gspec, "k", None),
+        "completions": len(ok),
+        "errors": len(status) - len(ok),
+        "truncated_share": round(sum(trunc) / len(trunc), 4) if trunc else None,
+        "prompt_tokens_mean": mean("prompt_tokens"),
+        "completion_tokens_mean": mean("completion_tokens"),
+        "completion_tokens_total": int(sum(m.get("completion_tokens", 0) for m in ok)),
+    }
 
 
 def report_files(store: Store, report: StageResult) -> dict[str, bytes]:

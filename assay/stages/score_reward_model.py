@@ -33,6 +33,7 @@ def run_reward_audit(store: Store, spec: StudySpec, model_name: str, *, progress
     task passes a strict ``gpu`` concurrency slot; this core library never imports Prefect)."""
     from assay.report import result_doc
 
+    assert spec.reward is not None  # the chain audits only when the spec has reward models
     mspec = next(m for m in spec.reward.models if m.name == model_name)
     loaded = preference_views(spec)
     views = loaded.views
@@ -42,7 +43,11 @@ def run_reward_audit(store: Store, spec: StudySpec, model_name: str, *, progress
         from assay.reward import audit
 
         model = mspec.build(spec.paths)
-        slot = device_slot(str(getattr(model, "device", "cpu"))) if device_slot else contextlib.nullcontext()
+        slot = (
+            device_slot(str(getattr(model, "device", "cpu")))
+            if device_slot
+            else contextlib.nullcontext()
+        )
         with slot:
             res = audit(model, views, store=store)
         notes = loaded.notes()

@@ -93,23 +93,32 @@ def _positional(fn: Any, params: Mapping[str, Any], ref: str) -> int:
     if any(p.kind is p.VAR_POSITIONAL for p in ps):
         n = 3
     else:
-        pos = [p for p in ps if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.name not in params]
+        pos = [
+            p
+            for p in ps
+            if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.name not in params
+        ]
         n = sum(1 for p in pos if p.default is p.empty)
         if n == 2 and len(pos) > 2 and pos[2].name == "row":  # an optional row argument
             n = 3
     if n not in (2, 3):
-        raise SpecError(f"verifier function {ref!r} takes {n} positional arguments {[p.name for p in ps]}; "
-                        "a grader takes (completion, reference) or (completion, reference, row), and "
-                        "params as keywords")
+        raise SpecError(
+            f"verifier function {ref!r} takes {n} positional arguments {[p.name for p in ps]}; "
+            "a grader takes (completion, reference) or (completion, reference, row), and "
+            "params as keywords"
+        )
     try:
         sig.bind(*range(n), **params)
     except TypeError as e:
-        raise SpecError(f"verifier function {ref!r}: params {dict(params)} do not fit its signature "
-                        f"{sig} ({e})") from None
+        raise SpecError(
+            f"verifier function {ref!r}: params {dict(params)} do not fit its signature {sig} ({e})"
+        ) from None
     return n
 
 
-@VERIFIERS.register("function", help="your own grading function: function: 'package.module:callable'")
+@VERIFIERS.register(
+    "function", help="your own grading function: function: 'package.module:callable'"
+)
 class FunctionVerifier(Verifier):
     """Your own grading function (``function: 'mypkg.graders:grade'``) as a verifier."""
 

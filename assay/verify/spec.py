@@ -49,18 +49,24 @@ class VerifierSpec(SpecModel):
     @model_validator(mode="after")
     def _function_iff_kind(self) -> VerifierSpec:
         if self.kind == "function" and self.function is None:
-            raise ValueError("kind function needs function: 'package.module:callable' (your grader)")
+            raise ValueError(
+                "kind function needs function: 'package.module:callable' (your grader)"
+            )
         if self.kind != "function":
             for f in ("function", "version"):
                 if getattr(self, f) is not None:
-                    raise ValueError(f"{f} is only for kind function (this verifier is kind {self.kind!r}); "
-                                     "drop it, or set kind: function")
+                    raise ValueError(
+                        f"{f} is only for kind function (this verifier is kind {self.kind!r}); "
+                        "drop it, or set kind: function"
+                    )
         return self
 
     def label(self) -> str:
         """How the report names the verifier: its kind, or the function (and its version)."""
         if self.kind == "function":
-            return f"function {self.function}" + (f" (version {self.version})" if self.version else "")
+            return f"function {self.function}" + (
+                f" (version {self.version})" if self.version else ""
+            )
         return self.kind
 
     def check(self, base_dir: str | None = None) -> list[str]:

@@ -53,7 +53,9 @@ def _setup(d: Path) -> tuple[str, str, str]:
     with open(d / "answers.jsonl", "w") as f:
         for i in range(6):
             for c in (i, i + 1):
-                f.write(json.dumps({"id": f"t{i}", "q": f"{i}?", "a": str(c), "gold": str(i)}) + "\n")
+                f.write(
+                    json.dumps({"id": f"t{i}", "q": f"{i}?", "a": str(c), "gold": str(i)}) + "\n"
+                )
     return grader, helpers, deeper
 
 
