@@ -15,7 +15,7 @@ from assay.decontam.evalside import contamination
 from assay.decontam.filtering import decontaminate
 from assay.decontam.index import BuildStats, ContaminationIndex
 from assay.decontam.normalize import normalize_text, tokens
-from assay.decontam.report import (
+from assay.decontam.results import (
     CleanSplit,
     Contamination,
     Decontamination,

@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parents[2] / "assay"
 
 
 def module_name(path: Path, root: Path = ROOT) -> str:
-    """``assay/decontam/report.py`` -> ``assay.decontam.report``; ``__init__.py`` -> the package."""
+    """``assay/decontam/results.py`` -> ``assay.decontam.results``; ``__init__.py`` -> the package."""
     parts = list(path.relative_to(root.parent).with_suffix("").parts)
     if parts[-1] == "__init__":
         parts.pop()

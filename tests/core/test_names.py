@@ -18,8 +18,8 @@ ROOT = Path(__file__).resolve().parents[2]
 OLD_NAMES = [
     ("assay.decontam", "ContaminationReport", "Contamination"),
     ("assay.decontam", "FilterReport", "Decontamination"),
-    ("assay.decontam.report", "ContaminationReport", "Contamination"),
-    ("assay.decontam.report", "FilterReport", "Decontamination"),
+    ("assay.decontam.results", "ContaminationReport", "Contamination"),
+    ("assay.decontam.results", "FilterReport", "Decontamination"),
     ("assay.reward", "AuditResult", "Audit"),
     ("assay.reward", "InvarianceReport", "Invariance"),
     ("assay.reward.auditing", "AuditResult", "Audit"),
