@@ -21,10 +21,9 @@ import pyarrow as pa
 
 from assay.errors import RowsError
 from assay.models.base import Request, to_messages
-from assay.models.entry import GenerateSpec, backend_spec
 from assay.models.journal import Journal, completion_key, sample_seed, shard_id
 from assay.models.registry import BACKENDS
-from assay.models.specs import SamplingParams
+from assay.models.specs import GenerateSpec, SamplingParams, backend_spec
 from assay.store import Store
 
 #: Fields every generation record has (``latency_s`` and ``retries`` are wall-clock facts of the

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import Field, field_validator
 
-from assay.models.entry import GenerateSpec
+from assay.models.specs import GenerateSpec
 from assay.paths import Paths
 from assay.specbase import SpecModel
 from assay.steps import ROW_OPS, check_steps

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field
 
-from assay.models.entry import GenerateSpec
+from assay.models.specs import GenerateSpec
 from assay.paths import Paths
 from assay.sources.base import SourceSpec
 from assay.sources.registry import SOURCES

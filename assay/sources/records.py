@@ -28,7 +28,7 @@ from pydantic import Field, field_validator, model_validator
 
 from assay.errors import RowsError, RowsTypeError, SpecError
 from assay.jsonl import iter_jsonl
-from assay.models.entry import GenerateSpec
+from assay.models.specs import GenerateSpec
 from assay.paths import Paths
 from assay.rows import Rows
 from assay.sources.base import SourceSpec
