@@ -2,7 +2,7 @@
 
 Run: ``.venv/bin/python benchmarks/generation.py [--prompts 128] [--repeats 3]``.
 
-1. ``openai``: an OpenAI-protocol server on 127.0.0.1 (tests/models/openai_server.py, its own
+1. ``openai``: an OpenAI-protocol server on 127.0.0.1 (tests/helpers/openai_server.py, its own
    process) answering after 50 ms. Baseline: a sequential client, one request at a time (the
    lm-eval ``local-completions`` default), sending byte-for-byte the same request bodies. Ours:
    ``assay.generate(max_connections=16)`` into a fresh store. Checks identical completions.
@@ -34,7 +34,7 @@ import httpx
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "tests" / "models"))
+sys.path.insert(0, str(REPO / "tests"))
 
 from assay.models import generate  # noqa: E402
 from assay.models.base import Request, to_messages  # noqa: E402
@@ -46,7 +46,7 @@ from assay.store import Store  # noqa: E402
 
 def start_server(latency: float) -> tuple[subprocess.Popen, str]:
     port_file = Path(tempfile.mkdtemp()) / "url"
-    proc = subprocess.Popen([sys.executable, str(REPO / "tests" / "models" / "openai_server.py"),
+    proc = subprocess.Popen([sys.executable, str(REPO / "tests" / "helpers" / "openai_server.py"),
                              str(port_file), str(latency)])
     for _ in range(200):
         if port_file.exists() and port_file.read_text():
@@ -96,7 +96,7 @@ def bench_openai(n: int, repeats: int) -> float:
 
 def bench_hf(n: int, repeats: int) -> float:
     import torch
-    from tiny_lm import WORDS, build_tiny_lm
+    from helpers.tiny_lm import WORDS, build_tiny_lm
 
     from assay.models.hf import HFBackend
 

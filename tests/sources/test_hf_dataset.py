@@ -8,9 +8,9 @@ import json
 import shutil
 from pathlib import Path
 
-import gsm_fixture
 import pyarrow.parquet as pq
 import pytest
+from helpers import gsm_fixture
 
 import assay
 from assay import stages
