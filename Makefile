@@ -34,6 +34,7 @@ test-stress: $(STAMP)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check assay tasks flows tests benchmarks
+	$(VENV)/bin/mypy
 
 clean:
 	rm -rf $(VENV) .assay .prefect runs

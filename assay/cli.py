@@ -543,6 +543,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     unexpected exception (its stage and the log file holding the traceback); 5: stopped by
     execution.deadline or stall_after; 130: interrupted (Ctrl-C); 143: terminated (SIGTERM).
     """
+    from assay.layout import bind_own_packages
+
+    bind_own_packages()  # a user's tasks.py or flows/ beside the spec must not replace ours
     args = build_parser().parse_args(argv)
     _RUN.clear()
     term = None

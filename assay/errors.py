@@ -5,7 +5,8 @@ Each class subclasses the builtin a caller would already catch (ValueError, Type
 
 from __future__ import annotations
 
-#: Exit statuses of the ``assay`` command (documented in the README; scripts and schedulers read them).
+#: Exit statuses of the ``assay`` command (documented in the README; scripts and schedulers
+#: read them).
 EXIT_OK = 0  # finished, every sample answered and graded
 EXIT_FAILED = 1  # a stage failed (the error line names it and the log)
 EXIT_INPUT = 2  # a problem in the inputs: the spec, a data file, a function it names
@@ -53,3 +54,19 @@ class MeasureError(AssayError, ValueError):
 class GenerationError(AssayError, RuntimeError):
     """The model under test cannot be asked (a 4xx the server will not retry, a model it does
     not serve, a backend that cannot load); failed single requests become error rows instead."""
+
+
+class HistoryError(AssayError, FileNotFoundError):
+    """A directory holds no nights (it is not one study's nightly root)."""
+
+
+class NotifyError(AssayError, RuntimeError):
+    """An alert could not be delivered (the night's verdict stands; the alert is what failed)."""
+
+
+class ReportError(AssayError, FileNotFoundError):
+    """A run directory has no report (the run never finished, or the path is wrong)."""
+
+
+class RewardModelError(AssayError, ValueError):
+    """A reward model cannot be loaded or used as asked (bad option, double BOS, bad output)."""

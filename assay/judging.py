@@ -31,7 +31,7 @@ import numbers
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 from assay.errors import RowsTypeError
 
@@ -48,13 +48,6 @@ JUDGE_STATUSES: dict[str, str] = {
     "gen_error": "the model under test gave no completion (the request failed; reason says why); "
                  "never graded, and a rerun asks again",
 }
-
-
-@runtime_checkable
-class VerifierLike(Protocol):
-    """Structural type of a verifier: ``check(candidate, reference, row)``."""
-
-    def check(self, candidate: str, reference: Any, row: Mapping[str, Any]) -> Any: ...
 
 
 class Verifier:

@@ -1,4 +1,5 @@
-"""Live progress of long work: counters per unit (stage, label) that stages advance and watchers read.
+"""Live progress of long work: counters per unit (stage, label) that stages advance and
+watchers read.
 
 The progress printer, the stall detector and the Prefect task run all read this one registry.
 

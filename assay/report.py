@@ -25,7 +25,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from assay.errors import AssayError
+from assay.errors import ReportError
 from assay.results import collect_estimates
 from assay.store import atomic_write
 
@@ -358,10 +358,6 @@ def write_run_dir(out: str | os.PathLike[str], files: Mapping[str, bytes],
         atomic_write(out / "rows" / f"{name}.parquet", buf.getvalue())
     atomic_write(out / "run.json", (json.dumps(dict(run_info), indent=2, sort_keys=True) + "\n").encode())
     return out
-
-
-class ReportError(AssayError, FileNotFoundError):
-    """A run directory has no report (the run never finished, or the path is wrong)."""
 
 
 def read_report(run_dir: str | os.PathLike[str]) -> str:

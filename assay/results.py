@@ -4,8 +4,7 @@ Every measurement (pass_at, compare, contamination, the reward audit) reports th
 
 Naming rule for result classes: no suffix, named for what the call returns (``pass_at`` ->
 ``PassAt``, ``contamination`` -> ``Contamination``, ``audit`` -> ``Audit``), as scipy's result
-objects are named for their test. Older names (``...Report``, ``...Result``) still import, with a
-DeprecationWarning (:func:`deprecated_names`).
+objects are named for their test.
 
 Example:
     >>> e = Estimate("pass@1", 0.688, Interval(0.41, 0.88, 0.95, "cluster t"), n=4, n_rows=16)
@@ -19,8 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -236,28 +234,3 @@ def line_of(result: Any) -> str:
     warnings themselves)."""
     line = getattr(result, "_line", None)
     return line() if callable(line) else str(result)
-
-
-def deprecated_names(module: str, namespace: Mapping[str, Any], renamed: Mapping[str, str]
-                     ) -> Callable[[str], Any]:
-    """A module ``__getattr__`` (PEP 562) that serves each old name in ``renamed`` (old -> new)
-    as the new object, with a DeprecationWarning, so code written against the old name works.
-
-    Example:
-        >>> import warnings
-        >>> class Audit: ...
-        >>> get = deprecated_names("m", {"Audit": Audit}, {"AuditResult": "Audit"})
-        >>> with warnings.catch_warnings(record=True) as w:
-        ...     warnings.simplefilter("always")
-        ...     get("AuditResult") is Audit, str(w[0].message)
-        (True, 'm.AuditResult is deprecated: use m.Audit (the same class)')
-    """
-    def __getattr__(name: str) -> Any:
-        new = renamed.get(name)
-        if new is None:
-            raise AttributeError(f"module {module!r} has no attribute {name!r}")
-        warnings.warn(f"{module}.{name} is deprecated: use {module}.{new} (the same class)",
-                      DeprecationWarning, stacklevel=2)
-        return namespace[new]
-
-    return __getattr__

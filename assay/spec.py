@@ -30,7 +30,7 @@ import os
 import re
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import yaml
 from pydantic import (
@@ -45,29 +45,32 @@ from assay import registry
 from assay.errors import SpecError
 from assay.hashing import content_hash, file_checksum
 from assay.nightly.spec import NightlySpec
-from assay.reward.kinds import RewardModelEntry
+from assay.paths import SpecPaths
 from assay.reward.prefdata import BuiltinPreferences
 from assay.reward.registry import PREFERENCE_DATA, REWARD_MODELS
-from assay.sources import SOURCES, FieldMap, SourceSpec
-from assay.sources.file import FileSource
-from assay.sources.hf_dataset import HFDatasetSource
-from assay.sources.humaneval import HumanEvalSource, PolicySpec
+from assay.sources import SOURCES, SourceSpec
 from assay.sources.plugin import PluginSource
-from assay.specbase import STEP_OPS, SpecModel, VerifierSpec, check_steps, kind_union
+from assay.specbase import SpecModel, kind_union
 
-SPEC_VERSION = 1
+SPEC_VERSION: Literal[1] = 1
 
-# Re-exported: these lived here before the kinds moved to the packages that own them.
-_Model = SpecModel
-_check_steps = check_steps
-__all__ = ["STEP_OPS", "FieldMap", "RewardModelEntry", "FileSource", "HFDatasetSource", "HumanEvalSource",
-           "PolicySpec", "SourceSpec", "StudySpec", "VerifierSpec", "check_data", "check_files",
-           "file_checksum", "json_schema", "load_spec", "parse_spec"]
+__all__ = ["StudySpec", "check_data", "check_files", "json_schema", "load_spec", "parse_spec"]
 
-#: A ``sources:`` entry: any registered source kind, or ``module:callable`` (a plugin source).
-Source = kind_union(SOURCES, PluginSource)
-#: A ``reward.models`` entry: any registered reward-model kind.
-RewardModelSpec = kind_union(REWARD_MODELS)
+if TYPE_CHECKING:  # to a type checker, each entry is the base class of its kinds
+    from assay.reward.kinds import RewardModelEntry
+    from assay.reward.prefdata import PreferenceData
+
+    Source = SourceSpec
+    RewardModelSpec = RewardModelEntry
+    RewardDataSpec = PreferenceData
+else:
+    #: A ``sources:`` entry: any registered source kind, or ``module:callable`` (a plugin).
+    Source = kind_union(SOURCES, PluginSource)
+    #: A ``reward.models`` entry: any registered reward-model kind.
+    RewardModelSpec = kind_union(REWARD_MODELS)
+    #: ``reward.data``: the built-in diagnostic set (an entry without ``kind``), a file, a hub
+    #: dataset, or any kind registered in ``PREFERENCE_DATA``.
+    RewardDataSpec = kind_union(PREFERENCE_DATA, default="builtin")
 
 
 # ------------------------------------------------------------------------------- decontamination
@@ -89,9 +92,6 @@ class DecontamSpec(SpecModel):
 # ------------------------------------------------------------------------------- reward models
 
 
-#: ``reward.data``: the built-in diagnostic set (an entry without ``kind``, as in today's specs),
-#: a file, a hub dataset, or any kind registered in ``PREFERENCE_DATA``.
-RewardDataSpec = kind_union(PREFERENCE_DATA, default="builtin")
 
 
 class RewardScoreSpec(SpecModel):
@@ -102,8 +102,8 @@ class RewardScoreSpec(SpecModel):
 
 
 class RewardSpec(SpecModel):
-    models: list[RewardModelSpec] = Field(min_length=1)  # type: ignore[valid-type]
-    data: RewardDataSpec | None = Field(  # type: ignore[valid-type]
+    models: list[RewardModelSpec] = Field(min_length=1)
+    data: RewardDataSpec | None = Field(
         default_factory=BuiltinPreferences,
         description="the preference data each model is audited on (default: the built-in "
         "diagnostic set); null: no audit")
@@ -247,7 +247,7 @@ class StudySpec(SpecModel):
         description="modules imported before the spec is validated, whose registry decorators "
         "add kinds ('package.module', or 'package.module:callable' called once); a module next to "
         "the spec file imports without PYTHONPATH")
-    sources: list[Source] = Field(default_factory=list)  # type: ignore[valid-type]
+    sources: list[Source] = Field(default_factory=list)
     decontaminate: DecontamSpec | None = None
     reward: RewardSpec | None = None
     measure: MeasureSpec = Field(default_factory=MeasureSpec)
@@ -323,13 +323,27 @@ class StudySpec(SpecModel):
                                      f"{missing}; add them to reward.score.sources")
         return self
 
+    def source(self, name: str) -> SourceSpec:
+        """The source called ``name``, or a SpecError listing the sources."""
+        for s in self.sources:
+            if s.name == name:
+                return s
+        raise SpecError(f"no source named {name!r}; sources are {[s.name for s in self.sources]}")
+
     # -- paths ------------------------------------------------------------------------------
+    @property
+    def base_dir(self) -> str | None:
+        """The spec file's folder (None: paths resolve from the working directory)."""
+        return self._base_dir
+
+    @property
+    def paths(self) -> SpecPaths:
+        """What a kind may know of the study: its folder and how its paths resolve."""
+        return SpecPaths(self._base_dir)
+
     def resolve(self, path: str) -> Path:
         """A spec-relative path made absolute (relative to the spec file's directory)."""
-        p = Path(os.path.expanduser(path))
-        if not p.is_absolute() and self._base_dir:
-            p = Path(self._base_dir) / p
-        return p
+        return self.paths.resolve(path)
 
     def output_dir(self, override: str | os.PathLike[str] | None = None) -> Path:
         """Where the run writes: ``override``, else ``output``, else ``runs/<name>``."""
@@ -356,19 +370,13 @@ class StudySpec(SpecModel):
         content hashes (moving a file changes nothing; editing it changes the checksum)."""
         doc = self.model_dump(mode="json", exclude=set(NON_RESULT_FIELDS))
         for src, s in zip(doc["sources"], self.sources):
-            src.update(s.identity(self))  # file contents in place of paths, code checksums
+            src.update(s.identity(self.paths))  # file contents in place of paths, code checksums
         if self.decontaminate is not None:
             doc["decontaminate"]["corpus"] = [file_checksum(self.resolve(p))
                                               for p in self.decontaminate.corpus]
         data = self.reward.data if self.reward is not None else None
-        if data is not None and data.kind == "file" and data.file(self).is_file():
-            doc["reward"]["data"]["path"] = file_checksum(data.file(self))
-        elif data is not None and data.kind == "hf_dataset" and self.resolve(data.path).exists():
-            from assay.reward.runtime import dir_digest
-
-            local = self.resolve(data.path)  # a local dataset: its files, not its path
-            doc["reward"]["data"]["path"] = (dir_digest(local) if local.is_dir()
-                                             else file_checksum(local))
+        if data is not None:
+            doc["reward"]["data"].update(data.identity(self.paths))
         return doc
 
     def checksum(self) -> str:
@@ -597,39 +605,22 @@ def check_files(spec: StudySpec) -> list[str]:
     """Problems beyond the spec's shape, as ``yaml.path: message``: missing files, and
     verifier params the verifier does not accept (checked against its signature, without
     building it)."""
-    import inspect
-
-    from assay.registry import load_callable
-    from assay.verify.registry import VERIFIERS
-
     problems = []
     for i, s in enumerate(spec.sources):
-        v = s.verifier
-        if v is None:
-            continue
-        try:
-            obj = (VERIFIERS.get(v.kind).obj if ":" not in v.kind
-                   else load_callable(v.kind, what="verifier kind", base_dir=spec._base_dir))
-            if callable(getattr(obj, "from_spec", None)):  # builds itself from the entry
-                obj.from_spec(v, spec._base_dir)
-                continue
-            inspect.signature(obj).bind(**v.params)
-        except SpecError as e:
-            problems.append(f"sources[{i}].verifier.{'function' if v.kind == 'function' else 'kind'}: {e}")
-        except TypeError as e:
-            problems.append(f"sources[{i}].verifier.params: {e} ({v.kind} takes "
-                            f"{list(inspect.signature(obj).parameters)})")
+        if s.verifier is not None:
+            problems += [f"sources[{i}].verifier.{p}" for p in s.verifier.check(spec.base_dir)]
     problems += _check_user_functions(spec)
     for i, s in enumerate(spec.sources):
         comp = getattr(s, "completions", None)
-        for f in s.files(spec):
+        for f in s.files(spec.paths):
             if not f.is_file():
                 key = ("completions.path" if comp is not None and f == spec.resolve(comp.path)
                        else "path" if hasattr(s, "path") else "")
                 problems.append(f"sources[{i}]{'.' + key if key else ''}: file not found: {f}")
     data = spec.reward.data if spec.reward is not None else None
-    if data is not None and data.kind == "file" and not data.file(spec).is_file():
-        problems.append(f"reward.data.path: file not found: {data.file(spec)}")
+    for f in data.files(spec.paths) if data is not None else []:
+        if not f.is_file():
+            problems.append(f"reward.data.path: file not found: {f}")
     if spec.decontaminate is not None:
         for i, c in enumerate(spec.decontaminate.corpus):
             if not spec.resolve(c).is_file():
@@ -655,7 +646,7 @@ def _check_user_functions(spec: StudySpec) -> list[str]:
     for i, m in enumerate(spec.reward.models if spec.reward is not None else ()):
         if m.kind == "function":
             try:
-                m.build(spec)
+                m.build(spec.paths)
             except (SpecError, RewardModelError) as e:
                 problems.append(f"reward.models[{i}].function: {e}")
     return problems
@@ -670,12 +661,12 @@ def check_data(spec: StudySpec) -> tuple[list[str], list[str]]:
     warnings: list[str] = []
     fields_of: dict[str, set[str] | None] = {}
     for i, s in enumerate(spec.sources):
-        p, w = s.check(spec)
+        p, w = s.check(spec.paths)
         problems += [f"sources[{i}].{x}" for x in p]
         warnings += [f"sources[{i}].{x}" for x in w]
         if not p:
             try:
-                fields_of[s.name] = s.row_fields(spec)
+                fields_of[s.name] = s.row_fields(spec.paths)
             except SpecError as e:
                 problems.append(f"sources[{i}]: {e}")
         problems += steps_before_grading(s, i)
@@ -758,7 +749,7 @@ def steps_before_grading(source: Any, i: int) -> list[str]:
     """A ``where`` step on a field that exists only after grading (or generation) would see
     every row unjudged: say so before the run, with the fix."""
     out = []
-    generated = getattr(source, "generate", None) is not None
+    generated = source.generate is not None
     for j, step in enumerate(source.steps):
         field = str(step.get("field", "")) if step.get("op") == "where" else ""
         head = field.partition(".")[0]

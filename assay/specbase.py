@@ -27,38 +27,17 @@ from pydantic import (
     Discriminator,
     Field,
     Tag,
-    field_validator,
-    model_validator,
 )
 
 from assay.registry import Registry
 
-#: Ops a row or view derivation step may use (the data plane's vocabulary).
-STEP_OPS = ("where", "slice", "sample", "collapse_duplicates")
-
-__all__ = ["STEP_OPS", "SpecModel", "PluginEntry", "VerifierSpec", "check_steps", "kind_union",
-           "Literal"]
+__all__ = ["SpecModel", "PluginEntry", "kind_union", "Literal"]
 
 
 class SpecModel(BaseModel):
     """Base of every spec entry: immutable, and an unknown field is an error, not ignored."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-def check_steps(steps: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Validate derivation steps with the data plane's rules (pure Python, no I/O)."""
-    from assay.data.view import validate_steps
-    from assay.errors import DataError
-
-    for i, s in enumerate(steps):
-        if not isinstance(s, Mapping) or s.get("op") not in STEP_OPS:
-            raise ValueError(f"steps[{i}].op must be one of {list(STEP_OPS)}")
-    try:
-        return validate_steps(steps)
-    except DataError as e:
-        # The message starts with "steps[i].field"; pydantic prefixes the YAML path.
-        raise ValueError(str(e)) from None
 
 
 class PluginEntry(SpecModel):
@@ -104,11 +83,13 @@ class _KindUnion:
 
         if not choices:
             raise RuntimeError(f"no {self.registry.what} kinds are registered")
-        return Annotated[Union[tuple(choices)], Discriminator(  # noqa: UP007 (a runtime tuple)
-            pick, custom_error_type="unknown_kind",
-            custom_error_message=f"unknown {self.registry.what} kind; known kinds: "
-                                 f"{sorted(names)}" + (", or 'module:callable'" if self.fallback else ""),
-        )]
+        known = f"{sorted(names)}" + (", or 'module:callable'" if self.fallback else "")
+        return Annotated[
+            Union[tuple(choices)],  # noqa: UP007 (a runtime tuple)
+            Discriminator(pick, custom_error_type="unknown_kind",
+                          custom_error_message=f"unknown {self.registry.what} kind; "
+                          f"known kinds: {known}"),
+        ]
 
     def __get_pydantic_core_schema__(self, source: Any, handler: Any) -> Any:
         return handler.generate_schema(self.union())
@@ -120,68 +101,3 @@ def kind_union(registry: Registry[Any], fallback: type[SpecModel] | None = None,
     ``module:callable`` kinds as ``fallback`` entries when given; an entry without ``kind`` is
     of kind ``default`` when given (its spec model should default ``kind`` to it)."""
     return Annotated[Any, _KindUnion(registry, fallback, default)]
-
-
-class VerifierSpec(SpecModel):
-    """Which verifier grades a source: a registered kind (``assay.verify.registry.VERIFIERS``)
-    or ``module:callable`` building one, with its keyword arguments. ``kind: function`` runs
-    your own grading function (``function: 'mypkg.graders:grade'``, its ``params`` passed as
-    keyword arguments) through the judge contract."""
-
-    kind: str = Field(description="a registered verifier kind, or 'package.module:callable'")
-    params: dict[str, Any] = Field(default_factory=dict)
-    function: str | None = Field(
-        None, pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$",
-        description="kind function only: 'package.module:callable' grading one completion, "
-        "called by its parameter names: any of prompt, completion, reference, row, meta (any "
-        "order), its params as keywords, **kwargs for all; a module next to the spec imports "
-        "without PYTHONPATH")
-    version: str | None = Field(
-        None, description="kind function only: keys cached grades instead of the function's "
-        "module source; change it whenever the function's behaviour changes")
-
-    @field_validator("kind")
-    @classmethod
-    def _known(cls, v: str) -> str:
-        from assay.verify.registry import VERIFIERS
-
-        if v not in VERIFIERS and ":" not in v:
-            VERIFIERS.get(v)  # raises with the known kinds and the closest match
-        return v
-
-    @model_validator(mode="after")
-    def _function_iff_kind(self) -> VerifierSpec:
-        if self.kind == "function" and self.function is None:
-            raise ValueError("kind function needs function: 'package.module:callable' (your grader)")
-        if self.kind != "function":
-            for f in ("function", "version"):
-                if getattr(self, f) is not None:
-                    raise ValueError(f"{f} is only for kind function (this verifier is kind {self.kind!r}); "
-                                     "drop it, or set kind: function")
-        return self
-
-    def _impl(self, base_dir: str | None) -> Any:
-        from assay.registry import load_callable
-        from assay.verify.registry import VERIFIERS
-
-        return (VERIFIERS.get(self.kind).obj if ":" not in self.kind
-                else load_callable(self.kind, what="verifier kind", base_dir=base_dir))
-
-    def build(self, base_dir: str | None = None) -> Any:
-        """The verifier object (its class or factory called with ``params``; a kind whose class
-        has ``from_spec(vspec, base_dir)`` builds itself from the whole entry)."""
-        import inspect
-
-        from assay.errors import SpecError
-
-        obj = self._impl(base_dir)
-        from_spec = getattr(obj, "from_spec", None)
-        if callable(from_spec):
-            return from_spec(self, base_dir)
-        try:
-            inspect.signature(obj).bind(**self.params)
-        except TypeError as e:
-            raise SpecError(f"verifier {self.kind}: bad params {self.params} ({e})") from None
-        except ValueError:  # no signature (a builtin): let the call say what is wrong
-            pass
-        return obj(**self.params)

@@ -2,7 +2,7 @@
 
 Run: ``.venv/bin/python benchmarks/generation.py [--prompts 128] [--repeats 3]``.
 
-1. ``openai``: an OpenAI-protocol server on 127.0.0.1 (tests/models/openai_server.py, its own
+1. ``openai``: an OpenAI-protocol server on 127.0.0.1 (tests/helpers/openai_server.py, its own
    process) answering after 50 ms. Baseline: a sequential client, one request at a time (the
    lm-eval ``local-completions`` default), sending byte-for-byte the same request bodies. Ours:
    ``assay.generate(max_connections=16)`` into a fresh store. Checks identical completions.
@@ -45,7 +45,7 @@ import httpx
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "tests" / "models"))
+sys.path.insert(0, str(REPO / "tests"))
 
 from assay.models import generate  # noqa: E402
 from assay.models.base import Request, to_messages  # noqa: E402
@@ -59,7 +59,7 @@ def start_server(latency: float,
                  faults: tuple[float, float] | None = None) -> tuple[subprocess.Popen, str]:
     port_file = Path(tempfile.mkdtemp()) / "url"
     extra = [str(f) for f in faults] if faults else []
-    proc = subprocess.Popen([sys.executable, str(REPO / "tests" / "models" / "openai_server.py"),
+    proc = subprocess.Popen([sys.executable, str(REPO / "tests" / "helpers" / "openai_server.py"),
                              str(port_file), str(latency), *extra])
     for _ in range(200):
         if port_file.exists() and port_file.read_text():
@@ -129,7 +129,7 @@ def bench_recovery(repeats: int) -> float:
     in flight at the server again (an in-process server, which watches its own count)."""
     import threading
 
-    from openai_server import Fault, OpenAIServer
+    from helpers.openai_server import Fault, OpenAIServer
 
     times = []
     for rep in range(repeats):
@@ -167,7 +167,7 @@ def bench_recovery(repeats: int) -> float:
 
 def bench_hf(n: int, repeats: int) -> float:
     import torch
-    from tiny_lm import WORDS, build_tiny_lm
+    from helpers.tiny_lm import WORDS, build_tiny_lm
 
     from assay.models.hf import HFBackend
 

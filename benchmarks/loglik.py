@@ -41,7 +41,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "tests" / "models"))
+sys.path.insert(0, str(REPO / "tests"))
 
 
 def pairs_for(n_questions: int, mode: str, model_dir: Path) -> list[tuple[str, str]]:
@@ -70,7 +70,7 @@ sources:
       {'templates: ["A", "B", "C", "D"]' if mode == 'letters' else 'field: choices'}
       fewshot: {{k: 5, path: dev.jsonl}}
 """, source="bench.yaml", base_dir=str(tmp))
-    rows = spec.sources[0].build(spec)[0]
+    rows = spec.sources[0].build(spec.paths)[0]
     out = []
     for r in rows:
         out += [(r["prompt"], " " + c) for c in r["privileged"]["choices"]]
@@ -89,7 +89,7 @@ def main() -> None:
     import torch
     from lm_eval.api.instance import Instance
     from lm_eval.models.huggingface import HFLM
-    from tiny_bpe import build_tiny_bpe_lm
+    from helpers.tiny_bpe import build_tiny_bpe_lm
 
     from assay.models.hf_loglik import HFScorer
 

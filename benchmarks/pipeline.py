@@ -161,8 +161,8 @@ def graph_bench(tmp: Path, repeats: int, latency: float = 0.2, slots: int = 8,
     import json
     import threading
 
-    sys.path.insert(0, str(ROOT / "tests" / "models"))
-    from openai_server import OpenAIServer, scripted_policy
+    sys.path.insert(0, str(ROOT / "tests"))
+    from helpers.openai_server import OpenAIServer, scripted_policy
 
     gate = threading.BoundedSemaphore(slots)
 

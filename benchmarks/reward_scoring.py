@@ -270,7 +270,7 @@ def bench_rows(repeats: int, one_by_one_rows: int = 240) -> None:
     t_regraded = time.perf_counter() - t
     assert all(r.summary["scores"] == {"rm:minilm": "cached"} for r in rescored)
 
-    model = spec.reward.models[0].build(spec)  # the same bundled model, loaded once more
+    model = spec.reward.models[0].build(spec.paths)  # the same bundled model, loaded once more
     tables = [stages.load_rows(data_store, p).to_arrow() for ps in shards.values() for p in ps]
     inputs = [scoring_inputs(t) for t in tables]
 

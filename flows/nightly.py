@@ -31,6 +31,7 @@ from prefect.cache_policies import NO_CACHE
 from prefect.states import Failed
 
 from assay.errors import AssayError
+from assay.layout import bind_own_packages
 from assay.nightly.gates import evaluate_night, new_history_text, night_markdown, regression_line
 from assay.nightly.history import write_history
 from assay.nightly.notify import (
@@ -48,7 +49,11 @@ from assay.report import write_run_dir
 from assay.spec import load_spec
 from assay.store import atomic_write
 from assay.watchdog import RunStopped
-from flows.study import _slug, generation_line, study, write_page
+
+# A deployment loads this file by path: `flows` must be ours even where a user's flows/ is first
+# on sys.path (the worker's working directory, a spec's folder).
+bind_own_packages()
+from flows.study import _slug, generation_line, study, write_page  # noqa: E402
 
 
 class NightlyRegression(AssayError):
@@ -176,7 +181,9 @@ def nightly(specs: list[str], root: str = "runs/nightly", night: str | None = No
             "new_history": new_history_text(doc) if doc.get("new_history") else None,
             "model_changes": {s["source"]: s["model_changes"] for s in doc["sources"]
                               if s.get("model_changes")}}
-        summary["regressions"] += [f"{spec.name}/{r['source']}/{r['metric']}" for r in doc["regressions"]]
+        summary["regressions"] += [
+            f"{spec.name}/{r['source']}/{r['metric']}" for r in doc["regressions"]
+        ]
         for line in lines:
             log.warning("REGRESSION %s", line)
         if doc.get("new_history"):

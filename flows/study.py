@@ -22,6 +22,7 @@ from typing import Any
 from prefect import flow
 
 from assay import stages
+from assay.layout import bind_own_packages
 from assay.spec import load_spec
 from assay.stages.finish import finish_run
 from assay.stages.plan import LOCAL_CAPACITY
@@ -29,7 +30,9 @@ from assay.store import Store
 from assay.watchdog import guard
 from flows.embedded import OrchestrationError, require_real_server
 from flows.progress_ui import progress_artifacts
-from tasks.stages import TASKS
+
+bind_own_packages()  # `tasks` is ours even where the working directory holds a user's tasks.py
+from tasks.stages import TASKS  # noqa: E402
 
 
 def _slug(text: str) -> str:

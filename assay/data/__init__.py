@@ -42,7 +42,6 @@ from assay.data.items import (
 )
 from assay.data.lineage import EFFECTIVE_N_KINDS, Lineage, effective_n, kish_ess
 from assay.data.view import DataView, EffectiveN, apply_derivation, validate_steps
-from assay.results import deprecated_names
 
 __all__ = [
     "DIAGNOSTIC_V3_CARD", "DIMENSIONS", "DataView", "DatasetCard", "EFFECTIVE_N_KINDS",
@@ -54,6 +53,3 @@ __all__ = [
     "load_diagnostic_v3_quadruples", "make_pair", "make_pairs", "quadruple_interaction",
     "read_diagnostic_dir", "seed_id_of", "tokenize", "validate_steps",
 ]
-
-# Pre-0.2 names of the result classes (see assay.results: no suffix).
-__getattr__ = deprecated_names(__name__, globals(), {"HodgeResult": "HodgeRanking", "InteractionResult": "Interaction", "LengthBaselineResult": "LengthBaseline"})

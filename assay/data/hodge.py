@@ -36,7 +36,7 @@ import numpy as np
 
 from assay.data.items import EdgeObs, Tournament
 from assay.errors import DataError
-from assay.results import Estimate, Result, deprecated_names
+from assay.results import Estimate, Result
 
 ENCODINGS = ("logodds", "winrate")
 
@@ -219,6 +219,3 @@ def hodge_rank(
         harmonic_fraction=fr[2], encoding=encoding, n_triangles=len(tris),
         baseline_curl=base, baseline_curl_q95=q95, warnings=tuple(warns),
     )
-
-# Pre-0.2 names of the result classes (see assay.results: no suffix).
-__getattr__ = deprecated_names(__name__, globals(), {"HodgeResult": "HodgeRanking"})

@@ -23,7 +23,7 @@ import numpy as np
 from assay.data.items import Quadruple
 from assay.errors import DataError
 from assay.intervals import cluster_t_interval
-from assay.results import Estimate, Result, deprecated_names
+from assay.results import Estimate, Result
 
 
 @dataclass(frozen=True)
@@ -142,6 +142,3 @@ def quadruple_interaction(
         warns.append(f"only {inter.n} independent seeds: the interval is wide and its coverage "
                      "rests on near-normal seed means")
     return Interaction(inter, ea, eb, (fa, fb), its[0].levels, len(its), tuple(warns))
-
-# Pre-0.2 names of the result classes (see assay.results: no suffix).
-__getattr__ = deprecated_names(__name__, globals(), {"InteractionResult": "Interaction"})

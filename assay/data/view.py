@@ -1,6 +1,7 @@
 """DataView: an immutable, ordered view of preference items with derivation steps recorded as data.
 
-Filters, slices and samples are JSON steps that a study spec stores and ``apply_derivation`` replays.
+Filters, slices and samples are JSON steps that a study spec stores and ``apply_derivation``
+replays.
 
 Example:
     >>> from assay.data.items import make_pair
@@ -38,31 +39,13 @@ from assay.data.items import (
 )
 from assay.data.lineage import Lineage
 from assay.data.lineage import effective_n as _effective_n
-from assay.errors import DataError, HashError
-from assay.hashing import DIGEST_HEX, HASH_SCHEMA, canonicalize
+from assay.errors import DataError
+from assay.hashing import DIGEST_HEX, HASH_SCHEMA
 from assay.results import Estimate, Result
+from assay.steps import WHERE_OPS, validate_steps
 
 VIEW_SCHEMA_VERSION = 1
 
-#: Comparison operators a ``where`` step may use.
-WHERE_OPS: dict[str, Callable[[Any, Any], bool]] = {
-    "==": operator.eq,
-    "!=": operator.ne,
-    "<": operator.lt,
-    "<=": operator.le,
-    ">": operator.gt,
-    ">=": operator.ge,
-    "in": lambda a, b: a in b,
-    "not in": lambda a, b: a not in b,
-    "contains": lambda a, b: b in a,
-}
-#: Step ops and their fields (required, optional).
-STEP_FIELDS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
-    "where": (("field", "cmp", "value"), ()),
-    "slice": (("start",), ("stop", "step")),
-    "sample": (("n", "seed"), ()),
-    "collapse_duplicates": ((), ()),
-}
 #: Computed fields a ``where`` step may name besides dotted attribute paths (``chosen.text``,
 #: ``meta.domain``, ``lineage.ops``).
 COMPUTED_FIELDS: dict[str, Callable[[Any], Any]] = {
@@ -78,68 +61,6 @@ COMPUTED_FIELDS: dict[str, Callable[[Any], Any]] = {
 
 
 # ------------------------------------------------------------------------------ steps
-
-
-def _is_int(x: Any) -> bool:
-    return isinstance(x, int) and not isinstance(x, bool)
-
-
-def validate_steps(steps: Any) -> list[dict[str, Any]]:
-    """Check derivation steps (as stored in a spec) and return them as plain dicts.
-
-    Raises DataError naming the bad step's index and field, e.g. ``steps[2].n``.
-
-    Example:
-        >>> validate_steps([{"op": "slice", "start": 0, "stop": 5}])
-        [{'op': 'slice', 'start': 0, 'stop': 5}]
-        >>> validate_steps([{"op": "sample", "n": -1, "seed": 0}])
-        Traceback (most recent call last):
-        ...
-        assay.errors.DataError: steps[0].n must be a non-negative int, got -1
-    """
-    if isinstance(steps, (str, bytes, Mapping)) or not isinstance(steps, Sequence):
-        raise DataError(f"derivation steps must be a list of step mappings, got {type(steps).__name__}")
-    out = []
-    for i, s in enumerate(steps):
-        at = f"steps[{i}]"
-        if not isinstance(s, Mapping):
-            raise DataError(f"{at} must be a mapping like {{'op': 'slice', ...}}, got {s!r}")
-        op = s.get("op")
-        if op not in STEP_FIELDS:
-            hint = " (filter(callable) steps cannot be replayed: use where())" if op == "filter" else ""
-            raise DataError(f"{at}.op is {op!r}; expected one of {sorted(STEP_FIELDS)}{hint}")
-        req, opt = STEP_FIELDS[op]
-        for k in req:
-            if k not in s:
-                raise DataError(f"{at}.{k} is missing (a {op!r} step needs {list(req)})")
-        for k in s:
-            if k != "op" and k not in req and k not in opt:
-                raise DataError(f"{at}.{k} is not a field of a {op!r} step (fields: {list(req + opt)})")
-        if op == "where":
-            if not isinstance(s["field"], str) or not s["field"]:
-                raise DataError(f"{at}.field must be a non-empty field name, got {s['field']!r}")
-            if s["cmp"] not in WHERE_OPS:
-                raise DataError(f"{at}.cmp is {s['cmp']!r}; expected one of {list(WHERE_OPS)}")
-            try:
-                canonicalize(s["value"])
-            except HashError as e:
-                raise DataError(f"{at}.value is not JSON data: {e}") from None
-            if s["cmp"] in ("in", "not in") and not isinstance(s["value"], (list, tuple)):
-                raise DataError(f"{at}.value must be a list for cmp {s['cmp']!r}")
-        elif op == "slice":
-            for k in ("start", "stop", "step"):
-                v = s.get(k)
-                if v is not None and not _is_int(v):
-                    raise DataError(f"{at}.{k} must be an int or null, got {v!r}")
-            if s.get("step") == 0:
-                raise DataError(f"{at}.step must not be 0")
-        elif op == "sample":
-            if not _is_int(s["n"]) or s["n"] < 0:
-                raise DataError(f"{at}.n must be a non-negative int, got {s['n']!r}")
-            if not _is_int(s["seed"]) or s["seed"] < 0:
-                raise DataError(f"{at}.seed must be a non-negative int, got {s['seed']!r}")
-        out.append(dict(s))
-    return out
 
 
 def apply_derivation(view: DataView, steps: Any) -> DataView:
@@ -404,7 +325,8 @@ class DataView:
                     ok = fn(got, value)
                 except TypeError:
                     raise DataError(
-                        f"where: cannot compare item {i}'s {field} ({got!r:.40}) {cmp} {value!r:.40}"
+                        f"where: cannot compare item {i}'s {field} ({got!r:.40}) "
+                        f"{cmp} {value!r:.40}"
                     ) from None
                 if ok:
                     keep.append(i)
@@ -421,7 +343,9 @@ class DataView:
         return DataView._derived(self, items, w, {"op": "filter", "predicate": name},
                                  replayable=False)
 
-    def slice(self, start: int | None, stop: int | None = None, step: int | None = None) -> DataView:
+    def slice(
+        self, start: int | None, stop: int | None = None, step: int | None = None
+    ) -> DataView:
         """``items[start:stop:step]`` as a recorded step.
 
         Example:

@@ -15,19 +15,15 @@ from assay.decontam.evalside import contamination
 from assay.decontam.filtering import decontaminate
 from assay.decontam.index import BuildStats, ContaminationIndex
 from assay.decontam.normalize import normalize_text, tokens
-from assay.decontam.report import (
+from assay.decontam.results import (
     CleanSplit,
     Contamination,
     Decontamination,
     ItemMatch,
 )
 from assay.intervals import wilson_interval
-from assay.results import deprecated_names
 
 __all__ = [
     "BuildStats", "CleanSplit", "ContaminationIndex", "Contamination", "Decontamination", "ItemMatch",
     "contamination", "decontaminate", "normalize_text", "tokens", "wilson_interval",
 ]
-
-# Pre-0.2 names of the result classes (see assay.results: no suffix).
-__getattr__ = deprecated_names(__name__, globals(), {"ContaminationReport": "Contamination", "FilterReport": "Decontamination"})

@@ -44,11 +44,11 @@ from typing import Any
 
 import numpy as np
 
+from assay.decontam.corpus import CorpusSource, utf8_bytes
 from assay.decontam.index import ContaminationIndex, index_params, index_ref_name, resolve_store
 from assay.decontam.ngrams import EXACT_SALT, SHINGLE_SALT, WHOLE_SALT, SpanHasher
 from assay.decontam.normalize import encode
-from assay.decontam.report import RULES, Contamination, ItemMatch
-from assay.decontam.sources import CorpusSource, utf8_bytes
+from assay.decontam.results import RULES, Contamination, ItemMatch
 from assay.errors import RowsError, RowsTypeError
 from assay.hashing import combine
 from assay.intervals import wilson_interval

@@ -26,10 +26,10 @@ from typing import Any
 
 import numpy as np
 
+from assay.decontam.corpus import CorpusSource
 from assay.decontam.evalside import corpus_vectors, eval_items, match
 from assay.decontam.index import ContaminationIndex, resolve_store
-from assay.decontam.report import RULES, Decontamination
-from assay.decontam.sources import CorpusSource
+from assay.decontam.results import RULES, Decontamination
 from assay.errors import RowsError, RowsTypeError
 from assay.rows import take_rows
 

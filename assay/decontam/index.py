@@ -70,10 +70,10 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from assay.decontam.corpus import CorpusSource, Fields, ordered_map
 from assay.decontam.neardup import signatures
 from assay.decontam.ngrams import EXACT_SALT, NGRAM_SALT, SHINGLE_SALT, WHOLE_SALT, SpanHasher
 from assay.decontam.normalize import _kernels, encode
-from assay.decontam.sources import CorpusSource, Fields, ordered_map
 from assay.errors import RowsError, StoreError
 from assay.hashing import combine
 

@@ -7,8 +7,9 @@ prompts: message lists for ``api: chat``, texts for ``completions``) and, when i
 ``seeds`` (one per prompt) and ``params`` (the sampling parameters as a dict). It returns one
 item per prompt: a string, or a
 dict ``{"completion", "finish_reason", "prompt_tokens", "completion_tokens"}``; ``None`` or a
-dict with ``"error"`` makes that one an error record. Its identity is the reference, a hash of
-its source code and the spec's ``revision``: editing the function recomputes.
+dict with ``"error"`` makes that one an error record. Its identity is the reference,
+:func:`assay.hashing.code_identity` (its ``version``, else its module source and local helpers)
+and the spec's ``revision``: editing the function recomputes.
 
 Liveness: the callable is called once per chunk of ``CHUNK`` requests, in this thread; every
 answer of a chunk is committed (one record per request) as soon as the call returns, so the call
@@ -24,7 +25,6 @@ Example:
 
 from __future__ import annotations
 
-import hashlib
 import inspect
 import time
 from collections.abc import Callable
@@ -32,6 +32,7 @@ from typing import Any
 
 from assay.binding import Binding
 from assay.errors import GenerationError, SpecError
+from assay.hashing import code_identity
 from assay.models.base import Request, render_messages
 from assay.models.registry import BACKENDS
 from assay.models.specs import FunctionSpec, SamplingParams
@@ -46,7 +47,9 @@ def echo(prompts: list[Any]) -> list[str]:
     return [p if isinstance(p, str) else p[-1]["content"] for p in prompts]
 
 
-@BACKENDS.register("function", spec=FunctionSpec, help="a module:callable taking prompts, returning completions")
+@BACKENDS.register(
+    "function", spec=FunctionSpec, help="a module:callable taking prompts, returning completions"
+)
 class FunctionBackend:
     """Calls ``spec.callable`` on chunks of rendered prompts (see module docstring)."""
 
@@ -61,14 +64,11 @@ class FunctionBackend:
             raise SpecError(f"model.callable {self.spec.callable!r} takes no 'prompts' parameter; "
                             "it is called as f(prompts), f(prompts, seeds) or f(prompts, seeds, "
                             "params), by parameter name")
-        try:
-            src = inspect.getsource(self.fn)
-        except (OSError, TypeError):
-            src = ""
-        self._src = hashlib.sha256(src.encode()).hexdigest()
+        self._code = code_identity(self.fn, version=self.spec.version,
+                                   what=f"model.callable {self.spec.callable!r}")
 
     def identity(self) -> dict[str, Any]:
-        return {"backend": "function", "callable": self.spec.callable, "source_sha256": self._src,
+        return {"backend": "function", "callable": self.spec.callable, "code": self._code,
                 "revision": self.spec.revision}
 
     def render(self, messages: list[dict[str, str]], api: str) -> Any:
@@ -95,13 +95,34 @@ class FunctionBackend:
         base = {"latency_s": latency, "retries": 0, "served_model": self.spec.callable,
                 "prompt_tokens": None, "completion_tokens": None, "finish_reason": None}
         if isinstance(o, str):
-            return {**base, "status": "ok", "completion": o, "reason": None, "finish_reason": "stop"}
+            return {
+                **base,
+                "status": "ok",
+                "completion": o,
+                "reason": None,
+                "finish_reason": "stop",
+            }
         if isinstance(o, dict) and isinstance(o.get("completion"), str) and not o.get("error"):
-            return {**base, "status": "ok", "completion": o["completion"], "reason": None,
-                    "finish_reason": o.get("finish_reason", "stop"),
-                    "prompt_tokens": o.get("prompt_tokens"), "completion_tokens": o.get("completion_tokens")}
-        why = o.get("error") if isinstance(o, dict) and o.get("error") else f"returned {o!r:.80}, not a string"
-        return {**base, "status": "error", "completion": None, "reason": f"model.callable {self.spec.callable}: {why}"}
+            return {
+                **base,
+                "status": "ok",
+                "completion": o["completion"],
+                "reason": None,
+                "finish_reason": o.get("finish_reason", "stop"),
+                "prompt_tokens": o.get("prompt_tokens"),
+                "completion_tokens": o.get("completion_tokens"),
+            }
+        why = (
+            o.get("error")
+            if isinstance(o, dict) and o.get("error")
+            else f"returned {o!r:.80}, not a string"
+        )
+        return {
+            **base,
+            "status": "error",
+            "completion": None,
+            "reason": f"model.callable {self.spec.callable}: {why}",
+        }
 
     def close(self) -> None:
         pass

@@ -23,10 +23,9 @@ import pyarrow as pa
 
 from assay.errors import GenerationError, RowsError
 from assay.models.base import Request, RunStats, to_messages
-from assay.models.entry import GenerateSpec, backend_spec
 from assay.models.journal import Journal, completion_key, sample_seed, shard_id
 from assay.models.registry import BACKENDS
-from assay.models.specs import SamplingParams
+from assay.models.specs import GenerateSpec, SamplingParams, backend_spec
 from assay.progress import track
 from assay.store import Store
 

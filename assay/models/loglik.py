@@ -38,7 +38,7 @@ def shared_scorer(model: Any) -> Any:
     from assay.hashing import canonical_json
     from assay.models import hf_loglik as _hf  # noqa: F401  (registers "hf")
     from assay.models import openai_loglik as _oa  # noqa: F401  (registers "openai")
-    from assay.models.entry import backend_spec
+    from assay.models.specs import backend_spec
 
     spec = backend_spec(model)
     if spec.kind not in SCORERS:

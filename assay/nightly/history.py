@@ -19,16 +19,12 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from assay.errors import AssayError
+from assay.errors import HistoryError
 from assay.report import png_bytes
 from assay.store import atomic_write
 
 #: 2: per night the model under test (model, revision, identity, sampling, judge)
 HISTORY_VERSION = 2
-
-
-class HistoryError(AssayError, FileNotFoundError):
-    """A directory holds no nights (it is not one study's nightly root)."""
 
 
 def load_nights(study_dir: str | os.PathLike[str], until: str | None = None) -> list[dict[str, Any]]:

@@ -22,12 +22,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from assay.errors import AssayError
+from assay.errors import NotifyError
 from assay.nightly.gates import regression_line
-
-
-class NotifyError(AssayError, RuntimeError):
-    """An alert could not be delivered (the night's verdict stands; the alert is what failed)."""
 
 
 def alert_text(regressions: Sequence[Mapping[str, Any]]) -> tuple[str, str]:

@@ -12,8 +12,12 @@ Example:
 from __future__ import annotations
 
 import importlib
-import warnings
 from typing import Any
+
+# The built-in kinds register on import (light modules: pydantic only, no torch), so
+# REWARD_MODELS and PREFERENCE_DATA list them whichever module a caller imported first.
+from assay.reward import kinds as kinds
+from assay.reward import prefdata as prefdata
 
 # name -> defining module; loaded on first use (PEP 562) so the torch adapters and matplotlib
 # stay out of ``import assay.reward``.
@@ -45,8 +49,6 @@ _LAZY: dict[str, str] = {
 __all__ = sorted(_LAZY)
 
 
-# Pre-0.2 names of the result classes (see assay.results: no suffix) -> today's name.
-_RENAMED: dict[str, str] = {"AuditResult": "Audit", "InvarianceReport": "Invariance"}
 
 
 def __getattr__(name: str) -> Any:
@@ -54,10 +56,6 @@ def __getattr__(name: str) -> Any:
         value = getattr(importlib.import_module(_LAZY[name]), name)
         globals()[name] = value
         return value
-    if name in _RENAMED:
-        warnings.warn(f"assay.reward.{name} is deprecated: use assay.reward.{_RENAMED[name]} "
-                      "(the same class)", DeprecationWarning, stacklevel=2)
-        return __getattr__(_RENAMED[name])
     raise AttributeError(f"module 'assay.reward' has no attribute {name!r}")
 
 

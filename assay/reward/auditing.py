@@ -20,7 +20,7 @@ import numpy as np
 import pyarrow as pa
 
 from assay.errors import DataError
-from assay.results import Estimate, Result, _fmt, deprecated_names
+from assay.results import Estimate, Result, _fmt
 from assay.reward.base import RewardModel
 from assay.reward.scoring import score_view
 from assay.reward.stats import (
@@ -512,6 +512,3 @@ def _warnings(dims: list[DimensionAudit], pooled: Estimate, truncated: int,
     if truncated:
         out.append(f"{truncated} inputs were truncated to fit the model (see each run's record)")
     return out
-
-# Pre-0.2 names of the result classes (see assay.results: no suffix).
-__getattr__ = deprecated_names(__name__, globals(), {"AuditResult": "Audit"})

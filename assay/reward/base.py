@@ -12,15 +12,11 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from assay.errors import AssayError, DataError
+from assay.errors import DataError, RewardModelError
 
 # Bump when the meaning of a stored score changes (template rendering, pooling, tie handling):
 # it is part of every score cache key, so old caches stop matching instead of being reused.
 PROTOCOL_VERSION = 1
-
-
-class RewardModelError(AssayError, ValueError):
-    """A reward model cannot be loaded or used as asked (bad option, double BOS, bad output)."""
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from assay.hashing import combine
+from assay.hashing import combine, dir_digest
 from assay.reward.base import (
     PROTOCOL_VERSION,
     RewardModelError,
@@ -41,7 +41,7 @@ from assay.reward.base import (
     unique_index,
 )
 from assay.reward.batching import fixed_batches, run_plan
-from assay.reward.runtime import dir_digest, quiet_loading, resolve_device
+from assay.reward.runtime import quiet_loading, resolve_device
 
 TRUNCATION_POLICIES = ("right", "error")
 

@@ -5,8 +5,6 @@ Calibration models with a known bias (for instance "longer is better") check tha
 
 from __future__ import annotations
 
-import hashlib
-import inspect
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -14,7 +12,8 @@ from typing import Any
 import numpy as np
 
 from assay.binding import Binding
-from assay.hashing import combine
+from assay.errors import SpecError
+from assay.hashing import code_identity, combine
 from assay.reward.base import (
     PROTOCOL_VERSION,
     RewardModelError,
@@ -32,10 +31,12 @@ class FunctionRewardModel:
     accepted for ``completion(s)``); a function with none of those names (``lambda p, r``) is
     called positionally, unless ``by_name=True`` (a function named in a spec).
 
-    The fingerprint hashes ``name``, ``version`` and the function's source code, so editing the
-    function invalidates cached scores. Behaviour that the source does not show (a closure over
-    a changing value, a model loaded elsewhere) must be named in ``version``. A function without
-    retrievable source (a builtin, a lambda typed at a prompt) needs ``version``.
+    The fingerprint hashes ``name`` and :func:`assay.hashing.code_identity`: ``version`` when
+    given, else the function's module source and the helper modules it imports from its folder
+    (or ``base_dir``, the spec's), so editing them invalidates cached scores. Behaviour that the
+    source does not show (a closure over a changing value, a model loaded elsewhere) must be
+    named in ``version``. A function without retrievable source (a builtin, a lambda typed at a
+    prompt) needs ``version``.
     ``calls`` counts the items passed to ``fn`` (cache tests read it).
 
     Example:
@@ -46,13 +47,17 @@ class FunctionRewardModel:
 
     def __init__(self, fn: Callable[..., Any], *, name: str | None = None,
                  version: str | None = None, batched: bool = False,
-                 batch_size: int | None = None, by_name: bool = False) -> None:
+                 batch_size: int | None = None, by_name: bool = False,
+                 base_dir: str | None = None) -> None:
         if not callable(fn):
             raise RewardModelError(f"FunctionRewardModel needs a callable, got {type(fn).__name__}")
-        if batch_size is not None and (isinstance(batch_size, bool) or not isinstance(batch_size, int)
-                                       or batch_size < 1):
-            raise RewardModelError(f"FunctionRewardModel(batch_size={batch_size!r}): a positive integer, "
-                                   "or None for one call per score()")
+        if batch_size is not None and (
+            isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1
+        ):
+            raise RewardModelError(
+                f"FunctionRewardModel(batch_size={batch_size!r}): a positive integer, "
+                "or None for one call per score()"
+            )
         self.fn = fn
         self.batched = batched
         self.batch_size = batch_size
@@ -63,20 +68,16 @@ class FunctionRewardModel:
                              aliases={"responses": "completions", "response": "completion"},
                              positional=None if by_name else names)
         try:
-            source: str | None = inspect.getsource(fn)
-        except (OSError, TypeError):
-            source = None
-        if source is None and version is None:
-            raise RewardModelError(
-                f"FunctionRewardModel({self.name!r}): the function's source is not available to "
-                "fingerprint it; pass version='...' and change it whenever the function changes")
-        self._source_hash = hashlib.sha256(source.encode()).hexdigest() if source else None
+            self._code = code_identity(fn, version=version, base_dir=base_dir,
+                                       what=f"FunctionRewardModel({self.name!r}):")
+        except SpecError as e:
+            raise RewardModelError(str(e)) from None
         self._last_run: ScoreRun | None = None
         self.calls = 0
 
     @property
     def fingerprint(self) -> str:
-        return combine("rm", "function", self.name, self.version, self._source_hash,
+        return combine("rm", "function", self.name, self._code,
                        {"batched": self.batched, "protocol": PROTOCOL_VERSION})
 
     @property
@@ -101,9 +102,11 @@ class FunctionRewardModel:
                 got = len(part) if hasattr(part, "__len__") else None
                 if got != len(prompts[lo:lo + size]):
                     raise RewardModelError(
-                        f"{self.name} returned {got if got is not None else type(part).__name__} scores "
-                        f"for a batch of {len(prompts[lo:lo + size])} (items {lo}..); a batched reward "
-                        "function returns one number per (prompt, response)")
+                        f"{self.name} returned "
+                        f"{got if got is not None else type(part).__name__} scores for a batch "
+                        f"of {len(prompts[lo : lo + size])} (items {lo}..); a batched reward "
+                        "function returns one number per (prompt, response)"
+                    )
                 raw.extend(part)
         else:
             raw = []

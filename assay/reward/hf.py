@@ -44,8 +44,8 @@ from typing import Any
 import numpy as np
 
 from assay.errors import DataError
-from assay.hashing import combine
-from assay.results import Estimate, Result, deprecated_names
+from assay.hashing import combine, dir_digest
+from assay.results import Estimate, Result
 from assay.reward.base import (
     PROTOCOL_VERSION,
     RewardModelError,
@@ -56,7 +56,6 @@ from assay.reward.base import (
 )
 from assay.reward.batching import run_plan
 from assay.reward.runtime import (
-    dir_digest,
     quiet_loading,
     resolve_device,
     resolve_dtype,
@@ -527,6 +526,3 @@ class HFRewardModel:
             note = "model cannot read padded batches (no pad_token_id): scored one at a time"
         return Invariance(len(ids), d_single, d_pad, float(atol), extra_padding, largest,
                                 d_single <= atol and d_pad <= atol, note)
-
-# Pre-0.2 names of the result classes (see assay.results: no suffix).
-__getattr__ = deprecated_names(__name__, globals(), {"InvarianceReport": "Invariance"})

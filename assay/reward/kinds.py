@@ -11,19 +11,15 @@ Example:
 
 from __future__ import annotations
 
-import hashlib
-import inspect
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from pydantic import Field, field_validator
 
+from assay.hashing import code_identity, dir_digest
+from assay.paths import Paths
 from assay.registry import load_callable
 from assay.reward.registry import REWARD_MODELS
-from assay.reward.runtime import dir_digest
 from assay.specbase import SpecModel
-
-if TYPE_CHECKING:
-    from assay.spec import StudySpec
 
 
 class RewardModelEntry(SpecModel):
@@ -32,10 +28,10 @@ class RewardModelEntry(SpecModel):
     name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
     params: dict[str, Any] = Field(default_factory=dict, description="adapter keyword arguments")
 
-    def build(self, study: StudySpec) -> Any:
+    def build(self, paths: Paths) -> Any:
         raise NotImplementedError
 
-    def identity(self, study: StudySpec) -> dict[str, Any]:
+    def identity(self, paths: Paths) -> dict[str, Any]:
         return {"kind": self.kind, "params": self.params}  # type: ignore[attr-defined]
 
 
@@ -45,17 +41,17 @@ class EmbeddingModel(RewardModelEntry):
 
     kind: Literal["embedding"]
 
-    def build(self, study: StudySpec) -> Any:
+    def build(self, paths: Paths) -> Any:
         from assay.reward.embedding import EmbeddingRewardModel
 
         return EmbeddingRewardModel(**self.params)
 
-    def identity(self, study: StudySpec) -> dict[str, Any]:
+    def identity(self, paths: Paths) -> dict[str, Any]:
         from assay.reward.embedding import bundled_model_path
 
         path = self.params.get("path")
-        return {**super().identity(study),
-                "files": dir_digest(study.resolve(path) if path else bundled_model_path())}
+        return {**super().identity(paths),
+                "files": dir_digest(paths.resolve(path) if path else bundled_model_path())}
 
 
 class HFModel(RewardModelEntry):
@@ -66,19 +62,19 @@ class HFModel(RewardModelEntry):
     path: str = Field(description="model id or local path")
     revision: str | None = None
 
-    def build(self, study: StudySpec) -> Any:
+    def build(self, paths: Paths) -> Any:
         from assay.reward.hf import HFRewardModel
 
-        local = study.resolve(self.path)
+        local = paths.resolve(self.path)
         return HFRewardModel(str(local) if local.exists() else self.path, revision=self.revision,
                              **self.params)
 
-    def identity(self, study: StudySpec) -> dict[str, Any]:
-        local = study.resolve(self.path)
+    def identity(self, paths: Paths) -> dict[str, Any]:
+        local = paths.resolve(self.path)
         if local.is_dir():
-            return {**super().identity(study), "files": dir_digest(local)}
+            return {**super().identity(paths), "files": dir_digest(local)}
         # a hub id: pin `revision` to a commit hash for a key that cannot go stale
-        return {**super().identity(study), "hub": {"id": self.path, "revision": self.revision}}
+        return {**super().identity(paths), "hub": {"id": self.path, "revision": self.revision}}
 
 
 class FunctionModel(RewardModelEntry):
@@ -93,6 +89,9 @@ class FunctionModel(RewardModelEntry):
                                       "completions) by parameter name -> one number per pair "
                                       "(params: batch_size caps a batch; batched: false for "
                                       "fn(prompt, completion) per pair)")
+    version: str | None = Field(
+        None, description="keys cached scores instead of the function's module source (and its "
+        "helpers'); change it whenever the function's behaviour changes")
 
     @field_validator("function")
     @classmethod
@@ -101,24 +100,23 @@ class FunctionModel(RewardModelEntry):
             raise ValueError("kind 'function' needs function: 'package.module:callable'")
         return v
 
-    def _callable(self, study: StudySpec) -> Any:
+    def _callable(self, paths: Paths) -> Any:
         return load_callable(self.function, what=f"reward model {self.name!r}",
-                             base_dir=getattr(study, "_base_dir", None))
+                             base_dir=paths.base_dir)
 
-    def build(self, study: StudySpec) -> Any:
+    def build(self, paths: Paths) -> Any:
         from assay.reward.function import FunctionRewardModel
 
-        return FunctionRewardModel(self._callable(study),
+        return FunctionRewardModel(self._callable(paths), version=self.version,
+                                   base_dir=paths.base_dir,
                                    **{"batched": True, **self.params, "by_name": True})
 
-    def identity(self, study: StudySpec) -> dict[str, Any]:
-        fn = self._callable(study)
-        try:
-            src = inspect.getsource(fn)
-        except (TypeError, OSError):
-            src = repr(fn)
-        return {**super().identity(study),
-                "function": {"name": self.function, "source": hashlib.sha256(src.encode()).hexdigest()}}
+    def identity(self, paths: Paths) -> dict[str, Any]:
+        fn = None if self.version is not None else self._callable(paths)
+        return {**super().identity(paths),
+                "function": {"name": self.function, **code_identity(
+                    fn, version=self.version, base_dir=paths.base_dir,
+                    what=f"reward model {self.name!r}")}}
 
 
 for _kind, _cls in (("embedding", EmbeddingModel), ("hf", HFModel), ("function", FunctionModel)):

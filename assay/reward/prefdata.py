@@ -21,27 +21,23 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from pydantic import Field, field_validator
 
 from assay.errors import DataError, SpecError
-from assay.hashing import content_hash
+from assay.hashing import content_hash, dir_digest, file_checksum
+from assay.paths import Paths
 from assay.reward.registry import PREFERENCE_DATA
-from assay.specbase import SpecModel, check_steps
-
-if TYPE_CHECKING:
-    from assay.spec import StudySpec
+from assay.specbase import SpecModel
+from assay.steps import VIEW_OPS, check_steps
 
 #: Axis of every pair when the field map names no axis field.
 DEFAULT_AXIS = "all"
 
 
 def _steps(v: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    # `{op: where, field: axis, value: chat}` reads as equality, as in the issue's spec shape
-    filled = [{**s, "cmp": "=="} if isinstance(s, Mapping) and s.get("op") == "where"
-              and "cmp" not in s else s for s in v]
-    return check_steps(filled)
+    return check_steps(v, VIEW_OPS)
 
 
 class PreferenceFields(SpecModel):
@@ -50,7 +46,9 @@ class PreferenceFields(SpecModel):
     prompt: str = "prompt"
     chosen: str = "chosen"
     rejected: str = "rejected"
-    axis: str | None = Field(None, description="field naming the pair's axis (default: one axis, 'all')")
+    axis: str | None = Field(
+        None, description="field naming the pair's axis (default: one axis, 'all')"
+    )
     seed_id: str | None = Field(
         None, description="field holding the seed id (the unit of independence); missing ids "
         "fall back to the prompt, so the effective n is the number of distinct prompts")
@@ -64,20 +62,25 @@ class PreferenceViews:
     n_records: int
     seed_fallback: int
     where: str  # the data's name in the report: a file name or hub id, never a machine's path
+    stated: bool = True  # the report says where the pairs came from (not for the built-in set)
 
     def notes(self) -> list[str]:
         """Report notes: where the pairs came from and, if ids fell back, what n means."""
+        if not self.stated:
+            return []
         out = [f"preference data: {self.n_records} pairs from {self.where}, "
                f"{len(self.views)} axes"]
         if self.seed_fallback:
             prompts = sum(len({it.prompt_text for it in v}) for v in self.views.values())
-            out.append(f"{self.seed_fallback} of {self.n_records} records have no seed id: their "
-                       "seed falls back to the prompt, so the effective n is the number of distinct "
-                       f"prompts ({prompts} over all axes), not the number of pairs")
+            out.append(
+                f"{self.seed_fallback} of {self.n_records} records have no seed id: their "
+                "seed falls back to the prompt, so the effective n is the number of distinct "
+                f"prompts ({prompts} over all axes), not the number of pairs"
+            )
         return out
 
 
-class _PreferenceData(SpecModel):
+class PreferenceData(SpecModel):
     steps: list[dict[str, Any]] = Field(
         default_factory=list, description="DataView derivation steps (where/slice/sample/"
         "collapse_duplicates), applied to the whole set before it is split by axis")
@@ -88,8 +91,17 @@ class _PreferenceData(SpecModel):
     def _valid_steps(cls, v: list[dict[str, Any]]) -> list[dict[str, Any]]:
         return _steps(v)
 
-    def load(self, study: StudySpec | None) -> PreferenceViews:  # pragma: no cover - abstract
+    def load(self, paths: Paths | None) -> PreferenceViews:  # pragma: no cover - abstract
         raise NotImplementedError
+
+    def identity(self, paths: Paths) -> dict[str, Any]:
+        """What replaces fields of the entry in the spec's checksum: file contents in place of
+        paths (``{}``: the entry as written says it all)."""
+        return {}
+
+    def files(self, paths: Paths) -> list[Path]:
+        """Data files the entry reads (``assay validate`` reports a missing one)."""
+        return []
 
     def _pick(self, views: dict[str, Any], what: str) -> dict[str, Any]:
         dims = self.dimensions or list(views)
@@ -99,30 +111,31 @@ class _PreferenceData(SpecModel):
         return {k: views[k] for k in dims}
 
 
-class BuiltinPreferences(_PreferenceData):
+class BuiltinPreferences(PreferenceData):
     """The built-in diagnostic set (14 dimensions); ``steps`` apply to every dimension."""
 
     kind: Literal["builtin"] = "builtin"
     dataset: Literal["diagnostic_v3"] = "diagnostic_v3"
 
-    def load(self, study: StudySpec | None) -> PreferenceViews:
+    def load(self, paths: Paths | None) -> PreferenceViews:
         from assay.data import apply_derivation, load_diagnostic_v3
 
         views = self._pick(load_diagnostic_v3(), "the set")
         views = {k: apply_derivation(v, self.steps) if self.steps else v for k, v in views.items()}
-        return PreferenceViews(views, sum(len(v) for v in views.values()), 0, self.dataset)
+        return PreferenceViews(views, sum(len(v) for v in views.values()), 0, self.dataset,
+                               stated=False)
 
 
-class _RecordPreferences(_PreferenceData):
+class _RecordPreferences(PreferenceData):
     fields: PreferenceFields = Field(default_factory=PreferenceFields)
 
-    def records(self, study: StudySpec | None) -> tuple[list[dict[str, Any]], str, str]:
+    def records(self, paths: Paths | None) -> tuple[list[dict[str, Any]], str, str]:
         raise NotImplementedError  # pragma: no cover - each kind reads its own
 
-    def load(self, study: StudySpec | None) -> PreferenceViews:
+    def load(self, paths: Paths | None) -> PreferenceViews:
         from assay.data import DataView, apply_derivation
 
-        records, where, builder = self.records(study)
+        records, where, builder = self.records(paths)
         pairs, fallback = pairs_from_records(records, self.fields, where=where, builder_id=builder)
         view = DataView(pairs, name=builder)
         if self.steps:
@@ -144,13 +157,20 @@ class FilePreferences(_RecordPreferences):
     path: str = Field(description="JSONL or Parquet file of preference records")
     format: Literal["jsonl", "parquet"] | None = Field(None, description="default: from the suffix")
 
-    def file(self, study: StudySpec | None) -> Path:
-        return study.resolve(self.path) if study is not None else Path(self.path)
+    def file(self, paths: Paths | None) -> Path:
+        return paths.resolve(self.path) if paths is not None else Path(self.path)
 
-    def records(self, study: StudySpec | None) -> tuple[list[dict[str, Any]], str, str]:
+    def identity(self, paths: Paths) -> dict[str, Any]:
+        f = self.file(paths)
+        return {"path": file_checksum(f)} if f.is_file() else {}
+
+    def files(self, paths: Paths) -> list[Path]:
+        return [self.file(paths)]
+
+    def records(self, paths: Paths | None) -> tuple[list[dict[str, Any]], str, str]:
         from assay.sources.records import read_records
 
-        path = self.file(study)
+        path = self.file(paths)
         fmt = self.format or path.suffix.lower().lstrip(".")
         if fmt not in ("jsonl", "parquet"):
             raise SpecError(f"reward.data.path {str(path)!r}: cannot tell the format from the "
@@ -172,10 +192,16 @@ class HubPreferences(_RecordPreferences):
     revision: str | None = Field(None, description="pin a commit hash for a reproducible key")
     allow_download: bool = False
 
-    def records(self, study: StudySpec | None) -> tuple[list[dict[str, Any]], str, str]:
+    def identity(self, paths: Paths) -> dict[str, Any]:
+        local = paths.resolve(self.path)  # a local dataset: its files, not its path
+        if not local.exists():
+            return {}
+        return {"path": dir_digest(local) if local.is_dir() else file_checksum(local)}
+
+    def records(self, paths: Paths | None) -> tuple[list[dict[str, Any]], str, str]:
         from assay.sources.hub import is_local, load_dataset_records
 
-        local = study.resolve(self.path) if study is not None else Path(self.path)
+        local = paths.resolve(self.path) if paths is not None else Path(self.path)
         target = str(local) if is_local(local) else self.path
         where = f"reward.data ({self.path}" + (f", split {self.split})" if self.split else ")")
         got = load_dataset_records(target, name=self.name, split=self.split,

@@ -1,11 +1,14 @@
 """The reward-model registry: every ``kind`` a spec's ``reward.models`` entry can name.
 
-A kind is a spec model with ``build(study)`` (the adapter) and ``identity(study)`` (its cache key).
+A kind is a spec model with ``build(paths)`` (the adapter) and ``identity(paths)`` (its cache
+key), given the spec's paths context (:class:`assay.paths.SpecPaths`).
 """
+
+from typing import Any
 
 from assay.registry import Registry
 
-REWARD_MODELS = Registry("reward model")
+REWARD_MODELS: Registry[Any] = Registry("reward model")
 
 #: Kinds of ``reward.data`` (the preference data an audit reads): builtin, file, hf_dataset.
-PREFERENCE_DATA = Registry("preference data")
+PREFERENCE_DATA: Registry[Any] = Registry("preference data")

@@ -5,8 +5,6 @@ torch is imported inside each function, so importing this module stays torch-fre
 
 from __future__ import annotations
 
-import hashlib
-import os
 from pathlib import Path
 from typing import Any
 
@@ -85,7 +83,11 @@ def upcast_head(model: Any, checkpoint_dir: str | None) -> str:
 
     found = find_head(model)
     if found is None:
-        return "no known reward head (tried " + ", ".join(HEAD_NAMES) + "): whole model in low precision"
+        return (
+            "no known reward head (tried "
+            + ", ".join(HEAD_NAMES)
+            + "): whole model in low precision"
+        )
     name, head = found
     head.to(torch.float32)
 
@@ -122,34 +124,6 @@ def _reload_head_params(head: Any, prefix: str, ckpt: Path) -> int:
                             param.copy_(t.to(param.device))
                         restored += 1
     return restored
-
-
-_DIGESTS: dict[tuple[str, int, int], str] = {}
-
-
-def file_digest(path: Path) -> str:
-    """sha256 of a file's bytes, memoized per (path, size, mtime) for this process."""
-    st = path.stat()
-    key = (str(path.resolve()), st.st_size, st.st_mtime_ns)
-    if key not in _DIGESTS:
-        h = hashlib.sha256()
-        with open(path, "rb") as f:
-            for chunk in iter(lambda: f.read(1 << 22), b""):
-                h.update(chunk)
-        _DIGESTS[key] = h.hexdigest()
-    return _DIGESTS[key]
-
-
-def dir_digest(path: str | os.PathLike[str]) -> dict[str, str]:
-    """``{relative file name: sha256}`` of every non-hidden file under a model directory: the
-    identity of local weights, tokenizer and template files, whatever their names."""
-    root = Path(path)
-    out = {}
-    for f in sorted(root.rglob("*")):
-        rel = f.relative_to(root)
-        if f.is_file() and not any(part.startswith(".") for part in rel.parts):
-            out[rel.as_posix()] = file_digest(f)
-    return out
 
 
 def quiet_loading() -> None:

@@ -14,11 +14,14 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import Field, field_validator
 
-from assay.specbase import SpecModel, VerifierSpec, check_steps
+from assay.models.specs import GenerateSpec
+from assay.paths import Paths
+from assay.specbase import SpecModel
+from assay.steps import ROW_OPS, check_steps
+from assay.verify.spec import VerifierSpec
 
 if TYPE_CHECKING:
     from assay.rows import Rows
-    from assay.spec import StudySpec
 
 
 class SourceSpec(SpecModel):
@@ -28,51 +31,50 @@ class SourceSpec(SpecModel):
     steps: list[dict[str, Any]] = Field(
         default_factory=list,
         description="row filters/slices as data: {op: slice|where|sample, ...}; slice and sample "
-        "act on tasks (all completions of a task stay together), where on row fields",
+        "act on tasks (all completions of a task stay together), where on row fields "
+        "(cmp defaults to ==)",
     )
     verifier: VerifierSpec | None = None
+    generate: GenerateSpec | None = Field(
+        None, description="ask a model for the completions (the generate stage); the source "
+        "gives the prompts")
 
     @field_validator("steps")
     @classmethod
     def _steps(cls, v: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        return check_steps(v)
+        return check_steps(v, ROW_OPS, used_by="a source's rows")
 
-    def build_rows(self, study: StudySpec) -> Rows:
+    def build_rows(self, paths: Paths) -> Rows:
         """The source's ungraded (or given-score) rows."""
         raise NotImplementedError
 
-    def build(self, study: StudySpec) -> tuple[Rows, dict[str, Any]]:
+    def build(self, paths: Paths) -> tuple[Rows, dict[str, Any]]:
         """The rows and what was read to make them (shown in the report's sources table:
         a dataset's revision and the content checksum of its records); ``{}`` when nothing
         beyond the spec needs saying."""
-        return self.build_rows(study), {}
+        return self.build_rows(paths), {}
 
-    def check(self, study: StudySpec) -> tuple[list[str], list[str]]:
+    def check(self, paths: Paths) -> tuple[list[str], list[str]]:
         """``(problems, warnings)`` found by reading the source's data, each as
         ``yaml.path: message`` relative to the source entry (``assay validate`` prefixes
         ``sources[i].``); missing :meth:`files` are reported before this runs."""
         return [], []
 
-    def row_fields(self, study: StudySpec) -> set[str] | None:
+    def row_fields(self, paths: Paths) -> set[str] | None:
         """Field names the source's rows will have (columns, ``meta.<f>`` and ``<f>``,
         ``markers.<m>`` and ``<m>``), for checking ``by:`` before a run; None when only
         building the rows would tell."""
         return None
 
-    def identity(self, study: StudySpec) -> dict[str, Any]:
+    def identity(self, paths: Paths) -> dict[str, Any]:
         """What determines the rows (the build-rows cache key): the definition without name,
         steps, verifier and generate (the generate stage keys on its own), with file contents
         hashed in place of paths."""
         ident = self.model_dump(mode="json", exclude={"name", "steps", "verifier", "generate"})
-        if getattr(self, "generate", None) is not None:  # prompt rows, not completions
+        if self.generate is not None:  # prompt rows, not completions
             ident["prompts_only"] = True
         return ident
 
-    def files(self, study: StudySpec) -> list[Path]:
+    def files(self, paths: Paths) -> list[Path]:
         """Data files the source reads (checked by ``assay validate``, hashed by the checksum)."""
-        return []
-
-    def check_data(self, study: StudySpec) -> list[str]:
-        """Every problem building the rows would hit, found by reading the data without building
-        them (``assay validate``); each names the file, the record and the field."""
         return []

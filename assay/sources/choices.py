@@ -30,12 +30,12 @@ from typing import TYPE_CHECKING, Annotated, Any
 from pydantic import Field, field_validator, model_validator
 
 from assay.errors import SpecError
-from assay.models.entry import _BackendEntry, backend_spec
+from assay.models.specs import _BackendEntry, backend_spec
+from assay.paths import Paths
 from assay.specbase import SpecModel
 
 if TYPE_CHECKING:
     from assay.rows import Rows
-    from assay.spec import StudySpec
 
 
 class FewShotSpec(SpecModel):
@@ -148,13 +148,13 @@ def example_seed(seed: int, task_id: str) -> int:
     return int(content_hash([seed, task_id], "fewshot").split(":", 1)[1][:12], 16)
 
 
-def fewshot_records(source: Any, study: StudySpec) -> list[dict[str, Any]] | None:
+def fewshot_records(source: Any, paths: Paths) -> list[dict[str, Any]] | None:
     """The records examples are drawn from (None: the evaluated records themselves)."""
     fs = source.choices.fewshot
     if fs.path is not None:
         from assay.sources.fieldpath import read_records
 
-        p = study.resolve(fs.path)
+        p = paths.resolve(fs.path)
         return read_records(p, "parquet" if p.suffix.lower() == ".parquet" else "jsonl")
     if fs.split is not None:
         if getattr(source, "kind", None) != "hf_dataset":
@@ -162,14 +162,14 @@ def fewshot_records(source: Any, study: StudySpec) -> list[dict[str, Any]] | Non
                             "source; for a file source give fewshot.path")
         from assay.sources.hub import load_dataset_records
 
-        return load_dataset_records(source._local(study) or source.path, name=source.config,
+        return load_dataset_records(source._local(paths) or source.path, name=source.config,
                                     split=fs.split, revision=source.revision,
                                     allow_download=source.allow_download,
-                                    where=f"{source._where(study)} split {fs.split!r}").records
+                                    where=f"{source._where(paths)} split {fs.split!r}").records
     return None
 
 
-def choice_rows(source: Any, study: StudySpec, records: Sequence[Mapping[str, Any]],
+def choice_rows(source: Any, paths: Paths, records: Sequence[Mapping[str, Any]],
                 where: str, start: int = 0) -> Rows:
     """One prompt row per record: the context in ``prompt``, and ``privileged`` holding the
     choices, the gold index and the gold text (``reference``). Records are named from 1
@@ -209,7 +209,7 @@ def choice_rows(source: Any, study: StudySpec, records: Sequence[Mapping[str, An
         if t is _MISSING or t is None:
             raise SpecError(f"{where} record {start + i + 1}: task id field {fields.task_id!r} is missing")
         tids.append(str(t))
-    pool = fewshot_records(source, study)
+    pool = fewshot_records(source, paths)
     own_pool = pool is None
     pool_where = f"{where} (few-shot examples)"
     pool_list = list(records) if own_pool else list(pool or [])
@@ -251,11 +251,11 @@ def choice_rows(source: Any, study: StudySpec, records: Sequence[Mapping[str, An
     return Rows(t.set_column(t.schema.get_field_index("privileged"), "privileged", col))
 
 
-def check_choice_records(source: Any, study: StudySpec, records: list[dict[str, Any]],
+def check_choice_records(source: Any, paths: Paths, records: list[dict[str, Any]],
                          where: str) -> list[str]:
     """Problems building the choice rows would hit, as ``yaml.path: message``."""
     try:
-        choice_rows(source, study, records[:50], where)
+        choice_rows(source, paths, records[:50], where)
     except SpecError as e:
         msg = str(e)
         key = "choices" if "choices." in msg else (

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 from pydantic import Field, field_validator
 
 from assay.errors import SpecError
-from assay.models.entry import _BackendEntry, backend_spec
+from assay.models.specs import _BackendEntry, backend_spec
 from assay.specbase import SpecModel
 
 if TYPE_CHECKING:

@@ -11,12 +11,12 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field, model_validator
 
+from assay.paths import Paths
 from assay.sources.records import RecordSourceSpec, read_records
 from assay.sources.registry import SOURCES
 
 if TYPE_CHECKING:
     from assay.rows import Rows
-    from assay.spec import StudySpec
 
 
 class FileSource(RecordSourceSpec):
@@ -34,38 +34,38 @@ class FileSource(RecordSourceSpec):
                              "set format: jsonl or format: parquet")
         return self
 
-    def _where(self, study: StudySpec) -> str:
-        return f"source {self.name!r} ({study.resolve(self.path)})"
+    def _where(self, paths: Paths) -> str:
+        return f"source {self.name!r} ({paths.resolve(self.path)})"
 
-    def read_source_records(self, study: StudySpec) -> list[dict[str, Any]]:
-        path = study.resolve(self.path)
+    def read_source_records(self, paths: Paths) -> list[dict[str, Any]]:
+        path = paths.resolve(self.path)
         return read_records(path, self.format or path.suffix.lower().lstrip("."))
 
-    def build_rows(self, study: StudySpec) -> Rows:
-        return self.rows_from(study, self.read_source_records(study), self._where(study))
+    def build_rows(self, paths: Paths) -> Rows:
+        return self.rows_from(paths, self.read_source_records(paths), self._where(paths))
 
-    def identity(self, study: StudySpec) -> dict[str, Any]:
+    def identity(self, paths: Paths) -> dict[str, Any]:
         from assay.hashing import file_checksum
 
-        return {**super().identity(study), "path": file_checksum(study.resolve(self.path))}
+        return {**super().identity(paths), "path": file_checksum(paths.resolve(self.path))}
 
-    def files(self, study: StudySpec) -> list[Path]:
-        return [study.resolve(self.path), *super().files(study)]
+    def files(self, paths: Paths) -> list[Path]:
+        return [paths.resolve(self.path), *super().files(paths)]
 
-    def check(self, study: StudySpec) -> tuple[list[str], list[str]]:
+    def check(self, paths: Paths) -> tuple[list[str], list[str]]:
         from assay.errors import SpecError
 
-        problems, warnings = super().check(study)
-        if problems or not all(f.is_file() for f in self.files(study)):
+        problems, warnings = super().check(paths)
+        if problems or not all(f.is_file() for f in self.files(paths)):
             return problems, warnings  # a missing file is reported by check_files
         try:
-            records = self.read_source_records(study)
+            records = self.read_source_records(paths)
         except SpecError as e:
             return [f"path: {e}"], warnings
-        return self.check_records(records, study, self._where(study)), warnings
+        return self.check_records(records, paths, self._where(paths)), warnings
 
-    def row_fields(self, study: StudySpec) -> set[str] | None:
-        return self.row_fields_of(self.read_source_records(study), study, self._where(study))
+    def row_fields(self, paths: Paths) -> set[str] | None:
+        return self.row_fields_of(self.read_source_records(paths), paths, self._where(paths))
 
 
 SOURCES.register("file", spec=FileSource)(FileSource)

@@ -29,13 +29,13 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import Field
 
 from assay.errors import SpecError
+from assay.paths import Paths
 from assay.sources.records import RecordSourceSpec
 from assay.sources.registry import SOURCES
 
 if TYPE_CHECKING:
     from assay.rows import Rows
     from assay.sources.hub import DatasetRecords
-    from assay.spec import StudySpec
 
 
 class HFDatasetSource(RecordSourceSpec):
@@ -54,14 +54,14 @@ class HFDatasetSource(RecordSourceSpec):
                                  "hub cache is read and the network is never touched")
     limit: int | None = Field(None, ge=1, description="read only the first N records of the split")
 
-    def _local(self, study: StudySpec) -> Path | None:
-        p = study.resolve(self.path)
+    def _local(self, paths: Paths) -> Path | None:
+        p = paths.resolve(self.path)
         return p if p.exists() else None
 
-    def _where(self, study: StudySpec) -> str:
-        return f"source {self.name!r} ({self._local(study) or self.path})"
+    def _where(self, paths: Paths) -> str:
+        return f"source {self.name!r} ({self._local(paths) or self.path})"
 
-    def load(self, study: StudySpec) -> tuple[DatasetRecords, set[str]]:
+    def load(self, paths: Paths) -> tuple[DatasetRecords, set[str]]:
         """The split's records (the first ``limit``), with the checksum of what was kept, and
         the task ids of the records the limit cut (their completions are left out)."""
         from dataclasses import replace
@@ -69,32 +69,32 @@ class HFDatasetSource(RecordSourceSpec):
         from assay.hashing import content_hash
         from assay.sources.hub import load_dataset_records
 
-        got = load_dataset_records(self._local(study) or self.path, name=self.config, split=self.split,
+        got = load_dataset_records(self._local(paths) or self.path, name=self.config, split=self.split,
                                    revision=self.revision, allow_download=self.allow_download,
-                                   where=self._where(study))
+                                   where=self._where(paths))
         cut: set[str] = set()
         if self.limit is not None and self.limit < len(got.records):
             kept = got.records[:self.limit]
             if self.completions is not None:
-                cut = set(self.join_ids(got.records[self.limit:], self._where(study), start=self.limit))
+                cut = set(self.join_ids(got.records[self.limit:], self._where(paths), start=self.limit))
             got = replace(got, records=kept, checksum=content_hash(kept, "data"))
         return got, cut
 
-    def read_source_records(self, study: StudySpec) -> list[dict[str, Any]]:
-        return self.load(study)[0].records
+    def read_source_records(self, paths: Paths) -> list[dict[str, Any]]:
+        return self.load(paths)[0].records
 
-    def rows_from(self, study: StudySpec, records: list[dict[str, Any]], where: str,
-                  skip: frozenset[str] | set[str] = frozenset()) -> Rows:
+    def rows_from(self, paths: Paths, records: list[dict[str, Any]], where: str,
+                  skip: frozenset[str] | set[str] = frozenset(), start: int = 0) -> Rows:
         if not skip and self.limit is not None and self.completions is not None:
-            skip = self.load(study)[1]  # validate's path: the limit's cut tasks
-        return super().rows_from(study, records, where, skip)
+            skip = self.load(paths)[1]  # validate's path: the limit's cut tasks
+        return super().rows_from(paths, records, where, skip, start=start)
 
-    def build_rows(self, study: StudySpec) -> Rows:
-        return self.build(study)[0]
+    def build_rows(self, paths: Paths) -> Rows:
+        return self.build(paths)[0]
 
-    def build(self, study: StudySpec) -> tuple[Rows, dict[str, Any]]:
-        got, cut = self.load(study)
-        rows = self.rows_from(study, got.records, self._where(study), cut)
+    def build(self, paths: Paths) -> tuple[Rows, dict[str, Any]]:
+        got, cut = self.load(paths)
+        rows = self.rows_from(paths, got.records, self._where(paths), cut)
         info = {"dataset": self.path, "config": self.config, "split": got.split,
                 "revision": self.revision if not got.local else "(local data)",
                 "records": len(got.records), "checksum": got.checksum}
@@ -102,37 +102,36 @@ class HFDatasetSource(RecordSourceSpec):
             info["limit"] = self.limit
         return rows, info
 
-    def identity(self, study: StudySpec) -> dict[str, Any]:
-        from assay.hashing import file_checksum
-        from assay.reward.runtime import dir_digest
+    def identity(self, paths: Paths) -> dict[str, Any]:
+        from assay.hashing import dir_digest, file_checksum
 
-        out = super().identity(study)
+        out = super().identity(paths)
         out.pop("allow_download")  # where the data may come from, not what it is
-        local = self._local(study)
+        local = self._local(paths)
         if local is not None:
             # the data's content, not where it lies: moving the folder changes nothing
             out["path"] = dir_digest(local) if local.is_dir() else file_checksum(local)
         return out
 
-    def check(self, study: StudySpec) -> tuple[list[str], list[str]]:
-        problems, warnings = super().check(study)
-        local = self._local(study)
+    def check(self, paths: Paths) -> tuple[list[str], list[str]]:
+        problems, warnings = super().check(paths)
+        local = self._local(paths)
         if local is None and self.revision is None:
             warnings.append(f"revision: not set for the hub id {self.path!r}: results are then not "
                             "reproducible (the hub copy can change); pin it with revision: <commit sha>")
-        if problems or not all(f.is_file() for f in self.files(study)):
+        if problems or not all(f.is_file() for f in self.files(paths)):
             return problems, warnings  # a missing completions file is reported by check_files
         try:
-            records = self.read_source_records(study)
+            records = self.read_source_records(paths)
         except SpecError as e:
             msg = str(e)
             key = ("split" if ": split" in msg else
                    "config" if "config" in msg.lower() else "path")
             return [f"{key}: {msg}"], warnings
-        return self.check_records(records, study, self._where(study)), warnings
+        return self.check_records(records, paths, self._where(paths)), warnings
 
-    def row_fields(self, study: StudySpec) -> set[str] | None:
-        return self.row_fields_of(self.read_source_records(study), study, self._where(study))
+    def row_fields(self, paths: Paths) -> set[str] | None:
+        return self.row_fields_of(self.read_source_records(paths), paths, self._where(paths))
 
 
 SOURCES.register("hf_dataset", spec=HFDatasetSource)(HFDatasetSource)

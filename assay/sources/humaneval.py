@@ -9,14 +9,15 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field
 
-from assay.models.entry import GenerateSpec
+from assay.models.specs import GenerateSpec
+from assay.paths import Paths
 from assay.sources.base import SourceSpec
 from assay.sources.registry import SOURCES
-from assay.specbase import SpecModel, VerifierSpec
+from assay.specbase import SpecModel
+from assay.verify.spec import VerifierSpec
 
 if TYPE_CHECKING:
     from assay.rows import Rows
-    from assay.spec import StudySpec
 
 #: Modules whose code decides the rows: their source is part of the build-rows key.
 _CODE = ("assay.offline.problems", "assay.offline.policy")
@@ -40,7 +41,7 @@ class HumanEvalSource(SourceSpec):
         None, description="sample completions from a model instead of the seeded policy "
         "(the prompt is the problem text)")
 
-    def build_rows(self, study: StudySpec) -> Rows:
+    def build_rows(self, paths: Paths) -> Rows:
         from assay import offline
         from assay.builder import rows
 
@@ -51,10 +52,10 @@ class HumanEvalSource(SourceSpec):
         completions = offline.seeded_code_policy(problems, k=p.k, seed=p.seed, skill=p.skill)
         return rows(completions=completions, **problems.inputs())
 
-    def identity(self, study: StudySpec) -> dict[str, Any]:
+    def identity(self, paths: Paths) -> dict[str, Any]:
         from assay.hashing import code_checksum
 
-        return {**super().identity(study), "code": [code_checksum(m) for m in _CODE]}
+        return {**super().identity(paths), "code": [code_checksum(m) for m in _CODE]}
 
 
 SOURCES.register("humaneval", spec=HumanEvalSource)(HumanEvalSource)

@@ -7,13 +7,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
+from assay.paths import Paths
 from assay.sources.base import SourceSpec
 
 if TYPE_CHECKING:
     from assay.rows import Rows
-    from assay.spec import StudySpec
 
 
 class PluginSource(SourceSpec):
@@ -22,31 +22,41 @@ class PluginSource(SourceSpec):
     kind: str = Field(pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$",
                       description="'package.module:callable' returning rows")
     params: dict[str, Any] = Field(default_factory=dict)
+    version: str | None = Field(
+        None, description="keys the built rows instead of the function's module source (and its "
+        "helpers'); change it whenever the function's behaviour changes")
 
-    def _callable(self, study: StudySpec) -> Any:
+    @field_validator("generate")
+    @classmethod
+    def _no_generate(cls, v: Any) -> Any:
+        if v is not None:
+            raise ValueError("a plugin source returns its rows with their completions; to have a "
+                             "model generate them, use a file or hf_dataset source of prompts")
+        return v
+
+    def _callable(self, paths: Paths) -> Any:
         from assay.registry import load_callable
 
         return load_callable(self.kind, what=f"source {self.name!r} kind",
-                             base_dir=getattr(study, "_base_dir", None))
+                             base_dir=paths.base_dir)
 
-    def build_rows(self, study: StudySpec) -> Rows:
+    def build_rows(self, paths: Paths) -> Rows:
         from assay.errors import SpecError
         from assay.rows import Rows, as_table
 
-        out = self._callable(study)(**self.params)
+        out = self._callable(paths)(**self.params)
         try:
             return out if isinstance(out, Rows) else Rows(as_table(out))
         except Exception as e:
-            raise SpecError(f"source {self.name!r}: {self.kind} returned something that is not "
-                            f"rows ({type(e).__name__}: {e}); return assay.rows(...) or dict rows") from None
+            raise SpecError(
+                f"source {self.name!r}: {self.kind} returned something that is not "
+                f"rows ({type(e).__name__}: {e}); return assay.rows(...) or dict rows"
+            ) from None
 
-    def identity(self, study: StudySpec) -> dict[str, Any]:
-        import hashlib
-        import inspect
+    def identity(self, paths: Paths) -> dict[str, Any]:
+        from assay.hashing import code_identity
 
-        fn = self._callable(study)
-        try:
-            src = inspect.getsource(inspect.getmodule(fn) or fn)
-        except (TypeError, OSError):
-            src = repr(fn)
-        return {**super().identity(study), "code": hashlib.sha256(src.encode()).hexdigest()}
+        fn = None if self.version is not None else self._callable(paths)
+        return {**super().identity(paths),
+                "code": code_identity(fn, version=self.version, what=f"source {self.name!r}",
+                                      base_dir=paths.base_dir)}

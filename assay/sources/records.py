@@ -22,7 +22,7 @@ import numbers
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
@@ -41,8 +41,6 @@ from assay.sources.fieldpath import (  # noqa: F401  (re-exported: their home wa
 )
 from assay.specbase import SpecModel
 
-if TYPE_CHECKING:
-    from assay.spec import StudySpec
 
 class FieldMap(SpecModel):
     """Which record fields hold the prompt, the completion, and the optional extras. Every name
@@ -334,13 +332,13 @@ class RecordSourceSpec(SourceSpec):
 
         return None if self.prompt_template is None else PromptTemplate(self.prompt_template, self.template_format)
 
-    def read_source_records(self, study: StudySpec) -> list[dict[str, Any]]:
+    def read_source_records(self, paths: Paths) -> list[dict[str, Any]]:
         """The records this source reads (before the field map)."""
         raise NotImplementedError
 
-    def _completion_records(self, study: StudySpec) -> tuple[list[dict[str, Any]], str]:
+    def _completion_records(self, paths: Paths) -> tuple[list[dict[str, Any]], str]:
         assert self.completions is not None
-        p = study.resolve(self.completions.path)
+        p = paths.resolve(self.completions.path)
         fmt = self.completions.format or p.suffix.lower().lstrip(".")
         return read_records(p, fmt), str(p)
 
@@ -358,7 +356,7 @@ class RecordSourceSpec(SourceSpec):
             tids.append(str(t))
         return tids
 
-    def merged_records(self, study: StudySpec, records: list[dict[str, Any]], where: str,
+    def merged_records(self, paths: Paths, records: list[dict[str, Any]], where: str,
                        skip: frozenset[str] | set[str] = frozenset()) -> list[dict[str, Any]]:
         """The records with their completions joined in (when ``completions:`` is given);
         completions of the tasks in ``skip`` (cut by a limit) are left out."""
@@ -369,34 +367,34 @@ class RecordSourceSpec(SourceSpec):
             dup = next(t for t in tids if tids.count(t) > 1)
             raise SpecError(f"{where}: task id {dup!r} (fields.task_id) names several records; completions "
                             "are matched to one record per task")
-        comps, cpath = self._completion_records(study)
+        comps, cpath = self._completion_records(paths)
         return join_completions(records, tids, comps, self.completions.key, where=where,
                                 where_completions=cpath, skip=skip)
 
-    def rows_from(self, study: StudySpec, records: list[dict[str, Any]], where: str,
+    def rows_from(self, paths: Paths, records: list[dict[str, Any]], where: str,
                   skip: frozenset[str] | set[str] = frozenset(), start: int = 0) -> Rows:
         if self.choices is not None:
             from assay.sources.choices import choice_rows
 
-            return choice_rows(self, study, records, where, start=start)
+            return choice_rows(self, paths, records, where, start=start)
         if self.perplexity is not None:
             from assay.sources.documents import document_rows
 
             return document_rows(self, records, where, start=start)
-        return rows_from_records(self.merged_records(study, records, where, skip), self.fields, where=where,
+        return rows_from_records(self.merged_records(paths, records, where, skip), self.fields, where=where,
                                  prompt_template=self.template(), reference_regex=self.reference_regex,
                                  prompts_only=self.generate is not None)
 
-    def files(self, study: StudySpec) -> list[Path]:
-        out = [study.resolve(self.completions.path)] if self.completions is not None else []
+    def files(self, paths: Paths) -> list[Path]:
+        out = [paths.resolve(self.completions.path)] if self.completions is not None else []
         if self.choices is not None and self.choices.fewshot.path is not None:
-            out.append(study.resolve(self.choices.fewshot.path))
+            out.append(paths.resolve(self.choices.fewshot.path))
         return out
 
-    def identity(self, study: StudySpec) -> dict[str, Any]:
+    def identity(self, paths: Paths) -> dict[str, Any]:
         from assay.hashing import file_checksum
 
-        out = super().identity(study)
+        out = super().identity(paths)
         for mode in ("choices", "perplexity"):  # unset: existing sources keep their keys
             if out.get(mode, 0) is None:
                 out.pop(mode)
@@ -406,13 +404,13 @@ class RecordSourceSpec(SourceSpec):
             out["choices"] = {k: v for k, v in out["choices"].items() if k != "model"}
             if self.choices.fewshot.path is not None:
                 out["choices"]["fewshot"]["path"] = file_checksum(
-                    study.resolve(self.choices.fewshot.path))
+                    paths.resolve(self.choices.fewshot.path))
         if self.completions is not None:
             out["completions"] = {**out["completions"],
-                                  "path": file_checksum(study.resolve(self.completions.path))}
+                                  "path": file_checksum(paths.resolve(self.completions.path))}
         return out
 
-    def check_records(self, records: list[dict[str, Any]], study: StudySpec, where: str) -> list[str]:
+    def check_records(self, records: list[dict[str, Any]], paths: Paths, where: str) -> list[str]:
         """Problems of the field map against the records, as ``yaml.path: message`` (relative to
         the source entry): a field path no record has, a template field or regex that fails."""
         problems: list[str] = []
@@ -421,7 +419,7 @@ class RecordSourceSpec(SourceSpec):
         first = records[0]
         if self.completions is not None:
             try:
-                comps, cpath = self._completion_records(study)
+                comps, cpath = self._completion_records(paths)
             except SpecError as e:
                 return [f"completions.path: {e}"]
             if comps:
@@ -453,14 +451,14 @@ class RecordSourceSpec(SourceSpec):
                 "choices" if "(choices." in str(e) else "fields")
 
         try:
-            self.rows_from(study, records, where)
+            self.rows_from(paths, records, where)
         except SpecError as e:
             first = e
         else:
             return problems
         # a bad record: check each record on its own, so one validate lists them all (bounded)
         try:
-            merged = self.merged_records(study, records, where)
+            merged = self.merged_records(paths, records, where)
         except SpecError as e:
             return problems + [f"{key(e)}: {e}"]
         bad: list[str] = []
@@ -469,7 +467,7 @@ class RecordSourceSpec(SourceSpec):
         def fails(lo: int, hi: int) -> SpecError | None:
             try:
                 if self.choices is not None or self.perplexity is not None:
-                    self.rows_from(study, merged[lo:hi], where, start=lo)
+                    self.rows_from(paths, merged[lo:hi], where, start=lo)
                 else:
                     rows_from_records(merged[lo:hi], self.fields, where=where,
                                       prompt_template=template,
@@ -495,12 +493,12 @@ class RecordSourceSpec(SourceSpec):
         # none alone is bad: records that conflict with each other (one task id, two references)
         return problems + (bad or [f"{key(first)}: {first}"])
 
-    def row_fields_of(self, records: list[dict[str, Any]], study: StudySpec, where: str) -> set[str]:
+    def row_fields_of(self, records: list[dict[str, Any]], paths: Paths, where: str) -> set[str]:
         """The names ``by:`` and ``where`` can read in this source's rows."""
         from assay.rows import COLUMNS
 
         # completions are matched to every record, so then every record is read
-        r = self.rows_from(study, records[:50] if self.completions is None else records, where)
+        r = self.rows_from(paths, records[:50] if self.completions is None else records, where)
         names = set(COLUMNS)
         def walk(d: Mapping[str, Any], prefix: str, depth: int) -> None:
             for k, v in d.items():

@@ -3,6 +3,8 @@
 A source kind is a :class:`assay.sources.base.SourceSpec` subclass registered with ``spec=`` itself.
 """
 
+from typing import Any
+
 from assay.registry import Registry
 
-SOURCES = Registry("source")
+SOURCES: Registry[Any] = Registry("source")

@@ -16,7 +16,7 @@ Example:
 """
 
 from assay.sources.records import rows_from_records
-from assay.stages.build_rows import run_build_rows, source_named
+from assay.stages.build_rows import run_build_rows
 from assay.stages.cache import (
     STAGE_VERSIONS,
     StageResult,
@@ -35,36 +35,24 @@ from assay.stages.chain import StudyRun, direct_call, direct_map, run_chain
 from assay.stages.decontaminate import run_decontaminate
 from assay.stages.filter_rows import apply_row_steps, run_filter_rows
 from assay.stages.generate import generation_facts, run_generate_shard
-from assay.stages.grade import make_verifier, run_grade_shard, shard_bounds, verifier_fingerprint
+from assay.stages.grade import run_grade_shard, shard_bounds, verifier_fingerprint
 from assay.stages.graph import Graph, GraphRun, Node, ThreadExecutor, run_graph
 from assay.stages.measure import run_measure
 from assay.stages.plan import max_parallel_for, run_study, study_graph
 from assay.stages.report import report_files, run_report
 from assay.stages.score_choices import run_score_choices
 from assay.stages.score_documents import run_score_documents
-from assay.stages.score_reward_model import (
-    make_reward_model,
-    model_identity,
-    reward_views,
-    run_reward_audit,
-)
+from assay.stages.score_reward_model import run_reward_audit
 from assay.stages.score_rows import run_score_rows
 
-#: Stages in chain order.
-STAGE_ORDER = ("build-rows", "filter-rows", "generate", "score-choices", "score-documents",
-               "grade", "decontaminate",
-               "score-rows", "score-reward-model", "measure", "report")
-
 __all__ = [
-    "STAGE_ORDER", "STAGE_VERSIONS", "Graph", "GraphRun", "Node", "StageResult", "StudyRun",
-    "ThreadExecutor", "apply_row_steps", "cached_stage",
-    "concat_rows", "define_stage", "direct_call", "direct_map", "graded_checksums", "load_doc",
-    "load_rows", "lookup", "make_reward_model", "make_verifier", "model_identity",
-    "generation_facts", "max_parallel_for", "print_progress", "report_files", "reward_views",
-    "rows_from_records", "run_build_rows", "run_chain", "run_decontaminate", "run_filter_rows",
-    "run_generate_shard", "run_graph", "run_grade_shard", "run_measure", "run_report",
-    "run_reward_audit", "run_score_choices", "run_score_documents", "run_score_rows",
-    "run_study", "shard_bounds", "source_named", "study_graph",
+    "STAGE_VERSIONS", "Graph", "GraphRun", "Node", "StageResult", "StudyRun", "ThreadExecutor",
+    "apply_row_steps", "cached_stage", "concat_rows", "define_stage", "direct_call", "direct_map",
+    "generation_facts", "graded_checksums", "load_doc", "load_rows", "lookup", "max_parallel_for",
+    "print_progress", "report_files", "rows_from_records", "run_build_rows", "run_chain",
+    "run_decontaminate", "run_filter_rows", "run_generate_shard", "run_graph", "run_grade_shard",
+    "run_measure", "run_report", "run_reward_audit", "run_score_choices", "run_score_documents",
+    "run_score_rows", "run_study", "shard_bounds", "study_graph",
     "stage_key", "summarize",
     "verifier_fingerprint",
 ]

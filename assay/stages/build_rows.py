@@ -7,8 +7,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from assay.errors import SpecError
-from assay.sources.base import SourceSpec
 from assay.spec import StudySpec
 from assay.stages.cache import StageResult, cached_stage, define_stage, lookup, stage_key
 from assay.store import Store
@@ -16,35 +14,34 @@ from assay.store import Store
 STAGE = define_stage("build-rows", 1)
 
 
-def source_named(spec: StudySpec, name: str) -> SourceSpec:
-    """The spec's source called ``name``."""
-    for s in spec.sources:
-        if s.name == name:
-            return s
-    raise SpecError(f"no source named {name!r}; sources are {[s.name for s in spec.sources]}")
-
-
 def run_build_rows(store: Store, spec: StudySpec, source_name: str, *,
                    progress: Any = None) -> StageResult:
     """Build one source's rows (cached on what determines them)."""
-    source = source_named(spec, source_name)
+    source = spec.source(source_name)
 
     def compute() -> tuple[dict[str, Any], dict[str, Any]]:
-        r, info = source.build(spec)
+        r, info = source.build(spec.paths)
         out: dict[str, Any] = {"rows": r}
         if info:  # what was read (a dataset's revision, its records' checksum): for the report
             out["source_info"] = info
         return out, {"rows": len(r)}
 
-    return cached_stage(store, STAGE, inputs=[], params=source.identity(spec), compute=compute,
-                        label=source_name, progress=progress)
+    return cached_stage(
+        store,
+        STAGE,
+        inputs=[],
+        params=source.identity(spec.paths),
+        compute=compute,
+        label=source_name,
+        progress=progress,
+    )
 
 
 def source_info(store: Store, spec: StudySpec, source_name: str) -> dict[str, Any] | None:
     """What a built source read (``SourceSpec.build``'s second value), from its stored
     build-rows entry; None when the source says nothing beyond its spec or was not built."""
-    source = source_named(spec, source_name)
-    doc = lookup(store, stage_key(STAGE, [], source.identity(spec)))
+    source = spec.source(source_name)
+    doc = lookup(store, stage_key(STAGE, [], source.identity(spec.paths)))
     if doc is None or "source_info" not in doc["outputs"]:
         return None
     return store.get_json(doc["outputs"]["source_info"])

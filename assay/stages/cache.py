@@ -158,7 +158,7 @@ def cached_only() -> Iterator[None]:
         _CACHED_ONLY.reset(token)
 
 
-def cached_stage(store: Store, stage: str, *, inputs: Sequence[str], params: Any,
+def cached_stage(store: Store, stage: str, *, inputs: Sequence[Any], params: Any,
                  compute: Callable[[], tuple[Mapping[str, Any], Mapping[str, Any]]],
                  fingerprint: Any = None, label: str | None = None,
                  progress: Callable[[StageResult], None] | None = None) -> StageResult:
@@ -246,7 +246,9 @@ def concat_rows(store: Store, parts: Sequence[StageResult]) -> Rows:
     return Rows(pa.concat_tables(tables)) if len(tables) > 1 else Rows(tables[0])
 
 
-def graded_checksums(graded: Mapping[str, Sequence[StageResult]], names: Sequence[str]) -> list[Any]:
+def graded_checksums(
+    graded: Mapping[str, Sequence[StageResult]], names: Sequence[str]
+) -> list[Any]:
     """``[[source, [shard rows checksums]], ...]``: the input checksums of a stage that reads
     the graded rows of ``names``."""
     return [[n, [p.checksums["rows"] for p in graded[n]]] for n in names]

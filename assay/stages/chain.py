@@ -80,7 +80,7 @@ def run_chain(spec: StudySpec, store: Store, *, call: Callable[..., StageResult]
         if src.verifier is None:
             graded[src.name] = (filtered,)
             continue
-        gen = getattr(src, "generate", None)
+        gen = src.generate
         if gen is not None:  # prompt rows -> k completions each, one generate shard per grade shard
             pb = shard_bounds(load_rows(store, filtered), prompts_per_shard(spec.execution.shard_rows, gen.k))
             made = call_many(run_generate_shard, [((store, spec, src.name, filtered, b, i, len(pb)),

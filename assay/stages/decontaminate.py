@@ -45,11 +45,9 @@ def run_decontaminate(store: Store, spec: StudySpec, graded: Mapping[str, Sequen
                 rep = dc.contamination(rows, paths, n=d.n, text_field=d.text_field,
                                        id_field=d.id_field, store=store, **d.params)
                 extra: dict[str, Any] = {"source": name}
-                if hasattr(rep, "rescore"):  # pass@1 on the full set next to the clean subset
-                    split = rep.rescore(rows)
-                    extra["clean_report"] = (split.report() if hasattr(split, "report")
-                                             else str(split))
-                    extra["clean_estimates"] = collect_estimates(getattr(split, "clean", None))
+                split = rep.rescore(rows)  # pass@1 on the full set next to the clean subset
+                extra["clean_report"] = split.report()
+                extra["clean_estimates"] = collect_estimates(split.clean)
                 docs.append(result_doc("contamination", f"contamination[{name}]", rep, **extra))
                 unit.advance(1)
         return {"contamination": docs}, {"rows": n_rows}

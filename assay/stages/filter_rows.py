@@ -18,11 +18,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from assay.errors import SpecError
+from assay.errors import DataError, SpecError
 from assay.rows import Rows, as_table
 from assay.spec import StudySpec, steps_before_grading
-from assay.stages.build_rows import source_named
 from assay.stages.cache import StageResult, cached_stage, define_stage, load_rows
+from assay.steps import ROW_OPS, WHERE_OPS, validate_steps
 from assay.store import Store
 
 STAGE = define_stage("filter-rows", 1)
@@ -43,7 +43,9 @@ def _row_field(table: pa.Table, field: str, where: str) -> list[Any]:
         raise SpecError(str(e)) from None
 
 
-def apply_row_steps(rows: Rows, steps: Sequence[Mapping[str, Any]], *, where: str = "steps") -> Rows:
+def apply_row_steps(
+    rows: Rows, steps: Sequence[Mapping[str, Any]], *, where: str = "steps"
+) -> Rows:
     """Replay row filters recorded as data. ``slice`` and ``sample`` act on tasks in order of
     first appearance (a task keeps all its completions); ``where`` keeps rows whose field
     compares true.
@@ -56,10 +58,12 @@ def apply_row_steps(rows: Rows, steps: Sequence[Mapping[str, Any]], *, where: st
         >>> len(apply_row_steps(r, [{"op": "where", "field": "reward", "cmp": "==", "value": 1.0}]))
         2
     """
-    from assay.data.view import WHERE_OPS
-
+    try:  # the check `assay validate` ran on the spec's steps, so run and validate agree
+        checked = validate_steps(steps, ROW_OPS, used_by="a source's rows")
+    except DataError as e:
+        raise SpecError(f"{where}{str(e)[len('steps'):]}") from None
     table = as_table(rows, require=())
-    for i, s in enumerate(steps):
+    for i, s in enumerate(checked):
         at = f"{where}[{i}]"
         op = s["op"]
         if op in ("slice", "sample"):
@@ -74,15 +78,14 @@ def apply_row_steps(rows: Rows, steps: Sequence[Mapping[str, Any]], *, where: st
                 idx = np.sort(rng.choice(len(tasks), size=s["n"], replace=False))
                 keep = [tasks[j] for j in idx]
             mask = pc.is_in(table.column("task_id"), value_set=pa.array(keep, type=pa.string()))
-        elif op == "where":
+        else:
             fn = WHERE_OPS[s["cmp"]]
             vals = _row_field(table, s["field"], at)
             try:
                 mask = pa.array([v is not None and bool(fn(v, s["value"])) for v in vals])
             except TypeError as e:
-                raise SpecError(f"{at}: cannot compare field {s['field']!r} with {s['value']!r} ({e})") from None
-        else:
-            raise SpecError(f"{at}.op {op!r} is not supported for rows (use where, slice, sample)")
+                raise SpecError(f"{at}: cannot compare field {s['field']!r} with "
+                                f"{s['value']!r} ({e})") from None
         table = table.filter(mask)
     return Rows(table)
 
@@ -90,7 +93,7 @@ def apply_row_steps(rows: Rows, steps: Sequence[Mapping[str, Any]], *, where: st
 def run_filter_rows(store: Store, spec: StudySpec, source_name: str, built: StageResult, *,
                     progress: Any = None) -> StageResult:
     """Apply a source's steps to its built rows (cached on the rows and the steps)."""
-    source = source_named(spec, source_name)
+    source = spec.source(source_name)
     index = [s.name for s in spec.sources].index(source_name)
     early = steps_before_grading(source, index)
     if early:  # the same words as `assay validate`, not "its steps keep no rows"

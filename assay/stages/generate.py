@@ -21,7 +21,6 @@ from typing import Any
 from assay.models.freshness import reuse_scope
 from assay.rows import Rows
 from assay.spec import StudySpec
-from assay.stages.build_rows import source_named
 from assay.stages.cache import (
     _CACHED_ONLY,
     NotCached,
@@ -74,7 +73,7 @@ def run_generate_shard(store: Store, spec: StudySpec, source_name: str, filtered
     ``workers`` is accepted for the runners' uniform call and unused."""
     from assay.models import generate
 
-    source = source_named(spec, source_name)
+    source = spec.source(source_name)
     gspec = source.generate
     lo, hi = bounds
     part = Rows(load_rows(store, filtered).to_arrow().slice(lo, hi - lo))

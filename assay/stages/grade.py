@@ -11,17 +11,11 @@ from assay.hashing import code_checksum
 from assay.progress import track
 from assay.rows import Rows
 from assay.spec import StudySpec
-from assay.specbase import VerifierSpec
-from assay.stages.build_rows import source_named
 from assay.stages.cache import StageResult, cached_stage, define_stage, load_rows
 from assay.store import Store
+from assay.verify.spec import VerifierSpec
 
 STAGE = define_stage("grade", 1)
-
-
-def make_verifier(vspec: VerifierSpec, spec: StudySpec | None = None) -> Any:
-    """The verifier a spec entry names (a registered kind or ``module:callable``)."""
-    return vspec.build(base_dir=spec._base_dir if spec is not None else None)
 
 
 def verifier_fingerprint(vspec: VerifierSpec, spec: StudySpec | None = None) -> Any:
@@ -31,7 +25,7 @@ def verifier_fingerprint(vspec: VerifierSpec, spec: StudySpec | None = None) -> 
     server reports for the judge model), so a new judge checkpoint re-grades; one with
     ``spec_fingerprint`` (``function``: your grader's module source, or its ``version``) adds
     what it says."""
-    base = spec._base_dir if spec is not None else None
+    base = spec.base_dir if spec is not None else None
     obj = vspec._impl(base)
     fp = {"kind": vspec.kind, "params": vspec.params, "code": code_checksum(obj.__module__)}
     ident = getattr(obj, "cache_identity", None)
@@ -68,7 +62,8 @@ def run_grade_shard(store: Store, spec: StudySpec, source_name: str, filtered: S
     """Grade rows[bounds] of a source with its verifier; cached per shard content."""
     from assay.grading import grade
 
-    source = source_named(spec, source_name)
+    vspec = spec.source(source_name).verifier
+    assert vspec is not None  # the chain grades only the sources that name a verifier
     lo, hi = bounds
 
     part = Rows(load_rows(store, filtered).to_arrow().slice(lo, hi - lo))
@@ -77,16 +72,16 @@ def run_grade_shard(store: Store, spec: StudySpec, source_name: str, filtered: S
     def compute() -> tuple[dict[str, Any], dict[str, Any]]:
         from assay.unjudged import check_shard
 
-        verifier = make_verifier(source.verifier, spec)
+        verifier = vspec.build(spec.base_dir)
         with track(STAGE, label, total=len(part)):  # grading advances it per row
             graded = grade(part, verifier, workers=workers)
-        check_shard(graded, getattr(verifier, "name", None) or source.verifier.kind,
+        check_shard(graded, getattr(verifier, "name", None) or vspec.kind,
                     f"grade[{source_name}] shard {shard + 1}/{n_shards}", offset=lo)
         return {"rows": graded}, {"rows": len(graded)}
 
     # The shard's own content is its input, so a filter that keeps this shard's rows as they
     # were (e.g. a longer slice) does not re-grade it.
     return cached_stage(store, STAGE, inputs=[part.checksum()],
-                        params={"verifier": verifier_fingerprint(source.verifier, spec)},
+                        params={"verifier": verifier_fingerprint(vspec, spec)},
                         compute=compute, label=label,
                         progress=progress)

@@ -41,12 +41,12 @@ def run_report(store: Store, spec: StudySpec, graded: Mapping[str, Sequence[Stag
             r = concat_rows(store, graded[s.name])
             entry = {"name": s.name, "rows": len(r),
                      "tasks": len(set(r.to_arrow().column("task_id").to_pylist())),
-                     "verifier": _verifier_label(s.verifier) if _scored_by(s) is None
-                     else f"log-likelihood ({_scored_by(s)})",
+                     "verifier": (s.verifier.label() if s.verifier else "given scores")
+                     if _scored_by(s) is None else f"log-likelihood ({_scored_by(s)})",
                      "guard_stopped": guard_counts(r)}
             if s.verifier is not None:
                 entry["unjudged"] = unjudged_summary(r)
-            if getattr(s, "generate", None) is not None:
+            if s.generate is not None:
                 entry["generation"] = generation_summary(r, s.generate)
             info = source_info(store, spec, s.name)
             if info:
@@ -69,18 +69,6 @@ def _scored_by(s: Any) -> str | None:
     return None if m is None else f"{m.kind} {getattr(m, 'path', None) or getattr(m, 'model', '')}"
 
 
-def _verifier_label(v: Any) -> str:
-    if v is None:
-        return "given scores"
-    if v.kind == "judge" and isinstance(v.params.get("model"), dict):
-        from assay.nightly.under_test import judge_label
-
-        return f"judge {judge_label(v.params['model'])}"
-    if v.kind == "function":
-        return f"function {v.function}" + (f" (version {v.version})" if v.version else "")
-    return v.kind
-
-
 def generation_summary(rows: Any, gspec: Any) -> dict[str, Any]:
     """Per source: the model, completions, failed requests (and by cause: ``HTTP 503``,
     ``timeout``, ``circuit breaker``, ...), the truncated share (``length`` finishes, the cut-off
@@ -89,8 +77,9 @@ def generation_summary(rows: Any, gspec: Any) -> dict[str, Any]:
 
     Example:
         >>> import assay
-        >>> r = assay.rows(["q"], [["a", "b"]], markers=[[{"truncated": 1.0, "completion_tokens": 8.0},
-        ...                                              {"truncated": 0.0, "completion_tokens": 2.0}]])
+        >>> r = assay.rows(["q"], [["a", "b"]],
+        ...                markers=[[{"truncated": 1.0, "completion_tokens": 8.0},
+        ...                          {"truncated": 0.0, "completion_tokens": 2.0}]])
         >>> generation_summary(r, None)["truncated_share"]
         0.5
     """
@@ -114,7 +103,9 @@ def generation_summary(rows: Any, gspec: Any) -> dict[str, Any]:
     model = None
     if gspec is not None:
         m = gspec.model
-        model = f"{m.kind}:{getattr(m, 'model', None) or getattr(m, 'path', None) or getattr(m, 'callable', '')}"
+        named = (getattr(m, "model", None) or getattr(m, "path", None)
+                 or getattr(m, "callable", ""))
+        model = f"{m.kind}:{named}"
         if getattr(m, "revision", None):
             model += f"@{m.revision}"
     sampling = None
@@ -122,12 +113,18 @@ def generation_summary(rows: Any, gspec: Any) -> dict[str, Any]:
         from assay.nightly.under_test import sampling_label
 
         sampling = sampling_label(gspec.params.model_dump(mode="json"), None)
-    return {"model": model, "sampling": sampling, "k": getattr(gspec, "k", None),
-            "completions": len(ok),
-            "errors": len(status) - len(ok), "errors_by_cause": dict(sorted(causes.items())),
-            "truncated_share": round(sum(trunc) / len(trunc), 4) if trunc else None,
-            "prompt_tokens_mean": mean("prompt_tokens"), "completion_tokens_mean": mean("completion_tokens"),
-            "completion_tokens_total": int(sum(m.get("completion_tokens", 0) for m in ok))}
+    return {
+        "model": model,
+        "sampling": sampling,
+        "k": getattr(gspec, "k", None),
+        "completions": len(ok),
+        "errors": len(status) - len(ok),
+        "errors_by_cause": dict(sorted(causes.items())),
+        "truncated_share": round(sum(trunc) / len(trunc), 4) if trunc else None,
+        "prompt_tokens_mean": mean("prompt_tokens"),
+        "completion_tokens_mean": mean("completion_tokens"),
+        "completion_tokens_total": int(sum(m.get("completion_tokens", 0) for m in ok)),
+    }
 
 
 def report_files(store: Store, report: StageResult) -> dict[str, bytes]:

@@ -21,7 +21,6 @@ import pyarrow as pa
 
 from assay.rows import Rows, to_json
 from assay.spec import StudySpec
-from assay.stages.build_rows import source_named
 from assay.stages.cache import StageResult, cached_stage, define_stage, load_rows
 from assay.store import Store
 
@@ -103,7 +102,7 @@ def run_score_choices(store: Store, spec: StudySpec, source_name: str, filtered:
     task passes the ``gpu`` slot). ``workers`` is accepted for the runners' uniform call."""
     from assay.models.loglik import shared_scorer
 
-    source = source_named(spec, source_name)
+    source = spec.source(source_name)
     cspec = source.choices
     lo, hi = bounds
     part = Rows(load_rows(store, filtered).to_arrow().slice(lo, hi - lo))

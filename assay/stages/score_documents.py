@@ -14,7 +14,6 @@ import pyarrow as pa
 
 from assay.rows import Rows
 from assay.spec import StudySpec
-from assay.stages.build_rows import source_named
 from assay.stages.cache import StageResult, cached_stage, define_stage, load_rows
 from assay.store import Store
 
@@ -45,7 +44,7 @@ def run_score_documents(store: Store, spec: StudySpec, source_name: str, filtere
     ``device_slot`` and ``workers`` as in :func:`assay.stages.score_choices.run_score_choices`."""
     from assay.models.loglik import shared_scorer
 
-    source = source_named(spec, source_name)
+    source = spec.source(source_name)
     lo, hi = bounds
     part = Rows(load_rows(store, filtered).to_arrow().slice(lo, hi - lo))
     scorer = shared_scorer(source.perplexity.model)

@@ -19,26 +19,10 @@ from assay.store import Store
 STAGE = define_stage("score-reward-model", 1)
 
 
-def make_reward_model(mspec: Any, spec: StudySpec) -> Any:
-    """A reward model adapter from its spec entry (any registered kind)."""
-    return mspec.build(spec)
-
-
-def model_identity(mspec: Any, spec: StudySpec) -> dict[str, Any]:
-    """What identifies a reward model's outputs, computed without loading it."""
-    return mspec.identity(spec)
-
-
-def reward_views(spec: StudySpec) -> dict[str, Any]:
-    """The audited views: one per dimension of the diagnostic set, or one per axis of your own
-    preference data, each after the spec's derivation steps."""
-    return preference_views(spec).views
-
-
 def preference_views(spec: StudySpec) -> Any:
     """The audited views with what the report says about them (source, seed-id fallback)."""
     assert spec.reward is not None and spec.reward.data is not None
-    return spec.reward.data.load(spec)
+    return spec.reward.data.load(spec.paths)
 
 
 def run_reward_audit(store: Store, spec: StudySpec, model_name: str, *, progress: Any = None,
@@ -50,6 +34,7 @@ def run_reward_audit(store: Store, spec: StudySpec, model_name: str, *, progress
     task passes a strict ``gpu`` concurrency slot; this core library never imports Prefect)."""
     from assay.report import result_doc
 
+    assert spec.reward is not None  # the chain audits only when the spec has reward models
     mspec = next(m for m in spec.reward.models if m.name == model_name)
     loaded = preference_views(spec)
     views = loaded.views
@@ -59,14 +44,13 @@ def run_reward_audit(store: Store, spec: StudySpec, model_name: str, *, progress
         from assay.reward import audit
 
         with track(STAGE, model_name, total=sum(len(v) for v in views.values())) as unit:
-            model = mspec.build(spec)
+            model = mspec.build(spec.paths)
             slot = (device_slot(str(getattr(model, "device", "cpu"))) if device_slot
                     else contextlib.nullcontext())
             with slot:
-                res = (audit(model, views, store=store) if _accepts(audit, "store")
-                       else audit(model, views))
+                res = audit(model, views, store=store)
             unit.advance(unit.total or 0)  # one batch: the whole diagnostic set scored
-        notes = loaded.notes() if spec.reward.data.kind != "builtin" else []
+        notes = loaded.notes()
         doc = result_doc("reward_audit", model_name, res, dimensions=_audit_dimensions(res),
                          fingerprint=model.fingerprint, notes=notes)
         if notes:
@@ -74,17 +58,8 @@ def run_reward_audit(store: Store, spec: StudySpec, model_name: str, *, progress
         return {"audit": doc}, {"rows": sum(len(v) for v in views.values())}
 
     return cached_stage(store, STAGE, inputs=inputs, params={"name": model_name},
-                        fingerprint=mspec.identity(spec), compute=compute, label=model_name,
+                        fingerprint=mspec.identity(spec.paths), compute=compute, label=model_name,
                         progress=progress)
-
-
-def _accepts(fn: Any, name: str) -> bool:
-    import inspect
-
-    try:
-        return name in inspect.signature(fn).parameters
-    except (TypeError, ValueError):
-        return False
 
 
 def _audit_dimensions(res: Any) -> list[dict[str, Any]]:

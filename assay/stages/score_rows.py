@@ -114,7 +114,7 @@ def _model(mspec: Any, spec: StudySpec, identity: Any) -> Any:
     if key not in _MODELS:
         while len(_MODELS) >= 2:
             _MODELS.pop(next(iter(_MODELS)))
-        _MODELS[key] = mspec.build(spec)
+        _MODELS[key] = mspec.build(spec.paths)
     return _MODELS[key]
 
 
@@ -165,7 +165,7 @@ def run_score_rows(store: Store, spec: StudySpec, source_name: str, graded: Stag
     """
     assert spec.reward is not None
     models = spec.reward.scoring_models()
-    identities = [[m.name, m.identity(spec)] for m in models]
+    identities = [[m.name, m.identity(spec.paths)] for m in models]
     table = load_rows(store, graded).to_arrow()
     label = f"{source_name} shard {shard + 1}/{n_shards}" if n_shards > 1 else source_name
 

@@ -12,7 +12,8 @@ unjudged with the reason (the exception's type and message) recorded.
 
 It runs in the grading worker pool: the verifier pickles as its reference (module, name,
 params, the spec's folder) and each worker imports the function itself. Cached grades are keyed
-on the checksum of the function's module source, or on ``version`` when one is declared; a
+on the checksum of the function's module source and of the helper modules it imports from the
+spec's folder (``from grade_helpers import SLACK``), or on ``version`` when one is declared; a
 module edited since it was imported is re-imported before grading, in every process.
 
 Example:
@@ -31,42 +32,54 @@ from __future__ import annotations
 import importlib
 import sys
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from assay.binding import Binding
 from assay.errors import SpecError
-from assay.hashing import file_checksum
+from assay.hashing import code_identity, file_checksum, user_code_files
 from assay.judging import Verdict, Verifier, normalize_verdict
 from assay.registry import load_callable
 from assay.verify.registry import VERIFIERS
 
-#: module name -> checksum of the source this process last imported it from.
-_IMPORTED: dict[str, str] = {}
+#: module name -> checksums of the sources (its file, its helpers') this process last imported.
+_IMPORTED: dict[str, dict[str, str]] = {}
 
 
-def _module_file(mod_name: str) -> str | None:
-    mod = sys.modules.get(mod_name)
-    path = getattr(mod, "__file__", None)
-    return path if isinstance(path, str) and path.endswith(".py") else None
+def _stamp(mod_name: str, base_dir: str | None) -> dict[str, str]:
+    return {str(p): file_checksum(p) for p in user_code_files(mod_name, base_dir)}
+
+
+def _reload_helpers(files: list[str], entry: str) -> None:
+    """Re-import the loaded helper modules among ``files`` (deepest first), so the entry
+    module's re-import binds their new values (``from grade_helpers import SLACK``)."""
+    by_file = {str(Path(f).resolve()): m for m in list(sys.modules.values())
+               if isinstance(f := getattr(m, "__file__", None), str)}
+    for path in reversed(files):
+        mod = by_file.get(path)
+        if mod is not None and mod.__name__ != entry:
+            importlib.reload(mod)
 
 
 def load_fresh(ref: str, base_dir: str | None = None) -> Any:
-    """``load_callable(ref)``, re-importing its module when the source file changed since this
-    process imported it (or when it was imported before this module could note its source)."""
+    """``load_callable(ref)``, re-importing its module (and the helper modules it imports from
+    its folder or the spec's) when one of their source files changed since this process
+    imported them (or when it was imported before this module could note its sources)."""
     mod_name = ref.partition(":")[0]
     known = mod_name in sys.modules
     fn = load_callable(ref, what="verifier function", base_dir=base_dir)
-    path = _module_file(mod_name)
-    if path is None:
+    now = _stamp(mod_name, base_dir)
+    if not now:
         return fn
-    now = file_checksum(path)
     if _IMPORTED.get(mod_name) != now and (known or mod_name in _IMPORTED):
         try:
+            _reload_helpers(list(now)[1:], mod_name)
             importlib.reload(sys.modules[mod_name])
         except Exception as e:
             raise SpecError(f"verifier function {ref!r}: re-importing the edited module failed "
                             f"({type(e).__name__}: {e})") from None
         fn = load_callable(ref, what="verifier function", base_dir=base_dir)
+        now = _stamp(mod_name, base_dir)  # the re-import may import other helpers
     _IMPORTED[mod_name] = now
     return fn
 
@@ -79,7 +92,9 @@ def _binding(fn: Any, params: Mapping[str, Any], ref: str) -> Binding:
     return Binding(fn, NAMES, params=params, what=f"verifier function {ref!r}")
 
 
-@VERIFIERS.register("function", help="your own grading function: function: 'package.module:callable'")
+@VERIFIERS.register(
+    "function", help="your own grading function: function: 'package.module:callable'"
+)
 class FunctionVerifier(Verifier):
     """Your own grading function (``function: 'mypkg.graders:grade'``) as a verifier."""
 
@@ -103,17 +118,13 @@ class FunctionVerifier(Verifier):
 
     @classmethod
     def spec_fingerprint(cls, vspec: Any, base_dir: str | None = None) -> dict[str, Any]:
-        """What keys cached grades: the reference, params, and ``version`` if declared, else the
-        checksum of the function's module source (editing it recomputes the grades)."""
+        """What keys cached grades: the reference, params, and ``version`` if declared, else
+        :func:`assay.hashing.code_identity` (the function's module source and the helper
+        modules it imports from its folder or the spec's: editing either recomputes)."""
         out = {"function": vspec.function, "params": vspec.params}
-        if vspec.version is not None:
-            return {**out, "version": vspec.version}
-        load_fresh(vspec.function, base_dir)
-        path = _module_file(vspec.function.partition(":")[0])
-        if path is None:
-            raise SpecError(f"verifier function {vspec.function!r}: its module has no Python source file to "
-                            "fingerprint; declare version: and change it whenever the function changes")
-        return {**out, "code": file_checksum(path)}
+        fn = None if vspec.version is not None else load_fresh(vspec.function, base_dir)
+        return {**out, **code_identity(fn, version=vspec.version, base_dir=base_dir,
+                                       what=f"verifier function {vspec.function!r}")}
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)

@@ -1,8 +1,11 @@
 """The verifier registry: every verifier kind a spec's ``verifier: {kind: ...}`` can name.
 
-Each verifier module registers its classes here; a user module can register more (spec ``plugins:``).
+Each verifier module registers its classes here; a user module can register more (spec
+``plugins:``).
 """
+
+from typing import Any
 
 from assay.registry import Registry
 
-VERIFIERS = Registry("verifier")
+VERIFIERS: Registry[Any] = Registry("verifier")

@@ -16,9 +16,9 @@ How edges are counted (the rules the fixes in assay follow):
   ``_SUBMODULES`` set of submodule names) has an edge to each of those modules: the import is
   deferred, not absent.
 * ``importlib.import_module("assay.x")`` with a literal name -> an edge to ``assay.x``.
-* Imports under ``if TYPE_CHECKING:`` are not edges: they never run. A spec kind's methods are
-  typed with the ``StudySpec`` that composes the kinds (assay.reward.kinds <-> assay.spec); that
-  type-only reference is how the kind registries are meant to work, and type checkers resolve it.
+* Imports under ``if TYPE_CHECKING:`` are edges too: a type-only cycle is still a knot in the
+  design (spec kinds take the narrow ``assay.paths.Paths`` context, not the ``StudySpec`` that
+  composes them).
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parents[2] / "assay"
 
 
 def module_name(path: Path, root: Path = ROOT) -> str:
-    """``assay/decontam/report.py`` -> ``assay.decontam.report``; ``__init__.py`` -> the package."""
+    """``assay/decontam/results.py`` -> ``assay.decontam.results``; ``__init__.py`` -> the package."""
     parts = list(path.relative_to(root.parent).with_suffix("").parts)
     if parts[-1] == "__init__":
         parts.pop()
@@ -52,16 +52,12 @@ def import_edges(path: Path, modules: set[str], root: Path = ROOT) -> dict[str, 
     is_package = path.name == "__init__.py"
     tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
     found: dict[str, int] = {}
-    type_only = {id(n) for block in ast.walk(tree) if _is_type_checking_block(block)
-                 for stmt in block.body for n in ast.walk(stmt)}
 
     def add(target: str, line: int) -> None:
         if target in modules and target != current:
             found.setdefault(target, line)
 
     for node in ast.walk(tree):
-        if id(node) in type_only:
-            continue
         if isinstance(node, ast.Import):
             for alias in node.names:
                 add(alias.name, node.lineno)
@@ -88,15 +84,6 @@ def import_edges(path: Path, modules: set[str], root: Path = ROOT) -> dict[str, 
                     if isinstance(elt, ast.Constant) and isinstance(elt.value, str):
                         add(f"{current}.{elt.value}", node.lineno)
     return found
-
-
-def _is_type_checking_block(node: ast.AST) -> bool:
-    """``if TYPE_CHECKING:`` or ``if typing.TYPE_CHECKING:`` (its body only, not an else)."""
-    if not isinstance(node, ast.If):
-        return False
-    t = node.test
-    return (isinstance(t, ast.Name) and t.id == "TYPE_CHECKING") or (
-        isinstance(t, ast.Attribute) and t.attr == "TYPE_CHECKING")
 
 
 def import_graph(root: Path = ROOT) -> dict[str, dict[str, int]]:
@@ -206,9 +193,10 @@ def _write(root: Path, files: dict[str, str]) -> Path:
      [["assay", "assay.t", "assay"]]),
     ({"assay/__init__.py": "_SUBMODULES = {'t'}\n",
       "assay/t.py": "import importlib\nm = importlib.import_module('assay')\n"}, [["assay", "assay.t", "assay"]]),
-    # imports that only type checkers read are not edges; the else branch of the test runs
+    # imports that only type checkers read are edges too, as is the else branch of the test
     ({"assay/__init__.py": "", "assay/a.py": "import assay.b\n",
-      "assay/b.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from assay.a import A\n"}, []),
+      "assay/b.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from assay.a import A\n"},
+     [["assay.a", "assay.b", "assay.a"]]),
     ({"assay/__init__.py": "", "assay/a.py": "import assay.b\n",
       "assay/b.py": "import typing\nif typing.TYPE_CHECKING:\n    pass\nelse:\n    import assay.a\n"},
      [["assay.a", "assay.b", "assay.a"]]),

@@ -1,4 +1,4 @@
-"""One naming rule for result classes (no suffix), old names kept as deprecated aliases, and the
+"""One naming rule for result classes (no suffix, the old suffixed names gone), and the
 ``py.typed`` marker the package data declares."""
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ ROOT = Path(__file__).resolve().parents[2]
 OLD_NAMES = [
     ("assay.decontam", "ContaminationReport", "Contamination"),
     ("assay.decontam", "FilterReport", "Decontamination"),
-    ("assay.decontam.report", "ContaminationReport", "Contamination"),
-    ("assay.decontam.report", "FilterReport", "Decontamination"),
+    ("assay.decontam.results", "ContaminationReport", "Contamination"),
+    ("assay.decontam.results", "FilterReport", "Decontamination"),
     ("assay.reward", "AuditResult", "Audit"),
     ("assay.reward", "InvarianceReport", "Invariance"),
     ("assay.reward.auditing", "AuditResult", "Audit"),
@@ -34,23 +34,12 @@ OLD_NAMES = [
 
 
 @pytest.mark.parametrize("module,old,new", OLD_NAMES)
-def test_old_result_names_still_work_with_a_deprecation_warning(module, old, new):
+def test_the_pre_release_result_names_are_gone(module, old, new):
     mod = importlib.import_module(module)
-    with pytest.warns(DeprecationWarning, match=f"{old} is deprecated: use .*{new}"):
-        cls = getattr(mod, old)
-    assert cls is getattr(mod, new)
+    assert not hasattr(mod, old)  # 0.1.0 had no outside users: no deprecation aliases
     with warnings.catch_warnings():
-        warnings.simplefilter("error")  # the new name never warns
+        warnings.simplefilter("error")
         getattr(mod, new)
-    with pytest.raises(AttributeError):
-        getattr(mod, old + "Typo")
-
-
-def test_from_import_of_an_old_name_works():
-    with pytest.warns(DeprecationWarning):
-        from assay.decontam import ContaminationReport
-    from assay.decontam import Contamination
-    assert ContaminationReport is Contamination
 
 
 def test_no_result_class_carries_a_suffix():

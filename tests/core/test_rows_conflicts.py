@@ -12,7 +12,7 @@ import pytest
 
 import assay
 from assay.errors import AssayError, RowsError
-from assay.spec import FieldMap
+from assay.sources import FieldMap
 from assay.stages import rows_from_records
 
 

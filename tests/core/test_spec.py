@@ -189,7 +189,7 @@ def test_shards_never_split_a_task() -> None:
 
 
 def test_records_with_field_mapping_and_clear_errors(tmp_path: Path) -> None:
-    from assay.spec import FieldMap
+    from assay.sources import FieldMap
     from assay.stages import rows_from_records
 
     fm = FieldMap(prompt="q", completion="a", reference="gold", task_id="id")

@@ -77,7 +77,7 @@ def test_whole_document_matches_are_confirmed_on_all_64_bits(tmp_path):
 
 
 def test_corpus_checksum_framing_and_surrogates():
-    from assay.decontam.sources import CorpusSource
+    from assay.decontam.corpus import CorpusSource
 
     def cs(docs, **kw):
         return CorpusSource(docs, **kw).checksum()

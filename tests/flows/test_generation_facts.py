@@ -10,9 +10,8 @@ import sys
 import threading
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parents[1] / "models"))
 
-from openai_server import Fault, OpenAIServer  # noqa: E402
+from helpers.openai_server import Fault, OpenAIServer  # noqa: E402
 
 
 def test_requests_retries_and_failures_reach_run_json_the_report_and_the_task_run(

@@ -14,8 +14,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @pytest.mark.slow  # a Prefect flow run twice on a tiny model
 def test_choice_and_perplexity_study_as_a_flow(prefect_server: str, tmp_path: Path) -> None:
-    sys.path.insert(0, str(ROOT / "tests" / "models"))
-    from tiny_bpe import build_tiny_bpe_lm
+    sys.path.insert(0, str(ROOT / "tests"))
+    from helpers.tiny_bpe import build_tiny_bpe_lm
 
     from assay import stages
     from flows.study import run_spec

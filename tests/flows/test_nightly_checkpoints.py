@@ -19,10 +19,9 @@ from typing import Any
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "models"))
 
-from openai_server import Fault, OpenAIServer  # noqa: E402
-from webhook_receiver import webhook_receiver  # noqa: E402
+from helpers.openai_server import Fault, OpenAIServer  # noqa: E402
+from helpers.webhook_receiver import webhook_receiver  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from webhook_receiver import webhook_receiver
+from helpers.webhook_receiver import webhook_receiver
 
 from assay.cli import main
 

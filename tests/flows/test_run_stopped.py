@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from webhook_receiver import webhook_receiver  # noqa: E402
+from helpers.webhook_receiver import webhook_receiver  # noqa: E402
 
 PLUGIN = '''
 import threading

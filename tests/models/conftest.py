@@ -2,15 +2,11 @@
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).parent))
-
-from openai_server import OpenAIServer  # noqa: E402
+from helpers.openai_server import OpenAIServer
 
 
 @pytest.fixture(autouse=True)
@@ -53,6 +49,6 @@ def store(tmp_path):
 @pytest.fixture(scope="session")
 def tiny_lm_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A tiny random Llama + WordLevel tokenizer saved to a temp dir, built once per session."""
-    from tiny_lm import build_tiny_lm
+    from helpers.tiny_lm import build_tiny_lm
 
     return build_tiny_lm(tmp_path_factory.mktemp("tiny_lm"))

@@ -47,7 +47,7 @@ def data(tmp_path: Path) -> Path:
 
 @pytest.mark.slow  # ~35 s: two tiny models, a study run twice
 def test_choice_study_end_to_end(data: Path, tmp_path_factory: pytest.TempPathFactory) -> None:
-    from tiny_bpe import build_tiny_bpe_lm
+    from helpers.tiny_bpe import build_tiny_bpe_lm
 
     from assay.stages import concat_rows, load_doc, run_study
     from assay.store import Store

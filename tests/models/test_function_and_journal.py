@@ -7,7 +7,7 @@ import textwrap
 import warnings
 
 import pytest
-from openai_server import Fault
+from helpers.openai_server import Fault
 from pydantic import ValidationError
 
 from assay.errors import GenerationError, SpecError

@@ -9,7 +9,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from openai_server import scripted_policy
+from helpers.openai_server import scripted_policy
 
 from assay import stages
 from assay.spec import parse_spec

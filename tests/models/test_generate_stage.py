@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from openai_server import Fault
+from helpers.openai_server import Fault
 
 from assay import stages
 from assay.spec import parse_spec

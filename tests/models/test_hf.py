@@ -80,7 +80,7 @@ def test_stop_strings_and_length(lm, tmp_path):
 
 
 def test_new_weights_in_the_same_directory_recompute(tiny_lm_dir, tmp_path):
-    from tiny_lm import build_tiny_lm
+    from helpers.tiny_lm import build_tiny_lm
 
     d = tmp_path / "ckpt"
     shutil.copytree(tiny_lm_dir, d)

@@ -14,7 +14,7 @@ import threading
 from collections import Counter
 
 import pytest
-from openai_server import Fault, OpenAIServer, latch
+from helpers.openai_server import Fault, OpenAIServer, latch
 
 from assay.errors import GenerationError
 from assay.models import generate

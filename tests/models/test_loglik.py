@@ -19,7 +19,7 @@ FIXTURE = ROOT / "configs" / "data" / "mmlu_tiny"
 
 @pytest.fixture(scope="module")
 def bpe_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from tiny_bpe import build_tiny_bpe_lm
+    from helpers.tiny_bpe import build_tiny_bpe_lm
 
     return build_tiny_bpe_lm(tmp_path_factory.mktemp("bpe"))
 
@@ -27,7 +27,7 @@ def bpe_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def short_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A model with a 16-token context: documents need several rolling windows."""
-    from tiny_bpe import build_tiny_bpe_lm
+    from helpers.tiny_bpe import build_tiny_bpe_lm
 
     return build_tiny_bpe_lm(tmp_path_factory.mktemp("short"), max_positions=16, seed=3)
 
@@ -81,7 +81,7 @@ def test_choices_equal_lm_eval(bpe_dir: Path) -> None:
 
     spec = _mmlu_source(_spec(bpe_dir))
     src = spec.sources[0]
-    prompt_rows, _ = src.build(spec)
+    prompt_rows, _ = src.build(spec.paths)
     import json
 
     priv = [json.loads(p) for p in prompt_rows.to_arrow().column("privileged").to_pylist()]
@@ -135,7 +135,7 @@ def test_journal_resumes_and_new_checkpoint_recomputes(bpe_dir: Path, tmp_path: 
     b = loglikelihoods(pairs + [("who can", " go")], again, store=store)
     assert again.stats["forward_rows"] == 1  # only the new pair was scored
     assert [x.logprob for x in b[:3]] == [x.logprob for x in a]
-    from tiny_bpe import build_tiny_bpe_lm
+    from helpers.tiny_bpe import build_tiny_bpe_lm
 
     build_tiny_bpe_lm(ckpt, seed=7)  # new weights under the same path
     fresh = HFScorer(_spec(ckpt))
@@ -214,7 +214,7 @@ sources:
       {{{{ choices[1] }}}}\\nC. {{{{ choices[2] }}}}\\nD. {{{{ choices[3] }}}}\\nAnswer:"
     choices: {{model: {{kind: hf, path: "{bpe_dir}", dtype: float32}}, {choice}}}
 """, source="t.yaml", base_dir=str(tmp_path))
-        rows = list(score_choice_rows(spec.sources[0].build(spec)[0], _spec(bpe_dir)))
+        rows = list(score_choice_rows(spec.sources[0].build(spec.paths)[0], _spec(bpe_dir)))
         samples = sorted(res["samples"][f"assay_mc_{name}"], key=lambda s: s["doc_id"])
         assert len(samples) == len(rows) == 36
         for r, s in zip(rows, samples):

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from openai_server import Fault, latch
+from helpers.openai_server import Fault, latch
 
 from assay.errors import GenerationError
 from assay.models import SamplingParams, generate
@@ -65,7 +65,7 @@ def test_what_models_reports_is_part_of_the_identity(server, store):
     generate(QS[:2], spec(server), params=PARAMS, store=store)
     server.models[:] = ["tiny-ckpt", "other-ckpt", "third"]  # same listing for our model: cached
     assert generate(QS[:2], spec(server), params=PARAMS, store=store).sent == 0
-    import openai_server
+    from helpers import openai_server
 
     real = server.httpd.RequestHandlerClass.do_GET
 

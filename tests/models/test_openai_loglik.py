@@ -16,7 +16,7 @@ from assay.models.openai_loglik import OpenAIScorer
 
 @pytest.fixture(scope="module")
 def bpe_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from tiny_bpe import build_tiny_bpe_lm
+    from helpers.tiny_bpe import build_tiny_bpe_lm
 
     return build_tiny_bpe_lm(tmp_path_factory.mktemp("bpe_oa"))
 
@@ -33,7 +33,7 @@ def _entry(url: str) -> dict:
 
 
 def test_openai_echo_equals_hf_scorer(bpe_dir: Path, tmp_path: Path) -> None:
-    from logprob_server import LogprobServer
+    from helpers.logprob_server import LogprobServer
 
     from assay.store import Store
 
@@ -53,7 +53,7 @@ def test_openai_echo_equals_hf_scorer(bpe_dir: Path, tmp_path: Path) -> None:
 
 
 def test_server_without_echo_is_a_clear_error(bpe_dir: Path) -> None:
-    from logprob_server import LogprobServer
+    from helpers.logprob_server import LogprobServer
 
     with LogprobServer(bpe_dir, echo=False) as srv:
         with pytest.raises(GenerationError, match="got no token of its own"):

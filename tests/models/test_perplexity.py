@@ -42,7 +42,7 @@ def test_perplexity_study_equals_lm_eval(tmp_path: Path) -> None:
     from lm_eval.api.instance import Instance
     from lm_eval.api.metrics import bits_per_byte, weighted_perplexity
     from lm_eval.models.huggingface import HFLM
-    from tiny_bpe import build_tiny_bpe_lm
+    from helpers.tiny_bpe import build_tiny_bpe_lm
 
     from assay.spec import parse_spec
     from assay.stages import load_doc, run_study

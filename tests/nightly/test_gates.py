@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from nightly_runs import make_night, make_rows
+from helpers.nightly_runs import make_night, make_rows
 from scipy import stats
 
 from assay.errors import SpecError

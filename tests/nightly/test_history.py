@@ -6,8 +6,8 @@ import json
 from pathlib import Path
 
 import pytest
-from nightly_runs import make_night, make_rows
-from webhook_receiver import webhook_receiver
+from helpers.nightly_runs import make_night, make_rows
+from helpers.webhook_receiver import webhook_receiver
 
 from assay.nightly.gates import evaluate_night
 from assay.nightly.history import HistoryError, history_png, write_history

@@ -9,7 +9,6 @@ import pytest
 
 from assay.reward import FunctionRewardModel, RewardModelError, length_reward, length_rewards
 from assay.spec import load_spec
-from assay.stages import make_reward_model
 
 CALLS: list[tuple[int, int]] = []
 
@@ -52,7 +51,7 @@ def test_spec_function_kind_is_batched(tmp_path: Path) -> None:
                     "params: {batched: false}}\n"
                     "  data: {dataset: diagnostic_v3}\n")
     s = load_spec(spec)
-    f, g, h = (make_reward_model(m, s) for m in s.reward.models)
+    f, g, h = (m.build(s.paths) for m in s.reward.models)
     CALLS.clear()
     assert f.score(["p"] * 7, ["ab"] * 7).tolist() == [2.0] * 7 and CALLS == [(7, 7)]
     CALLS.clear()

@@ -8,8 +8,8 @@ import sys
 
 import numpy as np
 import pytest
-import reward_fixtures
-from reward_fixtures import CHAT_TEMPLATE, build_tiny_reward_model
+from helpers import reward_fixtures
+from helpers.reward_fixtures import CHAT_TEMPLATE, build_tiny_reward_model
 
 from assay.errors import DataError
 from assay.reward import HFRewardModel, RewardModel, RewardModelError

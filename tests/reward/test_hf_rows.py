@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 
 import pytest
-import reward_fixtures
+from helpers import reward_fixtures
 
 from assay import stages
 from assay.errors import DataError

@@ -141,7 +141,7 @@ def test_todays_reward_specs_stay_valid() -> None:
                  "steps: [{op: slice, start: 0, stop: 3}]}"):
         spec = parse_spec(SPEC.format(data=data))
         assert spec.reward.data.kind == "builtin"
-        views = stages.reward_views(spec)
+        views = spec.reward.data.load(spec.paths).views
         assert list(views) == (["verbosity"] if "dimensions" in data else list(views))
     with pytest.raises(SpecError, match=r"reward.data.path: Field required"):
         parse_spec(SPEC.format(data="{kind: file}"))

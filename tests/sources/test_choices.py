@@ -39,8 +39,8 @@ QS = [{"q": f"question {i}?", "choices": ["yes", "no", "maybe"], "answer": i % 3
 def test_contexts_have_seeded_examples_and_never_the_question(tmp_path: Path) -> None:
     _write(tmp_path / "q.jsonl", QS)
     spec = _spec(tmp_path, "fewshot: {k: 2, seed: 7}, target_delimiter: ' '")
-    rows = spec.sources[0].build(spec)[0]
-    again = spec.sources[0].build(spec)[0]
+    rows = spec.sources[0].build(spec.paths)[0]
+    again = spec.sources[0].build(spec.paths)[0]
     assert rows == again  # the same draw every time
     for i, r in enumerate(rows):
         shots, question = r["prompt"].rsplit("\n\n", 1)
@@ -58,9 +58,9 @@ def test_contexts_have_seeded_examples_and_never_the_question(tmp_path: Path) ->
     # questions are in the run (seeded by its task id, not by its position)
     _write(tmp_path / "dev.jsonl", [{**q, "q": "dev " + q["q"]} for q in QS])
     spec = _spec(tmp_path, "fewshot: {k: 2, path: dev.jsonl}", fields="{prompt: q, task_id: q}")
-    full = spec.sources[0].build(spec)[0]
+    full = spec.sources[0].build(spec.paths)[0]
     _write(tmp_path / "q.jsonl", QS[:1] + QS[2:])
-    fewer = spec.sources[0].build(spec)[0]
+    fewer = spec.sources[0].build(spec.paths)[0]
     assert fewer[0]["prompt"] == full[0]["prompt"] and fewer[1]["prompt"] == full[2]["prompt"]
     assert len({r["prompt"].split("\n\n")[0] for r in full}) > 1  # not one draw for all
 
@@ -81,7 +81,7 @@ def test_bad_answers_name_the_record_and_field(tmp_path: Path, answer, match) ->
     _write(tmp_path / "q.jsonl", [{**QS[0]}, {**QS[1], "answer": answer}])
     spec = _spec(tmp_path, "answer: answer")
     with pytest.raises(SpecError, match=match) as e:
-        spec.sources[0].build(spec)
+        spec.sources[0].build(spec.paths)
     assert "record 2" in str(e.value) and "'answer' (choices.answer)" in str(e.value)
 
 
@@ -93,10 +93,10 @@ def test_spec_errors(tmp_path: Path) -> None:
         _spec(tmp_path, "templates: [A]")
     spec = _spec(tmp_path, "fewshot: {k: 6}")
     with pytest.raises(SpecError, match="fewshot.k is 6 but only 5 examples"):
-        spec.sources[0].build(spec)
+        spec.sources[0].build(spec.paths)
     spec = _spec(tmp_path, "fewshot: {k: 1, split: dev}")
     with pytest.raises(SpecError, match="fewshot.split needs an hf_dataset"):
-        spec.sources[0].build(spec)
+        spec.sources[0].build(spec.paths)
 
 
 def test_hf_folder_reads_the_split_named_file(tmp_path: Path) -> None:
@@ -115,7 +115,7 @@ sources:
     fields: {{prompt: q}}
     choices: {{model: {MODEL}, fewshot: {{k: 1, split: dev}}}}
 """, source="t.yaml", base_dir=str(tmp_path))
-    rows = spec.sources[0].build(spec)[0]
+    rows = spec.sources[0].build(spec.paths)[0]
     assert len(rows) == 4 and all(r["prompt"].startswith("dev question") for r in rows)
 
 

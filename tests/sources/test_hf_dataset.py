@@ -8,9 +8,9 @@ import json
 import shutil
 from pathlib import Path
 
-import gsm_fixture
 import pyarrow.parquet as pq
 import pytest
+from helpers import gsm_fixture
 
 import assay
 from assay import stages
@@ -117,7 +117,7 @@ def test_limit_reads_the_first_records_and_changes_the_checksum(gsm, tmp_path: P
     text = gsm_fixture.SPEC.replace("split: test", "split: test\n    limit: 12")
     spec = parse_spec(text, base_dir=str(root))
     # the completions of the tasks the limit cuts are left out (not an unknown-task error)
-    rows, info = spec.sources[0].build(spec)
+    rows, info = spec.sources[0].build(spec.paths)
     assert len(rows) == 48 and info["records"] == 12 and info["limit"] == 12
     assert check_data(spec) == ([], [])
     assert {r["meta"]["subject"] for r in rows} == {"arithmetic"}

@@ -3,20 +3,14 @@ judge_trust checked against sklearn's kappa and a brute-force agreement over tas
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
+from helpers.openai_server import Fault, OpenAIServer
 
-sys.path.insert(0, str(Path(__file__).parents[1] / "models"))
-
-from openai_server import Fault, OpenAIServer  # noqa: E402
-
-import assay  # noqa: E402
-from assay.errors import RowsError, RowsTypeError  # noqa: E402
-from assay.verify import JudgeVerifier, judge_trust, parse_grade  # noqa: E402
-from assay.verify.registry import VERIFIERS  # noqa: E402
+import assay
+from assay.errors import RowsError, RowsTypeError
+from assay.verify import JudgeVerifier, judge_trust, parse_grade
+from assay.verify.registry import VERIFIERS
 
 QS = ["What is 2 + 3?", "What is 7 + 6?", "What is 10 + 20?"]
 REFS = ["5", "13", "30"]

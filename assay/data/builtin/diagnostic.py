@@ -35,7 +35,7 @@ from assay.data.view import DataView
 from assay.errors import DataError
 from assay.intervals import wilson_bounds
 from assay.jsonl import iter_jsonl
-from assay.results import Estimate, Interval, Result, deprecated_names
+from assay.results import Estimate, Interval, Result
 
 DIMENSIONS: tuple[str, ...] = (
     "helpfulness", "safety", "verbosity", "sycophancy", "formatting", "confidence",
@@ -291,6 +291,3 @@ def pinned_checksum_now() -> tuple[int, str]:
     """``(count, checksum)`` of the files as they are (to pin in the card when data changes)."""
     m = read_diagnostic_dir(DATA_DIR).as_mapping()
     return sum(len(v) for v in m.values()), data_checksum(m)
-
-# Pre-0.2 names of the result classes (see assay.results: no suffix).
-__getattr__ = deprecated_names(__name__, globals(), {"LengthBaselineResult": "LengthBaseline"})

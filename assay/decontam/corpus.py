@@ -35,6 +35,7 @@ import pyarrow as pa
 import xxhash
 
 from assay.errors import RowsError, RowsTypeError
+from assay.hashing import file_sha256
 
 _SUFFIXES = (".jsonl", ".json", ".jsonl.gz", ".json.gz", ".parquet")
 Fields = str | tuple[str, ...]
@@ -341,11 +342,7 @@ def _file_digest(path: Path, store: Any) -> str:
         ref = store.get_ref(memo_name)
         if ref is not None:
             return str(ref["meta"]["sha256"])
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while chunk := fh.read(1 << 24):
-            h.update(chunk)
-    digest = h.hexdigest()
+    digest = file_sha256(path)  # the store's memo outlives this process; hashing's does not
     if store is not None:
         key = store.put_json({"file": str(path.resolve()), "sha256": digest})
         store.set_ref(memo_name, key, {"sha256": digest})

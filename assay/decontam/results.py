@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from assay.results import Estimate, Result, deprecated_names, line_of, to_plain
+from assay.results import Estimate, Result, line_of, to_plain
 
 RULES = ("exact", "ngram", "near_duplicate", "semantic")
 
@@ -218,6 +218,3 @@ def rescore(rows: Any, contaminated_task_ids: Sequence[str], *, k: int | None = 
     full = pass_at(rows, k=k)
     clean = pass_at(take_rows(rows, table, keep), k=k)
     return CleanSplit(full=full, clean=clean, n_removed=removed, method="assay.measure.pass_at")
-
-# Pre-0.2 names of the result classes (see assay.results: no suffix).
-__getattr__ = deprecated_names(__name__, globals(), {"ContaminationReport": "Contamination", "FilterReport": "Decontamination"})
