@@ -644,7 +644,7 @@ def _check_user_functions(spec: StudySpec) -> list[str]:
             except SpecError as e:
                 problems.append(f"sources[{i}].generate.model.callable: {e}")
     for i, m in enumerate(spec.reward.models if spec.reward is not None else ()):
-        if m.kind == "function":
+        if getattr(m, "kind", None) == "function":
             try:
                 m.build(spec.paths)
             except (SpecError, RewardModelError) as e:

@@ -87,9 +87,9 @@ def main() -> None:
 
     import numpy as np
     import torch
+    from helpers.tiny_bpe import build_tiny_bpe_lm
     from lm_eval.api.instance import Instance
     from lm_eval.models.huggingface import HFLM
-    from helpers.tiny_bpe import build_tiny_bpe_lm
 
     from assay.models.hf_loglik import HFScorer
 

@@ -94,7 +94,7 @@ def _per_task(table: Any, labels: list[str] | None = None
         vals[m] = np.bincount(codes, weights=v, minlength=len(uniq)) / n
     task_labels = None
     if labels is not None:
-        first = {}
+        first: dict[int, Any] = {}
         for i, c in enumerate(codes):
             first.setdefault(int(c), labels[i])
         task_labels = [first[i] for i in range(len(uniq))]

@@ -25,7 +25,6 @@ Example:
 
 from __future__ import annotations
 
-import inspect
 import time
 from collections.abc import Callable
 from typing import Any

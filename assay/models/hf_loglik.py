@@ -76,7 +76,7 @@ class HFScorer:
         if self.prefix_id is None:
             raise GenerationError(f"model.path {self.backend.spec.path}: the tokenizer has neither "
                                   "a BOS nor an EOS token to condition an empty context on")
-        self._prefix_text = self.tok.decode(self.prefix_id)
+        self._prefix_text = str(self.tok.decode(self.prefix_id))
         self.stats = {"forward_rows": 0, "batches": 0, "padded_tokens": 0}
 
     def identity(self) -> dict[str, Any]:
@@ -150,8 +150,8 @@ class HFScorer:
                     owner.append(i)
             sums = {i: [0.0, True, 0] for i in idx}
             for widx, ans in self._score_tokens(windows):
-                for w, a in zip(widx, ans):
-                    s = sums[owner[w]]
+                for wi, a in zip(widx, ans):
+                    s = sums[owner[wi]]
                     s[0] += a.logprob
                     s[1] = s[1] and a.is_greedy
                     s[2] += a.tokens

@@ -40,7 +40,7 @@ def shared_scorer(model: Any) -> Any:
     from assay.models import openai_loglik as _oa  # noqa: F401  (registers "openai")
     from assay.models.specs import backend_spec
 
-    spec = backend_spec(model)
+    spec: Any = backend_spec(model)
     if spec.kind not in SCORERS:
         raise SpecError(f"model.kind {spec.kind!r} cannot score log-likelihoods; use one of "
                         f"{sorted(SCORERS)}")

@@ -207,7 +207,8 @@ def choice_rows(source: Any, paths: Paths, records: Sequence[Mapping[str, Any]],
             continue
         t = get_field(rec, fields.task_id)
         if t is _MISSING or t is None:
-            raise SpecError(f"{where} record {start + i + 1}: task id field {fields.task_id!r} is missing")
+            raise SpecError(f"{where} record {start + i + 1}: task id field "
+                            f"{fields.task_id!r} is missing")
         tids.append(str(t))
     pool = fewshot_records(source, paths)
     own_pool = pool is None
@@ -246,7 +247,8 @@ def choice_rows(source: Any, paths: Paths, records: Sequence[Mapping[str, Any]],
                  references=[p["reference"] for p in privileged],
                  task_ids=tids, meta=metas, record_names=lambda i: f"record {start + i + 1}")
     t = built.to_arrow()
-    col = pa.array([to_json(p, f"{where} record {start + i + 1}") for i, p in enumerate(privileged)],
+    col = pa.array([to_json(p, f"{where} record {start + i + 1}")
+                    for i, p in enumerate(privileged)],
                    pa.string())
     return Rows(t.set_column(t.schema.get_field_index("privileged"), "privileged", col))
 

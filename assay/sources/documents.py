@@ -63,13 +63,15 @@ def document_rows(source: Any, records: Sequence[Mapping[str, Any]], where: str,
     for i, rec in enumerate(records):
         v = get_field(rec, spec.field)
         if v is _MISSING or not isinstance(v, str) or not v:
-            raise SpecError(f"{where} record {start + i + 1}: field {spec.field!r} (perplexity.field) must be "
+            raise SpecError(f"{where} record {start + i + 1}: field {spec.field!r} "
+                            "(perplexity.field) must be "
                             f"non-empty text, got {'nothing' if v is _MISSING else repr(v)[:40]}; "
                             f"the record has {sorted(rec)}")
         docs.append(v)
         t = str(i) if fields.task_id is None else get_field(rec, fields.task_id)
         if t is _MISSING or t is None:
-            raise SpecError(f"{where} record {start + i + 1}: task id field {fields.task_id!r} is missing")
+            raise SpecError(f"{where} record {start + i + 1}: task id field "
+                            f"{fields.task_id!r} is missing")
         tids.append(str(t))
         keep = fields.meta
         meta = ({p: get_field(rec, p) for p in keep} if keep is not None else

@@ -27,7 +27,8 @@ from typing import Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from assay.errors import RowsError, RowsTypeError, SpecError
-from assay.models.entry import GenerateSpec
+from assay.models.specs import GenerateSpec
+from assay.paths import Paths
 from assay.rows import Rows
 from assay.sources.base import SourceSpec
 from assay.sources.choices import ChoicesSpec

@@ -4,7 +4,8 @@
 ``filter_rows``, ``generate``, ``grade``, ``decontaminate``, ``score_rows``,
 ``score_reward_model``, ``measure``, ``report``),
 ``graph`` (a small DAG runner), ``plan`` (the study's nodes, ``run_study``) and ``chain`` (the
-old one-at-a-time order, ``run_chain``, kept as the reference). Prefect tasks in ``tasks/`` wrap the ``run_*`` functions.
+old one-at-a-time order, ``run_chain``, kept as the reference). Prefect tasks in ``tasks/``
+wrap the ``run_*`` functions.
 
 Example:
     >>> import assay

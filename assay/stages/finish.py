@@ -23,6 +23,7 @@ def finish_run(store: Store, spec: Any, run: StudyRun, out: Path,
                overrides: list[str] | None = None) -> dict[str, Any]:
     """Write the run directory (report files, rows Parquet, run.json) and return run.json.
     run.json lists the stage keys the run used: ``assay store gc`` keeps what kept runs list."""
+    assert run.report is not None  # every study run ends with its report stage
     files = report_files(store, run.report)
     rows = {name: concat_rows(store, parts) for name, parts in run.graded.items()}
     measured = next((r for r in run.results if r.stage == "measure"), None)

@@ -46,6 +46,12 @@ DEFAULT_MAX_PARALLEL = 8
 LOCAL_CAPACITY = {"cores": 1, "gpu": 1}
 
 
+def _from(fn: Callable[..., Any]) -> Callable[[Callable[[str], Any]], Any]:
+    """A node's arguments from its inputs' results (``get(node_id)``); the lambdas bind their
+    loop variables as defaults, which is why they are typed through here."""
+    return fn
+
+
 def _always(*args: Any, **kwargs: Any) -> Callable[[Any], tuple[tuple[Any, ...], dict[str, Any]]]:
     return lambda get: (args, kwargs)
 
@@ -108,7 +114,7 @@ def study_graph(spec: StudySpec, store: Store | None, *, progress: Any = print_p
         graded = g.group(f"graded:{name}", sealed_by=f_id)
         final = g.group(f"final:{name}", sealed_by=f_id)
         g.add(Node(f_id, "filter-rows",
-                   lambda get, b_id=b_id, name=name: ((store, spec, name, get(b_id)), pk),
+                   _from(lambda get, b_id=b_id, name=name: ((store, spec, name, get(b_id)), pk)),
                    run_filter_rows, deps=(b_id,), order=(0, si, 1), label=name,
                    expand=_shards(spec, store, si, src, scored, workers, progress),
                    groups=() if src.verifier is not None or _loglik(src)[0] else (
@@ -118,15 +124,16 @@ def study_graph(spec: StudySpec, store: Store | None, *, progress: Any = print_p
         names = spec.decontaminate.sources or [s.name for s in spec.sources]
         decon_id = "decontaminate"
         g.add(Node(decon_id, "decontaminate",
-                   lambda get, names=names: ((store, spec, {n: get(f"group:graded:{n}")
-                                                            for n in names}), pk),
+                   _from(lambda get, names=names: ((store, spec, {n: get(f"group:graded:{n}")
+                                                                  for n in names}), pk)),
                    run_decontaminate, deps=tuple(f"group:graded:{n}" for n in names),
                    resources=("cores",), order=(2,), label=",".join(names)))
-    audits = [m.name for m in (spec.reward.models if spec.reward and spec.reward.data else ())]
+    audited = list(spec.reward.models) if spec.reward and spec.reward.data else []
+    audits = [m.name for m in audited]
     for ai, m in enumerate(audits):
         g.add(Node(f"score-reward-model[{m}]", "score-reward-model",
                    _always(store, spec, m, **pk), run_reward_audit,
-                   resources=_reward_resources([e for e in spec.reward.models if e.name == m]),
+                   resources=_reward_resources([e for e in audited if e.name == m]),
                    order=(3, ai), label=m))
     finals = tuple(f"group:final:{s.name}" for s in spec.sources)
 
@@ -154,7 +161,8 @@ def _shards(spec: StudySpec, store: Store | None, si: int, src: Any, scored: Seq
     name = src.name
     pk = {"progress": progress}
 
-    scoring = _reward_resources(spec.reward.scoring_models()) if scored else ()
+    scoring = (_reward_resources(spec.reward.scoring_models())
+               if scored and spec.reward is not None else ())
 
     def expand(filtered: StageResult) -> list[Node]:
         nodes: list[Node] = []
@@ -193,9 +201,9 @@ def _shards(spec: StudySpec, store: Store | None, si: int, src: Any, scored: Seq
                                   order=(0, si, 2, i), label=label))
                 nodes.append(Node(
                     grade_id, "grade",
-                    lambda get, gen_id=gen_id, i=i: (
+                    _from(lambda get, gen_id=gen_id, i=i: (
                         (store, spec, name, get(gen_id), (0, get(gen_id).summary["rows"]), i, n),
-                        {"workers": workers, **pk}),
+                        {"workers": workers, **pk})),
                     run_grade_shard, deps=(gen_id,), resources=("cores",), order=(0, si, 3, i),
                     label=label, groups=(f"graded:{name}",) + (
                         () if score_si is not None else (f"final:{name}",))))
@@ -208,8 +216,8 @@ def _shards(spec: StudySpec, store: Store | None, si: int, src: Any, scored: Seq
                                       () if score_si is not None else (f"final:{name}",))))
             if score_si is not None:
                 nodes.append(Node(f"score-rows[{label}]", "score-rows",
-                                  lambda get, grade_id=grade_id, i=i: (
-                                      (store, spec, name, get(grade_id), i, n), pk),
+                                  _from(lambda get, grade_id=grade_id, i=i: (
+                                      (store, spec, name, get(grade_id), i, n), pk)),
                                   run_score_rows, deps=(grade_id,), resources=scoring,
                                   order=(1, score_si, i), label=label if n > 1 else name,
                                   groups=(f"final:{name}",)))

@@ -20,7 +20,8 @@ from assay.stages.cache import (
 )
 from assay.store import Store
 
-STAGE = define_stage("report", 3)  # 2: failed generations by cause; 3: model revision, sampling, judge
+# 2: failed generations by cause; 3: model revision, sampling, judge
+STAGE = define_stage("report", 3)
 
 
 def run_report(store: Store, spec: StudySpec, graded: Mapping[str, Sequence[StageResult]],

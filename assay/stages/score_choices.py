@@ -64,7 +64,8 @@ def score_choice_rows(rows: Rows, model: Any, *, target_delimiter: str = " ", st
     table = rows.to_arrow()
     priv = [json.loads(p) for p in table.column("privileged").to_pylist()]
     prompts = table.column("prompt").to_pylist()
-    pairs, spans = [], []
+    pairs: list[tuple[str, str]] = []
+    spans: list[tuple[int, int]] = []
     for ctx, p in zip(prompts, priv):
         spans.append((len(pairs), len(pairs) + len(p["choices"])))
         pairs += [(ctx, target_delimiter + c) for c in p["choices"]]
@@ -102,7 +103,7 @@ def run_score_choices(store: Store, spec: StudySpec, source_name: str, filtered:
     task passes the ``gpu`` slot). ``workers`` is accepted for the runners' uniform call."""
     from assay.models.loglik import shared_scorer
 
-    source = spec.source(source_name)
+    source: Any = spec.source(source_name)  # a record source with choices: set
     cspec = source.choices
     lo, hi = bounds
     part = Rows(load_rows(store, filtered).to_arrow().slice(lo, hi - lo))

@@ -44,7 +44,7 @@ def run_score_documents(store: Store, spec: StudySpec, source_name: str, filtere
     ``device_slot`` and ``workers`` as in :func:`assay.stages.score_choices.run_score_choices`."""
     from assay.models.loglik import shared_scorer
 
-    source = spec.source(source_name)
+    source: Any = spec.source(source_name)  # a record source with perplexity: set
     lo, hi = bounds
     part = Rows(load_rows(store, filtered).to_arrow().slice(lo, hi - lo))
     scorer = shared_scorer(source.perplexity.model)

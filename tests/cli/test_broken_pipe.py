@@ -13,7 +13,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_a_closed_stdout_prints_no_traceback() -> None:
     # the reader leaves before the command writes (it takes a second to start): its write fails
-    p = subprocess.Popen([str(BIN / "assay"), "validate", str(ROOT / "configs" / "quickstart.yaml")],
+    p = subprocess.Popen([str(BIN / "assay"), "validate",
+                          str(ROOT / "configs" / "quickstart.yaml")],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT)
     assert p.stdout is not None and p.stderr is not None
     p.stdout.close()

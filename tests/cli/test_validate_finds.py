@@ -69,7 +69,8 @@ def test_validate_lists_every_bad_json_line_with_its_column(
                         capsys)
     assert rc == 2
     d = tmp_path / "d.jsonl"
-    assert f"{d}:2: not valid JSON at column 19: Expecting ',' delimiter; one object per line" in err
+    assert (f"{d}:2: not valid JSON at column 19: Expecting ',' delimiter; one object per "
+            "line") in err
     assert f"{d}:4: each line must be a JSON object, got list" in err
     assert f"{d}:5: not valid JSON at column 12: Expecting ',' delimiter" in err
 

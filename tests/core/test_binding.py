@@ -177,7 +177,8 @@ def test_a_judge_prompt_builder_is_called_by_name_and_checked_at_validate(
     mod = _module(tmp_path, BUILDER)
     # the echo model answers with the prompt itself, so its "GRADE:" line is the builder's
     judge = ('{kind: judge, params: {model: {kind: function, callable: '
-             f'"assay.models.function:echo"}}, template: "{mod}:build", store: "{tmp_path / "st"}"}}}}')
+             f'"assay.models.function:echo"}}, template: "{mod}:build", '
+             f'store: "{tmp_path / "st"}"}}}}')
     spec = _spec(tmp_path, judge)
     assert main(["validate", str(spec)]) == 0, capsys.readouterr().err
     got = _rewards(tmp_path, spec)

@@ -27,7 +27,8 @@ def test_pandas_readback_of_assays_rows_measures_the_same(tmp_path: Path) -> Non
     rows = _rows()
     write_run_dir(tmp_path, {}, {"m": rows}, {})
     df = pd.read_parquet(tmp_path / "rows" / "m.parquet")
-    assert df["reward"].isna().sum() == 3 and isinstance(df["markers"][1], list)  # what pandas makes
+    # what pandas makes of our own file
+    assert df["reward"].isna().sum() == 3 and isinstance(df["markers"][1], list)
     assert str(pass_at(df, k=2)) == str(pass_at(rows, k=2))
     assert str(compare(df, df, metrics=["pass@1", "marker:len"])) == str(
         compare(rows, rows, metrics=["pass@1", "marker:len"]))

@@ -6,10 +6,8 @@ prompt always with 500."""
 from __future__ import annotations
 
 import json
-import sys
 import threading
 from pathlib import Path
-
 
 from helpers.openai_server import Fault, OpenAIServer  # noqa: E402
 

@@ -18,8 +18,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-
 from helpers.openai_server import Fault, OpenAIServer  # noqa: E402
 from helpers.webhook_receiver import webhook_receiver  # noqa: E402
 
@@ -199,7 +197,8 @@ def test_new_weights_behind_one_served_name_are_evaluated_not_read_from_cache(
         assert again["alerts"] == [] and again["alerts_already_sent"] == [hook["url"]]
         assert hook["requests"] == 1
         info = run_info(tmp_path, "2026-12-02")
-        assert info["sent"] == 0 and all(g["sent"] == 0 for g in info["generation"]["shards"].values())
+        assert info["sent"] == 0
+        assert all(g["sent"] == 0 for g in info["generation"]["shards"].values())
         md = (tmp_path / "nights" / "ckpts" / "2026-12-02" / "nightly.md").read_text()
         assert "0 requests sent: all 60 completions served from the cache" in md
 

@@ -39,10 +39,10 @@ def test_perplexity_study_equals_lm_eval(tmp_path: Path) -> None:
     """A perplexity: source scored through the chain; word/byte perplexity and bits per byte
     equal lm-eval's aggregates of its own loglikelihood_rolling on the same model."""
     pytest.importorskip("lm_eval")
+    from helpers.tiny_bpe import build_tiny_bpe_lm
     from lm_eval.api.instance import Instance
     from lm_eval.api.metrics import bits_per_byte, weighted_perplexity
     from lm_eval.models.huggingface import HFLM
-    from helpers.tiny_bpe import build_tiny_bpe_lm
 
     from assay.spec import parse_spec
     from assay.stages import load_doc, run_study
