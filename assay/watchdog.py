@@ -79,10 +79,15 @@ class RunStopped(AssayError, RuntimeError):
     with this message. ``reason`` is ``"deadline"`` or ``"stall"``; ``in_flight`` is
     :func:`assay.progress.describe` at the moment of the stop."""
 
-    def __init__(self, message: str, reason: str = "", in_flight: str = "") -> None:
+    def __init__(self, message: str, reason: str = "", in_flight: str = "",
+                 where: str | None = None) -> None:
         super().__init__(message)
         self.reason = reason
         self.in_flight = in_flight
+        #: the stage that stopped progressing, as errors name it (``grade (m)``): the unit that
+        #: has waited longest; the graph runs nodes on other threads, so no stage call is on
+        #: the stack of the thread the stop is raised in
+        self.where = where
 
 
 class StopRun(KeyboardInterrupt):
@@ -133,16 +138,19 @@ class Watchdog:
         now = time.monotonic() if now is None else now
         states = progress.snapshot()
         in_flight = progress.describe(states)
+        oldest = min(states, key=lambda u: u.last) if states else None
+        where = (f"{oldest.stage} ({oldest.label.split(' shard ')[0]})" if oldest is not None
+                 else None)
         if self.deadline_s and now - self.started > self.deadline_s:
             msg = (f"stopped by execution.deadline ({format_duration(self.deadline_s)}) after "
                    f"{format_duration(now - self.started)}; in flight: {in_flight}")
-            return RunStopped(msg, "deadline", in_flight)
+            return RunStopped(msg, "deadline", in_flight, where)
         if self.stall_after_s and states:
             idle = now - progress.last_advance()
             if idle > self.stall_after_s:
                 msg = (f"stopped by execution.stall_after ({format_duration(self.stall_after_s)}):"
                        f" no progress for {format_duration(idle)}; in flight: {in_flight}")
-                return RunStopped(msg, "stall", in_flight)
+                return RunStopped(msg, "stall", in_flight, where)
         return None
 
     def start(self) -> Watchdog:
@@ -238,8 +246,9 @@ def guard(deadline: str | float | None = None, stall_after: str | float | None =
         stop = w.stopped or StopRun.pending
         if stop is None:  # not ours: a StopRun of an outer guard
             raise
-        err = RunStopped(str(stop), stop.reason, stop.in_flight)
-        stage = getattr(e, "assay_stage", None)  # set by the flow on the way out of a stage
+        err = RunStopped(str(stop), stop.reason, stop.in_flight, stop.where)
+        # set on the way out of a stage run in this thread; else the unit that stalled
+        stage = getattr(e, "assay_stage", None) or stop.where
         if stage:
             err.assay_stage = stage  # type: ignore[attr-defined]
         raise err from None

@@ -253,7 +253,8 @@ def run_study(spec: StudySpec, store: Store, *, call: Callable[..., StageResult]
     try:
         run = run_graph(graph, ex, max_parallel=cap,
                         capacity=capacity if capacity is not None else LOCAL_CAPACITY)
-    except KeyboardInterrupt:  # Ctrl-C: shards grading on other threads stop too
+    except BaseException:  # Ctrl-C, SIGTERM (Prefect's TerminationSignal), a stop: shards
+        # grading on other threads stop too (the task runner would otherwise wait for them)
         from assay.grading import cancel_running
 
         cancel_running()

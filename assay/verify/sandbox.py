@@ -212,6 +212,8 @@ class SandboxPool:
         self._args = (python or sys.executable, isolate, max_procs, tuple(preload), drop_privileges)
         self._servers: list[_Server | None] = []
         self._lock = threading.Lock()
+        #: set by abort(): the run() in progress takes no further job and starts no server
+        self._stopping = threading.Event()
         try:
             for _ in range(n):
                 self._servers.append(_Server(*self._args))
@@ -251,6 +253,8 @@ class SandboxPool:
         def drive(slot: int) -> None:
             try:
                 while True:
+                    if self._stopping.is_set():  # aborted: the caller raises, nothing more runs
+                        return
                     try:
                         i = todo.get_nowait()
                     except queue.Empty:
@@ -258,6 +262,9 @@ class SandboxPool:
                     server = self._servers[slot]
                     if server is None:
                         server = self._servers[slot] = _Server(*self._args).wait_ready()
+                        if self._stopping.is_set():  # aborted while this one started
+                            server.abort()
+                            return
                     start = time.monotonic()
                     reply = server.run(jobs[i])
                     if reply is None:
@@ -291,6 +298,7 @@ class SandboxPool:
     def abort(self) -> None:
         """Stop every server at once, killing the jobs they run (an interrupt: no waiting for
         a candidate's timeout)."""
+        self._stopping.set()  # before the servers die: a driver seeing EOF must not respawn
         servers, self._servers = self._servers, [None] * len(self._servers)
         for s in servers:  # signal all first: they clean up in parallel
             if s is not None:

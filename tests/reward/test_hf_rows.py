@@ -88,7 +88,9 @@ reward:
             kwargs["device_slot"] = slot
         return fn(*args, **kwargs)
 
-    again = stages.run_study(spec, Store(tmp_path / "s2"), call=call, progress=None)
+    # `call` is the chain's hook (the graph holds its own slots): the chain shows the task's path
+    again = stages.run_study(spec, Store(tmp_path / "s2"), call=call, progress=None,
+                             mode="chain")
     (res,) = [r for r in again.results if r.stage == "score-rows"]
     assert seen == ["cpu"] and res.summary["scores"] == {"rm:tiny": "computed"}
 
