@@ -31,7 +31,7 @@ from pydantic import (
 
 from assay.registry import Registry
 
-__all__ = ["SpecModel", "PluginEntry", "kind_union", "Literal"]
+__all__ = ["SpecModel", "PluginEntry", "kind_union", "version_field", "Literal"]
 
 
 class SpecModel(BaseModel):
@@ -93,6 +93,15 @@ class _KindUnion:
 
     def __get_pydantic_core_schema__(self, source: Any, handler: Any) -> Any:
         return handler.generate_schema(self.union())
+
+
+def version_field(keyed: str, *, only: str = "") -> Any:
+    """The ``version:`` field every kind that runs user code accepts (one rule:
+    :func:`assay.hashing.code_identity`): when set it keys ``keyed`` instead of the code's
+    module source and its local helpers. ``only`` prefixes the description (``kind function
+    only: ``) where the field belongs to one kind of an entry."""
+    return Field(None, description=f"{only}keys {keyed} instead of the function's module source "
+                 "(and its helpers'); change it whenever the function's behaviour changes")
 
 
 def kind_union(registry: Registry[Any], fallback: type[SpecModel] | None = None,

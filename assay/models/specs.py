@@ -21,7 +21,7 @@ from pydantic import BaseModel, Field, field_validator, model_validator
 
 from assay.errors import SpecError
 from assay.models.registry import BACKENDS
-from assay.specbase import SpecModel
+from assay.specbase import SpecModel, version_field
 
 _Strict = SpecModel
 
@@ -107,9 +107,7 @@ class FunctionSpec(_Strict):
     callable: str = Field(description="module:callable; called by parameter name: f(prompts), "
                           "optionally also seeds and params (any order)")
     revision: str | None = Field(None, description="bump to recompute: part of the cache key")
-    version: str | None = Field(
-        None, description="keys the generations instead of the callable's module source (and "
-        "its helpers'); change it whenever the callable's behaviour changes")
+    version: str | None = version_field("the generations")
 
 
 class _BackendEntry:

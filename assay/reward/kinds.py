@@ -19,7 +19,7 @@ from assay.hashing import code_identity, dir_digest
 from assay.paths import Paths
 from assay.registry import load_callable
 from assay.reward.registry import REWARD_MODELS
-from assay.specbase import SpecModel
+from assay.specbase import SpecModel, version_field
 
 
 class RewardModelEntry(SpecModel):
@@ -89,9 +89,7 @@ class FunctionModel(RewardModelEntry):
                                       "completions) by parameter name -> one number per pair "
                                       "(params: batch_size caps a batch; batched: false for "
                                       "fn(prompt, completion) per pair)")
-    version: str | None = Field(
-        None, description="keys cached scores instead of the function's module source (and its "
-        "helpers'); change it whenever the function's behaviour changes")
+    version: str | None = version_field("cached scores")
 
     @field_validator("function")
     @classmethod

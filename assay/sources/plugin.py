@@ -11,6 +11,7 @@ from pydantic import Field, field_validator
 
 from assay.paths import Paths
 from assay.sources.base import SourceSpec
+from assay.specbase import version_field
 
 if TYPE_CHECKING:
     from assay.rows import Rows
@@ -22,9 +23,7 @@ class PluginSource(SourceSpec):
     kind: str = Field(pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$",
                       description="'package.module:callable' returning rows")
     params: dict[str, Any] = Field(default_factory=dict)
-    version: str | None = Field(
-        None, description="keys the built rows instead of the function's module source (and its "
-        "helpers'); change it whenever the function's behaviour changes")
+    version: str | None = version_field("the built rows")
 
     @field_validator("generate")
     @classmethod

@@ -15,7 +15,7 @@ from typing import Any
 
 from pydantic import Field, field_validator, model_validator
 
-from assay.specbase import SpecModel
+from assay.specbase import SpecModel, version_field
 
 __all__ = ["VerifierSpec"]
 
@@ -34,9 +34,7 @@ class VerifierSpec(SpecModel):
         "called by its parameter names: any of prompt, completion, reference, row, meta (any "
         "order), its params as keywords, **kwargs for all; a module next to the spec imports "
         "without PYTHONPATH")
-    version: str | None = Field(
-        None, description="kind function only: keys cached grades instead of the function's "
-        "module source; change it whenever the function's behaviour changes")
+    version: str | None = version_field("cached grades", only="kind function only: ")
 
     @field_validator("kind")
     @classmethod
