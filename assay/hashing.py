@@ -250,8 +250,10 @@ def _imported_files(path: Path, roots: list[Path]) -> list[Path]:
     imports, read with ``ast`` (an import inside a function counts too)."""
     import ast
 
+    from assay import pyast
+
     try:
-        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        tree = pyast.parse(path.read_text(encoding="utf-8"), filename=str(path))
     except (OSError, SyntaxError, UnicodeDecodeError):
         return []
     found: list[Path] = []

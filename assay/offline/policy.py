@@ -15,6 +15,7 @@ import tokenize
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from assay import pyast
 from assay.errors import DataError
 
 #: Broken-variant kinds and their relative weights among wrong samples. Infinite loops are rare
@@ -102,7 +103,7 @@ def _missing_edge_case(code: str, rng: random.Random, prompt: str) -> str | None
     raise, in a block that keeps other statements."""
     full = prompt + code
     try:
-        tree = ast.parse(full)
+        tree = pyast.parse(full)
     except SyntaxError:
         return None
     first = prompt.count("\n") + 1
@@ -130,7 +131,7 @@ def _exception(code: str, rng: random.Random, prompt: str) -> str | None:
     toks = _tokens(code)
     names = {t.string for t in toks if t.type == tokenize.NAME}
     try:
-        tree = ast.parse(prompt + code)
+        tree = pyast.parse(prompt + code)
     except SyntaxError:
         return None
     assigned = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}

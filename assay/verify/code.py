@@ -15,6 +15,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from assay import pyast
 from assay.errors import VerifierError
 from assay.judging import Verdict, Verifier
 from assay.verify.registry import VERIFIERS
@@ -245,7 +246,7 @@ def _tests_of(spec: Any, where: str) -> tuple[str, str | None, str | None]:
 def _test_functions(source: str) -> tuple[str, ...]:
     """Names of top-level ``def test_*()`` functions without required arguments."""
     try:
-        tree = ast.parse(source)
+        tree = pyast.parse(source)
     except SyntaxError as e:
         raise VerifierError(f"the tests do not parse: {e}") from None
     names = []
