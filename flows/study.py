@@ -131,7 +131,8 @@ def study(spec: str, output: str | None = None, store_root: str | None = None,
         with guard(s.execution.deadline, s.execution.stall_after), progress_artifacts():
             run = stages.run_study(s, store,
                                    executor=PrefectExecutor(s.execution.runner != "local"),
-                                   max_parallel=max_parallel, capacity=capacity_for(s))
+                                   max_parallel=max_parallel, capacity=capacity_for(s),
+                                   preload=s.execution.runner == "local")
         info = finish_run(store, s, run, out, started, overrides=overrides)
     if publish:
         _publish_artifacts(s.name, stages.report_files(store, run.report))

@@ -16,9 +16,11 @@ Example:
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from assay import progress as live
 from assay.spec import StudySpec
 from assay.stages.build_rows import run_build_rows
 from assay.stages.cache import StageResult, cached_only, load_rows, print_progress
@@ -33,7 +35,7 @@ from assay.stages.report import run_report
 from assay.stages.score_choices import run_score_choices
 from assay.stages.score_documents import run_score_documents
 from assay.stages.score_reward_model import run_reward_audit
-from assay.stages.score_rows import run_score_rows
+from assay.stages.score_rows import preload, run_score_rows
 from assay.store import Store
 
 #: Default cap on nodes in flight (``execution.max_parallel``): generate nodes mostly wait on
@@ -226,6 +228,47 @@ def _shards(spec: StudySpec, store: Store | None, si: int, src: Any, scored: Seq
     return expand
 
 
+class Preloader:
+    """Loads the study's row-scoring models on a background thread as soon as a generate shard
+    asks its server for completions (a live progress unit of stage ``generate`` with work to
+    do): those completions are new, so their scores will be computed and the model is needed.
+    The model loads while the cores would idle waiting on the server, instead of at the first
+    score-rows shard (on CPU, MiniLM's load is most of its scoring time). Only for CPU models
+    next to server generation: a GPU model keeps to the ``gpu`` slot, and a local generation
+    model already holds the cores. Nothing loads when every completion is cached.
+    """
+
+    def __init__(self, spec: StudySpec) -> None:
+        self.spec = spec
+        self.thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    @staticmethod
+    def wanted(spec: StudySpec) -> bool:
+        """Whether this study gains from a preload (see the class docstring)."""
+        if spec.reward is None or spec.reward.score is None:
+            return False
+        scored = set(spec.reward.score.sources)
+        served = [s for s in spec.sources if s.name in scored and s.generate is not None
+                  and s.generate.model.kind != "hf"]
+        models = spec.reward.scoring_models()
+        return bool(served) and bool(models) and "cores" in _reward_resources(models)
+
+    def __call__(self, state: live.UnitState) -> None:
+        if state.stage != "generate" or not state.total or self.thread is not None:
+            return
+        with self._lock:
+            if self.thread is None:
+                self.thread = threading.Thread(target=preload, args=(self.spec,),
+                                               name="assay-preload", daemon=True)
+                self.thread.start()
+
+    def join(self) -> None:
+        """Wait for a load in flight (bounded: a load ends, loaded or failed)."""
+        if self.thread is not None:
+            self.thread.join()
+
+
 def max_parallel_for(spec: StudySpec, override: int | None = None) -> int:
     """The cap on nodes in flight: ``override`` (``--max-parallel``), else the spec's, else
     :data:`DEFAULT_MAX_PARALLEL`."""
@@ -237,10 +280,12 @@ def run_study(spec: StudySpec, store: Store, *, call: Callable[..., StageResult]
               progress: Callable[[StageResult], None] | None = print_progress,
               workers: int | None = None, mode: str = "graph", executor: Any = None,
               max_parallel: int | None = None,
-              capacity: Mapping[str, int] | None = None) -> StudyRun:
+              capacity: Mapping[str, int] | None = None, preload: bool = True) -> StudyRun:
     """Run the study: as a graph (default; on ``executor``, threads unless given) or, with
     ``mode="chain"``, the stages one after another through ``call``/``call_many`` (the old
-    order, kept to show both give the same bytes). Results come back in the chain's order."""
+    order, kept to show both give the same bytes). Results come back in the chain's order.
+    ``preload``: load row-scoring models during generation (:class:`Preloader`); only for
+    executors that run nodes in this process (not a cluster's workers)."""
     if mode == "chain":
         return run_chain(spec, store, call=call, call_many=call_many, progress=progress,
                          workers=workers)
@@ -250,6 +295,8 @@ def run_study(spec: StudySpec, store: Store, *, call: Callable[..., StageResult]
     cap = max_parallel_for(spec, max_parallel)
     graph = study_graph(spec, store, progress=progress, workers=workers)
     ex = executor if executor is not None else ThreadExecutor(cap)
+    loader = Preloader(spec) if preload and Preloader.wanted(spec) else None
+    unlisten = live.listen(loader) if loader is not None else None
     try:
         run = run_graph(graph, ex, max_parallel=cap,
                         capacity=capacity if capacity is not None else LOCAL_CAPACITY)
@@ -259,6 +306,11 @@ def run_study(spec: StudySpec, store: Store, *, call: Callable[..., StageResult]
 
         cancel_running()
         raise
+    finally:
+        if unlisten is not None:
+            unlisten()
+    if loader is not None:
+        loader.join()
     graded = {s.name: run.group(f"final:{s.name}") for s in spec.sources}
     return StudyRun(spec.checksum(), tuple(run.ordered()), graded, run.results["report"])
 

@@ -9,6 +9,7 @@ filter upstream re-attaches cached scores and only completions the model never s
 from __future__ import annotations
 
 import contextlib
+import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -31,6 +32,8 @@ ROW_PROTOCOL = 1
 MARKER_PREFIX = "rm:"
 
 _MODELS: dict[str, Any] = {}  # identity key -> built adapter: one load per process, not per shard
+_LOADING: dict[str, threading.Event] = {}  # identity key -> set when the load in flight ends
+_MODELS_LOCK = threading.Lock()
 
 
 def marker_name(model_name: str) -> str:
@@ -93,7 +96,8 @@ def score_inputs(model: Any, prompts: Sequence[str], responses: Sequence[str],
 
 def clear_model_cache() -> None:
     """Forget the adapters built in this process (the next shard builds its model again)."""
-    _MODELS.clear()
+    with _MODELS_LOCK:
+        _MODELS.clear()
 
 
 def _planned_device(mspec: Any, identity: Any) -> str:
@@ -110,12 +114,43 @@ def _planned_device(mspec: Any, identity: Any) -> str:
 
 
 def _model(mspec: Any, spec: StudySpec, identity: Any) -> Any:
+    """The built adapter, loaded once per process even when a preload (:func:`preload`) and
+    a shard ask for it at once: the second waits for the first's load (its waker: the loader's
+    ``finally``; if that load failed, the waiter loads it itself and sees the error)."""
     key = combine("rmid", identity)
-    if key not in _MODELS:
-        while len(_MODELS) >= 2:
-            _MODELS.pop(next(iter(_MODELS)))
-        _MODELS[key] = mspec.build(spec.paths)
-    return _MODELS[key]
+    while True:
+        with _MODELS_LOCK:
+            if key in _MODELS:
+                return _MODELS[key]
+            loading = _LOADING.get(key)
+            if loading is None:
+                loading = _LOADING[key] = threading.Event()
+                break
+        loading.wait()
+    try:
+        built = mspec.build(spec.paths)
+        with _MODELS_LOCK:
+            while len(_MODELS) >= 2:
+                _MODELS.pop(next(iter(_MODELS)))
+            _MODELS[key] = built
+        return built
+    finally:
+        with _MODELS_LOCK:
+            _LOADING.pop(key, None)
+        loading.set()
+
+
+def preload(spec: StudySpec) -> None:
+    """Build the study's scoring models now (into this process's cache), so the first
+    score-rows shard finds them loaded: the graph calls it on a background thread while the
+    model server generates, when the cores would otherwise idle. A failure here is left for
+    the shard to raise, with its own context."""
+    assert spec.reward is not None
+    for mspec in spec.reward.scoring_models():
+        try:
+            _model(mspec, spec, mspec.identity(spec.paths))
+        except Exception:  # noqa: BLE001 - the shard loads it again and reports the error
+            return
 
 
 def _cached_scores(store: Store, key: str) -> np.ndarray | None:

@@ -1,0 +1,162 @@
+"""The graph loads the row-scoring model while the server generates (plan.Preloader), once per
+process, and the results stay the chain's byte for byte.
+
+The overlap is proven without timing: the server answers its first request at once and holds
+every later one until the model is in the process's cache. Without the preload the model loads
+only at score-rows, after the last completion, so the held requests would run out their bound.
+"""
+from __future__ import annotations
+
+import json
+import sys
+import threading
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+from helpers import reward_fixtures
+from helpers.openai_server import OpenAIServer, scripted_policy
+
+from assay import stages
+from assay.spec import load_spec
+from assay.stages import score_rows
+from assay.stages.plan import Preloader
+from assay.store import Store
+
+tiny_rm_dir = reward_fixtures.tiny_rm_dir
+
+SPEC = """
+name: preload
+sources:
+  - name: a
+    kind: file
+    path: a.jsonl
+    fields: {{prompt: q, reference: gold, task_id: id}}
+    generate:
+      model: {{kind: openai, base_url: "{url}", model: m, max_retries: 0, timeout_s: 300}}
+      k: 2
+      max_connections: 1
+    verifier: {{kind: exact_match}}
+reward:
+  models:
+    - {{name: tiny, kind: hf, path: {rm}, params: {{device: cpu}}}}
+  data: null
+  score: {{sources: [a]}}
+execution: {{shard_rows: 4}}
+"""
+
+
+def test_model_loads_during_generation_once_and_results_match_the_chain(
+        tmp_path: Path, tiny_rm_dir: Path) -> None:
+    held: list[bool] = []  # per held request: whether the model was loaded within the bound
+    seen = [0]
+    end = [0.0]
+
+    def policy(body: dict) -> str:
+        seen[0] += 1  # one connection: requests arrive one at a time
+        if seen[0] > 1:
+            # one bound for all held requests, not a margin: the load takes seconds
+            end[0] = end[0] or time.monotonic() + 120
+            while not score_rows._MODELS and time.monotonic() < end[0]:
+                time.sleep(0.02)
+            held.append(bool(score_rows._MODELS))
+        return scripted_policy(body)
+
+    srv = OpenAIServer(["m"], policy=policy).start()
+    try:
+        (tmp_path / "a.jsonl").write_text("".join(
+            json.dumps({"id": f"t{i}", "q": f"What is {i} + {i}?", "gold": str(2 * i)}) + "\n"
+            for i in range(4)))
+        (tmp_path / "spec.yaml").write_text(SPEC.format(url=srv.base_url, rm=tiny_rm_dir))
+        spec = load_spec(tmp_path / "spec.yaml")
+        assert Preloader.wanted(spec)
+        score_rows.clear_model_cache()
+        graph = stages.run_study(spec, Store(tmp_path / "g"), progress=None)
+        assert len(held) == 7 and all(held), held  # 4 prompts x k=2, the first not held
+        assert len(score_rows._MODELS) == 1  # one load, shared by both score-rows shards
+        assert sum(r.stage == "score-rows" and not r.cached for r in graph.results) == 2
+
+        score_rows.clear_model_cache()
+        held.clear()
+        srv.policy = scripted_policy  # the chain never preloads: nothing to hold for
+        store = Store(tmp_path / "c")
+        chain = stages.run_study(spec, store, mode="chain", progress=None)
+        assert [r.key for r in graph.results] == [r.key for r in chain.results]
+        gs, cs = Store(tmp_path / "g"), store
+        assert stages.report_files(gs, graph.report) == stages.report_files(cs, chain.report)
+    finally:
+        srv.stop()
+        score_rows.clear_model_cache()
+
+
+def test_nothing_loads_when_every_completion_is_cached(tmp_path: Path, tiny_rm_dir: Path) -> None:
+    srv = OpenAIServer(["m"]).start()
+    try:
+        (tmp_path / "a.jsonl").write_text(json.dumps({"id": "t", "q": "1+1?", "gold": "2"}) + "\n")
+        (tmp_path / "spec.yaml").write_text(SPEC.format(url=srv.base_url, rm=tiny_rm_dir))
+        spec = load_spec(tmp_path / "spec.yaml")
+        store = Store(tmp_path / "s")
+        stages.run_study(spec, store, progress=None)
+        # the same completions, a new verifier: grading reruns, scores come from the row-score
+        # cache, and no generate shard asks the server, so nothing preloads
+        score_rows.clear_model_cache()
+        text = (tmp_path / "spec.yaml").read_text().replace("exact_match", "numeric")
+        (tmp_path / "spec.yaml").write_text(text)
+        n = len(srv.requests)
+        run = stages.run_study(load_spec(tmp_path / "spec.yaml"), store, progress=None)
+        assert len(srv.requests) == n
+        assert any(r.stage == "grade" and not r.cached for r in run.results)
+        assert score_rows._MODELS == {}
+    finally:
+        srv.stop()
+        score_rows.clear_model_cache()
+
+
+class _SlowModel:
+    """A model spec whose build blocks until a second caller is waiting for the same model."""
+
+    def __init__(self) -> None:
+        self.builds = 0
+        self.release = threading.Event()
+
+    def build(self, paths: object) -> object:
+        self.builds += 1
+        self.release.wait(60)
+        return object()
+
+
+def _waits_in_model(t: threading.Thread) -> bool:
+    """Whether thread ``t`` is blocked in ``_model``'s wait for a load in flight (not in a
+    build of its own)."""
+    f = sys._current_frames().get(t.ident or -1)
+    while f is not None:
+        if f.f_code.co_name == "wait" and f.f_back is not None \
+                and f.f_back.f_code is score_rows._model.__code__:
+            return True
+        f = f.f_back
+    return False
+
+
+def test_two_callers_share_one_load() -> None:
+    score_rows.clear_model_cache()
+    m = _SlowModel()
+    got: list[object] = []
+    study = SimpleNamespace(paths=None)  # _model reads only the study's paths
+    ts = [threading.Thread(target=lambda: got.append(score_rows._model(m, study, ["id"])))
+          for _ in range(2)]
+    try:
+        ts[0].start()
+        end = time.monotonic() + 60
+        while not score_rows._LOADING and time.monotonic() < end:  # the first caller loads
+            time.sleep(0.005)
+        assert score_rows._LOADING
+        ts[1].start()
+        end = time.monotonic() + 60
+        while not _waits_in_model(ts[1]) and time.monotonic() < end:  # the second one waits
+            time.sleep(0.005)
+        m.release.set()
+        for t in ts:
+            t.join(60)
+        assert m.builds == 1 and len(got) == 2 and got[0] is got[1]
+    finally:
+        score_rows.clear_model_cache()
