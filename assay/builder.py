@@ -106,11 +106,15 @@ def _check_same_task(tid: str, a: tuple[int, list[dict[str, str]], str | None],
     """Two prompts with one task id are one task only when prompt and reference agree: else one
     task would be graded against two golds (or two questions), and no estimate says so."""
     (i, msgs_i, priv_i), (j, msgs_j, priv_j) = a, b
+    vi: object
+    vj: object
     if msgs_i != msgs_j:
         field, vi, vj = "prompt", msgs_i[-1]["content"], msgs_j[-1]["content"]
         if vi == vj:  # the conversations differ before the last turn
             vi, vj = msgs_i, msgs_j
     elif priv_i != priv_j:
+        # references are given for every prompt or for none: two unequal ones are both JSON
+        assert priv_i is not None and priv_j is not None
         field, vi, vj = "reference", json.loads(priv_i)["reference"], json.loads(priv_j)["reference"]
     else:
         return

@@ -362,8 +362,11 @@ def cmd_nightly(args: argparse.Namespace) -> int:
                     server.wait()
                 ctx = _quiet_local() if server is not None else contextlib.nullcontext()
                 with ctx:
-                    state = nightly(specs=[str(p) for p in args.spec], root=args.root, night=night,
-                                    store_root=store, overrides=overrides, return_state=True)
+                    # a sync flow returns its State (prefect's overloads read the flow's Any
+                    # return as a coroutine's and type the call as an awaitable)
+                    state: Any = nightly(specs=[str(p) for p in args.spec], root=args.root,
+                                         night=night, store_root=store, overrides=overrides,
+                                         return_state=True)
         finally:
             os.environ.pop("ASSAY_EMBEDDED_API", None)
     global _EMBEDDED_RUN_DONE
@@ -424,6 +427,7 @@ def cmd_store(args: argparse.Namespace) -> int:
         _err(f"{store.root}: no store there (give --store DIR or set ASSAY_STORE)")
         return 2
     runs = upkeep.find_runs(args.runs) if args.runs else []
+    res: upkeep.Usage | upkeep.Verification | upkeep.Collection
     if args.action == "du":
         res = upkeep.du(store, runs)
     elif args.action == "verify":
@@ -435,7 +439,7 @@ def cmd_store(args: argparse.Namespace) -> int:
         res = upkeep.gc(store, runs, keep_nights=args.keep_nights, older_than_days=args.older_than,
                         grace=args.grace, wait=args.wait, dry_run=args.dry_run)
     print(json.dumps(res.to_dict(), indent=2, sort_keys=True) if args.json else res.table())
-    return 3 if args.action == "verify" and res.corrupt else 0
+    return 3 if isinstance(res, upkeep.Verification) and res.corrupt else 0
 
 
 def _positive(text: str) -> int:

@@ -364,6 +364,7 @@ def _drive(ctx: Any, judge: Judge, rows: list[Mapping[str, Any]], workers: int, 
             if slot.own:
                 slot.conn.send(("rows", None, [(i, rows[i]) for i in idx]))
                 return
+            assert token is not None  # a shared worker (not own) comes from the pool: a token
             if token not in slot.known:
                 slot.conn.send(("judge", token, payload))
                 slot.known.add(token)

@@ -293,14 +293,16 @@ def as_judge(reward: Any, *, argument: str = "reward") -> Judge:
     if shape is not None and (required in (2, 3) or (required == 0 and shape[1])):
         _, third, keyword = shape
         if required == 3:
-            return Judge(name, lambda row, _f=reward: _f(row["prompt"], row["final_text"], _reference(row)),
-                         False, False, reward)
+            def with_reference(row: Mapping[str, Any], _f: Callable[..., Any] = reward) -> Any:
+                return _f(row["prompt"], row["final_text"], _reference(row))
+            return Judge(name, with_reference, False, False, reward)
         if third or keyword:
             # an optional reference parameter gets the reference whenever the row has one (left
             # at its default it would score every row against the default, silently)
             return Judge(name, partial(_with_optional_reference, reward, third), False, False, reward)
-        return Judge(name, lambda row, _f=reward: _f(row["prompt"], row["final_text"]), False, False,
-                     reward, takes_reference=False)
+        def without_reference(row: Mapping[str, Any], _f: Callable[..., Any] = reward) -> Any:
+            return _f(row["prompt"], row["final_text"])
+        return Judge(name, without_reference, False, False, reward, takes_reference=False)
     raise RowsTypeError(
         f"{argument}: callable {name} takes {required if required is not None else 'an unreadable set of'} "
         "required positional arguments; a judge takes (row), (prompt, completion) or "

@@ -165,14 +165,15 @@ class Result:
         super().__init_subclass__(**kwargs)
         own = cls.__dict__.get("__str__")
         if own is not None and not getattr(own, "_with_warnings", False):
-            cls._line = own  # type: ignore[attr-defined]
+            # each subclass's own __str__ is kept as _line and wrapped once, at class creation
+            cls._line = own  # type: ignore[method-assign]
 
             def __str__(self: Result) -> str:
                 return self._line() + _warnings_suffix(self)
 
             __str__._with_warnings = True  # type: ignore[attr-defined]
             __str__.__doc__ = own.__doc__
-            cls.__str__ = __str__  # type: ignore[method-assign]
+            cls.__str__ = __str__  # type: ignore[method-assign, assignment]
 
     def _line(self) -> str:
         """The one-line form without the warnings count (what ``report()`` starts with)."""

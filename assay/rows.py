@@ -27,7 +27,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from functools import cached_property
 from itertools import chain
 from operator import itemgetter
-from typing import Any, overload
+from typing import Any, Literal, cast, overload
 
 import numpy as np
 import pyarrow as pa
@@ -163,8 +163,14 @@ def is_sequence(x: Any) -> bool:
     )
 
 
+@overload
 def check_number(x: Any, where: str, *, lo: float | None = 0.0, hi: float | None = 1.0,
-                  what: str = "reward", allow_none: bool = True) -> float | None:
+                 what: str = "reward", allow_none: Literal[False]) -> float: ...
+@overload
+def check_number(x: Any, where: str, *, lo: float | None = 0.0, hi: float | None = 1.0,
+                 what: str = "reward", allow_none: bool = True) -> float | None: ...
+def check_number(x: Any, where: str, *, lo: float | None = 0.0, hi: float | None = 1.0,
+                 what: str = "reward", allow_none: bool = True) -> float | None:
     """``x`` as a float in [lo, hi] (bools as 0/1); None, NaN, strings and out-of-range values
     raise an error naming ``where``."""
     if x is None:
@@ -543,6 +549,7 @@ def as_table(data: Any, *, require: Iterable[str] = ("prompt", "final_text"),
         if msgs is None:
             arrays["messages"] = _single_turn_messages(arrays["prompt"])
         else:
+            assert prompts is not None  # "messages" in want brings "prompt" in (above)
             msgs_out = []
             for i, m in enumerate(msgs):
                 if m is None or (hasattr(m, "__len__") and len(m) == 0):
@@ -594,8 +601,8 @@ def as_table(data: Any, *, require: Iterable[str] = ("prompt", "final_text"),
             arrays["reward"] = pa.nulls(n, pa.float64())
         else:
             arr = _try_array(rv, pa.float64())
-            ok = arr is not None
-            if ok:
+            ok = False
+            if arr is not None:
                 x = arr.to_numpy(zero_copy_only=False)
                 valid = ~np.asarray(arr.is_null())
                 ok = bool(np.all((x[valid] >= 0.0) & (x[valid] <= 1.0)))  # False for NaN too
@@ -706,7 +713,8 @@ def _fast_markers(values: list[Any]) -> pa.Array | None:
         cols = [_try_array(list(map(itemgetter(k), values)), pa.float64()) for k in names]
         if any(c is None or c.null_count for c in cols):
             return None
-        items = (np.column_stack([c.to_numpy(zero_copy_only=False) for c in cols]).ravel() if width
+        full = cast(list[pa.Array], cols)  # none is None (just checked)
+        items = (np.column_stack([c.to_numpy(zero_copy_only=False) for c in full]).ravel() if width
                  else np.empty(0, dtype=np.float64))
         if not np.all(np.isfinite(items)):
             return None

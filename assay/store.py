@@ -73,7 +73,9 @@ def atomic_write(path: Path, data: bytes | Sequence[Any], *, durable: bool = Tru
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:
-            for part in ([data] if isinstance(data, (bytes, bytearray, memoryview)) else data):
+            parts: Sequence[Any] = (
+                [data] if isinstance(data, (bytes, bytearray, memoryview)) else data)
+            for part in parts:
                 f.write(part)
             f.flush()
             if durable:

@@ -187,7 +187,7 @@ def hodge_rank(
         warns.append(f"the comparison graph has {parts} disconnected parts: scores are only "
                      "comparable within a part (each part is centred at 0 separately)")
     if total == 0:
-        fr = (0.0, 0.0, 0.0)
+        fr: tuple[float, ...] = (0.0, 0.0, 0.0)
         warns.append("every edge is an exact tie: there is no flow to decompose")
     else:
         fr = tuple(float(np.sum(w * c * c)) / total for c in (grad, curl, harm))

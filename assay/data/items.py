@@ -26,7 +26,7 @@ import unicodedata
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from types import MappingProxyType
-from typing import Any
+from typing import Any, cast
 
 from assay.data.lineage import Lineage
 from assay.errors import DataError, HashError
@@ -556,6 +556,8 @@ class Pair(_Item):
     kind = "pair"
     _fields = ("prompt", "chosen", "rejected", "axis", "lineage", "meta")
     prompt: str | Prompt
+    _c: str | Response
+    _r: str | Response
     axis: str
     meta: Mapping[str, Any]
 
@@ -585,18 +587,20 @@ class Pair(_Item):
     @property
     def chosen(self) -> Response:
         c = self._c
-        return _plain_response(c) if type(c) is str else c
+        return _plain_response(c) if type(c) is str else cast(Response, c)
 
     @property
     def rejected(self) -> Response:
         r = self._r
-        return _plain_response(r) if type(r) is str else r
+        return _plain_response(r) if type(r) is str else cast(Response, r)
 
     def __assay_content__(self) -> list[Any]:
+        # each is a plain str or else its item type (``type() is`` does not narrow for mypy)
         p, c, r = self.prompt, self._c, self._r
-        return ["pair", _nfc(p) if type(p) is str else p.__assay_content__(),
-                _nfc(c) if type(c) is str else c.__assay_content__(),
-                _nfc(r) if type(r) is str else r.__assay_content__(), _nfc(self.axis)]
+        return ["pair", _nfc(p) if type(p) is str else cast(Prompt, p).__assay_content__(),
+                _nfc(c) if type(c) is str else cast(Response, c).__assay_content__(),
+                _nfc(r) if type(r) is str else cast(Response, r).__assay_content__(),
+                _nfc(self.axis)]
 
     def __assay_record_json__(self) -> str:
         p, c, r = self.prompt, self._c, self._r
@@ -691,10 +695,14 @@ def make_pair(
     """
     if not (type(seed_id) is str and type(builder_id) is str and seed_id and builder_id
             and not seed_id.isspace() and ops == ()):
-        lin = Lineage(seed_id, builder_id, tuple(ops) if isinstance(ops, list) else ops, None)
+        # Lineage checks ops itself (another kind of sequence is refused there)
+        lin = Lineage(seed_id, builder_id,
+                      tuple(ops) if isinstance(ops, list) else cast("tuple[str, ...]", ops), None)
         seed_id, builder_id, ops = lin.seed_id, lin.builder_id, lin.ops
     self = object.__new__(Pair)
-    _init_pair(self, prompt, chosen, rejected, axis, seed_id, builder_id, ops, meta)  # type: ignore[arg-type]
+    # ops is a tuple here: Lineage's, or one equal to ()
+    _init_pair(self, prompt, chosen, rejected, axis, seed_id, builder_id,
+               cast("tuple[str, ...]", ops), meta)
     return self
 
 

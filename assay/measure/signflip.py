@@ -153,8 +153,8 @@ def signflip_test(d: np.ndarray, *, lattice: int | None = None, seed: int = 0) -
         done = 0
         while done < B:
             b = min(chunk, B - done)
-            signs = rng.integers(0, 2, size=(b, m), dtype=np.int8) * 2 - 1
-            hits += int((np.abs(signs @ nz) >= obs - tol).sum())
+            flips = rng.integers(0, 2, size=(b, m), dtype=np.int8) * 2 - 1
+            hits += int((np.abs(flips @ nz) >= obs - tol).sum())
             done += b
         return SignFlip((1 + hits) / (1 + B), f"Monte Carlo sign-flip ({B} draws, seed {seed})", m,
                         max(minp, 1 / (1 + B)))

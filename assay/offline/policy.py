@@ -190,7 +190,7 @@ def broken_variant(problem: Any, kind: str, seed: int = 0) -> str | None:
 
 def _problem(p: Any, i: int) -> dict[str, str]:
     get = (lambda k: p.get(k)) if isinstance(p, dict) else (lambda k: getattr(p, k, None))
-    out = {k: get(k) for k in ("task_id", "prompt", "canonical_solution")}
+    out: dict[str, Any] = {k: get(k) for k in ("task_id", "prompt", "canonical_solution")}
     for k, v in out.items():
         if not isinstance(v, str):
             raise DataError(f"problems[{i}]: needs a string '{k}' (a CodeProblem or a HumanEval dict)")
