@@ -143,7 +143,8 @@ def cmd_schema(args: argparse.Namespace) -> int:
     if args.check:
         current = Path(args.check).read_text(encoding="utf-8") if Path(args.check).exists() else ""
         if current != text:
-            _err(f"{args.check} is out of date; regenerate with `assay schema --output {args.check}`")
+            _err(f"{args.check} is out of date; regenerate with `assay schema --output "
+                 f"{args.check}`")
             return 1
         print(f"{args.check}: up to date")
         return 0
@@ -453,7 +454,8 @@ def _positive(text: str) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="assay", description="LLM-evaluation and reward-model studies.")
+    p = argparse.ArgumentParser(prog="assay",
+                                description="LLM-evaluation and reward-model studies.")
     sub = p.add_subparsers(dest="command", required=True)
     v = sub.add_parser("validate", help="check a study spec (no Prefect)")
     v.add_argument("spec")
@@ -462,9 +464,11 @@ def build_parser() -> argparse.ArgumentParser:
     v.set_defaults(func=cmd_validate)
     r = sub.add_parser("run", help="run a study spec as a Prefect flow")
     r.add_argument("spec")
-    r.add_argument("--output", "-o", help="run directory (default: the spec's output, or runs/<name>)")
+    r.add_argument("--output", "-o",
+                   help="run directory (default: the spec's output, or runs/<name>)")
     r.add_argument("--store", help="content store root (default: $ASSAY_STORE or ./.assay)")
-    r.add_argument("--prefect-home", help="PREFECT_HOME for the embedded server (default ./.prefect)")
+    r.add_argument("--prefect-home",
+                   help="PREFECT_HOME for the embedded server (default ./.prefect)")
     r.add_argument("--debug", action="store_true",
                    help="print Prefect's log and any traceback here too (always in OUTPUT/run.log)")
     r.add_argument("--no-view", action="store_true",
@@ -493,7 +497,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--output", help="write to this file (configs/schema.json)")
     s.add_argument("--check", metavar="FILE", help="exit 1 when FILE differs from the schema")
     s.add_argument("--plugin", action="append", metavar="MODULE",
-                   help="import MODULE first so the kinds it registers are in the schema (repeatable)")
+                   help="import MODULE first so the kinds it registers are in the schema "
+                        "(repeatable)")
     s.add_argument("spec", nargs="?", help="include the kinds this spec's plugins: register")
     s.set_defaults(func=cmd_schema)
     n = sub.add_parser("nightly", help="run specs as tonight's nightly flow and gate regressions "
@@ -502,7 +507,8 @@ def build_parser() -> argparse.ArgumentParser:
     n.add_argument("--night", help="the night's date YYYY-MM-DD (default: today, UTC)")
     n.add_argument("--root", default="runs/nightly", help="nightly root (default runs/nightly)")
     n.add_argument("--store", help="content store root (default: $ASSAY_STORE or ./.assay)")
-    n.add_argument("--prefect-home", help="PREFECT_HOME for the embedded server (default ./.prefect)")
+    n.add_argument("--prefect-home",
+                   help="PREFECT_HOME for the embedded server (default ./.prefect)")
     n.add_argument("--debug", action="store_true",
                    help="print Prefect's log here too (always in the night's run.log)")
     add_override_flags(n)

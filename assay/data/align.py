@@ -47,7 +47,8 @@ class TokenizedInput:
 
 @dataclass(frozen=True, slots=True)
 class Opcode:
-    """One difflib opcode: ``tag`` in equal/replace/insert/delete over ``a[i1:i2]``, ``b[j1:j2]``."""
+    """One difflib opcode: ``tag`` in equal/replace/insert/delete over ``a[i1:i2]``,
+    ``b[j1:j2]``."""
 
     tag: str
     i1: int

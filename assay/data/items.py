@@ -35,7 +35,8 @@ from assay.hashing import DIGEST_HEX, HASH_SCHEMA, canonicalize
 EMPTY_META: Mapping[str, Any] = MappingProxyType({})
 SPAN_UNITS = ("char", "token")
 
-_enc_str = json.encoder.encode_basestring  # the C string encoder json.dumps(ensure_ascii=False) uses
+# the C string encoder json.dumps(ensure_ascii=False) uses
+_enc_str = json.encoder.encode_basestring
 _dumps = json.JSONEncoder(
     ensure_ascii=False, sort_keys=True, separators=(",", ":"), allow_nan=False
 ).encode
@@ -355,7 +356,8 @@ def _response(value: Any, who: str, name: str) -> Response:
         return value
     if isinstance(value, str):
         if not value.strip():
-            raise DataError(f"{who}: {name}.text is empty or whitespace; every text must have content")
+            raise DataError(f"{who}: {name}.text is empty or whitespace; every text must have "
+                            "content")
         return Response(value)
     raise DataError(
         f"{who}: {name} must be a Response or a string, got {type(value).__name__} ({value!r:.60})"
@@ -900,7 +902,8 @@ class EdgeObs:
         if self.n <= 0:
             raise DataError(f"EdgeObs({self.i},{self.j}) has no comparisons (all counts are 0)")
         if self.source is not None and (not isinstance(self.source, str) or not self.source):
-            raise DataError(f"EdgeObs.source must be a non-empty string or None, got {self.source!r}")
+            raise DataError("EdgeObs.source must be a non-empty string or None, got "
+                            f"{self.source!r}")
 
     @property
     def n(self) -> float:
@@ -1096,7 +1099,8 @@ def seed_id_of(item: Any) -> str:
     try:
         return item.lineage.seed_id
     except AttributeError:
-        raise DataError(f"{type(item).__name__} has no lineage; build items with make_pair") from None
+        raise DataError(f"{type(item).__name__} has no lineage; build items with "
+                        "make_pair") from None
 
 
 def item_from_dict(d: Mapping[str, Any], where: str = "item") -> Any:
@@ -1109,10 +1113,12 @@ def item_from_dict(d: Mapping[str, Any], where: str = "item") -> Any:
     """
     kind = d.get("kind")
     if kind not in ITEM_TYPES:
-        raise DataError(f"{where}: unknown item kind {kind!r}; expected one of {sorted(ITEM_TYPES)}")
+        raise DataError(f"{where}: unknown item kind {kind!r}; expected one of "
+                        f"{sorted(ITEM_TYPES)}")
     lin_d = d.get("lineage") or {}
     try:
-        lin = Lineage(lin_d.get("seed_id"), lin_d.get("builder_id", "unknown"),  # type: ignore[arg-type]
+        lin = Lineage(lin_d.get("seed_id"),  # type: ignore[arg-type]
+                      lin_d.get("builder_id", "unknown"),
                       tuple(lin_d.get("ops") or ()), lin_d.get("content_hash"))
     except DataError as e:
         raise DataError(f"{where}: {e}") from None
@@ -1125,7 +1131,8 @@ def item_from_dict(d: Mapping[str, Any], where: str = "item") -> Any:
             return Quadruple(Prompt.from_dict(d["prompt"]),
                              {k: Response.from_dict(v) for k, v in d["cells"].items()},
                              tuple(d["factors"]), lin, meta,
-                             {k: Prompt.from_dict(v) for k, v in (d.get("cell_prompts") or {}).items()}
+                             {k: Prompt.from_dict(v)
+                              for k, v in (d.get("cell_prompts") or {}).items()}
                              or EMPTY_META)
         if kind == "tournament":
             return Tournament(Prompt.from_dict(d["prompt"]),
