@@ -84,7 +84,7 @@ def collect_estimates(obj: Any, path: str = "") -> list[dict[str, Any]]:
 
     Example:
         >>> est = collect_estimates(
-    ...     {"pass1": Estimate("pass@1", 0.5, Interval(0.3, 0.7, 0.95, "t"), 10)})
+        ...     {"pass1": Estimate("pass@1", 0.5, Interval(0.3, 0.7, 0.95, "t"), 10)})
         >>> est[0]["name"], est[0]["low"], est[0]["n"]
         ('pass@1', 0.3, 10)
     """
