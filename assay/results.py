@@ -173,9 +173,9 @@ class Result:
             def __str__(self: Result) -> str:
                 return self._line() + _warnings_suffix(self)
 
-            __str__._with_warnings = True  # type: ignore[attr-defined]
+            __str__._with_warnings = True  # type: ignore[attr-defined]  # a marker attribute
             __str__.__doc__ = own.__doc__
-            cls.__str__ = __str__  # type: ignore[method-assign, assignment]
+            cls.__str__ = __str__  # type: ignore[method-assign, assignment]  # wrapped, as above
 
     def _line(self) -> str:
         """The one-line form without the warnings count (what ``report()`` starts with)."""
@@ -199,7 +199,7 @@ class Result:
 
     def to_dict(self) -> dict[str, Any]:
         return {f.name: to_plain(getattr(self, f.name))
-                for f in dataclasses.fields(self)}  # type: ignore[arg-type]
+                for f in dataclasses.fields(self)}  # type: ignore[arg-type]  # on a dataclass
 
     def to_frame(self) -> Any:
         """Every estimate in the result as a pandas DataFrame, one row each: ``path`` (where it

@@ -285,7 +285,7 @@ class Rows(Sequence):
             return NotImplemented
         return self._table.equals(other._table)
 
-    __hash__ = None  # type: ignore[assignment]
+    __hash__ = None  # type: ignore[assignment]  # equal by value, so unhashable
 
     def __repr__(self) -> str:
         t = self._table

@@ -312,6 +312,7 @@ class StudySpec(SpecModel):
                 if n not in rn:
                     raise ValueError(f"reward.score.models[{i}]: unknown reward model {n!r}; "
                                      f"reward.models are {rn}")
+        # scoring_models() is empty unless reward.score is set
         scored = {f"rm:{e.name}": set(self.reward.score.sources)  # type: ignore[union-attr]
                   for e in (self.reward.scoring_models() if self.reward else ())}
         for i, c in enumerate(m.compare):

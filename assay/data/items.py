@@ -454,7 +454,7 @@ class _Item:
 
     @property
     def prompt_text(self) -> str:
-        return _prompt_text(self.prompt)  # type: ignore[attr-defined]
+        return _prompt_text(self.prompt)  # type: ignore[attr-defined]  # each item type has one
 
     def __assay_content__(self) -> Any:  # pragma: no cover - each type overrides
         raise NotImplementedError
@@ -512,7 +512,7 @@ class _Item:
 
     def __assay_record__(self) -> list[Any]:
         """Canonical record (payload, seed, builder, ops, meta): what a view checksum hashes."""
-        meta = self.meta  # type: ignore[attr-defined]
+        meta = self.meta  # type: ignore[attr-defined]  # each item type has meta
         return [self.__assay_content__(), _nfc(self._seed), _nfc(self._builder),
                 [_nfc(o) for o in self._ops], canonicalize(meta) if meta else {}]
 
@@ -525,7 +525,7 @@ class _Item:
         d = self._payload_dict()
         d["kind"] = self.kind
         d["lineage"] = self.lineage.to_dict()
-        d["meta"] = thaw(self.meta)  # type: ignore[attr-defined]
+        d["meta"] = thaw(self.meta)  # type: ignore[attr-defined]  # each item type has meta
         return d
 
     def _payload_dict(self) -> dict[str, Any]:  # pragma: no cover - each type overrides
@@ -761,7 +761,7 @@ def _cell_key(k: Any, who: str) -> tuple[str, str]:
             f"{who}: cell key {k!r} must be a pair of non-empty level names, e.g. "
             "('agree', 'wrong') or 'agree|wrong'"
         )
-    return k  # type: ignore[return-value]
+    return k  # type: ignore[return-value]  # checked above: two non-empty str
 
 
 class Quadruple(_Item):
@@ -1117,7 +1117,7 @@ def item_from_dict(d: Mapping[str, Any], where: str = "item") -> Any:
                         f"{sorted(ITEM_TYPES)}")
     lin_d = d.get("lineage") or {}
     try:
-        lin = Lineage(lin_d.get("seed_id"),  # type: ignore[arg-type]
+        lin = Lineage(lin_d.get("seed_id"),  # type: ignore[arg-type]  # Lineage checks it
                       lin_d.get("builder_id", "unknown"),
                       tuple(lin_d.get("ops") or ()), lin_d.get("content_hash"))
     except DataError as e:
