@@ -135,8 +135,8 @@ class PassAtBy(Result):
                        f"{[c.category for c in self.categories]}")
 
     def __str__(self) -> str:
-        return f"by {self.by}: {self.macro}" + (f" | {self.macro_pass_at_k}" if self.macro_pass_at_k
-                                                else "")
+        return f"by {self.by}: {self.macro}" + (f" | {self.macro_pass_at_k}"
+                                                if self.macro_pass_at_k else "")
 
     def report(self) -> str:
         lines = [f"per {self.by} ({len(self.categories)} categories), intervals over each "
@@ -315,8 +315,8 @@ def compare_by(before: Any, after: Any, by: str, *, metrics: Sequence[str] | Non
     for cat in shared:
         try:
             res: Comparison = compare(sb[cat], sa[cat], metrics=list(metrics or ["pass@1"]),
-                                      alpha=alpha,
-                                      lower_is_better=lower_is_better, level=level, seed=seed)
+                                      alpha=alpha, lower_is_better=lower_is_better, level=level,
+                                      seed=seed)
         except MeasureError as e:
             notes.append(f"category {cat!r} not compared: {e}")
             continue
@@ -337,9 +337,8 @@ def compare_by(before: Any, after: Any, by: str, *, metrics: Sequence[str] | Non
                                 f"exact test's smallest possible p is {pmin:.4f} >= alpha {alpha}: "
                                 "it cannot reach significance, compare on more tasks")
             else:
-                verdict = ("better" if (m.delta.value > 0) == m.higher_is_better
-                           else "worse") if pa_ < alpha \
-                    else "no difference detected"
+                verdict = (("better" if (m.delta.value > 0) == m.higher_is_better else "worse")
+                           if pa_ < alpha else "no difference detected")
                 if m_tests > 1 and pmin * m_tests >= alpha:
                     warnings.append(
                         f"category {cat!r} ({m.metric}): {m.n_paired} paired tasks; its smallest "

@@ -167,8 +167,8 @@ def _arm_stats(frame: Frame, metric: str, n_tasks: int):
 
 
 def compare(before: Any, after: Any, *, proxy: str | None = None,
-            metrics: Sequence[str] | None = None,
-            alpha: float = 0.05, lower_is_better: Sequence[str] = (), level: float = 0.95,
+            metrics: Sequence[str] | None = None, alpha: float = 0.05,
+            lower_is_better: Sequence[str] = (), level: float = 0.95,
             weights: str | tuple[Any, Any] | None = None, seed: int = 0) -> Comparison:
     """Is the change from ``before`` to ``after`` real? Paired by task_id, exact test, Holm.
 
@@ -274,8 +274,8 @@ def compare(before: Any, after: Any, *, proxy: str | None = None,
         est = Estimate(f"delta {name}", delta, Interval(lo, hi, level, INTERVAL_METHOD), T, "tasks",
                        rows_used)
         raw.append(dict(metric=name, T=T, n_unpaired=n_unpaired, before=float(mb.mean()),
-                        after=float(ma.mean()),
-                        delta=est, test=test, sd=max(sd, float(np.sqrt(v.mean())))))
+                        after=float(ma.mean()), delta=est, test=test,
+                        sd=max(sd, float(np.sqrt(v.mean())))))
 
     tested = [r for r in raw if r["T"] > 0]
     adj = _holm(np.array([r["test"].p_value for r in tested])) if tested else np.array([])
@@ -287,8 +287,8 @@ def compare(before: Any, after: Any, *, proxy: str | None = None,
         if r["T"] == 0:
             nan = float("nan")
             out.append(MetricComparison(name, nan, nan, Estimate(f"delta {name}", nan, None, 0),
-                                        nan, nan, "-",
-                                        "insufficient data", 0, r["n_unpaired"], nan, None, hib))
+                                        nan, nan, "-", "insufficient data", 0, r["n_unpaired"],
+                                        nan, None, hib))
             continue
         p, pa_adj = r["test"].p_value, float(adj[j])
         j += 1
@@ -302,8 +302,8 @@ def compare(before: Any, after: Any, *, proxy: str | None = None,
         det = (detectable_effect(r["T"], r["sd"], alpha) if verdict == "no difference detected"
                else None)
         out.append(MetricComparison(name, r["before"], r["after"], r["delta"], p, pa_adj,
-                                    r["test"].method, verdict,
-                                    r["T"], r["n_unpaired"], r["sd"], det, hib))
+                                    r["test"].method, verdict, r["T"], r["n_unpaired"], r["sd"],
+                                    det, hib))
     by_name = {m.metric: m for m in out}
     target = "pass@1" if "pass@1" in by_name else out[0].metric
     verdict = by_name[target].verdict
@@ -328,6 +328,5 @@ def compare(before: Any, after: Any, *, proxy: str | None = None,
             notes.append(f"proxy check: {proxy_name} {pm.verdict}, {target} "
                          f"{by_name[target].verdict}: no over-optimization signal")
     return Comparison(tuple(out), verdict, target, int((present_a & present_b).sum()), n_only_b,
-                      n_only_a, alpha,
-                      "Holm" if len(tested) > 1 else "none (one metric)", proxy_name, tuple(notes),
-                      tuple(warnings))
+                      n_only_a, alpha, "Holm" if len(tested) > 1 else "none (one metric)",
+                      proxy_name, tuple(notes), tuple(warnings))

@@ -232,8 +232,8 @@ def pass_at_frame(frame: Frame, k: int | None, *, level: float = 0.95) -> PassAt
                              task_interval(ph[ok], floor=fk, level=level), Tk, "tasks", rows_k)
             gap = pk[ok] - rates[ok]
             head = Estimate("headroom", float(gap.mean()),
-                            task_interval(gap, floor=fk, level=level), Tk, "tasks",
-                            rows_k, note=f"pass@{k_eff} - pass@1")
+                            task_interval(gap, floor=fk, level=level), Tk, "tasks", rows_k,
+                            note=f"pass@{k_eff} - pass@1")
             if Tk < 30:
                 notes.append(f"pass@{k_eff}/pass^{k_eff} intervals are approximate below 30 tasks "
                              "(skewed per-task values: about 88% coverage at 10 tasks in "
@@ -250,8 +250,8 @@ def pass_at_frame(frame: Frame, k: int | None, *, level: float = 0.95) -> PassAt
                         "marker truncated): the rate measures the length limit as much as the "
                         "model; raise max_tokens")
     return PassAt(p1, at_k, hat_k, head, k_eff, T, n_rows_used, counts["partial"],
-                  counts["unjudged"], below, n_without,
-                  se, phi, frame.weight is not None, tuple(notes), tuple(warnings), trunc)
+                  counts["unjudged"], below, n_without, se, phi, frame.weight is not None,
+                  tuple(notes), tuple(warnings), trunc)
 
 
 def _truncated_share(frame: Frame, used: np.ndarray) -> float | None:

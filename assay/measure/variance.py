@@ -94,8 +94,8 @@ class EvalVariance(Result):
         return " | ".join(str(c) for c in self.components)
 
     def report(self) -> str:
-        lines = ["eval_variance (Miller 2024, arXiv:2411.00640): Var(score) = (between + within / "
-                 "K) / T"]
+        lines = ["eval_variance (Miller 2024, arXiv:2411.00640): "
+                 "Var(score) = (between + within / K) / T"]
         for c in self.components:
             lines.append(f"  {c}")
             lines.append(
@@ -131,8 +131,8 @@ def se_which(c: VarianceComponents) -> str | None:
 
 
 def _decompose(metric: str, per_run: list[tuple[np.ndarray, np.ndarray, np.ndarray, int]],
-               n_tasks: int,
-               level: float, binary: bool, notes: list[str]) -> VarianceComponents | None:
+               n_tasks: int, level: float, binary: bool,
+               notes: list[str]) -> VarianceComponents | None:
     """per_run: (codes, values, mask, block) for each run; the runs' rows are pooled per task."""
     run_stats = [task_stats(c, v, m, n_tasks, binary=binary, block=b) for c, v, m, b in per_run]
     st = run_stats[0]
