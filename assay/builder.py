@@ -234,8 +234,8 @@ def rows(
     first: dict[str, tuple[int, list[dict[str, str]], str | None]] = {}
     for i, ((msgs, last_user), group) in enumerate(zip(parsed, groups)):
         tid = task_ids[i] if task_ids is not None else task_id_for(msgs)
-        priv = None if references is None else to_json({"reference": references[i]},
-                                                       f"references[{i}]")
+        priv = (None if references is None
+                else to_json({"reference": references[i]}, f"references[{i}]"))
         seen = first.setdefault(tid, (i, msgs, priv))
         if seen[0] != i:
             _check_same_task(tid, seen, (i, msgs, priv), name)

@@ -279,9 +279,8 @@ def _markdown(spec_doc: Mapping[str, Any], sources: Sequence[Mapping[str, Any]],
             stopped = ""
             if guarded:
                 g = s.get("guard_stopped") or {}
-                stopped = f" {sum(g.values())}" + (" (" + ", ".join(f"{k}: {v}"
-                                                                     for k, v in g.items()) + ")"
-                                                   if g else "") + " |"
+                stopped = f" {sum(g.values())}" + (
+                    " (" + ", ".join(f"{k}: {v}" for k, v in g.items()) + ")" if g else "") + " |"
             out.append(f"| {s['name']} | {s['tasks']} | {s['rows']} | {s['verifier']} |{stopped}")
         out.append("")
         for s in sources:

@@ -141,8 +141,8 @@ def messages_of(prompt: Any, i: int) -> tuple[list[dict[str, str]], str]:
     if isinstance(prompt, str):
         return [{"role": "user", "content": prompt}], prompt
     if prompt is None:
-        raise RowsTypeError(f"prompts[{i}] is None; give a string or a list of {{'role', "
-                            "'content'} messages")
+        raise RowsTypeError(f"prompts[{i}] is None; give a string or a list of "
+                            "{'role', 'content'} messages")
     if isinstance(prompt, Sequence) and not isinstance(prompt, (bytes, bytearray)):
         msgs = []
         for j, m in enumerate(prompt):
@@ -513,8 +513,8 @@ def as_table(data: Any, *, require: Iterable[str] = ("prompt", "final_text"),
         present = set(chain.from_iterable(data))
     # Columns outside the contract are not dropped silently: engine-emitted extras like
     # scenario_id are tolerated, anything else is named.
-    unknown = sorted(str(c) for c in present - known - {"scenario_id", "arm", "run_id", "lineage",
-                                                        "steps"})
+    unknown = sorted(str(c) for c in
+                     present - known - {"scenario_id", "arm", "run_id", "lineage", "steps"})
     if unknown:
         raise RowsError(
             f"{argument}: unknown row keys {unknown}; row keys are {list(COLUMNS)}. Put extra "
@@ -632,9 +632,8 @@ def as_table(data: Any, *, require: Iterable[str] = ("prompt", "final_text"),
                 x = arr.to_numpy(zero_copy_only=False)
                 valid = ~np.asarray(arr.is_null())
                 ok = bool(np.all((x[valid] >= 0.0) & (x[valid] <= 1.0)))  # False for NaN too
-            arrays["reward"] = arr if ok else pa.array([check_number(v, where(i))
-                                                        for i, v in enumerate(rv)],
-                                                       type=pa.float64())
+            arrays["reward"] = arr if ok else pa.array(
+                [check_number(v, where(i)) for i, v in enumerate(rv)], type=pa.float64())
     # markers: built in C; the per-row pass only words an error
     if "markers" in want:
         mk = get("markers")

@@ -170,8 +170,8 @@ def hodge_rank(
     n = len(tournament.responses)
     agg = _aggregate(n, tournament.edges, source)
     if not agg:
-        raise DataError("hodge_rank: no "
-                        f"edges{'' if source is None else f' from source {source!r}'}")
+        raise DataError("hodge_rank: no edges"
+                        f"{'' if source is None else f' from source {source!r}'}")
     pairs = sorted(agg)
     counts = np.array([agg[p] for p in pairs])
     w = counts.sum(axis=1)
