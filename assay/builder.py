@@ -45,25 +45,31 @@ def _build_table(cols: Mapping[str, list[Any]]) -> pa.Table:
 
 def _flatten_completions(prompts_n: int, completions: Any) -> list[list[str]]:
     if not is_sequence(completions):
-        raise RowsTypeError(f"completions: expected a sequence with one entry per prompt, got {type(completions).__name__}")
+        raise RowsTypeError("completions: expected a sequence with one entry per prompt, got "
+                            f"{type(completions).__name__}")
     if len(completions) != prompts_n:
-        raise RowsError(f"completions: {len(completions)} entries for {prompts_n} prompts; give one entry (a string or a list of k strings) per prompt")
+        raise RowsError(f"completions: {len(completions)} entries for {prompts_n} prompts; give "
+                        "one entry (a string or a list of k strings) per prompt")
     out = []
     for i, c in enumerate(completions):
         if isinstance(c, str):
             out.append([c])
             continue
         if c is None:
-            raise RowsTypeError(f"completions[{i}] is None; every completion must be a string (never the text 'None')")
+            raise RowsTypeError(f"completions[{i}] is None; every completion must be a string "
+                                "(never the text 'None')")
         if not is_sequence(c):
-            raise RowsTypeError(f"completions[{i}]: expected a string or a sequence of strings, got {type(c).__name__}")
+            raise RowsTypeError(f"completions[{i}]: expected a string or a sequence of strings, "
+                                f"got {type(c).__name__}")
         if len(c) == 0:
-            raise RowsError(f"completions[{i}] is empty: prompt {i} would contribute no row; drop the prompt or give it a completion")
+            raise RowsError(f"completions[{i}] is empty: prompt {i} would contribute no row; drop "
+                            "the prompt or give it a completion")
         group = []
         for j, s in enumerate(c):
             if not isinstance(s, str):
                 what = "None" if s is None else type(s).__name__
-                raise RowsTypeError(f"completions[{i}][{j}] (prompt {i}, completion {j}) is {what}, not a string")
+                raise RowsTypeError(f"completions[{i}][{j}] (prompt {i}, completion {j}) is "
+                                    f"{what}, not a string")
             group.append(s)
         out.append(group)
     return out
@@ -73,7 +79,8 @@ def _per_completion(values: Any, shape: list[int], argument: str, is_leaf: Any) 
     """Values nested like completions, or flat (one per completion), as nested lists."""
     total = sum(shape)
     if not is_sequence(values):
-        raise RowsTypeError(f"{argument}: expected a sequence nested like completions, or flat, got {type(values).__name__}")
+        raise RowsTypeError(f"{argument}: expected a sequence nested like completions, or flat, "
+                            f"got {type(values).__name__}")
     values = list(values)
     nested = len(values) == len(shape) and any(not is_leaf(v) for v in values)
     if nested:
@@ -81,12 +88,14 @@ def _per_completion(values: Any, shape: list[int], argument: str, is_leaf: Any) 
         for i, (v, k) in enumerate(zip(values, shape)):
             if is_leaf(v):
                 if k != 1:
-                    raise RowsError(f"{argument}[{i}]: prompt {i} has {k} completions but one value; give a list of {k}")
+                    raise RowsError(f"{argument}[{i}]: prompt {i} has {k} completions but one "
+                                    f"value; give a list of {k}")
                 out.append([v])
             else:
                 v = list(v)
                 if len(v) != k:
-                    raise RowsError(f"{argument}[{i}]: {len(v)} values for prompt {i}'s {k} completions")
+                    raise RowsError(f"{argument}[{i}]: {len(v)} values for prompt {i}'s {k} "
+                                    "completions")
                 out.append(v)
         return out
     if len(values) != total:
@@ -102,16 +111,22 @@ def _per_completion(values: Any, shape: list[int], argument: str, is_leaf: Any) 
 
 
 def _check_same_task(tid: str, a: tuple[int, list[dict[str, str]], str | None],
-                     b: tuple[int, list[dict[str, str]], str | None], name: Callable[[int], str]) -> None:
+                     b: tuple[int, list[dict[str, str]], str | None],
+                     name: Callable[[int], str]) -> None:
     """Two prompts with one task id are one task only when prompt and reference agree: else one
     task would be graded against two golds (or two questions), and no estimate says so."""
     (i, msgs_i, priv_i), (j, msgs_j, priv_j) = a, b
+    vi: object
+    vj: object
     if msgs_i != msgs_j:
         field, vi, vj = "prompt", msgs_i[-1]["content"], msgs_j[-1]["content"]
         if vi == vj:  # the conversations differ before the last turn
             vi, vj = msgs_i, msgs_j
     elif priv_i != priv_j:
-        field, vi, vj = "reference", json.loads(priv_i)["reference"], json.loads(priv_j)["reference"]
+        # references are given for every prompt or for none: two unequal ones are both JSON
+        assert priv_i is not None and priv_j is not None
+        field = "reference"
+        vi, vj = json.loads(priv_i)["reference"], json.loads(priv_j)["reference"]
     else:
         return
     raise RowsError(
@@ -126,7 +141,8 @@ def _meta_json(value: Any, where: str) -> str | None:
     if value is None:
         return None
     if not isinstance(value, Mapping):
-        raise RowsTypeError(f"{where}: meta must be a dict of the record's fields, got {type(value).__name__}")
+        raise RowsTypeError(f"{where}: meta must be a dict of the record's fields, got "
+                            f"{type(value).__name__}")
     return to_json(dict(value), where)
 
 
@@ -178,7 +194,8 @@ def rows(
         ([1.0, 0.0], 'ok')
     """
     if isinstance(prompts, (str, bytes)) or not is_sequence(prompts):
-        raise RowsTypeError(f"prompts: expected a sequence of prompts, got {type(prompts).__name__}")
+        raise RowsTypeError("prompts: expected a sequence of prompts, got "
+                            f"{type(prompts).__name__}")
     prompts = list(prompts)
     n = len(prompts)
     name = record_names or (lambda i: f"prompts[{i}]")
@@ -198,23 +215,27 @@ def rows(
                 raise RowsTypeError(f"task_ids[{i}] must be a non-empty string, got {t!r:.60}")
     mk = None
     if markers is not None:
-        mk = _per_completion(markers, shape, "markers", lambda v: v is None or isinstance(v, Mapping))
+        mk = _per_completion(markers, shape, "markers",
+                             lambda v: v is None or isinstance(v, Mapping))
     md = None
     if meta is not None:
-        md = _per_completion(meta, shape, "meta", lambda v: v is None or isinstance(v, (Mapping, str, bytes)))
+        md = _per_completion(meta, shape, "meta",
+                             lambda v: v is None or isinstance(v, (Mapping, str, bytes)))
     numbers_given = reward is not None and is_sequence(reward) and not callable(reward)
     rw = None
     if numbers_given:
         rw = _per_completion(reward, shape, "reward", _is_number_leaf)
     elif reward is not None and not (callable(reward) or callable(getattr(reward, "check", None))):
-        raise RowsTypeError(f"reward: expected a verifier, a callable, or numbers; got {type(reward).__name__}")
+        raise RowsTypeError("reward: expected a verifier, a callable, or numbers; got "
+                            f"{type(reward).__name__}")
 
     cols: dict[str, list[Any]] = {c: [] for c in COLUMNS}
     counters: dict[str, int] = {}
     first: dict[str, tuple[int, list[dict[str, str]], str | None]] = {}
     for i, ((msgs, last_user), group) in enumerate(zip(parsed, groups)):
         tid = task_ids[i] if task_ids is not None else task_id_for(msgs)
-        priv = None if references is None else to_json({"reference": references[i]}, f"references[{i}]")
+        priv = (None if references is None
+                else to_json({"reference": references[i]}, f"references[{i}]"))
         seen = first.setdefault(tid, (i, msgs, priv))
         if seen[0] != i:
             _check_same_task(tid, seen, (i, msgs, priv), name)
@@ -228,7 +249,8 @@ def rows(
             cols["messages"].append(msgs)
             cols["rollout_index"].append(k)
             cols["privileged"].append(priv)
-            cols["markers"].append({} if mk is None else check_markers(mk[i][j], f"markers ({where})"))
+            cols["markers"].append({} if mk is None
+                                   else check_markers(mk[i][j], f"markers ({where})"))
             if rw is not None:
                 r = check_number(rw[i][j], f"reward ({where})")
                 cols["reward"].append(r)

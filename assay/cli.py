@@ -143,7 +143,8 @@ def cmd_schema(args: argparse.Namespace) -> int:
     if args.check:
         current = Path(args.check).read_text(encoding="utf-8") if Path(args.check).exists() else ""
         if current != text:
-            _err(f"{args.check} is out of date; regenerate with `assay schema --output {args.check}`")
+            _err(f"{args.check} is out of date; regenerate with `assay schema --output "
+                 f"{args.check}`")
             return 1
         print(f"{args.check}: up to date")
         return 0
@@ -362,8 +363,11 @@ def cmd_nightly(args: argparse.Namespace) -> int:
                     server.wait()
                 ctx = _quiet_local() if server is not None else contextlib.nullcontext()
                 with ctx:
-                    state = nightly(specs=[str(p) for p in args.spec], root=args.root, night=night,
-                                    store_root=store, overrides=overrides, return_state=True)
+                    # a sync flow returns its State (prefect's overloads read the flow's Any
+                    # return as a coroutine's and type the call as an awaitable)
+                    state: Any = nightly(specs=[str(p) for p in args.spec], root=args.root,
+                                         night=night, store_root=store, overrides=overrides,
+                                         return_state=True)
         finally:
             os.environ.pop("ASSAY_EMBEDDED_API", None)
     global _EMBEDDED_RUN_DONE
@@ -424,6 +428,7 @@ def cmd_store(args: argparse.Namespace) -> int:
         _err(f"{store.root}: no store there (give --store DIR or set ASSAY_STORE)")
         return 2
     runs = upkeep.find_runs(args.runs) if args.runs else []
+    res: upkeep.Usage | upkeep.Verification | upkeep.Collection
     if args.action == "du":
         res = upkeep.du(store, runs)
     elif args.action == "verify":
@@ -435,7 +440,7 @@ def cmd_store(args: argparse.Namespace) -> int:
         res = upkeep.gc(store, runs, keep_nights=args.keep_nights, older_than_days=args.older_than,
                         grace=args.grace, wait=args.wait, dry_run=args.dry_run)
     print(json.dumps(res.to_dict(), indent=2, sort_keys=True) if args.json else res.table())
-    return 3 if args.action == "verify" and res.corrupt else 0
+    return 3 if isinstance(res, upkeep.Verification) and res.corrupt else 0
 
 
 def _positive(text: str) -> int:
@@ -449,7 +454,8 @@ def _positive(text: str) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="assay", description="LLM-evaluation and reward-model studies.")
+    p = argparse.ArgumentParser(prog="assay",
+                                description="LLM-evaluation and reward-model studies.")
     sub = p.add_subparsers(dest="command", required=True)
     v = sub.add_parser("validate", help="check a study spec (no Prefect)")
     v.add_argument("spec")
@@ -458,9 +464,11 @@ def build_parser() -> argparse.ArgumentParser:
     v.set_defaults(func=cmd_validate)
     r = sub.add_parser("run", help="run a study spec as a Prefect flow")
     r.add_argument("spec")
-    r.add_argument("--output", "-o", help="run directory (default: the spec's output, or runs/<name>)")
+    r.add_argument("--output", "-o",
+                   help="run directory (default: the spec's output, or runs/<name>)")
     r.add_argument("--store", help="content store root (default: $ASSAY_STORE or ./.assay)")
-    r.add_argument("--prefect-home", help="PREFECT_HOME for the embedded server (default ./.prefect)")
+    r.add_argument("--prefect-home",
+                   help="PREFECT_HOME for the embedded server (default ./.prefect)")
     r.add_argument("--debug", action="store_true",
                    help="print Prefect's log and any traceback here too (always in OUTPUT/run.log)")
     r.add_argument("--no-view", action="store_true",
@@ -489,7 +497,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--output", help="write to this file (configs/schema.json)")
     s.add_argument("--check", metavar="FILE", help="exit 1 when FILE differs from the schema")
     s.add_argument("--plugin", action="append", metavar="MODULE",
-                   help="import MODULE first so the kinds it registers are in the schema (repeatable)")
+                   help="import MODULE first so the kinds it registers are in the schema "
+                        "(repeatable)")
     s.add_argument("spec", nargs="?", help="include the kinds this spec's plugins: register")
     s.set_defaults(func=cmd_schema)
     n = sub.add_parser("nightly", help="run specs as tonight's nightly flow and gate regressions "
@@ -498,7 +507,8 @@ def build_parser() -> argparse.ArgumentParser:
     n.add_argument("--night", help="the night's date YYYY-MM-DD (default: today, UTC)")
     n.add_argument("--root", default="runs/nightly", help="nightly root (default runs/nightly)")
     n.add_argument("--store", help="content store root (default: $ASSAY_STORE or ./.assay)")
-    n.add_argument("--prefect-home", help="PREFECT_HOME for the embedded server (default ./.prefect)")
+    n.add_argument("--prefect-home",
+                   help="PREFECT_HOME for the embedded server (default ./.prefect)")
     n.add_argument("--debug", action="store_true",
                    help="print Prefect's log here too (always in the night's run.log)")
     add_override_flags(n)

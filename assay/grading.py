@@ -43,7 +43,8 @@ DEFAULT_HARD_TIMEOUT = 60.0
 IN_PROCESS_BELOW = 16
 
 
-def grade(rows: Any, verifier: Any, *, workers: int | None = None, argument: str = "verifier") -> Rows:
+def grade(rows: Any, verifier: Any, *, workers: int | None = None,
+          argument: str = "verifier") -> Rows:
     """Grade ``rows`` with ``verifier`` (or any judge callable); returns new :class:`Rows`.
 
     The input is never mutated. Each graded row records ``judge_name``, ``judge_status``,
@@ -97,7 +98,8 @@ def judge_records(judge: Judge, records: Sequence[Mapping[str, Any]], *,
     """One :class:`Verdict` per record (dict rows), in order; never raises for a bad verdict.
 
     Example:
-        >>> judge_records(as_judge(lambda row: len(row["final_text"]) / 10), [{"final_text": "abc"}])[0].reward
+        >>> judge = as_judge(lambda row: len(row["final_text"]) / 10)
+        >>> judge_records(judge, [{"final_text": "abc"}])[0].reward
         0.3
     """
     _check_workers(workers)
@@ -109,13 +111,14 @@ def judge_records(judge: Judge, records: Sequence[Mapping[str, Any]], *,
         if r.get("judge_status") == "gen_error":  # no completion to grade: never scored as ""
             verdicts[i] = Verdict(None, "gen_error", r.get("reason"))
         elif judge.needs_reference and _reference(r) is None:
-            verdicts[i] = Verdict(None, "no_reference", f"{judge.name} needs privileged.reference; pass references=")
+            verdicts[i] = Verdict(None, "no_reference",
+                                  f"{judge.name} needs privileged.reference; pass references=")
         else:
             todo.append(i)
     if unit is not None and len(records) > len(todo):
         unit.advance(len(records) - len(todo))  # nothing to grade in those rows
     if not todo:
-        return verdicts  # type: ignore[return-value]
+        return verdicts  # type: ignore[return-value]  # no None left: every row has one
     batch = getattr(judge.source, "grade_batch", None)
     if callable(batch):
         before = unit.state().done if unit is not None else 0
@@ -130,7 +133,7 @@ def judge_records(judge: Judge, records: Sequence[Mapping[str, Any]], *,
                 verdicts[i] = Verdict(None, "error", f"{type(e).__name__}: {e}")
         if unit is not None:  # the rows a batch grader did not advance itself (per row)
             unit.advance(max(0, len(todo) - (unit.state().done - before)))
-        return verdicts  # type: ignore[return-value]
+        return verdicts  # type: ignore[return-value]  # no None left: every row has one
     n = len(todo)
     main = threading.current_thread() is threading.main_thread()
     use_pool = judge.parallel and hasattr(os, "fork") and (
@@ -147,7 +150,7 @@ def judge_records(judge: Judge, records: Sequence[Mapping[str, Any]], *,
             verdicts[i] = judge.judge(records[i])
             if unit is not None:
                 unit.advance(1)
-    return verdicts  # type: ignore[return-value]
+    return verdicts  # type: ignore[return-value]  # no None left: every row has one
 
 
 def _reference(row: Mapping[str, Any]) -> Any:
@@ -193,7 +196,8 @@ def _worker(judge: Judge | None, conn: Any) -> None:
             try:
                 conn.send((i, v))
             except Exception as e:  # an unpicklable meta/markers value
-                conn.send((i, Verdict(None, "invalid_result", f"verdict could not be sent back: {e}")))
+                conn.send((i, Verdict(None, "invalid_result",
+                                      f"verdict could not be sent back: {e}")))
 
 
 class _Slot:
@@ -329,7 +333,8 @@ def _shippable(judge: Judge) -> bytes | None:
         return None
 
 
-def _run_pool(judge: Judge, rows: list[Mapping[str, Any]], workers: int, hard_timeout: float) -> list[Verdict]:
+def _run_pool(judge: Judge, rows: list[Mapping[str, Any]], workers: int,
+              hard_timeout: float) -> list[Verdict]:
     """Grade ``rows`` on ``workers`` forked processes: the shared, warm ones when the verifier
     pickles and no other grade call is using them, else ones forked for this call. A worker that
     passes ``hard_timeout`` on one row, or dies, is replaced: that row gets ``timeout``/``error``
@@ -352,7 +357,8 @@ def _drive(ctx: Any, judge: Judge, rows: list[Mapping[str, Any]], workers: int, 
            pool: _SharedPool | None, payload: bytes | None) -> list[Verdict]:
     out: list[Verdict | None] = [None] * len(rows)
     size = max(1, min(CHUNK_ROWS, math.ceil(len(rows) / (workers * 4))))
-    queue: deque[list[int]] = deque(list(range(s, min(s + size, len(rows)))) for s in range(0, len(rows), size))
+    queue: deque[list[int]] = deque(list(range(s, min(s + size, len(rows))))
+                                    for s in range(0, len(rows), size))
     slots: list[_Slot] = []
     token = next(pool.tokens) if pool is not None else None
 
@@ -364,6 +370,7 @@ def _drive(ctx: Any, judge: Judge, rows: list[Mapping[str, Any]], workers: int, 
             if slot.own:
                 slot.conn.send(("rows", None, [(i, rows[i]) for i in idx]))
                 return
+            assert token is not None  # a shared worker (not own) comes from the pool: a token
             if token not in slot.known:
                 slot.conn.send(("judge", token, payload))
                 slot.known.add(token)
@@ -412,7 +419,8 @@ def _drive(ctx: Any, judge: Judge, rows: list[Mapping[str, Any]], workers: int, 
                                 unit.advance(1)
                     except (EOFError, OSError):
                         code = s.proc.exitcode
-                        failed = Verdict(None, "error", f"grading worker died (exit code {code}) on this row")
+                        failed = Verdict(None, "error",
+                                         f"grading worker died (exit code {code}) on this row")
                 elif now - s.since > hard_timeout:
                     failed = Verdict(None, "timeout", f"{judge.name} ran past the hard limit of "
                                      f"{hard_timeout:g}s on this row; its worker was killed")
@@ -436,18 +444,20 @@ def _drive(ctx: Any, judge: Judge, rows: list[Mapping[str, Any]], workers: int, 
             for s in pool.slots:  # half-sent chunks; start them over
                 s.kill()
             pool.slots = []
-    return out  # type: ignore[return-value]
+    return out  # type: ignore[return-value]  # no None left: every row has its verdict
 
 
 def _with_verdicts(table: pa.Table, name: str, verdicts: list[Any]) -> pa.Table:
     markers = table.column("markers").to_pylist()
-    merged = [dict(m or []) | dict(v.markers) if v.markers else dict(m or []) for m, v in zip(markers, verdicts)]
+    merged = [dict(m or []) | dict(v.markers) if v.markers else dict(m or [])
+              for m, v in zip(markers, verdicts)]
     cols = {
         "reward": pa.array([v.reward for v in verdicts], type=pa.float64()),
         "judge_name": pa.array([name] * len(verdicts), type=pa.string()),
         "judge_status": pa.array([v.status for v in verdicts], type=pa.string()),
         "reason": pa.array([v.reason for v in verdicts], type=pa.string()),
-        "judge_meta": pa.array([to_json(v.meta, f"row {i} judge_meta") for i, v in enumerate(verdicts)], type=pa.string()),
+        "judge_meta": pa.array([to_json(v.meta, f"row {i} judge_meta")
+                                for i, v in enumerate(verdicts)], type=pa.string()),
         "markers": pa.array([list(m.items()) for m in merged], type=MARKERS_TYPE),
     }
     for name_, arr in cols.items():

@@ -96,7 +96,8 @@ def wilson_bounds(p: float, n: float, level: float = 0.95) -> tuple[float, float
     return (lo, hi)
 
 
-def wilson_interval(k: float, n: float, level: float = 0.95, method: str = WILSON_METHOD) -> Interval:
+def wilson_interval(k: float, n: float, level: float = 0.95,
+                    method: str = WILSON_METHOD) -> Interval:
     """:func:`wilson` as an :class:`~assay.results.Interval` named ``method``.
 
     Example:
@@ -183,8 +184,8 @@ def task_t_quantile(level: float, n_tasks: np.ndarray | int) -> np.ndarray:
     return stdtrit(np.maximum(df, 1.0), 0.5 + level / 2.0)
 
 
-def score_bounds(mean: np.ndarray, s2: np.ndarray, n_tasks: np.ndarray | int, floor: np.ndarray | float,
-                 level: float = 0.95) -> tuple[np.ndarray, np.ndarray]:
+def score_bounds(mean: np.ndarray, s2: np.ndarray, n_tasks: np.ndarray | int,
+                 floor: np.ndarray | float, level: float = 0.95) -> tuple[np.ndarray, np.ndarray]:
     """Vectorized clustered Wilson bounds from each sample's mean, variance (ddof 1) and T.
 
     Example:
@@ -224,7 +225,8 @@ def task_interval(values: np.ndarray, *, floor: float, level: float = 0.95) -> I
     T = len(values)
     if T < 2:
         return None
-    lo, hi = score_bounds(np.array([values.mean()]), np.array([values.var(ddof=1)]), T, floor, level)
+    lo, hi = score_bounds(np.array([values.mean()]), np.array([values.var(ddof=1)]), T, floor,
+                          level)
     return Interval(float(lo[0]), float(hi[0]), level, TASK_METHOD)
 
 
@@ -242,7 +244,8 @@ def design_effect(values: np.ndarray, floor: float) -> float:
     return float(np.clip(np.var(values, ddof=1) / pq, floor, 1.0))
 
 
-def stratified_interval(groups: list[np.ndarray], floors: list[float], level: float = 0.95) -> tuple[float, Interval]:
+def stratified_interval(groups: list[np.ndarray], floors: list[float],
+                        level: float = 0.95) -> tuple[float, Interval]:
     """The equal-weight mean over groups (categories) of each group's mean per-task value in
     [0, 1], with its interval: a Wilson score interval on ``n_eff = m (1 - m) / Var(m)``, where
     ``Var(m) = sum_c (s_c^2 / T_c) / C^2`` (groups are strata of independent tasks; a one-task
@@ -252,8 +255,8 @@ def stratified_interval(groups: list[np.ndarray], floors: list[float], level: fl
     a Student t quantile on Welch (1947)-Satterthwaite (1946) degrees of freedom replaces z.
 
     Example:
-        >>> m, iv = stratified_interval([np.array([1.0, 0.0, 1.0, 1.0, 0.5]), np.array([0.25, 0.5, 0.0])],
-        ...                             [0.25, 0.25])
+        >>> m, iv = stratified_interval([np.array([1.0, 0.0, 1.0, 1.0, 0.5]),
+        ...                              np.array([0.25, 0.5, 0.0])], [0.25, 0.25])
         >>> round(m, 4), round(iv.low, 3), round(iv.high, 3)
         (0.475, 0.223, 0.74)
     """

@@ -127,10 +127,11 @@ class Verdict:
         if status not in JUDGE_STATUSES:
             raise ValueError(f"Verdict: status {status!r} is not one of {sorted(JUDGE_STATUSES)}")
         if (reward is not None) != (status in ("ok", "given")):
-            raise ValueError(f"Verdict: status {status!r} with reward {reward!r}: a score goes with "
-                             "'ok' or 'given', None with any other status")
+            raise ValueError(f"Verdict: status {status!r} with reward {reward!r}: a score goes "
+                             "with 'ok' or 'given', None with any other status")
         if self.reason is not None and not isinstance(self.reason, str):
-            raise TypeError(f"Verdict: reason must be a string or None, got {type(self.reason).__name__}")
+            raise TypeError("Verdict: reason must be a string or None, got "
+                            f"{type(self.reason).__name__}")
 
 
 def _score(value: Any) -> tuple[float | None, str | None]:
@@ -168,26 +169,31 @@ def normalize_verdict(raw: Any) -> Verdict:
             return Verdict(None, "no_verdict", reason or "judge returned None (cannot judge)")
     elif isinstance(raw, Mapping):
         if "reward" not in raw:
-            return Verdict(None, "invalid_result", f"judge returned a dict without 'reward': {sorted(raw)}")
+            return Verdict(None, "invalid_result",
+                           f"judge returned a dict without 'reward': {sorted(raw)}")
         value = raw["reward"]
         reason = raw.get("reason")
         meta = raw.get("meta")
         if reason is not None and not isinstance(reason, str):
-            return Verdict(None, "invalid_result", f"judge returned a 'reason' of type {type(reason).__name__}, "
-                                                   "not a string")
+            return Verdict(None, "invalid_result",
+                           f"judge returned a 'reason' of type {type(reason).__name__}, "
+                           "not a string")
         mk = raw.get("markers") or {}
         if not isinstance(mk, Mapping):
             return Verdict(None, "invalid_result", "judge returned 'markers' that is not a dict")
         for k, v in mk.items():
             s = v if isinstance(v, numbers.Real) else None
             if not isinstance(k, str) or s is None or (isinstance(s, float) and math.isnan(s)):
-                return Verdict(None, "invalid_result", f"judge returned marker {k!r}={v!r}: markers are str -> finite number")
+                return Verdict(None, "invalid_result", f"judge returned marker {k!r}={v!r}: "
+                                                       "markers are str -> finite number")
             markers[k] = float(s)
         if value is None:
-            return Verdict(None, "no_verdict", reason or "judge returned reward None", meta, markers)
+            return Verdict(None, "no_verdict", reason or "judge returned reward None", meta,
+                           markers)
     score, why = _score(value)
     if score is None:
-        return Verdict(None, "invalid_result", why if reason is None else f"{why} ({reason})", meta, markers)
+        return Verdict(None, "invalid_result", why if reason is None else f"{why} ({reason})", meta,
+                       markers)
     return Verdict(score, "ok", reason, meta, markers)
 
 
@@ -205,7 +211,8 @@ class Judge:
 
     def judge(self, row: Mapping[str, Any]) -> Verdict:
         if self.needs_reference and _reference(row) is None:
-            return Verdict(None, "no_reference", f"{self.name} needs privileged.reference; pass references=")
+            return Verdict(None, "no_reference",
+                           f"{self.name} needs privileged.reference; pass references=")
         try:
             raw = self.fn(row)
         except TimeoutError as e:
@@ -246,7 +253,8 @@ def _call_shape(fn: Callable[..., Any]) -> tuple[int, bool, bool] | None:
     return required, var_positional or positional >= 3, by_keyword
 
 
-def _with_optional_reference(fn: Callable[..., Any], positional: bool, row: Mapping[str, Any]) -> Any:
+def _with_optional_reference(fn: Callable[..., Any], positional: bool,
+                             row: Mapping[str, Any]) -> Any:
     ref = _reference(row)
     if ref is None:
         return fn(row["prompt"], row["final_text"])
@@ -280,9 +288,11 @@ def as_judge(reward: Any, *, argument: str = "reward") -> Judge:
         return Judge(name, via_check, bool(getattr(reward, "needs_reference", True)),
                      bool(getattr(reward, "parallel", False)), reward)
     if isinstance(reward, type):
-        raise RowsTypeError(f"{argument}: got the class {reward.__name__}; pass an instance, e.g. {reward.__name__}()")
+        raise RowsTypeError(f"{argument}: got the class {reward.__name__}; pass an instance, e.g. "
+                            f"{reward.__name__}()")
     if not callable(reward):
-        raise RowsTypeError(f"{argument}: expected a verifier, a callable, or numbers; got {type(reward).__name__}")
+        raise RowsTypeError(f"{argument}: expected a verifier, a callable, or numbers; got "
+                            f"{type(reward).__name__}")
     named = _by_name(reward, name, argument)
     if named is not None:
         return named
@@ -293,18 +303,22 @@ def as_judge(reward: Any, *, argument: str = "reward") -> Judge:
     if shape is not None and (required in (2, 3) or (required == 0 and shape[1])):
         _, third, keyword = shape
         if required == 3:
-            return Judge(name, lambda row, _f=reward: _f(row["prompt"], row["final_text"], _reference(row)),
-                         False, False, reward)
+            def with_reference(row: Mapping[str, Any], _f: Callable[..., Any] = reward) -> Any:
+                return _f(row["prompt"], row["final_text"], _reference(row))
+            return Judge(name, with_reference, False, False, reward)
         if third or keyword:
             # an optional reference parameter gets the reference whenever the row has one (left
             # at its default it would score every row against the default, silently)
-            return Judge(name, partial(_with_optional_reference, reward, third), False, False, reward)
-        return Judge(name, lambda row, _f=reward: _f(row["prompt"], row["final_text"]), False, False,
-                     reward, takes_reference=False)
+            return Judge(name, partial(_with_optional_reference, reward, third), False, False,
+                         reward)
+        def without_reference(row: Mapping[str, Any], _f: Callable[..., Any] = reward) -> Any:
+            return _f(row["prompt"], row["final_text"])
+        return Judge(name, without_reference, False, False, reward, takes_reference=False)
     raise RowsTypeError(
-        f"{argument}: callable {name} takes {required if required is not None else 'an unreadable set of'} "
-        "required positional arguments; a judge takes (row), (prompt, completion) or "
-        "(prompt, completion, reference) (the reference may also be a keyword or **kwargs)"
+        f"{argument}: callable {name} takes "
+        f"{required if required is not None else 'an unreadable set of'} required positional "
+        "arguments; a judge takes (row), (prompt, completion) or (prompt, completion, reference) "
+        "(the reference may also be a keyword or **kwargs)"
     )
 
 
@@ -351,7 +365,7 @@ def check_references_used(judge: Judge, records: Any, argument: str = "reward") 
         >>> check_references_used(as_judge(lambda p, c: 1), [{"privileged": {"reference": "5"}}])
         Traceback (most recent call last):
         ...
-        assay.errors.RowsTypeError: reward: callable <lambda> takes (prompt, completion) but the rows have references; add a reference parameter, e.g. def <lambda>(prompt, completion, reference=None), or drop references=
+        assay.errors.RowsTypeError: reward: callable <lambda> takes (prompt, completion) but ...
     """
     if judge.takes_reference:
         return

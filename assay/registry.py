@@ -5,7 +5,8 @@ and its JSON Schema are derived from the registries, and a user's module can add
 
 A kind is a name, the object that implements it (a class or a factory), and optionally a pydantic
 model of its spec entry (the fields a YAML entry of this kind takes, ``kind`` included). A kind
-may also be named in a spec as ``module:callable`` without registering it (see :meth:`Registry.get`).
+may also be named in a spec as ``module:callable`` without registering it (see
+:meth:`Registry.get`).
 
 Example:
     >>> reg = Registry("greeter")
@@ -17,7 +18,7 @@ Example:
     >>> reg.get("helo")
     Traceback (most recent call last):
     ...
-    assay.errors.SpecError: unknown greeter kind 'helo' (did you mean 'hello'?); known kinds: ['hello'], or 'module:callable'
+    assay.errors.SpecError: unknown greeter kind 'helo' (did you mean 'hello'?); known kinds: ...
 """
 
 from __future__ import annotations
@@ -129,7 +130,8 @@ def load_callable(ref: str, *, what: str = "callable", base_dir: str | Path | No
         try:
             obj = getattr(obj, part)
         except AttributeError:
-            raise SpecError(f"{what} {ref!r}: module {mod_name!r} has no attribute {attr!r}") from None
+            raise SpecError(f"{what} {ref!r}: module {mod_name!r} has no attribute "
+                            f"{attr!r}") from None
     if not callable(obj):
         raise SpecError(f"{what} {ref!r}: {attr!r} is a {type(obj).__name__}, not callable")
     return obj

@@ -7,7 +7,8 @@ Every number printed comes from a result object's own ``str()``/``report()`` (in
 
 Example:
     >>> from assay.results import Estimate, Interval
-    >>> est = collect_estimates({"pass1": Estimate("pass@1", 0.5, Interval(0.3, 0.7, 0.95, "t"), 10)})
+    >>> est = collect_estimates(
+    ...     {"pass1": Estimate("pass@1", 0.5, Interval(0.3, 0.7, 0.95, "t"), 10)})
     >>> est[0]["name"], est[0]["low"], est[0]["n"]
     ('pass@1', 0.3, 10)
 """
@@ -39,7 +40,8 @@ def result_doc(kind: str, label: str, result: Any, **extra: Any) -> dict[str, An
     shown = _without_timings(result)
     report = shown.report() if hasattr(shown, "report") else str(shown)
     return {"kind": kind, "label": label, "text": line_of(shown), "report": report,
-            "data": _drop_timings(to_plain(result)), "estimates": collect_estimates(result), **extra}
+            "data": _drop_timings(to_plain(result)), "estimates": collect_estimates(result),
+            **extra}
 
 
 def _without_timings(result: Any) -> Any:
@@ -104,7 +106,8 @@ def _plot_estimates(title: str, ests: Sequence[dict[str, Any]], xlabel: str,
     hi = [e["high"] - e["value"] if e["high"] is not None else 0.0 for e in ests]
     fig, ax = plt.subplots(figsize=(7, 0.45 * len(ests) + 1.4), dpi=100)
     ys = list(range(len(ests)))[::-1]
-    ax.errorbar(vals, ys, xerr=[lo, hi], fmt="o", capsize=3, color="#1f5f99", label="estimate, 95% CI")
+    ax.errorbar(vals, ys, xerr=[lo, hi], fmt="o", capsize=3, color="#1f5f99",
+                label="estimate, 95% CI")
     if baseline is not None:
         bx = [(b, y) for b, y in zip(baseline, ys) if b is not None]
         if bx:
@@ -134,7 +137,8 @@ def _plot_reward_rows(measures: Sequence[Mapping[str, Any]]) -> bytes | None:
         for want in _REWARD_ROWS_SHOWN:
             # "pass@": the oracle pick (pass@k, k the samples per task), not pass@1
             e = _first(m["estimates"], lambda e, w=want: (
-                e["name"] == w if w != "pass@" else e["name"].startswith(w) and e["name"] != "pass@1"))
+                e["name"] == w if w != "pass@" else e["name"].startswith(w)
+                and e["name"] != "pass@1"))
             if e:
                 ests.append({**e, "label": f"{m['source']} {m['marker']}: {e['name']}"})
     return _plot_estimates("reward models on the scored rows (95% CI over tasks)", ests,
@@ -150,7 +154,8 @@ def guard_counts(rows: Any) -> dict[str, int]:
     meta may be a dict or its JSON text.
 
     Example:
-        >>> guard_counts([{"judge_meta": {"guard": "plain_data"}}, {"judge_meta": '{"guard": "plain_data"}'},
+        >>> guard_counts([{"judge_meta": {"guard": "plain_data"}},
+        ...               {"judge_meta": '{"guard": "plain_data"}'},
         ...               {"judge_meta": None}, {"judge_meta": {"outcome": "passed"}}])
         {'plain_data': 2}
     """
@@ -267,14 +272,15 @@ def _markdown(spec_doc: Mapping[str, Any], sources: Sequence[Mapping[str, Any]],
     if sources:
         out.append("## Sources\n")
         guarded = any("guard_stopped" in s for s in sources)
-        out.append("| source | tasks | rows | graded by |" + (" stopped by a guard |" if guarded else "")
+        out.append("| source | tasks | rows | graded by |"
+                   + (" stopped by a guard |" if guarded else "")
                    + "\n|---|---:|---:|---|" + ("---|" if guarded else ""))
         for s in sources:
             stopped = ""
             if guarded:
                 g = s.get("guard_stopped") or {}
-                stopped = f" {sum(g.values())}" + (" (" + ", ".join(f"{k}: {v}" for k, v in g.items()) + ")"
-                                                   if g else "") + " |"
+                stopped = f" {sum(g.values())}" + (
+                    " (" + ", ".join(f"{k}: {v}" for k, v in g.items()) + ")" if g else "") + " |"
             out.append(f"| {s['name']} | {s['tasks']} | {s['rows']} | {s['verifier']} |{stopped}")
         out.append("")
         for s in sources:
@@ -283,8 +289,9 @@ def _markdown(spec_doc: Mapping[str, Any], sources: Sequence[Mapping[str, Any]],
                 cfg = f", config {d['config']}" if d.get("config") else ""
                 split = d["split"] if d.get("split") else "(none: one Dataset, every record)"
                 out.append(f"- {s['name']}: {d['dataset']}{cfg}, split {split}, revision "
-                           f"{d.get('revision') or 'NOT PINNED (not reproducible)'}; {d['records']} records "
-                           f"read{' (limit)' if d.get('limit') else ''}, content checksum `{d['checksum']}`")
+                           f"{d.get('revision') or 'NOT PINNED (not reproducible)'}; "
+                           f"{d['records']} records read{' (limit)' if d.get('limit') else ''}, "
+                           f"content checksum `{d['checksum']}`")
         if any(s.get("data") for s in sources):
             out.append("")
         unjudged = [s for s in sources if (s.get("unjudged") or {}).get("rows")]
@@ -356,7 +363,8 @@ def write_run_dir(out: str | os.PathLike[str], files: Mapping[str, bytes],
 
         pq.write_table(r if isinstance(r, pa.Table) else r.to_arrow(), buf, compression="zstd")
         atomic_write(out / "rows" / f"{name}.parquet", buf.getvalue())
-    atomic_write(out / "run.json", (json.dumps(dict(run_info), indent=2, sort_keys=True) + "\n").encode())
+    atomic_write(out / "run.json",
+                 (json.dumps(dict(run_info), indent=2, sort_keys=True) + "\n").encode())
     return out
 
 

@@ -83,7 +83,8 @@ def collect_estimates(obj: Any, path: str = "") -> list[dict[str, Any]]:
     ``{path, name, value, low, high, level, method, n, unit, n_rows, note}`` in field order.
 
     Example:
-        >>> est = collect_estimates({"pass1": Estimate("pass@1", 0.5, Interval(0.3, 0.7, 0.95, "t"), 10)})
+        >>> est = collect_estimates(
+        ...     {"pass1": Estimate("pass@1", 0.5, Interval(0.3, 0.7, 0.95, "t"), 10)})
         >>> est[0]["name"], est[0]["low"], est[0]["n"]
         ('pass@1', 0.3, 10)
     """
@@ -91,7 +92,8 @@ def collect_estimates(obj: Any, path: str = "") -> list[dict[str, Any]]:
     if isinstance(obj, Estimate):
         iv = obj.interval
         out.append({"path": path, "name": obj.name, "value": finite_or_none(obj.value),
-                    "low": finite_or_none(iv.low) if iv else None, "high": finite_or_none(iv.high) if iv else None,
+                    "low": finite_or_none(iv.low) if iv else None,
+                    "high": finite_or_none(iv.high) if iv else None,
                     "level": iv.level if iv else None, "method": iv.method if iv else None,
                     "n": obj.n, "unit": obj.unit, "n_rows": obj.n_rows, "note": obj.note})
     elif dataclasses.is_dataclass(obj) and not isinstance(obj, type):
@@ -165,14 +167,15 @@ class Result:
         super().__init_subclass__(**kwargs)
         own = cls.__dict__.get("__str__")
         if own is not None and not getattr(own, "_with_warnings", False):
-            cls._line = own  # type: ignore[attr-defined]
+            # each subclass's own __str__ is kept as _line and wrapped once, at class creation
+            cls._line = own  # type: ignore[method-assign]
 
             def __str__(self: Result) -> str:
                 return self._line() + _warnings_suffix(self)
 
-            __str__._with_warnings = True  # type: ignore[attr-defined]
+            __str__._with_warnings = True  # type: ignore[attr-defined]  # a marker attribute
             __str__.__doc__ = own.__doc__
-            cls.__str__ = __str__  # type: ignore[method-assign]
+            cls.__str__ = __str__  # type: ignore[method-assign, assignment]  # wrapped, as above
 
     def _line(self) -> str:
         """The one-line form without the warnings count (what ``report()`` starts with)."""
@@ -195,7 +198,8 @@ class Result:
         return self.estimate.value
 
     def to_dict(self) -> dict[str, Any]:
-        return {f.name: to_plain(getattr(self, f.name)) for f in dataclasses.fields(self)}  # type: ignore[arg-type]
+        return {f.name: to_plain(getattr(self, f.name))
+                for f in dataclasses.fields(self)}  # type: ignore[arg-type]  # on a dataclass
 
     def to_frame(self) -> Any:
         """Every estimate in the result as a pandas DataFrame, one row each: ``path`` (where it
@@ -219,14 +223,16 @@ class Result:
         return "```\n" + self.report() + "\n```"
 
 
-_FRAME_COLUMNS = ("path", "name", "value", "low", "high", "level", "method", "n", "unit", "n_rows", "note")
+_FRAME_COLUMNS = ("path", "name", "value", "low", "high", "level", "method", "n", "unit", "n_rows",
+                  "note")
 
 
 def _warnings_suffix(result: Any) -> str:
     n = len(getattr(result, "warnings", ()) or ())
     if not n:
         return ""
-    return f" ({n} warning: report() shows it)" if n == 1 else f" ({n} warnings: report() shows them)"
+    return (f" ({n} warning: report() shows it)" if n == 1
+            else f" ({n} warnings: report() shows them)")
 
 
 def line_of(result: Any) -> str:

@@ -8,7 +8,8 @@ what the rows do have.
 
 Example:
     >>> import assay
-    >>> r = assay.rows(["a", "b"], ["x", "y"], [1, 0], meta=[{"subject": "alg", "x": {"level": 2}}, None])
+    >>> r = assay.rows(["a", "b"], ["x", "y"], [1, 0],
+    ...                meta=[{"subject": "alg", "x": {"level": 2}}, None])
     >>> field_values(r.to_arrow(), "subject"), field_values(r.to_arrow(), "meta.x.level")
     (['alg', None], [2, None])
 """

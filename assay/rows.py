@@ -27,7 +27,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from functools import cached_property
 from itertools import chain
 from operator import itemgetter
-from typing import Any, overload
+from typing import Any, Literal, cast, overload
 
 import numpy as np
 import pyarrow as pa
@@ -95,8 +95,10 @@ def _c_encoder() -> Any:
     reported like any other unencodable value."""
     make = getattr(json.encoder, "c_make_encoder", None)
     if make is None:  # pragma: no cover - CPython always has it
-        return json.JSONEncoder(ensure_ascii=False, sort_keys=True, allow_nan=False, default=_json_default).encode
-    c = make(None, _json_default, json.encoder.encode_basestring, None, ": ", ", ", True, False, False)
+        return json.JSONEncoder(ensure_ascii=False, sort_keys=True, allow_nan=False,
+                                default=_json_default).encode
+    c = make(None, _json_default, json.encoder.encode_basestring, None, ": ", ", ", True, False,
+             False)
     return lambda value: "".join(c(value, 0))
 
 
@@ -113,7 +115,8 @@ def to_json(value: Any, where: str) -> str | None:
         raise RowsError(f"{where}: value is circular or nested too deeply to store as JSON; "
                         "use plain str/number/list/dict values") from None
     except (TypeError, ValueError) as e:
-        raise RowsError(f"{where}: value is not JSON-serializable ({e}); use str/number/list/dict values") from None
+        raise RowsError(f"{where}: value is not JSON-serializable ({e}); use str/number/list/dict "
+                        "values") from None
 
 
 def _from_json(text: str | None) -> Any:
@@ -126,7 +129,8 @@ def task_id_for(messages: Sequence[Mapping[str, str]]) -> str:
     Two conversations that end in the same last turn never merge into one task.
 
     Example:
-        >>> task_id_for([{"role": "user", "content": "Hi"}]) == task_id_for([{"role": "user", "content": "Hi"}])
+        >>> hi = [{"role": "user", "content": "Hi"}]
+        >>> task_id_for(hi) == task_id_for([{"role": "user", "content": "Hi"}])
         True
     """
     return content_hash([[m["role"], m["content"]] for m in messages], "task")
@@ -137,23 +141,28 @@ def messages_of(prompt: Any, i: int) -> tuple[list[dict[str, str]], str]:
     if isinstance(prompt, str):
         return [{"role": "user", "content": prompt}], prompt
     if prompt is None:
-        raise RowsTypeError(f"prompts[{i}] is None; give a string or a list of {{'role', 'content'}} messages")
+        raise RowsTypeError(f"prompts[{i}] is None; give a string or a list of "
+                            "{'role', 'content'} messages")
     if isinstance(prompt, Sequence) and not isinstance(prompt, (bytes, bytearray)):
         msgs = []
         for j, m in enumerate(prompt):
-            if not isinstance(m, Mapping) or set(m) - {"role", "content"} or "role" not in m or "content" not in m:
+            if (not isinstance(m, Mapping) or set(m) - {"role", "content"} or "role" not in m
+                    or "content" not in m):
                 raise RowsError(
                     f"prompts[{i}][{j}]: a message is a dict with exactly 'role' and 'content' "
                     f"(strings), got {m!r:.120}"
                 )
             if not isinstance(m["role"], str) or not isinstance(m["content"], str):
-                raise RowsTypeError(f"prompts[{i}][{j}]: 'role' and 'content' must be strings, got {m!r:.120}")
+                raise RowsTypeError(f"prompts[{i}][{j}]: 'role' and 'content' must be strings, got "
+                                    f"{m!r:.120}")
             msgs.append({"role": m["role"], "content": m["content"]})
         users = [m["content"] for m in msgs if m["role"] == "user"]
         if not users:
-            raise RowsError(f"prompts[{i}] has no message with role 'user'; the row's prompt is the last user turn")
+            raise RowsError(f"prompts[{i}] has no message with role 'user'; the row's prompt is "
+                            "the last user turn")
         return msgs, users[-1]
-    raise RowsTypeError(f"prompts[{i}]: expected a string or a list of messages, got {type(prompt).__name__}")
+    raise RowsTypeError(f"prompts[{i}]: expected a string or a list of messages, got "
+                        f"{type(prompt).__name__}")
 
 
 def is_sequence(x: Any) -> bool:
@@ -163,8 +172,14 @@ def is_sequence(x: Any) -> bool:
     )
 
 
+@overload
 def check_number(x: Any, where: str, *, lo: float | None = 0.0, hi: float | None = 1.0,
-                  what: str = "reward", allow_none: bool = True) -> float | None:
+                 what: str = "reward", allow_none: Literal[False]) -> float: ...
+@overload
+def check_number(x: Any, where: str, *, lo: float | None = 0.0, hi: float | None = 1.0,
+                 what: str = "reward", allow_none: bool = True) -> float | None: ...
+def check_number(x: Any, where: str, *, lo: float | None = 0.0, hi: float | None = 1.0,
+                 what: str = "reward", allow_none: bool = True) -> float | None:
     """``x`` as a float in [lo, hi] (bools as 0/1); None, NaN, strings and out-of-range values
     raise an error naming ``where``."""
     if x is None:
@@ -190,13 +205,15 @@ def check_markers(m: Any, where: str) -> dict[str, float]:
     if m is None:
         return {}
     if not isinstance(m, Mapping):
-        raise RowsTypeError(f"{where}: markers must be a dict {{name: number}}, got {type(m).__name__}")
+        raise RowsTypeError(f"{where}: markers must be a dict {{name: number}}, got "
+                            f"{type(m).__name__}")
     out = {}
     for k, v in m.items():
         if not isinstance(k, str):
             raise RowsTypeError(f"{where}: marker name {k!r} is not a string")
         if v is None:
-            raise RowsTypeError(f"{where}: marker {k!r} is None; omit the key for a missing measurement")
+            raise RowsTypeError(f"{where}: marker {k!r} is None; omit the key for a missing "
+                                "measurement")
         out[k] = check_number(v, where, lo=None, hi=None, what=f"marker {k!r}", allow_none=False)
     return out
 
@@ -228,7 +245,8 @@ class Rows(Sequence):
 
     def __init__(self, table: pa.Table) -> None:
         if not isinstance(table, pa.Table):
-            raise RowsTypeError(f"Rows() needs a pyarrow.Table, got {type(table).__name__}; use as_table()")
+            raise RowsTypeError(f"Rows() needs a pyarrow.Table, got {type(table).__name__}; use "
+                                "as_table()")
         self._table = as_table(table, require=())
 
     def training_table(self) -> pa.Table:
@@ -267,7 +285,7 @@ class Rows(Sequence):
             return NotImplemented
         return self._table.equals(other._table)
 
-    __hash__ = None  # type: ignore[assignment]
+    __hash__ = None  # type: ignore[assignment]  # equal by value, so unhashable
 
     def __repr__(self) -> str:
         t = self._table
@@ -354,7 +372,8 @@ def table_checksum(table: pa.Table, prefix: str) -> str:
         if pa.types.is_map(col.type):
             values = [None if v is None else sorted(v) for v in values]
         cols[name] = [str(col.type), values]
-    data = json.dumps(cols, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    data = json.dumps(cols, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
+                      allow_nan=False)
     return digest_bytes(data.encode("utf-8"), prefix)
 
 
@@ -446,7 +465,8 @@ def as_table(data: Any, *, require: Iterable[str] = ("prompt", "final_text"),
     that already has ROW_SCHEMA is returned whole either way (nothing to validate or copy).
 
     Example:
-        >>> t = as_table([{"task_id": "t1", "reward": 1}, {"task_id": "t1", "reward": 0}], require=("reward",))
+        >>> t = as_table([{"task_id": "t1", "reward": 1}, {"task_id": "t1", "reward": 0}],
+        ...              require=("reward",))
         >>> t.column("reward").to_pylist(), t.column("prompt").to_pylist()
         ([1.0, 0.0], ['', ''])
         >>> # only the columns read are validated: the bad prompt is not looked at
@@ -465,8 +485,10 @@ def as_table(data: Any, *, require: Iterable[str] = ("prompt", "final_text"),
     if isinstance(data, pa.RecordBatch):
         data = pa.Table.from_batches([data])
     if isinstance(data, Mapping) or isinstance(data, str):
-        raise RowsTypeError(f"{argument}: expected rows (a list of dicts, Rows, DataFrame or Arrow table), got {type(data).__name__}")
-    if not isinstance(data, pa.Table) and not (hasattr(data, "columns") and hasattr(data, "to_dict")):
+        raise RowsTypeError(f"{argument}: expected rows (a list of dicts, Rows, DataFrame or Arrow "
+                            f"table), got {type(data).__name__}")
+    if not isinstance(data, pa.Table) and not (hasattr(data, "columns")
+                                               and hasattr(data, "to_dict")):
         try:
             data = list(data)
         except TypeError:
@@ -478,7 +500,8 @@ def as_table(data: Any, *, require: Iterable[str] = ("prompt", "final_text"),
     require = tuple(require)
     keep = set(COLUMNS) if columns is None else set(columns) | set(require)
     if keep - set(COLUMNS):
-        raise ValueError(f"as_table: columns {sorted(keep - set(COLUMNS))} are not in ROW_SCHEMA {list(COLUMNS)}")
+        raise ValueError(f"as_table: columns {sorted(keep - set(COLUMNS))} are not in ROW_SCHEMA "
+                         f"{list(COLUMNS)}")
     want = set(keep)  # what is read and checked: also the prompt / messages a missing task id needs
     n = data.num_rows if isinstance(data, pa.Table) else len(data)
     known = set(COLUMNS)
@@ -490,7 +513,8 @@ def as_table(data: Any, *, require: Iterable[str] = ("prompt", "final_text"),
         present = set(chain.from_iterable(data))
     # Columns outside the contract are not dropped silently: engine-emitted extras like
     # scenario_id are tolerated, anything else is named.
-    unknown = sorted(str(c) for c in present - known - {"scenario_id", "arm", "run_id", "lineage", "steps"})
+    unknown = sorted(str(c) for c in
+                     present - known - {"scenario_id", "arm", "run_id", "lineage", "steps"})
     if unknown:
         raise RowsError(
             f"{argument}: unknown row keys {unknown}; row keys are {list(COLUMNS)}. Put extra "
@@ -510,7 +534,8 @@ def as_table(data: Any, *, require: Iterable[str] = ("prompt", "final_text"),
     need_ids = bool({"task_id", "rollout_index"} & want)  # rollouts are numbered within a task
     tids = get("task_id") if need_ids else None
     fast = _try_array(tids, pa.string()) if tids is not None else None
-    tids_ok = fast is not None and not fast.null_count and (n == 0 or pc.min(pc.utf8_length(fast)).as_py() > 0)
+    tids_ok = (fast is not None and not fast.null_count
+               and (n == 0 or pc.min(pc.utf8_length(fast)).as_py() > 0))
     if need_ids and not tids_ok:
         want |= {"prompt", "messages"}
 
@@ -531,9 +556,11 @@ def as_table(data: Any, *, require: Iterable[str] = ("prompt", "final_text"),
         if arr is None or arr.null_count:
             for i, v in enumerate(vals):
                 if v is None:
-                    raise RowsTypeError(f"{where(i)}: '{c}' is None; a row needs a string {c} (never the text 'None')")
+                    raise RowsTypeError(f"{where(i)}: '{c}' is None; a row needs a string {c} "
+                                        "(never the text 'None')")
                 if not isinstance(v, str):
-                    raise RowsTypeError(f"{where(i)}: '{c}' must be a string, got {type(v).__name__}")
+                    raise RowsTypeError(f"{where(i)}: '{c}' must be a string, got "
+                                        f"{type(v).__name__}")
         arrays[c] = arr
     prompts = (get("prompt") or [""] * n) if "prompt" in want else None
     # messages: absent means the prompt was a single user turn
@@ -543,13 +570,15 @@ def as_table(data: Any, *, require: Iterable[str] = ("prompt", "final_text"),
         if msgs is None:
             arrays["messages"] = _single_turn_messages(arrays["prompt"])
         else:
+            assert prompts is not None  # "messages" in want brings "prompt" in (above)
             msgs_out = []
             for i, m in enumerate(msgs):
                 if m is None or (hasattr(m, "__len__") and len(m) == 0):
                     p = prompts[i]
                     msgs_out.append([{"role": "user", "content": p}] if p else [])
                 else:
-                    msgs_out.append(messages_of(list(m), i)[0] if is_sequence(m) else messages_of(m, i)[0])
+                    msgs_out.append(messages_of(list(m), i)[0] if is_sequence(m)
+                                    else messages_of(m, i)[0])
             arrays["messages"] = pa.array(msgs_out, type=pa.list_(MESSAGE_TYPE))
     # task ids
     memo: dict[str, str] = {}
@@ -558,13 +587,15 @@ def as_table(data: Any, *, require: Iterable[str] = ("prompt", "final_text"),
         if msgs_out is None:
             p = prompts[i]
             if not p:
-                raise RowsError(f"{where(i)}: no 'task_id' and no 'prompt' or 'messages' to derive one from")
+                raise RowsError(f"{where(i)}: no 'task_id' and no 'prompt' or 'messages' to derive "
+                                "one from")
             if p not in memo:
                 memo[p] = task_id_for([{"role": "user", "content": p}])
             return memo[p]
         m = msgs_out[i]
         if not m:
-            raise RowsError(f"{where(i)}: no 'task_id' and no 'prompt' or 'messages' to derive one from")
+            raise RowsError(f"{where(i)}: no 'task_id' and no 'prompt' or 'messages' to derive one "
+                            "from")
         return task_id_for(m)
 
     t_out: list[str] | None = None
@@ -581,9 +612,11 @@ def as_table(data: Any, *, require: Iterable[str] = ("prompt", "final_text"),
                 elif isinstance(v, str) and v:
                     t_out.append(v)
                 elif isinstance(v, (int, np.integer)) and not isinstance(v, bool):
-                    raise RowsTypeError(f"{where(i)}: 'task_id' {v!r} is an integer; task ids are strings (use str())")
+                    raise RowsTypeError(f"{where(i)}: 'task_id' {v!r} is an integer; task ids are "
+                                        "strings (use str())")
                 else:
-                    raise RowsTypeError(f"{where(i)}: 'task_id' must be a non-empty string, got {v!r:.60}")
+                    raise RowsTypeError(f"{where(i)}: 'task_id' must be a non-empty string, got "
+                                        f"{v!r:.60}")
         arrays["task_id"] = pa.array(t_out, type=pa.string())
     # reward: vectorized range/NaN check; per-row pass only to word the error
     if "reward" in want:
@@ -594,12 +627,13 @@ def as_table(data: Any, *, require: Iterable[str] = ("prompt", "final_text"),
             arrays["reward"] = pa.nulls(n, pa.float64())
         else:
             arr = _try_array(rv, pa.float64())
-            ok = arr is not None
-            if ok:
+            ok = False
+            if arr is not None:
                 x = arr.to_numpy(zero_copy_only=False)
                 valid = ~np.asarray(arr.is_null())
                 ok = bool(np.all((x[valid] >= 0.0) & (x[valid] <= 1.0)))  # False for NaN too
-            arrays["reward"] = arr if ok else pa.array([check_number(v, where(i)) for i, v in enumerate(rv)], type=pa.float64())
+            arrays["reward"] = arr if ok else pa.array(
+                [check_number(v, where(i)) for i, v in enumerate(rv)], type=pa.float64())
     # markers: built in C; the per-row pass only words an error
     if "markers" in want:
         mk = get("markers")
@@ -616,13 +650,16 @@ def as_table(data: Any, *, require: Iterable[str] = ("prompt", "final_text"),
         if ri is None or all(v is None for v in ri):
             import pandas as pd
 
-            tid_values = arrays["task_id"].to_numpy(zero_copy_only=False) if t_out is None else np.asarray(t_out, dtype=object)
+            tid_values = (arrays["task_id"].to_numpy(zero_copy_only=False) if t_out is None
+                          else np.asarray(t_out, dtype=object))
             codes = pd.factorize(tid_values)[0]
-            arrays["rollout_index"] = pa.array(pd.Series(codes).groupby(codes, sort=False).cumcount().to_numpy(), type=pa.int64())
+            rank = pd.Series(codes).groupby(codes, sort=False).cumcount().to_numpy()
+            arrays["rollout_index"] = pa.array(rank, type=pa.int64())
         else:
             for i, v in enumerate(ri):
                 if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < 0:
-                    raise RowsTypeError(f"{where(i)}: 'rollout_index' must be a non-negative integer, got {v!r}")
+                    raise RowsTypeError(f"{where(i)}: 'rollout_index' must be a non-negative "
+                                        f"integer, got {v!r}")
             arrays["rollout_index"] = pa.array([int(v) for v in ri], type=pa.int64())
     # nullable text columns, absent = all null. JSON columns: dicts at the edge, JSON text
     # inside (a string in a table is taken as JSON)
@@ -640,7 +677,8 @@ def as_table(data: Any, *, require: Iterable[str] = ("prompt", "final_text"),
         if arr is None:
             for i, v in enumerate(vals):
                 if v is not None and not isinstance(v, str):
-                    raise RowsTypeError(f"{where(i)}: '{c}' must be a string or None, got {type(v).__name__}")
+                    raise RowsTypeError(f"{where(i)}: '{c}' must be a string or None, got "
+                                        f"{type(v).__name__}")
         arrays[c] = arr
     if "schema_version" in want:
         sv = get("schema_version")
@@ -706,13 +744,15 @@ def _fast_markers(values: list[Any]) -> pa.Array | None:
         cols = [_try_array(list(map(itemgetter(k), values)), pa.float64()) for k in names]
         if any(c is None or c.null_count for c in cols):
             return None
-        items = (np.column_stack([c.to_numpy(zero_copy_only=False) for c in cols]).ravel() if width
+        full = cast(list[pa.Array], cols)  # none is None (just checked)
+        items = (np.column_stack([c.to_numpy(zero_copy_only=False) for c in full]).ravel() if width
                  else np.empty(0, dtype=np.float64))
         if not np.all(np.isfinite(items)):
             return None
         offsets = pa.array(np.arange(n + 1, dtype=np.int32) * np.int32(width))
         keys = pa.array(list(names) * n, type=pa.string())
-        return pa.MapArray.from_arrays(offsets, keys, pa.array(items, type=pa.float64()), type=MARKERS_TYPE)
+        return pa.MapArray.from_arrays(offsets, keys, pa.array(items, type=pa.float64()),
+                                       type=MARKERS_TYPE)
     try:
         arr = pa.array(values, type=MARKERS_TYPE, from_pandas=False)
     except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError):
@@ -756,7 +796,8 @@ def _require(table: pa.Table, require: tuple[str, ...], argument: str) -> None:
         col = table.column(c)
         if col.null_count:
             i = pc.index(pc.is_null(col), True).as_py()
-            raise RowsError(f"{argument}[{i}]: required key '{c}' is missing (None); {col.null_count} rows lack it")
+            raise RowsError(f"{argument}[{i}]: required key '{c}' is missing (None); "
+                            f"{col.null_count} rows lack it")
 
 
 def take_rows(rows: Any, table: pa.Table, keep: Sequence[int]) -> Any:

@@ -121,7 +121,8 @@ class RewardSpec(SpecModel):
 
 
 class PassAtSpec(SpecModel):
-    k: int | None = Field(None, ge=1, description="k for pass@k, pass^k (pass@1 is always reported)")
+    k: int | None = Field(None, ge=1,
+                          description="k for pass@k, pass^k (pass@1 is always reported)")
     sources: list[str] | None = None
     by: str | None = Field(None, description="also per category of this row field: a record field "
                            "kept in meta (subject, meta.level), a marker, or a row column; with a "
@@ -191,7 +192,8 @@ class ExecutionSpec(SpecModel):
     """How to run; none of it changes results, so none of it is in the checksum."""
 
     runner: Literal["local", "dask", "ray"] = "local"
-    address: str | None = Field(None, description="dask: scheduler address (default: a LocalCluster)")
+    address: str | None = Field(None,
+                                description="dask: scheduler address (default: a LocalCluster)")
     workers: int | None = Field(None, ge=1, description="grading worker processes (default: cores)")
     shard_rows: int = Field(256, ge=1, description="rows per grading shard (the resume unit)")
     max_parallel: int | None = Field(None, ge=1, description="stage nodes in flight at once "
@@ -275,8 +277,10 @@ class StudySpec(SpecModel):
             known(c.before, f"measure.compare[{i}].before")
             known(c.after, f"measure.compare[{i}].after")
         for where, lst in (("measure.pass_at.sources", m.pass_at and m.pass_at.sources),
-                           ("measure.eval_variance.sources", m.eval_variance and m.eval_variance.sources),
-                           ("decontaminate.sources", self.decontaminate and self.decontaminate.sources),
+                           ("measure.eval_variance.sources",
+                            m.eval_variance and m.eval_variance.sources),
+                           ("decontaminate.sources",
+                            self.decontaminate and self.decontaminate.sources),
                            ("measure.choice_accuracy.sources",
                             m.choice_accuracy and m.choice_accuracy.sources),
                            ("measure.perplexity.sources", m.perplexity and m.perplexity.sources)):
@@ -308,6 +312,7 @@ class StudySpec(SpecModel):
                 if n not in rn:
                     raise ValueError(f"reward.score.models[{i}]: unknown reward model {n!r}; "
                                      f"reward.models are {rn}")
+        # scoring_models() is empty unless reward.score is set
         scored = {f"rm:{e.name}": set(self.reward.score.sources)  # type: ignore[union-attr]
                   for e in (self.reward.scoring_models() if self.reward else ())}
         for i, c in enumerate(m.compare):
@@ -473,7 +478,8 @@ def _node_line(root: yaml.Node | None, loc: Sequence[Any]) -> int | None:
     for part in loc:
         if isinstance(node, yaml.MappingNode) and isinstance(part, str):
             nxt = next((v for k, v in node.value if getattr(k, "value", None) == part), None)
-        elif isinstance(node, yaml.SequenceNode) and isinstance(part, int) and part < len(node.value):
+        elif (isinstance(node, yaml.SequenceNode) and isinstance(part, int)
+              and part < len(node.value)):
             nxt = node.value[part]
         else:
             nxt = None
@@ -490,7 +496,8 @@ def _clean_loc(loc: Sequence[Any]) -> list[Any]:
     out: list[Any] = []
     for part in loc:
         if isinstance(part, str) and (
-                (out and (isinstance(out[-1], int) or out[-1] == "data") and part in tags) or "[" in part
+                (out and (isinstance(out[-1], int) or out[-1] == "data") and part in tags)
+                or "[" in part
                 or ("-" in part and part.startswith(("function", "tagged")))):
             continue
         out.append(part)
@@ -678,10 +685,10 @@ def check_data(spec: StudySpec) -> tuple[list[str], list[str]]:
             return  # unknown until the rows are built (a plugin source), or present
         meta = sorted(f for f in have if f.startswith("meta."))
         marks = sorted(f for f in have if f.startswith("markers."))
-        problems.append(f"{where}: {by!r} is not a field of source {source!r}'s rows; they have meta fields "
-                        f"{meta} and markers {marks} besides the row columns; fix: name one of them "
-                        "(keep the record field in the rows with fields.meta, or make it a marker "
-                        "with fields.markers)")
+        problems.append(f"{where}: {by!r} is not a field of source {source!r}'s rows; they have "
+                        f"meta fields {meta} and markers {marks} besides the row columns; fix: "
+                        "name one of them (keep the record field in the rows with fields.meta, or "
+                        "make it a marker with fields.markers)")
 
     problems += _check_gate_metrics(spec, fields_of)
     m = spec.measure
@@ -755,12 +762,13 @@ def steps_before_grading(source: Any, i: int) -> list[str]:
         head = field.partition(".")[0]
         if source.verifier is not None and head in GRADED_FIELDS:
             out.append(f"sources[{i}].steps[{j}].field: {field!r} exists only after grading, and "
-                       "steps run before grading (they choose which rows are graded); fix: drop the "
-                       "step, or filter the graded rows afterwards (rows/<source>.parquet, or "
+                       "steps run before grading (they choose which rows are graded); fix: drop "
+                       "the step, or filter the graded rows afterwards (rows/<source>.parquet, or "
                        "measure.select for RL data)")
         elif generated and head in ("final_text", "rollout_index"):
             out.append(f"sources[{i}].steps[{j}].field: {field!r} exists only after generation, "
-                       "and steps choose the prompts to generate for; fix: filter on a record field")
+                       "and steps choose the prompts to generate for; fix: filter on a record "
+                       "field")
     return out
 
 

@@ -73,7 +73,9 @@ def atomic_write(path: Path, data: bytes | Sequence[Any], *, durable: bool = Tru
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:
-            for part in ([data] if isinstance(data, (bytes, bytearray, memoryview)) else data):
+            parts: Sequence[Any] = (
+                [data] if isinstance(data, (bytes, bytearray, memoryview)) else data)
+            for part in parts:
                 f.write(part)
             f.flush()
             if durable:
@@ -169,7 +171,8 @@ class Store:
         path = self._blob_path(key)
         with open(path, "rb") as f:
             # MAP_POPULATE maps every page up front: one call instead of a fault per page
-            return mmap.mmap(f.fileno(), 0, flags=mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0),
+            return mmap.mmap(f.fileno(), 0,
+                             flags=mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0),
                              prot=mmap.PROT_READ)
 
     def get_bytes(self, key: str) -> bytes | None:
@@ -299,7 +302,8 @@ class Store:
 
     def ref_files(self) -> Iterator[Path]:
         """Every ref file, in path order."""
-        yield from sorted(p for p in (self.root / "refs").glob("*/*.json") if not p.name.startswith("."))
+        yield from sorted(p for p in (self.root / "refs").glob("*/*.json")
+                          if not p.name.startswith("."))
 
     def journal_files(self) -> Iterator[Path]:
         """Every completion journal (``journals/<shard>.jsonl``: generations and judge calls,

@@ -196,10 +196,12 @@ class Usage:
         lines.append(f"  {'(unreferenced)':<28} {_h(self.unreferenced_bytes):>10}")
         lines.append(f"  {'journals (completions)':<28} {_h(self.journal_bytes):>10}")
         if self.by_study:
-            lines.append("by study (what its run directories reference; shared blobs count in each):")
+            lines.append("by study (what its run directories reference; shared blobs count in "
+                         "each):")
             lines += [f"  {k:<28} {_h(v):>10}" for k, v in sorted(self.by_study.items())]
         if self.quarantined_bytes:
-            lines.append(f"quarantine: {_h(self.quarantined_bytes)} (corrupt entries moved aside by verify)")
+            lines.append(f"quarantine: {_h(self.quarantined_bytes)} (corrupt entries moved aside "
+                         "by verify)")
         return "\n".join(lines)
 
     def to_dict(self) -> dict[str, Any]:
@@ -278,9 +280,11 @@ class Verification:
                  "journals: "
                  + (f"{len(self.corrupt)} corrupt" if self.corrupt else "all intact")]
         for c in self.corrupt:
-            lines.append(f"  CORRUPT {c['key']}  {c['path']}  ({c['reason']}; moved to {c['moved_to']})")
+            lines.append(f"  CORRUPT {c['key']}  {c['path']}  ({c['reason']}; moved to "
+                         f"{c['moved_to']})")
         for d in self.dangling:
-            lines.append(f"  dangling ref {d['ref']} -> {d['blob']} (a miss: the next run recomputes it)")
+            lines.append(f"  dangling ref {d['ref']} -> {d['blob']} (a miss: the next run "
+                         "recomputes it)")
         for t in self.torn:
             lines.append(f"  torn last line in {t['path']} (a killed run's last write; that "
                          "completion is asked again)")

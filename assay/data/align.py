@@ -47,7 +47,8 @@ class TokenizedInput:
 
 @dataclass(frozen=True, slots=True)
 class Opcode:
-    """One difflib opcode: ``tag`` in equal/replace/insert/delete over ``a[i1:i2]``, ``b[j1:j2]``."""
+    """One difflib opcode: ``tag`` in equal/replace/insert/delete over ``a[i1:i2]``,
+    ``b[j1:j2]``."""
 
     tag: str
     i1: int
@@ -73,12 +74,14 @@ def tokenize(text: str, tokenizer: Callable[[str], Any] | None = None) -> Tokeni
         ms = list(_TOKEN_RE.finditer(text))
         return TokenizedInput(text, tuple(m.group() for m in ms), tuple(m.span() for m in ms))
     if hasattr(tokenizer, "backend_tokenizer"):  # HF fast tokenizer
-        enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+        hf: Any = tokenizer  # a Hugging Face tokenizer takes keywords a plain callable does not
+        enc = hf(text, add_special_tokens=False, return_offsets_mapping=True)
         offs = tuple((int(s), int(e)) for s, e in enc["offset_mapping"])
         toks = tuple(str(t) for t in enc["input_ids"])
         return TokenizedInput(text, toks, offs)
     triples = list(tokenizer(text))
-    toks, offs = [], []
+    tok_list: list[str] = []
+    off_list: list[tuple[int, int]] = []
     for k, tr in enumerate(triples):
         try:
             tok, s, e = tr
@@ -89,9 +92,9 @@ def tokenize(text: str, tokenizer: Callable[[str], Any] | None = None) -> Tokeni
             ) from None
         if not (isinstance(s, int) and isinstance(e, int) and 0 <= s <= e <= len(text)):
             raise DataError(f"align: tokenizer offsets {k} ({s}, {e}) are outside the text")
-        toks.append(str(tok))
-        offs.append((s, e))
-    return TokenizedInput(text, tuple(toks), tuple(offs))
+        tok_list.append(str(tok))
+        off_list.append((s, e))
+    return TokenizedInput(text, tuple(tok_list), tuple(off_list))
 
 
 def _as_input(x: Any, tokenizer: Any, name: str) -> TokenizedInput:

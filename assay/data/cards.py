@@ -47,10 +47,12 @@ def data_checksum(data: DataView | Mapping[str, DataView]) -> str:
         for k in sorted(data):
             v = data[k]
             if not isinstance(v, DataView):
-                raise DataError(f"data_checksum: entry {k!r} is a {type(v).__name__}, not a DataView")
+                raise DataError(f"data_checksum: entry {k!r} is a {type(v).__name__}, not a "
+                                "DataView")
             parts.append([k, v.checksum()])
         return content_hash(parts, "ds")
-    raise DataError(f"data_checksum needs a DataView or a mapping of them, got {type(data).__name__}")
+    raise DataError("data_checksum needs a DataView or a mapping of them, got "
+                    f"{type(data).__name__}")
 
 
 def data_count(data: DataView | Mapping[str, DataView]) -> int:

@@ -69,18 +69,21 @@ class HodgeRanking(Result):
 
     def _headline(self) -> Estimate:
         """The share of the flow a global ranking explains (the gradient fraction)."""
-        return Estimate("gradient fraction", float(self.gradient_fraction), None, len(self.edges), "edges")
+        return Estimate("gradient fraction", float(self.gradient_fraction), None, len(self.edges),
+                        "edges")
 
     def __str__(self) -> str:
         base = ("" if self.baseline_curl is None else
-                f" (transitive baseline {self.baseline_curl:.3f}, q95 {self.baseline_curl_q95:.3f})")
+                f" (transitive baseline {self.baseline_curl:.3f}, q95 "
+                f"{self.baseline_curl_q95:.3f})")
         return (f"HodgeRank [{self.encoding}] ranking {list(self.ranking)}: gradient "
                 f"{self.gradient_fraction:.3f}, curl {self.curl_fraction:.3f}{base}, harmonic "
                 f"{self.harmonic_fraction:.3f} ({len(self.scores)} responses, {len(self.edges)} "
                 f"edges, {self.n_triangles} triangles)")
 
 
-def _aggregate(n: int, edges: Sequence[EdgeObs], source: str | None) -> dict[tuple[int, int], list[float]]:
+def _aggregate(n: int, edges: Sequence[EdgeObs],
+               source: str | None) -> dict[tuple[int, int], list[float]]:
     agg: dict[tuple[int, int], list[float]] = {}
     for e in edges:
         if source is not None and e.source != source:
@@ -167,7 +170,8 @@ def hodge_rank(
     n = len(tournament.responses)
     agg = _aggregate(n, tournament.edges, source)
     if not agg:
-        raise DataError(f"hodge_rank: no edges{'' if source is None else f' from source {source!r}'}")
+        raise DataError("hodge_rank: no edges"
+                        f"{'' if source is None else f' from source {source!r}'}")
     pairs = sorted(agg)
     counts = np.array([agg[p] for p in pairs])
     w = counts.sum(axis=1)
@@ -187,7 +191,7 @@ def hodge_rank(
         warns.append(f"the comparison graph has {parts} disconnected parts: scores are only "
                      "comparable within a part (each part is centred at 0 separately)")
     if total == 0:
-        fr = (0.0, 0.0, 0.0)
+        fr: tuple[float, ...] = (0.0, 0.0, 0.0)
         warns.append("every edge is an exact tie: there is no flow to decompose")
     else:
         fr = tuple(float(np.sum(w * c * c)) / total for c in (grad, curl, harm))

@@ -4,8 +4,8 @@ Reads reward scores of each Quadruple's four cells; clones of one seed are avera
 
 Example:
     >>> from assay.data.items import Lineage, Quadruple
-    >>> cells = {("agree", "right"): "Yes.", ("agree", "wrong"): "Yes!", ("disagree", "right"): "No.",
-    ...          ("disagree", "wrong"): "No!"}
+    >>> cells = {("agree", "right"): "Yes.", ("agree", "wrong"): "Yes!",
+    ...          ("disagree", "right"): "No.", ("disagree", "wrong"): "No!"}
     >>> qs = [Quadruple("Q", cells, ("stance", "user"), Lineage(f"q{i}")) for i in range(3)]
     >>> r = quadruple_interaction(qs, [[1, 2, 0, 0], [1, 3, 0, 0], [1, 2.5, 0, 0]])
     >>> r.interaction.value, r.interaction.n
@@ -120,7 +120,8 @@ def quadruple_interaction(
         raise DataError("quadruple_interaction: no quadruples given")
     for i, q in enumerate(its):
         if not isinstance(q, Quadruple):
-            raise DataError(f"quadruple_interaction: item {i} is a {type(q).__name__}, not a Quadruple")
+            raise DataError(f"quadruple_interaction: item {i} is a {type(q).__name__}, not a "
+                            "Quadruple")
         if q.factors != its[0].factors or q.levels != its[0].levels:
             raise DataError(
                 f"quadruple_interaction: item {i} has factors {q.factors} levels {q.levels}, "

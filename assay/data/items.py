@@ -26,7 +26,7 @@ import unicodedata
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from types import MappingProxyType
-from typing import Any
+from typing import Any, cast
 
 from assay.data.lineage import Lineage
 from assay.errors import DataError, HashError
@@ -35,7 +35,8 @@ from assay.hashing import DIGEST_HEX, HASH_SCHEMA, canonicalize
 EMPTY_META: Mapping[str, Any] = MappingProxyType({})
 SPAN_UNITS = ("char", "token")
 
-_enc_str = json.encoder.encode_basestring  # the C string encoder json.dumps(ensure_ascii=False) uses
+# the C string encoder json.dumps(ensure_ascii=False) uses
+_enc_str = json.encoder.encode_basestring
 _dumps = json.JSONEncoder(
     ensure_ascii=False, sort_keys=True, separators=(",", ":"), allow_nan=False
 ).encode
@@ -355,7 +356,8 @@ def _response(value: Any, who: str, name: str) -> Response:
         return value
     if isinstance(value, str):
         if not value.strip():
-            raise DataError(f"{who}: {name}.text is empty or whitespace; every text must have content")
+            raise DataError(f"{who}: {name}.text is empty or whitespace; every text must have "
+                            "content")
         return Response(value)
     raise DataError(
         f"{who}: {name} must be a Response or a string, got {type(value).__name__} ({value!r:.60})"
@@ -452,7 +454,7 @@ class _Item:
 
     @property
     def prompt_text(self) -> str:
-        return _prompt_text(self.prompt)  # type: ignore[attr-defined]
+        return _prompt_text(self.prompt)  # type: ignore[attr-defined]  # each item type has one
 
     def __assay_content__(self) -> Any:  # pragma: no cover - each type overrides
         raise NotImplementedError
@@ -510,7 +512,7 @@ class _Item:
 
     def __assay_record__(self) -> list[Any]:
         """Canonical record (payload, seed, builder, ops, meta): what a view checksum hashes."""
-        meta = self.meta  # type: ignore[attr-defined]
+        meta = self.meta  # type: ignore[attr-defined]  # each item type has meta
         return [self.__assay_content__(), _nfc(self._seed), _nfc(self._builder),
                 [_nfc(o) for o in self._ops], canonicalize(meta) if meta else {}]
 
@@ -523,7 +525,7 @@ class _Item:
         d = self._payload_dict()
         d["kind"] = self.kind
         d["lineage"] = self.lineage.to_dict()
-        d["meta"] = thaw(self.meta)  # type: ignore[attr-defined]
+        d["meta"] = thaw(self.meta)  # type: ignore[attr-defined]  # each item type has meta
         return d
 
     def _payload_dict(self) -> dict[str, Any]:  # pragma: no cover - each type overrides
@@ -556,6 +558,8 @@ class Pair(_Item):
     kind = "pair"
     _fields = ("prompt", "chosen", "rejected", "axis", "lineage", "meta")
     prompt: str | Prompt
+    _c: str | Response
+    _r: str | Response
     axis: str
     meta: Mapping[str, Any]
 
@@ -585,18 +589,20 @@ class Pair(_Item):
     @property
     def chosen(self) -> Response:
         c = self._c
-        return _plain_response(c) if type(c) is str else c
+        return _plain_response(c) if type(c) is str else cast(Response, c)
 
     @property
     def rejected(self) -> Response:
         r = self._r
-        return _plain_response(r) if type(r) is str else r
+        return _plain_response(r) if type(r) is str else cast(Response, r)
 
     def __assay_content__(self) -> list[Any]:
+        # each is a plain str or else its item type (``type() is`` does not narrow for mypy)
         p, c, r = self.prompt, self._c, self._r
-        return ["pair", _nfc(p) if type(p) is str else p.__assay_content__(),
-                _nfc(c) if type(c) is str else c.__assay_content__(),
-                _nfc(r) if type(r) is str else r.__assay_content__(), _nfc(self.axis)]
+        return ["pair", _nfc(p) if type(p) is str else cast(Prompt, p).__assay_content__(),
+                _nfc(c) if type(c) is str else cast(Response, c).__assay_content__(),
+                _nfc(r) if type(r) is str else cast(Response, r).__assay_content__(),
+                _nfc(self.axis)]
 
     def __assay_record_json__(self) -> str:
         p, c, r = self.prompt, self._c, self._r
@@ -691,10 +697,14 @@ def make_pair(
     """
     if not (type(seed_id) is str and type(builder_id) is str and seed_id and builder_id
             and not seed_id.isspace() and ops == ()):
-        lin = Lineage(seed_id, builder_id, tuple(ops) if isinstance(ops, list) else ops, None)
+        # Lineage checks ops itself (another kind of sequence is refused there)
+        lin = Lineage(seed_id, builder_id,
+                      tuple(ops) if isinstance(ops, list) else cast("tuple[str, ...]", ops), None)
         seed_id, builder_id, ops = lin.seed_id, lin.builder_id, lin.ops
     self = object.__new__(Pair)
-    _init_pair(self, prompt, chosen, rejected, axis, seed_id, builder_id, ops, meta)  # type: ignore[arg-type]
+    # ops is a tuple here: Lineage's, or one equal to ()
+    _init_pair(self, prompt, chosen, rejected, axis, seed_id, builder_id,
+               cast("tuple[str, ...]", ops), meta)
     return self
 
 
@@ -751,7 +761,7 @@ def _cell_key(k: Any, who: str) -> tuple[str, str]:
             f"{who}: cell key {k!r} must be a pair of non-empty level names, e.g. "
             "('agree', 'wrong') or 'agree|wrong'"
         )
-    return k  # type: ignore[return-value]
+    return k  # type: ignore[return-value]  # checked above: two non-empty str
 
 
 class Quadruple(_Item):
@@ -892,7 +902,8 @@ class EdgeObs:
         if self.n <= 0:
             raise DataError(f"EdgeObs({self.i},{self.j}) has no comparisons (all counts are 0)")
         if self.source is not None and (not isinstance(self.source, str) or not self.source):
-            raise DataError(f"EdgeObs.source must be a non-empty string or None, got {self.source!r}")
+            raise DataError("EdgeObs.source must be a non-empty string or None, got "
+                            f"{self.source!r}")
 
     @property
     def n(self) -> float:
@@ -1088,7 +1099,8 @@ def seed_id_of(item: Any) -> str:
     try:
         return item.lineage.seed_id
     except AttributeError:
-        raise DataError(f"{type(item).__name__} has no lineage; build items with make_pair") from None
+        raise DataError(f"{type(item).__name__} has no lineage; build items with "
+                        "make_pair") from None
 
 
 def item_from_dict(d: Mapping[str, Any], where: str = "item") -> Any:
@@ -1101,10 +1113,12 @@ def item_from_dict(d: Mapping[str, Any], where: str = "item") -> Any:
     """
     kind = d.get("kind")
     if kind not in ITEM_TYPES:
-        raise DataError(f"{where}: unknown item kind {kind!r}; expected one of {sorted(ITEM_TYPES)}")
+        raise DataError(f"{where}: unknown item kind {kind!r}; expected one of "
+                        f"{sorted(ITEM_TYPES)}")
     lin_d = d.get("lineage") or {}
     try:
-        lin = Lineage(lin_d.get("seed_id"), lin_d.get("builder_id", "unknown"),  # type: ignore[arg-type]
+        lin = Lineage(lin_d.get("seed_id"),  # type: ignore[arg-type]  # Lineage checks it
+                      lin_d.get("builder_id", "unknown"),
                       tuple(lin_d.get("ops") or ()), lin_d.get("content_hash"))
     except DataError as e:
         raise DataError(f"{where}: {e}") from None
@@ -1117,7 +1131,8 @@ def item_from_dict(d: Mapping[str, Any], where: str = "item") -> Any:
             return Quadruple(Prompt.from_dict(d["prompt"]),
                              {k: Response.from_dict(v) for k, v in d["cells"].items()},
                              tuple(d["factors"]), lin, meta,
-                             {k: Prompt.from_dict(v) for k, v in (d.get("cell_prompts") or {}).items()}
+                             {k: Prompt.from_dict(v)
+                              for k, v in (d.get("cell_prompts") or {}).items()}
                              or EMPTY_META)
         if kind == "tournament":
             return Tournament(Prompt.from_dict(d["prompt"]),

@@ -67,14 +67,16 @@ class Lineage:
         for i, op in enumerate(ops):
             if not isinstance(op, str) or not op:
                 raise DataError(
-                    f"lineage.ops[{i}] must be a non-empty string (seed {self.seed_id!r}), got {op!r}"
+                    f"lineage.ops[{i}] must be a non-empty string (seed {self.seed_id!r}), got "
+                    f"{op!r}"
                 )
         if type(ops) is not tuple:
             object.__setattr__(self, "ops", tuple(ops))
         ch = self.content_hash
         if ch is not None and (not isinstance(ch, str) or not ch.startswith("ch:")):
             raise DataError(
-                f"lineage.content_hash must be a 'ch:' id or None (seed {self.seed_id!r}), got {ch!r}"
+                f"lineage.content_hash must be a 'ch:' id or None (seed {self.seed_id!r}), got "
+                f"{ch!r}"
             )
 
     def with_op(self, op: str, content: Any) -> Lineage:

@@ -301,7 +301,7 @@ class DataView:
             raise DataError("where(): give either (field, cmp, value) or keywords, not both")
         value = list(value) if isinstance(value, tuple) else value
         step = validate_steps([{"op": "where", "field": field, "cmp": cmp, "value": value}])[0]
-        fn = WHERE_OPS[cmp]  # type: ignore[index]
+        fn = WHERE_OPS[cmp]  # type: ignore[index]  # validate_steps checked cmp
         keep = None
         getter = _fast_getter(field)
         if getter is not None:

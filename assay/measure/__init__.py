@@ -4,7 +4,8 @@ Every call reads any row-like input, groups by task_id, and puts intervals over 
 
 Example:
     >>> import assay
-    >>> r = assay.rows(["What is 2 + 3?", "What is 7 * 6?"], [["5", "4"], ["42", "42"]], [[1, 0], [1, 1]])
+    >>> r = assay.rows(["What is 2 + 3?", "What is 7 * 6?"], [["5", "4"], ["42", "42"]],
+    ...                [[1, 0], [1, 1]])
     >>> assay.pass_at(r).n_tasks
     2
 """

@@ -90,7 +90,8 @@ def macro_average(per_task: Sequence[np.ndarray], floors: Sequence[float], *, le
     with :func:`assay.intervals.stratified_interval`.
 
     Example:
-        >>> e = macro_average([np.array([1.0, 0.0, 1.0, 1.0]), np.array([0.5, 0.5, 0.0])], [0.25, 0.25])
+        >>> e = macro_average([np.array([1.0, 0.0, 1.0, 1.0]), np.array([0.5, 0.5, 0.0])],
+        ...                   [0.25, 0.25])
         >>> round(e.value, 4), e.n, e.unit
         (0.5417, 7, 'tasks')
     """
@@ -130,13 +131,16 @@ class PassAtBy(Result):
         for c in self.categories:
             if c.category == category and c.result is not None:
                 return c.result
-        raise KeyError(f"no category {category!r} with results; categories: {[c.category for c in self.categories]}")
+        raise KeyError(f"no category {category!r} with results; categories: "
+                       f"{[c.category for c in self.categories]}")
 
     def __str__(self) -> str:
-        return f"by {self.by}: {self.macro}" + (f" | {self.macro_pass_at_k}" if self.macro_pass_at_k else "")
+        return f"by {self.by}: {self.macro}" + (f" | {self.macro_pass_at_k}"
+                                                if self.macro_pass_at_k else "")
 
     def report(self) -> str:
-        lines = [f"per {self.by} ({len(self.categories)} categories), intervals over each category's tasks:"]
+        lines = [f"per {self.by} ({len(self.categories)} categories), intervals over each "
+                 "category's tasks:"]
         width = max(len(c.category) for c in self.categories)
         for c in self.categories:
             if c.result is None:
@@ -185,11 +189,13 @@ def pass_at_by(rows: Any, by: str, k: int | None = None, *, level: float = 0.95)
     notes: list[str] = []
     warnings: list[str] = []
     if MISSING in labels:
-        notes.append(f"{labels.count(MISSING)} rows have no {by!r}: they are the category {MISSING!r}")
+        notes.append(f"{labels.count(MISSING)} rows have no {by!r}: they are the category "
+                     f"{MISSING!r}")
     spans = _task_spans(table, labels)
     if spans:
-        warnings.append(f"{len(spans)} tasks have rows in several {by} categories (e.g. {spans[0]!r}): they count "
-                        f"in each, so categories are not independent; use a field that is constant within a task")
+        warnings.append(f"{len(spans)} tasks have rows in several {by} categories (e.g. "
+                        f"{spans[0]!r}): they count in each, so categories are not independent; "
+                        "use a field that is constant within a task")
     cats: list[CategoryPassAt] = []
     per_task: list[np.ndarray] = []
     per_task_k: list[np.ndarray] = []
@@ -203,8 +209,8 @@ def pass_at_by(rows: Any, by: str, k: int | None = None, *, level: float = 0.95)
             warnings.append(f"category {cat!r}: no binary reward, left out of the macro average")
             continue
         cats.append(CategoryPassAt(cat, res))
-        st = task_stats(frame.codes, frame.reward, frame.binary_mask(), frame.n_tasks, frame.weight, binary=True,
-                        block=frame.block)
+        st = task_stats(frame.codes, frame.reward, frame.binary_mask(), frame.n_tasks, frame.weight,
+                        binary=True, block=frame.block)
         present = st.n > 0
         n, c = st.n[present], st.s[present]
         per_task.append(c / n)
@@ -213,8 +219,8 @@ def pass_at_by(rows: Any, by: str, k: int | None = None, *, level: float = 0.95)
             pk = pass_at_k_unbiased(n, c, k_eff)
             per_task_k.append(pk[~np.isnan(pk)])
         if res.n_tasks < 10:
-            warnings.append(f"category {cat!r} has {res.n_tasks} tasks: its interval is wide and approximate "
-                            "below 10 tasks")
+            warnings.append(f"category {cat!r} has {res.n_tasks} tasks: its interval is wide and "
+                            "approximate below 10 tasks")
     if not per_task:
         raise MeasureError(f"by {by!r}: no category has a binary reward; grade the rows first")
     macro = macro_average(per_task, floors, level=level)
@@ -222,7 +228,8 @@ def pass_at_by(rows: Any, by: str, k: int | None = None, *, level: float = 0.95)
     if k_eff > 1 and all(len(x) for x in per_task_k) and len(per_task_k) == len(per_task):
         macro_k = macro_average(per_task_k, floors, level=level, name=f"macro pass@{k_eff}")
     elif k_eff > 1:
-        notes.append(f"macro pass@{k_eff} not reported: some category has no task with {k_eff} binary samples")
+        notes.append(f"macro pass@{k_eff} not reported: some category has no task with {k_eff} "
+                     "binary samples")
     return PassAtBy(by, k_eff, tuple(cats), macro, macro_k, tuple(notes), tuple(warnings))
 
 
@@ -256,25 +263,28 @@ class ComparisonBy(Result):
         for c in self.categories:
             if c.category == category:
                 return c.comparison
-        raise KeyError(f"no category {category!r}; compared: {[c.category for c in self.categories]}")
+        raise KeyError(f"no category {category!r}; compared: "
+                       f"{[c.category for c in self.categories]}")
 
     def __str__(self) -> str:
         return " | ".join(f"{c.category}: {c.comparison.verdict}" for c in self.categories)
 
     def report(self) -> str:
-        lines = [f"per {self.by}: {self.n_tests} tests, {self.correction} at family-wise alpha {self.alpha}"]
+        lines = [f"per {self.by}: {self.n_tests} tests, {self.correction} at family-wise alpha "
+                 f"{self.alpha}"]
         for c in self.categories:
             lines.append(f"  [{c.category}] {c.comparison}")
         if self.only_before or self.only_after:
-            lines.append(f"categories in one arm only (not compared): before {list(self.only_before)}, "
-                         f"after {list(self.only_after)}")
+            lines.append("categories in one arm only (not compared): before "
+                         f"{list(self.only_before)}, after {list(self.only_after)}")
         lines += [f"note: {n}" for n in self.notes]
         lines += [f"warning: {w}" for w in self.warnings]
         return "\n".join(lines)
 
 
-def compare_by(before: Any, after: Any, by: str, *, metrics: Sequence[str] | None = None, alpha: float = 0.05,
-               lower_is_better: Sequence[str] = (), level: float = 0.95, seed: int = 0) -> ComparisonBy:
+def compare_by(before: Any, after: Any, by: str, *, metrics: Sequence[str] | None = None,
+               alpha: float = 0.05, lower_is_better: Sequence[str] = (), level: float = 0.95,
+               seed: int = 0) -> ComparisonBy:
     """:func:`assay.compare` within each category of ``by`` (tasks paired by task_id), with
     Holm's correction across every (category, metric) test and a warning for each category
     with too few paired tasks for its test to reach significance.
@@ -293,17 +303,20 @@ def compare_by(before: Any, after: Any, by: str, *, metrics: Sequence[str] | Non
         >>> res["x"].verdict, res["y"].verdict, res.correction
         ('better', 'no difference detected', 'Holm across 2 tests')
     """
-    tb, ta = as_table(before, require=(), argument="before"), as_table(after, require=(), argument="after")
+    tb = as_table(before, require=(), argument="before")
+    ta = as_table(after, require=(), argument="after")
     sb, sa = _split(tb, category_labels(tb, by)), _split(ta, category_labels(ta, by))
     shared = sorted(set(sb) & set(sa))
     if not shared:
-        raise MeasureError(f"by {by!r}: no category is in both arms (before {sorted(sb)}, after {sorted(sa)})")
+        raise MeasureError(f"by {by!r}: no category is in both arms (before {sorted(sb)}, after "
+                           f"{sorted(sa)})")
     per: list[tuple[str, MetricComparison]] = []
     notes: list[str] = []
     for cat in shared:
         try:
-            res: Comparison = compare(sb[cat], sa[cat], metrics=list(metrics or ["pass@1"]), alpha=alpha,
-                                      lower_is_better=lower_is_better, level=level, seed=seed)
+            res: Comparison = compare(sb[cat], sa[cat], metrics=list(metrics or ["pass@1"]),
+                                      alpha=alpha, lower_is_better=lower_is_better, level=level,
+                                      seed=seed)
         except MeasureError as e:
             notes.append(f"category {cat!r} not compared: {e}")
             continue
@@ -320,21 +333,21 @@ def compare_by(before: Any, after: Any, by: str, *, metrics: Sequence[str] | Non
             pmin = min_attainable_p(m.n_paired)
             if pmin >= alpha:
                 verdict = "insufficient data"
-                warnings.append(f"category {cat!r} ({m.metric}): {m.n_paired} paired tasks; the exact test's smallest "
-                                f"possible p is {pmin:.4f} >= alpha {alpha}: it cannot reach significance, compare "
-                                "on more tasks")
+                warnings.append(f"category {cat!r} ({m.metric}): {m.n_paired} paired tasks; the "
+                                f"exact test's smallest possible p is {pmin:.4f} >= alpha {alpha}: "
+                                "it cannot reach significance, compare on more tasks")
             else:
-                verdict = ("better" if (m.delta.value > 0) == m.higher_is_better else "worse") if pa_ < alpha \
-                    else "no difference detected"
+                verdict = (("better" if (m.delta.value > 0) == m.higher_is_better else "worse")
+                           if pa_ < alpha else "no difference detected")
                 if m_tests > 1 and pmin * m_tests >= alpha:
                     warnings.append(
-                        f"category {cat!r} ({m.metric}): {m.n_paired} paired tasks; its smallest possible p "
-                        f"({pmin:.4f}) is above alpha/{m_tests}, so under Holm across {m_tests} tests it can reach "
-                        "significance only after other categories do")
+                        f"category {cat!r} ({m.metric}): {m.n_paired} paired tasks; its smallest "
+                        f"possible p ({pmin:.4f}) is above alpha/{m_tests}, so under Holm across "
+                        f"{m_tests} tests it can reach significance only after other categories do")
             m = replace(m, p_adjusted=pa_, verdict=verdict, detectable=m.detectable if verdict ==
                         "no difference detected" else None)
         out.append(CategoryComparison(cat, m))
     return ComparisonBy(by, tuple(out), alpha, m_tests,
                         f"Holm across {m_tests} tests" if m_tests > 1 else "none (one test)",
-                        tuple(sorted(set(sb) - set(sa))), tuple(sorted(set(sa) - set(sb))), tuple(notes),
-                        tuple(warnings))
+                        tuple(sorted(set(sb) - set(sa))), tuple(sorted(set(sa) - set(sb))),
+                        tuple(notes), tuple(warnings))

@@ -56,8 +56,9 @@ class MetricComparison:
 
     def __str__(self) -> str:
         adj = f", Holm {_fmt(self.p_adjusted)}" if self.p_adjusted != self.p_value else ""
-        return (f"{self.metric} {_fmt(self.before)} -> {_fmt(self.after)}: delta {self.delta.value:+.3f} "
-                f"{self.delta.interval} ({self.n_paired} paired tasks) p={_fmt(self.p_value, 4)}{adj}: {self.verdict}")
+        return (f"{self.metric} {_fmt(self.before)} -> {_fmt(self.after)}: delta "
+                f"{self.delta.value:+.3f} {self.delta.interval} ({self.n_paired} paired tasks) "
+                f"p={_fmt(self.p_value, 4)}{adj}: {self.verdict}")
 
     def to_dict(self) -> dict[str, Any]:
         from assay.results import to_plain
@@ -98,16 +99,17 @@ class Comparison(Result):
         lines = [f"verdict ({self.target}): {self.verdict}"]
         lines += [f"  {m}" for m in self.metrics]
         lines.append(
-            f"tasks: {self.n_paired} paired, {self.n_only_before} only before, {self.n_only_after} only after "
-            f"(unpaired tasks are left out); test: {self.metrics[0].test if self.metrics else '-'}; "
-            f"correction: {self.correction}; interval: {INTERVAL_METHOD}"
+            f"tasks: {self.n_paired} paired, {self.n_only_before} only before, {self.n_only_after} "
+            "only after (unpaired tasks are left out); test: "
+            f"{self.metrics[0].test if self.metrics else '-'}; correction: {self.correction}; "
+            f"interval: {INTERVAL_METHOD}"
         )
         for m in self.metrics:
             if m.verdict == "no difference detected" and m.detectable is not None:
                 lines.append(
-                    f"sizing ({m.metric}): at {m.n_paired} paired tasks (sd of per-task differences {m.sd:.3f}) this "
-                    f"test detects |delta| >= {m.detectable:.3f} with 80% power; use holdout_size() for the n a "
-                    "smaller effect needs"
+                    f"sizing ({m.metric}): at {m.n_paired} paired tasks (sd of per-task "
+                    f"differences {m.sd:.3f}) this test detects |delta| >= {m.detectable:.3f} with "
+                    "80% power; use holdout_size() for the n a smaller effect needs"
                 )
         lines += [f"note: {n}" for n in self.notes]
         lines += [f"warning: {w}" for w in self.warnings]
@@ -148,21 +150,25 @@ def _split_metric(name: str, markers: set[str]) -> str:
         return "pass@1"
     bare = name.removeprefix("marker:")
     if bare not in markers:
-        raise MeasureError(f"metric {name!r}: no marker {bare!r} in both arms; shared markers: {sorted(markers)}")
+        raise MeasureError(f"metric {name!r}: no marker {bare!r} in both arms; shared markers: "
+                           f"{sorted(markers)}")
     return f"marker:{bare}"
 
 
 def _arm_stats(frame: Frame, metric: str, n_tasks: int):
     if metric == "pass@1":
         mask = frame.binary_mask()
-        return task_stats(frame.codes, frame.reward, mask, n_tasks, frame.weight, binary=True, block=frame.block)
+        return task_stats(frame.codes, frame.reward, mask, n_tasks, frame.weight, binary=True,
+                          block=frame.block)
     vals = frame.markers[metric.removeprefix("marker:")]
     mask = ~np.isnan(vals)
-    return task_stats(frame.codes, np.where(mask, vals, 0.0), mask, n_tasks, frame.weight, block=frame.block)
+    return task_stats(frame.codes, np.where(mask, vals, 0.0), mask, n_tasks, frame.weight,
+                      block=frame.block)
 
 
-def compare(before: Any, after: Any, *, proxy: str | None = None, metrics: Sequence[str] | None = None,
-            alpha: float = 0.05, lower_is_better: Sequence[str] = (), level: float = 0.95,
+def compare(before: Any, after: Any, *, proxy: str | None = None,
+            metrics: Sequence[str] | None = None, alpha: float = 0.05,
+            lower_is_better: Sequence[str] = (), level: float = 0.95,
             weights: str | tuple[Any, Any] | None = None, seed: int = 0) -> Comparison:
     """Is the change from ``before`` to ``after`` real? Paired by task_id, exact test, Holm.
 
@@ -208,7 +214,8 @@ def compare(before: Any, after: Any, *, proxy: str | None = None, metrics: Seque
     if proxy is not None:
         proxy_name = _split_metric(proxy, shared)
         if proxy_name == "pass@1":
-            raise MeasureError("proxy: the proxy is a marker the change optimized, not pass@1 (the target)")
+            raise MeasureError("proxy: the proxy is a marker the change optimized, not pass@1 (the "
+                               "target)")
         if proxy_name not in names:
             names.append(proxy_name)
     lower = {f"marker:{x.removeprefix('marker:')}" for x in lower_is_better}
@@ -218,13 +225,15 @@ def compare(before: Any, after: Any, *, proxy: str | None = None, metrics: Seque
     for label, f in (("before", fb), ("after", fa)):
         c = f.counts()
         if c["partial"] or c["unjudged"]:
-            notes.append(f"{label}: {c['partial']} partial and {c['unjudged']} unjudged rows are not in pass@1")
+            notes.append(f"{label}: {c['partial']} partial and {c['unjudged']} unjudged rows are "
+                         "not in pass@1")
     present_b = np.bincount(fb.codes, minlength=n_tasks) > 0
     present_a = np.bincount(fa.codes, minlength=n_tasks) > 0
     n_only_b = int((present_b & ~present_a).sum())
     n_only_a = int((present_a & ~present_b).sum())
     if n_only_b or n_only_a:
-        notes.append(f"{n_only_b} tasks only before and {n_only_a} only after are not compared (no pair)")
+        notes.append(f"{n_only_b} tasks only before and {n_only_a} only after are not compared (no "
+                     "pair)")
 
     raw: list[dict[str, Any]] = []
     for name in names:
@@ -262,9 +271,11 @@ def compare(before: Any, after: Any, *, proxy: str | None = None, metrics: Seque
         if name == "pass@1":
             lo, hi = max(lo, -1.0), min(hi, 1.0)
         rows_used = int(sb.rows[paired].sum() + sa.rows[paired].sum())
-        est = Estimate(f"delta {name}", delta, Interval(lo, hi, level, INTERVAL_METHOD), T, "tasks", rows_used)
-        raw.append(dict(metric=name, T=T, n_unpaired=n_unpaired, before=float(mb.mean()), after=float(ma.mean()),
-                        delta=est, test=test, sd=max(sd, float(np.sqrt(v.mean())))))
+        est = Estimate(f"delta {name}", delta, Interval(lo, hi, level, INTERVAL_METHOD), T, "tasks",
+                       rows_used)
+        raw.append(dict(metric=name, T=T, n_unpaired=n_unpaired, before=float(mb.mean()),
+                        after=float(ma.mean()), delta=est, test=test,
+                        sd=max(sd, float(np.sqrt(v.mean())))))
 
     tested = [r for r in raw if r["T"] > 0]
     adj = _holm(np.array([r["test"].p_value for r in tested])) if tested else np.array([])
@@ -275,8 +286,9 @@ def compare(before: Any, after: Any, *, proxy: str | None = None, metrics: Seque
         hib = name not in lower
         if r["T"] == 0:
             nan = float("nan")
-            out.append(MetricComparison(name, nan, nan, Estimate(f"delta {name}", nan, None, 0), nan, nan, "-",
-                                        "insufficient data", 0, r["n_unpaired"], nan, None, hib))
+            out.append(MetricComparison(name, nan, nan, Estimate(f"delta {name}", nan, None, 0),
+                                        nan, nan, "-", "insufficient data", 0, r["n_unpaired"],
+                                        nan, None, hib))
             continue
         p, pa_adj = r["test"].p_value, float(adj[j])
         j += 1
@@ -287,9 +299,11 @@ def compare(before: Any, after: Any, *, proxy: str | None = None, metrics: Seque
             verdict = "better" if (delta > 0) == hib else "worse"
         else:
             verdict = "no difference detected"
-        det = detectable_effect(r["T"], r["sd"], alpha) if verdict == "no difference detected" else None
-        out.append(MetricComparison(name, r["before"], r["after"], r["delta"], p, pa_adj, r["test"].method, verdict,
-                                    r["T"], r["n_unpaired"], r["sd"], det, hib))
+        det = (detectable_effect(r["T"], r["sd"], alpha) if verdict == "no difference detected"
+               else None)
+        out.append(MetricComparison(name, r["before"], r["after"], r["delta"], p, pa_adj,
+                                    r["test"].method, verdict, r["T"], r["n_unpaired"], r["sd"],
+                                    det, hib))
     by_name = {m.metric: m for m in out}
     target = "pass@1" if "pass@1" in by_name else out[0].metric
     verdict = by_name[target].verdict
@@ -300,17 +314,19 @@ def compare(before: Any, after: Any, *, proxy: str | None = None, metrics: Seque
             f"(smallest possible p {min_attainable_p(T):.4f}); compare on more tasks"
         )
     if len(tested) > 1:
-        notes.append(f"{len(tested)} metrics tested: p-values Holm-adjusted for a family-wise alpha of {alpha}")
+        notes.append(f"{len(tested)} metrics tested: p-values Holm-adjusted for a family-wise "
+                     f"alpha of {alpha}")
     if proxy_name is not None:
         pm = by_name[proxy_name]
         if pm.verdict == "better" and by_name[target].verdict != "better":
             warnings.append(
-                f"over-optimization: the proxy {proxy_name} improved ({pm.delta.value:+.3f}, Holm p "
-                f"{pm.p_adjusted:.4f}) while {target} did not ({by_name[target].verdict}); the change may game the "
-                "proxy rather than improve the target"
+                f"over-optimization: the proxy {proxy_name} improved ({pm.delta.value:+.3f}, Holm "
+                f"p {pm.p_adjusted:.4f}) while {target} did not ({by_name[target].verdict}); the "
+                "change may game the proxy rather than improve the target"
             )
         else:
-            notes.append(f"proxy check: {proxy_name} {pm.verdict}, {target} {by_name[target].verdict}: no "
-                         "over-optimization signal")
-    return Comparison(tuple(out), verdict, target, int((present_a & present_b).sum()), n_only_b, n_only_a, alpha,
-                      "Holm" if len(tested) > 1 else "none (one metric)", proxy_name, tuple(notes), tuple(warnings))
+            notes.append(f"proxy check: {proxy_name} {pm.verdict}, {target} "
+                         f"{by_name[target].verdict}: no over-optimization signal")
+    return Comparison(tuple(out), verdict, target, int((present_a & present_b).sum()), n_only_b,
+                      n_only_a, alpha, "Holm" if len(tested) > 1 else "none (one metric)",
+                      proxy_name, tuple(notes), tuple(warnings))

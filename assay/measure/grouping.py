@@ -56,7 +56,8 @@ class Frame:
         """How many rows are binary, partial (strictly between 0 and 1) and unjudged."""
         n_binary = int(self.binary_mask().sum())
         unjudged = int(np.isnan(self.reward).sum()) if n_binary < self.n_rows else 0
-        return {"binary": n_binary, "partial": self.n_rows - n_binary - unjudged, "unjudged": unjudged}
+        return {"binary": n_binary, "partial": self.n_rows - n_binary - unjudged,
+                "unjudged": unjudged}
 
 
 def _markers_of(col: pa.ChunkedArray, n: int) -> dict[str, np.ndarray]:
@@ -70,7 +71,8 @@ def _markers_of(col: pa.ChunkedArray, n: int) -> dict[str, np.ndarray]:
     if hi == lo:
         return {}
     keys = arr.keys.slice(lo, hi - lo)
-    values = arr.items.slice(lo, hi - lo).to_numpy(zero_copy_only=False).astype(np.float64, copy=False)
+    values = (arr.items.slice(lo, hi - lo).to_numpy(zero_copy_only=False)
+              .astype(np.float64, copy=False))
     lengths = np.diff(offsets)
     if len(keys) == n and np.all(lengths == 1):
         # One marker per row: often the same name on every row, then no scatter is needed.
@@ -100,13 +102,15 @@ def _all_equal(strings: pa.Array, value: str) -> bool:
     n = len(strings)
     raw = value.encode()
     width = len(raw)
-    off = np.frombuffer(strings.buffers()[1], dtype=np.int32, count=n + 1, offset=strings.offset * 4)
+    off = np.frombuffer(strings.buffers()[1], dtype=np.int32, count=n + 1,
+                        offset=strings.offset * 4)
     if int(off[-1]) - int(off[0]) != width * n or not np.all(np.diff(off) == width):
         return False
     if width == 0:
         return True
     data = np.frombuffer(strings.buffers()[2], dtype=np.uint8, count=width * n, offset=int(off[0]))
-    return data.tobytes() == raw * n  # memcmp; numpy's broadcast compare over rows of 3 bytes is 40x slower
+    # memcmp; numpy's broadcast compare over rows of 3 bytes is 40x slower
+    return data.tobytes() == raw * n
 
 
 def _local_codes(col: pa.ChunkedArray | pa.Array) -> tuple[np.ndarray, pa.Array, int]:
@@ -126,7 +130,8 @@ def _local_codes(col: pa.ChunkedArray | pa.Array) -> tuple[np.ndarray, pa.Array,
     run_codes = enc.indices.to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
     lengths = np.diff(np.append(starts, n))
     # every run a new task (codes are then 0, 1, 2, ... in run order) and every run k long
-    block = int(lengths[0]) if len(enc.dictionary) == len(starts) and np.all(lengths == lengths[0]) else 0
+    block = (int(lengths[0]) if len(enc.dictionary) == len(starts)
+             and np.all(lengths == lengths[0]) else 0)
     return np.repeat(run_codes, lengths), enc.dictionary, block
 
 
@@ -155,24 +160,28 @@ def _unify(local: Sequence[tuple[np.ndarray, pa.Array]]) -> tuple[list[np.ndarra
     return out, enc.dictionary
 
 
-def _weights_of(weights: Any, n: int, markers: dict[str, np.ndarray], argument: str) -> np.ndarray | None:
+def _weights_of(weights: Any, n: int, markers: dict[str, np.ndarray],
+                argument: str) -> np.ndarray | None:
     if weights is None:
         return None
     if isinstance(weights, str):
         name = weights.removeprefix("marker:")
         if name not in markers:
-            raise MeasureError(f"{argument}: weights={weights!r} names no marker; the rows carry markers {sorted(markers)}")
+            raise MeasureError(f"{argument}: weights={weights!r} names no marker; the rows carry "
+                               f"markers {sorted(markers)}")
         w = markers[name]
         missing = np.flatnonzero(np.isnan(w))
         if len(missing):
-            raise MeasureError(f"{argument}[{missing[0]}]: marker {name!r} (the weights) is missing on {len(missing)} rows")
+            raise MeasureError(f"{argument}[{missing[0]}]: marker {name!r} (the weights) is "
+                               f"missing on {len(missing)} rows")
     else:
         w = np.asarray(weights, dtype=np.float64)
         if w.shape != (n,):
             raise MeasureError(f"weights: expected one number per row ({n}), got shape {w.shape}")
     bad = np.flatnonzero(~np.isfinite(w) | (w < 0))
     if len(bad):
-        raise MeasureError(f"weights[{bad[0]}] = {w[bad[0]]!r}: weights must be finite and >= 0 ({len(bad)} bad)")
+        raise MeasureError(f"weights[{bad[0]}] = {w[bad[0]]!r}: weights must be finite and >= 0 "
+                           f"({len(bad)} bad)")
     return w
 
 
@@ -181,7 +190,8 @@ def _read_columns(markers: bool) -> tuple[str, ...]:
     return MEASURED_COLUMNS if markers else tuple(c for c in MEASURED_COLUMNS if c != "markers")
 
 
-def read_frame(data: Any, *, argument: str = "rows", weights: Any = None, markers: bool = True) -> Frame:
+def read_frame(data: Any, *, argument: str = "rows", weights: Any = None,
+               markers: bool = True) -> Frame:
     """Validate ``data`` (Rows, dict rows, DataFrame or Arrow table) and read its columns.
 
     ``markers=False``: the caller reads only task ids and rewards, so markers given as dicts are
@@ -193,7 +203,8 @@ def read_frame(data: Any, *, argument: str = "rows", weights: Any = None, marker
         >>> f.n_tasks, f.reward.tolist()
         (1, [1.0, 0.0])
     """
-    table = as_table(data, require=(), argument=argument, columns=_read_columns(markers or isinstance(weights, str)))
+    table = as_table(data, require=(), argument=argument,
+                     columns=_read_columns(markers or isinstance(weights, str)))
     return frame_of_table(table, argument=argument, weights=weights, key=_cache_key(data))
 
 
@@ -269,13 +280,15 @@ def frame_of_table(table: pa.Table, *, argument: str = "rows", weights: Any = No
     return Frame(table, codes, task_ids, dec.reward, w, dec.markers, dec.binary, block)
 
 
-def read_runs(runs: Sequence[Any], *, argument: str = "runs", markers: bool = True) -> tuple[list[Frame], pa.Array]:
+def read_runs(runs: Sequence[Any], *, argument: str = "runs",
+              markers: bool = True) -> tuple[list[Frame], pa.Array]:
     """Frames for several runs with task codes shared across them (a task id is one code).
 
     Returns the frames and the task id of each shared code; ``markers`` as in :func:`read_frame`.
     """
     cols = _read_columns(markers)
-    tables = [as_table(r, require=(), argument=f"{argument}[{i}]", columns=cols) for i, r in enumerate(runs)]
+    tables = [as_table(r, require=(), argument=f"{argument}[{i}]", columns=cols)
+              for i, r in enumerate(runs)]
     decoded: list[_Decoded] = []
     for i, (t, r) in enumerate(zip(tables, runs)):
         # Re-runs and paired arms usually list the same tasks in the same order: one coding.
@@ -283,7 +296,8 @@ def read_runs(runs: Sequence[Any], *, argument: str = "runs", markers: bool = Tr
         decoded.append(_decode(t, f"{argument}[{i}]", _cache_key(r), same))
     codes, task_ids = _unify([(d.codes, d.task_ids) for d in decoded])
     # a re-coded run (the runs' task sets differ) is no longer in block layout
-    frames = [Frame(t, c, task_ids, d.reward, None, d.markers, d.binary, d.block if c is d.codes else 0)
+    frames = [Frame(t, c, task_ids, d.reward, None, d.markers, d.binary,
+                    d.block if c is d.codes else 0)
               for t, c, d in zip(tables, codes, decoded)]
     return frames, task_ids
 
@@ -298,7 +312,8 @@ class TaskStats:
     rows: np.ndarray  # unweighted row count per task
 
     def __add__(self, other: TaskStats) -> TaskStats:
-        return TaskStats(self.n + other.n, self.s + other.s, self.ss + other.ss, self.rows + other.rows)
+        return TaskStats(self.n + other.n, self.s + other.s, self.ss + other.ss,
+                         self.rows + other.rows)
 
     @property
     def present(self) -> np.ndarray:
@@ -328,7 +343,8 @@ def _row_sums(m: np.ndarray) -> np.ndarray:
 
 
 def task_stats(codes: np.ndarray, values: np.ndarray, mask: np.ndarray, n_tasks: int,
-               weight: np.ndarray | None = None, *, binary: bool = False, block: int = 0) -> TaskStats:
+               weight: np.ndarray | None = None, *, binary: bool = False,
+               block: int = 0) -> TaskStats:
     """Per-task weighted count, sum and sum of squares of ``values`` over rows in ``mask``
     (``binary``: values are 0/1, so the sum of squares is the sum; ``block``: Frame.block)."""
     if block and weight is None and len(codes) == n_tasks * block:
@@ -336,7 +352,8 @@ def task_stats(codes: np.ndarray, values: np.ndarray, mask: np.ndarray, n_tasks:
         if mask.all():
             v, rows = values, np.full(n_tasks, float(block))
         else:
-            v, rows = np.where(mask, values, 0.0), _row_sums(mask.reshape(n_tasks, block).astype(np.float64))
+            v = np.where(mask, values, 0.0)
+            rows = _row_sums(mask.reshape(n_tasks, block).astype(np.float64))
         m = v.reshape(n_tasks, block)
         s = _row_sums(m)
         return TaskStats(rows, s, s if binary else _row_sums(m * m), rows)

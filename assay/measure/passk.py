@@ -40,7 +40,8 @@ def pass_at_k_unbiased(n: np.ndarray, c: np.ndarray, k: int) -> np.ndarray:
     Real-valued ``n``, ``c`` (weighted counts) use the gamma-function binomial.
 
     Example:
-        >>> pass_at_k_unbiased(np.array([4.0, 4.0, 1.0]), np.array([1.0, 0.0, 2.0]), 2).round(3).tolist()
+        >>> n, c = np.array([4.0, 4.0, 1.0]), np.array([1.0, 0.0, 2.0])
+        >>> pass_at_k_unbiased(n, c, 2).round(3).tolist()
         [0.5, 0.0, nan]
     """
     n = np.asarray(n, dtype=np.float64)
@@ -50,7 +51,8 @@ def pass_at_k_unbiased(n: np.ndarray, c: np.ndarray, k: int) -> np.ndarray:
     fail = n - c
     some_fail = ok & (fail >= k)
     with np.errstate(invalid="ignore"):
-        out[some_fail] = 1.0 - np.exp(_log_choose(fail[some_fail], k) - _log_choose(n[some_fail], k))
+        out[some_fail] = 1.0 - np.exp(_log_choose(fail[some_fail], k)
+                                      - _log_choose(n[some_fail], k))
     out[ok & (fail < k)] = 1.0
     return out
 
@@ -107,7 +109,8 @@ class PassAt(Result):
         return self.pass_at_1.value
 
     def __str__(self) -> str:
-        parts = [str(e) for e in (self.pass_at_1, self.pass_at_k, self.pass_hat_k, self.headroom) if e is not None]
+        parts = [str(e) for e in (self.pass_at_1, self.pass_at_k, self.pass_hat_k, self.headroom)
+                 if e is not None]
         line = " | ".join(parts)
         if self.truncated_share is not None and self.truncated_share > MOSTLY_TRUNCATED:
             line += (f" [warning: {100 * self.truncated_share:.0f}% of these rows were truncated"
@@ -117,8 +120,9 @@ class PassAt(Result):
     def report(self) -> str:
         lines = [self._line()]
         lines.append(
-            f"rows: {self.n_rows} binary used, {self.n_partial} partial skipped, {self.n_unjudged} unjudged skipped; "
-            f"se(pass@1) {self.se:.4f}, design effect phi {self.design_effect:.3f}; intervals: {TASK_METHOD}"
+            f"rows: {self.n_rows} binary used, {self.n_partial} partial skipped, {self.n_unjudged} "
+            f"unjudged skipped; se(pass@1) {self.se:.4f}, design effect phi "
+            f"{self.design_effect:.3f}; intervals: {TASK_METHOD}"
         )
         lines += [f"note: {n}" for n in self.notes]
         lines += [f"warning: {w}" for w in self.warnings]
@@ -142,7 +146,8 @@ def pass_at(rows: Any, k: int | None = None, *, level: float = 0.95, weights: An
 
     Example:
         >>> rows = [{"task_id": t, "reward": r} for t, rs in
-        ...         {"a": [1, 0, 1, 1], "b": [0, 0, 1, 0], "c": [1, 1, 1, 1], "d": [1, 0, 1, 1]}.items()
+        ...         {"a": [1, 0, 1, 1], "b": [0, 0, 1, 0],
+        ...          "c": [1, 1, 1, 1], "d": [1, 0, 1, 1]}.items()
         ...         for r in rs]
         >>> res = pass_at(rows)
         >>> round(res.value, 3), res.k, res.n_tasks
@@ -164,10 +169,12 @@ def pass_at_frame(frame: Frame, k: int | None, *, level: float = 0.95) -> PassAt
     binary = frame.binary_mask()
     if counts["binary"] == 0:
         raise MeasureError(
-            f"rows: no row has a binary reward (0 or 1): {counts['partial']} partial, {counts['unjudged']} unjudged; "
-            "pass@k counts passes. Threshold partial scores into 0/1 first, or grade the rows"
+            f"rows: no row has a binary reward (0 or 1): {counts['partial']} partial, "
+            f"{counts['unjudged']} unjudged; pass@k counts passes. Threshold partial scores into "
+            "0/1 first, or grade the rows"
         )
-    st = task_stats(frame.codes, frame.reward, binary, frame.n_tasks, frame.weight, binary=True, block=frame.block)
+    st = task_stats(frame.codes, frame.reward, binary, frame.n_tasks, frame.weight, binary=True,
+                    block=frame.block)
     present = st.n > 0
     n, c = st.n[present], st.s[present]
     n_rows_used = int(st.rows[present].sum())
@@ -178,24 +185,29 @@ def pass_at_frame(frame: Frame, k: int | None, *, level: float = 0.95) -> PassAt
     warnings: list[str] = []
     interval = task_interval(rates, floor=floor, level=level)
     if interval is None:
-        warnings.append("one task: no interval over tasks is possible; give more tasks (each its own task_id)")
+        warnings.append("one task: no interval over tasks is possible; give more tasks (each its "
+                        "own task_id)")
     p1 = Estimate("pass@1", float(rates.mean()), interval, T, "tasks", n_rows_used,
-                  None if interval is not None else "no interval: one task cannot show task-to-task variation")
+                  None if interval is not None else "no interval: one task cannot show "
+                                                    "task-to-task variation")
     se = float(rates.std(ddof=1) / np.sqrt(T)) if T > 1 else float("nan")
     phi = 1.0
     if T > 1 and 0 < p1.value < 1:
         phi = float(np.clip(rates.var(ddof=1) / (p1.value * (1 - p1.value)), floor, 1.0))
     if counts["partial"]:
-        notes.append(f"{counts['partial']} rows with a partial reward (strictly between 0 and 1) are not in these numbers")
+        notes.append(f"{counts['partial']} rows with a partial reward (strictly between 0 and 1) "
+                     "are not in these numbers")
     if counts["unjudged"]:
         notes.append(f"{counts['unjudged']} unjudged rows (no reward) are not in these numbers")
     n_without = frame.n_tasks - T
     if n_without:
         notes.append(f"{n_without} tasks have no binary row and are left out")
     if frame.weight is not None:
-        notes.append("rows weighted: a row of weight w counts as w samples of its task; tasks weigh equally")
+        notes.append("rows weighted: a row of weight w counts as w samples of its task; tasks "
+                     "weigh equally")
     if 1 < T < 10:
-        warnings.append(f"only {T} tasks: the interval is wide and its coverage is only approximate below 10 tasks")
+        warnings.append(f"only {T} tasks: the interval is wide and its coverage is only "
+                        "approximate below 10 tasks")
 
     k_eff = int(k) if k is not None else max(1, int(np.floor(st.rows[present].min())))
     at_k = hat_k = head = None
@@ -207,34 +219,39 @@ def pass_at_frame(frame: Frame, k: int | None, *, level: float = 0.95) -> PassAt
         below = int((~ok).sum())
         if below:
             notes.append(
-                f"{below} of {T} tasks have fewer than {k_eff} samples: pass@{k_eff} and pass^{k_eff} are undefined "
-                "for them (left out, not scored as 1)"
+                f"{below} of {T} tasks have fewer than {k_eff} samples: pass@{k_eff} and "
+                f"pass^{k_eff} are undefined for them (left out, not scored as 1)"
             )
         if ok.any():
             rows_k = int(st.rows[present][ok].sum())
             Tk = int(ok.sum())
             fk = float(np.mean(1.0 / n[ok]))
-            at_k = Estimate(f"pass@{k_eff}", float(pk[ok].mean()), task_interval(pk[ok], floor=fk, level=level),
-                            Tk, "tasks", rows_k)
-            hat_k = Estimate(f"pass^{k_eff}", float(ph[ok].mean()), task_interval(ph[ok], floor=fk, level=level),
-                             Tk, "tasks", rows_k)
+            at_k = Estimate(f"pass@{k_eff}", float(pk[ok].mean()),
+                            task_interval(pk[ok], floor=fk, level=level), Tk, "tasks", rows_k)
+            hat_k = Estimate(f"pass^{k_eff}", float(ph[ok].mean()),
+                             task_interval(ph[ok], floor=fk, level=level), Tk, "tasks", rows_k)
             gap = pk[ok] - rates[ok]
-            head = Estimate("headroom", float(gap.mean()), task_interval(gap, floor=fk, level=level), Tk, "tasks",
-                            rows_k, note=f"pass@{k_eff} - pass@1")
+            head = Estimate("headroom", float(gap.mean()),
+                            task_interval(gap, floor=fk, level=level), Tk, "tasks", rows_k,
+                            note=f"pass@{k_eff} - pass@1")
             if Tk < 30:
-                notes.append(f"pass@{k_eff}/pass^{k_eff} intervals are approximate below 30 tasks (skewed per-task "
-                             "values: about 88% coverage at 10 tasks in simulation, see docs/statistics.md)")
+                notes.append(f"pass@{k_eff}/pass^{k_eff} intervals are approximate below 30 tasks "
+                             "(skewed per-task values: about 88% coverage at 10 tasks in "
+                             "simulation, see docs/statistics.md)")
         else:
-            warnings.append(f"no task has {k_eff} binary samples: pass@{k_eff} and pass^{k_eff} are undefined")
+            warnings.append(f"no task has {k_eff} binary samples: pass@{k_eff} and pass^{k_eff} "
+                            "are undefined")
     elif k is None:
-        notes.append("some task has a single sample, so k defaults to 1: pass@k and pass^k need k >= 2 samples per task")
+        notes.append("some task has a single sample, so k defaults to 1: pass@k and pass^k need k "
+                     ">= 2 samples per task")
     trunc = _truncated_share(frame, binary)
     if trunc is not None and trunc > MOSTLY_TRUNCATED:
         warnings.append(f"{100 * trunc:.0f}% of the rows measured were truncated (finish 'length', "
                         "marker truncated): the rate measures the length limit as much as the "
                         "model; raise max_tokens")
-    return PassAt(p1, at_k, hat_k, head, k_eff, T, n_rows_used, counts["partial"], counts["unjudged"], below, n_without,
-                  se, phi, frame.weight is not None, tuple(notes), tuple(warnings), trunc)
+    return PassAt(p1, at_k, hat_k, head, k_eff, T, n_rows_used, counts["partial"],
+                  counts["unjudged"], below, n_without, se, phi, frame.weight is not None,
+                  tuple(notes), tuple(warnings), trunc)
 
 
 def _truncated_share(frame: Frame, used: np.ndarray) -> float | None:

@@ -84,14 +84,16 @@ class Selection(Result):
 
     def __str__(self) -> str:
         gates = " | ".join(str(g) for g in self.gates if g.rows_dropped or g.groups_dropped)
-        return (f"select({self.mode}, band [{self.band[0]:g}, {self.band[1]:g}]): kept {self.n_rows_kept} of "
-                f"{self.n_rows_in} rows in {self.n_tasks_kept} of {self.n_tasks_in} tasks"
+        return (f"select({self.mode}, band [{self.band[0]:g}, {self.band[1]:g}]): kept "
+                f"{self.n_rows_kept} of {self.n_rows_in} rows in {self.n_tasks_kept} of "
+                f"{self.n_tasks_in} tasks"
                 + (f" | {gates}" if gates else ""))
 
     def report(self) -> str:
         lines = [self._line()]
         for g in self.gates:
-            lines.append(f"  gate {g.name}: dropped {g.rows_dropped} rows, {g.groups_dropped} whole groups"
+            lines.append(f"  gate {g.name}: dropped {g.rows_dropped} rows, {g.groups_dropped} "
+                         "whole groups"
                          + (f" ({g.note})" if g.note else ""))
         lines += [f"warning: {w}" for w in self.warnings]
         return "\n".join(lines)
@@ -128,7 +130,8 @@ def _leaks(table: pa.Table, idx: np.ndarray) -> np.ndarray:
         if not isinstance(d, dict):
             secrets.append([])
             continue
-        found = [s for key, v in d.items() if key != "reference" for s in _strings(v) if len(s.strip()) >= LEAK_MIN_CHARS]
+        found = [s for key, v in d.items() if key != "reference" for s in _strings(v)
+                 if len(s.strip()) >= LEAK_MIN_CHARS]
         ref = {s for s in _strings(d.get("reference"))}
         secrets.append([s for s in found if s not in ref])
     if not any(secrets):
@@ -196,7 +199,8 @@ def select(rows: Any, mode: str = "rl", band: tuple[float, float] = (0.2, 0.8)) 
         (4, 1, ['unanimous (all pass)', 'unanimous (all fail)'])
     """
     if mode != "rl":
-        raise MeasureError(f"select: mode={mode!r} is not supported; mode='rl' keeps mixed groups for RL")
+        raise MeasureError(f"select: mode={mode!r} is not supported; mode='rl' keeps mixed groups "
+                           "for RL")
     try:
         lo, hi = (float(band[0]), float(band[1]))
     except (TypeError, ValueError, IndexError):
@@ -231,7 +235,8 @@ def select(rows: Any, mode: str = "rl", band: tuple[float, float] = (0.2, 0.8)) 
     row_rate = rate[codes]
     drop("unanimous (all pass)", row_rate == 1.0)
     drop("unanimous (all fail)", row_rate == 0.0)
-    drop("outside band", (row_rate < lo) | (row_rate > hi), f"rate from all graded rows, band [{lo:g}, {hi:g}]")
+    drop("outside band", (row_rate < lo) | (row_rate > hi),
+         f"rate from all graded rows, band [{lo:g}, {hi:g}]")
     idx = np.flatnonzero(keep)
     if len(idx):
         texts = table.column("final_text").take(pa.array(idx))
@@ -249,7 +254,8 @@ def select(rows: Any, mode: str = "rl", band: tuple[float, float] = (0.2, 0.8)) 
         dup = np.zeros(n, dtype=bool)
         if len(idx2):
             norm = _normalize_ws(table.column("final_text").take(pa.array(idx2)))
-            tcodes = norm.dictionary_encode().indices.to_numpy(zero_copy_only=False).astype(np.int64)
+            tcodes = (norm.dictionary_encode().indices.to_numpy(zero_copy_only=False)
+                      .astype(np.int64))
             key = codes[idx2] * (int(tcodes.max()) + 1) + tcodes
             _, first = np.unique(key, return_index=True)
             is_dup = np.ones(len(idx2), dtype=bool)
@@ -269,8 +275,8 @@ def select(rows: Any, mode: str = "rl", band: tuple[float, float] = (0.2, 0.8)) 
     warnings: list[str] = []
     if len(kept_idx) == 0:
         worst = max(gates, key=lambda g: g.rows_dropped)
-        warnings.append(f"no mixed groups left: every row was dropped; the largest gate was '{worst.name}' "
-                        f"({worst.rows_dropped} rows)")
+        warnings.append("no mixed groups left: every row was dropped; the largest gate was "
+                        f"'{worst.name}' ({worst.rows_dropped} rows)")
     kept = Rows(table.take(pa.array(kept_idx, type=pa.int64())))
     return Selection(kept, kept_idx, tuple(gates), mode, (lo, hi), n, T, len(kept_idx),
                      groups_alive(keep), tuple(warnings))

@@ -70,7 +70,8 @@ def lattice_pvalues(a: np.ndarray) -> np.ndarray:
         return out
     G = 1 << int(np.ceil(np.log2(2 * M + 2)))
     V = int(mag.max())
-    counts = np.stack([(mag == v).sum(axis=1) for v in range(1, V + 1)], axis=1).astype(np.float64)  # R x V
+    # R x V
+    counts = np.stack([(mag == v).sum(axis=1) for v in range(1, V + 1)], axis=1).astype(np.float64)
     theta = 2.0 * np.pi * np.arange(G // 2 + 1) / G
     cos = np.cos(np.outer(np.arange(1, V + 1), theta))  # V x (G/2 + 1)
     # prod_v cos^c_v as exp(counts @ log|cos|) with the sign from the parity of negative factors:
@@ -153,8 +154,8 @@ def signflip_test(d: np.ndarray, *, lattice: int | None = None, seed: int = 0) -
         done = 0
         while done < B:
             b = min(chunk, B - done)
-            signs = rng.integers(0, 2, size=(b, m), dtype=np.int8) * 2 - 1
-            hits += int((np.abs(signs @ nz) >= obs - tol).sum())
+            flips = rng.integers(0, 2, size=(b, m), dtype=np.int8) * 2 - 1
+            hits += int((np.abs(flips @ nz) >= obs - tol).sum())
             done += b
         return SignFlip((1 + hits) / (1 + B), f"Monte Carlo sign-flip ({B} draws, seed {seed})", m,
                         max(minp, 1 / (1 + B)))

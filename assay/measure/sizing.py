@@ -51,12 +51,15 @@ class HoldoutSize(Result):
     def _headline(self) -> Estimate:
         """The paired tasks needed, as a count (no interval: it is a plan, not a measurement)."""
         return Estimate("paired tasks needed", float(self.n_tasks), None, self.n_tasks, "tasks",
-                        note=f"delta {self.effect:+.3f} at power {self.power:.2f}, alpha {self.alpha}")
+                        note=f"delta {self.effect:+.3f} at power {self.power:.2f}, alpha "
+                             f"{self.alpha}")
 
     def __str__(self) -> str:
-        sim = f", simulated power {self.simulated_power:.2f}" if self.simulated_power is not None else ""
-        return (f"holdout_size: {self.n_tasks} paired tasks for delta {self.effect:+.3f} at power {self.power:.2f}, "
-                f"alpha {self.alpha} (sd {self.sd:.3f} from {self.sd_source}, k={self.k}{sim})")
+        sim = (f", simulated power {self.simulated_power:.2f}" if self.simulated_power is not None
+               else "")
+        return (f"holdout_size: {self.n_tasks} paired tasks for delta {self.effect:+.3f} at power "
+                f"{self.power:.2f}, alpha {self.alpha} (sd {self.sd:.3f} from {self.sd_source}, "
+                f"k={self.k}{sim})")
 
 
 def _rate_model(n: np.ndarray, c: np.ndarray) -> tuple[float, float]:
@@ -68,21 +71,24 @@ def _rate_model(n: np.ndarray, c: np.ndarray) -> tuple[float, float]:
     multi = n >= 2
     if len(rates) < 2 or not multi.any() or not 0 < m < 1:
         return m, 0.0
-    within = float(np.mean(c[multi] * (n[multi] - c[multi]) / (n[multi] * (n[multi] - 1)) / n[multi]))
+    within = float(np.mean(c[multi] * (n[multi] - c[multi])
+                           / (n[multi] * (n[multi] - 1)) / n[multi]))
     between = float(rates.var(ddof=1)) - within
     if between <= 0 or between >= m * (1 - m):
         return m, 0.0
     return m, m * (1 - m) / between - 1.0
 
 
-def _draw_rates(rng: np.random.Generator, model: tuple[float, float], size: tuple[int, int]) -> np.ndarray:
+def _draw_rates(rng: np.random.Generator, model: tuple[float, float],
+                size: tuple[int, int]) -> np.ndarray:
     m, conc = model
     if conc <= 0:
         return np.full(size, m)
     return rng.beta(m * conc, (1 - m) * conc, size=size)
 
 
-def _simulated_power(n: int, effect: float, k: int, model: tuple[float, float], alpha: float, seed: int) -> float:
+def _simulated_power(n: int, effect: float, k: int, model: tuple[float, float], alpha: float,
+                     seed: int) -> float:
     rng = np.random.default_rng(seed)
     p = _draw_rates(rng, model, (SIM_REPS, n))
     p = np.clip(p, 0.0, 1.0 - effect) if effect > 0 else np.clip(p, -effect, 1.0)
@@ -92,7 +98,8 @@ def _simulated_power(n: int, effect: float, k: int, model: tuple[float, float], 
 
 
 def holdout_size(effect: float, before: Any = None, after: Any = None, *, k: int | None = None,
-                 power: float = 0.8, alpha: float = 0.05, base: float = 0.5, seed: int = 0) -> HoldoutSize:
+                 power: float = 0.8, alpha: float = 0.05, base: float = 0.5,
+                 seed: int = 0) -> HoldoutSize:
     """Tasks needed for ``compare`` to call a pass@1 change of ``effect`` with ``power``.
 
     Args:
@@ -111,13 +118,16 @@ def holdout_size(effect: float, before: Any = None, after: Any = None, *, k: int
         (True, 'model')
     """
     if not (isinstance(effect, (int, float)) and 0 < abs(effect) < 1):
-        raise MeasureError(f"effect must be a number with 0 < |effect| < 1 (a pass@1 change), got {effect!r}")
+        raise MeasureError("effect must be a number with 0 < |effect| < 1 (a pass@1 change), got "
+                           f"{effect!r}")
     if not 0 < power < 1 or not 0 < alpha < 1:
-        raise MeasureError(f"power and alpha must be in (0, 1), got power={power!r}, alpha={alpha!r}")
+        raise MeasureError(f"power and alpha must be in (0, 1), got power={power!r}, "
+                           f"alpha={alpha!r}")
     if k is not None and (isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1):
         raise MeasureError(f"k must be a positive integer, got {k!r}")
     if after is not None and before is None:
-        raise MeasureError("holdout_size: give before= with after= (a paired pilot), or before= alone")
+        raise MeasureError("holdout_size: give before= with after= (a paired pilot), or before= "
+                           "alone")
     notes: list[str] = []
     warnings: list[str] = []
     model: tuple[float, float]
@@ -128,7 +138,8 @@ def holdout_size(effect: float, before: Any = None, after: Any = None, *, k: int
         sa = task_stats(fa.codes, fa.reward, fa.binary_mask(), n_t, binary=True, block=fa.block)
         paired = (sb.n > 0) & (sa.n > 0)
         if paired.sum() < 2:
-            raise MeasureError("holdout_size: the pilot arms share fewer than 2 tasks with binary rewards")
+            raise MeasureError("holdout_size: the pilot arms share fewer than 2 tasks with binary "
+                               "rewards")
         k_pilot = int(np.median(np.concatenate([sb.n[paired], sa.n[paired]])))
         k_eff = int(k) if k is not None else k_pilot
         d = sa.s[paired] / sa.n[paired] - sb.s[paired] / sb.n[paired]
@@ -148,7 +159,8 @@ def holdout_size(effect: float, before: Any = None, after: Any = None, *, k: int
         base_out = None
     elif before is not None:
         fb = read_frame(before, argument="before", markers=False)
-        sb = task_stats(fb.codes, fb.reward, fb.binary_mask(), fb.n_tasks, binary=True, block=fb.block)
+        sb = task_stats(fb.codes, fb.reward, fb.binary_mask(), fb.n_tasks, binary=True,
+                        block=fb.block)
         have = sb.n > 0
         if not have.any():
             raise MeasureError("holdout_size: before= has no binary rewards")
@@ -160,14 +172,15 @@ def holdout_size(effect: float, before: Any = None, after: Any = None, *, k: int
             epq = float(np.mean(cc * (nn - cc) / (nn * (nn - 1))))
         else:
             epq = float(np.mean(p) * (1 - np.mean(p)))
-            notes.append("before= has one sample per task: E[p(1-p)] taken at the mean rate (conservative)")
+            notes.append("before= has one sample per task: E[p(1-p)] taken at the mean rate "
+                         "(conservative)")
         eq = epq + effect * (1 - 2 * float(np.mean(p))) - effect ** 2
         sd = float(np.sqrt(max(epq + max(eq, 0.0), 1e-12) / k_eff))
         source = f"before rows ({int(have.sum())} tasks)"
         model = _rate_model(sb.n[have], sb.s[have])
         if model[1] == 0:
-            notes.append("simulation check draws every task at the pilot's mean rate (no between-task variance "
-                         "measurable): conservative")
+            notes.append("simulation check draws every task at the pilot's mean rate (no "
+                         "between-task variance measurable): conservative")
         base_out = None
     else:
         if not 0 < base < 1:
@@ -178,10 +191,12 @@ def holdout_size(effect: float, before: Any = None, after: Any = None, *, k: int
         source = "model"
         model = (base, 0.0)
         base_out = base
-        notes.append(f"no pilot rows: binomial model at base {base} with k={k_eff}; pass before= for a measured sd")
+        notes.append(f"no pilot rows: binomial model at base {base} with k={k_eff}; pass before= "
+                     "for a measured sd")
     if sd <= 0:
         sd = 1e-6
-        warnings.append("the pilot's per-task differences have zero spread; the n below is a lower bound")
+        warnings.append("the pilot's per-task differences have zero spread; the n below is a lower "
+                        "bound")
     n_normal = tasks_for_power(effect, sd, power, alpha)
     n = n_normal
     sim = None
@@ -191,7 +206,8 @@ def holdout_size(effect: float, before: Any = None, after: Any = None, *, k: int
             n_min += 1
         lo, hi = max(n_min, n_normal // 2), max(n_min, n_normal)
         # Grow hi until the simulated exact test reaches the target, then bisect for the smallest n.
-        while _simulated_power(hi, effect, k_eff, model, alpha, seed) < power and hi < 4 * SIMULATE_BELOW:
+        while (_simulated_power(hi, effect, k_eff, model, alpha, seed) < power
+               and hi < 4 * SIMULATE_BELOW):
             lo, hi = hi, hi * 2
         while lo < hi:
             mid = (lo + hi) // 2
@@ -205,8 +221,8 @@ def holdout_size(effect: float, before: Any = None, after: Any = None, *, k: int
             n = max(n_normal, n_sim)
         else:
             n = n_sim
-        notes.append(f"n checked by simulating the exact test ({SIM_REPS} draws): normal limit {n_normal}, "
-                     f"simulation {n_sim}")
-    return HoldoutSize(int(n), float(effect), power, alpha, sd, source, k_eff, base_out, n_normal, sim,
-                       notes=tuple(notes), warnings=tuple(warnings))
+        notes.append(f"n checked by simulating the exact test ({SIM_REPS} draws): normal limit "
+                     f"{n_normal}, simulation {n_sim}")
+    return HoldoutSize(int(n), float(effect), power, alpha, sd, source, k_eff, base_out, n_normal,
+                       sim, notes=tuple(notes), warnings=tuple(warnings))
 

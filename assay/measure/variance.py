@@ -57,11 +57,12 @@ class VarianceComponents:
     se_tasks: float | None = None
 
     def __str__(self) -> str:
-        s = (f"{self.mean}: se {self.se:.4f} = sqrt((between {self.between:.4f} + within {self.within:.4f}/"
-             f"{self.samples_per_task:.3g}) / {self.n_tasks}); x2 samples -> se {self.se_double_samples:.4f}, "
-             f"x2 tasks -> se {self.se_double_tasks:.4f}")
+        s = (f"{self.mean}: se {self.se:.4f} = sqrt((between {self.between:.4f} + within "
+             f"{self.within:.4f}/{self.samples_per_task:.3g}) / {self.n_tasks}); x2 samples -> se "
+             f"{self.se_double_samples:.4f}, x2 tasks -> se {self.se_double_tasks:.4f}")
         if self.run_sd is not None:
-            s += f"; run sd {self.run_sd:.4f} over {len(self.run_means)} runs (sampling predicts {self.run_sd_expected:.4f})"
+            s += (f"; run sd {self.run_sd:.4f} over {len(self.run_means)} runs (sampling predicts "
+                  f"{self.run_sd_expected:.4f})")
         return s
 
     def to_dict(self) -> dict[str, Any]:
@@ -93,13 +94,16 @@ class EvalVariance(Result):
         return " | ".join(str(c) for c in self.components)
 
     def report(self) -> str:
-        lines = ["eval_variance (Miller 2024, arXiv:2411.00640): Var(score) = (between + within / K) / T"]
+        lines = ["eval_variance (Miller 2024, arXiv:2411.00640): "
+                 "Var(score) = (between + within / K) / T"]
         for c in self.components:
             lines.append(f"  {c}")
             lines.append(
-                f"    {100 * c.sampling_share:.0f}% of the score's variance is sampling noise; more samples per task "
-                f"can shrink se by at most {100 * (1 - c.se_floor_samples / c.se) if c.se > 0 else 0:.0f}%, "
-                f"doubling the tasks shrinks it by {100 * (1 - c.se_double_tasks / c.se) if c.se > 0 else 0:.0f}%"
+                f"    {100 * c.sampling_share:.0f}% of the score's variance is sampling noise; "
+                "more samples per task can shrink se by at most "
+                f"{100 * (1 - c.se_floor_samples / c.se) if c.se > 0 else 0:.0f}%, doubling the "
+                "tasks shrinks it by "
+                f"{100 * (1 - c.se_double_tasks / c.se) if c.se > 0 else 0:.0f}%"
             )
             which = se_which(c)
             if which:
@@ -121,13 +125,14 @@ def se_which(c: VarianceComponents) -> str | None:
         return None
     why = ("the between-task estimate was truncated at 0" if c.between == 0.0
            else "tasks have unequal numbers of samples")
-    return (f"se of the mean: {c.se_tasks:.4f} over tasks (as pass_at reports it and its interval uses); "
-            f"the {c.se:.4f} above is the components' model se ({why}), meant for planning "
+    return (f"se of the mean: {c.se_tasks:.4f} over tasks (as pass_at reports it and its interval "
+            f"uses); the {c.se:.4f} above is the components' model se ({why}), meant for planning "
             "how more samples or tasks change it, not for this estimate's interval")
 
 
-def _decompose(metric: str, per_run: list[tuple[np.ndarray, np.ndarray, np.ndarray, int]], n_tasks: int,
-               level: float, binary: bool, notes: list[str]) -> VarianceComponents | None:
+def _decompose(metric: str, per_run: list[tuple[np.ndarray, np.ndarray, np.ndarray, int]],
+               n_tasks: int, level: float, binary: bool,
+               notes: list[str]) -> VarianceComponents | None:
     """per_run: (codes, values, mask, block) for each run; the runs' rows are pooled per task."""
     run_stats = [task_stats(c, v, m, n_tasks, binary=binary, block=b) for c, v, m, b in per_run]
     st = run_stats[0]
@@ -147,9 +152,11 @@ def _decompose(metric: str, per_run: list[tuple[np.ndarray, np.ndarray, np.ndarr
     else:  # tasks are the clusters: a t interval over the per-task means
         interval = cluster_t_interval(x, level, method="t over tasks")
     mean = Estimate(metric, float(x.mean()), interval, T, "tasks", int(st.rows[present].sum()))
-    K = float(n[0]) if np.all(n == n[0]) else float(len(n) / np.sum(1.0 / n))  # harmonic mean samples per task
+    # harmonic mean samples per task
+    K = float(n[0]) if np.all(n == n[0]) else float(len(n) / np.sum(1.0 / n))
     if not has_w.any():
-        notes.append(f"{metric}: every task has one sample, so within-task variance cannot be estimated (need k >= 2)")
+        notes.append(f"{metric}: every task has one sample, so within-task variance cannot be "
+                     "estimated (need k >= 2)")
         within = float("nan")
         within_over_k = float("nan")
         between = float(x.var(ddof=1)) if T > 1 else float("nan")
@@ -159,7 +166,8 @@ def _decompose(metric: str, per_run: list[tuple[np.ndarray, np.ndarray, np.ndarr
         total = float(x.var(ddof=1)) if T > 1 else 0.0
         between = max(total - within_over_k, 0.0)
         if total - within_over_k < 0:
-            notes.append(f"{metric}: the between-task estimate was negative (sampling noise) and is truncated at 0")
+            notes.append(f"{metric}: the between-task estimate was negative (sampling noise) and "
+                         "is truncated at 0")
     var_mean = (between + (within / K if np.isfinite(within) else 0.0)) / T
     se = float(np.sqrt(var_mean))
     w = within if np.isfinite(within) else 0.0
@@ -196,7 +204,8 @@ def eval_variance(*runs: Any, level: float = 0.95) -> EvalVariance:
         level: level of the interval on each mean.
 
     Example:
-        >>> run = [{"task_id": f"t{i}", "reward": float((i + j) % 3 == 0)} for i in range(30) for j in range(4)]
+        >>> run = [{"task_id": f"t{i}", "reward": float((i + j) % 3 == 0)}
+        ...        for i in range(30) for j in range(4)]
         >>> ev = eval_variance(run)
         >>> c = ev["pass@1"]
         >>> c.n_tasks, c.samples_per_task, c.se_double_samples < c.se
@@ -231,12 +240,13 @@ def eval_variance(*runs: Any, level: float = 0.95) -> EvalVariance:
         for comp in comps:
             if comp.run_spread_p is not None and comp.run_spread_p < 0.01:
                 warnings.append(
-                    f"{comp.metric}: runs differ more than sampling explains (run sd {comp.run_sd:.4f} vs "
-                    f"{comp.run_sd_expected:.4f}, p={comp.run_spread_p:.3g}): the runs may not be the same tasks, "
-                    "judge or settings"
+                    f"{comp.metric}: runs differ more than sampling explains (run sd "
+                    f"{comp.run_sd:.4f} vs {comp.run_sd_expected:.4f}, p={comp.run_spread_p:.3g}): "
+                    "the runs may not be the same tasks, judge or settings"
                 )
-        notes.append("re-run noise is within-task sampling variance, already inside the interval over tasks; "
-                     "do not add it again as a separate hurdle")
+        notes.append("re-run noise is within-task sampling variance, already inside the interval "
+                     "over tasks; do not add it again as a separate hurdle")
     elif c.within != c.within:
-        warnings.append("one sample per task: give k >= 2 samples per task to separate sampling from task variance")
+        warnings.append("one sample per task: give k >= 2 samples per task to separate sampling "
+                        "from task variance")
     return EvalVariance(tuple(comps), len(frames), tuple(notes), tuple(warnings))

@@ -27,7 +27,8 @@ VARIANT_WEIGHTS: dict[str, float] = {
 VARIANT_KINDS: tuple[str, ...] = tuple(VARIANT_WEIGHTS)
 
 _SWAPS = {"+": "-", "-": "+", "*": "+", "//": "/", "/": "//", "%": "//", "<": "<=", "<=": "<",
-          ">": ">=", ">=": ">", "==": "!=", "!=": "==", "and": "or", "or": "and", "+=": "-=", "-=": "+="}
+          ">": ">=", ">=": ">", "==": "!=", "!=": "==", "and": "or", "or": "and", "+=": "-=",
+          "-=": "+="}
 
 
 def difficulty(task_id: str) -> float:
@@ -35,7 +36,8 @@ def difficulty(task_id: str) -> float:
     and skill, so two policies face the same hard problems).
 
     Example:
-        >>> 0 < difficulty("HumanEval/0") < 1, difficulty("HumanEval/0") == difficulty("HumanEval/0")
+        >>> d = difficulty("HumanEval/0")
+        >>> 0 < d < 1, d == difficulty("HumanEval/0")
         (True, True)
     """
     h = int.from_bytes(hashlib.sha256(task_id.encode()).digest()[:8], "big")
@@ -46,7 +48,8 @@ def p_correct(skill: float, task_id: str) -> float:
     """Chance a sample is the correct solution: ``logit p = logit(skill) + 4 (0.5 - difficulty)``.
 
     Example:
-        >>> p_correct(0.3, "HumanEval/7") < p_correct(0.8, "HumanEval/7"), p_correct(1.0, "HumanEval/7")
+        >>> t = "HumanEval/7"
+        >>> p_correct(0.3, t) < p_correct(0.8, t), p_correct(1.0, t)
         (True, 1.0)
     """
     if skill <= 0 or skill >= 1:
@@ -115,7 +118,8 @@ def _missing_edge_case(code: str, rng: random.Random, prompt: str) -> str | None
                 continue
             for stmt in block:
                 if (isinstance(stmt, ast.If) and not stmt.orelse and len(stmt.body) == 1
-                        and isinstance(stmt.body[0], (ast.Return, ast.Continue, ast.Break, ast.Raise))
+                        and isinstance(stmt.body[0],
+                                       (ast.Return, ast.Continue, ast.Break, ast.Raise))
                         and stmt.lineno >= first):
                     sites.append(stmt)
     if not sites:
@@ -134,7 +138,8 @@ def _exception(code: str, rng: random.Random, prompt: str) -> str | None:
         tree = pyast.parse(prompt + code)
     except SyntaxError:
         return None
-    assigned = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+    assigned = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)
+                and isinstance(n.ctx, ast.Store)}
     assigned |= {a.arg for n in ast.walk(tree) if isinstance(n, ast.arguments) for a in n.args}
     sites = [t for t in toks if t.type == tokenize.NAME and t.string in assigned]
     if not sites:
@@ -190,10 +195,11 @@ def broken_variant(problem: Any, kind: str, seed: int = 0) -> str | None:
 
 def _problem(p: Any, i: int) -> dict[str, str]:
     get = (lambda k: p.get(k)) if isinstance(p, dict) else (lambda k: getattr(p, k, None))
-    out = {k: get(k) for k in ("task_id", "prompt", "canonical_solution")}
+    out: dict[str, Any] = {k: get(k) for k in ("task_id", "prompt", "canonical_solution")}
     for k, v in out.items():
         if not isinstance(v, str):
-            raise DataError(f"problems[{i}]: needs a string '{k}' (a CodeProblem or a HumanEval dict)")
+            raise DataError(f"problems[{i}]: needs a string '{k}' (a CodeProblem or a HumanEval "
+                            "dict)")
     return out
 
 
@@ -250,7 +256,8 @@ def seeded_code_policy(problems: Iterable[Any], k: int, seed: int, skill: float)
     return out
 
 
-def sample_kinds(problems: Sequence[Any], completions: Sequence[Sequence[str]], seed: int) -> list[list[str]]:
+def sample_kinds(problems: Sequence[Any], completions: Sequence[Sequence[str]],
+                 seed: int) -> list[list[str]]:
     """The kind ("canonical" or a variant kind) of each completion, by matching its text.
 
     Example:

