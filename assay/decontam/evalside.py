@@ -149,7 +149,7 @@ def match(task_ids: list[str], texts: list[str], index: ContaminationIndex, *,
         wh_of[wi] = wh
         ok = index.whole_hashes[wpd] == wh_of[wpi]
         wpi, wpd = wpi[ok], wpd[ok]
-    exact_pairs = [(wpi, wpd)]
+    exact_pairs: list[tuple[np.ndarray, ...]] = [(wpi, wpd)]
     short = np.flatnonzero((lens > 0) & (lens < n))
     if len(short):
         sh_h = sh.spans(enc.doc_token_start[short], lens[short], EXACT_SALT)
@@ -506,8 +506,12 @@ def _load_result(store: Any, ref_name: str, index_ref: str, task_ids: list[str],
     if doc["index"]["ref_name"] != index_ref or doc["n_items"] != len(task_ids):
         return None
     c = doc["columns"]
-    items = [ItemMatch(i, task_ids[i], *row[:4], tuple(row[4]), tuple(row[5]), *row[6:], prompt=texts[i])
-             for i, row in enumerate(zip(*(c[f] for f in _SAVED)))]
+    items = []
+    for i, row in enumerate(zip(*(c[f] for f in _SAVED))):
+        saved = dict(zip(_SAVED, row))
+        saved["matched_ngrams"] = tuple(saved["matched_ngrams"])
+        saved["doc_ids"] = tuple(saved["doc_ids"])
+        items.append(ItemMatch(i, task_ids[i], prompt=texts[i], **saved))
     return items, doc["facts"], _IndexInfo(**doc["index"])
 
 

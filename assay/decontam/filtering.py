@@ -119,7 +119,7 @@ def decontaminate(rows: Any, against: Any, *, n: int = 13, fields: Sequence[str]
     order = np.lexsort((-sc, ru, dc))
     it, dc, ru, sc = it[order], dc[order], ru[order], sc[order]
     first = np.r_[True, dc[1:] != dc[:-1]] if len(dc) else np.zeros(0, dtype=bool)
-    dropped = [
+    dropped: list[dict[str, Any]] = [
         {"index": int(d), "rule": RULES[int(r)], "eval_task_id": task_ids[int(i)], "score": round(float(s), 4)}
         for d, r, i, s in zip(dc[first], ru[first], it[first], sc[first])
     ]

@@ -404,7 +404,9 @@ class ContaminationIndex:
         idx.corpus_checksum = checksum
         if st is not None:
             if ref_name is None:  # a one-shot iterator: its checksum is known only now
-                idx.corpus_checksum = checksum = idx._stream_checksum
+                checksum = idx._stream_checksum
+                assert checksum is not None  # _build hashes a one-shot source as it reads it
+                idx.corpus_checksum = checksum
                 ref_name = index_ref_name(checksum, params)
             idx._save(st, ref_name)
         return idx

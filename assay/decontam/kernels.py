@@ -118,10 +118,11 @@ def ascii_tokens(buf: bytes, *, scratch: bool = False) -> tuple[np.ndarray, np.n
     lower-cased). Tokens longer than 64 bytes come back with a placeholder hash: the caller
     hashes them as :func:`assay.decontam.normalize.hash_spans` does. ``scratch=True`` returns
     views of this thread's work arrays, valid until its next call (no copy)."""
-    return _tokens(buf, scratch, lambda padded, work: _scan(padded, _CLS, _LOW, _MASKS, *work))  # type: ignore[return-value]
+    return _tokens(buf, scratch, lambda padded, work: _scan(padded, _CLS, _LOW, _MASKS, *work))
 
 
-def _tokens(buf: bytes, scratch: bool, scan: Any, on_unknown: Any = None) -> tuple[np.ndarray, ...]:
+def _tokens(buf: bytes, scratch: bool, scan: Any, on_unknown: Any = None
+            ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Run a token scan over ``buf`` (padded with 8 zero bytes) into this thread's work arrays.
 
     Prose has at most one token per 4 bytes, so the arrays are sized for that first; denser text
@@ -148,9 +149,10 @@ def _tokens(buf: bytes, scratch: bool, scan: Any, on_unknown: Any = None) -> tup
             on_unknown()
         else:
             break
+    h, s, e, g = work
     if scratch:
-        return tuple(a[:k] for a in work)
-    return tuple(a[:k].copy() for a in work)
+        return h[:k], s[:k], e[:k], g[:k]
+    return h[:k].copy(), s[:k].copy(), e[:k].copy(), g[:k].copy()
 
 
 _scratch = threading.local()
@@ -340,8 +342,12 @@ def utf8_tokens(buf: bytes, table: np.ndarray, classify: Any, *,
     token bounds are byte offsets. ``table`` maps code points to classes (SEP, WORD, CHAR, END,
     or unknown: ``classify(cp)`` fills such an entry, then the scan starts again)."""
     unknown = np.zeros(1, dtype=np.int64)
-    return _tokens(buf, scratch, lambda padded, work: _scan_utf8(padded, table, _LOW, _MASKS, *work, unknown),
-                   lambda: classify(int(unknown[0])))  # type: ignore[return-value]
+
+    def scan(padded: np.ndarray, work: tuple[np.ndarray, ...]) -> int:
+        hashes, starts, ends, seg = work
+        return _scan_utf8(padded, table, _LOW, _MASKS, hashes, starts, ends, seg, unknown)
+
+    return _tokens(buf, scratch, scan, lambda: classify(int(unknown[0])))
 
 
 @njit(nogil=True, cache=True)

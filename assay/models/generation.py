@@ -150,7 +150,7 @@ def make_backend(model: Any) -> Any:
     one (anything with ``spec``, ``identity``, ``render`` and ``run``), so a loaded model is reused."""
     if all(hasattr(model, a) for a in ("spec", "identity", "render", "run")):
         return model
-    spec = backend_spec(model)
+    spec: Any = backend_spec(model)  # a registered backend's spec model: each has a ``kind``
     return BACKENDS.get(spec.kind).obj(spec)
 
 

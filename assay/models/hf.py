@@ -25,7 +25,7 @@ import inspect
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from assay.errors import GenerationError, SpecError
 from assay.models.base import Request
@@ -113,8 +113,9 @@ class HFBackend:
         if self._model is None:
             from transformers import AutoModelForCausalLM
 
-            self._model = AutoModelForCausalLM.from_pretrained(
-                self.dir, dtype=self.dtype, trust_remote_code=self.spec.trust_remote_code).to(self.device).eval()
+            loaded: Any = AutoModelForCausalLM.from_pretrained(
+                self.dir, dtype=self.dtype, trust_remote_code=self.spec.trust_remote_code)
+            self._model = loaded.to(self.device).eval()
             gc = self._model.generation_config
             eos = gc.eos_token_id if gc is not None and gc.eos_token_id is not None else self.tok.eos_token_id
             self.eos_ids = set(eos if isinstance(eos, list) else [eos] if eos is not None else [])
@@ -148,7 +149,9 @@ class HFBackend:
         if not getattr(self.tok, "chat_template", None):
             raise SpecError(f"model.path {self.spec.path}: the tokenizer has no chat template; "
                             "use api: completions or add a chat_template")
-        return self.tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        # tokenize=False: the rendered text
+        return cast(str, self.tok.apply_chat_template(messages, tokenize=False,
+                                                      add_generation_prompt=True))
 
     def _batches(self, ids: list[list[int]], max_new: int) -> list[list[int]]:
         order = list(range(len(ids)))
@@ -222,7 +225,7 @@ class HFBackend:
                         continue
                     new[r].append(t)
                     if params.stop:
-                        text = self.tok.decode(new[r], skip_special_tokens=True)
+                        text = self._text(new[r])
                         hit = [text.index(s) for s in params.stop if s in text]
                         if hit:
                             finish[r], texts[r] = "stop", text[:min(hit)]
@@ -239,10 +242,15 @@ class HFBackend:
                                  use_cache=True, **{self._cache_arg: getattr(out, self._cache_arg)})
         result = []
         for r in range(n):
-            text = texts[r] if texts[r] is not None else self.tok.decode(new[r], skip_special_tokens=True)
+            stopped = texts[r]
+            text = stopped if stopped is not None else self._text(new[r])
             n_new = len(new[r]) + (finish[r] == "stop" and texts[r] is None)  # the eos counts
             result.append((text, finish[r] or "length", n_new))
         return result
+
+    def _text(self, ids: list[int]) -> str:
+        """The decoded text of one completion's token ids, special tokens left out."""
+        return cast(str, self.tok.decode(ids, skip_special_tokens=True))  # one sequence: a str
 
     @staticmethod
     def _pick(logits: Any, gens: list[Any] | None, params: SamplingParams, finish: list[str | None]) -> Any:

@@ -21,9 +21,8 @@ from pydantic import BaseModel, Field, field_validator, model_validator
 
 from assay.errors import SpecError
 from assay.models.registry import BACKENDS
-from assay.specbase import SpecModel, version_field
-
-_Strict = SpecModel
+from assay.specbase import SpecModel as _Strict
+from assay.specbase import version_field
 
 
 class SamplingParams(_Strict):

@@ -240,12 +240,12 @@ def rows_from_records(records: Sequence[Mapping[str, Any]], fields: FieldMap, *,
                "prompts": ("prompt", fields.prompt), "references": ("reference", fields.reference)}
         m = re.match(r"^(\w+) \(record (\d+)\): ", msg)
         if m and own.get(m.group(1), (None, None))[1]:
-            role, name = own[m.group(1)]
-            msg = f"record {m.group(2)}, field {name!r} (fields.{role}): {msg[m.end():]}"
+            role, field = own[m.group(1)]
+            msg = f"record {m.group(2)}, field {field!r} (fields.{role}): {msg[m.end():]}"
         m = re.match(r"^record (\d+) \((\w+)\)", msg)
         if m and own.get(m.group(2), (None, None))[1]:
-            role, name = own[m.group(2)]
-            msg = f"record {m.group(1)}, field {name!r} (fields.{role}){msg[m.end():]}"
+            role, field = own[m.group(2)]
+            msg = f"record {m.group(1)}, field {field!r} (fields.{role}){msg[m.end():]}"
         hint = (" (list the JSON fields to keep in fields.meta, or set fields.meta: [])"
                 if "meta" in msg else "")
         raise SpecError(f"{where}: {msg}{hint}") from None
@@ -454,7 +454,7 @@ class RecordSourceSpec(SourceSpec):
         try:
             self.rows_from(paths, records, where)
         except SpecError as e:
-            first = e
+            first_error = e
         else:
             return problems
         # a bad record: check each record on its own, so one validate lists them all (bounded)
@@ -484,15 +484,15 @@ class RecordSourceSpec(SourceSpec):
             if fails(lo, hi) is None:
                 continue
             for i in range(lo, hi):
-                e = fails(i, i + 1)
+                err = fails(i, i + 1)
                 # a problem of the whole source (a missing split) fails every record alike
-                if e is not None and f"{key(e)}: {e}" not in bad:
-                    bad.append(f"{key(e)}: {e}")
+                if err is not None and f"{key(err)}: {err}" not in bad:
+                    bad.append(f"{key(err)}: {err}")
                 if len(bad) == MAX_RECORD_PROBLEMS:
                     return problems + bad + [f"(data): stopped after {MAX_RECORD_PROBLEMS} bad "
                                              "records; fix these and validate again"]
         # none alone is bad: records that conflict with each other (one task id, two references)
-        return problems + (bad or [f"{key(first)}: {first}"])
+        return problems + (bad or [f"{key(first_error)}: {first_error}"])
 
     def row_fields_of(self, records: list[dict[str, Any]], paths: Paths, where: str) -> set[str]:
         """The names ``by:`` and ``where`` can read in this source's rows."""

@@ -75,6 +75,7 @@ def run_generate_shard(store: Store, spec: StudySpec, source_name: str, filtered
 
     source = spec.source(source_name)
     gspec = source.generate
+    assert gspec is not None  # the plan shards this stage only for sources with generate:
     lo, hi = bounds
     part = Rows(load_rows(store, filtered).to_arrow().slice(lo, hi - lo))
     backend = backend_for(gspec.model)

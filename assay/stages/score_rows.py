@@ -61,8 +61,10 @@ def scoring_inputs(table: pa.Table) -> tuple[list[str], list[str], list[list[dic
     msgs = table.column("messages").to_pylist() if "messages" in table.column_names else [None] * len(prompts)
     convs: list[list[dict[str, str]] | None] = []
     for m in msgs:
-        single = m is None or (len(m) == 1 and m[0]["role"] == "user")
-        convs.append(None if single else [{"role": x["role"], "content": x["content"]} for x in m])
+        if m is None or (len(m) == 1 and m[0]["role"] == "user"):  # single-turn
+            convs.append(None)
+        else:
+            convs.append([{"role": x["role"], "content": x["content"]} for x in m])
     ok = np.array([isinstance(r, str) and bool(r.strip()) for r in responses], dtype=bool)
     return prompts, responses, convs, ok
 
@@ -81,7 +83,7 @@ def score_inputs(model: Any, prompts: Sequence[str], responses: Sequence[str],
     single-turn rows, get ``(prompt, completion)``."""
     out = np.full(len(prompts), np.nan)
     idx = np.flatnonzero(ok)
-    conv_idx = [int(i) for i in idx if convs[i] is not None] if hasattr(model, "score_conversations") else []
+    conv_idx = [int(i) for i in idx if convs[int(i)] is not None] if hasattr(model, "score_conversations") else []
     plain = np.setdiff1d(idx, np.asarray(conv_idx, dtype=np.int64))
     if plain.size:
         out[plain] = model.score([prompts[i] for i in plain], [responses[i] for i in plain])
