@@ -113,7 +113,8 @@ def _scan(buf, cls, low, masks, hashes, starts, ends, seg):
     return ntok
 
 
-def ascii_tokens(buf: bytes, *, scratch: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def ascii_tokens(buf: bytes, *, scratch: bool = False
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """(hashes, token starts, token ends, segment numbers) of ASCII bytes ``buf`` (not yet
     lower-cased). Tokens longer than 64 bytes come back with a placeholder hash: the caller
     hashes them as :func:`assay.decontam.normalize.hash_spans` does. ``scratch=True`` returns
@@ -178,10 +179,12 @@ def _spans(t, starts, lengths, salt, out):
         out[i] = _mix(s ^ salt)
 
 
-def span_hashes(t: np.ndarray, starts: np.ndarray, lengths: np.ndarray, salt: np.uint64) -> np.ndarray:
+def span_hashes(t: np.ndarray, starts: np.ndarray, lengths: np.ndarray,
+                salt: np.uint64) -> np.ndarray:
     """Hash of tokens ``t[start:start + length]`` for each span, as ``SpanHasher.spans``."""
     out = np.empty(len(starts), dtype=np.uint64)
-    _spans(t, np.asarray(starts, dtype=np.int64), np.asarray(lengths, dtype=np.int64), np.uint64(salt), out)
+    _spans(t, np.asarray(starts, dtype=np.int64), np.asarray(lengths, dtype=np.int64),
+           np.uint64(salt), out)
     return out
 
 
@@ -217,7 +220,8 @@ def ngram_hashes(t: np.ndarray, doc_token_start: np.ndarray, n: int,
     pos = np.empty(cap, dtype=np.int64)
     doc = np.empty(cap, dtype=np.int64)
     top = np.uint64(pow(0xD6E8FEB86659FD93, n - 1, 1 << 64))
-    k = _ngrams(t, np.asarray(doc_token_start, dtype=np.int64), n, np.uint64(salt), top, h, pos, doc)
+    k = _ngrams(t, np.asarray(doc_token_start, dtype=np.int64), n, np.uint64(salt), top, h, pos,
+                doc)
     return h[:k], pos[:k], doc[:k]
 
 
@@ -237,7 +241,8 @@ def _radix(keys, docs, shift, bounds, out_keys, out_docs):
         at[g] += 1
 
 
-def radix_partition(keys: np.ndarray, docs: np.ndarray, bits: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def radix_partition(keys: np.ndarray, docs: np.ndarray, bits: int
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Stable counting sort of (key, doc) pairs by the key's top ``bits`` bits: (keys, docs as
     uint32, group bounds), as ``_Runs.partition``'s argsort does, in one pass each way."""
     out_keys = np.empty(len(keys), dtype=np.uint64)
@@ -269,7 +274,8 @@ def _bounds(arr, x, lo, hi, out_lo, out_hi):
         out_hi[i] = a
 
 
-def bounds(arr: np.ndarray, x: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def bounds(arr: np.ndarray, x: np.ndarray, lo: np.ndarray, hi: np.ndarray
+           ) -> tuple[np.ndarray, np.ndarray]:
     """Lower and upper bound of each ``x[i]`` in the sorted slice ``arr[lo[i]:hi[i]]``."""
     out_lo = np.empty(len(x), dtype=np.int64)
     out_hi = np.empty(len(x), dtype=np.int64)
@@ -290,7 +296,8 @@ def _decode(buf, i):
     if b0 < 0xE0:
         return ((b0 & 0x1F) << 6) | (np.int64(buf[i + 1]) & 0x3F), 2
     if b0 < 0xF0:
-        return ((b0 & 0x0F) << 12) | ((np.int64(buf[i + 1]) & 0x3F) << 6) | (np.int64(buf[i + 2]) & 0x3F), 3
+        return (((b0 & 0x0F) << 12) | ((np.int64(buf[i + 1]) & 0x3F) << 6)
+                | (np.int64(buf[i + 2]) & 0x3F)), 3
     return (((b0 & 0x07) << 18) | ((np.int64(buf[i + 1]) & 0x3F) << 12)
             | ((np.int64(buf[i + 2]) & 0x3F) << 6) | (np.int64(buf[i + 3]) & 0x3F)), 4
 
