@@ -24,6 +24,7 @@ from assay.decontam.results import (
 from assay.intervals import wilson_interval
 
 __all__ = [
-    "BuildStats", "CleanSplit", "ContaminationIndex", "Contamination", "Decontamination", "ItemMatch",
+    "BuildStats", "CleanSplit", "ContaminationIndex", "Contamination", "Decontamination",
+    "ItemMatch",
     "contamination", "decontaminate", "normalize_text", "tokens", "wilson_interval",
 ]

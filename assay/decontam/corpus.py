@@ -75,7 +75,8 @@ def _id_of(row: Any, id_field: str | None, default: str, where: str) -> str:
     if v is None:
         return default
     if isinstance(v, bool) or not isinstance(v, (str, int)):
-        raise RowsTypeError(f"{where}: {id_field!r} must be a string or an integer, got {type(v).__name__}")
+        raise RowsTypeError(f"{where}: {id_field!r} must be a string or an integer, got "
+                            f"{type(v).__name__}")
     return str(v)
 
 
@@ -92,20 +93,25 @@ class CorpusSource:
         self.rows: Any = None
         self.iterator: Iterator[Any] | None = None
         self._checksum: str | None = None
-        if isinstance(corpus, (str, os.PathLike)) and not (isinstance(corpus, str) and "\n" in corpus):
+        if isinstance(corpus, (str, os.PathLike)) and not (isinstance(corpus, str)
+                                                          and "\n" in corpus):
             p = Path(corpus)
             if not p.is_file():
-                raise RowsError(f"corpus: {str(corpus)!r} is not a file; pass a path to a .jsonl/.parquet file, or a list of texts")
+                raise RowsError(f"corpus: {str(corpus)!r} is not a file; pass a path to a "
+                                ".jsonl/.parquet file, or a list of texts")
             self.paths = [p]
             return
         if isinstance(corpus, str):
-            raise RowsTypeError("corpus: a single string is read as a path; wrap one text in a list: [text]")
+            raise RowsTypeError("corpus: a single string is read as a path; wrap one text in a "
+                                "list: [text]")
         from assay.rows import Rows
 
         if isinstance(corpus, Rows):
             corpus = corpus.table
-        if isinstance(corpus, pa.Table) or (hasattr(corpus, "columns") and hasattr(corpus, "to_dict")):
-            self.rows = corpus if isinstance(corpus, pa.Table) else pa.Table.from_pandas(corpus, preserve_index=False)
+        if isinstance(corpus, pa.Table) or (hasattr(corpus, "columns")
+                                            and hasattr(corpus, "to_dict")):
+            self.rows = (corpus if isinstance(corpus, pa.Table)
+                         else pa.Table.from_pandas(corpus, preserve_index=False))
             return
         if isinstance(corpus, Sequence):
             if _is_path_list(corpus):
@@ -129,7 +135,8 @@ class CorpusSource:
             self.iterator = iter(corpus)
             return
         raise RowsTypeError(
-            f"corpus: expected texts, rows or paths to .jsonl/.parquet files, got {type(corpus).__name__}"
+            "corpus: expected texts, rows or paths to .jsonl/.parquet files, got "
+            f"{type(corpus).__name__}"
         )
 
     @property
@@ -154,7 +161,8 @@ class CorpusSource:
                 h.update(f"file\x00{p.name}\x00{d}\x1e".encode())
             return "corpus:" + h.hexdigest()[:32]
         if self.iterator is not None:
-            raise RowsError("corpus: a one-shot iterator has no checksum before it is read; pass a list or files")
+            raise RowsError("corpus: a one-shot iterator has no checksum before it is read; pass "
+                            "a list or files")
         # In-memory texts are hashed with XXH3-128, not sha256: this checksum names the corpus
         # (an identity, not a security boundary), and a nightly rerun pays it on every call:
         # 700 MB of text took 0.55 s with sha256 in two threads, 0.15 s with XXH3 in one.
@@ -192,7 +200,8 @@ class CorpusSource:
                 texts.append(_text_of(item, self.text_field, f"{self.name}[{i}]"))
                 ids.append(_id_of(item, self.id_field, str(i), f"{self.name}[{i}]"))
             else:
-                raise RowsTypeError(f"corpus[{i}]: expected a string or a dict row, got {type(item).__name__}")
+                raise RowsTypeError(f"corpus[{i}]: expected a string or a dict row, got "
+                                    f"{type(item).__name__}")
             if len(texts) == size:
                 yield ids, texts
                 ids, texts = [], []
@@ -218,10 +227,12 @@ class CorpusSource:
                 for j, vals in enumerate(zip(*cols)):
                     if any(not isinstance(v, str) for v in vals):
                         k = next(x for x, v in enumerate(vals) if not isinstance(v, str))
-                        raise RowsError(f"{where} row {offset + a + j}: {names[k]!r} is {vals[k]!r:.40}, not a string")
+                        raise RowsError(f"{where} row {offset + a + j}: {names[k]!r} is "
+                                        f"{vals[k]!r:.40}, not a string")
                     texts.append(vals[0] if len(vals) == 1 else "\n".join(vals))
                 ids = [
-                    (str(ids_col[j]) if ids_col is not None and ids_col[j] is not None else f"{prefix}{offset + a + j}")
+                    (str(ids_col[j]) if ids_col is not None and ids_col[j] is not None
+                     else f"{prefix}{offset + a + j}")
                     for j in range(len(texts))
                 ]
                 yield ids, texts
@@ -229,7 +240,8 @@ class CorpusSource:
         for a in range(0, len(rows), size):
             chunk = rows[a:a + size]
             texts = [_text_of(r, self.text_field, f"{where}[{a + j}]") for j, r in enumerate(chunk)]
-            ids = [_id_of(r, self.id_field, f"{prefix}{a + j}", f"{where}[{a + j}]") for j, r in enumerate(chunk)]
+            ids = [_id_of(r, self.id_field, f"{prefix}{a + j}", f"{where}[{a + j}]")
+                   for j, r in enumerate(chunk)]
             yield ids, texts
 
     def _file_batches(self, path: Path, size: int) -> Iterator[tuple[list[str], list[str]]]:
@@ -242,11 +254,13 @@ class CorpusSource:
             cols = list(names) + ([self.id_field] if self.id_field in pf.schema_arrow.names else [])
             missing = [c for c in names if c not in pf.schema_arrow.names]
             if missing:
-                raise RowsError(f"corpus file {str(path)!r}: no {missing[0]!r} column; pass text_field=")
+                raise RowsError(f"corpus file {str(path)!r}: no {missing[0]!r} column; pass "
+                                "text_field=")
             offset = 0
             for rb in pf.iter_batches(batch_size=size, columns=cols):
                 t = pa.Table.from_batches([rb])
-                yield from self._row_batches(t, size, f"corpus file {str(path)!r}", f"{name}:", offset)
+                yield from self._row_batches(t, size, f"corpus file {str(path)!r}", f"{name}:",
+                                             offset)
                 offset += t.num_rows
             return
         # JSON lines: parsed line by line so memory stays bounded and a bad line is named.
@@ -263,7 +277,8 @@ class CorpusSource:
                 try:
                     row = json.loads(line)
                 except json.JSONDecodeError as e:
-                    raise RowsError(f"{where}: invalid JSON ({e.msg}); each line must be one JSON object") from None
+                    raise RowsError(f"{where}: invalid JSON ({e.msg}); each line must be one "
+                                    "JSON object") from None
                 if isinstance(row, str):
                     texts.append(row)
                     ids.append(f"{name}:{lineno}")
@@ -271,7 +286,8 @@ class CorpusSource:
                     texts.append(_text_of(row, self.text_field, where))
                     ids.append(_id_of(row, self.id_field, f"{name}:{lineno}", where))
                 else:
-                    raise RowsTypeError(f"{where}: expected a JSON object, got {type(row).__name__}")
+                    raise RowsTypeError(f"{where}: expected a JSON object, got "
+                                        f"{type(row).__name__}")
                 if len(texts) == size:
                     yield ids, texts
                     ids, texts = [], []

@@ -27,7 +27,8 @@ Example:
     >>> corpus = ["Some page. " + "What is the boiling point of water at sea level in degrees "
     ...           "Celsius, answer with a number only please thanks. More text."]
     >>> evals = [{"prompt": "What is the boiling point of water at sea level in degrees Celsius, "
-    ...           "answer with a number only please thanks"}, {"prompt": "Name a prime larger than 100."}]
+    ...           "answer with a number only please thanks"},
+    ...          {"prompt": "Name a prime larger than 100."}]
     >>> r = contamination(evals, corpus, store=False)
     >>> [(i.contaminated, i.rule, i.coverage) for i in r.items]
     [(True, 'ngram', 1.0), (False, None, 0.0)]
@@ -83,13 +84,15 @@ def eval_items(eval_rows: Any, fields: Sequence[str] = ("prompt",)) -> tuple[lis
     are row columns joined with newlines. A list of strings is taken as prompts."""
     from assay.rows import as_table
 
-    if isinstance(eval_rows, (list, tuple)) and eval_rows and all(isinstance(x, str) for x in eval_rows):
+    if (isinstance(eval_rows, (list, tuple)) and eval_rows
+            and all(isinstance(x, str) for x in eval_rows)):
         eval_rows = [{"prompt": x} for x in eval_rows]
     if isinstance(fields, str):
         fields = (fields,)
     for f in fields:
         if f not in ("prompt", "final_text"):
-            raise RowsError(f"fields: {f!r} is not a text column of eval rows; use 'prompt' and/or 'final_text'")
+            raise RowsError(f"fields: {f!r} is not a text column of eval rows; use 'prompt' "
+                            "and/or 'final_text'")
     table = as_table(eval_rows, require=("prompt",), argument="eval_rows")
     tids = table.column("task_id").to_pylist()
     cols = [table.column(f).to_pylist() for f in fields]
@@ -149,7 +152,7 @@ def match(task_ids: list[str], texts: list[str], index: ContaminationIndex, *,
         wh_of[wi] = wh
         ok = index.whole_hashes[wpd] == wh_of[wpi]
         wpi, wpd = wpi[ok], wpd[ok]
-    exact_pairs = [(wpi, wpd)]
+    exact_pairs: list[tuple[np.ndarray, ...]] = [(wpi, wpd)]
     short = np.flatnonzero((lens > 0) & (lens < n))
     if len(short):
         sh_h = sh.spans(enc.doc_token_start[short], lens[short], EXACT_SALT)
@@ -362,7 +365,8 @@ def corpus_vectors(source: Any, embedder: Any, store: Any, checksum: str | None,
             yield v
         if ref_name is not None and parts:
             allv = np.concatenate(parts).astype("<f4")
-            store.set_ref(ref_name, store.put_bytes(allv.tobytes()), {"dim": int(allv.shape[1]), "model": model})
+            store.set_ref(ref_name, store.put_bytes(allv.tobytes()),
+                          {"dim": int(allv.shape[1]), "model": model})
 
     return gen
 
@@ -385,9 +389,8 @@ def contamination(eval_rows: Any, corpus: Any = None, *, index: ContaminationInd
     ``rescore(rows)`` for pass@1 on the full and the clean subset.
 
     Example:
-        >>> r = contamination(["Count the vowels in the word banana and return the count as an integer."],
-        ...                   ["Count the vowels in the word banana and return the count as an integer."],
-        ...                   store=False)
+        >>> text = "Count the vowels in the word banana and return the count as an integer."
+        >>> r = contamination([text], [text], store=False)
         >>> r.items[0].rule, r.n_contaminated, r.rate.interval.method
         ('exact', 1, 'wilson')
     """
@@ -395,7 +398,8 @@ def contamination(eval_rows: Any, corpus: Any = None, *, index: ContaminationInd
     if not 0 < float(min_coverage) <= 1:
         raise RowsError(f"min_coverage must be in (0, 1], got {min_coverage!r}")
     if near_duplicate is not None and not 0 < float(near_duplicate) <= 1:
-        raise RowsError(f"near_duplicate must be a Jaccard threshold in (0, 1] or None, got {near_duplicate!r}")
+        raise RowsError(f"near_duplicate must be a Jaccard threshold in (0, 1] or None, got "
+                        f"{near_duplicate!r}")
     if semantic and not -1 <= float(similarity) <= 1:
         raise RowsError(f"similarity must be a cosine threshold in [-1, 1], got {similarity!r}")
     task_ids, texts = eval_items(eval_rows, fields)
@@ -404,7 +408,8 @@ def contamination(eval_rows: Any, corpus: Any = None, *, index: ContaminationInd
     result_ref = None
     if index is None:
         if corpus is None:
-            raise RowsTypeError("contamination() needs a corpus (texts, rows or file paths) or index=")
+            raise RowsTypeError("contamination() needs a corpus (texts, rows or file paths) or "
+                                "index=")
         corpus = CorpusSource(corpus, text_field=text_field, id_field=id_field)
         if st is not None and not semantic and corpus.reiterable:
             # The whole answer is a function of (corpus, eval items, parameters): a rerun against
@@ -414,15 +419,16 @@ def contamination(eval_rows: Any, corpus: Any = None, *, index: ContaminationInd
             index_ref = index_ref_name(corpus.checksum(st), params)
             result_ref = "decontam-result:" + combine(
                 "decontam-result", RESULT_VERSION, index_ref, _items_checksum(task_ids, texts),
-                {"min_coverage": float(min_coverage), "max_df": max_df, "near_duplicate": near_duplicate,
-                 "max_doc_ids": max_doc_ids})
+                {"min_coverage": float(min_coverage), "max_df": max_df,
+                 "near_duplicate": near_duplicate, "max_doc_ids": max_doc_ids})
             if reuse:
                 cached = _load_result(st, result_ref, index_ref, task_ids, texts)
                 if cached is not None:
                     items, facts, info = cached
                     t_index = time.perf_counter() - t0
-                    return _report(items, facts, info, n_items=len(texts), min_coverage=min_coverage,
-                                   max_df=max_df, near_duplicate=near_duplicate, semantic=False,
+                    return _report(items, facts, info, n_items=len(texts),
+                                   min_coverage=min_coverage, max_df=max_df,
+                                   near_duplicate=near_duplicate, semantic=False,
                                    similarity=similarity, model=None, result_cached=True,
                                    seconds={"index": t_index, "total": t_index})
         index = ContaminationIndex.build(corpus, n=n, text_field=text_field, id_field=id_field,
@@ -435,7 +441,8 @@ def contamination(eval_rows: Any, corpus: Any = None, *, index: ContaminationInd
     model = None
     if semantic:
         if corpus is None:
-            raise RowsError("the semantic rule embeds corpus documents: pass corpus= as well as index=")
+            raise RowsError("the semantic rule embeds corpus documents: pass corpus= as well as "
+                            "index=")
         from assay.decontam.semantic import MiniLM
         source = corpus if isinstance(corpus, CorpusSource) else CorpusSource(
             corpus, text_field=text_field, id_field=id_field)
@@ -445,11 +452,13 @@ def contamination(eval_rows: Any, corpus: Any = None, *, index: ContaminationInd
                    "corpus_vectors": corpus_vectors(source, emb, st if embedder is None else None,
                                                      index.corpus_checksum, model)}
     items, _pairs, facts = match(task_ids, texts, index, min_coverage=min_coverage, max_df=max_df,
-                                 near_duplicate=near_duplicate, semantic=sem_cfg, max_doc_ids=max_doc_ids)
+                                 near_duplicate=near_duplicate, semantic=sem_cfg,
+                                 max_doc_ids=max_doc_ids)
     if result_ref is not None and index.ref_name is not None:
         _save_result(st, result_ref, items, facts, index)
-    return _report(items, facts, index, n_items=len(texts), min_coverage=min_coverage, max_df=max_df,
-                   near_duplicate=near_duplicate, semantic=semantic, similarity=similarity, model=model,
+    return _report(items, facts, index, n_items=len(texts), min_coverage=min_coverage,
+                   max_df=max_df, near_duplicate=near_duplicate, semantic=semantic,
+                   similarity=similarity, model=model,
                    seconds={"index": t_index, "total": time.perf_counter() - t0})
 
 
@@ -488,7 +497,8 @@ def _save_result(store: Any, ref_name: str, items: list[ItemMatch], facts: dict[
     # columns (one list per field) read back several times faster than one dict per item
     doc = {"kind": "assay.decontam.result", "version": RESULT_VERSION, "n_items": len(items),
            "columns": {f: [getattr(i, f) for i in items] for f in _SAVED},
-           "facts": {k: facts[k] for k in ("cutoff", "short_items", "empty_items", "boilerplate_ngrams")},
+           "facts": {k: facts[k]
+                     for k in ("cutoff", "short_items", "empty_items", "boilerplate_ngrams")},
            "index": {"n": index.n, "n_docs": index.n_docs, "params": index.params,
                      "corpus_checksum": index.corpus_checksum, "ref_name": index.ref_name}}
     store.set_ref(ref_name, store.put_json(doc), {"index": index.ref_name})
@@ -501,20 +511,26 @@ def _load_result(store: Any, ref_name: str, index_ref: str, task_ids: list[str],
     if ref is None or store.get_ref(index_ref) is None:
         return None
     doc = store.get_json(ref["blob"])
-    if not doc or doc.get("kind") != "assay.decontam.result" or doc.get("version") != RESULT_VERSION:
+    if (not doc or doc.get("kind") != "assay.decontam.result"
+            or doc.get("version") != RESULT_VERSION):
         return None
     if doc["index"]["ref_name"] != index_ref or doc["n_items"] != len(task_ids):
         return None
     c = doc["columns"]
-    items = [ItemMatch(i, task_ids[i], *row[:4], tuple(row[4]), tuple(row[5]), *row[6:], prompt=texts[i])
-             for i, row in enumerate(zip(*(c[f] for f in _SAVED)))]
+    items = []
+    for i, row in enumerate(zip(*(c[f] for f in _SAVED))):
+        saved = dict(zip(_SAVED, row))
+        saved["matched_ngrams"] = tuple(saved["matched_ngrams"])
+        saved["doc_ids"] = tuple(saved["doc_ids"])
+        items.append(ItemMatch(i, task_ids[i], prompt=texts[i], **saved))
     return items, doc["facts"], _IndexInfo(**doc["index"])
 
 
 def _report(items, facts, index, *, n_items, min_coverage, max_df, near_duplicate, semantic,
             similarity, model, seconds, result_cached: bool = False) -> Contamination:
     k = sum(1 for i in items if i.contaminated)
-    by_rule = {r: sum(1 for i in items if i.rule == r) for r in RULES if r != "semantic" or semantic}
+    by_rule = {r: sum(1 for i in items if i.rule == r)
+               for r in RULES if r != "semantic" or semantic}
     if near_duplicate is None:
         by_rule.pop("near_duplicate", None)
     rate = Estimate("contamination", k / n_items if n_items else math.nan,
@@ -530,30 +546,35 @@ def _report(items, facts, index, *, n_items, min_coverage, max_df, near_duplicat
         thresholds["embedder"] = model
     warnings = []
     if facts["empty_items"]:
-        warnings.append(f"{facts['empty_items']} eval items have no tokens after normalization; they cannot match")
+        warnings.append(f"{facts['empty_items']} eval items have no tokens after "
+                        "normalization; they cannot match")
     if facts["short_items"]:
         warnings.append(
-            f"{facts['short_items']} eval items are shorter than n={index.n} tokens: checked by exact match "
+            f"{facts['short_items']} eval items are shorter than n={index.n} tokens: checked "
+            "by exact match "
             "only (a whole corpus document, or one sentence/line of one)"
         )
     if facts["boilerplate_ngrams"]:
         warnings.append(
-            f"{facts['boilerplate_ngrams']} eval n-grams occur in more than {facts['cutoff']} corpus documents "
+            f"{facts['boilerplate_ngrams']} eval n-grams occur in more than {facts['cutoff']} "
+            "corpus documents "
             "and were ignored as boilerplate (max_df)"
         )
     cal = facts.get("calibration")
     if semantic and cal and similarity <= cal["distinct_item_similarity"]:
         warnings.append(
             f"similarity={similarity} is at or below how alike distinct eval items read "
-            f"({cal['distinct_item_similarity']:.3f}); semantic flags include items that only share a domain"
+            f"({cal['distinct_item_similarity']:.3f}); semantic flags include items that only "
+            "share a domain"
         )
     if not semantic:
         warnings.append("the text rules catch exact and lightly edited copies, not paraphrases; "
                         "semantic=True adds the embedding rule")
     if n_items == 0:
         warnings.append("no eval items: the rate is undefined")
-    corpus = {"checksum": index.corpus_checksum, "docs": index.n_docs, "index_reused": not index.built,
+    corpus = {"checksum": index.corpus_checksum, "docs": index.n_docs,
+              "index_reused": not index.built,
               "ref": index.ref_name, "result_cached": result_cached}
     return Contamination(rate=rate, n_items=n_items, n_contaminated=k, by_rule=by_rule,
-                               thresholds=thresholds, items=tuple(items), corpus=corpus, calibration=cal,
-                               warnings=tuple(warnings), seconds=seconds)
+                         thresholds=thresholds, items=tuple(items), corpus=corpus,
+                         calibration=cal, warnings=tuple(warnings), seconds=seconds)

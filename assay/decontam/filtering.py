@@ -41,7 +41,8 @@ def _eval_sources(against: Any) -> list[Any]:
     if isinstance(against, (str, os.PathLike)):
         return [against]
     if isinstance(against, (list, tuple)) and against and all(
-        isinstance(a, (list, tuple, str, os.PathLike)) or hasattr(a, "num_rows") or hasattr(a, "iloc")
+        isinstance(a, (list, tuple, str, os.PathLike)) or hasattr(a, "num_rows")
+        or hasattr(a, "iloc")
         for a in against
     ) and not all(isinstance(a, str) for a in against):
         return list(against)
@@ -59,7 +60,8 @@ def _load_eval(source: Any) -> Any:
                     try:
                         out.append(json.loads(line))
                     except json.JSONDecodeError as e:
-                        raise RowsError(f"against file {str(source)!r} line {lineno + 1}: invalid JSON ({e.msg})") from None
+                        raise RowsError(f"against file {str(source)!r} line {lineno + 1}: "
+                                        f"invalid JSON ({e.msg})") from None
         return out
     return source
 
@@ -86,11 +88,13 @@ def decontaminate(rows: Any, against: Any, *, n: int = 13, fields: Sequence[str]
     if isinstance(fields, str):
         fields = (fields,)
     if not fields:
-        raise RowsError("fields: name at least one text field of the training rows, e.g. ('prompt',)")
+        raise RowsError("fields: name at least one text field of the training rows, e.g. "
+                        "('prompt',)")
     if not 0 < float(min_overlap) <= 1:
         raise RowsError(f"min_overlap must be in (0, 1], got {min_overlap!r}")
     if isinstance(rows, (str, bytes)) or isinstance(rows, dict):
-        raise RowsTypeError(f"rows: expected training rows (a list of dicts, Rows, Arrow table or DataFrame), got {type(rows).__name__}")
+        raise RowsTypeError("rows: expected training rows (a list of dicts, Rows, Arrow table "
+                            f"or DataFrame), got {type(rows).__name__}")
     task_ids: list[str] = []
     texts: list[str] = []
     for src in _eval_sources(against):
@@ -100,7 +104,8 @@ def decontaminate(rows: Any, against: Any, *, n: int = 13, fields: Sequence[str]
     source = CorpusSource(rows if not isinstance(rows, (list, tuple)) else list(rows),
                           text_field=tuple(fields), id_field=None, name="rows")
     if source.paths is not None or source.iterator is not None:
-        raise RowsTypeError("rows: decontaminate filters in-memory training rows; for files use contamination()")
+        raise RowsTypeError("rows: decontaminate filters in-memory training rows; for files use "
+                            "contamination()")
     st = resolve_store(store)
     index = ContaminationIndex.build(source, n=n, text_field=tuple(fields), id_field=None,
                                      store=st if st is not None else False, shingle=shingle)
@@ -119,12 +124,14 @@ def decontaminate(rows: Any, against: Any, *, n: int = 13, fields: Sequence[str]
     order = np.lexsort((-sc, ru, dc))
     it, dc, ru, sc = it[order], dc[order], ru[order], sc[order]
     first = np.r_[True, dc[1:] != dc[:-1]] if len(dc) else np.zeros(0, dtype=bool)
-    dropped = [
-        {"index": int(d), "rule": RULES[int(r)], "eval_task_id": task_ids[int(i)], "score": round(float(s), 4)}
+    dropped: list[dict[str, Any]] = [
+        {"index": int(d), "rule": RULES[int(r)], "eval_task_id": task_ids[int(i)],
+         "score": round(float(s), 4)}
         for d, r, i, s in zip(dc[first], ru[first], it[first], sc[first])
     ]
     bad = {d["index"] for d in dropped}
-    by_rule = {r: sum(1 for d in dropped if d["rule"] == r) for r in RULES if r != "semantic" or semantic}
+    by_rule = {r: sum(1 for d in dropped if d["rule"] == r)
+               for r in RULES if r != "semantic" or semantic}
     n_rows = index.n_docs
     if mode == "drop":
         out = take_rows(rows, _rows_table(rows), [i for i in range(n_rows) if i not in bad])
@@ -132,9 +139,11 @@ def decontaminate(rows: Any, against: Any, *, n: int = 13, fields: Sequence[str]
         out = _flag_rows(rows, bad)
     warnings = []
     if facts["short_items"]:
-        warnings.append(f"{facts['short_items']} eval items are shorter than n={n} tokens: matched exactly only")
+        warnings.append(f"{facts['short_items']} eval items are shorter than n={n} tokens: "
+                        "matched exactly only")
     if not semantic:
-        warnings.append("paraphrases of eval items are not caught by the text rules; semantic=True adds the embedding rule")
+        warnings.append("paraphrases of eval items are not caught by the text rules; "
+                        "semantic=True adds the embedding rule")
     report = Decontamination(
         n_rows=n_rows, n_dropped=len(bad), dropped=tuple(dropped), by_rule=by_rule,
         thresholds={"n": n, "min_overlap": min_overlap, "max_df": max_df,

@@ -98,17 +98,20 @@ def resolve_store(store: Any):  # -> Store | None
         return Store(store)
     if isinstance(store, Store):
         return store
-    raise StoreError(f"store: expected an assay.Store, a path, None (default store) or False, got {type(store).__name__}")
+    raise StoreError("store: expected an assay.Store, a path, None (default store) or False, "
+                     f"got {type(store).__name__}")
 
 
 def index_params(*, n: int = 13, text_field: Fields = "text", id_field: str | None = "id",
-                 near_dup_max_tokens: int = 512, shingle: int = 3, num_perm: int = 128) -> dict[str, Any]:
+                 near_dup_max_tokens: int = 512, shingle: int = 3,
+                 num_perm: int = 128) -> dict[str, Any]:
     """The parameters that name a saved index (validated), as :meth:`ContaminationIndex.build`
     keys it in the store."""
     if not isinstance(n, int) or isinstance(n, bool) or n < 1:
         raise RowsError(f"n must be a positive integer (n-gram length in tokens), got {n!r}")
     if not isinstance(shingle, int) or isinstance(shingle, bool) or shingle < 1:
-        raise RowsError(f"shingle must be a positive integer (tokens per MinHash shingle), got {shingle!r}")
+        raise RowsError("shingle must be a positive integer (tokens per MinHash shingle), got "
+                        f"{shingle!r}")
     return {
         "n": n, "text_field": list(text_field) if isinstance(text_field, tuple) else text_field,
         "id_field": id_field, "near_dup_max_tokens": int(near_dup_max_tokens),
@@ -175,7 +178,8 @@ class _Runs:
         self.nbytes = 0
 
     def take(self, s: int) -> tuple[list[np.ndarray], list[np.ndarray]]:
-        """The pieces of radix group ``s`` (keys, docs), spilled ones first; the group is emptied."""
+        """The pieces of radix group ``s`` (keys, docs), spilled ones first; the group is
+        emptied."""
         ks = [p[0] for p in self.mem[s]]
         ds = [p[1] for p in self.mem[s]]
         if self.spilled[s]:
@@ -192,7 +196,8 @@ class _Runs:
 
 
 def _partition_bits(total: int) -> int:
-    return int(min(30, max(_SUPER_BITS, math.ceil(math.log2(max(total, 1) / _TARGET_PER_PARTITION)))))
+    return int(min(30, max(_SUPER_BITS,
+                           math.ceil(math.log2(max(total, 1) / _TARGET_PER_PARTITION)))))
 
 
 class _Scratch:
@@ -218,7 +223,8 @@ class _Scratch:
 
 
 def _sort_super(key_parts: list[np.ndarray], doc_parts: list[np.ndarray], pbits: int, n_docs: int,
-                scratch: _Scratch, *, in_scratch: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+                scratch: _Scratch, *, in_scratch: bool = False
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Sort one radix group by (identity, doc) and drop repeated pairs; returns (entries per
     partition of the group, fingerprints, docs), the last two freshly allocated, or with
     ``in_scratch`` views of the scratch buffers (valid until its next use: to be written out)."""
@@ -249,7 +255,8 @@ def _sort_super(key_parts: list[np.ndarray], doc_parts: list[np.ndarray], pbits:
         local <<= np.uint64(idx_bits)
         local |= sc.arange[:m]
         local.sort()
-        perm = np.bitwise_and(local, np.uint64((1 << idx_bits) - 1), out=sc.perm[:m].view(np.uint64)).view(np.int64)
+        perm = np.bitwise_and(local, np.uint64((1 << idx_bits) - 1),
+                              out=sc.perm[:m].view(np.uint64)).view(np.int64)
         local >>= np.uint64(idx_bits)
         np.take(docs, perm, out=sorted_docs)
     else:
@@ -266,7 +273,8 @@ def _sort_super(key_parts: list[np.ndarray], doc_parts: list[np.ndarray], pbits:
         dd = sorted_docs if in_scratch else sorted_docs.copy()
     else:
         kept = local[keep]
-        dd = np.compress(keep, sorted_docs, out=sc.out_docs[:len(kept)]) if in_scratch else sorted_docs[keep]
+        dd = (np.compress(keep, sorted_docs, out=sc.out_docs[:len(kept)]) if in_scratch
+              else sorted_docs[keep])
     fp = sc.out_fps[:len(kept)] if in_scratch else np.empty(len(kept), dtype=np.uint32)
     fp[...] = kept  # the low 32 bits: the fingerprint
     kept >>= np.uint64(FP_BITS)  # the partition within the group (kept is scratch or a copy)
@@ -291,7 +299,8 @@ class _Sharded:
         return arr if dtype is None else arr.astype(dtype)
 
     def shard_of(self, idx: np.ndarray) -> np.ndarray:
-        return np.clip(np.searchsorted(self.start, idx, side="right") - 1, 0, max(len(self.parts) - 1, 0))
+        return np.clip(np.searchsorted(self.start, idx, side="right") - 1, 0,
+                       max(len(self.parts) - 1, 0))
 
     def groups(self, idx: np.ndarray) -> Iterator[tuple[int, np.ndarray]]:
         """(shard, positions in ``idx`` of the indices that fall in it), for each shard hit."""
@@ -359,7 +368,8 @@ class ContaminationIndex:
 
     # -- public --------------------------------------------------------------------------------
     @classmethod
-    def build(cls, corpus: Any, *, n: int = 13, text_field: Fields = "text", id_field: str | None = "id",
+    def build(cls, corpus: Any, *, n: int = 13, text_field: Fields = "text",
+              id_field: str | None = "id",
               store: Any = None, reuse: bool = True, batch_size: int = 256,
               near_dup_max_tokens: int = 512, shingle: int = 3, num_perm: int = 128,
               memory_limit: int = 2 << 30, materialize: bool = True,
@@ -382,7 +392,8 @@ class ContaminationIndex:
             (1, ['0'])
         """
         params = index_params(n=n, text_field=text_field, id_field=id_field,
-                              near_dup_max_tokens=near_dup_max_tokens, shingle=shingle, num_perm=num_perm)
+                              near_dup_max_tokens=near_dup_max_tokens, shingle=shingle,
+                              num_perm=num_perm)
         src = corpus if isinstance(corpus, CorpusSource) else CorpusSource(
             corpus, text_field=text_field, id_field=id_field)
         st = resolve_store(store)
@@ -400,11 +411,14 @@ class ContaminationIndex:
             raise StoreError("materialize=False keeps the index only in the store: pass store=")
         idx = cls._build(src, params, batch_size=batch_size, memory_limit=memory_limit,
                          store=st, materialize=materialize,
-                         workers=workers if workers is not None else min(8, (os.cpu_count() or 1) + 1))
+                         workers=(workers if workers is not None
+                                  else min(8, (os.cpu_count() or 1) + 1)))
         idx.corpus_checksum = checksum
         if st is not None:
             if ref_name is None:  # a one-shot iterator: its checksum is known only now
-                idx.corpus_checksum = checksum = idx._stream_checksum
+                checksum = idx._stream_checksum
+                assert checksum is not None  # _build hashes a one-shot source as it reads it
+                idx.corpus_checksum = checksum
                 ref_name = index_ref_name(checksum, params)
             idx._save(st, ref_name)
         return idx
@@ -413,10 +427,12 @@ class ContaminationIndex:
         """Corpus document ids (all, or those at the given positions)."""
         if self._doc_ids is None:
             if self._store is None or self._doc_ids_key is None:
-                raise StoreError("this index's document ids are not available (its store entry is gone)")
+                raise StoreError("this index's document ids are not available (its store entry "
+                                 "is gone)")
             t = self._store.get_table(self._doc_ids_key)
             if t is None:
-                raise StoreError(f"document ids {self._doc_ids_key} are missing or corrupt in {self._store}")
+                raise StoreError(f"document ids {self._doc_ids_key} are missing or corrupt in "
+                                 f"{self._store}")
             self._doc_ids = t.column("id").combine_chunks()
         if which is None:
             return self._doc_ids.to_pylist()
@@ -504,17 +520,19 @@ class ContaminationIndex:
             parts = [hash_chunk(texts[a:a + _ENCODE_CHUNK], base + a)
                      for a in range(0, len(texts), _ENCODE_CHUNK)]
             mhs = [p[3] for p in parts if p[3] is not None]
-            mh = (np.concatenate([m[0] for m in mhs]), np.concatenate([m[1] for m in mhs])) if mhs else None
+            mh = ((np.concatenate([m[0] for m in mhs]), np.concatenate([m[1] for m in mhs]))
+                  if mhs else None)
             keys = parts[0][1] if len(parts) == 1 else np.concatenate([p[1] for p in parts])
             docs = parts[0][2] if len(parts) == 1 else np.concatenate([p[2] for p in parts])
-            whole = (np.concatenate([p[4][0] for p in parts]), np.concatenate([p[4][1] for p in parts]))
+            whole = (np.concatenate([p[4][0] for p in parts]),
+                     np.concatenate([p[4][1] for p in parts]))
             return (sum(p[0] for p in parts), *_Runs.partition(keys, docs), mh, whole)
 
         def batches() -> Iterator[tuple[list[str], int]]:
             for batch_ids, texts in src.batches(batch_size):
                 if stream_hash is not None:
-                    stream_hash.update(("\x1f".join(batch_ids) + "\x1d" + "\x1e".join(texts) + "\x1c").encode(
-                        "utf-8", "surrogatepass"))
+                    stream_hash.update(("\x1f".join(batch_ids) + "\x1d" + "\x1e".join(texts)
+                                        + "\x1c").encode("utf-8", "surrogatepass"))
                 base = len(ids)
                 ids.extend(batch_ids)
                 yield texts, base
@@ -522,7 +540,8 @@ class ContaminationIndex:
         try:
             # Batches are hashed in worker threads (the compiled loops and numpy release the
             # GIL), in order, with a bounded number in flight so memory stays bounded on any corpus.
-            for ntok, keys, docs, bounds, mh, whole in ordered_map(lambda b: work(*b), batches(), workers=workers):
+            for ntok, keys, docs, bounds, mh, whole in ordered_map(lambda b: work(*b), batches(),
+                                                                   workers=workers):
                 whole_parts.append(whole)
                 tokens += ntok
                 runs.add(keys, docs, bounds)
@@ -530,7 +549,8 @@ class ContaminationIndex:
                     mh_docs.append(mh[0])
                     mh_sigs.append(mh[1])
                     n_short += len(mh[0])
-                    if not materialize and store is not None and sum(x.nbytes for x in mh_sigs) >= _SHARD_BYTES:
+                    if (not materialize and store is not None
+                            and sum(x.nbytes for x in mh_sigs) >= _SHARD_BYTES):
                         mh_chunks.append(_put_minhash(store, mh_docs, mh_sigs))
                         mh_docs, mh_sigs = [], []
             t_hashed = time.perf_counter()
@@ -552,7 +572,8 @@ class ContaminationIndex:
                 # then documents): no fresh copy of the index is faulted into memory (on this VM
                 # ~1 ms per MB). Not fsynced (hundreds of MB: seconds): a blob lost to a crash
                 # fails its checksum on load, and the index is rebuilt.
-                return group_counts, None, None, {"count": len(fp), "key": store.put_parts([fp, dd], durable=False)}
+                return group_counts, None, None, {
+                    "count": len(fp), "key": store.put_parts([fp, dd], durable=False)}
 
             # Groups are sorted (and written) in worker threads, in order, a few at a time:
             # numpy's sort and sha256 release the GIL.
@@ -585,7 +606,8 @@ class ContaminationIndex:
                 for sh in shards:
                     view = store.map_fresh(sh["key"])
                     fps_parts.append(np.frombuffer(view, dtype="<u4", count=sh["count"]))
-                    doc_parts.append(np.frombuffer(view, dtype="<u4", count=sh["count"], offset=4 * sh["count"]))
+                    doc_parts.append(np.frombuffer(view, dtype="<u4", count=sh["count"],
+                                                   offset=4 * sh["count"]))
             spilled = runs.tmp is not None
         finally:
             runs.close()
@@ -598,7 +620,8 @@ class ContaminationIndex:
         for wh, wd in whole_parts:
             whole_hashes[wd] = wh
         t_sorted = time.perf_counter()
-        stats = BuildStats(seconds=t_sorted - t0, hash_seconds=t_hashed - t0, sort_seconds=t_sorted - t_hashed,
+        stats = BuildStats(seconds=t_sorted - t0, hash_seconds=t_hashed - t0,
+                           sort_seconds=t_sorted - t_hashed,
                            docs=len(ids), tokens=tokens,
                            entries=int(offsets[-1]), short_docs=n_short, spilled=spilled)
         if store is not None and not materialize and mh_docs:
@@ -607,10 +630,12 @@ class ContaminationIndex:
         return cls(
             n=n, n_docs=len(ids), pbits=pbits, offsets=offsets, fps=fps, docs=docs,
             minhash_docs=np.concatenate(mh_docs) if mh_docs else np.zeros(0, dtype=np.uint32),
-            minhash_sigs=(np.concatenate(mh_sigs) if mh_sigs else np.zeros((0, params["num_perm"]), dtype=np.uint32)),
+            minhash_sigs=(np.concatenate(mh_sigs) if mh_sigs
+                          else np.zeros((0, params["num_perm"]), dtype=np.uint32)),
             params=params, corpus_checksum=None, built=True, stats=stats, whole_hashes=whole_hashes,
             _doc_ids=pa.array(ids, type=pa.string()), _shards=shards if store is not None else None,
-            _stream_checksum=None if stream_hash is None else "corpus:" + stream_hash.hexdigest()[:32],
+            _stream_checksum=(None if stream_hash is None
+                              else "corpus:" + stream_hash.hexdigest()[:32]),
             _mh_chunks=mh_chunks if (store is not None and not materialize) else None,
             materialized=materialize,
         )
@@ -625,7 +650,8 @@ class ContaminationIndex:
             dparts = self.docs.parts if isinstance(self.docs, _Sharded) else [self.docs]
             for fp, dd in zip(fparts, dparts):
                 if len(fp):
-                    shards.append({"count": len(fp), "key": store.put_parts([fp, dd], durable=False)})
+                    shards.append({"count": len(fp),
+                                   "key": store.put_parts([fp, dd], durable=False)})
         manifest = {
             "kind": "assay.decontam.index", "version": INDEX_VERSION, "params": self.params,
             "n_docs": self.n_docs, "pbits": self.pbits, "corpus": self.corpus_checksum,
@@ -636,7 +662,8 @@ class ContaminationIndex:
             "minhash": (self._mh_chunks if self._mh_chunks is not None else
                         ([_put_minhash(store, [self.minhash_docs], [self.minhash_sigs])]
                          if len(self.minhash_docs) else [])),
-            "stats": {"seconds": self.stats.seconds, "docs": self.stats.docs, "tokens": self.stats.tokens,
+            "stats": {"seconds": self.stats.seconds, "docs": self.stats.docs,
+                      "tokens": self.stats.tokens,
                       "entries": self.stats.entries, "short_docs": self.stats.short_docs},
         }
         key = store.put_json(manifest)
@@ -673,7 +700,8 @@ class ContaminationIndex:
         num_perm = m["params"]["num_perm"]
         mh_docs = (np.concatenate([np.frombuffer(b, dtype="<u4") for b in mh[0::2]]) if mh
                    else np.zeros(0, dtype=np.uint32))
-        mh_sigs = (np.concatenate([np.frombuffer(b, dtype="<u4").reshape(-1, num_perm) for b in mh[1::2]]) if mh
+        mh_sigs = (np.concatenate([np.frombuffer(b, dtype="<u4").reshape(-1, num_perm)
+                                   for b in mh[1::2]]) if mh
                    else np.zeros((0, num_perm), dtype=np.uint32))
         stats = BuildStats(loaded=True, docs=m["n_docs"], entries=len(fps),
                            short_docs=len(mh_docs), tokens=m["stats"]["tokens"])
@@ -690,10 +718,12 @@ class ContaminationIndex:
 def _put_minhash(store: Any, docs: list[np.ndarray], sigs: list[np.ndarray]) -> dict[str, Any]:
     d = np.concatenate(docs).astype("<u4")
     s = np.concatenate(sigs).astype("<u4")
-    return {"count": len(d), "docs": store.put_bytes(d.tobytes()), "sigs": store.put_bytes(s.tobytes())}
+    return {"count": len(d), "docs": store.put_bytes(d.tobytes()),
+            "sigs": store.put_bytes(s.tobytes())}
 
 
-def _bounds(arr: np.ndarray, x: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _bounds(arr: np.ndarray, x: np.ndarray, lo: np.ndarray, hi: np.ndarray
+            ) -> tuple[np.ndarray, np.ndarray]:
     """Lower and upper bound of each ``x[i]`` in the sorted slice ``arr[lo[i]:hi[i]]``: the
     compiled loop, or the vectorized numpy search it is tested against."""
     kernels = _kernels()
@@ -702,7 +732,8 @@ def _bounds(arr: np.ndarray, x: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> t
     return _bsearch(arr, x, lo, hi, right=False), _bsearch(arr, x, lo, hi, right=True)
 
 
-def _bsearch(arr: np.ndarray, x: np.ndarray, lo: np.ndarray, hi: np.ndarray, *, right: bool) -> np.ndarray:
+def _bsearch(arr: np.ndarray, x: np.ndarray, lo: np.ndarray, hi: np.ndarray, *,
+             right: bool) -> np.ndarray:
     """Vectorized lower (or upper) bound of ``x[i]`` in ``arr[lo[i]:hi[i]]`` (sorted slices)."""
     lo = lo.copy()
     hi = hi.copy()

@@ -113,15 +113,17 @@ def _scan(buf, cls, low, masks, hashes, starts, ends, seg):
     return ntok
 
 
-def ascii_tokens(buf: bytes, *, scratch: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def ascii_tokens(buf: bytes, *, scratch: bool = False
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """(hashes, token starts, token ends, segment numbers) of ASCII bytes ``buf`` (not yet
     lower-cased). Tokens longer than 64 bytes come back with a placeholder hash: the caller
     hashes them as :func:`assay.decontam.normalize.hash_spans` does. ``scratch=True`` returns
     views of this thread's work arrays, valid until its next call (no copy)."""
-    return _tokens(buf, scratch, lambda padded, work: _scan(padded, _CLS, _LOW, _MASKS, *work))  # type: ignore[return-value]
+    return _tokens(buf, scratch, lambda padded, work: _scan(padded, _CLS, _LOW, _MASKS, *work))
 
 
-def _tokens(buf: bytes, scratch: bool, scan: Any, on_unknown: Any = None) -> tuple[np.ndarray, ...]:
+def _tokens(buf: bytes, scratch: bool, scan: Any, on_unknown: Any = None
+            ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Run a token scan over ``buf`` (padded with 8 zero bytes) into this thread's work arrays.
 
     Prose has at most one token per 4 bytes, so the arrays are sized for that first; denser text
@@ -148,9 +150,10 @@ def _tokens(buf: bytes, scratch: bool, scan: Any, on_unknown: Any = None) -> tup
             on_unknown()
         else:
             break
+    h, s, e, g = work
     if scratch:
-        return tuple(a[:k] for a in work)
-    return tuple(a[:k].copy() for a in work)
+        return h[:k], s[:k], e[:k], g[:k]
+    return h[:k].copy(), s[:k].copy(), e[:k].copy(), g[:k].copy()
 
 
 _scratch = threading.local()
@@ -176,10 +179,12 @@ def _spans(t, starts, lengths, salt, out):
         out[i] = _mix(s ^ salt)
 
 
-def span_hashes(t: np.ndarray, starts: np.ndarray, lengths: np.ndarray, salt: np.uint64) -> np.ndarray:
+def span_hashes(t: np.ndarray, starts: np.ndarray, lengths: np.ndarray,
+                salt: np.uint64) -> np.ndarray:
     """Hash of tokens ``t[start:start + length]`` for each span, as ``SpanHasher.spans``."""
     out = np.empty(len(starts), dtype=np.uint64)
-    _spans(t, np.asarray(starts, dtype=np.int64), np.asarray(lengths, dtype=np.int64), np.uint64(salt), out)
+    _spans(t, np.asarray(starts, dtype=np.int64), np.asarray(lengths, dtype=np.int64),
+           np.uint64(salt), out)
     return out
 
 
@@ -215,7 +220,8 @@ def ngram_hashes(t: np.ndarray, doc_token_start: np.ndarray, n: int,
     pos = np.empty(cap, dtype=np.int64)
     doc = np.empty(cap, dtype=np.int64)
     top = np.uint64(pow(0xD6E8FEB86659FD93, n - 1, 1 << 64))
-    k = _ngrams(t, np.asarray(doc_token_start, dtype=np.int64), n, np.uint64(salt), top, h, pos, doc)
+    k = _ngrams(t, np.asarray(doc_token_start, dtype=np.int64), n, np.uint64(salt), top, h, pos,
+                doc)
     return h[:k], pos[:k], doc[:k]
 
 
@@ -235,7 +241,8 @@ def _radix(keys, docs, shift, bounds, out_keys, out_docs):
         at[g] += 1
 
 
-def radix_partition(keys: np.ndarray, docs: np.ndarray, bits: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def radix_partition(keys: np.ndarray, docs: np.ndarray, bits: int
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Stable counting sort of (key, doc) pairs by the key's top ``bits`` bits: (keys, docs as
     uint32, group bounds), as ``_Runs.partition``'s argsort does, in one pass each way."""
     out_keys = np.empty(len(keys), dtype=np.uint64)
@@ -267,7 +274,8 @@ def _bounds(arr, x, lo, hi, out_lo, out_hi):
         out_hi[i] = a
 
 
-def bounds(arr: np.ndarray, x: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def bounds(arr: np.ndarray, x: np.ndarray, lo: np.ndarray, hi: np.ndarray
+           ) -> tuple[np.ndarray, np.ndarray]:
     """Lower and upper bound of each ``x[i]`` in the sorted slice ``arr[lo[i]:hi[i]]``."""
     out_lo = np.empty(len(x), dtype=np.int64)
     out_hi = np.empty(len(x), dtype=np.int64)
@@ -288,7 +296,8 @@ def _decode(buf, i):
     if b0 < 0xE0:
         return ((b0 & 0x1F) << 6) | (np.int64(buf[i + 1]) & 0x3F), 2
     if b0 < 0xF0:
-        return ((b0 & 0x0F) << 12) | ((np.int64(buf[i + 1]) & 0x3F) << 6) | (np.int64(buf[i + 2]) & 0x3F), 3
+        return (((b0 & 0x0F) << 12) | ((np.int64(buf[i + 1]) & 0x3F) << 6)
+                | (np.int64(buf[i + 2]) & 0x3F)), 3
     return (((b0 & 0x07) << 18) | ((np.int64(buf[i + 1]) & 0x3F) << 12)
             | ((np.int64(buf[i + 2]) & 0x3F) << 6) | (np.int64(buf[i + 3]) & 0x3F)), 4
 
@@ -340,8 +349,12 @@ def utf8_tokens(buf: bytes, table: np.ndarray, classify: Any, *,
     token bounds are byte offsets. ``table`` maps code points to classes (SEP, WORD, CHAR, END,
     or unknown: ``classify(cp)`` fills such an entry, then the scan starts again)."""
     unknown = np.zeros(1, dtype=np.int64)
-    return _tokens(buf, scratch, lambda padded, work: _scan_utf8(padded, table, _LOW, _MASKS, *work, unknown),
-                   lambda: classify(int(unknown[0])))  # type: ignore[return-value]
+
+    def scan(padded: np.ndarray, work: tuple[np.ndarray, ...]) -> int:
+        hashes, starts, ends, seg = work
+        return _scan_utf8(padded, table, _LOW, _MASKS, hashes, starts, ends, seg, unknown)
+
+    return _tokens(buf, scratch, scan, lambda: classify(int(unknown[0])))
 
 
 @njit(nogil=True, cache=True)

@@ -5,7 +5,8 @@ values and ``datasketch.MinHashLSH`` finds candidate pairs (Broder 1997; Leskove
 *Mining of Massive Datasets*, ch. 3, for the banding).
 
 The permutations are datasketch's ``(a * h + b) mod (2^61 - 1)`` truncated to 32 bits, seeded
-like ``datasketch.MinHash(num_perm, seed, scheme="legacy")``; only the per-shingle loop is replaced by numpy.
+like ``datasketch.MinHash(num_perm, seed, scheme="legacy")``; only the per-shingle loop is
+replaced by numpy.
 
 Example:
     >>> import numpy as np
@@ -27,13 +28,15 @@ _CHUNK = 1 << 15
 def permutations(num_perm: int, seed: int = 1) -> tuple[np.ndarray, np.ndarray]:
     """The (a, b) pairs datasketch.MinHash(num_perm, seed, scheme="legacy") uses."""
     gen = np.random.RandomState(seed)
-    pairs = [(gen.randint(1, _MERSENNE, dtype=np.uint64), gen.randint(0, _MERSENNE, dtype=np.uint64))
+    pairs = [(gen.randint(1, _MERSENNE, dtype=np.uint64),
+              gen.randint(0, _MERSENNE, dtype=np.uint64))
              for _ in range(num_perm)]
     ab = np.array(pairs, dtype=np.uint64).T
     return ab[0].copy(), ab[1].copy()
 
 
-def signatures(shingles: np.ndarray, owner: np.ndarray, *, num_perm: int = 128, seed: int = 1) -> np.ndarray:
+def signatures(shingles: np.ndarray, owner: np.ndarray, *, num_perm: int = 128,
+               seed: int = 1) -> np.ndarray:
     """One MinHash signature per distinct ``owner`` (ascending, contiguous runs), shape
     (n_owners, num_perm), from 64-bit shingle hashes (their high 32 bits feed the permutations,
     as datasketch's 32-bit hash of a shingle would)."""

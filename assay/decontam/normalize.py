@@ -76,7 +76,8 @@ def char_classes() -> np.ndarray:
     global _TABLE
     if _TABLE is None:
         table = np.full(0x110000, _UNKNOWN, dtype=np.uint8)
-        table[:0x10000] = np.fromiter((_class_of(i) for i in range(0x10000)), dtype=np.uint8, count=0x10000)
+        table[:0x10000] = np.fromiter((_class_of(i) for i in range(0x10000)), dtype=np.uint8,
+                                      count=0x10000)
         _TABLE = table
     return _TABLE
 
@@ -153,7 +154,8 @@ def normalize_utf8(text: str) -> bytes:
         # short islands repeat (quotes, dashes, accented names): normalized once per process
         new = cache.get(piece)
         if new is None:
-            new = normalize_text(piece.decode("utf-8", "surrogatepass")).encode("utf-8", "surrogatepass")
+            new = normalize_text(piece.decode("utf-8", "surrogatepass")).encode(
+                "utf-8", "surrogatepass")
             if len(piece) <= 64:
                 if len(cache) >= 1 << 16:
                     cache.clear()
@@ -270,7 +272,8 @@ def hash_spans(buf: bytes, start: np.ndarray, length: np.ndarray) -> np.ndarray:
     return h
 
 
-def _hash_long(buf: bytes, start: np.ndarray, length: np.ndarray, sel: np.ndarray, h: np.ndarray) -> None:
+def _hash_long(buf: bytes, start: np.ndarray, length: np.ndarray, sel: np.ndarray,
+               h: np.ndarray) -> None:
     """Hash spans ``sel`` (longer than 64 bytes) one by one with blake2b, into ``h``."""
     for i in sel.tolist():
         a = int(start[i])
@@ -291,9 +294,9 @@ def _kernels() -> Any:
         try:
             from assay.decontam import kernels
         except Exception as e:  # numba missing, or unable to compile/cache on this platform
-            warnings.warn(f"assay.decontam: the compiled loops are unavailable ({type(e).__name__}: {e}); "
-                          "tokenizing with numpy instead (same results, 2-5x slower)", RuntimeWarning,
-                          stacklevel=2)
+            warnings.warn("assay.decontam: the compiled loops are unavailable "
+                          f"({type(e).__name__}: {e}); tokenizing with numpy instead (same "
+                          "results, 2-5x slower)", RuntimeWarning, stacklevel=2)
             _KERNELS = False
         else:
             _KERNELS = kernels
@@ -346,7 +349,8 @@ def encode(texts: Sequence[str], *, spans: bool = False, scratch: bool = False) 
         parts = [normalize_utf8(t) for t in texts]
         raw = b"\n".join(parts) + b"\n"
         doc_lens = [len(p) for p in parts]
-        h, tok_start, tok_end, seg = kernels.utf8_tokens(raw, char_classes(), _learn_class, scratch=scratch)
+        h, tok_start, tok_end, seg = kernels.utf8_tokens(raw, char_classes(), _learn_class,
+                                                         scratch=scratch)
         long = np.flatnonzero(tok_end - tok_start > _LONG)
         if len(long):
             _hash_long(raw, tok_start, tok_end - tok_start, long, h)
@@ -394,7 +398,8 @@ def encode(texts: Sequence[str], *, spans: bool = False, scratch: bool = False) 
         # next token and count (searching the few ends among the tokens, not the reverse)
         next_token = np.searchsorted(tok_start, np.flatnonzero(ends_mask))
         seg = np.cumsum(np.bincount(next_token, minlength=len(tok_start) + 1)[: len(tok_start)])
-    lens = np.fromiter(doc_lens if doc_lens is not None else (len(s) for s in norm), dtype=np.int64, count=n_docs)
+    lens = np.fromiter(doc_lens if doc_lens is not None else (len(s) for s in norm),
+                       dtype=np.int64, count=n_docs)
     doc_char_start = np.zeros(n_docs + 1, dtype=np.int64)
     np.cumsum(lens + 1, out=doc_char_start[1:])
     doc_token_start = np.searchsorted(tok_start, doc_char_start).astype(np.int64)

@@ -61,13 +61,15 @@ class ItemMatch:
         if self.similarity is not None:
             extra += f" similarity={self.similarity:.3f}"
         docs = f" docs={list(self.doc_ids[:3])}" if self.doc_ids else ""
-        return f"[{self.index}] {self.task_id}: {what} coverage={self.coverage:.2f} ({self.n_tokens} tokens){extra}{docs}"
+        return (f"[{self.index}] {self.task_id}: {what} coverage={self.coverage:.2f} "
+                f"({self.n_tokens} tokens){extra}{docs}")
 
 
 def _report_text(result: Any, body: list[str]) -> str:
     """A decontam report: the one-line summary, the thresholds, ``body``, then the warnings."""
     thresholds = "thresholds: " + ", ".join(f"{k}={v}" for k, v in result.thresholds.items())
-    return "\n".join([line_of(result), thresholds, *body, *(f"warning: {w}" for w in result.warnings)])
+    return "\n".join([line_of(result), thresholds, *body,
+                      *(f"warning: {w}" for w in result.warnings)])
 
 
 @dataclass(frozen=True)
@@ -140,8 +142,9 @@ class Contamination(Result):
         if self.calibration:
             cal = self.calibration
             lines.append(
-                f"semantic calibration: distinct eval items read up to {cal['distinct_item_similarity']:.3f} "
-                f"alike ({cal['percentile']:g}th percentile over {cal['pairs']} pairs); the threshold "
+                "semantic calibration: distinct eval items read up to "
+                f"{cal['distinct_item_similarity']:.3f} alike ({cal['percentile']:g}th percentile "
+                f"over {cal['pairs']} pairs); the threshold "
                 f"similarity={t.get('similarity')} should sit above it"
             )
         shown = [i for i in self.items if i.contaminated][:examples]
@@ -184,7 +187,8 @@ class Decontamination(Result):
 
     def report(self, examples: int = 5) -> str:
         return _report_text(self, [
-            f"  row {d['index']}: {d['rule']} (eval item {d['eval_task_id']}, score {d['score']:.2f})"
+            f"  row {d['index']}: {d['rule']} (eval item {d['eval_task_id']}, "
+            f"score {d['score']:.2f})"
             for d in self.dropped[:examples]])
 
 
@@ -202,7 +206,8 @@ class CleanSplit(Result):
         return self.clean.estimate
 
     def __str__(self) -> str:
-        return f"full: {self.full} | clean: {self.clean} | {self.n_removed} contaminated tasks removed"
+        return (f"full: {self.full} | clean: {self.clean} | {self.n_removed} contaminated tasks "
+                "removed")
 
 
 def rescore(rows: Any, contaminated_task_ids: Sequence[str], *, k: int | None = None) -> CleanSplit:

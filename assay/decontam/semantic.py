@@ -55,8 +55,9 @@ class MiniLM:
         return _MODELS[path]
 
     def __call__(self, texts: list[str]) -> np.ndarray:
-        return self._model().encode(list(texts), batch_size=self.batch_size, normalize_embeddings=True,
-                                    convert_to_numpy=True, show_progress_bar=False)
+        return self._model().encode(list(texts), batch_size=self.batch_size,
+                                    normalize_embeddings=True, convert_to_numpy=True,
+                                    show_progress_bar=False)
 
 
 def embed(embedder: Embedder, texts: Sequence[str], *, batch_size: int = 256) -> np.ndarray:
@@ -79,7 +80,8 @@ def embed(embedder: Embedder, texts: Sequence[str], *, batch_size: int = 256) ->
     return np.concatenate(out)
 
 
-def best_matches(queries: np.ndarray, corpus_batches: Iterable[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+def best_matches(queries: np.ndarray, corpus_batches: Iterable[np.ndarray]
+                 ) -> tuple[np.ndarray, np.ndarray]:
     """For each query row, the highest cosine over all corpus rows and that row's position.
 
     One (queries x batch) matrix product per corpus batch; memory stays at one batch.
@@ -114,5 +116,6 @@ def calibration(vectors: np.ndarray, *, percentile: float = 99.0, max_items: int
     sims = vectors @ vectors.T
     iu = np.triu_indices(m, k=1)
     vals = sims[iu]
-    return {"percentile": percentile, "distinct_item_similarity": float(np.percentile(vals, percentile)),
+    return {"percentile": percentile,
+            "distinct_item_similarity": float(np.percentile(vals, percentile)),
             "pairs": int(len(vals)), "items": int(m)}

@@ -112,17 +112,20 @@ def to_messages(prompt: Any, *, system: str | None = None, i: int = 0) -> list[d
     elif isinstance(prompt, Sequence) and not isinstance(prompt, (bytes, bytearray)):
         msgs = []
         for j, m in enumerate(prompt):
-            if not isinstance(m, Mapping) or not isinstance(m.get("role"), str) or not isinstance(m.get("content"), str):
-                raise RowsError(f"prompts[{i}][{j}]: a message is {{'role': str, 'content': str}}, got {m!r:.120}")
+            if (not isinstance(m, Mapping) or not isinstance(m.get("role"), str)
+                    or not isinstance(m.get("content"), str)):
+                raise RowsError(f"prompts[{i}][{j}]: a message is {{'role': str, 'content': str}}, "
+                                f"got {m!r:.120}")
             msgs.append({"role": m["role"], "content": m["content"]})
         if not msgs:
             raise RowsError(f"prompts[{i}] is an empty message list")
     else:
-        raise RowsTypeError(f"prompts[{i}]: expected a string or a list of messages, got {type(prompt).__name__}")
+        raise RowsTypeError(f"prompts[{i}]: expected a string or a list of messages, got "
+                            f"{type(prompt).__name__}")
     if system is not None:
         if msgs[0]["role"] == "system":
-            raise RowsError(f"prompts[{i}] already starts with a system message and system= is set; "
-                            "give one or the other")
+            raise RowsError(f"prompts[{i}] already starts with a system message and system= is "
+                            "set; give one or the other")
         msgs = [{"role": "system", "content": system}, *msgs]
     return msgs
 
@@ -134,5 +137,6 @@ def render_messages(messages: list[dict[str, str]], api: str) -> Any:
         return messages
     if len(messages) != 1 or messages[0]["role"] != "user":
         raise RowsError("api: completions takes one text per prompt; got a conversation of "
-                        f"{len(messages)} messages (roles {[m['role'] for m in messages]}); use api: chat")
+                        f"{len(messages)} messages (roles {[m['role'] for m in messages]}); "
+                        "use api: chat")
     return messages[0]["content"]

@@ -5,7 +5,8 @@ Each completion is keyed and committed to a journal as it arrives; a rerun asks 
 Example:
     >>> import tempfile
     >>> from assay.store import Store
-    >>> g = generate(["2+3?", "7*6?"], model={"kind": "function", "callable": "assay.models.function:echo"},
+    >>> g = generate(["2+3?", "7*6?"],
+    ...              model={"kind": "function", "callable": "assay.models.function:echo"},
     ...              k=2, store=Store(tempfile.mkdtemp()))
     >>> g.completions, g.sent
     ([['2+3?', '2+3?'], ['7*6?', '7*6?']], 4)
@@ -76,8 +77,10 @@ class Generations:
                                     schema=RECORD_SCHEMA)
 
     def rows(self, reward: Any = None, *, references: Sequence[Any] | None = None,
-             task_ids: Sequence[str] | None = None, privileged: Sequence[Mapping[str, Any] | None] | None = None,
-             meta: Sequence[Mapping[str, Any] | None] | None = None, workers: int | None = None) -> Any:
+             task_ids: Sequence[str] | None = None,
+             privileged: Sequence[Mapping[str, Any] | None] | None = None,
+             meta: Sequence[Mapping[str, Any] | None] | None = None,
+             workers: int | None = None) -> Any:
         """:class:`assay.Rows`, one per record, optionally graded by ``reward``.
 
         An error record becomes a row with ``judge_status: gen_error`` (reward None, the
@@ -92,8 +95,8 @@ class Generations:
         from assay.rows import Rows, as_table, task_id_for
 
         n = len(self.prompts)
-        for name, seq in (("references", references), ("task_ids", task_ids), ("privileged", privileged),
-                          ("meta", meta)):
+        for name, seq in (("references", references), ("task_ids", task_ids),
+                          ("privileged", privileged), ("meta", meta)):
             if seq is not None and len(seq) != n:
                 raise RowsError(f"{name}: expected one per prompt ({n}), got {len(seq)}")
         out = []
@@ -112,8 +115,9 @@ class Generations:
             if r["status"] == "ok":
                 markers["truncated"] = float(r["finish_reason"] == "length")
             priv = dict(privileged[i] or {}) if privileged is not None else {}
-            priv["generation"] = {"finish_reason": r["finish_reason"], "served_model": r["served_model"],
-                                  "key": r["key"], "seed": r["seed"], "sample_index": r["sample_index"]}
+            priv["generation"] = {"finish_reason": r["finish_reason"],
+                                  "served_model": r["served_model"], "key": r["key"],
+                                  "seed": r["seed"], "sample_index": r["sample_index"]}
             if references is not None:
                 priv["reference"] = references[i]
             row = {"task_id": tid,
@@ -147,10 +151,11 @@ def shared_backend(model: Any) -> Any:
 
 def make_backend(model: Any) -> Any:
     """A backend from a spec entry (dict or spec model), or ``model`` itself when it already is
-    one (anything with ``spec``, ``identity``, ``render`` and ``run``), so a loaded model is reused."""
+    one (anything with ``spec``, ``identity``, ``render`` and ``run``), so a loaded model is
+    reused."""
     if all(hasattr(model, a) for a in ("spec", "identity", "render", "run")):
         return model
-    spec = backend_spec(model)
+    spec: Any = backend_spec(model)  # a registered backend's spec model: each has a ``kind``
     return BACKENDS.get(spec.kind).obj(spec)
 
 

@@ -25,7 +25,7 @@ import inspect
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from assay.errors import GenerationError, SpecError
 from assay.models.base import Request
@@ -37,7 +37,8 @@ _SUMS: dict[tuple[Any, ...], dict[str, str]] = {}
 
 def _file_sha256(path: Path) -> str:
     real = path.resolve()
-    if path.is_symlink() and len(real.name) == 64 and all(c in "0123456789abcdef" for c in real.name):
+    if (path.is_symlink() and len(real.name) == 64
+            and all(c in "0123456789abcdef" for c in real.name)):
         return real.name  # a hub cache blob: its name is the sha256 of its bytes
     h = hashlib.sha256()
     with open(real, "rb") as f:
@@ -80,8 +81,9 @@ def _resolve(spec: HFSpec) -> Path:
 
 @BACKENDS.register("hf", spec=HFSpec, help="a local transformers causal LM")
 class HFBackend:
-    """A causal LM (see module docstring), loaded on first generation. ``fixed_batch``: rows per batch in input
-    order instead of sorted token-budget batches (the naive baseline of the benchmark)."""
+    """A causal LM (see module docstring), loaded on first generation. ``fixed_batch``: rows per
+    batch in input order instead of sorted token-budget batches (the naive baseline of the
+    benchmark)."""
 
     kind = "hf"
 
@@ -92,15 +94,18 @@ class HFBackend:
         self.spec = spec if isinstance(spec, HFSpec) else HFSpec.model_validate(spec)
         self.fixed_batch = fixed_batch
         self.dir = _resolve(self.spec)
-        self.device = torch.device(self.spec.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        self.device = torch.device(self.spec.device
+                                   or ("cuda" if torch.cuda.is_available() else "cpu"))
         self.dtype = {"auto": torch.bfloat16 if self.device.type == "cuda" else torch.float32,
                       "float32": torch.float32, "bfloat16": torch.bfloat16,
                       "float16": torch.float16}[self.spec.dtype]
-        self.tok = AutoTokenizer.from_pretrained(self.dir, trust_remote_code=self.spec.trust_remote_code)
-        self.pad_id = self.tok.pad_token_id if self.tok.pad_token_id is not None else self.tok.eos_token_id
+        self.tok = AutoTokenizer.from_pretrained(self.dir,
+                                                 trust_remote_code=self.spec.trust_remote_code)
+        self.pad_id = (self.tok.pad_token_id if self.tok.pad_token_id is not None
+                       else self.tok.eos_token_id)
         if self.pad_id is None:
-            raise GenerationError(f"model.path {self.spec.path}: the tokenizer has neither a pad nor "
-                                  "an eos token; set one in tokenizer_config.json")
+            raise GenerationError(f"model.path {self.spec.path}: the tokenizer has neither a pad "
+                                  "nor an eos token; set one in tokenizer_config.json")
         self._model: Any = None  # loaded on first use: a cached stage needs only the identity
         self.eos_ids: set[int] = set()
         self._cache_arg = "past_key_values"
@@ -113,10 +118,12 @@ class HFBackend:
         if self._model is None:
             from transformers import AutoModelForCausalLM
 
-            self._model = AutoModelForCausalLM.from_pretrained(
-                self.dir, dtype=self.dtype, trust_remote_code=self.spec.trust_remote_code).to(self.device).eval()
+            loaded: Any = AutoModelForCausalLM.from_pretrained(
+                self.dir, dtype=self.dtype, trust_remote_code=self.spec.trust_remote_code)
+            self._model = loaded.to(self.device).eval()
             gc = self._model.generation_config
-            eos = gc.eos_token_id if gc is not None and gc.eos_token_id is not None else self.tok.eos_token_id
+            eos = (gc.eos_token_id if gc is not None and gc.eos_token_id is not None
+                   else self.tok.eos_token_id)
             self.eos_ids = set(eos if isinstance(eos, list) else [eos] if eos is not None else [])
             # transformers 5.2x renamed the KV cache argument and output past_key_values -> cache
             fwd = inspect.signature(self._model.forward).parameters
@@ -128,19 +135,22 @@ class HFBackend:
         (re-checked on every call, hashed again only when a file's size or mtime changed; new
         files under the path also drop the loaded model, so it is never used stale)."""
         sums = directory_checksums(self.dir)
-        digest = hashlib.sha256("\n".join(f"{k} {v}" for k, v in sorted(sums.items())).encode()).hexdigest()
+        digest = hashlib.sha256("\n".join(f"{k} {v}" for k, v in sorted(sums.items()))
+                                .encode()).hexdigest()
         ident = {"backend": "hf", "path": self.spec.path, "revision": self.spec.revision,
                  "files_sha256": digest, "dtype": str(self.dtype).removeprefix("torch.")}
         if self._identity is not None and ident != self._identity and self._model is not None:
             self._model = None
             from transformers import AutoTokenizer
 
-            self.tok = AutoTokenizer.from_pretrained(self.dir, trust_remote_code=self.spec.trust_remote_code)
+            self.tok = AutoTokenizer.from_pretrained(
+                self.dir, trust_remote_code=self.spec.trust_remote_code)
         self._identity = ident
         return ident
 
     def render(self, messages: list[dict[str, str]], api: str) -> str:
-        """Chat: the chat template applied once, with the generation prompt; completions: the text."""
+        """Chat: the chat template applied once, with the generation prompt; completions: the
+        text."""
         if api == "completions":
             from assay.models.base import render_messages
 
@@ -148,7 +158,9 @@ class HFBackend:
         if not getattr(self.tok, "chat_template", None):
             raise SpecError(f"model.path {self.spec.path}: the tokenizer has no chat template; "
                             "use api: completions or add a chat_template")
-        return self.tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        # tokenize=False: the rendered text
+        return cast(str, self.tok.apply_chat_template(messages, tokenize=False,
+                                                      add_generation_prompt=True))
 
     def _batches(self, ids: list[list[int]], max_new: int) -> list[list[int]]:
         order = list(range(len(ids)))
@@ -171,8 +183,9 @@ class HFBackend:
             max_connections: int, commit: Callable[[Request, dict[str, Any]], None]) -> None:
         """Decode every request in token-budget batches, committing each batch's rows."""
         if params.presence_penalty or params.frequency_penalty or params.extra:
-            raise GenerationError("model kind hf: presence_penalty, frequency_penalty and params.extra "
-                                  "are OpenAI-server options; the hf backend samples with temperature, "
+            raise GenerationError("model kind hf: presence_penalty, frequency_penalty and "
+                                  "params.extra are OpenAI-server options; the hf backend samples "
+                                  "with temperature, "
                                   "top_p, max_tokens and stop")
         if not requests:
             return
@@ -188,7 +201,8 @@ class HFBackend:
                                      "completion_tokens": n_new, "served_model": self.spec.path,
                                      "latency_s": latency, "retries": 0})
 
-    def _decode(self, ids: list[list[int]], seeds: list[int], params: SamplingParams) -> list[tuple[str, str, int]]:
+    def _decode(self, ids: list[list[int]], seeds: list[int], params: SamplingParams
+                ) -> list[tuple[str, str, int]]:
         import torch
 
         model = self.model  # loads it (and the eos ids) on first use
@@ -222,7 +236,7 @@ class HFBackend:
                         continue
                     new[r].append(t)
                     if params.stop:
-                        text = self.tok.decode(new[r], skip_special_tokens=True)
+                        text = self._text(new[r])
                         hit = [text.index(s) for s in params.stop if s in text]
                         if hit:
                             finish[r], texts[r] = "stop", text[:min(hit)]
@@ -233,19 +247,26 @@ class HFBackend:
                     break
                 nxt = torch.where(torch.tensor([f is None for f in finish], device=self.device),
                                   nxt, torch.full_like(nxt, self.pad_id))
-                mask = torch.cat([mask, torch.ones((n, 1), dtype=mask.dtype, device=self.device)], dim=1)
+                mask = torch.cat([mask, torch.ones((n, 1), dtype=mask.dtype, device=self.device)],
+                                 dim=1)
                 pos = pos[:, -1:] + 1
                 out = model(input_ids=nxt[:, None], attention_mask=mask, position_ids=pos,
                                  use_cache=True, **{self._cache_arg: getattr(out, self._cache_arg)})
         result = []
         for r in range(n):
-            text = texts[r] if texts[r] is not None else self.tok.decode(new[r], skip_special_tokens=True)
+            stopped = texts[r]
+            text = stopped if stopped is not None else self._text(new[r])
             n_new = len(new[r]) + (finish[r] == "stop" and texts[r] is None)  # the eos counts
             result.append((text, finish[r] or "length", n_new))
         return result
 
+    def _text(self, ids: list[int]) -> str:
+        """The decoded text of one completion's token ids, special tokens left out."""
+        return cast(str, self.tok.decode(ids, skip_special_tokens=True))  # one sequence: a str
+
     @staticmethod
-    def _pick(logits: Any, gens: list[Any] | None, params: SamplingParams, finish: list[str | None]) -> Any:
+    def _pick(logits: Any, gens: list[Any] | None, params: SamplingParams,
+              finish: list[str | None]) -> Any:
         """Greedy: the argmax per row. Sampling: one uniform draw per row from that row's own
         CPU generator, turned into a token by inverse CDF over the temperature-scaled, nucleus-cut
         distribution, batched (finished rows draw too; their draws are never used)."""

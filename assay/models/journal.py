@@ -49,7 +49,8 @@ def sample_seed(seed: int, rendered: Any, index: int) -> int:
 def completion_key(config: dict[str, Any], rendered: Any, seed: int, index: int) -> str:
     """The cache key of one completion: the shard config (model identity, backend, base URL,
     API, every sampling parameter), the rendered prompt, the per-sample seed and the index."""
-    return content_hash({"config": config, "rendered": rendered, "seed": seed, "index": index}, "gen")
+    return content_hash({"config": config, "rendered": rendered, "seed": seed, "index": index},
+                        "gen")
 
 
 def shard_id(config: dict[str, Any]) -> str:
@@ -59,7 +60,8 @@ def shard_id(config: dict[str, Any]) -> str:
 
 def _line(record: dict[str, Any]) -> bytes:
     body = canonical_json(record)
-    return b'{"sum":"' + hashlib.sha256(body).hexdigest()[:16].encode() + b'","rec":' + body + b"}\n"
+    return (b'{"sum":"' + hashlib.sha256(body).hexdigest()[:16].encode() + b'","rec":' + body
+            + b"}\n")
 
 
 def line_ok(raw: bytes) -> bool:
@@ -104,8 +106,8 @@ class Journal:
             out[rec["key"]] = rec
         if bad:
             warnings.warn(f"journal {self.path}: {bad} torn or corrupt line(s) skipped (a killed "
-                          "run's last write); those completions are asked again", CorruptEntryWarning,
-                          stacklevel=2)
+                          "run's last write); those completions are asked again",
+                          CorruptEntryWarning, stacklevel=2)
         return out
 
     def append(self, record: dict[str, Any]) -> None:

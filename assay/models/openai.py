@@ -282,7 +282,8 @@ class _Job:
 _SEQ = itertools.count()  # ties in the retry heap go in scheduling order
 
 
-@BACKENDS.register("openai", spec=OpenAISpec, help="an OpenAI-compatible server (vLLM, SGLang, TGI, OpenAI)")
+@BACKENDS.register("openai", spec=OpenAISpec,
+                   help="an OpenAI-compatible server (vLLM, SGLang, TGI, OpenAI)")
 class OpenAIBackend:
     """Client of one model on one OpenAI-compatible server (see module docstring).
 
@@ -297,8 +298,9 @@ class OpenAIBackend:
         if self.spec.api_key_env:
             key = os.environ.get(self.spec.api_key_env)
             if not key:
-                raise SpecError(f"model.api_key_env: environment variable {self.spec.api_key_env!r} "
-                                "is not set; export the API key or remove api_key_env")
+                raise SpecError("model.api_key_env: environment variable "
+                                f"{self.spec.api_key_env!r} is not set; export the API key or "
+                                "remove api_key_env")
             self.headers["Authorization"] = f"Bearer {key}"
         # plain http needs no certificates: loading the CA bundle costs ~0.2 s per client
         self._verify = self.spec.base_url.startswith("https://")
@@ -313,17 +315,20 @@ class OpenAIBackend:
 
         url = f"{self.spec.base_url}/models"
         try:
-            resp = httpx.get(url, headers=self.headers, timeout=self.spec.timeout_s, verify=self._verify)
+            resp = httpx.get(url, headers=self.headers, timeout=self.spec.timeout_s,
+                             verify=self._verify)
         except httpx.HTTPError as e:
             raise GenerationError(f"model.base_url: cannot reach {url} ({type(e).__name__}: {e}); "
                                   "is the server up?") from None
         if resp.status_code == 404:
             served: Any = "no /v1/models endpoint"
         elif resp.status_code >= 400:
-            raise GenerationError(f"GET {url} answered HTTP {resp.status_code}: {_server_message(resp)}")
+            raise GenerationError(f"GET {url} answered HTTP {resp.status_code}: "
+                                  f"{_server_message(resp)}")
         else:
             data = resp.json().get("data") or []
-            entry = next((m for m in data if isinstance(m, dict) and m.get("id") == self.spec.model), None)
+            entry = next((m for m in data if isinstance(m, dict)
+                          and m.get("id") == self.spec.model), None)
             if entry is None:
                 ids = [m.get("id") for m in data if isinstance(m, dict)]
                 raise GenerationError(f"model.model: {self.spec.model!r} is not served at "
@@ -343,8 +348,9 @@ class OpenAIBackend:
         """The JSON body of one request: every sampling parameter explicit, the sample's seed."""
         body: dict[str, Any] = {"model": self.spec.model}
         body["messages" if api == "chat" else "prompt"] = req.rendered
-        body.update(temperature=params.temperature, top_p=params.top_p, max_tokens=params.max_tokens,
-                    stop=list(params.stop), presence_penalty=params.presence_penalty,
+        body.update(temperature=params.temperature, top_p=params.top_p,
+                    max_tokens=params.max_tokens, stop=list(params.stop),
+                    presence_penalty=params.presence_penalty,
                     frequency_penalty=params.frequency_penalty, seed=req.seed, n=1)
         body.update(params.extra)
         return body
@@ -518,7 +524,8 @@ class OpenAIBackend:
                 "prompt_tokens": None, "completion_tokens": None, "served_model": None,
                 "latency_s": round(elapsed, 6), "retries": retries}
 
-    def _record(self, resp: httpx.Response, api: str, latency: float, retries: int) -> dict[str, Any]:
+    def _record(self, resp: httpx.Response, api: str, latency: float, retries: int
+                ) -> dict[str, Any]:
         base = {"latency_s": round(latency, 6), "retries": retries}
         try:
             doc = resp.json()
@@ -531,11 +538,13 @@ class OpenAIBackend:
                     "completion_tokens": None, "served_model": None}
         usage = doc.get("usage") or {}
         rec = {**base, "finish_reason": choice.get("finish_reason"),
-               "prompt_tokens": usage.get("prompt_tokens"), "completion_tokens": usage.get("completion_tokens"),
+               "prompt_tokens": usage.get("prompt_tokens"),
+               "completion_tokens": usage.get("completion_tokens"),
                "served_model": doc.get("model")}
         if not isinstance(text, str):
             return {**rec, "status": "error", "completion": None,
-                    "reason": f"server returned no text content (finish_reason {choice.get('finish_reason')!r})"}
+                    "reason": "server returned no text content (finish_reason "
+                              f"{choice.get('finish_reason')!r})"}
         return {**rec, "status": "ok", "completion": text, "reason": None}
 
     def close(self) -> None:

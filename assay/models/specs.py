@@ -21,9 +21,8 @@ from pydantic import BaseModel, Field, field_validator, model_validator
 
 from assay.errors import SpecError
 from assay.models.registry import BACKENDS
-from assay.specbase import SpecModel, version_field
-
-_Strict = SpecModel
+from assay.specbase import SpecModel as _Strict
+from assay.specbase import version_field
 
 
 class SamplingParams(_Strict):
@@ -65,13 +64,15 @@ class OpenAISpec(_Strict):
     base_url: str = Field(description="the server's API root, e.g. http://127.0.0.1:8000/v1")
     model: str = Field(description="the served model name sent as 'model'")
     api_key_env: str | None = Field(None, description="environment variable holding the API key")
-    revision: str | None = Field(None, description="a checkpoint revision you pin; part of the cache key")
+    revision: str | None = Field(None, description="a checkpoint revision you pin; part of the "
+                                 "cache key")
     revision_immutable: bool = Field(
         False, description="you vouch that the weights behind this revision never change: a "
         "nightly then reuses earlier nights' completions of it (a server cannot prove it)")
     timeout_s: float = Field(120.0, gt=0, description="seconds one request may take")
     max_retries: int = Field(8, ge=0, description="retries of 408/429/5xx/timeouts per request")
-    retry_total_s: float = Field(900.0, gt=0, description="cap on the time one request spends retrying")
+    retry_total_s: float = Field(900.0, gt=0,
+                                 description="cap on the time one request spends retrying")
 
     @field_validator("base_url")
     @classmethod
@@ -155,7 +156,8 @@ def backend_spec(v: Any) -> BaseModel:
     if isinstance(v, BaseModel):
         return v
     if not isinstance(v, dict) or "kind" not in v:
-        raise SpecError(f"model: expected a mapping with 'kind' (one of {BACKENDS.names()}), got {v!r:.80}")
+        raise SpecError(f"model: expected a mapping with 'kind' (one of {BACKENDS.names()}), "
+                        f"got {v!r:.80}")
     kind = BACKENDS.get(v["kind"])
     if kind.spec is None:
         raise SpecError(f"model backend {v['kind']!r} registered no spec model")

@@ -191,7 +191,8 @@ def _compare_entries(before: Any, after: Any, metrics: list[str], gates: Nightly
     out = {}
     for m in res.metrics:
         iv = m.delta.interval
-        out[m.metric] = {"baseline_value": finite_or_none(m.before), "delta": finite_or_none(m.delta.value),
+        out[m.metric] = {"baseline_value": finite_or_none(m.before),
+                         "delta": finite_or_none(m.delta.value),
                          "delta_low": finite_or_none(iv.low) if iv else None,
                          "delta_high": finite_or_none(iv.high) if iv else None,
                          "n_paired": m.n_paired, "p_adjusted": finite_or_none(m.p_adjusted),
@@ -264,7 +265,8 @@ def evaluate_night(out: str | os.PathLike[str], *, study: str, night: str, sourc
             bmark = set(_markers(before))
             shared = {m for m in metrics if m == "pass@1" or m.removeprefix("marker:") in bmark}
             for family, label in (([m for m in gated if m in shared], "gated"),
-                                  ([m for m in metrics if m in shared and m not in gated], "reported")):
+                                  ([m for m in metrics if m in shared and m not in gated],
+                                   "reported")):
                 if not family:
                     continue
                 cmp, res = _compare_entries(before, rows, family, gates)
@@ -377,8 +379,10 @@ def night_markdown(doc: Mapping[str, Any], history_png: str | None = None) -> st
         for m in s["metrics"]:
             lines.append(
                 f"| {m['metric']}{'' if m['higher_is_better'] else ' (lower is better)'} "
-                f"| {'yes' if m['gated'] else 'no'} | {_f(m['value'])} [{_f(m['low'])}, {_f(m['high'])}] "
-                f"| {m['n']} | {_f(m['delta'], '+.3f')} [{_f(m['delta_low'])}, {_f(m['delta_high'])}] "
+                f"| {'yes' if m['gated'] else 'no'} | {_f(m['value'])} "
+                f"[{_f(m['low'])}, {_f(m['high'])}] "
+                f"| {m['n']} | {_f(m['delta'], '+.3f')} "
+                f"[{_f(m['delta_low'])}, {_f(m['delta_high'])}] "
                 f"| {'**' + m['verdict'] + '**' if m['regression'] else m['verdict']} |")
         lines.append("")
     for c in doc["comparisons"]:

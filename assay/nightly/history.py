@@ -5,8 +5,9 @@ Read from each night's ``nightly.json`` only, so the files are identical for ide
 Example:
     >>> night = {"study": "s", "night": "2026-11-01", "gated": ["pass@1"], "sources": [
     ...     {"source": "m", "baseline": None, "metrics": [{"metric": "pass@1", "gated": True,
-    ...      "higher_is_better": True, "value": 0.5, "low": 0.4, "high": 0.6, "n": 40, "delta": None,
-    ...      "delta_low": None, "delta_high": None, "verdict": "no baseline", "regression": False}]}]}
+    ...      "higher_is_better": True, "value": 0.5, "low": 0.4, "high": 0.6, "n": 40,
+    ...      "delta": None, "delta_low": None, "delta_high": None, "verdict": "no baseline",
+    ...      "regression": False}]}]}
     >>> history_table(history_rows([night])).splitlines()[2].split()[:11]
     ['2026-11-01', 'm', 'pass@1*', '0.500', '[0.400,', '0.600]', '40', '-', '-', 'no', 'baseline']
 """
@@ -27,7 +28,8 @@ from assay.store import atomic_write
 HISTORY_VERSION = 2
 
 
-def load_nights(study_dir: str | os.PathLike[str], until: str | None = None) -> list[dict[str, Any]]:
+def load_nights(study_dir: str | os.PathLike[str], until: str | None = None
+                ) -> list[dict[str, Any]]:
     """Every night's nightly.json under ``study_dir`` (``<root>/<study>``), oldest first; only
     nights up to ``until`` when given."""
     d = Path(study_dir)
@@ -120,7 +122,8 @@ def history_json(rows: Sequence[Mapping[str, Any]], study: str) -> bytes:
     return (json.dumps(doc, indent=2, sort_keys=True, allow_nan=False) + "\n").encode()
 
 
-def history_png(rows: Sequence[Mapping[str, Any]], study: str, last: int | None = None) -> bytes | None:
+def history_png(rows: Sequence[Mapping[str, Any]], study: str, last: int | None = None
+                ) -> bytes | None:
     """One panel per source x gated metric (pass@1 always): the estimate per night with its
     interval as a band; regressions marked with a red cross. ``last``: only the last nights."""
     nights = sorted({r["night"] for r in rows})
@@ -129,7 +132,8 @@ def history_png(rows: Sequence[Mapping[str, Any]], study: str, last: int | None 
     keep = set(nights)
     panels: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
     for r in rows:
-        if r["night"] in keep and (r["gated"] or r["metric"] == "pass@1") and r["value"] is not None:
+        if (r["night"] in keep and (r["gated"] or r["metric"] == "pass@1")
+                and r["value"] is not None):
             panels.setdefault((r["source"], r["metric"]), []).append(r)
     if not panels:
         return None

@@ -4,7 +4,8 @@ Webhook URLs are posted here (httpx); Prefect notification blocks are sent by fl
 
 Example:
     >>> r = {"study": "s", "source": "m", "metric": "pass@1", "night": "2026-11-03",
-    ...      "baseline": "2026-11-02", "delta": -0.25, "low": -0.34, "high": -0.16, "p_adjusted": 0.0001}
+    ...      "baseline": "2026-11-02", "delta": -0.25, "low": -0.34, "high": -0.16,
+    ...      "p_adjusted": 0.0001}
     >>> subject, body = alert_text([r])
     >>> subject
     'assay nightly 2026-11-03: 1 regression (s)'

@@ -12,7 +12,7 @@ Example:
     ...
     pydantic_core._pydantic_core.ValidationError: 1 validation error for NightlySpec
     baseline
-      Value error, baseline must be 'previous', 'best' or a night date YYYY-MM-DD, got 'yesterday' [type=value_error, input_value='yesterday', input_type=str]
+      Value error, baseline must be 'previous', 'best' or a night date YYYY-MM-DD, got 'yesterday...
     ...
 """
 
@@ -46,7 +46,8 @@ class NightlySpec(SpecModel):
     baseline: str = Field(
         "previous", description="'previous' (the last night), 'best' (the night with the best "
         "value of the first gated metric, per source) or a night date YYYY-MM-DD")
-    alpha: float = Field(0.05, gt=0, lt=1, description="family-wise level over the gated metrics (Holm)")
+    alpha: float = Field(0.05, gt=0, lt=1,
+                         description="family-wise level over the gated metrics (Holm)")
     notify: str | None = Field(
         None, description="where a regression is announced: a webhook URL (http[s]://...) or a "
         "Prefect notification block as '<block-type-slug>/<block-name>' (e.g. slack-webhook/ops)")

@@ -1,7 +1,8 @@
 """The ``file`` source kind: prompts and completions you already have, as JSONL or Parquet,
 or prompts alone with ``generate:`` (the generate stage then asks the model under test).
 
-Relative paths resolve from the spec file's folder; the file's content hash (not its path) keys rows.
+Relative paths resolve from the spec file's folder; the file's content hash (not its path) keys
+rows.
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ class FileSource(RecordSourceSpec):
     """Prompts and completions you already have, as JSONL or Parquet."""
 
     kind: Literal["file"]
-    path: str = Field(description="JSONL or Parquet file; relative paths resolve from the spec file")
+    path: str = Field(description="JSONL or Parquet file; relative paths resolve from the spec "
+                      "file")
     format: Literal["jsonl", "parquet"] | None = Field(None, description="default: from the suffix")
 
     @model_validator(mode="after")

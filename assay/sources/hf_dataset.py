@@ -39,19 +39,21 @@ if TYPE_CHECKING:
 
 
 class HFDatasetSource(RecordSourceSpec):
-    """A benchmark through the ``datasets`` library: a save_to_disk folder, Parquet/JSONL files, or a hub id."""
+    """A benchmark through the ``datasets`` library: a save_to_disk folder, Parquet/JSONL files,
+    or a hub id."""
 
     kind: Literal["hf_dataset"]
-    path: str = Field(description="a hub id (org/name), a folder written by save_to_disk, or a folder "
-                      "(or file) of Parquet/JSONL; relative folders resolve from the spec file")
-    config: str | None = Field(None, description="the dataset's configuration (datasets' 'name', e.g. "
-                               "'main' for gsm8k)")
+    path: str = Field(description="a hub id (org/name), a folder written by save_to_disk, or a "
+                      "folder (or file) of Parquet/JSONL; relative folders resolve from the spec "
+                      "file")
+    config: str | None = Field(None, description="the dataset's configuration (datasets' "
+                               "'name', e.g. 'main' for gsm8k)")
     split: str | None = Field(None, description="the split to read; required when the data has "
                               "more than one, refused when the data does not have it")
     revision: str | None = Field(None, description="a hub id's pinned commit (or tag): without it, "
                                  "results are not reproducible")
-    allow_download: bool = Field(False, description="let a hub id download; by default only the local "
-                                 "hub cache is read and the network is never touched")
+    allow_download: bool = Field(False, description="let a hub id download; by default only the "
+                                 "local hub cache is read and the network is never touched")
     limit: int | None = Field(None, ge=1, description="read only the first N records of the split")
 
     def _local(self, paths: Paths) -> Path | None:
@@ -69,14 +71,16 @@ class HFDatasetSource(RecordSourceSpec):
         from assay.hashing import content_hash
         from assay.sources.hub import load_dataset_records
 
-        got = load_dataset_records(self._local(paths) or self.path, name=self.config, split=self.split,
-                                   revision=self.revision, allow_download=self.allow_download,
+        got = load_dataset_records(self._local(paths) or self.path, name=self.config,
+                                   split=self.split, revision=self.revision,
+                                   allow_download=self.allow_download,
                                    where=self._where(paths))
         cut: set[str] = set()
         if self.limit is not None and self.limit < len(got.records):
             kept = got.records[:self.limit]
             if self.completions is not None:
-                cut = set(self.join_ids(got.records[self.limit:], self._where(paths), start=self.limit))
+                cut = set(self.join_ids(got.records[self.limit:], self._where(paths),
+                                        start=self.limit))
             got = replace(got, records=kept, checksum=content_hash(kept, "data"))
         return got, cut
 
@@ -118,7 +122,8 @@ class HFDatasetSource(RecordSourceSpec):
         local = self._local(paths)
         if local is None and self.revision is None:
             warnings.append(f"revision: not set for the hub id {self.path!r}: results are then not "
-                            "reproducible (the hub copy can change); pin it with revision: <commit sha>")
+                            "reproducible (the hub copy can change); pin it with revision: "
+                            "<commit sha>")
         if problems or not all(f.is_file() for f in self.files(paths)):
             return problems, warnings  # a missing completions file is reported by check_files
         try:

@@ -110,10 +110,12 @@ def load_dataset_records(path: str | Path, *, name: str | None = None, split: st
     p = Path(path)
     local = p.exists()
     try:
-        if local and p.is_dir() and ((p / "dataset_info.json").exists() or (p / "dataset_dict.json").exists()):
+        if local and p.is_dir() and ((p / "dataset_info.json").exists()
+                                     or (p / "dataset_dict.json").exists()):
             ds, split = _pick_split(datasets.load_from_disk(str(p)), split, where)
         elif local:
-            files = [p] if p.is_file() else sorted(f for f in p.rglob("*") if f.suffix in _DATA_SUFFIXES)
+            files = [p] if p.is_file() else sorted(f for f in p.rglob("*")
+                                                   if f.suffix in _DATA_SUFFIXES)
             if not files:
                 raise SpecError(f"{where}: {p} holds no save_to_disk dataset and no "
                                 f"{'/'.join(_DATA_SUFFIXES)} files")
@@ -148,4 +150,5 @@ def load_dataset_records(path: str | Path, *, name: str | None = None, split: st
             f"revision=...).save_to_disk(DIR)) and give DIR as path, or set allow_download: true"
         ) from None
     records = ds.to_list()
-    return DatasetRecords(records, str(path), name, split, revision, content_hash(records, "data"), local)
+    return DatasetRecords(records, str(path), name, split, revision,
+                          content_hash(records, "data"), local)

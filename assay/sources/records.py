@@ -10,7 +10,8 @@ row's ``meta`` column (for steps and ``by:``) unless ``fields.meta`` lists which
 Example:
     >>> r = rows_from_records([{"q": "2+2?", "a": "4", "s": 1, "info": {"level": 3}},
     ...                        {"q": "2+2?", "a": "5", "s": 0, "info": {"level": 3}}],
-    ...                       FieldMap(prompt="q", completion="a", reward="s", markers=["info.level"]),
+    ...                       FieldMap(prompt="q", completion="a", reward="s",
+    ...                                markers=["info.level"]),
     ...                       where="demo")
     >>> len(r), r[1]["rollout_index"], r[1]["reward"], r[1]["markers"], r[1]["meta"]
     (2, 1, 0.0, {'info.level': 3.0}, {'info': {'level': 3}})
@@ -70,11 +71,13 @@ class FieldMap(SpecModel):
 
     def marker_fields(self) -> dict[str, str]:
         """``{marker name: record field}``."""
-        return dict(self.markers) if isinstance(self.markers, dict) else {m: m for m in self.markers}
+        return (dict(self.markers) if isinstance(self.markers, dict)
+                else {m: m for m in self.markers})
 
     def roles(self) -> dict[str, str]:
         """``{"fields.<role>": path}`` for every role the map names (markers included)."""
-        out = {f"fields.{r}": getattr(self, r) for r in ("prompt", "completion", "reference", "task_id", "reward")
+        out = {f"fields.{r}": getattr(self, r)
+               for r in ("prompt", "completion", "reference", "task_id", "reward")
                if getattr(self, r) is not None}
         for name, path in self.marker_fields().items():
             out[f"fields.markers.{name}"] = path
@@ -90,20 +93,23 @@ def extract_reference(value: Any, pattern: str, *, where: str) -> str:
         '7'
     """
     if not isinstance(value, str):
-        raise SpecError(f"{where}: reference_regex needs text, the reference is {type(value).__name__} {value!r:.60}")
+        raise SpecError(f"{where}: reference_regex needs text, the reference is "
+                        f"{type(value).__name__} {value!r:.60}")
     m = re.search(pattern, value, re.MULTILINE)
     if m is None:
-        raise SpecError(f"{where}: reference_regex {pattern!r} does not match the reference {value[-80:]!r}; "
-                        "fix the regex (group 1 is the answer) or the record")
+        raise SpecError(f"{where}: reference_regex {pattern!r} does not match the reference "
+                        f"{value[-80:]!r}; fix the regex (group 1 is the answer) or the record")
     got = (m.group(1) if m.re.groups else m.group(0)).strip()
     if not got:
-        raise SpecError(f"{where}: reference_regex {pattern!r} matched an empty answer in {value[-80:]!r}")
+        raise SpecError(f"{where}: reference_regex {pattern!r} matched an empty answer in "
+                        f"{value[-80:]!r}")
     return got
 
 
 def join_completions(records: Sequence[Mapping[str, Any]], task_ids: Sequence[str],
                      completions: Sequence[Mapping[str, Any]], key: str, *, where: str,
-                     where_completions: str, skip: frozenset[str] | set[str] = frozenset()) -> list[dict[str, Any]]:
+                     where_completions: str, skip: frozenset[str] | set[str] = frozenset()
+                     ) -> list[dict[str, Any]]:
     """Each task's record merged with each of its completion records (matched on ``key``), in
     task order then completion order. A completion for an unknown task, a task without
     completions and a field both sides define are errors; completions of the tasks in ``skip``
@@ -133,13 +139,14 @@ def join_completions(records: Sequence[Mapping[str, Any]], task_ids: Sequence[st
     out = []
     for i, (rec, comps) in enumerate(zip(records, per_task)):
         if not comps:
-            raise SpecError(f"{where}: task {task_ids[i]!r} has no completion in {where_completions}; "
-                            "give one, or keep only the tasks that have completions (limit: or a slice)")
+            raise SpecError(f"{where}: task {task_ids[i]!r} has no completion in "
+                            f"{where_completions}; give one, or keep only the tasks that have "
+                            "completions (limit: or a slice)")
         for c in comps:
             clash = sorted((set(c) - {key}) & set(rec))
             if clash:
-                raise SpecError(f"{where_completions}: fields {clash} are in both the completions and the "
-                                f"records of {where}; rename them on one side")
+                raise SpecError(f"{where_completions}: fields {clash} are in both the "
+                                f"completions and the records of {where}; rename them on one side")
             out.append({**rec, **{k: v for k, v in c.items() if k != key}})
     return out
 
@@ -176,16 +183,19 @@ def rows_from_records(records: Sequence[Mapping[str, Any]], fields: FieldMap, *,
         for role, name in need:
             v = get_field(rec, name)
             if v is _MISSING or v is None:
-                raise SpecError(f"{at}: field {name!r} (fields.{role}) is missing; the record has {sorted(rec)}")
+                raise SpecError(f"{at}: field {name!r} (fields.{role}) is missing; the record has "
+                                f"{sorted(rec)}")
         prompts.append(prompt_template.render(rec, where=at) if prompt_template is not None
                        else get_field(rec, fields.prompt))
         completions.append("" if prompts_only else get_field(rec, fields.completion))
         if fields.reference is not None:
             ref = get_field(rec, fields.reference)
             if ref is _MISSING:
-                raise SpecError(f"{at}: reference field {fields.reference!r} is missing; the record has {sorted(rec)}")
+                raise SpecError(f"{at}: reference field {fields.reference!r} is missing; the "
+                                f"record has {sorted(rec)}")
             if reference_regex is not None:
-                ref = extract_reference(ref, reference_regex, where=f"{at} field {fields.reference!r}")
+                ref = extract_reference(ref, reference_regex,
+                                        where=f"{at} field {fields.reference!r}")
             refs.append(ref)
         if fields.task_id is not None:
             t = get_field(rec, fields.task_id)
@@ -201,12 +211,14 @@ def rows_from_records(records: Sequence[Mapping[str, Any]], fields: FieldMap, *,
         for name, path in mfields.items():
             v = get_field(rec, path)
             if v is _MISSING:
-                raise SpecError(f"{at}: marker field {path!r} (fields.markers) is missing; the record has {sorted(rec)}")
+                raise SpecError(f"{at}: marker field {path!r} (fields.markers) is missing; the "
+                                f"record has {sorted(rec)}")
             if v is None:
                 continue  # a missing measurement: the marker is left out of this row
             if not isinstance(v, numbers.Real):
-                raise SpecError(f"{at}: marker field {path!r} is {type(v).__name__} {v!r:.40}; markers are "
-                                "numbers (convert the field, or drop it from fields.markers)")
+                raise SpecError(f"{at}: marker field {path!r} is {type(v).__name__} {v!r:.40}; "
+                                "markers are numbers (convert the field, or drop it from "
+                                "fields.markers)")
             mk[name] = v
         markers.append(mk)
         if fields.meta is not None:
@@ -214,7 +226,8 @@ def rows_from_records(records: Sequence[Mapping[str, Any]], fields: FieldMap, *,
             for path in fields.meta:
                 v = get_field(rec, path)
                 if v is _MISSING:
-                    raise SpecError(f"{at}: meta field {path!r} (fields.meta) is missing; the record has {sorted(rec)}")
+                    raise SpecError(f"{at}: meta field {path!r} (fields.meta) is missing; the "
+                                    f"record has {sorted(rec)}")
                 meta[path] = v
         else:
             meta = {k: v for k, v in rec.items() if k not in used}
@@ -236,16 +249,18 @@ def rows_from_records(records: Sequence[Mapping[str, Any]], fields: FieldMap, *,
         msg = re.sub(r"^(?P<arg>meta|markers|completions|prompts)\[(?P<i>\d+)\]",
                      lambda m: num(m, "record {n} ({arg})"), msg)
         # name the record's own field, not rows()'s argument ("reward" -> field 'score')
-        own = {"reward": ("reward", fields.reward), "completions": ("completion", fields.completion),
-               "prompts": ("prompt", fields.prompt), "references": ("reference", fields.reference)}
+        own = {"reward": ("reward", fields.reward),
+               "completions": ("completion", fields.completion),
+               "prompts": ("prompt", fields.prompt),
+               "references": ("reference", fields.reference)}
         m = re.match(r"^(\w+) \(record (\d+)\): ", msg)
         if m and own.get(m.group(1), (None, None))[1]:
-            role, name = own[m.group(1)]
-            msg = f"record {m.group(2)}, field {name!r} (fields.{role}): {msg[m.end():]}"
+            role, field = own[m.group(1)]
+            msg = f"record {m.group(2)}, field {field!r} (fields.{role}): {msg[m.end():]}"
         m = re.match(r"^record (\d+) \((\w+)\)", msg)
         if m and own.get(m.group(2), (None, None))[1]:
-            role, name = own[m.group(2)]
-            msg = f"record {m.group(1)}, field {name!r} (fields.{role}){msg[m.end():]}"
+            role, field = own[m.group(2)]
+            msg = f"record {m.group(1)}, field {field!r} (fields.{role}){msg[m.end():]}"
         hint = (" (list the JSON fields to keep in fields.meta, or set fields.meta: [])"
                 if "meta" in msg else "")
         raise SpecError(f"{where}: {msg}{hint}") from None
@@ -262,7 +277,8 @@ _BLOCK = 256
 class CompletionsSpec(SpecModel):
     """Completions kept apart from the problems (a JSONL/Parquet file), matched to them by task."""
 
-    path: str = Field(description="JSONL or Parquet file; relative paths resolve from the spec file")
+    path: str = Field(description="JSONL or Parquet file; relative paths resolve from the spec "
+                      "file")
     format: Literal["jsonl", "parquet"] | None = Field(None, description="default: from the suffix")
     key: str = Field("task_id", description="the completion records' field naming their task: the "
                      "problems' fields.task_id value, or the problem's index in the split when "
@@ -274,13 +290,13 @@ class RecordSourceSpec(SourceSpec):
 
     fields: FieldMap = Field(default_factory=FieldMap)
     prompt_template: str | None = Field(
-        None, description="the prompt rendered from the record's fields: Jinja2 ({{ question }}) or "
-        "str.format ({question}); e.g. a few-shot header then the question")
+        None, description="the prompt rendered from the record's fields: Jinja2 ({{ question }}) "
+        "or str.format ({question}); e.g. a few-shot header then the question")
     template_format: Literal["jinja2", "format"] | None = Field(
         None, description="default: jinja2 when the template has {{ or {%, else format")
     reference_regex: str | None = Field(
-        None, description="read the gold answer out of fields.reference: group 1 of the first match "
-        "(GSM8K: '####\\\\s*(.+)$')")
+        None, description="read the gold answer out of fields.reference: group 1 of the first "
+        "match (GSM8K: '####\\\\s*(.+)$')")
     completions: CompletionsSpec | None = Field(
         None, description="completions in their own file, matched to the records by task")
     generate: GenerateSpec | None = Field(
@@ -308,8 +324,8 @@ class RecordSourceSpec(SourceSpec):
                 raise ValueError("generate: completions made here need a verifier to grade them "
                                  "(fields.reward cannot hold scores of completions not yet made)")
         elif self.verifier is None and self.fields.reward is None:
-            raise ValueError("give a verifier to grade the completions, or fields.reward naming the field "
-                             "that already holds each completion's score")
+            raise ValueError("give a verifier to grade the completions, or fields.reward naming "
+                             "the field that already holds each completion's score")
         if self.prompt_template is not None:
             try:
                 self.template().check()
@@ -317,21 +333,24 @@ class RecordSourceSpec(SourceSpec):
                 raise ValueError(str(e)) from None
         if self.reference_regex is not None:
             if self.fields.reference is None:
-                raise ValueError("reference_regex reads the answer out of fields.reference: set fields.reference")
+                raise ValueError("reference_regex reads the answer out of fields.reference: set "
+                                 "fields.reference")
             try:
                 re.compile(self.reference_regex)
             except re.error as e:
-                raise ValueError(f"reference_regex {self.reference_regex!r} is not a regular expression ({e})") from None
+                raise ValueError(f"reference_regex {self.reference_regex!r} is not a regular "
+                                 f"expression ({e})") from None
         if self.completions is not None and self.completions.format is None and \
                 Path(self.completions.path).suffix.lower() not in (".jsonl", ".parquet"):
-            raise ValueError(f"completions.path {self.completions.path!r}: cannot tell the format from "
-                             "the suffix; set completions.format")
+            raise ValueError(f"completions.path {self.completions.path!r}: cannot tell the "
+                             "format from the suffix; set completions.format")
         return self
 
     def template(self) -> Any:
         from assay.sources.templates import PromptTemplate
 
-        return None if self.prompt_template is None else PromptTemplate(self.prompt_template, self.template_format)
+        return (None if self.prompt_template is None
+                else PromptTemplate(self.prompt_template, self.template_format))
 
     def read_source_records(self, paths: Paths) -> list[dict[str, Any]]:
         """The records this source reads (before the field map)."""
@@ -343,7 +362,8 @@ class RecordSourceSpec(SourceSpec):
         fmt = self.completions.format or p.suffix.lower().lstrip(".")
         return read_records(p, fmt), str(p)
 
-    def join_ids(self, records: Sequence[Mapping[str, Any]], where: str, start: int = 0) -> list[str]:
+    def join_ids(self, records: Sequence[Mapping[str, Any]], where: str, start: int = 0
+                 ) -> list[str]:
         """The task id each record is matched on: its ``fields.task_id`` value, else its index in
         the split (``start`` is the index of the first record)."""
         if self.fields.task_id is None:
@@ -366,8 +386,8 @@ class RecordSourceSpec(SourceSpec):
         tids = self.join_ids(records, where)
         if len(set(tids)) != len(tids):
             dup = next(t for t in tids if tids.count(t) > 1)
-            raise SpecError(f"{where}: task id {dup!r} (fields.task_id) names several records; completions "
-                            "are matched to one record per task")
+            raise SpecError(f"{where}: task id {dup!r} (fields.task_id) names several records; "
+                            "completions are matched to one record per task")
         comps, cpath = self._completion_records(paths)
         return join_completions(records, tids, comps, self.completions.key, where=where,
                                 where_completions=cpath, skip=skip)
@@ -382,8 +402,9 @@ class RecordSourceSpec(SourceSpec):
             from assay.sources.documents import document_rows
 
             return document_rows(self, records, where, start=start)
-        return rows_from_records(self.merged_records(paths, records, where, skip), self.fields, where=where,
-                                 prompt_template=self.template(), reference_regex=self.reference_regex,
+        return rows_from_records(self.merged_records(paths, records, where, skip), self.fields,
+                                 where=where, prompt_template=self.template(),
+                                 reference_regex=self.reference_regex,
                                  prompts_only=self.generate is not None)
 
     def files(self, paths: Paths) -> list[Path]:
@@ -425,9 +446,11 @@ class RecordSourceSpec(SourceSpec):
                 return [f"completions.path: {e}"]
             if comps:
                 clash = sorted((set(comps[0]) - {self.completions.key}) & set(first))
-                first = {**first, **{k: v for k, v in comps[0].items() if k != self.completions.key}}
+                first = {**first, **{k: v for k, v in comps[0].items()
+                                     if k != self.completions.key}}
                 if clash:
-                    problems.append(f"completions: fields {clash} are in both the completions and the records")
+                    problems.append(f"completions: fields {clash} are in both the completions "
+                                    "and the records")
         roles = self.fields.roles()
         if self.prompt_template is not None:
             roles.pop("fields.prompt", None)
@@ -454,7 +477,7 @@ class RecordSourceSpec(SourceSpec):
         try:
             self.rows_from(paths, records, where)
         except SpecError as e:
-            first = e
+            first_error = e
         else:
             return problems
         # a bad record: check each record on its own, so one validate lists them all (bounded)
@@ -484,15 +507,15 @@ class RecordSourceSpec(SourceSpec):
             if fails(lo, hi) is None:
                 continue
             for i in range(lo, hi):
-                e = fails(i, i + 1)
+                err = fails(i, i + 1)
                 # a problem of the whole source (a missing split) fails every record alike
-                if e is not None and f"{key(e)}: {e}" not in bad:
-                    bad.append(f"{key(e)}: {e}")
+                if err is not None and f"{key(err)}: {err}" not in bad:
+                    bad.append(f"{key(err)}: {err}")
                 if len(bad) == MAX_RECORD_PROBLEMS:
                     return problems + bad + [f"(data): stopped after {MAX_RECORD_PROBLEMS} bad "
                                              "records; fix these and validate again"]
         # none alone is bad: records that conflict with each other (one task id, two references)
-        return problems + (bad or [f"{key(first)}: {first}"])
+        return problems + (bad or [f"{key(first_error)}: {first_error}"])
 
     def row_fields_of(self, records: list[dict[str, Any]], paths: Paths, where: str) -> set[str]:
         """The names ``by:`` and ``where`` can read in this source's rows."""

@@ -70,7 +70,8 @@ class PromptTemplate:
         try:
             return env, env.from_string(self.text)
         except TemplateSyntaxError as e:
-            raise SpecError(f"prompt_template: Jinja2 syntax error on line {e.lineno}: {e.message}") from None
+            raise SpecError(f"prompt_template: Jinja2 syntax error on line {e.lineno}: "
+                            f"{e.message}") from None
 
     def check(self) -> PromptTemplate:
         """Parse the template now (errors at spec load, not at the first record)."""
@@ -80,8 +81,9 @@ class PromptTemplate:
             try:
                 list(string.Formatter().parse(self.text))
             except ValueError as e:
-                raise SpecError(f"prompt_template: not a str.format template ({e}); write literal braces "
-                                "as {{ and }}, or set template_format: jinja2") from None
+                raise SpecError(f"prompt_template: not a str.format template ({e}); write "
+                                "literal braces as {{ and }}, or set template_format: "
+                                "jinja2") from None
         return self
 
     def fields(self) -> set[str]:
@@ -123,7 +125,8 @@ class PromptTemplate:
                         f"fields {nulls} are null" if nulls else "a value it prints is null")
                 raise SpecError(self._null_message(where, what)) from None
             except UndefinedError as e:
-                raise SpecError(f"{where}: prompt_template: {e.message}; the record has {sorted(record)}") from None
+                raise SpecError(f"{where}: prompt_template: {e.message}; the record has "
+                                f"{sorted(record)}") from None
             except TemplateError as e:
                 raise SpecError(f"{where}: prompt_template: {type(e).__name__}: {e}") from None
         try:
@@ -131,7 +134,7 @@ class PromptTemplate:
         except _Null as e:
             raise SpecError(self._null_message(where, f"field {e.args[0]!r} is null")) from None
         except KeyError as e:
-            raise SpecError(f"{where}: prompt_template names field {e.args[0]!r}, which the record lacks; "
-                            f"the record has {sorted(record)}") from None
+            raise SpecError(f"{where}: prompt_template names field {e.args[0]!r}, which the "
+                            f"record lacks; the record has {sorted(record)}") from None
         except (IndexError, AttributeError, ValueError, TypeError) as e:
             raise SpecError(f"{where}: prompt_template: {type(e).__name__}: {e}") from None

@@ -32,8 +32,8 @@ def direct_call(fn: Callable[..., StageResult], *args: Any, **kwargs: Any) -> St
     return fn(*args, **kwargs)
 
 
-def direct_map(fn: Callable[..., StageResult], calls: Sequence[tuple[tuple[Any, ...], dict[str, Any]]]
-               ) -> list[StageResult]:
+def direct_map(fn: Callable[..., StageResult],
+               calls: Sequence[tuple[tuple[Any, ...], dict[str, Any]]]) -> list[StageResult]:
     return [fn(*a, **k) for a, k in calls]
 
 
@@ -59,8 +59,9 @@ def run_chain(spec: StudySpec, store: Store, *, call: Callable[..., StageResult]
               call_many: Callable[..., list[StageResult]] = direct_map,
               progress: Callable[[StageResult], None] | None = print_progress,
               workers: int | None = None) -> StudyRun:
-    """Run the chain, skipping what the spec does not ask for (stages one after another). ``call``/``call_many`` decide
-    where each stage runs (directly, or as Prefect tasks: see ``flows/study.py``)."""
+    """Run the chain, skipping what the spec does not ask for (stages one after another).
+    ``call``/``call_many`` decide where each stage runs (directly, or as Prefect tasks: see
+    ``flows/study.py``)."""
     workers = workers or spec.execution.workers
     done: list[StageResult] = []
     graded: dict[str, tuple[StageResult, ...]] = {}
@@ -82,9 +83,11 @@ def run_chain(spec: StudySpec, store: Store, *, call: Callable[..., StageResult]
             continue
         gen = src.generate
         if gen is not None:  # prompt rows -> k completions each, one generate shard per grade shard
-            pb = shard_bounds(load_rows(store, filtered), prompts_per_shard(spec.execution.shard_rows, gen.k))
-            made = call_many(run_generate_shard, [((store, spec, src.name, filtered, b, i, len(pb)),
-                                                   {"progress": progress}) for i, b in enumerate(pb)])
+            pb = shard_bounds(load_rows(store, filtered),
+                              prompts_per_shard(spec.execution.shard_rows, gen.k))
+            made = call_many(run_generate_shard,
+                             [((store, spec, src.name, filtered, b, i, len(pb)),
+                               {"progress": progress}) for i, b in enumerate(pb)])
             done += made
             calls = [((store, spec, src.name, g, (0, g.summary["rows"]), i, len(made)),
                       {"workers": workers, "progress": progress}) for i, g in enumerate(made)]
@@ -96,7 +99,8 @@ def run_chain(spec: StudySpec, store: Store, *, call: Callable[..., StageResult]
                   {"workers": workers, "progress": progress}) for i, b in enumerate(bounds)]
         graded[src.name] = tuple(call_many(run_grade_shard, calls))
         done += graded[src.name]
-    decon = call(run_decontaminate, store, spec, graded, progress=progress) if spec.decontaminate else None
+    decon = (call(run_decontaminate, store, spec, graded, progress=progress)
+             if spec.decontaminate else None)
     score = spec.reward.score if spec.reward is not None else None
     for name in (score.sources if score is not None else ()):
         # the scored shards replace the graded ones: measure, report and the rows Parquet read
@@ -108,6 +112,7 @@ def run_chain(spec: StudySpec, store: Store, *, call: Callable[..., StageResult]
     audits = [call(run_reward_audit, store, spec, m.name, progress=progress)
               for m in (spec.reward.models if spec.reward and spec.reward.data else ())]
     measured = call(run_measure, store, spec, graded, progress=progress) if spec.sources else None
-    report = call(run_report, store, spec, graded, measured, decon, tuple(audits), progress=progress)
+    report = call(run_report, store, spec, graded, measured, decon, tuple(audits),
+                  progress=progress)
     done += [r for r in (decon, *audits, measured, report) if r is not None]
     return StudyRun(spec.checksum(), tuple(done), graded, report)

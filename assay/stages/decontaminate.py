@@ -29,6 +29,7 @@ def run_decontaminate(store: Store, spec: StudySpec, graded: Mapping[str, Sequen
     from assay.report import collect_estimates, result_doc
 
     d = spec.decontaminate
+    assert d is not None  # the plan runs this stage only when the spec has decontaminate:
     names = d.sources or [s.name for s in spec.sources]
     params = d.model_dump(mode="json", exclude={"corpus", "sources"})
     corpus_sums = [file_checksum(spec.resolve(c)) for c in d.corpus]

@@ -75,6 +75,7 @@ def run_generate_shard(store: Store, spec: StudySpec, source_name: str, filtered
 
     source = spec.source(source_name)
     gspec = source.generate
+    assert gspec is not None  # the plan shards this stage only for sources with generate:
     lo, hi = bounds
     part = Rows(load_rows(store, filtered).to_arrow().slice(lo, hi - lo))
     backend = backend_for(gspec.model)
@@ -97,8 +98,9 @@ def run_generate_shard(store: Store, spec: StudySpec, source_name: str, filtered
         device = str(getattr(backend, "device", "cpu"))
         slot = device_slot(device) if device_slot is not None else contextlib.nullcontext()
         with slot:
-            g = generate(msgs, backend, k=gspec.k, params=gspec.params, seed=gspec.seed, api=gspec.api,
-                         system=gspec.system, max_connections=gspec.max_connections, store=store,
+            g = generate(msgs, backend, k=gspec.k, params=gspec.params, seed=gspec.seed,
+                         api=gspec.api, system=gspec.system,
+                         max_connections=gspec.max_connections, store=store,
                          journal=part.checksum(), label=label, scope=scope)
         rows = g.rows(task_ids=table.column("task_id").to_pylist(),
                       privileged=[r["privileged"] for r in part], meta=[r["meta"] for r in part])
@@ -117,8 +119,8 @@ def run_generate_shard(store: Store, spec: StudySpec, source_name: str, filtered
                    **g.stats}
         return {"rows": rows}, summary
 
-    return cached_stage(store, STAGE, inputs=[part.checksum()], params=params, fingerprint=fingerprint,
-                        compute=compute, label=label, progress=progress)
+    return cached_stage(store, STAGE, inputs=[part.checksum()], params=params,
+                        fingerprint=fingerprint, compute=compute, label=label, progress=progress)
 
 
 def generation_facts(made: list[StageResult]) -> dict[str, Any]:

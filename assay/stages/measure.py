@@ -66,30 +66,31 @@ def run_measure(store: Store, spec: StudySpec, graded: Mapping[str, Sequence[Sta
                 docs.append(result_doc("perplexity", f"perplexity[{n}]", perplexity(rows[n]),
                                        source=n))
         for c in m.compare:
-            res = compare(rows[c.before], rows[c.after], proxy=c.proxy, metrics=c.metrics,
-                                alpha=c.alpha)
-            docs.append(result_doc("compare", f"compare[{c.before} -> {c.after}]", res,
+            comparison = compare(rows[c.before], rows[c.after], proxy=c.proxy,
+                                 metrics=c.metrics, alpha=c.alpha)
+            docs.append(result_doc("compare", f"compare[{c.before} -> {c.after}]", comparison,
                                    before=c.before, after=c.after))
             if c.by is not None:
-                res_by = compare_by(rows[c.before], rows[c.after], c.by, metrics=c.metrics, alpha=c.alpha)
-                docs.append(result_doc("compare_by", f"compare[{c.before} -> {c.after}] by {c.by}", res_by,
-                                       before=c.before, after=c.after, by=c.by))
+                res_by = compare_by(rows[c.before], rows[c.after], c.by, metrics=c.metrics,
+                                    alpha=c.alpha)
+                docs.append(result_doc("compare_by", f"compare[{c.before} -> {c.after}] by {c.by}",
+                                       res_by, before=c.before, after=c.after, by=c.by))
         if m.eval_variance is not None:
             for n in m.eval_variance.sources or names:
                 docs.append(result_doc("eval_variance", f"eval_variance[{n}]",
                                        eval_variance(rows[n]), source=n))
         if m.holdout_size is not None:
             h = m.holdout_size
-            res = holdout_size(h.effect, before=rows[h.before] if h.before else None,
-                                     after=rows[h.after] if h.after else None, power=h.power,
-                                     alpha=h.alpha)
-            docs.append(result_doc("holdout_size", "holdout_size", res))
+            sizing = holdout_size(h.effect, before=rows[h.before] if h.before else None,
+                                  after=rows[h.after] if h.after else None, power=h.power,
+                                  alpha=h.alpha)
+            docs.append(result_doc("holdout_size", "holdout_size", sizing))
         if m.select is not None:
-            res = select(rows[m.select.source], mode="rl", band=tuple(m.select.band))
-            kept = getattr(res, "rows", None)
+            selection = select(rows[m.select.source], mode="rl", band=m.select.band)
+            kept = getattr(selection, "rows", None)
             if kept is not None:
                 outputs["selected"] = Rows(as_table(kept, require=()))
-            docs.append(result_doc("select", f"select[{m.select.source}]", res,
+            docs.append(result_doc("select", f"select[{m.select.source}]", selection,
                                    source=m.select.source))
         docs += reward_row_docs(spec, rows)
         outputs["measurements"] = docs

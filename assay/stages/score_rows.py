@@ -46,8 +46,8 @@ def marker_name(model_name: str) -> str:
     return f"{MARKER_PREFIX}{model_name}"
 
 
-def scoring_inputs(table: pa.Table) -> tuple[list[str], list[str], list[list[dict[str, str]] | None],
-                                               np.ndarray]:
+def scoring_inputs(table: pa.Table
+                   ) -> tuple[list[str], list[str], list[list[dict[str, str]] | None], np.ndarray]:
     """What a reward model reads per row: the prompt text, the completion, the conversation
     (``None`` for a single user turn, where the prompt is the whole conversation) and whether
     the row can be scored at all (an empty completion cannot: it gets no marker).
@@ -61,11 +61,14 @@ def scoring_inputs(table: pa.Table) -> tuple[list[str], list[str], list[list[dic
     """
     prompts = table.column("prompt").to_pylist()
     responses = table.column("final_text").to_pylist()
-    msgs = table.column("messages").to_pylist() if "messages" in table.column_names else [None] * len(prompts)
+    msgs = (table.column("messages").to_pylist() if "messages" in table.column_names
+            else [None] * len(prompts))
     convs: list[list[dict[str, str]] | None] = []
     for m in msgs:
-        single = m is None or (len(m) == 1 and m[0]["role"] == "user")
-        convs.append(None if single else [{"role": x["role"], "content": x["content"]} for x in m])
+        if m is None or (len(m) == 1 and m[0]["role"] == "user"):  # single-turn
+            convs.append(None)
+        else:
+            convs.append([{"role": x["role"], "content": x["content"]} for x in m])
     ok = np.array([isinstance(r, str) and bool(r.strip()) for r in responses], dtype=bool)
     return prompts, responses, convs, ok
 
@@ -84,7 +87,8 @@ def score_inputs(model: Any, prompts: Sequence[str], responses: Sequence[str],
     single-turn rows, get ``(prompt, completion)``."""
     out = np.full(len(prompts), np.nan)
     idx = np.flatnonzero(ok)
-    conv_idx = [int(i) for i in idx if convs[i] is not None] if hasattr(model, "score_conversations") else []
+    conv_idx = ([int(i) for i in idx if convs[int(i)] is not None]
+                if hasattr(model, "score_conversations") else [])
     plain = np.setdiff1d(idx, np.asarray(conv_idx, dtype=np.int64))
     if plain.size:
         out[plain] = model.score([prompts[i] for i in plain], [responses[i] for i in plain])
@@ -185,7 +189,8 @@ def attach_markers(table: pa.Table, scores: dict[str, np.ndarray], *, where: str
                 d[name] = float(s[i])
         new.append(sorted(d.items()))
     pos = table.column_names.index("markers")
-    return table.set_column(pos, pa.field("markers", MARKERS_TYPE), pa.array(new, type=MARKERS_TYPE))
+    return table.set_column(pos, pa.field("markers", MARKERS_TYPE),
+                            pa.array(new, type=MARKERS_TYPE))
 
 
 def run_score_rows(store: Store, spec: StudySpec, source_name: str, graded: StageResult,
@@ -222,7 +227,8 @@ def run_score_rows(store: Store, spec: StudySpec, source_name: str, graded: Stag
                 with slot:  # held while the model loads and scores
                     model = _model(mspec, spec, ident)
                     got = score_inputs(model, prompts, responses, convs, ok)
-                blob = store.put_table(pa.table({"score": pa.array(got, pa.float64(), from_pandas=True)}))
+                blob = store.put_table(pa.table({"score": pa.array(got, pa.float64(),
+                                                                   from_pandas=True)}))
                 store.set_ref(f"assay-rowscores/{key}", blob,
                               {"model": mspec.name, "fingerprint": model.fingerprint,
                                "rows": len(prompts)})
