@@ -252,8 +252,9 @@ class Audit(Result):
         fig, ax = plt.subplots(figsize=(7, 0.45 * max(len(dims), 3) + 1.6))
         y = np.arange(len(dims))[::-1]
         acc = np.array([d.accuracy.value for d in dims])
-        lo = np.array([d.accuracy.interval.low for d in dims])  # type: ignore[union-attr]
-        hi = np.array([d.accuracy.interval.high for d in dims])  # type: ignore[union-attr]
+        ivs = [iv for d in dims if (iv := d.accuracy.interval) is not None]  # all of dims
+        lo = np.array([iv.low for iv in ivs])
+        hi = np.array([iv.high for iv in ivs])
         ax.errorbar(acc, y, xerr=[acc - lo, hi - acc], fmt="o", color="tab:blue", capsize=3,
                     label="pair accuracy (95% CI)")
         base = np.array([d.length_baseline.value for d in dims])
@@ -303,7 +304,8 @@ def _pairs(table: pa.Table, view: Any) -> dict[str, np.ndarray]:
     weights = getattr(view, "weights", None)
     w = None if weights is None else np.asarray([weights[i] for i in items], dtype=np.float64)
     return {"item": items, "seed": seeds[c], "chosen": score[c], "rejected": score[r],
-            "len_c": chars[c], "len_r": chars[r], "weights": w}  # type: ignore[dict-item]
+            "len_c": chars[c], "len_r": chars[r],
+            "weights": w}  # type: ignore[dict-item]  # w is None when unweighted
 
 
 def _margin_summary(m: np.ndarray) -> tuple[tuple[str, float], ...]:

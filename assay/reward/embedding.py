@@ -27,7 +27,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -147,7 +147,8 @@ class EmbeddingRewardModel:
         texts = list(texts)
         dim = self.st.get_embedding_dimension() if hasattr(self.st, "get_embedding_dimension") \
             else self.st.get_sentence_embedding_dimension()
-        out = np.zeros((len(texts), dim), dtype=np.float32)
+        # known for the models we load (a pooling layer sets it); None only without one
+        out = np.zeros((len(texts), cast(int, dim)), dtype=np.float32)
         if not texts:
             return out, None
         if batching == "fixed16":

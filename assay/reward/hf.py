@@ -39,7 +39,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -284,12 +284,12 @@ class HFRewardModel:
     # -- encoding ----------------------------------------------------------------------------
     def _render(self, prompts: Sequence[Any], responses: Sequence[str]) -> list[str]:
         # a prompt is a user turn (str) or a whole conversation (a sequence of (role, content))
-        return [
-            self.tokenizer.apply_chat_template(
+        return [  # str: tokenize=False renders the text
+            cast(str, self.tokenizer.apply_chat_template(
                 ([{"role": "user", "content": p}] if isinstance(p, str) else
                  [{"role": role, "content": c} for role, c in p])
                 + [{"role": "assistant", "content": r}],
-                tokenize=False)
+                tokenize=False))
             for p, r in zip(prompts, responses)
         ]
 
@@ -395,6 +395,7 @@ class HFRewardModel:
             input_ids[row, :n] = torch.tensor(ids[i], dtype=torch.long)
             mask[row, :n] = 1
             if types is not None:
+                # types is set only when tts is
                 types[row, :n] = torch.tensor(tts[i], dtype=torch.long)  # type: ignore[index]
         inputs = {"input_ids": input_ids.to(self.device), "attention_mask": mask.to(self.device)}
         if types is not None:

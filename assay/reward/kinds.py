@@ -32,7 +32,7 @@ class RewardModelEntry(SpecModel):
         raise NotImplementedError
 
     def identity(self, paths: Paths) -> dict[str, Any]:
-        return {"kind": self.kind, "params": self.params}  # type: ignore[attr-defined]
+        return {"kind": self.kind, "params": self.params}  # type: ignore[attr-defined]  # each kind declares its kind
 
 
 class EmbeddingModel(RewardModelEntry):

@@ -188,9 +188,9 @@ def reward_rows(rows: Any, marker: str, *, level: float = 0.95) -> RewardRows:
                f"top-scored completion per task, {top_ties} tasks with tied top scores split evenly")
     pass1 = est("pass@1", p1_a, float(np.mean(n_floor)), "a random pick")
     oracle = est(k_name, orc_a, 1.0, "the oracle pick: any passing completion")
-    g = cluster_mean(np.asarray(gains), [str(i) for i in range(T)], name="gain", level=level,
-                     unit="tasks")
-    gain = Estimate("gain", g.value, g.interval, T, "tasks", n_rows, "best-of-n - pass@1")
+    ge = cluster_mean(np.asarray(gains), [str(i) for i in range(T)], name="gain", level=level,
+                      unit="tasks")
+    gain = Estimate("gain", ge.value, ge.interval, T, "tasks", n_rows, "best-of-n - pass@1")
     sizes = [len(g) for g in groups]
     rank = _task_proportion(ranked, sizes, "ranking accuracy", "(pass, fail) pairs", level,
                             "no task has both passing and failing completions")

@@ -121,7 +121,7 @@ def score_view(model: RewardModel, view: Any, *, store: Store | str | os.PathLik
     scores = check_scores(model.score(prompts, responses), len(prompts), model.name) \
         if prompts else np.zeros(0)
     run = model.last_run
-    arrays = {k: v for k, v in cols.items()}
+    arrays: dict[str, Any] = {k: v for k, v in cols.items()}
     arrays["response_chars"] = [len(r) for r in responses]
     arrays["score"] = scores
     meta = {

@@ -251,7 +251,7 @@ def serve(code, rfd: int, wfd: int, allowed_dirs=(), allowed_files=()) -> None:
     """Run the candidate's ``code`` (source or code object), then answer the tests' requests
     on ``rfd``/``wfd`` until end of input. Runs in the candidate's own process; never returns.
     """
-    attempts = set()
+    attempts: set[str] = set()
     me, getpid = os.getpid(), os.getpid
     for name in [m for m in sys.modules if m.split(".")[0] in ("ctypes", "_ctypes")]:
         del sys.modules[name]  # imported by the fork server; the audit hook refuses a new import
@@ -279,6 +279,7 @@ def serve(code, rfd: int, wfd: int, allowed_dirs=(), allowed_files=()) -> None:
         if req is None:
             os._exit(0)
         kind = req[0]
+        reply: list[object]
         if load_error is not None:
             reply = list(load_error)
         elif kind == "c":

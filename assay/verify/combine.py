@@ -126,7 +126,7 @@ class Weighted(_Combinator):
     def __init__(self, pairs: Sequence[tuple[typing.Any, float]], *, name: str = "Weighted") -> None:
         if isinstance(pairs, Mapping) or not isinstance(pairs, Sequence) or not pairs:
             raise VerifierError(f"{name}: give a non-empty list of (verifier, weight) pairs")
-        weights = []
+        weights: list[float] = []
         for i, p in enumerate(pairs):
             if not isinstance(p, tuple) or len(p) != 2:
                 raise VerifierError(f"{name}[{i}]: expected a (verifier, weight) pair, got {p!r:.60}")
@@ -141,5 +141,8 @@ class Weighted(_Combinator):
         undecided = self._undecided(verdicts)
         if undecided is not None:
             return undecided
-        total = sum(w * v.reward for w, v in zip(self.weights, verdicts)) / sum(self.weights)
-        return Verdict(min(1.0, max(0.0, total)), "ok", self._reason(verdicts), None, self._markers(verdicts))
+        # every reward is set here (_undecided found none missing)
+        total = sum(w * typing.cast(float, v.reward)
+                    for w, v in zip(self.weights, verdicts)) / sum(self.weights)
+        return Verdict(min(1.0, max(0.0, total)), "ok", self._reason(verdicts), None,
+                       self._markers(verdicts))

@@ -789,9 +789,9 @@ def _parent_alive(parent):
 
 
 #: The running job's (process group, uid), for the SIGTERM handler.
-_RUNNING = []
+_RUNNING: list[tuple[int, int | None]] = []
 #: This server's parent pid (set by main): a job is killed when the parent is gone.
-_PARENT = []
+_PARENT: list[int] = []
 
 
 def _on_sigterm(signum, frame):

@@ -25,7 +25,7 @@ import threading
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import IO, Any, cast
 
 from assay import progress
 from assay.errors import VerifierError
@@ -92,6 +92,9 @@ class _Server:
             [python, "-I", "-S", "-B", SERVER_SCRIPT], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL, env=env, cwd="/", close_fds=True, start_new_session=True,
         )
+        # both are pipes (stdin=PIPE, stdout=PIPE), never None
+        self.stdin: IO[bytes] = cast(IO[bytes], self.proc.stdin)
+        self.stdout: IO[bytes] = cast(IO[bytes], self.proc.stdout)
         uid = 1_000_000 + secrets.randbelow(1_000_000_000) if drop_privileges else None
         self._send({"isolate": isolate, "uid": uid, "max_procs": max_procs, "preload": list(preload)})
         self.isolation: dict[str, Any] = {}
@@ -112,11 +115,11 @@ class _Server:
             secret = obj["secret"].encode()
             obj = {k: v for k, v in obj.items() if k != "secret"} | {"secret_len": len(secret)}
         data = json.dumps(obj).encode()
-        self.proc.stdin.write(struct.pack(">I", len(data)) + data + secret)
-        self.proc.stdin.flush()
+        self.stdin.write(struct.pack(">I", len(data)) + data + secret)
+        self.stdin.flush()
 
     def _read_exact(self, n: int, deadline: float) -> bytes | None:
-        fd = self.proc.stdout.fileno()
+        fd = self.stdout.fileno()
         buf = b""
         while len(buf) < n:
             left = deadline - time.monotonic()
@@ -154,13 +157,13 @@ class _Server:
             # started (a grading worker) holds a copy of the pipe, so EOF may never come
             with contextlib.suppress(OSError, ValueError):
                 self._send({"stop": True})
-            self.proc.stdin.close()
+            self.stdin.close()
             self.proc.wait(timeout=10)
         except Exception:
             self.abort()  # SIGTERM first: the server then kills its job's uid and group
         finally:
-            if self.proc.stdout:
-                self.proc.stdout.close()
+            if self.stdout:
+                self.stdout.close()
 
     def abort(self) -> None:
         """Stop now, mid-job: SIGTERM makes the server kill its job (group and uid) and exit;
@@ -172,8 +175,8 @@ class _Server:
         except subprocess.TimeoutExpired:
             self.kill()
         with contextlib.suppress(OSError, ValueError):
-            self.proc.stdin.close()
-            self.proc.stdout.close()
+            self.stdin.close()
+            self.stdout.close()
 
     def kill(self) -> None:
         try:
@@ -214,15 +217,17 @@ class SandboxPool:
         self._lock = threading.Lock()
         #: set by abort(): the run() in progress takes no further job and starts no server
         self._stopping = threading.Event()
+        started: list[_Server] = []  # the same servers, typed as present
         try:
             for _ in range(n):
-                self._servers.append(_Server(*self._args))
-            for server in self._servers:
+                started.append(_Server(*self._args))
+                self._servers.append(started[-1])
+            for server in started:
                 server.wait_ready()
         except BaseException:
             self.close()
             raise
-        self.isolation: dict[str, Any] = dict(self._servers[0].isolation)
+        self.isolation: dict[str, Any] = dict(started[0].isolation)
         self.isolation.pop("uid", None)
 
     def __enter__(self) -> SandboxPool:

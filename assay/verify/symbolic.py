@@ -58,7 +58,7 @@ class MathEqual(Verifier):
         self.hard_timeout = 3 * timeout + 5
         self.name = name
         self._gold: dict[str, Any] = {}  # parsed references: k samples of a task share one
-        self._seen: dict[tuple[str, str], tuple[float, str]] = {}  # verdicts (deterministic)
+        self._seen: dict[tuple[str, str], Verdict] = {}  # verdicts (deterministic)
 
     def __getstate__(self) -> dict[str, Any]:
         return {**self.__dict__, "_gold": {}, "_seen": {}}
