@@ -89,14 +89,16 @@ class _Server:
                  drop_privileges: bool):
         env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "PYTHONHASHSEED": "0"}
         self.proc = subprocess.Popen(
-            [python, "-I", "-S", "-B", SERVER_SCRIPT], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL, env=env, cwd="/", close_fds=True, start_new_session=True,
+            [python, "-I", "-S", "-B", SERVER_SCRIPT], stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, cwd="/", close_fds=True,
+            start_new_session=True,
         )
         # both are pipes (stdin=PIPE, stdout=PIPE), never None
         self.stdin: IO[bytes] = cast(IO[bytes], self.proc.stdin)
         self.stdout: IO[bytes] = cast(IO[bytes], self.proc.stdout)
         uid = 1_000_000 + secrets.randbelow(1_000_000_000) if drop_privileges else None
-        self._send({"isolate": isolate, "uid": uid, "max_procs": max_procs, "preload": list(preload)})
+        self._send({"isolate": isolate, "uid": uid, "max_procs": max_procs,
+                    "preload": list(preload)})
         self.isolation: dict[str, Any] = {}
 
     def wait_ready(self) -> _Server:
@@ -104,7 +106,8 @@ class _Server:
         hello = self._recv(timeout=30.0)
         if not hello or not hello.get("hello"):
             self.kill()
-            raise VerifierError("the sandbox server did not start; is this a POSIX system with fork()?")
+            raise VerifierError("the sandbox server did not start; "
+                                "is this a POSIX system with fork()?")
         self.isolation = hello["isolation"]
         return self
 
@@ -205,13 +208,16 @@ class SandboxPool:
             a sweep of the server's descendants (the path a non-root caller always takes).
     """
 
-    def __init__(self, workers: int | None = None, *, python: str | None = None, isolate: bool = True,
-                 max_procs: int = 32, preload: Sequence[str] = PRELOAD, drop_privileges: bool = True):
+    def __init__(self, workers: int | None = None, *, python: str | None = None,
+                 isolate: bool = True, max_procs: int = 32, preload: Sequence[str] = PRELOAD,
+                 drop_privileges: bool = True):
         n = default_workers() if workers is None else workers
         if not isinstance(n, int) or isinstance(n, bool) or n < 1:
-            raise VerifierError(f"workers={workers!r}: must be a positive integer or None (one per core)")
+            raise VerifierError(f"workers={workers!r}: must be a positive integer or None "
+                                "(one per core)")
         if os.name != "posix" or not hasattr(os, "fork"):
-            raise VerifierError("CodeExec needs a POSIX system with fork(); this is " + sys.platform)
+            raise VerifierError("CodeExec needs a POSIX system with fork(); this is "
+                                + sys.platform)
         self._args = (python or sys.executable, isolate, max_procs, tuple(preload), drop_privileges)
         self._servers: list[_Server | None] = []
         self._lock = threading.Lock()
@@ -276,14 +282,16 @@ class SandboxPool:
                         self._servers[slot] = None
                         reply = {"status": "server_died", "exit_code": None, "left_over": 0,
                                  "seconds": round(time.monotonic() - start, 4),
-                                 "output_tail": "the sandbox server died or hung while running this job"}
+                                 "output_tail": "the sandbox server died or hung "
+                                                "while running this job"}
                     results[i] = reply
                     if unit is not None:
                         unit.advance(1)
             except BaseException as e:  # surfaced to the caller below
                 errors.append(e)
 
-        threads = [threading.Thread(target=drive, args=(s,), daemon=True) for s in range(len(self._servers))]
+        threads = [threading.Thread(target=drive, args=(s,), daemon=True)
+                   for s in range(len(self._servers))]
         for t in threads:
             t.start()
         for t in threads:
