@@ -133,7 +133,8 @@ class EmbeddingRewardModel:
         import torch
 
         features = self.st.preprocess(list(texts))
-        features = {k: (v.to(self.device) if torch.is_tensor(v) else v) for k, v in features.items()}
+        features = {k: (v.to(self.device) if torch.is_tensor(v) else v)
+                    for k, v in features.items()}
         with torch.inference_mode():
             emb = self.st(features)["sentence_embedding"]
         return emb.float().cpu().numpy()
@@ -206,11 +207,13 @@ class EmbeddingRewardModel:
         truncated_items = tuple(i for i in range(n)
                                 if int(inv[i]) in over_set or int(inv[n + i]) in over_set)
         self._last_run = ScoreRun(
-            n_items=n, n_scored=len(texts), n_tokens=int(np.minimum(raw, self.max_seq_length).sum()),
+            n_items=n, n_scored=len(texts),
+            n_tokens=int(np.minimum(raw, self.max_seq_length).sum()),
             n_padded_tokens=plan.n_padded_tokens if plan else 0,
             n_batches=plan.n_batches if plan else 0, truncated=len(truncated_items),
             truncated_items=truncated_items, oom_backoffs=plan.oom_backoffs if plan else 0,
             seconds=time.perf_counter() - t0, device=self.device, dtype="float32",
-            notes=(f"{over.size} distinct texts cut at {self.max_seq_length} tokens",) if over.size else ())
+            notes=((f"{over.size} distinct texts cut at {self.max_seq_length} tokens",)
+                   if over.size else ()))
         self.total_truncated += len(truncated_items)
         return check_scores(cos, n, self.name)

@@ -44,9 +44,9 @@ def cluster_proportion(outcomes: Sequence[float] | np.ndarray, clusters: Sequenc
     Methodology 24:193) do for Clopper-Pearson: ``n_eff = p(1-p) / v`` with ``v`` the
     cluster-robust (linearization) variance of the ratio mean over seeds, capped at the number
     of items, and scaled by ``(z / t_{k-1})^2`` so few seeds widen the interval. With one item
-    per seed this is the Wilson interval at ``n (k-1)/k`` times that factor. When every outcome is equal ``v`` is 0, and
-    ``n_eff`` falls back to the number of seeds (an all-correct result never claims certainty).
-    ``n`` of the estimate is the number of seeds.
+    per seed this is the Wilson interval at ``n (k-1)/k`` times that factor. When every outcome
+    is equal ``v`` is 0, and ``n_eff`` falls back to the number of seeds (an all-correct result
+    never claims certainty). ``n`` of the estimate is the number of seeds.
 
     Example:
         >>> e = cluster_proportion([1, 1, 0, 1], ["a", "a", "b", "c"])
@@ -118,8 +118,10 @@ def spearman_interval(x: np.ndarray, y: np.ndarray, level: float = 0.95
     return (rho, *fisher_z_interval(rho, k, level, variance=1.06))
 
 
-def length_bias(score_diff: Sequence[float] | np.ndarray, length_diff: Sequence[float] | np.ndarray,
-                clusters: Sequence[str] | np.ndarray, weights: Sequence[float] | np.ndarray | None = None, *,
+def length_bias(score_diff: Sequence[float] | np.ndarray,
+                length_diff: Sequence[float] | np.ndarray,
+                clusters: Sequence[str] | np.ndarray,
+                weights: Sequence[float] | np.ndarray | None = None, *,
                 level: float = 0.95, name: str = "length bias") -> Estimate:
     """How much the score difference of a pair follows its length difference.
 
