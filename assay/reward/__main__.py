@@ -11,9 +11,12 @@ import time
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m assay.reward", description=__doc__.splitlines()[0])
-    ap.add_argument("--hf", default=None, help="local path or hub id of a sequence-classification RM")
-    ap.add_argument("--out", default=None, help="directory for reward_audit.md and reward_audit.png")
-    ap.add_argument("--store", default=None, help="content store root (default $ASSAY_STORE or ./.assay)")
+    ap.add_argument("--hf", default=None,
+                    help="local path or hub id of a sequence-classification RM")
+    ap.add_argument("--out", default=None,
+                    help="directory for reward_audit.md and reward_audit.png")
+    ap.add_argument("--store", default=None,
+                    help="content store root (default $ASSAY_STORE or ./.assay)")
     ap.add_argument("--no-cache", action="store_true", help="do not read or write the score cache")
     ap.add_argument("--dimensions", default=None,
                     help="comma-separated subset of the diagnostic dimensions (default: all 14)")

@@ -1,6 +1,7 @@
 """The reward-model audit: per-dimension pair accuracy against a length-only baseline, and more.
 
-Scores each dimension's view (cached), then reads accuracy, ties, margins, length bias, 2x2 and tournament designs.
+Scores each dimension's view (cached), then reads accuracy, ties, margins, length bias, 2x2 and
+tournament designs.
 
 Tie policy: a pair is a tie when ``|score(chosen) - score(rejected)| <= tie_tol`` (default 0, exact
 equality); a tie counts as half a correct pair, and every dimension reports its tie count.
@@ -221,13 +222,15 @@ class Audit(Result):
         def md(head: list[str], rows: list[list[str]]) -> list[str]:
             esc = lambda c: c.replace("|", "\\|")  # noqa: E731
             return ["| " + " | ".join(map(esc, head)) + " |",
-                    "|" + "---|" * len(head), *("| " + " | ".join(map(esc, r)) + " |" for r in rows)]
+                    "|" + "---|" * len(head),
+                    *("| " + " | ".join(map(esc, r)) + " |" for r in rows)]
 
         head, rows = self._rows()
+        first = self.dimensions[0].accuracy.interval if self.dimensions else None
         out = [f"# Reward-model audit: {self.model}", "",
                f"Model fingerprint `{self.fingerprint}`. Intervals are {self.level:.0%}; n counts "
                "independent seeds. Accuracy: "
-               f"{self.dimensions[0].accuracy.interval.method if self.dimensions and self.dimensions[0].accuracy.interval else ''}.",
+               f"{first.method if first else ''}.",
                "", *md(head, rows)]
         qh, qr, th, tr = self._design_rows()
         if qr:
@@ -252,8 +255,9 @@ class Audit(Result):
         fig, ax = plt.subplots(figsize=(7, 0.45 * max(len(dims), 3) + 1.6))
         y = np.arange(len(dims))[::-1]
         acc = np.array([d.accuracy.value for d in dims])
-        lo = np.array([d.accuracy.interval.low for d in dims])  # type: ignore[union-attr]
-        hi = np.array([d.accuracy.interval.high for d in dims])  # type: ignore[union-attr]
+        ivs = [iv for d in dims if (iv := d.accuracy.interval) is not None]  # all of dims
+        lo = np.array([iv.low for iv in ivs])
+        hi = np.array([iv.high for iv in ivs])
         ax.errorbar(acc, y, xerr=[acc - lo, hi - acc], fmt="o", color="tab:blue", capsize=3,
                     label="pair accuracy (95% CI)")
         base = np.array([d.length_baseline.value for d in dims])
@@ -274,7 +278,8 @@ class Audit(Result):
         plt.close(fig)
         return path
 
-    def save(self, directory: str | os.PathLike[str], stem: str = "reward_audit") -> dict[str, Path]:
+    def save(self, directory: str | os.PathLike[str],
+             stem: str = "reward_audit") -> dict[str, Path]:
         """Write ``<stem>.md`` and ``<stem>.png`` under ``directory``; returns their paths."""
         d = Path(directory)
         d.mkdir(parents=True, exist_ok=True)
@@ -303,7 +308,8 @@ def _pairs(table: pa.Table, view: Any) -> dict[str, np.ndarray]:
     weights = getattr(view, "weights", None)
     w = None if weights is None else np.asarray([weights[i] for i in items], dtype=np.float64)
     return {"item": items, "seed": seeds[c], "chosen": score[c], "rejected": score[r],
-            "len_c": chars[c], "len_r": chars[r], "weights": w}  # type: ignore[dict-item]
+            "len_c": chars[c], "len_r": chars[r],
+            "weights": w}  # type: ignore[dict-item]  # w is None when unweighted
 
 
 def _margin_summary(m: np.ndarray) -> tuple[tuple[str, float], ...]:
@@ -405,7 +411,8 @@ def audit_dimension(name: str, table: pa.Table, view: Any, *, tie_tol: float = 0
     base = cluster_proportion(base_outcome, p["seed"], p["weights"], name="length-only",
                               level=level)
     bias = length_bias(margin, dl, p["seed"], p["weights"], level=level)
-    truncated = int(table.schema.metadata.get(b"assay.truncated", b"0")) if table.schema.metadata else 0
+    truncated = (int(table.schema.metadata.get(b"assay.truncated", b"0"))
+                 if table.schema.metadata else 0)
     return DimensionAudit(
         dimension=name, n_items=len(view), n_pairs=len(margin), accuracy=acc,
         ties=int(ties.sum()), length_baseline=base, length_bias=bias,

@@ -97,7 +97,8 @@ class PlanRun:
     largest_batch: int = 0
 
 
-def run_plan(lengths: Sequence[int] | np.ndarray, batch_tokens: int, forward: Callable[[np.ndarray], np.ndarray],
+def run_plan(lengths: Sequence[int] | np.ndarray, batch_tokens: int,
+             forward: Callable[[np.ndarray], np.ndarray],
              *, max_batch: int | None = None, on_oom: Callable[[], None] | None = None,
              ) -> tuple[np.ndarray, PlanRun]:
     """Score items in length-sorted token-budget batches, halving the budget on out-of-memory.

@@ -27,7 +27,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -133,7 +133,8 @@ class EmbeddingRewardModel:
         import torch
 
         features = self.st.preprocess(list(texts))
-        features = {k: (v.to(self.device) if torch.is_tensor(v) else v) for k, v in features.items()}
+        features = {k: (v.to(self.device) if torch.is_tensor(v) else v)
+                    for k, v in features.items()}
         with torch.inference_mode():
             emb = self.st(features)["sentence_embedding"]
         return emb.float().cpu().numpy()
@@ -147,7 +148,8 @@ class EmbeddingRewardModel:
         texts = list(texts)
         dim = self.st.get_embedding_dimension() if hasattr(self.st, "get_embedding_dimension") \
             else self.st.get_sentence_embedding_dimension()
-        out = np.zeros((len(texts), dim), dtype=np.float32)
+        # known for the models we load (a pooling layer sets it); None only without one
+        out = np.zeros((len(texts), cast(int, dim)), dtype=np.float32)
         if not texts:
             return out, None
         if batching == "fixed16":
@@ -205,11 +207,13 @@ class EmbeddingRewardModel:
         truncated_items = tuple(i for i in range(n)
                                 if int(inv[i]) in over_set or int(inv[n + i]) in over_set)
         self._last_run = ScoreRun(
-            n_items=n, n_scored=len(texts), n_tokens=int(np.minimum(raw, self.max_seq_length).sum()),
+            n_items=n, n_scored=len(texts),
+            n_tokens=int(np.minimum(raw, self.max_seq_length).sum()),
             n_padded_tokens=plan.n_padded_tokens if plan else 0,
             n_batches=plan.n_batches if plan else 0, truncated=len(truncated_items),
             truncated_items=truncated_items, oom_backoffs=plan.oom_backoffs if plan else 0,
             seconds=time.perf_counter() - t0, device=self.device, dtype="float32",
-            notes=(f"{over.size} distinct texts cut at {self.max_seq_length} tokens",) if over.size else ())
+            notes=((f"{over.size} distinct texts cut at {self.max_seq_length} tokens",)
+                   if over.size else ()))
         self.total_truncated += len(truncated_items)
         return check_scores(cos, n, self.name)

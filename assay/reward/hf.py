@@ -39,7 +39,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -96,8 +96,9 @@ class Invariance(Result):
 
     Example:
         >>> r = Invariance(8, 1e-6, 2e-6, 1e-4, 8, 4, True)
-        >>> str(r)
-        'invariance ok: batch-size change 1e-06, padding change 2e-06 (atol 0.0001; 8 items, largest batch 4)'
+        >>> print(r)  # doctest: +NORMALIZE_WHITESPACE
+        invariance ok: batch-size change 1e-06, padding change 2e-06 (atol 0.0001; 8 items,
+        largest batch 4)
     """
 
     n_items: int
@@ -111,7 +112,8 @@ class Invariance(Result):
 
     def _headline(self) -> Estimate:
         """The largest |single - batched| score difference over the items checked."""
-        return Estimate("max |single - batched|", float(self.single_vs_batched), None, self.n_items, "items")
+        return Estimate("max |single - batched|", float(self.single_vs_batched), None,
+                        self.n_items, "items")
 
     def __str__(self) -> str:
         word = "ok" if self.passed else "FAILED"
@@ -199,7 +201,8 @@ class HFRewardModel:
             raise RewardModelError(
                 f"{self.name}: template='chat' but the tokenizer has no chat template; use "
                 "template='pair' (prompt and response as a text pair) or set one")
-        self.template = "chat" if (template == "chat" or (template == "auto" and has_template)) else "pair"
+        self.template = ("chat" if (template == "chat" or (template == "auto" and has_template))
+                         else "pair")
         self._add_specials = True
         bos = self.tokenizer.bos_token
         if self.template == "chat":
@@ -260,7 +263,8 @@ class HFRewardModel:
                 commit = Path(self._local_dir).name if self._local_dir else None
                 weights = {"hub": self.name_or_path, "revision": self.revision, "commit": commit}
             protocol = {
-                "template": self.template, "chat_template": getattr(self.tokenizer, "chat_template", None),
+                "template": self.template,
+                "chat_template": getattr(self.tokenizer, "chat_template", None),
                 "add_special_tokens": self._add_specials, "max_length": self.max_length,
                 "truncation": self.truncation, "dtype": self.dtype,
                 "device": self.device.split(":")[0], "label_index": self.label_index,
@@ -284,12 +288,12 @@ class HFRewardModel:
     # -- encoding ----------------------------------------------------------------------------
     def _render(self, prompts: Sequence[Any], responses: Sequence[str]) -> list[str]:
         # a prompt is a user turn (str) or a whole conversation (a sequence of (role, content))
-        return [
-            self.tokenizer.apply_chat_template(
+        return [  # str: tokenize=False renders the text
+            cast(str, self.tokenizer.apply_chat_template(
                 ([{"role": "user", "content": p}] if isinstance(p, str) else
                  [{"role": role, "content": c} for role, c in p])
                 + [{"role": "assistant", "content": r}],
-                tokenize=False)
+                tokenize=False))
             for p, r in zip(prompts, responses)
         ]
 
@@ -312,7 +316,8 @@ class HFRewardModel:
         bos = self.tokenizer.bos_token_id
         truncated: list[int] = []
         for i, seq in enumerate(ids):
-            if bos is not None and self.template == "chat" and len(seq) > 1 and seq[0] == bos == seq[1]:
+            if (bos is not None and self.template == "chat" and len(seq) > 1
+                    and seq[0] == bos == seq[1]):
                 raise RewardModelError(
                     f"{self.name}: item {i} starts with two BOS tokens after rendering the chat "
                     "template; the template and the tokenizer both add one. Report this with the "
@@ -360,9 +365,11 @@ class HFRewardModel:
             if len(ids[0]) <= self.max_length:
                 return ids[0], (tts[0] if tts is not None else None)
             drop += len(ids[0]) - self.max_length
-        raise DataError(f"item {i}: could not fit max_length={self.max_length} by cutting the prompt")
+        raise DataError(f"item {i}: could not fit max_length={self.max_length} "
+                        "by cutting the prompt")
 
-    def _fit_conversation(self, i: int, conv: Sequence[tuple[str, str]], response: str) -> list[int]:
+    def _fit_conversation(self, i: int, conv: Sequence[tuple[str, str]],
+                          response: str) -> list[int]:
         # Drop the oldest turns (a leading system message stays) until the rest fits; down to the
         # last turn alone, that turn is cut from its start like a single prompt.
         conv = list(conv)
@@ -395,6 +402,7 @@ class HFRewardModel:
             input_ids[row, :n] = torch.tensor(ids[i], dtype=torch.long)
             mask[row, :n] = 1
             if types is not None:
+                # types is set only when tts is
                 types[row, :n] = torch.tensor(tts[i], dtype=torch.long)  # type: ignore[index]
         inputs = {"input_ids": input_ids.to(self.device), "attention_mask": mask.to(self.device)}
         if types is not None:
@@ -441,8 +449,9 @@ class HFRewardModel:
         message stays). Needs a chat template.
 
         Example:
-            >>> rm.score_conversations([[{"role": "system", "content": "Be brief."},
-            ...                          {"role": "user", "content": "2+2?"}]], ["4"])  # doctest: +SKIP
+            >>> rm.score_conversations(  # doctest: +SKIP
+            ...     [[{"role": "system", "content": "Be brief."},
+            ...       {"role": "user", "content": "2+2?"}]], ["4"])
             array([0.93...])
         """
         if self.template != "chat":

@@ -32,7 +32,8 @@ class RewardModelEntry(SpecModel):
         raise NotImplementedError
 
     def identity(self, paths: Paths) -> dict[str, Any]:
-        return {"kind": self.kind, "params": self.params}  # type: ignore[attr-defined]
+        return {"kind": self.kind,  # type: ignore[attr-defined]  # declared by each subclass
+                "params": self.params}
 
 
 class EmbeddingModel(RewardModelEntry):

@@ -136,7 +136,8 @@ def reward_rows(rows: Any, marker: str, *, level: float = 0.95) -> RewardRows:
         raise MeasureError(f"rows: no marker {marker!r}; markers present: {sorted(frame.markers)}. "
                            "List the source under reward.score.sources so its rows are scored")
     score = frame.markers[marker]
-    lengths = pc.utf8_length(table.column("final_text")).to_numpy(zero_copy_only=False).astype(np.float64)
+    lengths = pc.utf8_length(table.column("final_text")).to_numpy(
+        zero_copy_only=False).astype(np.float64)
     binary = frame.binary_mask()
     scored = np.isfinite(score)
     use = binary & scored
@@ -185,12 +186,13 @@ def reward_rows(rows: Any, marker: str, *, level: float = 0.95) -> RewardRows:
                         "tasks", n_rows, note)
 
     best = est("best-of-n", bon_a, float(np.mean(ties_floor)),
-               f"top-scored completion per task, {top_ties} tasks with tied top scores split evenly")
+               f"top-scored completion per task, {top_ties} tasks with tied top scores "
+               "split evenly")
     pass1 = est("pass@1", p1_a, float(np.mean(n_floor)), "a random pick")
     oracle = est(k_name, orc_a, 1.0, "the oracle pick: any passing completion")
-    g = cluster_mean(np.asarray(gains), [str(i) for i in range(T)], name="gain", level=level,
-                     unit="tasks")
-    gain = Estimate("gain", g.value, g.interval, T, "tasks", n_rows, "best-of-n - pass@1")
+    ge = cluster_mean(np.asarray(gains), [str(i) for i in range(T)], name="gain", level=level,
+                      unit="tasks")
+    gain = Estimate("gain", ge.value, ge.interval, T, "tasks", n_rows, "best-of-n - pass@1")
     sizes = [len(g) for g in groups]
     rank = _task_proportion(ranked, sizes, "ranking accuracy", "(pass, fail) pairs", level,
                             "no task has both passing and failing completions")
@@ -203,7 +205,8 @@ def reward_rows(rows: Any, marker: str, *, level: float = 0.95) -> RewardRows:
         notes.append(f"{n_unscored} graded rows have no {marker} score (an empty completion) and "
                      "are left out")
     if n_not_binary:
-        notes.append(f"{n_not_binary} rows without a 0/1 verdict (partial or unjudged) are left out")
+        notes.append(f"{n_not_binary} rows without a 0/1 verdict (partial or unjudged) "
+                     "are left out")
     notes.append(f"ranking accuracy over {rank.n} tasks with passing and failing completions; "
                  f"length concordance over {conc.n} tasks (0.5: no length preference)")
     if T < 10:

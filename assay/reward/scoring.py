@@ -80,8 +80,9 @@ def view_inputs(view: Any) -> tuple[list[str], list[str], dict[str, list[Any]]]:
     return prompts, responses, cols
 
 
-def score_view(model: RewardModel, view: Any, *, store: Store | str | os.PathLike[str] | None = None,
-               cache: bool = True, refresh: bool = False) -> pa.Table:
+def score_view(model: RewardModel, view: Any, *,
+               store: Store | str | os.PathLike[str] | None = None, cache: bool = True,
+               refresh: bool = False) -> pa.Table:
     """Score both sides of every pair (all cells of a Quadruple, all responses of a Tournament).
 
     Returns an Arrow table (schema ``SCORE_SCHEMA``): one row per response with the item's index,
@@ -121,7 +122,7 @@ def score_view(model: RewardModel, view: Any, *, store: Store | str | os.PathLik
     scores = check_scores(model.score(prompts, responses), len(prompts), model.name) \
         if prompts else np.zeros(0)
     run = model.last_run
-    arrays = {k: v for k, v in cols.items()}
+    arrays: dict[str, Any] = {k: v for k, v in cols.items()}
     arrays["response_chars"] = [len(r) for r in responses]
     arrays["score"] = scores
     meta = {
@@ -132,7 +133,8 @@ def score_view(model: RewardModel, view: Any, *, store: Store | str | os.PathLik
     table = pa.table(arrays, schema=SCORE_SCHEMA).replace_schema_metadata(meta)
     if st is not None:
         blob = st.put_table(table)
-        st.set_ref(key, blob, {"model": model.name, "run": run.to_dict() if run and prompts else {}})
+        st.set_ref(key, blob,
+                   {"model": model.name, "run": run.to_dict() if run and prompts else {}})
         # Read back what the store holds, so a cached and a fresh call return equal tables.
         stored = st.get_table(blob)
         if stored is not None:

@@ -28,12 +28,12 @@ SPEARMAN_METHOD = "Spearman on seed means, Fisher z, SE sqrt(1.06/(k-3)) (Fielle
 MEAN_METHOD = "seed-cluster t"
 
 
-def _clusters(clusters: Sequence[str]) -> tuple[np.ndarray, int]:
+def _clusters(clusters: Sequence[str] | np.ndarray) -> tuple[np.ndarray, int]:
     _, codes = np.unique(np.asarray(clusters, dtype=object).astype(str), return_inverse=True)
     return codes, int(codes.max()) + 1 if len(codes) else 0
 
 
-def cluster_proportion(outcomes: Sequence[float] | np.ndarray, clusters: Sequence[str],
+def cluster_proportion(outcomes: Sequence[float] | np.ndarray, clusters: Sequence[str] | np.ndarray,
                        weights: Sequence[float] | np.ndarray | None = None, *,
                        name: str = "accuracy", level: float = 0.95) -> Estimate:
     """A proportion over clustered outcomes (pairs grouped by seed) with an honest interval.
@@ -44,9 +44,9 @@ def cluster_proportion(outcomes: Sequence[float] | np.ndarray, clusters: Sequenc
     Methodology 24:193) do for Clopper-Pearson: ``n_eff = p(1-p) / v`` with ``v`` the
     cluster-robust (linearization) variance of the ratio mean over seeds, capped at the number
     of items, and scaled by ``(z / t_{k-1})^2`` so few seeds widen the interval. With one item
-    per seed this is the Wilson interval at ``n (k-1)/k`` times that factor. When every outcome is equal ``v`` is 0, and
-    ``n_eff`` falls back to the number of seeds (an all-correct result never claims certainty).
-    ``n`` of the estimate is the number of seeds.
+    per seed this is the Wilson interval at ``n (k-1)/k`` times that factor. When every outcome
+    is equal ``v`` is 0, and ``n_eff`` falls back to the number of seeds (an all-correct result
+    never claims certainty). ``n`` of the estimate is the number of seeds.
 
     Example:
         >>> e = cluster_proportion([1, 1, 0, 1], ["a", "a", "b", "c"])
@@ -86,7 +86,7 @@ def cluster_proportion(outcomes: Sequence[float] | np.ndarray, clusters: Sequenc
     return Estimate(name, p, Interval(lo, hi, level, ACCURACY_METHOD), k, "seeds", n, note)
 
 
-def seed_means(values: np.ndarray, clusters: Sequence[str],
+def seed_means(values: np.ndarray, clusters: Sequence[str] | np.ndarray,
                weights: np.ndarray | None = None) -> np.ndarray:
     """Weighted mean of ``values`` (rows x columns or a vector) per cluster, clusters in sorted
     order of their ids."""
@@ -118,8 +118,10 @@ def spearman_interval(x: np.ndarray, y: np.ndarray, level: float = 0.95
     return (rho, *fisher_z_interval(rho, k, level, variance=1.06))
 
 
-def length_bias(score_diff: Sequence[float] | np.ndarray, length_diff: Sequence[float] | np.ndarray,
-                clusters: Sequence[str], weights: Sequence[float] | np.ndarray | None = None, *,
+def length_bias(score_diff: Sequence[float] | np.ndarray,
+                length_diff: Sequence[float] | np.ndarray,
+                clusters: Sequence[str] | np.ndarray,
+                weights: Sequence[float] | np.ndarray | None = None, *,
                 level: float = 0.95, name: str = "length bias") -> Estimate:
     """How much the score difference of a pair follows its length difference.
 
@@ -152,7 +154,7 @@ def length_bias(score_diff: Sequence[float] | np.ndarray, length_diff: Sequence[
     return Estimate(name, rho, Interval(lo, hi, level, SPEARMAN_METHOD), k, "seeds", len(ds))
 
 
-def cluster_mean(values: Sequence[float] | np.ndarray, clusters: Sequence[str], *,
+def cluster_mean(values: Sequence[float] | np.ndarray, clusters: Sequence[str] | np.ndarray, *,
                  name: str = "mean", level: float = 0.95, unit: str = "seeds") -> Estimate:
     """Mean over seeds of the seed-mean value, with a Student t interval on the k seed means.
 

@@ -41,11 +41,12 @@ DENIED_EVENTS = frozenset({
 })
 #: Audit events recorded (not refused) as attempts: inspection that finds nothing useful here.
 RECORDED_EVENTS = {"sys._getframe": "inspected stack frames (sys._getframe)",
-                   "sys.settrace": "installed a trace function", "sys.setprofile": "installed a profiler",
+                   "sys.settrace": "installed a trace function",
+                   "sys.setprofile": "installed a profiler",
                    "object.__getattr__": "inspected frames or code objects"}
-_WATCHED_MODULES = ("builtins", "math", "cmath", "operator", "functools", "itertools", "collections",
-                    "re", "string", "copy", "heapq", "bisect", "statistics", "random", "fractions",
-                    "decimal", "sys", "os", "json", "unittest", "typing")
+_WATCHED_MODULES = ("builtins", "math", "cmath", "operator", "functools", "itertools",
+                    "collections", "re", "string", "copy", "heapq", "bisect", "statistics",
+                    "random", "fractions", "decimal", "sys", "os", "json", "unittest", "typing")
 
 
 class PlainDataError(TypeError):
@@ -159,7 +160,8 @@ def _recv(fd):
         return None
     n = struct.unpack(">I", head)[0]
     if n > MAX_MESSAGE:
-        raise BoundaryFailure("plain_data", f"the candidate sent a {n}-byte message (limit {MAX_MESSAGE})")
+        raise BoundaryFailure("plain_data",
+                              f"the candidate sent a {n}-byte message (limit {MAX_MESSAGE})")
     body = _read_exact(fd, n)
     return None if body is None else json.loads(body, object_hook=_untag)
 
@@ -174,7 +176,8 @@ def _identities(modules):
     for name, attrs in modules:
         m = sys.modules.get(name)
         ns = getattr(m, "__dict__", None)
-        out.append([name, id(m), [[k, id(ns.get(k))] for k in attrs] if isinstance(ns, dict) else []])
+        out.append([name, id(m),
+                    [[k, id(ns.get(k))] for k in attrs] if isinstance(ns, dict) else []])
     return out
 
 
@@ -184,7 +187,8 @@ def _tampering(mine, theirs):
     seen = {}
     for item in theirs:
         if isinstance(item, list) and len(item) == 3 and isinstance(item[2], list):
-            seen[item[0]] = (item[1], {a[0]: a[1] for a in item[2] if isinstance(a, list) and len(a) == 2})
+            seen[item[0]] = (item[1], {a[0]: a[1] for a in item[2]
+                                       if isinstance(a, list) and len(a) == 2})
     for name, (ident, attrs) in mine.items():
         other = seen.get(name)
         if other is None:
@@ -200,7 +204,8 @@ def _install_guards(allowed_dirs, allowed_files, attempts):
     """An audit hook (it cannot be removed) refusing :data:`DENIED_EVENTS`, every ctypes
     event and ``open`` outside ``allowed_dirs``; it records :data:`RECORDED_EVENTS`. It uses
     only objects bound here, so patching modules afterwards does not change it."""
-    getcwd, fspath, isinstance_, str_, bytes_, int_ = os.getcwd, os.fspath, isinstance, str, bytes, int
+    getcwd, fspath, isinstance_, str_, bytes_, int_ = (os.getcwd, os.fspath, isinstance, str,
+                                                       bytes, int)
     denied, recorded, perm = DENIED_EVENTS, RECORDED_EVENTS, PermissionError
     dirs = tuple(d.rstrip("/") + "/" for d in allowed_dirs)
     files = frozenset(allowed_files)
@@ -251,7 +256,7 @@ def serve(code, rfd: int, wfd: int, allowed_dirs=(), allowed_files=()) -> None:
     """Run the candidate's ``code`` (source or code object), then answer the tests' requests
     on ``rfd``/``wfd`` until end of input. Runs in the candidate's own process; never returns.
     """
-    attempts = set()
+    attempts: set[str] = set()
     me, getpid = os.getpid(), os.getpid
     for name in [m for m in sys.modules if m.split(".")[0] in ("ctypes", "_ctypes")]:
         del sys.modules[name]  # imported by the fork server; the audit hook refuses a new import
@@ -279,6 +284,7 @@ def serve(code, rfd: int, wfd: int, allowed_dirs=(), allowed_files=()) -> None:
         if req is None:
             os._exit(0)
         kind = req[0]
+        reply: list[object]
         if load_error is not None:
             reply = list(load_error)
         elif kind == "c":
@@ -363,18 +369,22 @@ class Link:
         except OSError:
             reply = None
         except (ValueError, TypeError, KeyError, RecursionError):
-            raise BoundaryFailure("plain_data", f"the candidate's process sent a malformed reply {what}") from None
+            raise BoundaryFailure(
+                "plain_data", f"the candidate's process sent a malformed reply {what}") from None
         if reply is None:
-            raise BoundaryFailure("candidate_exit", f"the candidate's process {self._ended()} {what}")
+            raise BoundaryFailure("candidate_exit",
+                                  f"the candidate's process {self._ended()} {what}")
         if type(reply) is not list or not reply or type(reply[-1]) is not list:
-            raise BoundaryFailure("plain_data", f"the candidate's process sent a malformed reply {what}")
+            raise BoundaryFailure("plain_data",
+                                  f"the candidate's process sent a malformed reply {what}")
         for note in reply.pop():
             if type(note) is str and note not in self.notes:
                 self.notes.append(note)
         if reply[0] == "x" and len(reply) == 3:
             cls = str(reply[1])
             if cls in ("SystemExit", "KeyboardInterrupt", "GeneratorExit"):
-                raise BoundaryFailure("candidate_exit", f"the candidate exited ({cls}) before the tests ran")
+                raise BoundaryFailure("candidate_exit",
+                                      f"the candidate exited ({cls}) before the tests ran")
             raise _exception(cls, reply[2], "in the candidate's code")
         return reply
 
@@ -394,15 +404,16 @@ class Link:
         try:
             return {str(name): (kind, detail) for name, kind, detail in reply[1]}
         except (TypeError, ValueError, IndexError):
-            raise BoundaryFailure("plain_data", "the candidate's process sent a malformed reply") from None
+            raise BoundaryFailure("plain_data",
+                                  "the candidate's process sent a malformed reply") from None
 
     def call(self, name, args, kwargs):
         """Call the candidate's ``name`` with plain-data ``args``; its plain-data result."""
         try:
             req = ["c", name, _tag(args), _tag(kwargs)]
         except PlainDataError as e:
-            raise BoundaryFailure("test_arguments", f"the tests pass a {e} to {name}(); only plain data "
-                                  "crosses to the candidate") from None
+            raise BoundaryFailure("test_arguments", f"the tests pass a {e} to {name}(); only "
+                                  "plain data crosses to the candidate") from None
         self.calls += 1
         reply = self._exchange(req, f"during {name}()")
         kind = reply[0]
@@ -429,7 +440,8 @@ class Link:
             raise _exception(cls, reply[2], f"in {name}()")
         if kind == "p" and len(reply) == 2:
             raise BoundaryFailure("plain_data", f"{name}() {reply[1]}")
-        raise BoundaryFailure("plain_data", f"the candidate's process sent a malformed reply during {name}()")
+        raise BoundaryFailure("plain_data",
+                              f"the candidate's process sent a malformed reply during {name}()")
 
     def check_tampering(self) -> None:
         """Add to :attr:`notes` what the candidate patched or replaced in its own process (asked
@@ -443,7 +455,8 @@ class Link:
             theirs = self._exchange(["i", [[k, sorted(v[1])] for k, v in mine.items()]], "")
         except Exception:
             return
-        for note in _tampering(mine, theirs[1] if len(theirs) == 2 and type(theirs[1]) is list else []):
+        for note in _tampering(mine,
+                               theirs[1] if len(theirs) == 2 and type(theirs[1]) is list else []):
             if note not in self.notes:
                 self.notes.append(note)
 

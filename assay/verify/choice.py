@@ -34,7 +34,8 @@ def extract_choice(text: str, choices: str = "ABCD") -> str | None:
     letters = "".join(sorted(set(choices.upper())))
     cls = f"[{re.escape(letters)}{re.escape(letters.lower())}]"
     rules = [
-        rf"(?:answer|option|choice)\s*(?:is|:|=)?\s*(?:option\s+|choice\s+)?[(\[*]*({cls})(?![\w'])",
+        rf"(?:answer|option|choice)\s*(?:is|:|=)?\s*(?:option\s+|choice\s+)?"
+        rf"[(\[*]*({cls})(?![\w'])",
         rf"\\boxed\{{\s*(?:\\text\{{)?\s*({cls})\s*\}}",
         rf"[(\[]({cls})[)\]]|(?<![\w'])({cls})\)|\*\*({cls})\*\*",
     ]
@@ -48,7 +49,8 @@ def extract_choice(text: str, choices: str = "ABCD") -> str | None:
     whole = re.fullmatch(rf"\s*[(\[]?\s*({cls})\s*[)\].:]?\s*", text)
     if whole:
         return whole.group(1).upper()
-    bare = [m.group(1) for m in re.finditer(rf"(?<![\w'])([{re.escape(letters)}])(?![\w'’])", text)
+    bare = [m.group(1)
+            for m in re.finditer(rf"(?<![\w'])([{re.escape(letters)}])(?![\w'’])", text)
             if m.group(1) not in "AI" or not re.match(r"\s+[a-z]", text[m.end():])]
     return bare[-1] if bare else None
 
@@ -68,8 +70,10 @@ class MultipleChoice(Verifier):
     """
 
     def __init__(self, choices: str = "ABCD", *, name: str = "MultipleChoice") -> None:
-        if not isinstance(choices, str) or not choices or not choices.isalpha() or not choices.isascii():
-            raise VerifierError(f"MultipleChoice(choices={choices!r}): give the option letters, e.g. 'ABCD'")
+        if (not isinstance(choices, str) or not choices or not choices.isalpha()
+                or not choices.isascii()):
+            raise VerifierError(f"MultipleChoice(choices={choices!r}): give the option letters, "
+                                "e.g. 'ABCD'")
         if len(set(choices.upper())) != len(choices):
             raise VerifierError(f"MultipleChoice(choices={choices!r}): letters repeat")
         self.choices = choices.upper()
@@ -81,13 +85,15 @@ class MultipleChoice(Verifier):
     def check(self, candidate: str, reference: Any, row: Mapping[str, Any]) -> Verdict:
         if isinstance(reference, int) and not isinstance(reference, bool):
             if not 0 <= reference < len(self.choices):
-                raise VerifierError(f"MultipleChoice: reference index {reference} is outside 0..{len(self.choices) - 1}")
+                raise VerifierError(f"MultipleChoice: reference index {reference} is outside "
+                                    f"0..{len(self.choices) - 1}")
             want = self.choices[reference]
-        elif isinstance(reference, str) and reference.strip().upper() in self.choices and len(reference.strip()) == 1:
+        elif (isinstance(reference, str) and reference.strip().upper() in self.choices
+              and len(reference.strip()) == 1):
             want = reference.strip().upper()
         else:
-            raise VerifierError(f"MultipleChoice: reference {reference!r:.40} is not one of {list(self.choices)} "
-                                "or an option index")
+            raise VerifierError(f"MultipleChoice: reference {reference!r:.40} is not one of "
+                                f"{list(self.choices)} or an option index")
         got = extract_choice(candidate, self.choices)
         if got is None:
             return Verdict(0.0, reason=f"no choice found among {self.choices}")

@@ -24,7 +24,8 @@ from assay.verify.sandbox import job, warm_pool
 log = logging.getLogger(__name__)
 
 _FENCE = re.compile(r"```[ \t]*(?:python3?|py)?[ \t]*\n(.*?)```", re.S | re.I)
-_EXC_LINE = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Warning|Iteration))\b", re.M)
+_EXC_LINE = re.compile(
+    r"^([A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Warning|Iteration))\b", re.M)
 
 
 def extract_code(text: str) -> str:
@@ -98,7 +99,8 @@ class CodeExec(Verifier):
         1.0
         >>> v.check("import sys\\nsys.exit(0)\\n", ref, {}).reward
         0.0
-        >>> liar = "class Yes:\\n    def __eq__(self, other):\\n        return True\\ndef sq(x):\\n    return Yes()\\n"
+        >>> liar = ("class Yes:\\n    def __eq__(self, other):\\n        return True\\n"
+        ...         "def sq(x):\\n    return Yes()\\n")
         >>> v.check(liar, ref, {}).reason
         'sq() returned Yes, not plain data'
     """
@@ -149,7 +151,8 @@ class CodeExec(Verifier):
         return self.grade_batch([{"final_text": candidate, "privileged": {"reference": reference}}],
                                 workers=1)[0]
 
-    def grade_batch(self, rows: Sequence[Mapping[str, Any]], workers: int | None = None) -> list[Any]:
+    def grade_batch(self, rows: Sequence[Mapping[str, Any]],
+                    workers: int | None = None) -> list[Any]:
         """Verdicts for many rows, ``workers`` sandboxes in parallel (default: two per core)."""
         verdicts: list[Any] = [None] * len(rows)
         jobs, where = [], []
@@ -185,7 +188,8 @@ class CodeExec(Verifier):
     def _verdict(self, reply: Mapping[str, Any], isolation: Mapping[str, Any]) -> Any:
         status = reply["status"]
         meta = {"outcome": status, "exit_code": reply.get("exit_code"),
-                "sandbox": {k: isolation.get(k) for k in ("netns", "mountns", "uid_drop", "pidns", "notes")}}
+                "sandbox": {k: isolation.get(k)
+                            for k in ("netns", "mountns", "uid_drop", "pidns", "notes")}}
         if reply.get("left_over"):
             meta["left_over_processes"] = reply["left_over"]
         report = reply.get("report") or {}
@@ -196,11 +200,13 @@ class CodeExec(Verifier):
         if status == "passed":
             return Verdict(1.0, reason="all tests passed", meta=meta)
         if status == "error":
-            return Verdict(None, "error", f"{self.name}: {reply.get('output_tail', '')[-300:]}", meta)
+            return Verdict(None, "error", f"{self.name}: {reply.get('output_tail', '')[-300:]}",
+                           meta)
         if status == "timeout":
             reason = f"timed out after {self.timeout:g}s"
         elif status == "killed":
-            reason = f"killed by signal {-int(reply['exit_code'])} (a resource limit or the candidate itself)"
+            reason = (f"killed by signal {-int(reply['exit_code'])} "
+                      "(a resource limit or the candidate itself)")
         elif status == "server_died":
             reason = "the candidate brought down its sandbox server"
         elif report.get("reason"):
@@ -212,7 +218,8 @@ class CodeExec(Verifier):
             if excs:
                 reason = f"failed: {excs[-1]}"
             else:
-                reason = f"failed: exited with code {reply.get('exit_code')} before the tests finished"
+                reason = (f"failed: exited with code {reply.get('exit_code')} "
+                          "before the tests finished")
         return Verdict(0.0, reason=reason, meta=meta)
 
 
@@ -229,7 +236,8 @@ def _tests_of(spec: Any, where: str) -> tuple[str, str | None, str | None]:
                                 f"got keys {sorted(spec)}")
         entry = spec.get("entry_point")
         if entry is not None and (not isinstance(entry, str) or not entry.isidentifier()):
-            raise VerifierError(f"{where}: 'entry_point' must be a Python identifier, got {entry!r}")
+            raise VerifierError(f"{where}: 'entry_point' must be a Python identifier, "
+                                f"got {entry!r}")
         prompt = spec.get("prompt")
         if prompt is not None and not isinstance(prompt, str):
             raise VerifierError(f"{where}: 'prompt' must be a string, got {type(prompt).__name__}")

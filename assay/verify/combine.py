@@ -17,7 +17,8 @@ from assay.judging import Judge, Verdict, Verifier, as_judge
 
 def _fmt(name: str, v: Verdict) -> str:
     score = "None" if v.reward is None else f"{v.reward:g}"
-    return f"{name}={score}" + (f" ({v.reason})" if v.reason else "") + ("" if v.status == "ok" else f" [{v.status}]")
+    return (f"{name}={score}" + (f" ({v.reason})" if v.reason else "")
+            + ("" if v.status == "ok" else f" [{v.status}]"))
 
 
 class _Combinator(Verifier):
@@ -26,11 +27,13 @@ class _Combinator(Verifier):
     def __init__(self, children: Sequence[typing.Any], name: str) -> None:
         if isinstance(children, (str, bytes)) or not isinstance(children, Sequence) or not children:
             raise VerifierError(f"{name}: give a non-empty list of verifiers or judge callables")
-        self.judges: list[Judge] = [as_judge(c, argument=f"{name}[{i}]") for i, c in enumerate(children)]
+        self.judges: list[Judge] = [as_judge(c, argument=f"{name}[{i}]")
+                                    for i, c in enumerate(children)]
         self.name = name
         self.needs_reference = False  # each child checks its own need for a reference
         self.parallel = any(j.parallel for j in self.judges)
-        self.hard_timeout = sum(float(getattr(j.source, "hard_timeout", 60.0) or 60.0) for j in self.judges)
+        self.hard_timeout = sum(float(getattr(j.source, "hard_timeout", 60.0) or 60.0)
+                                for j in self.judges)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}([{', '.join(j.name for j in self.judges)}])"
@@ -38,10 +41,12 @@ class _Combinator(Verifier):
     def combine(self, verdicts: Sequence[Verdict]) -> Verdict:  # pragma: no cover - abstract
         raise NotImplementedError
 
-    def check(self, candidate: str, reference: typing.Any, row: Mapping[str, typing.Any]) -> Verdict:
+    def check(self, candidate: str, reference: typing.Any,
+              row: Mapping[str, typing.Any]) -> Verdict:
         return self.combine([j.judge(row) for j in self.judges])
 
-    def grade_batch(self, rows: Sequence[Mapping[str, typing.Any]], workers: int | None = None) -> list[Verdict]:
+    def grade_batch(self, rows: Sequence[Mapping[str, typing.Any]],
+                    workers: int | None = None) -> list[Verdict]:
         """Each child grades all rows its own best way (CodeExec in sandboxes, MathEqual in
         worker processes), then verdicts combine row by row."""
         from assay.grading import judge_records
@@ -74,7 +79,8 @@ class All(_Combinator):
 
     Example:
         >>> from assay.verify import Numeric, ExactMatch
-        >>> All([Numeric(), ExactMatch()]).check("42", "42", {"final_text": "42", "privileged": {"reference": "42"}}).reward
+        >>> row = {"final_text": "42", "privileged": {"reference": "42"}}
+        >>> All([Numeric(), ExactMatch()]).check("42", "42", row).reward
         1.0
     """
 
@@ -123,15 +129,18 @@ class Weighted(_Combinator):
         0.75
     """
 
-    def __init__(self, pairs: Sequence[tuple[typing.Any, float]], *, name: str = "Weighted") -> None:
+    def __init__(self, pairs: Sequence[tuple[typing.Any, float]], *,
+                 name: str = "Weighted") -> None:
         if isinstance(pairs, Mapping) or not isinstance(pairs, Sequence) or not pairs:
             raise VerifierError(f"{name}: give a non-empty list of (verifier, weight) pairs")
-        weights = []
+        weights: list[float] = []
         for i, p in enumerate(pairs):
             if not isinstance(p, tuple) or len(p) != 2:
-                raise VerifierError(f"{name}[{i}]: expected a (verifier, weight) pair, got {p!r:.60}")
+                raise VerifierError(f"{name}[{i}]: expected a (verifier, weight) pair, "
+                                    f"got {p!r:.60}")
             w = p[1]
-            if isinstance(w, bool) or not isinstance(w, numbers.Real) or not (math.isfinite(w) and w > 0):
+            if (isinstance(w, bool) or not isinstance(w, numbers.Real)
+                    or not (math.isfinite(w) and w > 0)):
                 raise VerifierError(f"{name}[{i}]: weight {w!r} must be a finite number > 0")
             weights.append(float(w))
         super().__init__([p[0] for p in pairs], name)
@@ -141,5 +150,8 @@ class Weighted(_Combinator):
         undecided = self._undecided(verdicts)
         if undecided is not None:
             return undecided
-        total = sum(w * v.reward for w, v in zip(self.weights, verdicts)) / sum(self.weights)
-        return Verdict(min(1.0, max(0.0, total)), "ok", self._reason(verdicts), None, self._markers(verdicts))
+        # every reward is set here (_undecided found none missing)
+        total = sum(w * typing.cast(float, v.reward)
+                    for w, v in zip(self.weights, verdicts)) / sum(self.weights)
+        return Verdict(min(1.0, max(0.0, total)), "ok", self._reason(verdicts), None,
+                       self._markers(verdicts))

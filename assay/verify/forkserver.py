@@ -158,8 +158,10 @@ def _expose_sys_path(info):
         if p in hidden and os.path.isdir(p):
             dst = f"{root}/{i}"
             os.mkdir(dst, 0o755)
-            if _libc.mount(p.encode(), dst.encode(), None, ctypes.c_ulong(MS_BIND | MS_REC), None) != 0:
-                info["notes"].append(f"bind mount of {p} failed: " + os.strerror(ctypes.get_errno()))
+            if _libc.mount(p.encode(), dst.encode(), None, ctypes.c_ulong(MS_BIND | MS_REC),
+                           None) != 0:
+                info["notes"].append(f"bind mount of {p} failed: "
+                                     + os.strerror(ctypes.get_errno()))
                 return False
             new_path.append(dst)
         else:
@@ -402,7 +404,8 @@ def _drop_caps():
 #: Files a candidate in the function-call modes may open besides its temp dir and the stdlib.
 DEV_FILES = ("/dev/null", "/dev/zero", "/dev/urandom", "/dev/random")
 #: What a candidate's notes say about it, most telling first: (guard, words in the note).
-_NOTE_GUARDS = (("sandbox", ("refused", "tried to open")), ("pristine_tests", ("patched", "replaced", "shadowing")),
+_NOTE_GUARDS = (("sandbox", ("refused", "tried to open")),
+                ("pristine_tests", ("patched", "replaced", "shadowing")),
                 ("separate_process", ("inspected", "installed")))
 
 
@@ -433,7 +436,8 @@ def _harness_boundary(job, code=None):
                 _drop_caps()
             except BaseException:
                 exit_(3)
-            b.serve(code if code is not None else job["program"], to_c_r, from_c_w, allowed, DEV_FILES)
+            b.serve(code if code is not None else job["program"], to_c_r, from_c_w, allowed,
+                    DEV_FILES)
             exit_(0)
         os.close(to_c_r)
         os.close(from_c_w)
@@ -511,7 +515,8 @@ def _harness_boundary(job, code=None):
             record["reason"] += "; the candidate " + "; ".join(notes[:3]) + \
                 " (in its own process, apart from the tests)"
             record["guard"] = next((g for g, words in _NOTE_GUARDS
-                                    if any(w in n for n in notes for w in words)), "separate_process")
+                                    if any(w in n for n in notes for w in words)),
+                                   "separate_process")
     try:  # end the candidate's process here: left to the server, it costs a full cleanup sweep
         if pid > 0:  # (never kill(-1): that would signal every process of this uid)
             os.kill(pid, signal.SIGKILL)
@@ -522,7 +527,8 @@ def _harness_boundary(job, code=None):
         if "reason" in record or "error" in record:
             write(RESULT_FD, b"G" + json.dumps(record).encode()[:8000])
             exit_(1)
-        write(RESULT_FD, read(NONCE_FD, 64) + (b"G" + json.dumps(record).encode()[:8000] if record else b""))
+        write(RESULT_FD, read(NONCE_FD, 64)
+              + (b"G" + json.dumps(record).encode()[:8000] if record else b""))
     except BaseException:
         exit_(2)
     exit_(0)
@@ -586,7 +592,8 @@ def _run(job, base, uid_base, seq, pidns=False):
     if secret_len > SECRET_MAX:
         _discard_stdin(secret_len)
         job["secret_len"] = 0
-        raise ValueError(f"the tests are {secret_len} bytes; a boundary job carries at most {SECRET_MAX}")
+        raise ValueError(f"the tests are {secret_len} bytes; "
+                         f"a boundary job carries at most {SECRET_MAX}")
     jobdir = os.path.join(base, f"job{seq}")
     os.mkdir(jobdir, 0o700)
     uid = None
@@ -605,8 +612,9 @@ def _run(job, base, uid_base, seq, pidns=False):
     start = time.monotonic()
     jpid = None
     if pidns:
-        pid, jpid = _fork_in_pidns(lambda: _child(job, jobdir, uid, nonce_r, res_w, out_w, code, secret_r),
-                                   (nonce_w, res_r, out_r) + ((secret_w,) if secret_w is not None else ()))
+        pid, jpid = _fork_in_pidns(
+            lambda: _child(job, jobdir, uid, nonce_r, res_w, out_w, code, secret_r),
+            (nonce_w, res_r, out_r) + ((secret_w,) if secret_w is not None else ()))
     else:
         pid = os.fork()
         if pid == 0:
@@ -789,9 +797,9 @@ def _parent_alive(parent):
 
 
 #: The running job's (process group, uid), for the SIGTERM handler.
-_RUNNING = []
+_RUNNING: list[tuple[int, int | None]] = []
 #: This server's parent pid (set by main): a job is killed when the parent is gone.
-_PARENT = []
+_PARENT: list[int] = []
 
 
 def _on_sigterm(signum, frame):
@@ -822,9 +830,9 @@ def main():
     config = _recv()
     if config is None:
         return
-    info = _isolate() if config.get("isolate", True) else {"root": os.geteuid() == 0, "netns": False,
-                                                           "mountns": False, "private_tmp": [],
-                                                           "uid_drop": False, "notes": ["isolate=False"]}
+    info = _isolate() if config.get("isolate", True) else {
+        "root": os.geteuid() == 0, "netns": False, "mountns": False, "private_tmp": [],
+        "uid_drop": False, "notes": ["isolate=False"]}
     uid_base = None
     if os.geteuid() == 0 and config.get("uid") is not None:
         if _expose_sys_path(info):
@@ -853,7 +861,8 @@ def main():
     import tempfile
     gc.collect()
     gc.freeze()  # keeps the collector from touching (and copying) inherited pages in each fork
-    base = tempfile.mkdtemp(prefix="assay-sandbox-", dir="/tmp" if "/tmp" in info["private_tmp"] else None)
+    base = tempfile.mkdtemp(prefix="assay-sandbox-",
+                            dir="/tmp" if "/tmp" in info["private_tmp"] else None)
     os.chmod(base, 0o711)
     _send({"hello": True, "isolation": info, "pid": os.getpid()})
     seq = 0

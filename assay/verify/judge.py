@@ -85,7 +85,8 @@ class JudgeSpec(BaseModel):
     """The ``verifier: {kind: judge, params: {...}}`` entry."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
-    model: dict[str, Any] = Field(description="the judge model: any model backend entry (kind: openai | hf | ...)")
+    model: dict[str, Any] = Field(description="the judge model: any model backend entry "
+                                  "(kind: openai | hf | ...)")
     template: str = Field("correct_incorrect", description="a built-in rubric name, a template "
                           "with {question}, {answer} and optionally {reference}, or a prompt "
                           "builder 'module:callable' called by parameter name (prompt, "
@@ -95,7 +96,8 @@ class JudgeSpec(BaseModel):
     max_tokens: int = Field(512, ge=1)
     seed: int = 0
     max_connections: int = Field(16, ge=1)
-    store: str | None = Field(None, description="store root for the judge's cache; default $ASSAY_STORE or ./.assay")
+    store: str | None = Field(None, description="store root for the judge's cache; "
+                              "default $ASSAY_STORE or ./.assay")
 
     @field_validator("template")
     @classmethod
@@ -105,12 +107,14 @@ class JudgeSpec(BaseModel):
         text = TEMPLATES.get(v, v)
         names = {f for _, f, _, _ in string.Formatter().parse(text) if f is not None}
         if v not in TEMPLATES and not names:
-            raise ValueError(f"template {v[:40]!r} is neither a built-in rubric ({sorted(TEMPLATES)}) "
+            raise ValueError(f"template {v[:40]!r} is neither a built-in rubric "
+                             f"({sorted(TEMPLATES)}) "
                              "nor a template with {question} and {answer} fields")
         bad = names - _FIELDS
         if bad or not {"question", "answer"} <= names:
             raise ValueError(f"template fields {sorted(names)}: use {{question}}, {{answer}} and "
-                             f"optionally {{reference}} (unknown: {sorted(bad)}); double a literal brace")
+                             f"optionally {{reference}} (unknown: {sorted(bad)}); "
+                             "double a literal brace")
         return v
 
 
@@ -119,7 +123,8 @@ class JudgeVerifier(Verifier):
 
     Example:
         >>> j = JudgeVerifier(model={"kind": "function", "callable": "assay.models.function:echo"},
-        ...                   template="Q: {question} A: {answer} GRADE: C", store=__import__("tempfile").mkdtemp())
+        ...                   template="Q: {question} A: {answer} GRADE: C",
+        ...                   store=__import__("tempfile").mkdtemp())
         >>> j.check("5", None, {"prompt": "2+3?"})[0]
         1.0
     """
@@ -135,7 +140,8 @@ class JudgeVerifier(Verifier):
         self._builder: Any = None
         if _BUILDER.match(self.spec.template):  # loaded when first used (or by from_spec)
             self.needs_reference = False
-        self.name = f"judge:{self.spec.model.get('model') or self.spec.model.get('path') or self.spec.model.get('callable') or self.spec.model.get('kind')}"
+        m = self.spec.model
+        self.name = f"judge:{m.get('model') or m.get('path') or m.get('callable') or m.get('kind')}"
         self._backend: Any = None
 
     def __repr__(self) -> str:
@@ -205,18 +211,21 @@ class JudgeVerifier(Verifier):
                                     f"{type(out).__name__} {out!r:.60}; a prompt builder returns "
                                     "the judge's prompt as a non-empty string")
             return out
-        ref = (row.get("privileged") or {}).get("reference") if isinstance(row.get("privileged"), Mapping) else None
+        ref = ((row.get("privileged") or {}).get("reference")
+               if isinstance(row.get("privileged"), Mapping) else None)
         if isinstance(ref, (list, tuple)):
             ref = " or ".join(map(str, ref))
         return self.text.format(question=row.get("prompt", ""), answer=row.get("final_text", ""),
                                 reference="" if ref is None else ref)
 
     def check(self, candidate: str, reference: Any, row: Mapping[str, Any]) -> Any:
-        row = {**row, "final_text": candidate, "privileged": {**(row.get("privileged") or {}), "reference": reference}}
+        row = {**row, "final_text": candidate,
+               "privileged": {**(row.get("privileged") or {}), "reference": reference}}
         v = self.grade_batch([row])[0]
         return v if v.reward is None else (v.reward, v.reason)
 
-    def grade_batch(self, rows: Sequence[Mapping[str, Any]], workers: int | None = None) -> list[Verdict]:
+    def grade_batch(self, rows: Sequence[Mapping[str, Any]],
+                    workers: int | None = None) -> list[Verdict]:
         """One judge call per row, all at once through the backend (cached, resumable)."""
         from assay.models import generate
         from assay.store import Store
@@ -228,7 +237,8 @@ class JudgeVerifier(Verifier):
         except VerifierError:
             raise
         except (KeyError, IndexError, ValueError) as e:
-            raise VerifierError(f"judge template: {e}; fields are {{question}}, {{answer}}, {{reference}}") from None
+            raise VerifierError(f"judge template: {e}; fields are {{question}}, {{answer}}, "
+                                "{reference}") from None
         g = generate(prompts, self.backend(), k=1, seed=self.spec.seed, api=self.spec.api,
                      system=self.spec.system, max_connections=self.spec.max_connections,
                      params={"temperature": 0.0, "top_p": 1.0, "max_tokens": self.spec.max_tokens},
@@ -243,10 +253,12 @@ class JudgeVerifier(Verifier):
                 continue
             score, what = parse_grade(rec["completion"])
             if score is None:
-                out.append(Verdict(None, "no_verdict", f"unparseable judge reply ({what}): {rec['completion'][:500]}", meta))
+                out.append(Verdict(None, "no_verdict", f"unparseable judge reply ({what}): "
+                                   f"{rec['completion'][:500]}", meta))
             else:
                 out.append(Verdict(score, "ok", what, meta))
         return out
 
 
-VERIFIERS.register("judge", spec=JudgeSpec, help="a model grades each answer with a rubric")(JudgeVerifier)
+VERIFIERS.register("judge", spec=JudgeSpec,
+                   help="a model grades each answer with a rubric")(JudgeVerifier)

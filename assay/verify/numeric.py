@@ -118,7 +118,8 @@ def _reference_number(reference: Any) -> ParsedNumber | None:
         return ParsedNumber(v, False, repr(reference))
     if isinstance(reference, str):
         return extract_number(reference)
-    raise VerifierError(f"Numeric: reference must be a number or a string, got {type(reference).__name__}")
+    raise VerifierError(f"Numeric: reference must be a number or a string, "
+                        f"got {type(reference).__name__}")
 
 
 @VERIFIERS.register("numeric")
@@ -138,11 +139,13 @@ class Numeric(Verifier):
         'got -5.0, want 5.0'
     """
 
-    def __init__(self, tol: float = 1e-6, rel: float | None = None, *, name: str = "Numeric") -> None:
+    def __init__(self, tol: float = 1e-6, rel: float | None = None, *,
+                 name: str = "Numeric") -> None:
         for arg, value in (("tol", tol), ("rel", rel)):
             if value is None and arg == "rel":
                 continue
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not (value >= 0 and math.isfinite(value)):
+            if (isinstance(value, bool) or not isinstance(value, (int, float))
+                    or not (value >= 0 and math.isfinite(value))):
                 raise VerifierError(f"Numeric({arg}={value!r}): must be a finite number >= 0")
         self.tol = float(tol)
         self.rel = None if rel is None else float(rel)
@@ -171,5 +174,8 @@ class Numeric(Verifier):
         for g, w in readings:
             if self._close(g, w):
                 note = "" if (g, w) == readings[0] else " (percent read as a fraction)"
-                return Verdict(1.0, reason=f"got {got.value!r}{'%' if got.percent else ''}, want {want.value!r}{'%' if want.percent else ''}{note}")
-        return Verdict(0.0, reason=f"got {got.value!r}{'%' if got.percent else ''}, want {want.value!r}{'%' if want.percent else ''}")
+                return Verdict(1.0, reason=f"got {got.value!r}{'%' if got.percent else ''}, "
+                                           f"want {want.value!r}{'%' if want.percent else ''}"
+                                           f"{note}")
+        return Verdict(0.0, reason=f"got {got.value!r}{'%' if got.percent else ''}, "
+                                   f"want {want.value!r}{'%' if want.percent else ''}")

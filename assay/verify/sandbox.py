@@ -25,7 +25,7 @@ import threading
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import IO, Any, cast
 
 from assay import progress
 from assay.errors import VerifierError
@@ -89,11 +89,16 @@ class _Server:
                  drop_privileges: bool):
         env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "PYTHONHASHSEED": "0"}
         self.proc = subprocess.Popen(
-            [python, "-I", "-S", "-B", SERVER_SCRIPT], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL, env=env, cwd="/", close_fds=True, start_new_session=True,
+            [python, "-I", "-S", "-B", SERVER_SCRIPT], stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, cwd="/", close_fds=True,
+            start_new_session=True,
         )
+        # both are pipes (stdin=PIPE, stdout=PIPE), never None
+        self.stdin: IO[bytes] = cast(IO[bytes], self.proc.stdin)
+        self.stdout: IO[bytes] = cast(IO[bytes], self.proc.stdout)
         uid = 1_000_000 + secrets.randbelow(1_000_000_000) if drop_privileges else None
-        self._send({"isolate": isolate, "uid": uid, "max_procs": max_procs, "preload": list(preload)})
+        self._send({"isolate": isolate, "uid": uid, "max_procs": max_procs,
+                    "preload": list(preload)})
         self.isolation: dict[str, Any] = {}
 
     def wait_ready(self) -> _Server:
@@ -101,7 +106,8 @@ class _Server:
         hello = self._recv(timeout=30.0)
         if not hello or not hello.get("hello"):
             self.kill()
-            raise VerifierError("the sandbox server did not start; is this a POSIX system with fork()?")
+            raise VerifierError("the sandbox server did not start; "
+                                "is this a POSIX system with fork()?")
         self.isolation = hello["isolation"]
         return self
 
@@ -112,11 +118,11 @@ class _Server:
             secret = obj["secret"].encode()
             obj = {k: v for k, v in obj.items() if k != "secret"} | {"secret_len": len(secret)}
         data = json.dumps(obj).encode()
-        self.proc.stdin.write(struct.pack(">I", len(data)) + data + secret)
-        self.proc.stdin.flush()
+        self.stdin.write(struct.pack(">I", len(data)) + data + secret)
+        self.stdin.flush()
 
     def _read_exact(self, n: int, deadline: float) -> bytes | None:
-        fd = self.proc.stdout.fileno()
+        fd = self.stdout.fileno()
         buf = b""
         while len(buf) < n:
             left = deadline - time.monotonic()
@@ -154,13 +160,13 @@ class _Server:
             # started (a grading worker) holds a copy of the pipe, so EOF may never come
             with contextlib.suppress(OSError, ValueError):
                 self._send({"stop": True})
-            self.proc.stdin.close()
+            self.stdin.close()
             self.proc.wait(timeout=10)
         except Exception:
             self.abort()  # SIGTERM first: the server then kills its job's uid and group
         finally:
-            if self.proc.stdout:
-                self.proc.stdout.close()
+            if self.stdout:
+                self.stdout.close()
 
     def abort(self) -> None:
         """Stop now, mid-job: SIGTERM makes the server kill its job (group and uid) and exit;
@@ -172,8 +178,8 @@ class _Server:
         except subprocess.TimeoutExpired:
             self.kill()
         with contextlib.suppress(OSError, ValueError):
-            self.proc.stdin.close()
-            self.proc.stdout.close()
+            self.stdin.close()
+            self.stdout.close()
 
     def kill(self) -> None:
         try:
@@ -202,27 +208,32 @@ class SandboxPool:
             a sweep of the server's descendants (the path a non-root caller always takes).
     """
 
-    def __init__(self, workers: int | None = None, *, python: str | None = None, isolate: bool = True,
-                 max_procs: int = 32, preload: Sequence[str] = PRELOAD, drop_privileges: bool = True):
+    def __init__(self, workers: int | None = None, *, python: str | None = None,
+                 isolate: bool = True, max_procs: int = 32, preload: Sequence[str] = PRELOAD,
+                 drop_privileges: bool = True):
         n = default_workers() if workers is None else workers
         if not isinstance(n, int) or isinstance(n, bool) or n < 1:
-            raise VerifierError(f"workers={workers!r}: must be a positive integer or None (one per core)")
+            raise VerifierError(f"workers={workers!r}: must be a positive integer or None "
+                                "(one per core)")
         if os.name != "posix" or not hasattr(os, "fork"):
-            raise VerifierError("CodeExec needs a POSIX system with fork(); this is " + sys.platform)
+            raise VerifierError("CodeExec needs a POSIX system with fork(); this is "
+                                + sys.platform)
         self._args = (python or sys.executable, isolate, max_procs, tuple(preload), drop_privileges)
         self._servers: list[_Server | None] = []
         self._lock = threading.Lock()
         #: set by abort(): the run() in progress takes no further job and starts no server
         self._stopping = threading.Event()
+        started: list[_Server] = []  # the same servers, typed as present
         try:
             for _ in range(n):
-                self._servers.append(_Server(*self._args))
-            for server in self._servers:
+                started.append(_Server(*self._args))
+                self._servers.append(started[-1])
+            for server in started:
                 server.wait_ready()
         except BaseException:
             self.close()
             raise
-        self.isolation: dict[str, Any] = dict(self._servers[0].isolation)
+        self.isolation: dict[str, Any] = dict(started[0].isolation)
         self.isolation.pop("uid", None)
 
     def __enter__(self) -> SandboxPool:
@@ -271,14 +282,16 @@ class SandboxPool:
                         self._servers[slot] = None
                         reply = {"status": "server_died", "exit_code": None, "left_over": 0,
                                  "seconds": round(time.monotonic() - start, 4),
-                                 "output_tail": "the sandbox server died or hung while running this job"}
+                                 "output_tail": "the sandbox server died or hung "
+                                                "while running this job"}
                     results[i] = reply
                     if unit is not None:
                         unit.advance(1)
             except BaseException as e:  # surfaced to the caller below
                 errors.append(e)
 
-        threads = [threading.Thread(target=drive, args=(s,), daemon=True) for s in range(len(self._servers))]
+        threads = [threading.Thread(target=drive, args=(s,), daemon=True)
+                   for s in range(len(self._servers))]
         for t in threads:
             t.start()
         for t in threads:

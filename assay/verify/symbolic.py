@@ -48,17 +48,20 @@ class MathEqual(Verifier):
 
     parallel = True
 
-    def __init__(self, timeout: int = 5, *, float_rounding: int = 6, name: str = "MathEqual") -> None:
+    def __init__(self, timeout: int = 5, *, float_rounding: int = 6,
+                 name: str = "MathEqual") -> None:
         if isinstance(timeout, bool) or not isinstance(timeout, int) or timeout < 1:
-            raise VerifierError(f"MathEqual(timeout={timeout!r}): whole seconds >= 1 (signal.alarm's unit)")
-        import math_verify  # noqa: F401  (fail at construction, and load before worker processes fork)
+            raise VerifierError(f"MathEqual(timeout={timeout!r}): whole seconds >= 1 "
+                                "(signal.alarm's unit)")
+        # fail at construction, and load before worker processes fork
+        import math_verify  # noqa: F401
 
         self.timeout = timeout
         self.float_rounding = float_rounding
         self.hard_timeout = 3 * timeout + 5
         self.name = name
         self._gold: dict[str, Any] = {}  # parsed references: k samples of a task share one
-        self._seen: dict[tuple[str, str], tuple[float, str]] = {}  # verdicts (deterministic)
+        self._seen: dict[tuple[str, str], Verdict] = {}  # verdicts (deterministic)
 
     def __getstate__(self) -> dict[str, Any]:
         return {**self.__dict__, "_gold": {}, "_seen": {}}
@@ -74,7 +77,8 @@ class MathEqual(Verifier):
             raise VerifierError("MathEqual needs the main thread for its timeout (signal.alarm); "
                                 "grade with assay.grade(), which runs it in worker processes")
         if isinstance(reference, bool) or not isinstance(reference, (str, int, float)):
-            raise VerifierError(f"MathEqual: reference must be a string or a number, got {type(reference).__name__}")
+            raise VerifierError(f"MathEqual: reference must be a string or a number, "
+                                f"got {type(reference).__name__}")
         ref = same_notation(str(reference))
         if "$" not in ref and "\\boxed" not in ref:
             ref = f"${ref}$"
@@ -83,14 +87,17 @@ class MathEqual(Verifier):
             try:
                 gold = parse(ref, parsing_timeout=self.timeout, raise_on_error=True)
             except TimeoutException:
-                raise TimeoutError(f"math-verify took over {self.timeout}s parsing the reference") from None
+                raise TimeoutError(
+                    f"math-verify took over {self.timeout}s parsing the reference") from None
             except Exception as e:
-                return Verdict(None, reason=f"reference {reference!r:.60} does not parse: {type(e).__name__}")
+                return Verdict(None, reason=f"reference {reference!r:.60} does not parse: "
+                                            f"{type(e).__name__}")
             if len(self._gold) >= 4096:
                 self._gold.clear()
             self._gold[ref] = gold
         if not gold:
-            return Verdict(None, reason=f"reference {reference!r:.60} is not a math expression math-verify can read")
+            return Verdict(None, reason=f"reference {reference!r:.60} is not a math expression "
+                                        "math-verify can read")
         if not isinstance(candidate, str):
             return self._judge(candidate, gold)
         candidate = same_notation(candidate)
@@ -109,25 +116,29 @@ class MathEqual(Verifier):
 
         fast = bare_number_verdict(candidate, gold, self.float_rounding)
         if fast is not None:
-            return Verdict(1.0 if fast else 0.0, reason=f"numbers: {'equal' if fast else 'not equal'}")
+            return Verdict(1.0 if fast else 0.0,
+                           reason=f"numbers: {'equal' if fast else 'not equal'}")
         try:
             got = parse(candidate, parsing_timeout=self.timeout, raise_on_error=True)
         except TimeoutException:
-            raise TimeoutError(f"math-verify took over {self.timeout}s parsing the answer") from None
+            raise TimeoutError(
+                f"math-verify took over {self.timeout}s parsing the answer") from None
         except Exception as e:
             return Verdict(0.0, reason=f"answer does not parse: {type(e).__name__}")
         if not got:
             return Verdict(0.0, reason="no answer found")
         ok = parsed_verdict(gold, got, self.float_rounding)
         if ok is not None:  # math-verify's parse, its comparison rule done exactly (see above)
-            return Verdict(1.0 if ok else 0.0, reason=f"math-verify: {'equal' if ok else 'not equal'}")
+            return Verdict(1.0 if ok else 0.0,
+                           reason=f"math-verify: {'equal' if ok else 'not equal'}")
         try:
             ok = verify(gold, got, float_rounding=self.float_rounding, timeout_seconds=self.timeout,
                         raise_on_error=True)
         except TimeoutException:
             raise TimeoutError(f"math-verify took over {self.timeout}s comparing") from None
         except Exception as e:  # math-verify's own default: a failed comparison is "not equal"
-            return Verdict(0.0, reason=f"math-verify could not compare ({type(e).__name__}): not equal")
+            return Verdict(0.0, reason=f"math-verify could not compare ({type(e).__name__}): "
+                                       "not equal")
         return Verdict(1.0 if ok else 0.0, reason=f"math-verify: {'equal' if ok else 'not equal'}")
 
 
@@ -277,7 +288,8 @@ def bare_number_verdict(candidate: str, gold: list[Any], digits: int = 6) -> boo
 
     Example:
         >>> from math_verify import parse
-        >>> bare_number_verdict(" 1,000 ", parse("$1000$")), bare_number_verdict("-0.5", parse("$1/2$"))
+        >>> (bare_number_verdict(" 1,000 ", parse("$1000$")),
+        ...  bare_number_verdict("-0.5", parse("$1/2$")))
         (True, False)
     """
     if not isinstance(candidate, str) or len(candidate) > 40:

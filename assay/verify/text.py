@@ -55,7 +55,8 @@ def normalize(text: str, *, casefold: bool = True, articles: bool = False,
     Example:
         >>> normalize("  The  Answer: -3.14! ", articles=True, punctuation=True)
         'answer -3.14'
-        >>> normalize("Paris."), normalize("e.g."), normalize("3.5"), normalize("Paris.", trailing=False)
+        >>> (normalize("Paris."), normalize("e.g."), normalize("3.5"),
+        ...  normalize("Paris.", trailing=False))
         ('paris', 'e.g', '3.5', 'paris.')
     """
     text = unicodedata.normalize("NFC", text)
@@ -80,7 +81,8 @@ class ExactMatch(Verifier):
     count unless ``punctuation=True``; article removal is opt-in (:func:`normalize`).
 
     Example:
-        >>> ExactMatch().check("Paris.", "paris", {}).reward, ExactMatch().check("-5", "5", {}).reward
+        >>> m = ExactMatch()
+        >>> m.check("Paris.", "paris", {}).reward, m.check("-5", "5", {}).reward
         (1.0, 0.0)
     """
 
@@ -100,11 +102,12 @@ class ExactMatch(Verifier):
     def check(self, candidate: str, reference: Any, row: Mapping[str, Any]) -> Verdict:
         if isinstance(reference, str):
             refs = [reference]
-        elif isinstance(reference, Sequence) and reference and all(isinstance(r, str) for r in reference):
+        elif (isinstance(reference, Sequence) and reference
+              and all(isinstance(r, str) for r in reference)):
             refs = list(reference)
         else:
-            raise VerifierError(f"ExactMatch: reference must be a string or a non-empty list of strings, "
-                                f"got {type(reference).__name__} {reference!r:.60}")
+            raise VerifierError(f"ExactMatch: reference must be a string or a non-empty list of "
+                                f"strings, got {type(reference).__name__} {reference!r:.60}")
         got = normalize(candidate, **self.options)
         for r in refs:
             if got == normalize(r, **self.options):

@@ -64,10 +64,12 @@ def cohen_kappa(a: Sequence[int], b: Sequence[int]) -> float | None:
 def _gold_label(v: Any, where: str) -> int | None:
     if v is None:
         return None
-    if isinstance(v, (bool, np.bool_)) or (isinstance(v, (int, float, np.integer, np.floating))
-                                           and not (isinstance(v, float) and math.isnan(v)) and v in (0, 1)):
+    if isinstance(v, (bool, np.bool_)) or (
+            isinstance(v, (int, float, np.integer, np.floating))
+            and not (isinstance(v, float) and math.isnan(v)) and v in (0, 1)):
         return int(v)
-    raise RowsTypeError(f"gold{where}: a gold label is 0/1 (or True/False, None = not labelled), got {v!r:.60}")
+    raise RowsTypeError(f"gold{where}: a gold label is 0/1 (or True/False, None = not labelled), "
+                        f"got {v!r:.60}")
 
 
 def judge_trust(rows: Any, gold: Sequence[Any] | Mapping[tuple[str, int], Any], *,
@@ -108,7 +110,8 @@ def judge_trust(rows: Any, gold: Sequence[Any] | Mapping[tuple[str, int], Any], 
         golds.append(lab)
         tasks.append(t)
     if not judged:
-        raise RowsError("judge_trust: no labelled row has a judge score (all unjudged or unlabelled)")
+        raise RowsError("judge_trust: no labelled row has a judge score "
+                        "(all unjudged or unlabelled)")
     agree = np.asarray(judged) == np.asarray(golds)
     per_task: dict[str, list[bool]] = {}
     for t, a in zip(tasks, agree):

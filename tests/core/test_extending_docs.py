@@ -118,5 +118,7 @@ def test_unknown_kinds_name_the_closest_registered_one() -> None:
 
     with pytest.raises(SpecError, match="did you mean 'numeric'"):
         parse_spec("name: x\nsources: [{name: a, kind: humaneval, verifier: {kind: numerik}}]\n")
-    with pytest.raises(SpecError, match=r"kind 'humaneva'.*known kinds: \['file', 'hf_dataset', 'humaneval'\]"):
+    with pytest.raises(SpecError,
+                       match=r"kind 'humaneva'.*known kinds: "
+                             r"\['file', 'hf_dataset', 'humaneval'\]"):
         parse_spec("name: x\nsources: [{name: a, kind: humaneva}]\n")

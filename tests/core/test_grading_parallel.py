@@ -1,4 +1,5 @@
-"""assay.grade: the contract (new rows, statuses, no coercion) in-process and in worker processes."""
+"""assay.grade: the contract (new rows, statuses, no coercion) in-process and in worker
+processes."""
 
 from __future__ import annotations
 
@@ -72,13 +73,14 @@ def test_no_reference_is_reported_not_judged():
 def test_combinators():
     refs = ["42", "42", "42", "forty-two"]
     cands = ["42", "42.0", "41", "42"]
-    rows = assay.rows(["q"] * 4, cands, All([Numeric(), ExactMatch()]), task_ids=[f"t{i}" for i in range(4)],
-                      references=refs)
+    rows = assay.rows(["q"] * 4, cands, All([Numeric(), ExactMatch()]),
+                      task_ids=[f"t{i}" for i in range(4)], references=refs)
     assert [r["reward"] for r in rows] == [1.0, 0.0, 0.0, 0.0]  # ExactMatch's 0 decides row 3
-    rows = assay.rows(["q"] * 4, cands, Any([Numeric(), ExactMatch()]), task_ids=[f"t{i}" for i in range(4)],
-                      references=refs)
+    rows = assay.rows(["q"] * 4, cands, Any([Numeric(), ExactMatch()]),
+                      task_ids=[f"t{i}" for i in range(4)], references=refs)
     assert [r["reward"] for r in rows] == [1.0, 1.0, 0.0, None]
-    assert rows[3]["judge_status"] == "no_verdict" and "Numeric could not judge" in rows[3]["reason"]
+    assert rows[3]["judge_status"] == "no_verdict" \
+        and "Numeric could not judge" in rows[3]["reason"]
     rows = assay.rows(["q"] * 4, cands, Weighted([(Numeric(), 3), (ExactMatch(), 1)]),
                       task_ids=[f"t{i}" for i in range(4)], references=refs)
     assert [r["reward"] for r in rows] == [1.0, 0.75, 0.0, None]
@@ -92,8 +94,8 @@ def test_combinators():
     with pytest.raises(ValueError, match="non-empty"):
         All([])
     # parallel children inside a combinator run in worker processes too
-    rows = assay.rows(["q"] * 20, ["\\boxed{1/2}"] * 20, Any([MathEqual(), ExactMatch()]), references=["0.5"] * 20,
-                      task_ids=[f"t{i}" for i in range(20)], workers=2)
+    rows = assay.rows(["q"] * 20, ["\\boxed{1/2}"] * 20, Any([MathEqual(), ExactMatch()]),
+                      references=["0.5"] * 20, task_ids=[f"t{i}" for i in range(20)], workers=2)
     assert {r["reward"] for r in rows} == {1.0}
 
 

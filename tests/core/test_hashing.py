@@ -14,7 +14,8 @@ from assay.hashing import HASH_SCHEMA, canonical_json, combine, content_hash
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False)
     | st.text(),
-    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=5), inner, max_size=4),
+    lambda inner: st.lists(inner, max_size=4)
+    | st.dictionaries(st.text(max_size=5), inner, max_size=4),
     max_leaves=20,
 )
 
@@ -94,5 +95,6 @@ def test_known_vector_is_pinned():
     # Pinned so an accidental change of the canonical form (which would silently invalidate
     # every cache and dataset card) fails loudly.
     assert canonical_json({"b": [1, 2.5], "a": "\u00e9"}) == '{"a":"\u00e9","b":[1,2.5]}'.encode()
-    assert content_hash({"b": [1, 2.5], "a": "\u00e9"}, "t") == content_hash({"a": "e\u0301", "b": (1, 2.5)}, "t")
+    assert content_hash({"b": [1, 2.5], "a": "\u00e9"}, "t") == \
+        content_hash({"a": "e\u0301", "b": (1, 2.5)}, "t")
     assert content_hash({"b": [1, 2.5], "a": "\u00e9"}, "t") == "t:fe663e779bdec2f1b0719ff9af9aea7e"

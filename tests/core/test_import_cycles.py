@@ -32,7 +32,8 @@ ROOT = Path(__file__).resolve().parents[2] / "assay"
 
 
 def module_name(path: Path, root: Path = ROOT) -> str:
-    """``assay/decontam/results.py`` -> ``assay.decontam.results``; ``__init__.py`` -> the package."""
+    """``assay/decontam/results.py`` -> ``assay.decontam.results``; ``__init__.py`` -> the
+    package."""
     parts = list(path.relative_to(root.parent).with_suffix("").parts)
     if parts[-1] == "__init__":
         parts.pop()
@@ -154,7 +155,8 @@ def _one_cycle(graph: dict[str, dict[str, int]], comp: list[str]) -> list[str]:
 
 
 def describe(graph: dict[str, dict[str, int]], cycle: list[str]) -> str:
-    return " -> ".join(f"{a} (line {graph[a][b]})" for a, b in zip(cycle, cycle[1:])) + f" -> {cycle[-1]}"
+    return (" -> ".join(f"{a} (line {graph[a][b]})" for a, b in zip(cycle, cycle[1:]))
+            + f" -> {cycle[-1]}")
 
 
 def test_assay_has_no_import_cycles():
@@ -185,23 +187,29 @@ def _write(root: Path, files: dict[str, str]) -> Path:
       "assay/p/a.py": "x = 1\n", "assay/p/b.py": "from assay.p import x\n",
       "assay/q.py": "import assay.p.b\n"}, []),
     ({"assay/__init__.py": "", "assay/p/__init__.py": "from assay.p.a import x\n",
-      "assay/p/a.py": "def f():\n    from assay.p import y\n"}, [["assay.p", "assay.p.a", "assay.p"]]),
+      "assay/p/a.py": "def f():\n    from assay.p import y\n"},
+     [["assay.p", "assay.p.a", "assay.p"]]),
     # lazy re-exports are edges; importing the defining module is not a cycle
     ({"assay/__init__.py": "_LAZY = {'Thing': 'assay.t'}\n",
       "assay/t.py": "from assay import other\n", "assay/other.py": ""}, []),
-    ({"assay/__init__.py": "_LAZY = {'Thing': 'assay.t'}\n", "assay/t.py": "from assay import Thing2\n"},
+    ({"assay/__init__.py": "_LAZY = {'Thing': 'assay.t'}\n",
+      "assay/t.py": "from assay import Thing2\n"},
      [["assay", "assay.t", "assay"]]),
     ({"assay/__init__.py": "_SUBMODULES = {'t'}\n",
-      "assay/t.py": "import importlib\nm = importlib.import_module('assay')\n"}, [["assay", "assay.t", "assay"]]),
+      "assay/t.py": "import importlib\nm = importlib.import_module('assay')\n"},
+     [["assay", "assay.t", "assay"]]),
     # imports that only type checkers read are edges too, as is the else branch of the test
     ({"assay/__init__.py": "", "assay/a.py": "import assay.b\n",
-      "assay/b.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from assay.a import A\n"},
+      "assay/b.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+                    "    from assay.a import A\n"},
      [["assay.a", "assay.b", "assay.a"]]),
     ({"assay/__init__.py": "", "assay/a.py": "import assay.b\n",
-      "assay/b.py": "import typing\nif typing.TYPE_CHECKING:\n    pass\nelse:\n    import assay.a\n"},
+      "assay/b.py": "import typing\nif typing.TYPE_CHECKING:\n    pass\nelse:\n"
+                    "    import assay.a\n"},
      [["assay.a", "assay.b", "assay.a"]]),
     # a parent package is not an edge: the package importing its own submodules is fine
-    ({"assay/__init__.py": "from assay.p import a\n", "assay/p/__init__.py": "from assay.p.a import x\n",
+    ({"assay/__init__.py": "from assay.p import a\n",
+      "assay/p/__init__.py": "from assay.p.a import x\n",
       "assay/p/a.py": "import assay.q\n", "assay/q.py": ""}, []),
 ])
 def test_cycle_finder_on_known_graphs(tmp_path, files, expected):

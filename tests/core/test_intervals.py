@@ -32,7 +32,8 @@ def test_wilson_matches_statsmodels_on_every_count(level):
         for k in range(n + 1):
             lo, hi = wilson(k, n, level)
             ref_lo, ref_hi = proportion_confint(k, n, alpha=1 - level, method="wilson")
-            assert lo == pytest.approx(ref_lo, abs=1e-13) and hi == pytest.approx(ref_hi, abs=1e-13), (k, n)
+            assert lo == pytest.approx(ref_lo, abs=1e-13) \
+                and hi == pytest.approx(ref_hi, abs=1e-13), (k, n)
             iv = wilson_interval(k, n, level)
             assert (iv.low, iv.high, iv.level, iv.method) == (lo, hi, level, "wilson")
             assert wilson_bounds(k / n, n, level) == (lo, hi)

@@ -53,7 +53,8 @@ def test_a_judge_that_cannot_take_the_reference_is_refused() -> None:
     def two(prompt: str, completion: str) -> bool:
         return completion == "5"
 
-    with pytest.raises(RowsTypeError, match=r"two takes \(prompt, completion\) but the rows have references"):
+    with pytest.raises(RowsTypeError,
+                       match=r"two takes \(prompt, completion\) but the rows have references"):
         assay.rows(QS, COMPS, two, references=REFS)
     assert [x["reward"] for x in assay.rows(QS, COMPS, two)] == [1.0, 0.0, 0.0, 0.0]
     with pytest.raises(RowsTypeError, match="but the rows have references"):

@@ -40,10 +40,12 @@ def test_seed_example_given_scores_and_markers():
 
 def test_seed_example_with_a_reference_judge():
     r = assay.rows(QUESTIONS, ANSWERS, lambda p, c, ref: c == ref, references=GOLD)
-    assert [x["reward"] for x in r] == [1.0 if a == g else 0.0 for a_s, g in zip(ANSWERS, GOLD) for a in a_s]
+    assert [x["reward"] for x in r] == [1.0 if a == g else 0.0
+                                        for a_s, g in zip(ANSWERS, GOLD) for a in a_s]
     assert r[0]["privileged"] == {"reference": "5"}
     assert r[0]["judge_name"] == "<lambda>" and r[0]["judge_status"] == "ok"
-    assert r[0]["prompt"] == QUESTIONS[0] and r[0]["messages"] == [{"role": "user", "content": QUESTIONS[0]}]
+    assert r[0]["prompt"] == QUESTIONS[0] \
+        and r[0]["messages"] == [{"role": "user", "content": QUESTIONS[0]}]
     assert [x["rollout_index"] for x in r[:4]] == [0, 1, 2, 3]
 
 
@@ -57,7 +59,8 @@ def test_message_prompts_hash_the_whole_conversation():
     assert r[0]["task_id"] != r[1]["task_id"]
     assert r[0]["messages"] == a
     # a plain string prompt is the same task as the one-message conversation
-    assert assay.rows(["Hi"], ["x"])[0]["task_id"] == task_id_for([{"role": "user", "content": "Hi"}])
+    assert assay.rows(["Hi"], ["x"])[0]["task_id"] == \
+        task_id_for([{"role": "user", "content": "Hi"}])
 
 
 def test_same_prompt_twice_is_one_task_with_continuous_rollouts():
@@ -74,7 +77,8 @@ def test_flat_rewards_and_task_ids():
 
 def test_judge_contract_callable_with_markers_and_reason():
     def judge(row):
-        return {"reward": float(row["final_text"] == "5"), "reason": "checked", "markers": {"len": len(row["final_text"])}}
+        return {"reward": float(row["final_text"] == "5"), "reason": "checked",
+                "markers": {"len": len(row["final_text"])}}
     r = assay.rows(["2+3?"], [["5", "55"]], judge)
     assert [x["reward"] for x in r] == [1.0, 0.0]
     assert r[1]["markers"] == {"len": 2.0} and r[1]["reason"] == "checked"
@@ -92,7 +96,8 @@ def test_raising_judge_is_an_error_row_not_a_crash():
     def boom(p, c):
         raise ZeroDivisionError("nope")
     r = assay.rows(["q"], ["a"], boom)
-    assert r[0]["reward"] is None and r[0]["judge_status"] == "error" and "ZeroDivisionError" in r[0]["reason"]
+    assert r[0]["reward"] is None and r[0]["judge_status"] == "error" \
+        and "ZeroDivisionError" in r[0]["reason"]
 
 
 def test_verifier_without_reference_is_no_reference():
@@ -108,7 +113,8 @@ def test_verifier_without_reference_is_no_reference():
 
 @pytest.mark.parametrize("completions,exc,pattern", [
     ([None, "x"], RowsTypeError, r"completions\[0\] is None"),
-    (["x", ["a", None]], RowsTypeError, r"completions\[1\]\[1\] \(prompt 1, completion 1\) is None"),
+    (["x", ["a", None]], RowsTypeError,
+     r"completions\[1\]\[1\] \(prompt 1, completion 1\) is None"),
     (["x", ["a", 3]], RowsTypeError, r"completions\[1\]\[1\].*int"),
     (["x"], RowsError, r"1 entries for 2 prompts"),
     (["x", []], RowsError, r"completions\[1\] is empty"),
@@ -179,7 +185,8 @@ def _forms(r):
 
 
 def test_as_table_accepts_all_input_forms_identically():
-    r = assay.rows(QUESTIONS, ANSWERS, SCORES, markers=[[{"c": len(a)} for a in g] for g in ANSWERS])
+    r = assay.rows(QUESTIONS, ANSWERS, SCORES,
+                   markers=[[{"c": len(a)} for a in g] for g in ANSWERS])
     tables = [as_table(f, require=("reward",)) for f in _forms(r)]
     for t in tables:
         assert t.schema == ROW_SCHEMA
@@ -187,7 +194,8 @@ def test_as_table_accepts_all_input_forms_identically():
 
 
 def test_loose_rows_get_default_task_ids_and_rollouts():
-    t = as_table([{"prompt": "q", "final_text": "a", "reward": 1}, {"prompt": "q", "final_text": "b", "reward": 0},
+    t = as_table([{"prompt": "q", "final_text": "a", "reward": 1},
+                  {"prompt": "q", "final_text": "b", "reward": 0},
                   {"prompt": "r", "final_text": "c", "reward": 1}], require=("reward",))
     tids = t.column("task_id").to_pylist()
     assert tids[0] == tids[1] != tids[2]
@@ -196,7 +204,8 @@ def test_loose_rows_get_default_task_ids_and_rollouts():
 
 @pytest.mark.parametrize("bad,pattern", [
     ([{"prompt": "q", "final_text": "a", "reward": float("nan")}], r"rows\[0\].*NaN"),
-    ([{"prompt": "q", "final_text": "a", "reward": 1}, {"prompt": "q", "final_text": "a", "reward": 1.2}], r"rows\[1\]"),
+    ([{"prompt": "q", "final_text": "a", "reward": 1},
+      {"prompt": "q", "final_text": "a", "reward": 1.2}], r"rows\[1\]"),
     ([{"prompt": "q", "final_text": "a", "reward": 1, "task_id": 3}], r"rows\[0\].*integer"),
     ([{"prompt": "q", "final_text": "a", "score": 1}], r"unknown row keys \['score'\]"),
     ([{"prompt": "q", "final_text": "a"}], r"required key 'reward'"),
@@ -219,16 +228,21 @@ def test_projected_read_equals_the_full_read_on_every_input_form():
     r = _rich_rows()
     loose = [{"prompt": "q", "final_text": "a", "reward": 1, "markers": {"m": 2}, "messages": None},
              {"prompt": "q", "final_text": "", "reward": 0, "messages": None},
-             {"prompt": "", "final_text": "b", "messages": [{"role": "user", "content": "hi"}], "reward": None}]
-    judged = pd.DataFrame([dict(x, reward=1.0 if x["reward"] is None else x["reward"]) for x in loose])  # NaN is an error
+             {"prompt": "", "final_text": "b", "messages": [{"role": "user", "content": "hi"}],
+              "reward": None}]
+    # NaN is an error
+    judged = pd.DataFrame([dict(x, reward=1.0 if x["reward"] is None else x["reward"])
+                           for x in loose])
     for f in [*_forms(r), loose, judged]:
         full = as_table(f, require=())
         part = as_table(f, require=(), columns=MEASURED)
         canonical = isinstance(f, Rows) or (isinstance(f, pa.Table) and f.schema == ROW_SCHEMA)
-        assert part.column_names == (list(ROW_SCHEMA.names) if canonical else list(MEASURED))  # whole: zero-copy
+        # whole: zero-copy
+        assert part.column_names == (list(ROW_SCHEMA.names) if canonical else list(MEASURED))
         for c in MEASURED:
             assert part.column(c).equals(full.column(c)), c
-    assert as_table(loose[:2], require=("reward",), columns=("markers",)).column_names == ["reward", "markers"]
+    assert as_table(loose[:2], require=("reward",),
+                    columns=("markers",)).column_names == ["reward", "markers"]
 
 
 def test_projected_read_checks_what_it_reads_and_every_key():
@@ -239,7 +253,8 @@ def test_projected_read_checks_what_it_reads_and_every_key():
         ([ok, dict(ok, markers={"m": None})], r"rows\[1\].*marker 'm' is None"),
         ([ok, dict(ok, markers={"m": "x"})], r"rows\[1\].*must be a number"),
         ([ok, dict(ok, score=1)], r"unknown row keys \['score'\]"),
-        ([dict(ok, prompt="q"), {"reward": 1, "prompt": None}], r"rows\[1\].*'prompt' is None"),  # for its task id
+        # for its task id
+        ([dict(ok, prompt="q"), {"reward": 1, "prompt": None}], r"rows\[1\].*'prompt' is None"),
         ([ok, {"reward": 1}], r"rows\[1\]: no 'task_id'"),
     ]:
         with pytest.raises((RowsError, RowsTypeError), match=pattern):
@@ -266,9 +281,11 @@ def test_markers_fast_path_equals_the_per_row_conversion():
             if rng.random() < 0.1:
                 vals.append(None)
                 continue
-            keys = base if same else [str(x) for x in rng.choice(names, size=int(rng.integers(0, 4)), replace=False)]
+            keys = base if same else [str(x) for x in rng.choice(
+                names, size=int(rng.integers(0, 4)), replace=False)]
             pick = [True, 1, float("nan"), None, 0.5, -2.5, float("inf")]
-            vals.append({k: pick[int(rng.integers(len(pick)))] if rng.random() < 0.4 else float(rng.random())
+            vals.append({k: pick[int(rng.integers(len(pick)))] if rng.random() < 0.4
+                         else float(rng.random())
                          for k in keys})
         fast = _fast_markers(vals)
         try:  # the reference: Arrow's own conversion of the dicts, row by row semantics
@@ -281,10 +298,11 @@ def test_markers_fast_path_equals_the_per_row_conversion():
         assert fast is None or fast.equals(ref), vals
 
 
-# ---- round trips and checksum ---------------------------------------------------------------------
+# ---- round trips and checksum --------------------------------------------------------------------
 
 def _rich_rows():
-    conv = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Caf\u00e9 \u4e2d\u6587?"}]
+    conv = [{"role": "system", "content": "Be brief."},
+            {"role": "user", "content": "Caf\u00e9 \u4e2d\u6587?"}]
     return assay.rows(
         [conv, "plain"], [["x", "y"], ["z"]], [[1, None], [0.25]],
         references=[{"test": "assert f(1)==2", "entry_point": "f"}, ["a", 1, None]],
@@ -312,7 +330,8 @@ def test_checksum_is_content_sensitive_and_cached():
     assert c.startswith("rows:") and r.checksum() is c
     other = assay.rows(["plain"], ["z"], [0.25])
     assert other.checksum() != c
-    changed = Rows.from_records([dict(x, final_text=x["final_text"] + "!") if i == 2 else x for i, x in enumerate(r)])
+    changed = Rows.from_records([dict(x, final_text=x["final_text"] + "!") if i == 2 else x
+                                 for i, x in enumerate(r)])
     assert changed.checksum() != c
     reordered = Rows.from_records(list(r)[::-1])
     assert reordered.checksum() != c
@@ -370,7 +389,8 @@ def test_json_fields_match_the_standard_encoder_and_reject_circular_values():
     from assay.rows import to_json
 
     ref = json.JSONEncoder(ensure_ascii=False, sort_keys=True, allow_nan=False).encode
-    for v in [{"b": [1, 2.5, None, "é\u2028"], "a": {"z": True, "y": -0.0}}, "x", 3, [], {}, 1e300]:
+    for v in [{"b": [1, 2.5, None, "é\u2028"], "a": {"z": True, "y": -0.0}}, "x", 3, [], {},
+              1e300]:
         assert to_json(v, "f") == ref(v)
     loop: list = []
     loop.append(loop)

@@ -49,8 +49,8 @@ def test_file_source_names_file_records_and_field(tmp_path: Path) -> None:
         rows_from_records(recs, fields, where="source 'm' (data.jsonl)")
 
 
-@pytest.mark.parametrize("bad,why", [("x", "must be a number, got str 'x'"), (float("nan"), "is NaN"),
-                                     (1.5, "outside"), (None, "")])
+@pytest.mark.parametrize("bad,why", [("x", "must be a number, got str 'x'"),
+                                     (float("nan"), "is NaN"), (1.5, "outside"), (None, "")])
 def test_file_source_value_errors_name_file_record_field(bad: object, why: str) -> None:
     recs = [{"q": "a", "c": "x", "s": 1}, {"q": "b", "c": "y", "s": bad}]
     fields = FieldMap(prompt="q", completion="c", reward="s")
@@ -64,8 +64,10 @@ def test_file_source_value_errors_name_file_record_field(bad: object, why: str) 
 
 def test_file_source_completion_type(tmp_path: Path) -> None:
     recs = [{"q": "a", "c": 3, "s": 1}]
-    with pytest.raises(AssayError, match=r"source 'm' \(f\): record 1, field 'c' \(fields.completion\): expected a string"):
-        rows_from_records(recs, FieldMap(prompt="q", completion="c", reward="s"), where="source 'm' (f)")
+    with pytest.raises(AssayError, match=r"source 'm' \(f\): record 1, field 'c' "
+                                         r"\(fields.completion\): expected a string"):
+        rows_from_records(recs, FieldMap(prompt="q", completion="c", reward="s"),
+                          where="source 'm' (f)")
 
 
 def test_spec_file_source_refuses_conflicting_records(tmp_path: Path) -> None:
@@ -78,8 +80,9 @@ def test_spec_file_source_refuses_conflicting_records(tmp_path: Path) -> None:
 
     spec = tmp_path / "s.yaml"
     spec.write_text(f"name: x\nsources:\n  - {{name: m, kind: file, path: {data.name}, "
-                    "fields: {task_id: task_id, reference: reference}, verifier: {kind: exact_match}}\n")
+                    "fields: {task_id: task_id, reference: reference}, "
+                    "verifier: {kind: exact_match}}\n")
     s = load_spec(spec)
-    with pytest.raises(AssayError, match=r"d.jsonl\): record 1 and record 2 have the same task id 't' "
-                                        r"but a different reference \('1' vs '2'\)"):
+    with pytest.raises(AssayError, match=r"d.jsonl\): record 1 and record 2 have the same "
+                                        r"task id 't' but a different reference \('1' vs '2'\)"):
         s.sources[0].build_rows(s)

@@ -47,7 +47,8 @@ def _problems(text: str) -> list[str]:
 
 def test_shipped_configs_validate() -> None:
     names = sorted(p.name for p in (ROOT / "configs").glob("*.yaml"))
-    assert {"quickstart.yaml", "own_completions.yaml", "transformers_reward_model.yaml"} <= set(names)
+    assert {"quickstart.yaml", "own_completions.yaml",
+            "transformers_reward_model.yaml"} <= set(names)
     for name in names:
         spec = load_spec(ROOT / "configs" / name)
         assert spec.checksum().startswith("spec:")
@@ -87,11 +88,13 @@ execution: {runner: spark}
 
 def test_unknown_field_and_bad_reference_are_named() -> None:
     probs = _problems("name: t\nsources: [{name: a, kind: humaneval, polcy: {}}]\n")
-    assert probs == ["s.yaml:2: sources[0].polcy: unknown field (check the spelling; see configs/schema.json)"]
+    assert probs == ["s.yaml:2: sources[0].polcy: unknown field "
+                     "(check the spelling; see configs/schema.json)"]
     probs = _problems("name: t\nsources: [{name: a, kind: humaneval}]\n"
                       "measure: {compare: [{before: a, after: zz}]}\n")
     assert "measure.compare[0].after: unknown source 'zz'" in probs[0]
-    probs = _problems("name: t\nsources: [{name: a, kind: humaneval}, {name: a, kind: humaneval}]\n")
+    probs = _problems("name: t\n"
+                      "sources: [{name: a, kind: humaneval}, {name: a, kind: humaneval}]\n")
     assert "names must be unique" in probs[0]
 
 
@@ -138,11 +141,13 @@ def test_checksum_changes_with_everything_that_changes_results(tmp_path: Path) -
     (sub / "moved.jsonl").write_text('{"id": "1", "q": "2+2?", "a": "4", "gold": "4"}\n')
     assert load_spec(p).definition_checksum() == definition
     assert load_spec(p).checksum() != edited
-    p.write_text(BASE.replace("path: data.jsonl", "path: sub/moved.jsonl").replace("stop: 3", "stop: 4"))
+    p.write_text(BASE.replace("path: data.jsonl", "path: sub/moved.jsonl")
+                 .replace("stop: 3", "stop: 4"))
     assert load_spec(p).definition_checksum() != definition
 
 
-def test_relative_paths_resolve_from_spec_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_relative_paths_resolve_from_spec_dir(tmp_path: Path,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
     p = _write(tmp_path)
     monkeypatch.chdir("/")
     spec = load_spec(p)
@@ -196,6 +201,8 @@ def test_records_with_field_mapping_and_clear_errors(tmp_path: Path) -> None:
     r = rows_from_records([{"id": 1, "q": "2+2?", "a": "4", "gold": "4"},
                            {"id": 1, "q": "2+2?", "a": "5", "gold": "4"}], fm, where="src")
     assert [x["rollout_index"] for x in r] == [0, 1] and r[0]["privileged"] == {"reference": "4"}
-    with pytest.raises(SpecError, match=r"src record 2: field 'a' \(fields.completion\) is missing"):
-        rows_from_records([{"id": 1, "q": "x", "a": "4", "gold": "4"}, {"id": 2, "q": "y", "gold": "4"}],
+    with pytest.raises(SpecError,
+                       match=r"src record 2: field 'a' \(fields.completion\) is missing"):
+        rows_from_records([{"id": 1, "q": "x", "a": "4", "gold": "4"},
+                           {"id": 2, "q": "y", "gold": "4"}],
                           fm, where="src")

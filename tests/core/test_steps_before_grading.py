@@ -25,8 +25,9 @@ sources:
 
 
 def _write(tmp: Path, field: str) -> Path:
-    (tmp / "data.jsonl").write_text("".join(json.dumps({"q": f"{i}+1?", "a": str(i + 1), "gold": str(i + 1),
-                                                        "level": i % 2}) + "\n" for i in range(4)))
+    (tmp / "data.jsonl").write_text("".join(json.dumps({"q": f"{i}+1?", "a": str(i + 1),
+                                                        "gold": str(i + 1), "level": i % 2})
+                                            + "\n" for i in range(4)))
     spec = tmp / "spec.yaml"
     spec.write_text(SPEC % field)
     return spec
@@ -36,17 +37,21 @@ def test_validate_names_the_step_and_the_fix(tmp_path: Path) -> None:
     res = subprocess.run([str(BIN / "assay"), "validate", str(_write(tmp_path, "reward"))],
                          capture_output=True, text=True, timeout=120)
     assert res.returncode == 2
-    assert "spec.yaml:9: sources[0].steps[0].field: 'reward' exists only after grading" in res.stderr
+    assert ("spec.yaml:9: sources[0].steps[0].field: 'reward' exists only after grading"
+            in res.stderr)
     assert "fix:" in res.stderr
 
 
-def test_a_record_field_step_is_fine_and_the_graded_one_fails_early_at_run_time(tmp_path: Path) -> None:
+def test_a_record_field_step_is_fine_and_the_graded_one_fails_early_at_run_time(
+        tmp_path: Path) -> None:
     from assay import stages
     from assay.errors import SpecError
     from assay.spec import load_spec
     from assay.store import Store
 
-    ok = stages.run_study(load_spec(_write(tmp_path, "level")), Store(tmp_path / "s"), progress=None)
+    ok = stages.run_study(load_spec(_write(tmp_path, "level")), Store(tmp_path / "s"),
+                          progress=None)
     assert len(stages.concat_rows(Store(tmp_path / "s"), ok.graded["a"])) == 2
     with pytest.raises(SpecError, match="exists only after grading, and steps run before grading"):
-        stages.run_study(load_spec(_write(tmp_path, "judge_status")), Store(tmp_path / "s"), progress=None)
+        stages.run_study(load_spec(_write(tmp_path, "judge_status")), Store(tmp_path / "s"),
+                         progress=None)

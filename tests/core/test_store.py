@@ -97,13 +97,15 @@ def test_killed_writer_never_leaves_a_readable_partial_entry(tmp_path):
     script.write_text(WRITER)
     root = tmp_path / "store"
     for delay in (0.3, 0.9, 1.7):
-        p = subprocess.Popen([sys.executable, str(script), str(root)], stdout=subprocess.PIPE, text=True)
+        p = subprocess.Popen([sys.executable, str(script), str(root)], stdout=subprocess.PIPE,
+                             text=True)
         assert p.stdout.readline().strip() == "ready"
         time.sleep(delay)
         p.send_signal(signal.SIGKILL)
         p.wait()
         s = Store(root)
-        blobs = [f for f in (root / "blobs").rglob("*") if f.is_file() and not f.name.startswith(".")]
+        blobs = [f for f in (root / "blobs").rglob("*")
+                 if f.is_file() and not f.name.startswith(".")]
         for f in blobs:
             key = {"parquet": "tbl", "json": "doc"}[f.suffix[1:]] + ":" + f.stem
             with warnings.catch_warnings():
@@ -112,7 +114,8 @@ def test_killed_writer_never_leaves_a_readable_partial_entry(tmp_path):
         ref = s.get_ref("r")
         assert ref is None or s.get_json(ref["blob"])["n"] > 0
     # temp files may remain after a kill, but they are never read as entries
-    assert all(f.name.startswith(".") or f.suffix in {".parquet", ".json"} for f in (root / "blobs").rglob("*") if f.is_file())
+    assert all(f.name.startswith(".") or f.suffix in {".parquet", ".json"}
+               for f in (root / "blobs").rglob("*") if f.is_file())
 
 
 RACER = textwrap.dedent("""
@@ -131,10 +134,12 @@ RACER = textwrap.dedent("""
 def test_two_processes_writing_the_same_key(tmp_path):
     script = tmp_path / "r.py"
     script.write_text(RACER)
-    procs = [subprocess.Popen([sys.executable, str(script), str(tmp_path / "s")], stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    procs = [subprocess.Popen([sys.executable, str(script), str(tmp_path / "s")],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for _ in range(2)]
     res = [p.communicate(timeout=120) for p in procs]
     outs = [o.strip() for o, _ in res]
-    assert all(p.returncode == 0 for p in procs), [(p.returncode, e[-2000:]) for p, (_, e) in zip(procs, res)]
+    assert all(p.returncode == 0 for p in procs), \
+        [(p.returncode, e[-2000:]) for p, (_, e) in zip(procs, res)]
     assert outs[0] == outs[1]
     assert Store(tmp_path / "s").get_table(outs[0]).num_rows == 200_000

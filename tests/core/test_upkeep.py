@@ -113,12 +113,14 @@ def test_gc_needs_stage_keys_grace_and_the_lock(tmp_path: Path) -> None:
     tmp.write_bytes(b"half")
     os.utime(tmp, (old, old))
     res = upkeep.gc(store, upkeep.find_runs([root]), keep_nights=1)
-    assert res.removed_blobs == 1 and not store.has(stray) and res.removed_temp == 1 and not tmp.exists()
+    assert res.removed_blobs == 1 and not store.has(stray) \
+        and res.removed_temp == 1 and not tmp.exists()
     # a run directory that does not say what it references stops gc
     blind = root / "s" / "2026-11-02"
     blind.mkdir()
     (blind / "run.json").write_text(json.dumps({"study": "s"}))
-    with pytest.raises(StoreError, match=r"1 kept run\(s\) do not list their stage keys.*2026-11-02"):
+    with pytest.raises(StoreError,
+                       match=r"1 kept run\(s\) do not list their stage keys.*2026-11-02"):
         upkeep.gc(store, upkeep.find_runs([root]), keep_nights=1)
     (blind / "run.json").unlink()
     blind.rmdir()
@@ -152,14 +154,16 @@ def test_verify_reports_and_quarantines_a_corrupt_blob_then_the_run_recomputes_i
     store, root = Store(tmp_path / "store"), tmp_path / "nights"
     run = run_night(tmp_path, store, 1, root)
     measured = next(r for r in run.results if r.stage == "measure")
-    key = measured.outputs["doc"] if "doc" in measured.outputs else next(iter(measured.outputs.values()))
+    key = (measured.outputs["doc"] if "doc" in measured.outputs
+           else next(iter(measured.outputs.values())))
     path = store._blob_path(key)
     data = path.read_bytes()
     path.write_bytes(data[:10] + bytes([data[10] ^ 0x20]) + data[11:])
     assert main(["store", "verify", "--store", str(store.root)]) == 3
     out = capsys.readouterr().out
     assert f"CORRUPT {key}  {path}" in out and "1 corrupt" in out
-    assert not path.exists() and (store.root / "quarantine" / path.relative_to(store.root)).is_file()
+    assert not path.exists() \
+        and (store.root / "quarantine" / path.relative_to(store.root)).is_file()
     rerun = run_night(tmp_path, store, 1, root)
     assert rerun.computed_stages == ["measure[model,fixed]"]  # that entry only
     assert not any(s.startswith(("build-rows", "filter-rows")) for s in rerun.computed_stages)

@@ -68,7 +68,8 @@ def test_cluster_proportion_weights_are_duplicate_counts():
         cluster_proportion([1.0, 0.0], ["a", "b"], [1.0, 0.0])
 
 
-@pytest.mark.parametrize("k,p,rho", [(10, 0.7, 0.3), (26, 0.8, 0.5), (40, 0.6, 0.0), (12, 0.9, 0.2)])
+@pytest.mark.parametrize("k,p,rho",
+                         [(10, 0.7, 0.3), (26, 0.8, 0.5), (40, 0.6, 0.0), (12, 0.9, 0.2)])
 def test_cluster_proportion_coverage_by_simulation(k, p, rho):
     """Beta-binomial seeds (intra-seed correlation rho), 1-4 pairs per seed, 1500 replicates:
     the 95% interval must cover the true accuracy at least 93% of the time."""

@@ -31,7 +31,8 @@ def test_batched_calls_once_per_batch() -> None:
     assert m.last_run.n_batches == 3
     per_pair = FunctionRewardModel(length_reward, name="l")
     assert per_pair.score(prompts, responses).tolist() == want and per_pair.last_run.n_batches == 10
-    assert FunctionRewardModel(length_rewards, name="l", batched=True).score(prompts, responses).tolist() == want
+    assert FunctionRewardModel(length_rewards, name="l",
+                               batched=True).score(prompts, responses).tolist() == want
 
 
 def test_batched_function_returning_the_wrong_count_is_an_error() -> None:
@@ -46,8 +47,10 @@ def test_spec_function_kind_is_batched(tmp_path: Path) -> None:
     spec = tmp_path / "s.yaml"
     spec.write_text("name: x\nsources: [{name: a, kind: humaneval}]\nreward:\n  models:\n"
                     f"    - {{name: f, kind: function, function: '{__name__}:scorer'}}\n"
-                    f"    - {{name: g, kind: function, function: '{__name__}:scorer', params: {{batch_size: 3}}}}\n"
-                    "    - {name: h, kind: function, function: 'assay.reward.function:length_reward', "
+                    f"    - {{name: g, kind: function, function: '{__name__}:scorer', "
+                    "params: {batch_size: 3}}\n"
+                    "    - {name: h, kind: function, "
+                    "function: 'assay.reward.function:length_reward', "
                     "params: {batched: false}}\n"
                     "  data: {dataset: diagnostic_v3}\n")
     s = load_spec(spec)
@@ -55,5 +58,6 @@ def test_spec_function_kind_is_batched(tmp_path: Path) -> None:
     CALLS.clear()
     assert f.score(["p"] * 7, ["ab"] * 7).tolist() == [2.0] * 7 and CALLS == [(7, 7)]
     CALLS.clear()
-    assert g.score(["p"] * 7, ["ab"] * 7).tolist() == [2.0] * 7 and CALLS == [(3, 3), (3, 3), (1, 1)]
+    assert g.score(["p"] * 7, ["ab"] * 7).tolist() == [2.0] * 7 \
+        and CALLS == [(3, 3), (3, 3), (1, 1)]
     assert h.score(["p"] * 2, ["ab", "c"]).tolist() == [2.0, 1.0]

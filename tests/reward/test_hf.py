@@ -84,7 +84,8 @@ def test_scores_match_a_plain_transformers_forward(tiny_rm):
     got = rm.score(PROMPTS[:2], RESPONSES[:2])
     for k in range(2):
         text = rm.tokenizer.apply_chat_template(
-            [{"role": "user", "content": PROMPTS[k]}, {"role": "assistant", "content": RESPONSES[k]}],
+            [{"role": "user", "content": PROMPTS[k]},
+             {"role": "assistant", "content": RESPONSES[k]}],
             tokenize=False)
         ids = rm.tokenizer(text, add_special_tokens=False, return_tensors="pt")["input_ids"]
         with torch.no_grad():
@@ -224,8 +225,10 @@ def test_device_and_dtype_auto_selection(monkeypatch):
 def test_fingerprint_tracks_files_and_protocol(tiny_rm, tiny_rm_dir, tmp_path):
     again = HFRewardModel(tiny_rm_dir, device="cpu")
     assert again.fingerprint == tiny_rm.fingerprint  # batch_tokens is not part of it
-    assert HFRewardModel(tiny_rm_dir, device="cpu", max_length=64).fingerprint != tiny_rm.fingerprint
-    assert HFRewardModel(tiny_rm_dir, device="cpu", truncation="right").fingerprint != tiny_rm.fingerprint
+    assert HFRewardModel(tiny_rm_dir, device="cpu",
+                         max_length=64).fingerprint != tiny_rm.fingerprint
+    assert HFRewardModel(tiny_rm_dir, device="cpu",
+                         truncation="right").fingerprint != tiny_rm.fingerprint
     other = build_tiny_reward_model(tmp_path / "seed1", seed=1)
     assert HFRewardModel(other, device="cpu").fingerprint != tiny_rm.fingerprint
 

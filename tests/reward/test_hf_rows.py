@@ -49,7 +49,8 @@ def reference_score(rm: HFRewardModel, prompt, response: str) -> float:
         return rm.model(input_ids=ids).logits[0, 0].item()
 
 
-def test_chat_rows_scored_through_the_template_once(tmp_path: Path, tiny_rm_dir: Path, tiny_rm) -> None:
+def test_chat_rows_scored_through_the_template_once(tmp_path: Path, tiny_rm_dir: Path,
+                                                    tiny_rm) -> None:
     (tmp_path / "own.jsonl").write_text("".join(
         json.dumps({"prompt": p, "completion": c, "score": y}) + "\n" for p, c, y in CHATS))
     (tmp_path / "spec.yaml").write_text(f"""

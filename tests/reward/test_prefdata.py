@@ -105,7 +105,8 @@ def test_steps_select_an_axis_and_missing_seed_ids_fall_back_to_the_prompt(tmp_p
     ("rejected", "a careful, complete answer to alpacaeval-easy question 5",
      "field 'rejected': Pair(seed_id='5'): chosen and rejected have the same text"),
 ])
-def test_a_bad_record_names_file_record_and_field(tmp_path: Path, field: str, value, message: str) -> None:
+def test_a_bad_record_names_file_record_and_field(tmp_path: Path, field: str, value,
+                                                  message: str) -> None:
     recs = rewardbench_records()
     recs[5][field] = value
     path = write_jsonl(tmp_path / "prefs.jsonl", recs)

@@ -123,7 +123,8 @@ def test_planted_length_model_is_flagged_where_length_does_not_predict_passing()
     # its ranking of pass over fail is at chance: length alone says nothing about passing
     assert res.ranking_accuracy.interval.low < 0.5 < res.ranking_accuracy.interval.high
     # a model that ignores length (random scores) is not flagged
-    noise = reward_rows(_rows(4, n_tasks=60, score=lambda y, text, rng: float(rng.normal())), "rm:m")
+    noise = reward_rows(_rows(4, n_tasks=60, score=lambda y, text, rng: float(rng.normal())),
+                        "rm:m")
     assert not noise.length_biased
     assert noise.length_concordance.interval.low < 0.5 < noise.length_concordance.interval.high
 

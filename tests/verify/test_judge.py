@@ -26,7 +26,8 @@ def server():
 
 def judge(server, tmp_path, **kw):
     return VERIFIERS.get("judge").obj(
-        model={"kind": "openai", "base_url": server.base_url, "model": "judge-model", "max_retries": 1},
+        model={"kind": "openai", "base_url": server.base_url, "model": "judge-model",
+               "max_retries": 1},
         store=str(tmp_path / "store"), **kw)
 
 
@@ -76,7 +77,8 @@ def test_a_judge_that_never_parses_leaves_every_row_unjudged(tmp_path):
     j = JudgeVerifier(model={"kind": "function", "callable": "assay.models.function:echo"},
                       template="Is {answer} right for {question}?", store=str(tmp_path))
     g = assay.grade(assay.rows(QS, [["5"], ["1"], ["30"]]), j)
-    assert [r["reward"] for r in g] == [None] * 3 and {r["judge_status"] for r in g} == {"no_verdict"}
+    assert [r["reward"] for r in g] == [None] * 3 \
+        and {r["judge_status"] for r in g} == {"no_verdict"}
 
 
 def test_judge_spec_errors_name_the_field():
@@ -104,7 +106,8 @@ def test_judge_trust_against_sklearn_kappa_and_brute_force():
         flip = rng.random(n_tasks * k) < rng.uniform(0.05, 0.5)
         judged = np.where(flip, 1 - gold, gold).astype(float)
         judged[rng.random(n_tasks * k) < 0.1] = np.nan  # unjudged rows
-        rewards = [[None if np.isnan(x) else float(x) for x in judged[i * k:(i + 1) * k]] for i in range(n_tasks)]
+        rewards = [[None if np.isnan(x) else float(x) for x in judged[i * k:(i + 1) * k]]
+                   for i in range(n_tasks)]
         rows = assay.rows([f"q{i}" for i in range(n_tasks)], [["a"] * k] * n_tasks, rewards)
         t = judge_trust(rows, gold=gold.tolist())
         keep = ~np.isnan(judged)
@@ -113,7 +116,8 @@ def test_judge_trust_against_sklearn_kappa_and_brute_force():
         assert t.agreement == round(agree, 3) and t.n == keep.sum() and t.n_tasks == n_t
         assert t.n_unjudged == (~keep).sum()
         if len(set(gold[keep])) > 1 or len(set(judged[keep])) > 1:
-            assert t.kappa == pytest.approx(cohen_kappa_score(judged[keep].astype(int), gold[keep]), abs=1e-12), trial
+            assert t.kappa == pytest.approx(
+                cohen_kappa_score(judged[keep].astype(int), gold[keep]), abs=1e-12), trial
         assert t.interval.low <= agree <= t.interval.high
         assert sum(t.confusion.values()) == t.n
 

@@ -37,7 +37,8 @@ def test_math_equal_validates():
     with pytest.raises(VerifierError):
         MathEqual().check("1", None, {})
     out = []
-    t = threading.Thread(target=lambda: out.append(pytest.raises(VerifierError, MathEqual().check, "1", "1", {})))
+    t = threading.Thread(target=lambda: out.append(
+        pytest.raises(VerifierError, MathEqual().check, "1", "1", {})))
     t.start()
     t.join()
     assert out  # off the main thread it refuses to run without a clock
@@ -81,7 +82,8 @@ def test_hard_timeout_kills_a_stuck_worker():
             return 1.0
 
     start = time.monotonic()
-    rows = assay.grade(assay.rows(["p"], [["ok"] * 10 + ["hang"] + ["ok"] * 10]), Stuck(), workers=2)
+    rows = assay.grade(assay.rows(["p"], [["ok"] * 10 + ["hang"] + ["ok"] * 10]), Stuck(),
+                       workers=2)
     assert time.monotonic() - start < 20
     assert rows[10]["judge_status"] == "timeout" and rows[10]["reward"] is None
     assert [r["reward"] for i, r in enumerate(rows) if i != 10] == [1.0] * 20

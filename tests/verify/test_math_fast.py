@@ -121,7 +121,8 @@ def test_math_equal_matches_math_verify_on_tricky_pairs(cand, ref):
 
 def test_shortcuts_decline_what_they_cannot_prove():
     gold = _gold("1/3")
-    assert bare_number_verdict("0.3333333", gold) is None  # close: sympy's round decides, so math-verify does
+    # close: sympy's round decides, so math-verify does
+    assert bare_number_verdict("0.3333333", gold) is None
     assert parsed_verdict(_gold("1"), parse("1.0000004")) is False  # a rounded Float is no Integer
     assert bare_number_verdict("+5", _gold("5")) is None  # math-verify finds no answer in "+5"
     assert bare_number_verdict("12,34", _gold("12.34")) is None
@@ -233,11 +234,13 @@ def test_a_stuck_shared_worker_is_replaced_and_its_chunk_regraded(monkeypatch):
     monkeypatch.setattr(grading, "_fork_slots", lambda ctx, judge, n: (
         forks.append(judge is None), fork(ctx, judge, n))[1])
     start = time.monotonic()
-    rows = assay.grade(assay.rows(["p"], [["ok"] * 10 + ["hang"] + ["ok"] * 10]), _Hang(), workers=2)
+    rows = assay.grade(assay.rows(["p"], [["ok"] * 10 + ["hang"] + ["ok"] * 10]), _Hang(),
+                       workers=2)
     assert time.monotonic() - start < 20
     assert rows[10]["judge_status"] == "timeout" and rows[10]["reward"] is None
     assert [r["reward"] for i, r in enumerate(rows) if i != 10] == [1.0] * 20
-    assert forks == [True, True]  # two shared workers started, the stuck one replaced by a shared one
+    # two shared workers started, the stuck one replaced by a shared one
+    assert forks == [True, True]
     pool = _shared_pool()
     assert len(pool.slots) == 2 and all(s.proc.is_alive() for s in pool.slots)
     again = assay.grade(assay.rows(["p"], [["ok"] * 20]), _Hang(), workers=2)

@@ -9,7 +9,8 @@ import pytest
 from assay.verify import MathEqual
 from assay.verify.symbolic import same_notation
 
-EMPTY = ["$\\varnothing$", "$\\emptyset$", "$\\{\\}$", "$\\{ \\}$", "$\\boxed{\\varnothing}$", "$\u2205$"]
+EMPTY = ["$\\varnothing$", "$\\emptyset$", "$\\{\\}$", "$\\{ \\}$", "$\\boxed{\\varnothing}$",
+         "$\u2205$"]
 
 
 @pytest.mark.parametrize("cand", EMPTY)

@@ -24,10 +24,13 @@ from assay.verify.code import _test_functions
 from assay.verify.sandbox import SandboxPool, job
 
 TASKS = {
-    "add": ("assert add(2, 3) == 5\nassert add(-4, 1) == -3\n", "def add(a, b):\n    return a + b\n"),
-    "frac": ("import math\nassert abs(frac(3.5) - 0.5) < 1e-6\nassert math.isclose(frac(2.25), 0.25)\n",
+    "add": ("assert add(2, 3) == 5\nassert add(-4, 1) == -3\n",
+            "def add(a, b):\n    return a + b\n"),
+    "frac": ("import math\nassert abs(frac(3.5) - 0.5) < 1e-6\n"
+             "assert math.isclose(frac(2.25), 0.25)\n",
              "def frac(x):\n    return x % 1\n"),
-    "close": ("import math\nassert math.isclose(frac(2.25), 0.25)\nassert math.isclose(frac(7.5), 0.5)\n",
+    "close": ("import math\nassert math.isclose(frac(2.25), 0.25)\n"
+              "assert math.isclose(frac(7.5), 0.5)\n",
               "def frac(x):\n    return x % 1\n"),
     "absonly": ("assert abs(frac(3.5) - 0.5) < 1e-6\nassert abs(frac(1.25) - 0.25) < 1e-6\n",
                 "def frac(x):\n    return x % 1\n"),
@@ -35,8 +38,10 @@ TASKS = {
               "def evens(n):\n    return list(range(0, n, 2))\n"),
     "sort": ("xs = [3, 1, 2]\nsort_in_place(xs)\nassert xs == [1, 2, 3]\n",
              "def sort_in_place(xs):\n    xs.sort()\n"),
-    "he": ({"test": "def check(candidate):\n    assert candidate(2) == 4\n    assert candidate(-3) == 9\n",
-            "entry_point": "sq", "prompt": 'def sq(x):\n    """x squared"""\n'}, "    return x * x\n"),
+    "he": ({"test": "def check(candidate):\n    assert candidate(2) == 4\n"
+                    "    assert candidate(-3) == 9\n",
+            "entry_point": "sq", "prompt": 'def sq(x):\n    """x squared"""\n'},
+           "    return x * x\n"),
 }
 HERE = str(Path(__file__).resolve())
 LIAR = "class AlwaysEqual:\n    def __eq__(self, other):\n        return True\n"
@@ -45,15 +50,20 @@ LIAR = "class AlwaysEqual:\n    def __eq__(self, other):\n        return True\n"
 HACKS = {
     "lying_eq": ("add", LIAR + "def add(a, b):\n    return AlwaysEqual()\n",
                  "add() returned AlwaysEqual, not plain data", "plain_data", True),
-    "int_subclass": ("add", "class LyingInt(int):\n    def __eq__(self, other):\n        return True\n"
+    "int_subclass": ("add", "class LyingInt(int):\n    def __eq__(self, other):\n"
+                     "        return True\n"
                      "    __hash__ = int.__hash__\ndef add(a, b):\n    return LyingInt(0)\n",
                      "add() returned LyingInt, not plain data", "plain_data", True),
     "list_subclass": ("evens", "class L(list):\n    def __eq__(self, other):\n        return True\n"
-                      "def evens(n):\n    return L()\n", "evens() returned L, not plain data", "plain_data", True),
-    "nested_liar": ("evens", LIAR + "def evens(n):\n    return [AlwaysEqual() for _ in range(3 if n > 2 else 1)]\n",
+                      "def evens(n):\n    return L()\n", "evens() returned L, not plain data",
+                      "plain_data", True),
+    "nested_liar": ("evens", LIAR + "def evens(n):\n"
+                    "    return [AlwaysEqual() for _ in range(3 if n > 2 else 1)]\n",
                     "evens() returned AlwaysEqual, not plain data", "plain_data", True),
-    "liar_in_mutated_argument": ("sort", LIAR + "def sort_in_place(xs):\n    xs[:] = [AlwaysEqual()] * 3\n",
-                                 "sort_in_place() put a AlwaysEqual into its argument 1", "plain_data", True),
+    "liar_in_mutated_argument": ("sort", LIAR + "def sort_in_place(xs):\n"
+                                 "    xs[:] = [AlwaysEqual()] * 3\n",
+                                 "sort_in_place() put a AlwaysEqual into its argument 1",
+                                 "plain_data", True),
     "patched_builtins": ("frac", "import builtins, math\nbuiltins.abs = lambda x: 0\n"
                          "math.isclose = lambda *a, **k: True\ndef frac(x):\n    return 0\n",
                          "patched builtins.abs", "pristine_tests", True),
@@ -62,28 +72,39 @@ HACKS = {
                                    "    math.isclose = lambda *a, **k: True\n    calls.append(x)\n"
                                    "    return x % 1 if len(calls) == 1 else 0.0\n",
                                    "patched math.isclose", "pristine_tests", True),
-    "replaced_sys_modules": ("close", "import sys\nclass FakeMath:\n    def isclose(self, *a, **k):\n"
-                             "        return True\nsys.modules['math'] = FakeMath()\ndef frac(x):\n    return 0.0\n",
+    "replaced_sys_modules": ("close", "import sys\nclass FakeMath:\n"
+                             "    def isclose(self, *a, **k):\n"
+                             "        return True\nsys.modules['math'] = FakeMath()\n"
+                             "def frac(x):\n    return 0.0\n",
                              "replaced sys.modules['math']", "pristine_tests", True),
     "shadowed_builtin": ("absonly", "def abs(x):\n    return 0\ndef frac(x):\n    return 0\n",
                          "defined abs, shadowing the builtin", "pristine_tests", True),
-    "frame_inspection": ("add", "import sys\ndef add(a, b):\n    c = list(sys._getframe(1).f_code.co_consts)\n"
-                         "    return c[c.index(b) + 1] if b in c and c.index(b) + 1 < len(c) else 0\n",
+    "frame_inspection": ("add", "import sys\ndef add(a, b):\n"
+                         "    c = list(sys._getframe(1).f_code.co_consts)\n"
+                         "    return c[c.index(b) + 1] if b in c and c.index(b) + 1 < len(c) "
+                         "else 0\n",
                          "inspected stack frames", "separate_process", True),
     "traceback_frames": ("add", "def add(a, b):\n    try:\n        raise ZeroDivisionError\n"
-                         "    except ZeroDivisionError as e:\n        f = e.__traceback__.tb_frame.f_back\n"
+                         "    except ZeroDivisionError as e:\n"
+                         "        f = e.__traceback__.tb_frame.f_back\n"
                          "    c = list(f.f_code.co_consts)\n"
-                         "    return c[c.index(b) + 1] if b in c and c.index(b) + 1 < len(c) else 0\n",
+                         "    return c[c.index(b) + 1] if b in c and c.index(b) + 1 < len(c) "
+                         "else 0\n",
                          "inspected frames or code objects", "separate_process", True),
-    "gc_finds_the_tests": ("he", "    return 0\n\ndef sq(x):\n    import gc\n    for o in gc.get_objects():\n"
+    "gc_finds_the_tests": ("he", "    return 0\n\ndef sq(x):\n    import gc\n"
+                           "    for o in gc.get_objects():\n"
                            "        if type(o).__name__ == 'function' and o.__name__ == 'check':\n"
                            "            c = list(o.__code__.co_consts)\n"
-                           "            if x in c:\n                return c[c.index(x) + 1]\n    return 0\n",
+                           "            if x in c:\n                return c[c.index(x) + 1]\n"
+                           "    return 0\n",
                            "called gc.get_objects (refused)", "sandbox", True),
     "trace_function": ("add", "import sys\nsys.settrace(lambda frame, event, arg: None)\n"
-                       "def add(a, b):\n    return 0\n", "installed a trace function", "separate_process", False),
-    "fake_pass_signal": ("add", "import os\nfor fd in (3, 4, 5):\n    try:\n        os.write(fd, b'0' * 48)\n"
-                         "    except OSError:\n        pass\nprint('all tests passed')\nos._exit(0)\n",
+                       "def add(a, b):\n    return 0\n", "installed a trace function",
+                       "separate_process", False),
+    "fake_pass_signal": ("add", "import os\nfor fd in (3, 4, 5):\n    try:\n"
+                         "        os.write(fd, b'0' * 48)\n"
+                         "    except OSError:\n        pass\nprint('all tests passed')\n"
+                         "os._exit(0)\n",
                          "exited with code 0 before the tests ran", "candidate_exit", False),
     "sys_exit_before_tests": ("add", "def add(a, b):\n    return 0\nimport sys\nsys.exit(0)\n",
                               "exited (SystemExit) before the tests ran", "candidate_exit", False),
@@ -92,14 +113,19 @@ HACKS = {
     "systemexit_during_call": ("he", "    raise SystemExit(0)\n", "sq() tried to exit (SystemExit)",
                                "candidate_exit", False),
     # this file holds the tests' source
-    "tests_from_disk": ("add", "import re\ndef add(a, b):\n    src = open(" + repr(HERE) + ").read()\n"
-                        + "    return int(re.search(rf'add\\({a}, {b}\\) == (-?\\d+)', src).group(1))\n",
+    "tests_from_disk": ("add", "import re\ndef add(a, b):\n    src = open(" + repr(HERE)
+                        + ").read()\n"
+                        + "    return int(re.search(rf'add\\({a}, {b}\\) == (-?\\d+)', src)"
+                        ".group(1))\n",
                         f"tried to open {HERE}", "sandbox", False),
     "tests_from_a_program": ("add", "import subprocess\ndef add(a, b):\n"
-                             "    subprocess.run(['cat', " + repr(HERE) + "], capture_output=True)\n    return 0\n",
+                             "    subprocess.run(['cat', " + repr(HERE)
+                             + "], capture_output=True)\n"
+                             "    return 0\n",
                              "called subprocess.Popen (refused)", "sandbox", False),
     "tests_from_parent_memory": ("add", "import os\ndef add(a, b):\n"
-                                 "    open(f'/proc/{os.getppid()}/mem', 'rb').read(1)\n    return 0\n",
+                                 "    open(f'/proc/{os.getppid()}/mem', 'rb').read(1)\n"
+                                 "    return 0\n",
                                  "/mem (outside its sandbox)", "sandbox", False),
     "ctypes_memory_scan": ("add", "import ctypes\ndef add(a, b):\n    return 0\n",
                            "imported ctypes (refused)", "sandbox", False),
@@ -121,8 +147,8 @@ def graded():
     cands = [HACKS[n][1] for n in names] + [_honest(t) for t in TASKS]
     refs = [_ref(HACKS[n][0]) for n in names] + [_ref(t) for t in TASKS]
     # one task per candidate: the same prompt text with different tests is not one task
-    rows = list(assay.rows(["p"] * len(cands), [[c] for c in cands], CodeExec(timeout=5.0), references=refs,
-                           task_ids=[f"t{i}" for i in range(len(cands))]))
+    rows = list(assay.rows(["p"] * len(cands), [[c] for c in cands], CodeExec(timeout=5.0),
+                           references=refs, task_ids=[f"t{i}" for i in range(len(cands))]))
     return dict(zip(names, rows)), rows[len(names):]
 
 
@@ -146,7 +172,8 @@ def test_hack_fails_with_its_effect_named(graded, name):
 
 
 def test_killing_the_tests_process_fails():
-    hack = "import os, signal\ndef add(a, b):\n    os.kill(os.getppid(), signal.SIGKILL)\n    return a + b\n"
+    hack = ("import os, signal\ndef add(a, b):\n    os.kill(os.getppid(), signal.SIGKILL)\n"
+            "    return a + b\n")
     row = assay.rows(["p"], [[hack]], CodeExec(timeout=5.0), references=[_ref("add")])[0]
     assert row["reward"] == 0.0 and row["reason"].startswith("killed by signal 9"), row["reason"]
 
@@ -161,7 +188,8 @@ def test_hacks_beat_a_shared_process():
             program = ref["prompt"] + HACKS[n][1] + "\n\n" + ref["test"] + "\n"
             jobs.append(job(program, entry_point=ref["entry_point"], timeout=5.0))
         else:
-            jobs.append(job(HACKS[n][1] + "\n\n" + ref + "\n", test_functions=_test_functions(ref), timeout=5.0))
+            jobs.append(job(HACKS[n][1] + "\n\n" + ref + "\n", test_functions=_test_functions(ref),
+                            timeout=5.0))
     with SandboxPool(2) as pool:
         out = pool.run(jobs)
     assert {n: r["status"] for n, r in zip(names, out)} == {n: "passed" for n in names}
@@ -184,7 +212,8 @@ def test_plain_values_cross_exactly():
              "assert f() != [1, [2.5, -0.0], {(1, 'a'): {3, 4}}, b'x', 10 ** 40, True, None, 1j]\n"
              "import math\nassert math.isnan(g())\n"
              "d = {'a': 1}\nput(d)\nassert d == {'a': 1, 'k': [1]}\n")
-    code = ("def f():\n    return (1, [2.5, -0.0], {(1, 'a'): {3, 4}}, b'x', 10 ** 40, True, None, 1j)\n"
+    code = ("def f():\n"
+            "    return (1, [2.5, -0.0], {(1, 'a'): {3, 4}}, b'x', 10 ** 40, True, None, 1j)\n"
             "def g():\n    return float('nan')\ndef put(d):\n    d['k'] = [1]\n")
     row = assay.rows(["p"], [[code]], CodeExec(), references=[tests])[0]
     assert row["reward"] == 1.0, row["reason"]
@@ -194,13 +223,16 @@ def test_study_report_shows_guard_counts_per_source(graded):
     """The count reaches the report's source table, read from the graded Rows as the report
     stage reads them (judge_meta stored as JSON text)."""
     rows, honest = graded
-    hacked = assay.rows(["p"] * 3, [[HACKS[n][1]] for n in ("lying_eq", "int_subclass", "patched_builtins")],
-                        CodeExec(), references=[_ref(HACKS[n][0]) for n in ("lying_eq", "int_subclass",
-                                                                              "patched_builtins")],
+    hacked = assay.rows(["p"] * 3,
+                        [[HACKS[n][1]] for n in ("lying_eq", "int_subclass", "patched_builtins")],
+                        CodeExec(),
+                        references=[_ref(HACKS[n][0])
+                                    for n in ("lying_eq", "int_subclass", "patched_builtins")],
                         task_ids=["t0", "t1", "t2"])
     counts = guard_counts(hacked)
     assert counts == {"plain_data": 2, "pristine_tests": 1}
-    sources = [{"name": "night2", "rows": 3, "tasks": 3, "verifier": "code_exec", "guard_stopped": counts},
+    sources = [{"name": "night2", "rows": 3, "tasks": 3, "verifier": "code_exec",
+                "guard_stopped": counts},
                {"name": "night1", "rows": 7, "tasks": 7, "verifier": "code_exec",
                 "guard_stopped": guard_counts(honest)}]
     files = build_report({"name": "s", "checksum": "c"}, sources, [], [], [])
@@ -262,7 +294,8 @@ def test_the_tests_are_never_in_the_candidates_memory():
             # this grading's sandboxes only: descendants of this process (its fork servers')
             for p in psutil.Process().children(recursive=True):
                 try:
-                    if p.uids().real >= 1_000_000 and psutil.Process(p.ppid()).uids().real >= 1_000_000:
+                    if (p.uids().real >= 1_000_000
+                            and psutil.Process(p.ppid()).uids().real >= 1_000_000):
                         pair = (p.pid, p.ppid())  # (candidate, tests)
                 except psutil.Error:
                     continue

@@ -73,7 +73,8 @@ def test_extract_choice(text, want):
 def test_multiple_choice_with_i_as_an_option():
     mc = MultipleChoice("ABCDEFGHIJ")
     assert mc.check("I believe it is J", "I", {}).reward == 0.0
-    assert (mc.check("I believe it is J", "J", {}).reward, mc.check("I believe it is J", "J", {}).reason) == (1.0, "chose J, want J")
+    assert (mc.check("I believe it is J", "J", {}).reward,
+            mc.check("I believe it is J", "J", {}).reason) == (1.0, "chose J, want J")
     assert mc.check("The answer is I.", "I", {}).reward == 1.0
     assert mc.check("I am not sure.", "I", {}).reason == "no choice found among ABCDEFGHIJ"
     assert MultipleChoice().check("B", 1, {}).reward == 1.0  # index references
@@ -89,7 +90,8 @@ def test_multiple_choice_with_i_as_an_option():
     ("The answer is 3.5.", 3.5, False),
     ("so x = 1,234,567 in total", 1234567.0, False),
     ("-5", -5.0, False), ("\u22125", -5.0, False), ("It fell to -0.25", -0.25, False),
-    ("3/4 of them", 0.75, False), ("\\frac{-3}{4}", -0.75, False), ("$\\boxed{\\dfrac{1}{8}}$", 0.125, False),
+    ("3/4 of them", 0.75, False), ("\\frac{-3}{4}", -0.75, False),
+    ("$\\boxed{\\dfrac{1}{8}}$", 0.125, False),
     ("a rise of 12.5%", 12.5, True), ("50 percent", 50.0, True),
     ("The answer is 42 and not 41", 42.0, False),
     ("first 10, then 20", 20.0, False),
@@ -127,7 +129,8 @@ def test_numeric_tolerances_and_percent():
 
 
 def test_numeric_through_rows_no_reference_status():
-    r = assay.rows(["q", "q2"], [["The answer is 3.5"], ["7"]], Numeric(), references=["3.5", "seven"])
+    r = assay.rows(["q", "q2"], [["The answer is 3.5"], ["7"]], Numeric(),
+                   references=["3.5", "seven"])
     assert [x["reward"] for x in r] == [1.0, None]
     assert r[1]["judge_status"] == "no_verdict"
     r = assay.rows(["q"], [["3"]], Numeric())
@@ -137,7 +140,8 @@ def test_numeric_through_rows_no_reference_status():
 # ExactMatch: trailing sentence punctuation is not part of the answer -----------------------------
 @pytest.mark.parametrize("cand,ref,want", [
     ("Paris.", "paris", 1.0), ("Paris!", "Paris", 1.0), ("paris?!", "Paris", 1.0),
-    ("Paris\u2026", "paris", 1.0), ("Paris. ", "paris", 1.0), ("\u5df4\u9ece\u3002", "\u5df4\u9ece", 1.0),
+    ("Paris\u2026", "paris", 1.0), ("Paris. ", "paris", 1.0),
+    ("\u5df4\u9ece\u3002", "\u5df4\u9ece", 1.0),
     ("The answer is 3.", "the answer is 3", 1.0), ("3.", "3", 1.0), ("-3.", "-3", 1.0),
     # signs, decimal points and inner punctuation still count
     ("-3", "3", 0.0), ("-3.", "3", 0.0), ("+3", "3", 0.0), ("3.5", "35", 0.0), ("3.5.", "35", 0.0),

@@ -32,7 +32,8 @@ def test_verdict_is_one_public_frozen_class():
     v = Verdict(1.0, reason="ok")
     with pytest.raises(dataclasses.FrozenInstanceError):
         v.reward = 0.0  # type: ignore[misc]
-    assert [f.name for f in dataclasses.fields(Verdict)][:4] == ["reward", "status", "reason", "meta"]
+    assert [f.name for f in dataclasses.fields(Verdict)][:4] == \
+        ["reward", "status", "reason", "meta"]
 
 
 @pytest.mark.parametrize("verifier,cand,ref,want", [
@@ -102,7 +103,8 @@ def test_verdict_normalizes_numbers_and_derives_status():
     (1.5, (None, "invalid_result", "judge returned 1.5, outside [0, 1]")),
     ("1", (None, "invalid_result", "judge returned str '1', not a number in [0, 1]")),
     ({"score": 1}, (None, "invalid_result", "judge returned a dict without 'reward': ['score']")),
-    ({"reward": 1, "reason": 7}, (None, "invalid_result", "judge returned a 'reason' of type int, not a string")),
+    ({"reward": 1, "reason": 7},
+     (None, "invalid_result", "judge returned a 'reason' of type int, not a string")),
 ])
 def test_normalize_verdict_accepts_the_old_shapes(raw, want):
     v = normalize_verdict(raw)
@@ -122,7 +124,8 @@ def test_user_callables_of_every_shape_through_rows():
         assert [x["reward"] for x in r] == [1.0, 0.0], name
         assert {x["judge_status"] for x in r} == {"ok"}, name
     r = assay.rows(["q"], [["a"]], shapes["dict"], references=["a"])
-    assert r[0]["judge_meta"] == {"k": 1} and r[0]["markers"] == {"m": 2.0} and r[0]["reason"] == "d"
+    assert r[0]["judge_meta"] == {"k": 1} and r[0]["markers"] == {"m": 2.0} \
+        and r[0]["reason"] == "d"
 
 
 def test_a_verifier_building_a_bad_verdict_fails_the_row_not_silently():
