@@ -79,6 +79,7 @@ def arrow_rows(n_tasks: int, k: int, shift: float, seed: int):
         "rollout_index": pa.array(np.tile(np.arange(k), n_tasks)), "privileged": ref,
         "judge_name": pa.array(["given"] * n), "judge_status": pa.array(["given"] * n),
         "reason": pa.nulls(n, pa.string()), "judge_meta": pa.nulls(n, pa.string()),
+        "meta": pa.nulls(n, pa.string()),
         "schema_version": pa.array(np.full(n, ROWS_SCHEMA_VERSION, dtype=np.int32)),
     }
     return pa.Table.from_arrays([cols[f.name] for f in ROW_SCHEMA], schema=ROW_SCHEMA)
