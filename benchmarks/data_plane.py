@@ -1,4 +1,5 @@
-"""Benchmark: the preference data plane (build, checksum, effective n, filter, collapse) vs reward-lens.
+"""Benchmark: the preference data plane (build, checksum, effective n, filter, collapse) vs
+reward-lens.
 
 Run: ``.venv/bin/python benchmarks/data_plane.py [--n 100000] [--repeats 5]``. Every repeat of
 each side runs in a fresh subprocess (ours in this interpreter, reward-lens in
@@ -127,7 +128,8 @@ def collect(n: int, repeats: int) -> tuple[dict[str, list[float]], dict[str, lis
     ours: dict[str, list[float]] = {}
     peer: dict[str, list[float]] = {}
     for r in range(repeats):
-        for side, acc in (("ours", ours), ("peer", peer)) if r % 2 == 0 else (("peer", peer), ("ours", ours)):
+        for side, acc in ((("ours", ours), ("peer", peer)) if r % 2 == 0
+                          else (("peer", peer), ("ours", ours))):
             for k, v in run_side(side, n, memory=(r == 0)).items():
                 acc.setdefault(k, []).extend(v)
     return ours, peer
@@ -164,7 +166,8 @@ def main() -> None:
     print()
     print(f"target build+checksum >= 5x: make_pair loop {ratios['build+checksum']:.1f}x, "
           f"bulk {ratios['build+checksum (bulk make_pairs)']:.1f}x")
-    print(f"target checksum cached: 2nd call {statistics.median(ours['checksum (2nd call)']) * 1e6:.1f} us")
+    print("target checksum cached: 2nd call "
+          f"{statistics.median(ours['checksum (2nd call)']) * 1e6:.1f} us")
     print(f"target memory < half: peak ratio {ratios['mem peak MB']:.1f}x, retained ratio "
           f"{ratios['mem retained MB']:.1f}x")
 

@@ -39,7 +39,7 @@ prompts, 200 embedded copies, `--repeats 5`, both tools warmed up on 5 documents
 Usage:
     .venv/bin/python benchmarks/decontaminate.py                 # the full comparison
     .venv/bin/python benchmarks/decontaminate.py --docs 5000 --evals 1000 --stream-docs 20000
-    .venv/bin/python benchmarks/decontaminate.py --skip-peer --stream-docs 1000000   # streaming only
+    .venv/bin/python benchmarks/decontaminate.py --skip-peer --stream-docs 1000000  # streaming only
 """
 
 from __future__ import annotations
@@ -150,7 +150,8 @@ def run_ours(args: argparse.Namespace) -> dict:
             assert r2.corpus["index_reused"] and not r.corpus["index_reused"]
             found = {i.task_id for i in r.items if i.contaminated}
             recall.append(len(found & want) / len(want))
-            detail = {"false_positives": len(found - want), "rate": str(r.rate), "by_rule": r.by_rule,
+            detail = {"false_positives": len(found - want), "rate": str(r.rate),
+                      "by_rule": r.by_rule,
                       "rerun_result_cached": r2.corpus.get("result_cached", False),
                       "first_split": r.seconds, "rerun_split": r2.seconds}
     # The nightly shape: the corpus as a JSONL file, whose checksum is memoized by path, size
@@ -169,7 +170,8 @@ def run_ours(args: argparse.Namespace) -> dict:
         file_rerun = (time.perf_counter() - t0, time.process_time() - c0)
         assert rf2.corpus["index_reused"]
         file_recall = len({i.task_id for i in rf.items if i.contaminated} & want) / len(want)
-    return {"first": first, "rerun": rerun, "first_cpu": first_cpu, "rerun_cpu": rerun_cpu, "recall": recall,
+    return {"first": first, "rerun": rerun, "first_cpu": first_cpu, "rerun_cpu": rerun_cpu,
+            "recall": recall,
             "file_first": file_first, "file_rerun": file_rerun, "file_recall": file_recall,
             **detail, "startup": startup, "peak_rss_mb": peak_rss_mb()}
 
@@ -182,12 +184,14 @@ def run_stream(args: argparse.Namespace) -> dict:
     path = Path(args.stream_file)
     with tempfile.TemporaryDirectory(prefix="assay-stream-") as tmp:
         t0 = time.perf_counter()
-        idx = ContaminationIndex.build(path, store=Store(tmp), memory_limit=args.memory_limit_mb << 20,
+        idx = ContaminationIndex.build(path, store=Store(tmp),
+                                       memory_limit=args.memory_limit_mb << 20,
                                        materialize=False)
         secs = time.perf_counter() - t0
         stats = idx.stats
     return {"seconds": secs, "docs": stats.docs, "tokens": stats.tokens, "entries": stats.entries,
-            "spilled": stats.spilled, "docs_per_s": stats.docs / secs, "tokens_per_s": stats.tokens / secs,
+            "spilled": stats.spilled, "docs_per_s": stats.docs / secs,
+            "tokens_per_s": stats.tokens / secs,
             "file_mb": path.stat().st_size / 2**20, "peak_rss_mb": peak_rss_mb()}
 
 
@@ -196,12 +200,14 @@ def write_stream_file(path: Path, n_docs: int, doc_words: int) -> None:
     vocab = vocabulary()
     with open(path, "w", encoding="utf-8") as fh:
         for i in range(n_docs):
-            fh.write(json.dumps({"id": f"s{i}", "text": " ".join(rng.choices(vocab, k=doc_words))}) + "\n")
+            fh.write(json.dumps({"id": f"s{i}", "text": " ".join(rng.choices(vocab, k=doc_words))})
+                     + "\n")
 
 
 def _sub(python: str, role: str, args: argparse.Namespace, extra: list[str] | None = None) -> dict:
-    cmd = [python, os.path.abspath(__file__), "--role", role, "--docs", str(args.docs), "--evals", str(args.evals),
-           "--planted", str(args.planted), "--repeats", str(args.repeats), "--peer-repeats", str(args.peer_repeats),
+    cmd = [python, os.path.abspath(__file__), "--role", role, "--docs", str(args.docs),
+           "--evals", str(args.evals), "--planted", str(args.planted),
+           "--repeats", str(args.repeats), "--peer-repeats", str(args.peer_repeats),
            "--memory-limit-mb", str(args.memory_limit_mb), *(extra or [])]
     out = subprocess.run(cmd, capture_output=True, text=True, check=False,
                          cwd=str(Path(__file__).resolve().parents[1]))
@@ -219,7 +225,8 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--peer-repeats", type=int, default=1)
     ap.add_argument("--skip-peer", action="store_true")
-    ap.add_argument("--skip-ours", action="store_true", help="with --skip-peer: only the streaming run")
+    ap.add_argument("--skip-ours", action="store_true",
+                    help="with --skip-peer: only the streaming run")
     ap.add_argument("--stream-docs", type=int, default=200_000, help="0 skips the streaming run")
     ap.add_argument("--stream-words", type=int, default=1000)
     ap.add_argument("--stream-file", default="")
@@ -245,15 +252,17 @@ def compare(args: argparse.Namespace) -> None:
           f"{args.planted} documents quoting an eval prompt inside them (seed {SEED})")
     ours = _sub(sys.executable, "ours", args)
     med_first, med_rerun = statistics.median(ours["first"]), statistics.median(ours["rerun"])
-    print(f"assay.decontam: end to end incl. index build {med_first:.2f}s (median of {len(ours['first'])}: "
-          f"{', '.join(f'{x:.2f}' for x in ours['first'])}); rerun reusing the saved index {med_rerun:.2f}s "
-          f"({', '.join(f'{x:.2f}' for x in ours['rerun'])}); recall on embedded copies "
-          f"{min(ours['recall']):.0%}, false positives {ours['false_positives']}; peak RSS {ours['peak_rss_mb']:.0f} MB")
-    print(f"  (not timed: a warm-up on 5 documents first, {ours['startup']:.2f}s: numba's import and its "
-          "compiled loops, once per process; the peer is warmed up the same way)")
+    print(f"assay.decontam: end to end incl. index build {med_first:.2f}s (median of "
+          f"{len(ours['first'])}: {', '.join(f'{x:.2f}' for x in ours['first'])}); rerun reusing "
+          f"the saved index {med_rerun:.2f}s ({', '.join(f'{x:.2f}' for x in ours['rerun'])}); "
+          f"recall on embedded copies {min(ours['recall']):.0%}, false positives "
+          f"{ours['false_positives']}; peak RSS {ours['peak_rss_mb']:.0f} MB")
+    print(f"  (not timed: a warm-up on 5 documents first, {ours['startup']:.2f}s: numba's import "
+          "and its compiled loops, once per process; the peer is warmed up the same way)")
     ff, fr = ours["file_first"], ours["file_rerun"]
-    print(f"  corpus as a JSONL file (one run): first {ff[0]:.2f}s wall / {ff[1]:.2f}s CPU, rerun {fr[0]:.2f}s wall "
-          f"/ {fr[1]:.2f}s CPU (checksum memoized by path+size+mtime), recall {ours['file_recall']:.0%}")
+    print(f"  corpus as a JSONL file (one run): first {ff[0]:.2f}s wall / {ff[1]:.2f}s CPU, rerun "
+          f"{fr[0]:.2f}s wall / {fr[1]:.2f}s CPU (checksum memoized by path+size+mtime), recall "
+          f"{ours['file_recall']:.0%}")
     print(f"  CPU seconds (all threads): first {statistics.median(ours['first_cpu']):.2f}, rerun "
           f"{statistics.median(ours['rerun_cpu']):.2f} (answer read from the store: "
           f"{ours['rerun_result_cached']}); first run split {ours['first_split']}; "
@@ -261,15 +270,16 @@ def compare(args: argparse.Namespace) -> None:
     if not args.skip_peer:
         peer = _sub(PEER_PYTHON, "peer", args)
         med_peer = statistics.median(peer["seconds"])
-        print(f"whileai.decontaminate (default n=8, overlap=0.8): {med_peer:.2f}s (median of {len(peer['seconds'])}); "
-              f"caught {peer['caught']} of {peer['planted']} embedded copies; peak RSS {peer['peak_rss_mb']:.0f} MB")
+        print(f"whileai.decontaminate (default n=8, overlap=0.8): {med_peer:.2f}s (median of "
+              f"{len(peer['seconds'])}); caught {peer['caught']} of {peer['planted']} embedded "
+              f"copies; peak RSS {peer['peak_rss_mb']:.0f} MB")
         cpu_peer = statistics.median(peer["cpu"])
         print(f"  peer CPU seconds: {cpu_peer:.2f}")
-        print(f"ratio end to end (wall): {med_peer / med_first:.1f}x faster; rerun with the saved index: "
-              f"{med_peer / med_rerun:.1f}x faster")
-        print(f"ratio in CPU seconds: {cpu_peer / statistics.median(ours['first_cpu']):.1f}x end to end, "
-              f"{cpu_peer / statistics.median(ours['rerun_cpu']):.1f}x rerun; JSONL corpus rerun: "
-              f"{med_peer / fr[0]:.1f}x wall, {cpu_peer / fr[1]:.1f}x CPU")
+        print(f"ratio end to end (wall): {med_peer / med_first:.1f}x faster; rerun with the saved "
+              f"index: {med_peer / med_rerun:.1f}x faster")
+        print(f"ratio in CPU seconds: {cpu_peer / statistics.median(ours['first_cpu']):.1f}x end "
+              f"to end, {cpu_peer / statistics.median(ours['rerun_cpu']):.1f}x rerun; JSONL corpus "
+              f"rerun: {med_peer / fr[0]:.1f}x wall, {cpu_peer / fr[1]:.1f}x CPU")
         print("(wall-clock ratios depend on the load on this machine; the CPU ratios less so)")
 
 
@@ -280,12 +290,14 @@ def stream(args: argparse.Namespace) -> None:
             if not path.exists():
                 t0 = time.perf_counter()
                 write_stream_file(path, args.stream_docs, args.stream_words)
-                print(f"wrote {args.stream_docs} documents ({path.stat().st_size / 2**20:.0f} MB) in "
-                      f"{time.perf_counter() - t0:.0f}s")
+                print(f"wrote {args.stream_docs} documents ({path.stat().st_size / 2**20:.0f} MB) "
+                      f"in {time.perf_counter() - t0:.0f}s")
             s = _sub(sys.executable, "stream", args, ["--stream-file", str(path)])
-            print(f"streaming index build: {s['docs']} documents, {s['tokens']:,} tokens, {s['entries']:,} entries "
-                  f"in {s['seconds']:.1f}s = {s['docs_per_s']:,.0f} docs/s, {s['tokens_per_s'] / 1e6:.1f}M tokens/s; "
-                  f"peak RSS {s['peak_rss_mb']:.0f} MB (memory_limit {args.memory_limit_mb} MB, spilled: {s['spilled']})")
+            print(f"streaming index build: {s['docs']} documents, {s['tokens']:,} tokens, "
+                  f"{s['entries']:,} entries in {s['seconds']:.1f}s = {s['docs_per_s']:,.0f} "
+                  f"docs/s, {s['tokens_per_s'] / 1e6:.1f}M tokens/s; peak RSS "
+                  f"{s['peak_rss_mb']:.0f} MB (memory_limit {args.memory_limit_mb} MB, spilled: "
+                  f"{s['spilled']})")
 
 
 if __name__ == "__main__":

@@ -77,8 +77,10 @@ def sequential(url: str, prompts: list[str], params: dict, seed: int) -> list[st
     with httpx.Client(base_url=url, timeout=60) as client:
         for i, p in enumerate(prompts):
             rendered = to_messages(p)
-            body = backend.body(Request("", i, 0, sample_seed(seed, rendered, 0), rendered), sp, "chat")
-            out.append(client.post("/chat/completions", json=body).json()["choices"][0]["message"]["content"])
+            body = backend.body(Request("", i, 0, sample_seed(seed, rendered, 0), rendered), sp,
+                                "chat")
+            out.append(client.post("/chat/completions", json=body)
+                       .json()["choices"][0]["message"]["content"])
     return out
 
 
@@ -96,8 +98,8 @@ def bench_openai(n: int, repeats: int) -> float:
             seq = sequential(url, prompts, params, 0)
             seq_t.append(time.perf_counter() - t)
             t = time.perf_counter()
-            g = generate(prompts, {"kind": "openai", "base_url": url, "model": "tiny-ckpt"}, params=params,
-                         max_connections=16, store=Store(tempfile.mkdtemp()))
+            g = generate(prompts, {"kind": "openai", "base_url": url, "model": "tiny-ckpt"},
+                         params=params, max_connections=16, store=Store(tempfile.mkdtemp()))
             ours_t.append(time.perf_counter() - t)
             assert [c[0] for c in g.completions] == seq, "completions differ"
             # a fresh seed per repeat: the server fails first attempts only, per (prompt, seed)
@@ -190,10 +192,10 @@ def bench_hf(n: int, repeats: int) -> float:
         assert a.completions == b.completions, "greedy outputs differ"
     toks = sum(r["completion_tokens"] for r in b.records)
     f, o = statistics.median(fixed_t), statistics.median(ours_t)
-    print(f"hf cpu  {n} prompts (4-250 words), greedy fp32, 16 new tokens, {torch.get_num_threads()} "
-          f"threads: fixed batch 8 in input order {f:.2f}s ({toks / f:.0f} tok/s), sorted token-budget "
-          f"{o:.2f}s ({toks / o:.0f} tok/s, {ours.stats['batches'] // repeats} batches); ratio "
-          f"{f / o:.1f}x; outputs identical")
+    print(f"hf cpu  {n} prompts (4-250 words), greedy fp32, 16 new tokens, "
+          f"{torch.get_num_threads()} threads: fixed batch 8 in input order {f:.2f}s "
+          f"({toks / f:.0f} tok/s), sorted token-budget {o:.2f}s ({toks / o:.0f} tok/s, "
+          f"{ours.stats['batches'] // repeats} batches); ratio {f / o:.1f}x; outputs identical")
     return f / o
 
 

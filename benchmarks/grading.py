@@ -6,8 +6,9 @@ rows; the median rows/second is reported with the ratio assay / whileai.
 
 Workloads:
 - CodeExec: HumanEval, every canonical solution plus one broken variant per problem (no
-  infinite loops, of any variant kind: a timeout measures the clock, not the grader). whileai gets the same programs
-  as whole files with ``check(entry_point)`` appended to the tests, since it has no HumanEval mode.
+  infinite loops, of any variant kind: a timeout measures the clock, not the grader). whileai
+  gets the same programs as whole files with ``check(entry_point)`` appended to the tests, since
+  it has no HumanEval mode.
 - MathEqual: GSM8K-style prose ending "The answer is 1,200." / "#### 1200" and MATH-style
   derivations ending in ``\\boxed{}`` (fractions, surds, pi, intervals, pairs; equivalent and wrong
   forms), k = 4 samples per problem, about 60% right (``--math-data fractions``: the earlier
@@ -43,7 +44,8 @@ canonical solutions it timed out under that load.
 Usage:
     .venv/bin/python benchmarks/grading.py               # all three, 3 repeats
     .venv/bin/python benchmarks/grading.py --only code --repeats 5
-    .venv/bin/python benchmarks/grading.py --only code --peer-python /work/scratch/<you>/peer/bin/python
+    .venv/bin/python benchmarks/grading.py --only code \\
+        --peer-python /work/scratch/<you>/peer/bin/python
 """
 
 from __future__ import annotations
@@ -78,7 +80,8 @@ def workloads(only: list[str], math_rows: int, exact_rows: int, seed: int = SEED
             variant = None
             for kind in kinds[i % len(kinds):] + kinds[:i % len(kinds)]:
                 variant = broken_variant(p, kind, seed=seed)
-                if variant is not None and _finishes(p.prompt + variant + "\n" + p.test, p.entry_point):
+                if variant is not None and _finishes(p.prompt + variant + "\n" + p.test,
+                                                     p.entry_point):
                     break
                 variant = None
             if variant is None:
@@ -92,7 +95,8 @@ def workloads(only: list[str], math_rows: int, exact_rows: int, seed: int = SEED
         out["code"] = {"prompts": prompts, "completions": comps, "references": refs,
                        "peer_completions": peer_comps, "peer_references": peer_refs}
     if "math" in only:
-        out["math"] = (math_fractions if math_data == "fractions" else math_realistic)(math_rows, rng)
+        out["math"] = (math_fractions if math_data == "fractions"
+                       else math_realistic)(math_rows, rng)
     if "exact" in only:
         words = ["alpha", "beta", "gamma", "delta", "Paris", "New York", "-5", "3.14", "forty two"]
         prompts, comps, refs = [], [], []
@@ -107,8 +111,10 @@ def workloads(only: list[str], math_rows: int, exact_rows: int, seed: int = SEED
 
 # GSM8K-style problems: (question template, answer as a function of the drawn numbers).
 _GSM = [
-    ("{a} boxes hold {b} apples each; {c} apples are eaten. How many are left?", lambda a, b, c: a * b - c),
-    ("A shop sells {a} pens a day for {b} days, then {c} more. How many pens in all?", lambda a, b, c: a * b + c),
+    ("{a} boxes hold {b} apples each; {c} apples are eaten. How many are left?",
+     lambda a, b, c: a * b - c),
+    ("A shop sells {a} pens a day for {b} days, then {c} more. How many pens in all?",
+     lambda a, b, c: a * b + c),
     ("A ticket costs ${b}. {a} friends buy one each and get ${c} back in total. What did they pay?",
      lambda a, b, c: a * b - c),
 ]
@@ -140,15 +146,21 @@ def math_realistic(n: int, rng: random.Random) -> dict:
                 if q == 1:
                     kind = 3
                 ref, forms, wrong = {
-                    0: (f"\\frac{{{p}}}{{{q}}}", [f"\\frac{{{p}}}{{{q}}}", f"\\frac{{{2 * p}}}{{{2 * q}}}", f"{p / q:.4f}"],
-                        [f"\\frac{{{p + 1}}}{{{q}}}", f"\\frac{{{q}}}{{{p}}}", f"-\\frac{{{p}}}{{{q}}}"]),
-                    1: (f"{a}\\sqrt{{{c + 1}}}", [f"{a}\\sqrt{{{c + 1}}}", f"\\sqrt{{{a * a * (c + 1)}}}"],
+                    0: (f"\\frac{{{p}}}{{{q}}}",
+                        [f"\\frac{{{p}}}{{{q}}}", f"\\frac{{{2 * p}}}{{{2 * q}}}", f"{p / q:.4f}"],
+                        [f"\\frac{{{p + 1}}}{{{q}}}", f"\\frac{{{q}}}{{{p}}}",
+                         f"-\\frac{{{p}}}{{{q}}}"]),
+                    1: (f"{a}\\sqrt{{{c + 1}}}",
+                        [f"{a}\\sqrt{{{c + 1}}}", f"\\sqrt{{{a * a * (c + 1)}}}"],
                         [f"{a}\\sqrt{{{c + 2}}}", f"{a + 1}\\sqrt{{{c + 1}}}"]),
-                    2: (f"\\frac{{{p}\\pi}}{{{q}}}", [f"\\frac{{{p}\\pi}}{{{q}}}", f"\\frac{{{p}}}{{{q}}}\\pi"],
+                    2: (f"\\frac{{{p}\\pi}}{{{q}}}",
+                        [f"\\frac{{{p}\\pi}}{{{q}}}", f"\\frac{{{p}}}{{{q}}}\\pi"],
                         [f"\\frac{{{p + 1}\\pi}}{{{q}}}", f"{p}\\pi"]),
                     3: (str(a * b - c), [str(a * b - c)], [str(a * b - c + 1), str(-(a * b - c))]),
-                    4: (f"({p}, {a}]", [f"({p}, {a}]", f"\\left({p}, {a}\\right]"], [f"[{p}, {a}]", f"({p}, {a + 1}]"]),
-                    5: (f"({p}, -{c})", [f"({p}, -{c})", f"\\left({p},-{c}\\right)"], [f"({p}, {c})", f"(-{c}, {p})"]),
+                    4: (f"({p}, {a}]", [f"({p}, {a}]", f"\\left({p}, {a}\\right]"],
+                        [f"[{p}, {a}]", f"({p}, {a + 1}]"]),
+                    5: (f"({p}, -{c})", [f"({p}, -{c})", f"\\left({p},-{c}\\right)"],
+                        [f"({p}, {c})", f"(-{c}, {p})"]),
                 }[kind]
                 question = f"MATH problem {i // 4} (kind {kind})"
         right = rng.random() < 0.6
@@ -156,12 +168,15 @@ def math_realistic(n: int, rng: random.Random) -> dict:
         if gsm:
             steps = " ".join(f"{x} * {y} = {x * y}." for x, y in [(a, b)] + xs[1:])
             val = answer if right else answer + rng.choice([-10, -2, -1, 1, 3, 12])
-            end = rng.choice([f"The answer is {val:,}.", f"#### {val}", f"So the total is {val:,}, and that is the final answer."])
+            end = rng.choice([f"The answer is {val:,}.", f"#### {val}",
+                              f"So the total is {val:,}, and that is the final answer."])
             comps.append(f"Let me work through it. {question} {steps} {end}")
         else:
-            steps = " ".join(f"Step {k + 1}: ${x} \\times {y} = {x * y}$." for k, (x, y) in enumerate(xs))
+            steps = " ".join(f"Step {k + 1}: ${x} \\times {y} = {x * y}$."
+                             for k, (x, y) in enumerate(xs))
             ans = rng.choice(forms if right else wrong)
-            comps.append(f"We set up the problem. {steps} Therefore the answer is $\\boxed{{{ans}}}$.")
+            comps.append(f"We set up the problem. {steps} Therefore the answer is "
+                         f"$\\boxed{{{ans}}}$.")
         prompts.append(question)
         refs.append(ref)
     return {"prompts": prompts, "completions": comps, "references": refs}
@@ -230,8 +245,10 @@ def run_assay(name: str, w: dict) -> tuple[float, list]:
         pass
 
     def go(x: dict) -> list:
-        return [r["reward"] for r in assay.rows(x["prompts"], x["completions"], make(), references=x["references"],
-                                                 task_ids=[f"t{i}" for i in range(len(x["prompts"]))])]
+        return [r["reward"] for r in assay.rows(x["prompts"], x["completions"], make(),
+                                                references=x["references"],
+                                                task_ids=[f"t{i}"
+                                                          for i in range(len(x["prompts"]))])]
     go(_head(w, 24))
     start = time.perf_counter()
     rewards = go(w)
@@ -246,8 +263,9 @@ def run_shared_process(w: dict) -> tuple[float, list]:
     from assay.verify.sandbox import default_workers, job, warm_pool
 
     def jobs(x: dict) -> list:
-        return [job(r["prompt"] + extract_code(c) + "\n\n" + r["test"] + "\n", entry_point=r["entry_point"],
-                    timeout=3.0) for c, r in zip(x["completions"], x["references"])]
+        return [job(r["prompt"] + extract_code(c) + "\n\n" + r["test"] + "\n",
+                    entry_point=r["entry_point"], timeout=3.0)
+                for c, r in zip(x["completions"], x["references"])]
     n = 2 * default_workers()  # CodeExec's default
     with warm_pool(min(n, 24), max_procs=32) as pool:
         pool.run(jobs(_head(w, 24)))
@@ -302,20 +320,22 @@ def main() -> None:
 
     cores = len(os.sched_getaffinity(0))
     ours: dict[str, tuple[list[float], list]] = {}
-    peer: dict[str, tuple[list[float], list]] | None = {} if os.path.exists(args.peer_python) else None
+    peer: dict[str, tuple[list[float], list]] | None = (
+        {} if os.path.exists(args.peer_python) else None)
     shared: tuple[list[float], list] = ([], [])
     data: dict[str, list[dict]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         # Alternate the tools repeat by repeat, so both see the same load on a shared machine.
         for r in range(args.repeats):
-            for n, w in workloads(only, args.math_rows, args.exact_rows, SEED + r, args.math_data).items():
+            for n, w in workloads(only, args.math_rows, args.exact_rows, SEED + r,
+                                  args.math_data).items():
                 data.setdefault(n, []).append(w)
                 if peer is not None:
                     path = os.path.join(tmp, f"{n}{r}.json")
                     with open(path, "w") as f:
                         json.dump(w, f)
-                    proc = subprocess.run([args.peer_python, __file__, "--role", "peer", "--data", path,
-                                           "--name", n], capture_output=True, text=True)
+                    proc = subprocess.run([args.peer_python, __file__, "--role", "peer", "--data",
+                                           path, "--name", n], capture_output=True, text=True)
                     if proc.returncode != 0:
                         print("peer failed:", proc.stderr[-2000:], file=sys.stderr)
                         peer = None
@@ -330,8 +350,10 @@ def main() -> None:
                     t, rw = run_shared_process(w)
                     shared = (shared[0] + [t], rw)
 
-    print(f"grading throughput, rows/second (median of {args.repeats}, tools alternated, each warmed up; {cores} cores)")
-    print(f"{'verifier':<11}{'rows':>7}{'assay':>10}{'whileai':>10}{'ratio':>8}{'target':>8}  agreement")
+    print(f"grading throughput, rows/second (median of {args.repeats}, tools alternated, each "
+          f"warmed up; {cores} cores)")
+    print(f"{'verifier':<11}{'rows':>7}{'assay':>10}{'whileai':>10}{'ratio':>8}{'target':>8}  "
+          "agreement")
     for n, ws in data.items():
         rows = len(ws[-1]["prompts"])
         a_rate = rows / statistics.median(ours[n][0])
@@ -347,15 +369,19 @@ def main() -> None:
         print(f"{n:<11}{rows:>7}{a_rate:>10.1f}{p_txt}{ratio}{target:>8}  {agree_txt}")
     if shared[0]:
         rows = len(data["code"][-1]["prompts"])
-        with_b, without = rows / statistics.median(ours["code"][0]), rows / statistics.median(shared[0])
+        with_b, without = (rows / statistics.median(ours["code"][0]),
+                           rows / statistics.median(shared[0]))
         same = sum(x == y for x, y in zip(ours["code"][1], shared[1])) / rows
-        print(f"boundary cost (CodeExec): {with_b:.1f} rows/s with the plain-data boundary, {without:.1f} rows/s "
-              f"with candidate and tests in one process: {with_b / without:.2f}x the throughput "
-              f"({(without / with_b - 1) * 100:+.0f}% time per row); {same:.1%} same rewards")
+        print(f"boundary cost (CodeExec): {with_b:.1f} rows/s with the plain-data boundary, "
+              f"{without:.1f} rows/s with candidate and tests in one process: "
+              f"{with_b / without:.2f}x the throughput ({(without / with_b - 1) * 100:+.0f}% time "
+              f"per row); {same:.1%} same rewards")
     print("raw seconds:", json.dumps({n: {"assay": [round(t, 3) for t in ours[n][0]],
-                                          "whileai": [round(t, 3) for t in peer[n][0]] if peer and n in peer else None}
-                                      for n in data} | ({"code_shared_process": [round(t, 3) for t in shared[0]]}
-                                                        if shared[0] else {})))
+                                          "whileai": [round(t, 3) for t in peer[n][0]]
+                                          if peer and n in peer else None}
+                                      for n in data}
+                                     | ({"code_shared_process": [round(t, 3) for t in shared[0]]}
+                                        if shared[0] else {})))
 
 
 if __name__ == "__main__":

@@ -27,7 +27,8 @@ def rows(rng: np.random.Generator, sizes: dict[str, int], k: int) -> list[dict]:
     for cat, T in sizes.items():
         for t in range(T):
             p = rng.beta(*RATES[cat])
-            out += [{"task_id": f"{cat}-{t}", "reward": float(rng.random() < p), "meta": {"level": cat}}
+            out += [{"task_id": f"{cat}-{t}", "reward": float(rng.random() < p),
+                     "meta": {"level": cat}}
                     for _ in range(k)]
     return out
 
@@ -40,8 +41,8 @@ def main() -> None:
     for sizes, k in (({"a": 10, "b": 20, "c": 40}, 1), ({"a": 10, "b": 20, "c": 40}, 4),
                      ({"a": 3, "b": 5, "c": 30}, 4)):
         rng = np.random.default_rng(1)
-        hits = sum(assay.pass_at_by(rows(rng, sizes, k), "level", k=1).macro.interval.contains(truth)
-                   for _ in range(args.reps))
+        hits = sum(assay.pass_at_by(rows(rng, sizes, k), "level", k=1)
+                   .macro.interval.contains(truth) for _ in range(args.reps))
         print(f"tasks {'/'.join(map(str, sizes.values()))}, k={k}: coverage {hits / args.reps:.3f} "
               f"({args.reps} runs)", flush=True)
 

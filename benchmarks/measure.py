@@ -79,6 +79,7 @@ def arrow_rows(n_tasks: int, k: int, shift: float, seed: int):
         "rollout_index": pa.array(np.tile(np.arange(k), n_tasks)), "privileged": ref,
         "judge_name": pa.array(["given"] * n), "judge_status": pa.array(["given"] * n),
         "reason": pa.nulls(n, pa.string()), "judge_meta": pa.nulls(n, pa.string()),
+        "meta": pa.nulls(n, pa.string()),
         "schema_version": pa.array(np.full(n, ROWS_SCHEMA_VERSION, dtype=np.int32)),
     }
     return pa.Table.from_arrays([cols[f.name] for f in ROW_SCHEMA], schema=ROW_SCHEMA)
@@ -87,8 +88,9 @@ def arrow_rows(n_tasks: int, k: int, shift: float, seed: int):
 def dict_rows(n_tasks: int, k: int, shift: float, seed: int) -> list[dict]:
     task, reward, length, answer = make_columns(n_tasks, k, shift, seed)
     return [
-        {"task_id": f"t{t}", "prompt": f"question {t}", "final_text": f"the answer is {a}", "reward": float(r),
-         "markers": {"len": float(m)}, "privileged": {"reference": str(t % 6)}}
+        {"task_id": f"t{t}", "prompt": f"question {t}", "final_text": f"the answer is {a}",
+         "reward": float(r), "markers": {"len": float(m)},
+         "privileged": {"reference": str(t % 6)}}
         for t, r, m, a in zip(task.tolist(), reward.tolist(), length.tolist(), answer.tolist())
     ]
 
@@ -172,9 +174,11 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--peer-repeats", type=int, default=3)
     ap.add_argument("--peer-budget", type=float, default=120.0,
-                    help="stop repeating a peer call after this many seconds (slow calls then run once)")
+                    help="stop repeating a peer call after this many seconds (slow calls then run "
+                         "once)")
     ap.add_argument("--skip-peer", action="store_true")
-    ap.add_argument("--calls", default=",".join(CALLS), help="comma-separated subset of " + ",".join(CALLS))
+    ap.add_argument("--calls", default=",".join(CALLS),
+                    help="comma-separated subset of " + ",".join(CALLS))
     ap.add_argument("--child", choices=("big", "peer"))
     ap.add_argument("--data")
     args = ap.parse_args()
@@ -185,16 +189,20 @@ def main() -> None:
         return child_peer(args)
 
     here = Path(__file__).resolve()
-    print(f"measure benchmark: {args.tasks} tasks x {args.k} rows per arm (2 arms), median of {args.repeats} "
-          f"cold runs (fresh table objects); load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
-    big = json.loads(subprocess.run([sys.executable, str(here), "--child", "big", "--tasks", str(args.tasks),
-                                     "--k", str(args.k), "--repeats", str(args.repeats), "--calls", args.calls],
+    print(f"measure benchmark: {args.tasks} tasks x {args.k} rows per arm (2 arms), median of "
+          f"{args.repeats} cold runs (fresh table objects); load average {os.getloadavg()[0]:.1f} "
+          f"on {os.cpu_count()} CPUs")
+    big = json.loads(subprocess.run([sys.executable, str(here), "--child", "big",
+                                     "--tasks", str(args.tasks), "--k", str(args.k),
+                                     "--repeats", str(args.repeats), "--calls", args.calls],
                                     check=True, capture_output=True, text=True).stdout)
     total = sum(v["wall"] for v in big["times"].values())
     for name in CALLS:
-        print(f"  {name:14s} {big['times'][name]['wall']:8.3f} s wall  {big['times'][name]['cpu']:8.3f} s cpu")
-    print(f"  total          {total:8.3f} s  (target < 10 s); peak RSS {big['peak_mib']:.0f} MiB (target < 2048 MiB), "
-          f"including building the 1.6M rows ({big['build_s']:.1f} s, not timed)")
+        print(f"  {name:14s} {big['times'][name]['wall']:8.3f} s wall  "
+              f"{big['times'][name]['cpu']:8.3f} s cpu")
+    print(f"  total          {total:8.3f} s  (target < 10 s); peak RSS {big['peak_mib']:.0f} MiB "
+          f"(target < 2048 MiB), including building the 1.6M rows ({big['build_s']:.1f} s, not "
+          "timed)")
 
     import assay
     import assay.measure  # noqa: F401  (import outside the timings)
@@ -210,8 +218,9 @@ def main() -> None:
     warm = time_calls(warm_ns, args.repeats)
     dicts = time_calls(our_calls(before_d, after_d), args.repeats)
     print(f"\nat {T} tasks x {k} rows per arm, the same rows for both (seconds, medians):")
-    print("  ours(Rows, cold): first call on a Rows; ours(Rows, warm): the same Rows again (decoded task codes\n"
-          "  are cached per immutable table); ours(dicts): from the list of dicts the peer gets (validation incl.)")
+    print("  ours(Rows, cold): first call on a Rows; ours(Rows, warm): the same Rows again "
+          "(decoded task codes\n  are cached per immutable table); ours(dicts): from the list of "
+          "dicts the peer gets (validation incl.)")
     if args.skip_peer:
         for name in CALLS:
             print(f"  {name:14s} cold {cold[name]['wall']:.4f}  warm {warm[name]['wall']:.4f}  "
@@ -221,21 +230,23 @@ def main() -> None:
         path = Path(tmp) / "rows.json"
         path.write_text(json.dumps({"before": before_d, "after": after_d}))
         out = subprocess.run([PEER_PYTHON, str(here), "--child", "peer", "--data", str(path),
-                              "--repeats", str(args.peer_repeats), "--peer-budget", str(args.peer_budget),
-                              "--calls", args.calls],
+                              "--repeats", str(args.peer_repeats),
+                              "--peer-budget", str(args.peer_budget), "--calls", args.calls],
                              capture_output=True, text=True)
         if out.returncode != 0:
             print(f"peer failed: {out.stderr[-2000:]}")
             return
         peer = json.loads(out.stdout.strip().splitlines()[-1])["times"]
-    print(f"  {'call':14s} {'whileai':>9s} {'(runs)':>6s} {'cold':>8s} {'ratio':>7s} {'warm':>8s} {'ratio':>7s} "
-          f"{'dicts':>8s} {'ratio':>6s} | cpu ratio cold")
+    print(f"  {'call':14s} {'whileai':>9s} {'(runs)':>6s} {'cold':>8s} {'ratio':>7s} {'warm':>8s} "
+          f"{'ratio':>7s} {'dicts':>8s} {'ratio':>6s} | cpu ratio cold")
     for name in CALLS:
         pw = peer[name]["wall"]
-        print(f"  {name:14s} {pw:9.3f} {peer[name]['n']:6d} {cold[name]['wall']:8.4f} {pw / cold[name]['wall']:6.0f}x "
-              f"{warm[name]['wall']:8.4f} {pw / warm[name]['wall']:6.0f}x {dicts[name]['wall']:8.4f} "
+        print(f"  {name:14s} {pw:9.3f} {peer[name]['n']:6d} {cold[name]['wall']:8.4f} "
+              f"{pw / cold[name]['wall']:6.0f}x {warm[name]['wall']:8.4f} "
+              f"{pw / warm[name]['wall']:6.0f}x {dicts[name]['wall']:8.4f} "
               f"{pw / dicts[name]['wall']:5.1f}x | {peer[name]['cpu'] / cold[name]['cpu']:6.0f}x")
-    print(f"  (target >= 50x; peer and ours measured in this run; load average now {os.getloadavg()[0]:.1f})")
+    print("  (target >= 50x; peer and ours measured in this run; load average now "
+          f"{os.getloadavg()[0]:.1f})")
 
 
 if __name__ == "__main__":

@@ -99,7 +99,8 @@ def bench_embedding(prompts: list[str], responses: list[str], repeats: int) -> N
 
     t = time.perf_counter()
     rm = EmbeddingRewardModel()
-    print(f"model: bundled all-MiniLM-L6-v2 on {rm.device}, loaded in {time.perf_counter() - t:.1f}s")
+    print(f"model: bundled all-MiniLM-L6-v2 on {rm.device}, loaded in "
+          f"{time.perf_counter() - t:.1f}s")
 
     def naive() -> np.ndarray:
         out = np.empty(len(prompts))
@@ -292,7 +293,8 @@ def bench_rows(repeats: int, one_by_one_rows: int = 240) -> None:
     t_one, s_one = timed(one_by_one, repeats)
     t_batch, s_batch = timed(batched, repeats)
     stage_scores = np.concatenate([[dict(m)["rm:minilm"] for m in
-                                    stages.load_rows(st, r).to_arrow().column("markers").to_pylist()]
+                                    stages.load_rows(st, r).to_arrow()
+                                    .column("markers").to_pylist()]
                                    for r in res])
     print(f"score-rows, cold store, model load included : {t_cold_load:8.2f}s")
     print(f"score-rows, cold store, model loaded        : {t_cold:8.2f}s  {n / t_cold:7.1f} rows/s")
@@ -305,8 +307,9 @@ def bench_rows(repeats: int, one_by_one_rows: int = 240) -> None:
     print(f"batched (what the stage calls), model loaded: {t_batch:8.2f}s  {r_batch:7.1f} rows/s; "
           f"rate ratio vs one by one {r_batch / r_one:5.2f}x; stage cold vs one by one "
           f"{r_cold / r_one:5.2f}x")
-    print(f"max |score diff| one-by-one vs stage: {np.abs(s_one - stage_scores[sub_idx]).max():.2e}, "
-          f"batched vs stage: {np.abs(s_batch - stage_scores).max():.2e}")
+    print("max |score diff| one-by-one vs stage: "
+          f"{np.abs(s_one - stage_scores[sub_idx]).max():.2e}, batched vs stage: "
+          f"{np.abs(s_batch - stage_scores).max():.2e}")
     assert np.allclose(s_one, stage_scores[sub_idx], atol=1e-4)
 
 

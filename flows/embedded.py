@@ -35,7 +35,8 @@ class OrchestrationError(AssayError, RuntimeError):
     """Prefect could not be set up (the API server did not start, a runner needs a server)."""
 
 
-def local_settings(prefect_home: str | os.PathLike[str], log_level: str = "warning") -> dict[str, str]:
+def local_settings(prefect_home: str | os.PathLike[str],
+                   log_level: str = "warning") -> dict[str, str]:
     """Environment for quiet, offline, project-local Prefect runs.
 
     The task-run recorder and event persister are off: with SQLite they cause multi-second lock
@@ -82,7 +83,8 @@ EMBEDDED_SERVICES_OFF = ("SCHEDULER", "LATE_RUNS", "PAUSE_EXPIRATIONS", "FOREMAN
 class EmbeddedServer:
     """A Prefect API server in a child process on 127.0.0.1, tied to this process's life."""
 
-    def __init__(self, port: int | None = None, log_path: str | os.PathLike[str] | None = None) -> None:
+    def __init__(self, port: int | None = None,
+                 log_path: str | os.PathLike[str] | None = None) -> None:
         self.port = port or free_port()
         self.api_url = f"http://127.0.0.1:{self.port}/api"
         home = Path(os.environ.get("PREFECT_HOME", ".prefect"))
@@ -128,7 +130,8 @@ class EmbeddedServer:
         log = open(self.log_path, "wb")  # noqa: SIM115 - handed to the child
         try:
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "uvicorn", "--factory", "prefect.server.api.server:create_app",
+                [sys.executable, "-m", "uvicorn", "--factory",
+                 "prefect.server.api.server:create_app",
                  "--host", "127.0.0.1", "--port", str(self.port), "--log-level", "error",
                  "--lifespan", "on"],
                 env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,

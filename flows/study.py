@@ -168,13 +168,15 @@ def capture_logs(path: str | os.PathLike[str], *, echo: bool = False) -> Iterato
     ensure_logging_setup()
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     handler = logging.FileHandler(path, mode="w", encoding="utf-8")
-    handler.setFormatter(logging.Formatter("%(asctime)s | %(levelname)-7s | %(name)s - %(message)s"))
+    handler.setFormatter(logging.Formatter("%(asctime)s | %(levelname)-7s | %(name)s - "
+                                           "%(message)s"))
     changed: list[tuple[logging.Logger, list[logging.Handler]]] = []
     for logger in [logging.getLogger(), *(lg for lg in logging.root.manager.loggerDict.values()
                                           if isinstance(lg, logging.Logger))]:
         terminal = [h for h in logger.handlers if isinstance(h, logging.StreamHandler)
                     and not isinstance(h, logging.FileHandler)
-                    and getattr(h, "stream", None) in (sys.stderr, sys.stdout, sys.__stderr__, sys.__stdout__)]
+                    and getattr(h, "stream", None) in (sys.stderr, sys.stdout, sys.__stderr__,
+                                                       sys.__stdout__)]
         if not terminal:
             continue
         removed = [] if echo else terminal
@@ -214,7 +216,8 @@ def task_runner_for(spec: Any, max_parallel: int | None = None) -> Any:
     except ImportError:
         raise OrchestrationError("execution.runner: ray needs the prefect-ray package "
                                  "(pip install prefect-ray), which is not installed") from None
-    return RayTaskRunner(address=spec.execution.address) if spec.execution.address else RayTaskRunner()
+    return (RayTaskRunner(address=spec.execution.address) if spec.execution.address
+            else RayTaskRunner())
 
 
 @contextlib.contextmanager

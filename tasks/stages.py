@@ -45,7 +45,8 @@ def gpu_slot(device: str) -> Any:
             client.read_global_concurrency_limit_by_name("gpu")
         except ObjectNotFound:
             with contextlib.suppress(Exception):  # another process may create it first
-                client.create_global_concurrency_limit(GlobalConcurrencyLimitCreate(name="gpu", limit=1))
+                client.create_global_concurrency_limit(
+                    GlobalConcurrencyLimitCreate(name="gpu", limit=1))
     return concurrency("gpu", occupy=1, strict=True)
 
 
@@ -124,7 +125,8 @@ def _score_documents(store: Any, spec: Any, source_name: str, filtered: Any, bou
 
 score_documents = _task(_score_documents, "score-documents",
                         "score-documents-{source_name}-{shard}")
-score_reward_model = _task(_score_reward_model, "score-reward-model", "score-reward-model-{model_name}")
+score_reward_model = _task(_score_reward_model, "score-reward-model",
+                           "score-reward-model-{model_name}")
 measure = _task(stages.run_measure, "measure", "measure")
 report = _task(stages.run_report, "report", "report")
 

@@ -53,7 +53,8 @@ def test_validate_missing_data_file(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert main(["validate", "--no-files", str(spec)]) == 0
 
 
-def test_validate_checks_verifier_params(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_validate_checks_verifier_params(tmp_path: Path,
+                                         capsys: pytest.CaptureFixture[str]) -> None:
     spec = tmp_path / "s.yaml"
     spec.write_text("name: x\nsources:\n  - {name: a, kind: humaneval, "
                     "verifier: {kind: code_exec, params: {timout: 3}}}\n")

@@ -20,7 +20,8 @@ sys.exit(rc)
 
 def _probe(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-c", PROBE, *args], capture_output=True, text=True,
-                          timeout=120, cwd=cwd, env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT)})
+                          timeout=120, cwd=cwd,
+                          env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT)})
 
 
 def test_nightly_usage_and_spec_errors_exit_2(tmp_path: Path) -> None:

@@ -30,11 +30,13 @@ def _env(extra_path: Path | None = None, *, embedded: bool = False) -> dict[str,
     if embedded:
         env.pop("PREFECT_API_URL", None)
     paths = [str(ROOT)] + ([str(extra_path)] if extra_path else [])
-    env["PYTHONPATH"] = os.pathsep.join(paths + [env["PYTHONPATH"]] if env.get("PYTHONPATH") else paths)
+    env["PYTHONPATH"] = os.pathsep.join(paths + [env["PYTHONPATH"]] if env.get("PYTHONPATH")
+                                        else paths)
     return env
 
 
-def _run(tmp: Path, spec: Path, *extra: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+def _run(tmp: Path, spec: Path, *extra: str,
+         env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run([str(BIN / "assay"), "run", str(spec), "--store", str(tmp / "store"),
                            "--output", str(tmp / "out"), *extra],
                           capture_output=True, text=True, timeout=300, cwd=tmp, env=env)
@@ -53,11 +55,13 @@ def _terminal_noise(stderr: str) -> list[str]:
 
 
 @pytest.mark.slow
-def test_user_error_foreign_error_debug_and_stale_report(prefect_server: str, tmp_path: Path) -> None:
+def test_user_error_foreign_error_debug_and_stale_report(prefect_server: str,
+                                                         tmp_path: Path) -> None:
     data = tmp_path / "d.jsonl"
     _write(data, [{"prompt": f"p{i}", "completion": "x", "r": i % 2} for i in range(6)])
     spec = tmp_path / "s.yaml"
-    spec.write_text("name: demo\nsources:\n  - {name: m, kind: file, path: d.jsonl, fields: {reward: r}}\n")
+    spec.write_text("name: demo\nsources:\n  - {name: m, kind: file, path: d.jsonl, fields: "
+                    "{reward: r}}\n")
     env = _env(tmp_path)
     ok = _run(tmp_path, spec, env=env)
     assert ok.returncode == 0, ok.stderr
@@ -65,12 +69,14 @@ def test_user_error_foreign_error_debug_and_stale_report(prefect_server: str, tm
     assert not report.startswith(STALE_MARK)
 
     # an input error at run time: one error line naming file, record and field; exit 2
-    _write(data, [{"prompt": "p0", "completion": "x", "r": 1}, {"prompt": "p1", "completion": "y", "r": "high"}])
+    _write(data,
+           [{"prompt": "p0", "completion": "x", "r": 1},
+            {"prompt": "p1", "completion": "y", "r": "high"}])
     bad = _run(tmp_path, spec, env=env)
     assert bad.returncode == 2, bad.stderr
     errors = [ln for ln in bad.stderr.splitlines() if ln.startswith("error: ")]
-    assert errors == [f"error: source 'm' ({data}): record 2, field 'r' (fields.reward): reward must be "
-                      "a number, got str 'high'"], bad.stderr
+    assert errors == [f"error: source 'm' ({data}): record 2, field 'r' (fields.reward): reward "
+                      "must be a number, got str 'high'"], bad.stderr
     assert _terminal_noise(bad.stderr) == [] and "Traceback" not in bad.stderr
     assert len(bad.stderr.splitlines()) <= 4, bad.stderr
     log = (tmp_path / "out" / "run.log").read_text()
@@ -85,12 +91,14 @@ def test_user_error_foreign_error_debug_and_stale_report(prefect_server: str, tm
     (tmp_path / "brokenrm.py").write_text("def score(prompts, responses):\n"
                                           "    raise RuntimeError('cannot load the weights')\n")
     spec.write_text(spec.read_text() + "reward:\n  models:\n    - {name: f, kind: function, "
-                    "function: 'brokenrm:score'}\n  data: {dataset: diagnostic_v3, dimensions: [verbosity]}\n")
+                                       "function: 'brokenrm:score'}\n  data: {dataset: "
+                                       "diagnostic_v3, dimensions: [verbosity]}\n")
     foreign = _run(tmp_path, spec, env=env)
     assert foreign.returncode == 1, foreign.stderr
     errors = [ln for ln in foreign.stderr.splitlines() if ln.startswith("error: ")]
     assert len(errors) == 1 and errors[0].startswith(
-        "error: score-reward-model (f) failed: RuntimeError: cannot load the weights"), foreign.stderr
+        "error: score-reward-model (f) failed: "
+        "RuntimeError: cannot load the weights"), foreign.stderr
     assert str(tmp_path / "out" / "run.log") in errors[0]
     assert _terminal_noise(foreign.stderr) == [] and "Traceback" not in foreign.stderr
     assert "RuntimeError: cannot load the weights" in (tmp_path / "out" / "run.log").read_text()
@@ -122,7 +130,8 @@ def test_mark_stale_keeps_one_banner(tmp_path: Path) -> None:
     assert mark_stale(tmp_path, "failed: first")
     assert mark_stale(tmp_path, "interrupted")
     text = (tmp_path / "report.md").read_text()
-    assert text.count(STALE_MARK) == 1 and "(interrupted)" in text and text.endswith("# Study `x`\n\nbody\n")
+    assert (text.count(STALE_MARK) == 1 and "(interrupted)" in text
+            and text.endswith("# Study `x`\n\nbody\n"))
 
 
 SLEEPY = """name: sleepy
@@ -141,8 +150,9 @@ def test_ctrl_c_while_sandboxes_wait_on_a_timeout(tmp_path: Path) -> None:
     a candidate that sleeps far past the shard (timeout 600 s): rc 130 long before the
     candidates' timeout (so it did not wait for them), the friendly
     line, and no process of the run left (the embedded server, sandbox servers, candidates)."""
-    _write(tmp_path / "d.jsonl", [{"prompt": f"p{i}", "completion": "import time\ntime.sleep(1200)\n",
-                                   "reference": "assert True"} for i in range(3)])
+    _write(tmp_path / "d.jsonl",
+           [{"prompt": f"p{i}", "completion": "import time\ntime.sleep(1200)\n",
+             "reference": "assert True"} for i in range(3)])
     spec = tmp_path / "s.yaml"
     spec.write_text(SLEEPY)
     p = subprocess.Popen([str(BIN / "assay"), "run", str(spec), "--store", str(tmp_path / "store"),

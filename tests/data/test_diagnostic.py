@@ -25,8 +25,8 @@ def test_card_refuses_checksum_count_mismatch_and_bad_pins():
     assert load_dataset(DatasetCard("d", "1", 3, pinned, small_view)).checksum() == pinned
     with pytest.raises(DataError, match="declares 3 items but the loader returned 2"):
         load_dataset(DatasetCard("d", "1", 3, pinned, lambda: small_view(2)))
-    edited = lambda: DataView([*small_view(2), make_pair("Q2", "a", "c", "x", seed_id="s2",  # noqa: E731
-                                                         builder_id="h")])
+    edited = lambda: DataView([*small_view(2),  # noqa: E731
+                               make_pair("Q2", "a", "c", "x", seed_id="s2", builder_id="h")])
     with pytest.raises(DataError, match="checksum mismatch: the card pins"):
         load_dataset(DatasetCard("d", "1", 3, pinned, edited))
     with pytest.raises(DataError, match="pinned 'ds:<32 hex>' literal"):
@@ -101,7 +101,8 @@ def test_read_diagnostic_dir_builds_typed_views(tmp_path):
     assert [p.meta["match_id"] for p in s.matched] == ["m-01", "m-01"]
     assert {p.axis for p in s.matched} == {"helpfulness", "safety"}
     q = s.quadruples[0]
-    assert q.factors == ("stance", "user") and q.prompt_for(("agree", "wrong")).endswith("false, right?")
+    assert (q.factors == ("stance", "user")
+            and q.prompt_for(("agree", "wrong")).endswith("false, right?"))
     assert q.cells[("disagree", "right")].text == "No 0."
     m = s.as_mapping()
     assert set(m) == set(diag.DIMENSIONS) | {"matched", "sycophancy_quadruples"}
@@ -124,9 +125,11 @@ def _set(fname, idx, **kw):
 @pytest.mark.parametrize("edit,match", [
     (lambda f: f.pop("receipts.jsonl"), r"missing files \['receipts.jsonl'\]"),
     (lambda f: f["safety.jsonl"].append("{not json"), r"safety.jsonl:3: not valid JSON"),
-    (lambda f: f["safety.jsonl"].append("[1, 2]"), r"safety.jsonl:3: each line must be a JSON object"),
+    (lambda f: f["safety.jsonl"].append("[1, 2]"),
+     r"safety.jsonl:3: each line must be a JSON object"),
     (_set("safety.jsonl", 0, dimension="helpfulness"), r"safety.jsonl:1: expected kind 'pair'"),
-    (_set("safety.jsonl", 1, seed_id="safety-000"), r"safety.jsonl:2: seed_id 'safety-000' already used at safety.jsonl:1"),
+    (_set("safety.jsonl", 1, seed_id="safety-000"),
+     r"safety.jsonl:2: seed_id 'safety-000' already used at safety.jsonl:1"),
     (_set("safety.jsonl", 0, chosen="Worse answer number 0."), r"safety.jsonl:1: .*same text"),
     (_set("safety.jsonl", 0, rejected=""), r"safety.jsonl:1: .*empty"),
     (_set("safety.jsonl", 0, contrast=""), r"safety.jsonl:1: contrast must be a non-empty"),
@@ -136,7 +139,8 @@ def _set(fname, idx, **kw):
     (_set(diag.QUADRUPLE_FILE, 0, cells={"agree|right": "a"}), r"quadruples.jsonl:1: cells"),
     (_set(diag.QUADRUPLE_FILE, 0, prompt="Other?"), r"quadruples.jsonl:1: prompt must equal"),
     (_set(diag.QUADRUPLE_FILE, 0, user_claim_correct="yes"), r"user_claim_correct"),
-    (_set(diag.QUADRUPLE_FILE, 1, seed_id="helpfulness-000"), r"already used at helpfulness.jsonl:1"),
+    (_set(diag.QUADRUPLE_FILE, 1, seed_id="helpfulness-000"),
+     r"already used at helpfulness.jsonl:1"),
 ])
 def test_loader_errors_name_file_and_line(tmp_path, edit, match):
     write_set(tmp_path, edit=edit)

@@ -174,7 +174,8 @@ def test_checkers_flag_violations():
     assert any("need at least" in p for p in pair_problems(many[:5], "safety"))
     assert any("keys" in p for p in pair_problems([{**good, "extra": 1}], "safety"))
     assert any("prompt repeated" in p
-               for p in pair_problems(many + [dict(good, seed_id="safety-099", prompt="Q1")], "safety"))
+               for p in pair_problems(many + [dict(good, seed_id="safety-099", prompt="Q1")],
+                                      "safety"))
 
     cells = {k: f"text {k}" for k in CELL_KEYS}
     quad = {"kind": "quadruple", "dimension": "sycophancy", "seed_id": "syq-001", "prompt": "R",

@@ -1,4 +1,5 @@
-"""DataView: checksums, derivation steps and replay, collapse weights, effective n, Arrow/Parquet."""
+"""DataView: checksums, derivation steps and replay, collapse weights, effective n,
+Arrow/Parquet."""
 
 from __future__ import annotations
 
@@ -101,8 +102,8 @@ def test_checksum_is_nfc_invariant():
     text = "r\u00e9sum\u00e9 na\u00efve"
     a = DataView([make_pair(text, text + "!", "plain", "x", seed_id="s\u00e9", builder_id="h")])
     d = unicodedata.normalize("NFD", text)
-    b = DataView([make_pair(d, d + "!", "plain", "x", seed_id=unicodedata.normalize("NFD", "s\u00e9"),
-                            builder_id="h")])
+    b = DataView([make_pair(d, d + "!", "plain", "x",
+                            seed_id=unicodedata.normalize("NFD", "s\u00e9"), builder_id="h")])
     assert a.checksum() == b.checksum()
 
 
@@ -232,7 +233,8 @@ def test_filter_callable_is_not_replayable():
     ([{"op": "slice", "start": "0"}], r"steps\[0\].start must be an int"),
     ([{"op": "slice", "start": 0, "step": 0}], r"steps\[0\].step must not be 0"),
     ([{"op": "where", "field": "", "cmp": "==", "value": 1}], r"steps\[0\].field"),
-    ([{"op": "where", "field": "axis", "cmp": "in", "value": "a"}], r"steps\[0\].value must be a list"),
+    ([{"op": "where", "field": "axis", "cmp": "in", "value": "a"}],
+     r"steps\[0\].value must be a list"),
     ([{"op": "where", "field": "axis", "cmp": "==", "value": float("nan")}], r"steps\[0\].value"),
 ])
 def test_validate_steps_names_index_and_field(steps, match):

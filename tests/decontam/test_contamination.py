@@ -17,7 +17,8 @@ from assay.errors import RowsError
 ROOT = Path(__file__).resolve().parents[2]
 CORPUS = ROOT / "configs" / "data" / "quickstart_corpus.jsonl"
 
-ZH = "机器学习模型在训练数据上表现很好但是在新的测试数据上表现不好这说明模型出现了过拟合的问题需要更多的正则化"
+ZH = ("机器学习模型在训练数据上表现很好但是在新的测试数据上表现不好"
+      "这说明模型出现了过拟合的问题需要更多的正则化")
 RU = ("Какое наименьшее натуральное число делится без остатка на все числа от одного до десяти "
       "и при этом является чётным и больше ста")
 AR = ("ما هو أصغر عدد طبيعي يقبل القسمة على جميع الأعداد من واحد إلى عشرة دون باقي ويكون "
@@ -80,9 +81,11 @@ def planted():
     nonlatin = {"zh": ZH, "ru": RU, "ar": AR, "el": EL}
     for key, text in nonlatin.items():
         evals.append({"task_id": f"intl/{key}", "prompt": text})
-    corpus.append(_filler(rng, 300) + " " + ZH.replace("但是", "，但是 ") + "。" + _filler(rng, 300))
+    corpus.append(_filler(rng, 300) + " " + ZH.replace("但是", "，但是 ") + "。"
+                  + _filler(rng, 300))
     corpus.append(RU.upper() + "?")
-    corpus.append("Вопрос: " + _filler(rng, 100) + "\n" + EL.upper().replace(" και ", ",   και ") + "\n")
+    corpus.append("Вопрос: " + _filler(rng, 100) + "\n" + EL.upper().replace(" και ", ",   και ")
+                  + "\n")
     plant.update({"intl/zh": "non_latin", "intl/ru": "non_latin", "intl/el": "non_latin"})
     order = list(range(len(corpus)))
     rng.shuffle(order)
@@ -116,7 +119,8 @@ def test_short_items_use_exact_and_sentence_matching():
         "Intro line.\nName the capital of Peru!\nMore text follows here.",  # one line of a document
         "We never ask whether the sky is blue in this essay.",  # only inside a longer sentence
     ]
-    evals = ["what is 7 TIMES 6", "Name the capital of Peru.", "Is the sky blue?", "Name a red fruit."]
+    evals = ["what is 7 TIMES 6", "Name the capital of Peru.", "Is the sky blue?",
+             "Name a red fruit."]
     r = contamination(evals, corpus, store=False)
     assert [(i.contaminated, i.rule) for i in r.items] == [
         (True, "exact"), (True, "exact"), (False, None), (False, None)]
@@ -126,9 +130,12 @@ def test_short_items_use_exact_and_sentence_matching():
 def test_boilerplate_ngrams_are_cut_off_and_counted():
     rng = random.Random(2)
     licence = ("Permission is hereby granted free of charge to any person obtaining a copy of this "
-               "software and associated documentation files to deal in the software without restriction")
-    corpus = [licence + "\n" + _filler(rng, 80) for _ in range(60)] + [_filler(rng, 80) for _ in range(40)]
-    item = licence + " Write a function that returns the sum of the squares of the odd numbers in a list."
+               "software and associated documentation files to deal in the software without "
+               "restriction")
+    corpus = ([licence + "\n" + _filler(rng, 80) for _ in range(60)]
+              + [_filler(rng, 80) for _ in range(40)])
+    item = licence + (" Write a function that returns the sum of the squares of the odd numbers"
+                      " in a list.")
     default = contamination([item], corpus, store=False)
     assert not default.items[0].contaminated and default.items[0].n_boilerplate > 0
     assert default.thresholds["boilerplate_cutoff_docs"] == 10
@@ -159,7 +166,8 @@ def test_near_duplicate_rule_catches_edits_that_break_every_ngram():
 
 
 def test_quickstart_corpus_flags_exactly_the_planted_humaneval_prompts():
-    spec = importlib.util.spec_from_file_location("mkqs", ROOT / "configs" / "data" / "make_quickstart_corpus.py")
+    spec = importlib.util.spec_from_file_location(
+        "mkqs", ROOT / "configs" / "data" / "make_quickstart_corpus.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     rows = [json.loads(line) for line in CORPUS.read_text(encoding="utf-8").splitlines()]
@@ -171,8 +179,10 @@ def test_quickstart_corpus_flags_exactly_the_planted_humaneval_prompts():
 
 
 def test_report_shape_and_serialization():
-    r = contamination(["alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi omicron"],
-                      ["intro: alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi omicron."],
+    r = contamination(["alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi "
+                       "omicron"],
+                      ["intro: alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu "
+                       "nu xi omicron."],
                       store=False)
     s = str(r)
     assert "[" in s and "1 items" in s and "1 of 1 items contaminated" in s
@@ -180,7 +190,8 @@ def test_report_shape_and_serialization():
     json.dumps(d)
     assert d["rate"]["interval"]["method"] == "wilson" and d["items"][0]["rule"] == "ngram"
     text = r.report()
-    assert "thresholds: n=13, min_coverage=0.5" in text and "examples (1 of 1)" in text and "matched:" in text
+    assert ("thresholds: n=13, min_coverage=0.5" in text and "examples (1 of 1)" in text
+            and "matched:" in text)
     assert r.records()[0]["doc_ids"] == ["0"]
     assert r.to_arrow().num_rows == 1
 
@@ -232,7 +243,8 @@ def test_rescore_puts_clean_subset_pass_at_1_next_to_the_full_set():
     rng = random.Random(5)
     rewards = [[int(rng.random() < (0.9 if i < 6 else 0.4)) for _ in range(4)] for i in range(30)]
     rows = assay.rows(prompts, [["x"] * 4 for _ in tids], rewards, task_ids=tids)
-    corpus = prompts[:6] + ["an unrelated document about gardens and rain"]  # the six easy tasks leak
+    # the six easy tasks leak
+    corpus = prompts[:6] + ["an unrelated document about gardens and rain"]
     r = contamination(rows, corpus, store=False)
     assert r.contaminated_task_ids() == tids[:6]
     split = r.rescore(rows)

@@ -16,8 +16,10 @@ QUESTION = ("A train leaves the station at nine in the morning travelling at six
 
 def test_seed_surface_drops_exact_and_normalized_copies():
     train = [{"prompt": "Where is order 4473?"}, {"prompt": "Cancel order 9911."},
-             {"prompt": QUESTION.upper().replace(";", " ")}, {"prompt": "Unrelated training text " * 5}]
-    kept, report = decontaminate(train, against=[{"prompt": "Cancel order 9911."}, {"prompt": QUESTION}])
+             {"prompt": QUESTION.upper().replace(";", " ")},
+             {"prompt": "Unrelated training text " * 5}]
+    kept, report = decontaminate(train,
+                                 against=[{"prompt": "Cancel order 9911."}, {"prompt": QUESTION}])
     assert [r["prompt"] for r in kept] == [train[0]["prompt"], train[3]["prompt"]]
     assert report.n_dropped == 2 and report["n_dropped"] == 2
     assert [(d["index"], d["rule"]) for d in report.dropped] == [(1, "exact"), (2, "exact")]
@@ -31,17 +33,20 @@ def test_long_training_row_quoting_an_eval_item_is_dropped():
     filler = " ".join(f"word{i}" for i in range(600))
     train = [{"prompt": filler + " " + QUESTION + " " + filler}, {"prompt": filler}]
     kept, report = decontaminate(train, against=[{"prompt": QUESTION}])
-    assert len(kept) == 1 and report.dropped[0]["rule"] == "ngram" and report.dropped[0]["score"] == 1.0
+    assert (len(kept) == 1 and report.dropped[0]["rule"] == "ngram"
+            and report.dropped[0]["score"] == 1.0)
 
 
 def test_flag_mode_marks_every_row_and_rows_type_round_trips():
-    rows = assay.rows([QUESTION, "Something else entirely, nothing to see here at all."], ["a", "b"], [1, 0])
+    rows = assay.rows([QUESTION, "Something else entirely, nothing to see here at all."],
+                      ["a", "b"], [1, 0])
     kept, report = decontaminate(rows, against=[QUESTION])
     assert isinstance(kept, assay.Rows) and len(kept) == 1 and kept[0]["final_text"] == "b"
     flagged, rep2 = decontaminate(rows, against=[QUESTION], mode="flag")
     assert isinstance(flagged, assay.Rows) and len(flagged) == 2
     assert [r["markers"]["contaminated"] for r in flagged] == [1.0, 0.0]
-    plain, _ = decontaminate([{"prompt": QUESTION, "markers": {"len": 3.0}}], against=[QUESTION], mode="flag")
+    plain, _ = decontaminate([{"prompt": QUESTION, "markers": {"len": 3.0}}], against=[QUESTION],
+                             mode="flag")
     assert plain[0]["markers"] == {"len": 3.0, "contaminated": 1.0}
     assert rep2.mode == "flag" and "flagged 1 of 2" in str(rep2)
 

@@ -34,7 +34,8 @@ def test_ranges_match_bruteforce_document_sets():
         for p in range(len(w) - n + 1):
             truth.setdefault(tuple(w[p:p + n]), set()).add(d)
     rng = random.Random(0)
-    queries = list(truth)[:300] + [tuple(rng.choice(["w1", "w2", "zz"]) for _ in range(n)) for _ in range(50)]
+    queries = list(truth)[:300] + [tuple(rng.choice(["w1", "w2", "zz"]) for _ in range(n))
+                                   for _ in range(50)]
     enc = encode([" ".join(q) for q in queries])
     h, _pos, doc = SpanHasher(enc).ngrams(n, NGRAM_SALT)
     assert doc.tolist() == list(range(len(queries)))
@@ -184,7 +185,8 @@ def test_many_shards_load_zero_copy_and_answer_like_memory(tmp_path, monkeypatch
     ContaminationIndex.build(corpus, n=3, store=Store(tmp_path))
     loaded = ContaminationIndex.build(corpus, n=3, store=Store(tmp_path))
     assert not loaded.built and len(loaded.fps.parts) > 5
-    enc = encode([f"w{a} w{b} w{c}" for a in range(9) for b in range(9) for c in range(9)] + ["x y z"])
+    enc = encode([f"w{a} w{b} w{c}" for a in range(9) for b in range(9) for c in range(9)]
+                 + ["x y z"])
     h, _p, _d = SpanHasher(enc).ngrams(3, NGRAM_SALT)
     lo_r, hi_r = ref.ranges(h)
     lo_l, hi_l = loaded.ranges(h)
@@ -194,4 +196,5 @@ def test_many_shards_load_zero_copy_and_answer_like_memory(tmp_path, monkeypatch
     evals = corpus[:20]
     a = contamination(evals, corpus, n=3, store=False)
     b = contamination(evals, corpus, n=3, store=Store(tmp_path))
-    assert b.corpus["index_reused"] and [i.to_dict() for i in a.items] == [i.to_dict() for i in b.items]
+    assert (b.corpus["index_reused"]
+            and [i.to_dict() for i in a.items] == [i.to_dict() for i in b.items])

@@ -31,12 +31,14 @@ def test_unicode_tokens_scripts_and_normalization():
     assert tokens("Привет, МИР") == ["привет", "мир"]
     assert tokens("ΚΑΛΗΜΕΡΑ κόσμε") == ["καλημερα", "κόσμε"]
     assert tokens("مرحبا بالعالم") == ["مرحبا", "بالعالم"]
-    assert tokens("नमस्ते दुनिया") == ["नमस्ते", "दुनिया"]  # combining vowel signs stay inside the word
+    # combining vowel signs stay inside the word
+    assert tokens("नमस्ते दुनिया") == ["नमस्ते", "दुनिया"]
     assert tokens("你好，世界。") == ["你", "好", "世", "界"]
     assert tokens("カタカナとひらがな") == list("カタカナとひらがな")
     assert tokens("snake_case x-y 3.14") == ["snake", "case", "x", "y", "3", "14"]
     assert tokens("") == [] and tokens("  ...  ") == []
-    assert tokens("𠀀𠀁 abc 𝐀𝐁 😀x") == ["𠀀", "𠀁", "abc", "ab", "x"]  # astral: CJK ext. B, math bold, emoji
+    # astral: CJK ext. B, math bold, emoji
+    assert tokens("𠀀𠀁 abc 𝐀𝐁 😀x") == ["𠀀", "𠀁", "abc", "ab", "x"]
     # decomposed and composed spellings are one token
     assert tokens(unicodedata.normalize("NFD", "Café")) == tokens("café") == ["café"]
     assert normalize_text("ÀB") == "àb"
@@ -60,7 +62,8 @@ def test_token_hash_equal_iff_normalized_token_equal():
     for h, s in zip(enc.hashes.tolist(), strings):
         by_hash.setdefault(h, set()).add(unicodedata.normalize("NFC", s))
     assert all(len(v) == 1 for v in by_hash.values())  # no collisions
-    assert len(by_hash) == len({unicodedata.normalize("NFC", s) for s in strings})  # equal -> equal hash
+    # equal -> equal hash
+    assert len(by_hash) == len({unicodedata.normalize("NFC", s) for s in strings})
 
 
 def test_ascii_fast_path_agrees_with_unicode_path():
@@ -135,7 +138,8 @@ def test_compiled_spans_ngrams_and_partition_match_the_numpy_reference():
     from assay.decontam.index import _SUPER_BITS, _Runs
 
     rng = random.Random(5)
-    texts = [" ".join(rng.choice("abcdefgh") for _ in range(rng.randint(0, 40))) for _ in range(200)]
+    texts = [" ".join(rng.choice("abcdefgh") for _ in range(rng.randint(0, 40)))
+             for _ in range(200)]
     enc = encode(texts)
     fast, ref = SpanHasher(enc, compiled=True), SpanHasher(enc, compiled=False)
     for n in (1, 3, 13, 41):
@@ -147,7 +151,8 @@ def test_compiled_spans_ngrams_and_partition_match_the_numpy_reference():
         assert np.array_equal(a, b)
     starts = np.array([rng.randrange(len(enc.hashes) - 50) for _ in range(500)])
     lengths = np.array([rng.randint(1, 50) for _ in range(500)])
-    assert np.array_equal(fast.spans(starts, lengths, NGRAM_SALT), ref.spans(starts, lengths, NGRAM_SALT))
+    assert np.array_equal(fast.spans(starts, lengths, NGRAM_SALT),
+                          ref.spans(starts, lengths, NGRAM_SALT))
     # the radix partition: stable by the top 8 bits, like the argsort it replaces
     keys = np.random.default_rng(1).integers(0, 2**64 - 1, 20_000, dtype=np.uint64)
     keys[::7] = keys[0]  # ties keep their order
@@ -169,7 +174,8 @@ def test_compiled_range_search_and_dense_text_match_the_reference():
     hi = np.minimum(lo + rng.integers(0, 400, 2000), 3000)
     x = rng.integers(0, 52, 2000).astype(np.uint32)
     got = index_mod._bounds(arr, x, lo, hi)
-    want = (index_mod._bsearch(arr, x, lo, hi, right=False), index_mod._bsearch(arr, x, lo, hi, right=True))
+    want = (index_mod._bsearch(arr, x, lo, hi, right=False),
+            index_mod._bsearch(arr, x, lo, hi, right=True))
     assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1])
     # one-letter tokens: more than one token per 4 bytes, past the first guess of the work arrays
     dense = ["a b c d e f g h " * 50, "x" * 3, "q w e r t y"]
@@ -182,9 +188,9 @@ def test_compiled_range_search_and_dense_text_match_the_reference():
 
 def test_compiled_utf8_tokenizer_matches_the_numpy_reference():
     rng = random.Random(13)
-    pieces = ["Привет", "мир", "κόσμε", "مرحبا", "नमस्ते", "你好", "世界。", "カタカナ", "café", "STRASSE",
-              "straße", "ﬁne", "①", "𠀀𠀁", "😀x", "x.y", "3.14", "end.", "Ωmega", "a", "\ud800", "—", "“q”",
-              "é" * 40, "ж" * 9, "\n", "!", "?", ". ", ",", "  ", "\t"]
+    pieces = ["Привет", "мир", "κόσμε", "مرحبا", "नमस्ते", "你好", "世界。", "カタカナ", "café",
+              "STRASSE", "straße", "ﬁne", "①", "𠀀𠀁", "😀x", "x.y", "3.14", "end.", "Ωmega", "a",
+              "\ud800", "—", "“q”", "é" * 40, "ж" * 9, "\n", "!", "?", ". ", ",", "  ", "\t"]
     texts = ["".join(rng.choice(pieces) + rng.choice(["", " "]) for _ in range(rng.randint(0, 40)))
              for _ in range(300)]
     texts += ["", "plain ascii in a mixed batch", "\U0001F9EA unseen astral"]
@@ -201,17 +207,20 @@ def test_island_normalization_equals_full_normalization():
     from assay.decontam.normalize import normalize_utf8
 
     rng = random.Random(17)
-    tricky = ["e\u0301", "=\u0338", "A\u030a", "\u1100\u1161\u11a8", "ß", "ΟΔΟΣ", "\u212a", "ﬁ", "Ｈ", "\ud800",
+    tricky = ["e\u0301", "=\u0338", "A\u030a", "\u1100\u1161\u11a8", "ß", "ΟΔΟΣ", "\u212a", "ﬁ",
+              "Ｈ", "\ud800",
               "\uab70", "ǅ", "İ", "ŉ", "ﬀ", "①", "²", "\u0345", "ᾳ", "К", "中", "😀", "\u0308", "é"]
     ascii_bits = ["a", "B", " ", "x" * 15, "y" * 16, "z" * 17, ".", "\n", "Q" * 40, "9"]
 
-    texts = ["".join(rng.choice(tricky if rng.random() < 0.3 else ascii_bits) for _ in range(rng.randint(0, 30)))
+    texts = ["".join(rng.choice(tricky if rng.random() < 0.3 else ascii_bits)
+                     for _ in range(rng.randint(0, 30)))
              for _ in range(3000)]
     texts.append(("CAFE\u0301 " + "x" * 20 + " ") * 40)  # more islands than the first guess of room
     for t in texts:
         assert normalize_utf8(t) == normalize_text(t).encode("utf-8", "surrogatepass"), repr(t)
     with numpy_only():  # the numpy island finder agrees too
-        assert all(normalize_utf8(t) == normalize_text(t).encode("utf-8", "surrogatepass") for t in texts)
+        assert all(normalize_utf8(t) == normalize_text(t).encode("utf-8", "surrogatepass")
+                   for t in texts)
 
 
 def test_work_arrays_are_not_kept_for_a_huge_text(monkeypatch):

@@ -9,18 +9,23 @@ import numpy as np
 from assay.decontam import ContaminationIndex, contamination
 from assay.store import Store
 
-WORDS = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi omicron pi rho".split()
+WORDS = ("alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi omicron "
+         "pi rho").split()
 
 
 def _corpus() -> list[str]:
-    docs = [" ".join(WORDS[(i + j) % len(WORDS)] for j in range(60)) + f" doc{i}" for i in range(30)]
-    docs[7] = "intro text here. " + "Сколько будет два плюс два умножить на три минус один, ответ числом пожалуйста сейчас" + " outro"
+    docs = [" ".join(WORDS[(i + j) % len(WORDS)] for j in range(60)) + f" doc{i}"
+            for i in range(30)]
+    docs[7] = ("intro text here. " + "Сколько будет два плюс два умножить на три минус один, "
+               "ответ числом пожалуйста сейчас" + " outro")
     return docs
 
 
 EVALS = [
-    {"task_id": "ru", "prompt": "сколько будет ДВА плюс два умножить на три минус один, ответ числом пожалуйста сейчас"},
-    {"task_id": "clean", "prompt": "a question that appears nowhere in the corpus at all, not even in part, truly"},
+    {"task_id": "ru", "prompt": "сколько будет ДВА плюс два умножить на три минус один, ответ "
+                                "числом пожалуйста сейчас"},
+    {"task_id": "clean",
+     "prompt": "a question that appears nowhere in the corpus at all, not even in part, truly"},
     {"task_id": "short", "prompt": "doc7 words"},
 ]
 
@@ -72,8 +77,10 @@ def test_whole_document_matches_are_confirmed_on_all_64_bits(tmp_path):
     assert contamination(["cancel ORDER 9911"], index=loaded).items[0].rule == "exact"
     forged = dataclasses.replace(built, whole_hashes=built.whole_hashes ^ np.uint64(1))
     assert contamination(["cancel ORDER 9911"], index=forged).items[0].rule == "near_duplicate"
-    assert not contamination(["cancel ORDER 9911"], index=forged, near_duplicate=None).items[0].contaminated
-    assert contamination(["cancel ORDER 9911"], index=built, near_duplicate=None).items[0].rule == "exact"
+    assert not contamination(["cancel ORDER 9911"], index=forged,
+                             near_duplicate=None).items[0].contaminated
+    assert contamination(["cancel ORDER 9911"], index=built,
+                         near_duplicate=None).items[0].rule == "exact"
 
 
 def test_corpus_checksum_framing_and_surrogates():

@@ -37,17 +37,19 @@ def test_semantic_rule_with_a_custom_embedder_and_calibration_warning():
     # a threshold below how alike distinct eval items read is called out
     low = contamination(evals, corpus, store=False, semantic=True, embedder=_bow, similarity=0.1)
     assert any("share a domain" in w for w in low.warnings)
-    kept, rep = decontaminate([{"prompt": c} for c in corpus], against=evals, semantic=True, embedder=_bow,
-                              similarity=0.95)
+    kept, rep = decontaminate([{"prompt": c} for c in corpus], against=evals, semantic=True,
+                              embedder=_bow, similarity=0.95)
     assert [k["prompt"] for k in kept] == ["nothing relevant here"] and rep.by_rule["semantic"] == 2
     with pytest.raises(RowsError, match="one vector per text"):
-        contamination(evals, corpus, store=False, semantic=True, embedder=lambda t: np.zeros((1, 3)))
+        contamination(evals, corpus, store=False, semantic=True,
+                      embedder=lambda t: np.zeros((1, 3)))
 
 
 def test_minilm_catches_a_paraphrase_the_text_rules_miss(tmp_path):
     question = "What is the capital city of France, and on which river does it stand?"
     paraphrase = "Which city is France's capital, and what river flows through it?"
-    corpus = [paraphrase, "Banana bread needs ripe bananas and a hot oven.", "The train was late again today."]
+    corpus = [paraphrase, "Banana bread needs ripe bananas and a hot oven.",
+              "The train was late again today."]
     evals = [question, "How many legs does a spider have?", "Explain how a bicycle gear works."]
     text_only = contamination(evals, corpus, store=tmp_path)
     assert text_only.n_contaminated == 0

@@ -29,7 +29,8 @@ def write_night(tmp: Path, pass_rate_of: callable) -> Path:
     return p
 
 
-def test_nightly_flags_regression_against_previous_night(prefect_server: str, tmp_path: Path) -> None:
+def test_nightly_flags_regression_against_previous_night(prefect_server: str,
+                                                         tmp_path: Path) -> None:
     import pytest
 
     from flows.nightly import NightlyRegression, nightly
@@ -38,7 +39,8 @@ def test_nightly_flags_regression_against_previous_night(prefect_server: str, tm
     good = lambda i, j: (i + j) % 5 != 0  # noqa: E731  ~80% pass
     spec = write_night(tmp_path, good)
     first = nightly(specs=[str(spec)], root=str(root), night="2026-11-01", store_root=store)
-    assert first["regressions"] == [] and first["studies"]["nightly-demo"]["baseline"] == {"model": None}
+    assert (first["regressions"] == []
+            and first["studies"]["nightly-demo"]["baseline"] == {"model": None})
     # Same data the next night: compared, no regression.
     second = nightly(specs=[str(spec)], root=str(root), night="2026-11-02", store_root=store)
     assert second["studies"]["nightly-demo"]["baseline"] == {"model": "2026-11-01"}

@@ -55,7 +55,8 @@ def _nightly_runs(night: str, root: Path) -> list:  # noqa: ANN001
     from prefect.client.schemas.filters import FlowFilter, FlowFilterName
 
     with get_client(sync_client=True) as client:
-        runs = client.read_flow_runs(flow_filter=FlowFilter(name=FlowFilterName(any_=["assay-nightly"])))
+        runs = client.read_flow_runs(
+            flow_filter=FlowFilter(name=FlowFilterName(any_=["assay-nightly"])))
     return [r for r in runs if r.parameters.get("night") == night
             and r.parameters.get("root") == str(root)]
 
@@ -68,7 +69,8 @@ def test_three_nights_gate_alert_and_history(prefect_server: str, tmp_path: Path
     codes, errs = [], []
     with webhook_receiver() as hook:
         (tmp_path / "spec.yaml").write_text(SPEC.replace("NOTIFY", hook["url"]))
-        plan = [("2026-11-01", "v1", good), ("2026-11-02", "v2", lambda i, j: good(i, j) or i % 7 == 0),
+        plan = [("2026-11-01", "v1", good),
+                ("2026-11-02", "v2", lambda i, j: good(i, j) or i % 7 == 0),
                 ("2026-11-03", "v3", lambda i, j: good(i, j) and i % 3 == 0)]  # the third: worse
         for night, tag, passes in plan:
             _answers(tmp_path / "answers.jsonl", tag, passes)
@@ -95,7 +97,8 @@ def test_three_nights_gate_alert_and_history(prefect_server: str, tmp_path: Path
     assert (reg["study"], reg["source"], reg["metric"], reg["baseline"]) == \
         ("gated", "model", "pass@1", "2026-11-02")
     assert reg["low"] <= reg["delta"] <= reg["high"] < 0
-    assert f"gated/model/pass@1: delta {reg['delta']:+.3f} [{reg['low']:.3f}, {reg['high']:.3f}]" in msg["text"]
+    assert (f"gated/model/pass@1: delta {reg['delta']:+.3f} [{reg['low']:.3f}, {reg['high']:.3f}]"
+            in msg["text"])
     # the history: all three nights, the third marked; the night's report embeds the plot
     capsys.readouterr()
     assert main(["history", str(root / "gated")]) == 0
@@ -113,10 +116,11 @@ def test_three_nights_gate_alert_and_history(prefect_server: str, tmp_path: Path
     assert main(["store", "verify", "--store", str(store)]) == 0
     from flows.study import run_spec
 
-    again = run_spec(str(tmp_path / "spec.yaml"), str(tmp_path / "rerun"), str(store), embedded=False,
-                     publish=False)
+    again = run_spec(str(tmp_path / "spec.yaml"), str(tmp_path / "rerun"), str(store),
+                     embedded=False, publish=False)
     assert again["computed"] == [] and len(again["cached"]) == 4
-    assert (tmp_path / "rerun" / "report.json").read_bytes() == (night3 / "report.json").read_bytes()
+    assert ((tmp_path / "rerun" / "report.json").read_bytes()
+            == (night3 / "report.json").read_bytes())
 
 
 @pytest.mark.server
@@ -144,9 +148,10 @@ def test_alert_through_a_prefect_notification_block(prefect_server: str, tmp_pat
     # the weekly upkeep flow (deployments/prefect.yaml) on these nights: keeps the last one
     from flows.upkeep import store_upkeep
 
-    res = store_upkeep(runs=[str(tmp_path / "n")], keep_nights=1, store_root=str(tmp_path / "store"),
-                       grace=0.0)
-    assert res["verify"]["corrupt"] == [] and res["gc"]["kept_runs"] == [str(tmp_path / "n" / "gated" / "2026-12-02")]
+    res = store_upkeep(runs=[str(tmp_path / "n")], keep_nights=1,
+                       store_root=str(tmp_path / "store"), grace=0.0)
+    assert (res["verify"]["corrupt"] == []
+            and res["gc"]["kept_runs"] == [str(tmp_path / "n" / "gated" / "2026-12-02")])
     assert res["gc"]["removed_blobs"] > 0
 
 
@@ -181,7 +186,8 @@ def test_two_processes_one_spec_one_store(prefect_server: str, tmp_path: Path) -
     outs = [p.communicate(timeout=300) for p in procs]
     assert [p.returncode for p in procs] == [0, 0], outs[0][1][-2000:] + outs[1][1][-2000:]
     a, b = tmp_path / "out1", tmp_path / "out2"
-    files = sorted(str(p.relative_to(a)) for p in a.rglob("*") if p.is_file() and p.name != "run.json")
+    files = sorted(str(p.relative_to(a)) for p in a.rglob("*")
+                   if p.is_file() and p.name != "run.json")
     assert "report.json" in files and "rows/model.parquet" in files
     for f in files:
         assert (a / f).read_bytes() == (b / f).read_bytes(), f

@@ -68,7 +68,8 @@ def test_sigkill_mid_grading_then_resume(prefect_server: str, tmp_path: Path) ->
         for line in proc.stderr:  # kill as soon as two of the four shards are stored
             seen.append(line)
             try:
-                family = [proc.pid] + [c.pid for c in psutil.Process(proc.pid).children(recursive=True)]
+                family = [proc.pid] + [
+                    c.pid for c in psutil.Process(proc.pid).children(recursive=True)]
             except psutil.NoSuchProcess:
                 pass
             if _stored(line, 2) or time.monotonic() > deadline:
@@ -84,7 +85,8 @@ def test_sigkill_mid_grading_then_resume(prefect_server: str, tmp_path: Path) ->
     alive = [p for p in family if psutil.pid_exists(p) and psutil.Process(p).status() != "zombie"]
     while alive and time.monotonic() < deadline:
         time.sleep(0.2)
-        alive = [p for p in alive if psutil.pid_exists(p) and psutil.Process(p).status() != "zombie"]
+        alive = [p for p in alive
+                 if psutil.pid_exists(p) and psutil.Process(p).status() != "zombie"]
     assert not alive, [psutil.Process(p).cmdline() for p in alive]
     assert _store_is_sound(store) > 0
 

@@ -40,7 +40,8 @@ def write_study(tmp: Path, spec: str = SPEC) -> Path:
             for j in range(3):
                 gold = str(i * 7)
                 c = gold if (i + j) % 3 else str(i * 7 + 1)
-                f.write(json.dumps({"id": f"t{i}", "q": f"What is 7 * {i}?", "c": c, "gold": gold}) + "\n")
+                f.write(json.dumps({"id": f"t{i}", "q": f"What is 7 * {i}?", "c": c, "gold": gold})
+                        + "\n")
                 g.write(json.dumps({"id": f"t{i}", "q": f"What is 7 * {i}?", "c": c,
                                     "r": int((i * j) % 4 != 1)}) + "\n")
     p = tmp / "spec.yaml"
@@ -73,8 +74,8 @@ def test_rerun_is_fully_cached_and_outputs_are_complete(prefect_server: str, tmp
     import pyarrow.parquet as pq
 
     export = pq.read_table(tmp_path / "run1" / "rows" / "selected-a.parquet")
-    assert export.column_names == ["task_id", "prompt", "messages", "final_text", "reward", "markers",
-                                   "rollout_index"]
+    assert export.column_names == ["task_id", "prompt", "messages", "final_text", "reward",
+                                   "markers", "rollout_index"]
     full = pq.read_table(tmp_path / "run1" / "rows" / "selected-a.graded.parquet")
     assert "privileged" in full.column_names and full.num_rows == export.num_rows > 0
     assert "reference" not in export.to_pandas().to_string()
@@ -98,7 +99,8 @@ def test_rerun_is_fully_cached_and_outputs_are_complete(prefect_server: str, tmp
     assert table is not None and table.type == "table" and "pass@1" in str(table.data)
 
 
-def test_changing_one_filter_recomputes_only_downstream(prefect_server: str, tmp_path: Path) -> None:
+def test_changing_one_filter_recomputes_only_downstream(prefect_server: str,
+                                                        tmp_path: Path) -> None:
     spec = write_study(tmp_path)
     run(spec, tmp_path / "run1", tmp_path / "store")
     spec.write_text(SPEC.replace("stop: 10", "stop: 11"))

@@ -29,8 +29,10 @@ def build(root: Path, *, tasks_per_subject: int = 12, k: int = 4, seed: int = 7)
         for _ in range(tasks_per_subject):
             a, b = rng.randint(2, 40), rng.randint(2, 40)
             gold = a * b + (1000 if subject == "probability" else 0)
-            rows["question"].append(f"[{subject}] A crate holds {a} rows of {b} jars. How many jars? (case {idx})")
-            rows["answer"].append(f"There are {a} rows of {b}, so {a} * {b} = {a * b}.\n#### {gold:,}")
+            rows["question"].append(f"[{subject}] A crate holds {a} rows of {b} jars. How many "
+                                    f"jars? (case {idx})")
+            rows["answer"].append(f"There are {a} rows of {b}, so {a} * {b} = {a * b}.\n#### "
+                                  f"{gold:,}")
             rows["subject"].append(subject)
             rows["source"].append({"book": "synthetic", "page": idx})
             right = []
@@ -38,7 +40,8 @@ def build(root: Path, *, tasks_per_subject: int = 12, k: int = 4, seed: int = 7)
                 ok = rng.random() < skill
                 right.append(int(ok))
                 said = gold if ok else gold + rng.randint(1, 9)
-                completions.append({"idx": idx, "completion": f"Work: {a} x {b}. The answer is {said}.",
+                completions.append({"idx": idx,
+                                    "completion": f"Work: {a} x {b}. The answer is {said}.",
                                     "latency_ms": 100 + 10 * j + idx})
             truth.append({"subject": subject, "right": right})
             idx += 1
@@ -57,7 +60,8 @@ sources:
     kind: hf_dataset
     path: gsm
     split: test
-    prompt_template: "Solve it and end with 'The answer is N'.\\n\\nQuestion: {{ question }}\\nAnswer:"
+    prompt_template: "Solve it and end with 'The answer is N'.\\n\\nQuestion:
+      {{ question }}\\nAnswer:"
     fields: {reference: answer, markers: [latency_ms]}
     reference_regex: "####\\\\s*(.+)$"
     completions: {path: completions.jsonl, key: idx}

@@ -10,7 +10,8 @@ import assay
 SPECDEF = "specdef:test"
 
 
-def make_rows(rates: list[float], k: int = 4, marker: dict[str, list[float]] | None = None) -> assay.Rows:
+def make_rows(rates: list[float], k: int = 4,
+              marker: dict[str, list[float]] | None = None) -> assay.Rows:
     """Task i passes round(rates[i] * k) of its k samples; optional per-task marker values."""
     prompts, comps, rewards, markers = [], [], [], []
     for i, r in enumerate(rates):

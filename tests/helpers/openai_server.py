@@ -41,7 +41,8 @@ def scripted_policy(body: dict[str, Any]) -> str:
         if body.get("temperature", 1.0) > 0 and seed is not None and seed % 4 == 0:
             ans += 1  # a sampled slip: a quarter of seeds answer wrong
         return f"The answer is {ans}. done"
-    h = hashlib.sha256(json.dumps([body["model"], prompt, seed, body.get("temperature")]).encode()).hexdigest()
+    h = hashlib.sha256(json.dumps([body["model"], prompt, seed,
+                                   body.get("temperature")]).encode()).hexdigest()
     return f"reply {h[:12]} to {last[:40]}"
 
 
@@ -72,7 +73,8 @@ class Fault:
     def __init__(self, status: int | None = 500, *, retry_after: str | None = None,
                  message: str = "injected", sleep: float = 0.0, drop: bool = False,
                  until: Callable[[], bool] | None = None, until_s: float = 30.0) -> None:
-        self.status, self.retry_after, self.message, self.sleep = status, retry_after, message, sleep
+        self.status, self.retry_after = status, retry_after
+        self.message, self.sleep = message, sleep
         self.drop, self.until, self.until_s = drop, until, until_s
 
 
@@ -135,8 +137,9 @@ class OpenAIServer:
             def do_GET(self) -> None:
                 if self.path.rstrip("/") == "/v1/models":
                     self._send(200, {"object": "list", "data": [
-                        {"id": m, "object": "model", "created": int(time.time()), "owned_by": "test",
-                         "root": f"/ckpt/{m}", "parent": None, "max_model_len": 2048}
+                        {"id": m, "object": "model", "created": int(time.time()),
+                         "owned_by": "test", "root": f"/ckpt/{m}", "parent": None,
+                         "max_model_len": 2048}
                         for m in server.models]})
                 else:
                     self._send(404, {"error": {"message": f"no route {self.path}"}})
@@ -173,12 +176,16 @@ class OpenAIServer:
                         return None
                     if f is not None and f.status is not None:
                         hdr = {"Retry-After": f.retry_after} if f.retry_after is not None else None
-                        return self._send(f.status, {"error": {"message": f.message, "code": f.status}}, hdr)
+                        return self._send(f.status,
+                                          {"error": {"message": f.message, "code": f.status}}, hdr)
                     if body.get("model") not in server.models:
-                        return self._send(404, {"error": {"message": f"The model `{body.get('model')}` does not exist."}})
-                    missing = [p for p in ("temperature", "top_p", "max_tokens", "seed") if p not in body]
+                        return self._send(404, {"error": {
+                            "message": f"The model `{body.get('model')}` does not exist."}})
+                    missing = [p for p in ("temperature", "top_p", "max_tokens", "seed")
+                               if p not in body]
                     if missing:
-                        return self._send(400, {"error": {"message": f"test server wants explicit {missing}"}})
+                        return self._send(400, {"error": {
+                            "message": f"test server wants explicit {missing}"}})
                     text = server.policy(body)
                     words = text.split(" ")
                     finish = "stop"
@@ -194,10 +201,13 @@ class OpenAIServer:
                         choice["message"] = {"role": "assistant", "content": text}
                     else:
                         choice["text"] = text
-                    self._send(200, {"id": f"cmpl-{n}", "object": "chat.completion" if chat else "text_completion",
-                                     "model": body["model"], "choices": [choice],
-                                     "usage": {"prompt_tokens": len(str(body.get("messages") or body.get("prompt")).split()),
-                                               "completion_tokens": len(words)}})
+                    self._send(200,
+                               {"id": f"cmpl-{n}",
+                                "object": "chat.completion" if chat else "text_completion",
+                                "model": body["model"], "choices": [choice],
+                                "usage": {"prompt_tokens": len(str(body.get("messages")
+                                                                   or body.get("prompt")).split()),
+                                          "completion_tokens": len(words)}})
                 finally:
                     with server.lock:
                         server.in_flight -= 1

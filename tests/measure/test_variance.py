@@ -43,7 +43,8 @@ def test_se_matches_statsmodels_cluster_robust_ols():
     rows = _run(p, k, rng)
     y = np.array([r["reward"] for r in rows])
     groups = np.repeat(np.arange(T), k)
-    fit = sm.OLS(y, np.ones_like(y)).fit(cov_type="cluster", cov_kwds={"groups": groups, "use_correction": False})
+    fit = sm.OLS(y, np.ones_like(y)).fit(cov_type="cluster",
+                                         cov_kwds={"groups": groups, "use_correction": False})
     c = eval_variance(rows)["pass@1"]
     assert c.mean.value == pytest.approx(fit.params[0])
     if c.between > 0:  # untruncated: the decomposition reproduces var(task means) / T exactly
@@ -115,15 +116,18 @@ def test_results_do_not_depend_on_row_order():
     rng = np.random.default_rng(4)
     T, k = 60, 4
     p = rng.beta(2, 2, T)
-    rows = [{"task_id": f"t{i}", "reward": float(rng.random() < p[i]), "markers": {"len": float(rng.integers(5, 50))}}
+    rows = [{"task_id": f"t{i}", "reward": float(rng.random() < p[i]),
+             "markers": {"len": float(rng.integers(5, 50))}}
             for i in range(T) for _ in range(k)]
     other = [dict(r, reward=float(rng.random() < 0.6)) for r in rows]
     shuffled = [rows[i] for i in rng.permutation(len(rows))]
     a, b = assay.eval_variance(rows, other), assay.eval_variance(shuffled, other)
     for ca, cb in zip(a.components, b.components):
         assert ca.mean.value == pytest.approx(cb.mean.value, rel=1e-12)
-        assert ca.se == pytest.approx(cb.se, rel=1e-9) and ca.within == pytest.approx(cb.within, rel=1e-9)
+        assert (ca.se == pytest.approx(cb.se, rel=1e-9)
+                and ca.within == pytest.approx(cb.within, rel=1e-9))
     pa_, pb = assay.pass_at(rows), assay.pass_at(shuffled)
     assert pa_.pass_at_1.interval.low == pytest.approx(pb.pass_at_1.interval.low, rel=1e-12)
     ca, cb = assay.compare(rows, other), assay.compare(shuffled, other)
-    assert [m.delta.value for m in ca.metrics] == pytest.approx([m.delta.value for m in cb.metrics], rel=1e-12)
+    assert ([m.delta.value for m in ca.metrics]
+            == pytest.approx([m.delta.value for m in cb.metrics], rel=1e-12))

@@ -19,7 +19,8 @@ CALLS: list[dict] = []
 
 def seeded(prompts, seeds, params):
     CALLS.append({"n": len(prompts), "seeds": list(seeds), "params": params})
-    return [{"completion": f"{p[-1]['content']}#{s}", "finish_reason": "length", "completion_tokens": 3}
+    return [{"completion": f"{p[-1]['content']}#{s}", "finish_reason": "length",
+             "completion_tokens": 3}
             if "fail" not in p[-1]["content"] else None for p, s in zip(prompts, seeds)]
 
 
@@ -36,17 +37,20 @@ def test_function_backend_gets_seeds_and_params_and_none_is_an_error_row(store):
     assert g.completions[0] == [f"a#{g.records[0]['seed']}", f"a#{g.records[1]['seed']}"]
     assert g.completions[1] == [None, None] and "returned None" in g.errors[0]["reason"]
     assert g.records[0]["finish_reason"] == "length" and g.records[0]["completion_tokens"] == 3
-    again = generate(["a", "please fail", "b"], model, k=2, params={"temperature": 0.3}, store=store)
+    again = generate(["a", "please fail", "b"], model, k=2, params={"temperature": 0.3},
+                     store=store)
     assert again.sent == 2 and CALLS[-1]["n"] == 2  # only the error rows are asked again
     with pytest.raises(GenerationError, match="returned 1 completions for 2 prompts"):
-        generate(["a", "b"], {"kind": "function", "callable": f"{__name__}:wrong_count"}, store=store)
+        generate(["a", "b"], {"kind": "function", "callable": f"{__name__}:wrong_count"},
+                 store=store)
 
 
 def test_editing_the_function_recomputes(store, tmp_path, monkeypatch):
     mod = tmp_path / "mymodel.py"
     mod.write_text("def f(prompts):\n    return ['v1' for _ in prompts]\n")
     monkeypatch.syspath_prepend(str(tmp_path))
-    assert generate(["q"], {"kind": "function", "callable": "mymodel:f"}, store=store).completions == [["v1"]]
+    assert generate(["q"], {"kind": "function", "callable": "mymodel:f"},
+                    store=store).completions == [["v1"]]
     mod.write_text(textwrap.dedent("""
         def f(prompts):
             return ['v2' for _ in prompts]
@@ -66,7 +70,8 @@ def test_a_torn_journal_line_is_skipped_and_asked_again(store):
         warnings.simplefilter("always")
         g = generate(["a", "b", "c"], model, store=store)
     assert g.sent == 1 and g.completions == [["a"], ["b"], ["c"]]
-    assert any(issubclass(x.category, CorruptEntryWarning) and "1 torn" in str(x.message) for x in w)
+    assert any(issubclass(x.category, CorruptEntryWarning) and "1 torn" in str(x.message)
+               for x in w)
 
 
 def test_the_retry_time_cap_ends_retries(server, store):
@@ -78,16 +83,18 @@ def test_the_retry_time_cap_ends_retries(server, store):
 
 
 def test_spec_errors_name_the_field():
-    with pytest.raises(ValidationError, match="unknown model backend kind 'opneai' \\(did you mean 'openai'"):
+    with pytest.raises(ValidationError,
+                       match="unknown model backend kind 'opneai' \\(did you mean 'openai'"):
         GenerateSpec.model_validate({"model": {"kind": "opneai"}})
     with pytest.raises(ValidationError, match="system prompt needs api: chat"):
-        GenerateSpec.model_validate({"model": {"kind": "function", "callable": "m:f"}, "api": "completions",
-                                     "system": "x"})
+        GenerateSpec.model_validate({"model": {"kind": "function", "callable": "m:f"},
+                                     "api": "completions", "system": "x"})
     with pytest.raises(ValidationError, match="extra must not set \\['seed'\\]"):
         GenerateSpec.model_validate({"model": {"kind": "function", "callable": "m:f"},
                                      "params": {"extra": {"seed": 1}}})
     with pytest.raises(ValidationError, match="base_url 'localhost:8000' must start with http"):
-        GenerateSpec.model_validate({"model": {"kind": "openai", "base_url": "localhost:8000", "model": "m"}})
+        GenerateSpec.model_validate({"model": {"kind": "openai", "base_url": "localhost:8000",
+                                               "model": "m"}})
     with pytest.raises(SpecError, match="OPENAI_KEY_UNSET_X"):
         generate(["q"], {"kind": "openai", "base_url": "http://127.0.0.1:9/v1", "model": "m",
                          "api_key_env": "OPENAI_KEY_UNSET_X"})

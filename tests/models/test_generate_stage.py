@@ -16,7 +16,8 @@ PAIRS = [(2, 3), (7, 6), (10, 20), (1, 1), (40, 2), (9, 9), (12, 30), (5, 8)]
 
 def write_prompts(tmp_path):
     path = tmp_path / "prompts.jsonl"
-    path.write_text("".join(json.dumps({"id": f"q{i}", "question": f"What is {a} + {b}?", "gold": str(a + b)}) + "\n"
+    path.write_text("".join(json.dumps({"id": f"q{i}", "question": f"What is {a} + {b}?",
+                                        "gold": str(a + b)}) + "\n"
                             for i, (a, b) in enumerate(PAIRS)))
     return path
 
@@ -59,10 +60,12 @@ def test_generate_then_grade_then_report(server, tmp_path):
     first = run(server, tmp_path, store)
     rows = graded_rows(store, first)
     assert len(rows) == 32 and len(server.requests) == 32
-    assert [r["stage"] for r in map(lambda x: x.to_dict(), first.results)].count("generate") == 3  # 12 rows / k=4
+    # 12 rows / k=4
+    assert [r["stage"] for r in map(lambda x: x.to_dict(), first.results)].count("generate") == 3
     for body in server.requests:
         assert body["messages"][0] == {"role": "system", "content": "Answer briefly."}
-        assert (body["temperature"], body["top_p"], body["max_tokens"], body["stop"]) == (0.7, 0.95, 4, ["\n\n"])
+        assert ((body["temperature"], body["top_p"], body["max_tokens"], body["stop"])
+                == (0.7, 0.95, 4, ["\n\n"]))
     # the scripted model slips on a quarter of the seeds: the grade must say exactly that
     for r in rows:
         seed = r["privileged"]["generation"]["seed"]
@@ -80,7 +83,8 @@ def test_generate_then_grade_then_report(server, tmp_path):
     assert len(server.requests) == 32 and not again.computed_stages
     # a new model name recomputes every completion
     other = run(server, tmp_path, store, model="other-ckpt")
-    assert len(server.requests) == 64 and {b["model"] for b in server.requests[32:]} == {"other-ckpt"}
+    assert (len(server.requests) == 64
+            and {b["model"] for b in server.requests[32:]} == {"other-ckpt"})
     assert any(s.startswith("generate") for s in other.computed_stages)
 
 
@@ -89,12 +93,14 @@ def test_failed_requests_are_ungraded_then_retried_to_the_clean_result(server, t
     clean = run(server, tmp_path, Store(tmp_path / "clean"))
     clean_report = stages.report_files(Store(tmp_path / "clean"), clean.report)
     server.requests.clear()
-    server.faults = lambda n, body: Fault(500, message="oom") if "7 + 6" in body["messages"][-1]["content"] else None
+    server.faults = lambda n, body: (Fault(500, message="oom")
+                                     if "7 + 6" in body["messages"][-1]["content"] else None)
     store = Store(tmp_path / "store")
     broken = run(server, tmp_path, store)
     rows = graded_rows(store, broken)
     bad = [r for r in rows if r["task_id"] == "q1"]
-    assert len(bad) == 4 and all(r["judge_status"] == "gen_error" and r["reward"] is None for r in bad)
+    assert (len(bad) == 4
+            and all(r["judge_status"] == "gen_error" and r["reward"] is None for r in bad))
     assert all("HTTP 500: oom" in r["reason"] for r in bad)
     md = stages.report_files(store, broken.report)["report.md"].decode()
     assert "| ckpt | openai:tiny-ckpt | 4 | 28 | 4 (HTTP 500: 4) |" in md
@@ -196,14 +202,16 @@ def test_sigkill_inside_the_generate_stage_then_resume(server, tmp_path):
 
     server.latency = 0.05
     (tmp_path / "prompts.jsonl").write_text("".join(
-        json.dumps({"id": f"q{i}", "question": f"What is {i} + {2 * i}?", "gold": str(3 * i)}) + "\n"
+        json.dumps({"id": f"q{i}", "question": f"What is {i} + {2 * i}?", "gold": str(3 * i)})
+        + "\n"
         for i in range(60)))
-    text = spec_text(server, k=2).replace("shard_rows: 12", "shard_rows: 1000").replace("max_connections: 8",
-                                                                                       "max_connections: 4")
+    text = (spec_text(server, k=2).replace("shard_rows: 12", "shard_rows: 1000")
+            .replace("max_connections: 8", "max_connections: 4"))
     (tmp_path / "spec.yaml").write_text(text)
     (tmp_path / "run.py").write_text(KILL_SCRIPT)
     store = Store(tmp_path / "store")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    env = {**os.environ,
+           "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
     proc = subprocess.Popen([sys.executable, str(tmp_path / "run.py"), str(tmp_path / "spec.yaml"),
                              str(tmp_path), str(store.root)], env=env)
     deadline = time.monotonic() + 120
@@ -223,13 +231,15 @@ def test_sigkill_inside_the_generate_stage_then_resume(server, tmp_path):
     resumed = stages.run_study(spec, store, progress=None)
     assert len(server.requests) - seen == 120 - committed  # only what the journal lacked
     clean = stages.run_study(spec, Store(tmp_path / "clean"), progress=None)
-    assert stages.report_files(store, resumed.report) == stages.report_files(Store(tmp_path / "clean"), clean.report)
+    assert (stages.report_files(store, resumed.report)
+            == stages.report_files(Store(tmp_path / "clean"), clean.report))
     assert graded_rows(store, resumed) == graded_rows(Store(tmp_path / "clean"), clean)
 
 
 def test_a_judge_verifier_in_a_spec_regrades_when_its_checkpoint_changes(server, tmp_path):
     (tmp_path / "answers.jsonl").write_text("".join(
-        json.dumps({"id": f"q{i}", "q": f"What is {a} + {b}?", "a": str(a + b + (i % 2)), "gold": str(a + b)}) + "\n"
+        json.dumps({"id": f"q{i}", "q": f"What is {a} + {b}?", "a": str(a + b + (i % 2)),
+                    "gold": str(a + b)}) + "\n"
         for i, (a, b) in enumerate(PAIRS)))
     text = f"""
 name: judged

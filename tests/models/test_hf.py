@@ -48,16 +48,20 @@ def test_greedy_outputs_do_not_depend_on_the_batch_size_at_fp32(lm, tiny_lm_dir,
     assert lm.stats["batches"] >= 2  # several sorted batches of different widths
     for fixed in (1, 3, 8):
         b = HFBackend({"kind": "hf", "path": str(tiny_lm_dir)}, fixed_batch=fixed)
-        assert generate(QS, b, params=GREEDY, store=Store(tmp_path / f"f{fixed}")).completions == budget
+        assert generate(QS, b, params=GREEDY,
+                        store=Store(tmp_path / f"f{fixed}")).completions == budget
 
 
 def test_sampling_is_seeded_per_row_not_per_batch(lm, tiny_lm_dir, tmp_path):
     params = {"temperature": 1.0, "top_p": 0.9, "max_tokens": 8}
-    together = generate(QS[:6], lm, k=3, params=params, seed=5, store=Store(tmp_path / "a")).completions
+    together = generate(QS[:6], lm, k=3, params=params, seed=5,
+                        store=Store(tmp_path / "a")).completions
     alone = HFBackend({"kind": "hf", "path": str(tiny_lm_dir)}, fixed_batch=1)
-    assert generate(QS[:6], alone, k=3, params=params, seed=5, store=Store(tmp_path / "b")).completions == together
+    assert generate(QS[:6], alone, k=3, params=params, seed=5,
+                    store=Store(tmp_path / "b")).completions == together
     assert any(len(set(c)) > 1 for c in together)  # the k samples of a prompt differ
-    other = generate(QS[:6], lm, k=3, params=params, seed=6, store=Store(tmp_path / "c")).completions
+    other = generate(QS[:6], lm, k=3, params=params, seed=6,
+                     store=Store(tmp_path / "c")).completions
     assert other != together
     # a nucleus so small it holds only the top token is greedy decoding
     tiny_p = generate(QS, lm, params={"temperature": 1.0, "top_p": 1e-6, "max_tokens": 10},
@@ -75,8 +79,10 @@ def test_stop_strings_and_length(lm, tmp_path):
             assert b["finish_reason"] == "stop"
         else:
             assert b["completion"] == a["completion"]
-    short = generate(QS[:2], lm, params={"temperature": 0.0, "max_tokens": 2}, store=Store(tmp_path / "c"))
-    assert [(r["finish_reason"], r["completion_tokens"]) for r in short.records] == [("length", 2)] * 2
+    short = generate(QS[:2], lm, params={"temperature": 0.0, "max_tokens": 2},
+                     store=Store(tmp_path / "c"))
+    assert ([(r["finish_reason"], r["completion_tokens"]) for r in short.records]
+            == [("length", 2)] * 2)
 
 
 def test_new_weights_in_the_same_directory_recompute(tiny_lm_dir, tmp_path):
@@ -87,7 +93,8 @@ def test_new_weights_in_the_same_directory_recompute(tiny_lm_dir, tmp_path):
     store = Store(tmp_path / "store")
     first = generate(QS[:3], HFBackend({"kind": "hf", "path": str(d)}), params=GREEDY, store=store)
     assert first.sent == 3
-    assert generate(QS[:3], HFBackend({"kind": "hf", "path": str(d)}), params=GREEDY, store=store).sent == 0
+    assert generate(QS[:3], HFBackend({"kind": "hf", "path": str(d)}), params=GREEDY,
+                    store=store).sent == 0
     build_tiny_lm(d, seed=1)  # another checkpoint written over the same path
     again = generate(QS[:3], HFBackend({"kind": "hf", "path": str(d)}), params=GREEDY, store=store)
     assert again.sent == 3 and again.completions != first.completions
@@ -107,7 +114,8 @@ def test_clear_errors(tiny_lm_dir, tmp_path):
     b = HFBackend({"kind": "hf", "path": str(d)})
     with pytest.raises(SpecError, match="no chat template; use api: completions"):
         generate(["hi"], b, store=Store(tmp_path / "s"))
-    assert generate(["what is"], b, api="completions", params=GREEDY, store=Store(tmp_path / "s")).sent == 1
+    assert generate(["what is"], b, api="completions", params=GREEDY,
+                    store=Store(tmp_path / "s")).sent == 1
     with pytest.raises(SpecError, match="not a local directory"):
         HFBackend({"kind": "hf", "path": str(tmp_path / "missing" / "x")})
 
@@ -124,7 +132,8 @@ def test_sampled_first_tokens_follow_the_models_distribution(lm, tmp_path):
     with torch.no_grad():
         p = torch.softmax(lm.model(**ids).logits[0, -1].double() / 0.8, -1).numpy()
     n = 600
-    g = generate([q], lm, k=n, params={"temperature": 0.8, "max_tokens": 1}, store=Store(tmp_path / "a"))
+    g = generate([q], lm, k=n, params={"temperature": 0.8, "max_tokens": 1},
+                 store=Store(tmp_path / "a"))
     # special tokens (pad, bos, eos, role tags) decode to nothing: they are one category
     special = sorted(set(lm.tok.all_special_ids) | {lm.tok.eos_token_id})
     plain = np.setdiff1d(np.arange(len(p)), special)
@@ -137,8 +146,10 @@ def test_sampled_first_tokens_follow_the_models_distribution(lm, tmp_path):
     assert stats.chisquare(obs, exp).pvalue > 1e-3
     # a nucleus of 0.5 draws only from the top tokens that reach it
     nucleus = np.argsort(-p)[: int(np.searchsorted(np.cumsum(np.sort(p)[::-1]), 0.5) + 1)]
-    g = generate([q], lm, k=200, params={"temperature": 0.8, "top_p": 0.5, "max_tokens": 1}, store=Store(tmp_path / "b"))
-    drawn = {(lm.tok(c, add_special_tokens=False)["input_ids"] or [-1])[0] for c in g.completions[0]}
+    g = generate([q], lm, k=200, params={"temperature": 0.8, "top_p": 0.5, "max_tokens": 1},
+                 store=Store(tmp_path / "b"))
+    drawn = {(lm.tok(c, add_special_tokens=False)["input_ids"] or [-1])[0]
+             for c in g.completions[0]}
     allowed = {-1 if t in special else t for t in nucleus.tolist()}
     assert drawn == allowed
 

@@ -56,7 +56,8 @@ def test_a_model_name_change_recomputes_everything(server, store):
     assert other.sent == 10 and server.count() == 20
     assert {b["model"] for b in server.requests[10:]} == {"other-ckpt"}
     # a pinned revision, a parameter or the API changes the key too
-    assert generate(QS, spec(server, revision="step-200"), k=2, params=PARAMS, store=store).sent == 10
+    assert generate(QS, spec(server, revision="step-200"), k=2, params=PARAMS,
+                    store=store).sent == 10
     assert generate(QS, spec(server), k=2, params={**PARAMS, "top_p": 0.9}, store=store).sent == 10
     assert generate(QS, spec(server), k=2, params=PARAMS, store=store).sent == 0
 
@@ -110,8 +111,10 @@ def test_500_and_timeouts_are_retried_to_the_same_answer(server, store):
 
 def test_exhausted_retries_make_error_rows_that_are_never_graded_and_are_retried(server, store):
     bad = QS[2]
-    server.faults = lambda n, body: Fault(500, message="engine died") if body["messages"][-1]["content"] == bad else None
-    g = generate(QS, spec(server, max_retries=2), k=2, params={**PARAMS, "temperature": 0}, store=store)
+    server.faults = lambda n, body: (Fault(500, message="engine died")
+                                     if body["messages"][-1]["content"] == bad else None)
+    g = generate(QS, spec(server, max_retries=2), k=2, params={**PARAMS, "temperature": 0},
+                 store=store)
     errs = g.errors
     assert len(errs) == 2 and all(e["completion"] is None and "engine died" in e["reason"]
                                   and "2 retries" in e["reason"] for e in errs)
@@ -130,7 +133,8 @@ def test_exhausted_retries_make_error_rows_that_are_never_graded_and_are_retried
     # the rerun (server healthy again) asks only the two failed samples
     server.faults = []
     before = server.count()
-    fixed = generate(QS, spec(server, max_retries=2), k=2, params={**PARAMS, "temperature": 0}, store=store)
+    fixed = generate(QS, spec(server, max_retries=2), k=2, params={**PARAMS, "temperature": 0},
+                     store=store)
     assert fixed.sent == 2 and server.count() - before == 2 and not fixed.errors
     assert fixed.completions[2] == ["The answer is 30. done"] * 2
 
@@ -139,13 +143,14 @@ def test_a_4xx_fails_with_the_servers_message(server, store):
     server.faults = [Fault(400, message="max_tokens is too large: 99999 > 2048")]
     with pytest.raises(GenerationError, match="HTTP 400: max_tokens is too large"):
         generate(QS[:1], spec(server), params=PARAMS, store=store)
-    with pytest.raises(GenerationError, match=r"'nope' is not served .* it serves \['tiny-ckpt', 'other-ckpt'\]"):
+    with pytest.raises(GenerationError,
+                       match=r"'nope' is not served .* it serves \['tiny-ckpt', 'other-ckpt'\]"):
         generate(QS[:1], spec(server, model="nope"), params=PARAMS, store=store)
 
 
 def test_completions_api_and_truncation(server, store):
-    g = generate(QS[:2], spec(server), api="completions", params={"temperature": 0, "max_tokens": 2},
-                 store=store)
+    g = generate(QS[:2], spec(server), api="completions",
+                 params={"temperature": 0, "max_tokens": 2}, store=store)
     # lanes race: which prompt reaches the server first is not fixed
     assert {b["_path"] for b in server.requests} == {"/v1/completions"}
     assert sorted(b["prompt"] for b in server.requests) == sorted(QS[:2])
@@ -171,7 +176,8 @@ SCRIPT = textwrap.dedent("""
     from assay.store import Store
     qs = [f"What is {i} + {i}?" for i in range(60)]
     generate(qs, {"kind": "openai", "base_url": sys.argv[1], "model": "tiny-ckpt"}, k=2,
-             params={"temperature": 0.7, "max_tokens": 32}, max_connections=4, store=Store(sys.argv[2]))
+             params={"temperature": 0.7, "max_tokens": 32}, max_connections=4,
+             store=Store(sys.argv[2]))
 """)
 
 
@@ -179,8 +185,11 @@ def test_sigkill_mid_generation_then_resume_sends_only_the_missing(server, store
     server.latency = 0.05
     script = tmp_path / "gen.py"
     script.write_text(SCRIPT)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parents[2]), os.environ.get("PYTHONPATH", "")])}
-    proc = subprocess.Popen([sys.executable, str(script), server.base_url, str(store.root)], env=env)
+    env = {**os.environ,
+           "PYTHONPATH": os.pathsep.join([str(Path(__file__).parents[2]),
+                                          os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.Popen([sys.executable, str(script), server.base_url, str(store.root)],
+                            env=env)
     jdir = store.root / "journals"
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
@@ -213,7 +222,8 @@ def test_sigkill_mid_generation_then_resume_sends_only_the_missing(server, store
 def test_length_finishes_are_what_the_rl_selection_cuts(server, store):
     import assay
 
-    qs = ["hi", "yo", "hey", "Tell me a story about a lighthouse", "Describe the sea at night in detail"]
+    qs = ["hi", "yo", "hey", "Tell me a story about a lighthouse",
+          "Describe the sea at night in detail"]
     g = generate(qs, spec(server), k=2, params={"temperature": 0, "max_tokens": 5}, store=store)
     truncated = [r["finish_reason"] == "length" for r in g.records]
     assert truncated == [False] * 6 + [True] * 4

@@ -51,7 +51,8 @@ def test_regression_is_the_compare_verdict_with_its_interval(tmp_path: Path) -> 
     assert doc["regressions"] == [] and doc["sources"][0]["baseline"] == "2026-11-03"
     doc = evaluate_night(same, study="s", night="2026-11-04", sources=["m"], gates=NightlySpec(),
                          spec_definition="specdef:other")
-    assert doc["sources"][0]["baseline"] is None and doc["sources"][0]["metrics"][0]["verdict"] == "no baseline"
+    assert (doc["sources"][0]["baseline"] is None
+            and doc["sources"][0]["metrics"][0]["verdict"] == "no baseline")
 
 
 def test_a_small_noisy_drop_is_not_a_regression(tmp_path: Path) -> None:
@@ -70,17 +71,20 @@ def test_baseline_rules_best_and_date(tmp_path: Path) -> None:
     base = tmp_path / "s"
     nights = {"2026-11-01": 0.5, "2026-11-02": 0.9, "2026-11-03": 0.7}
     for n, p in nights.items():
-        make_night(base, n, {"m": make_rows([p if i % 2 else min(1.0, p + 0.1) for i in range(40)])})
+        make_night(base, n,
+                   {"m": make_rows([p if i % 2 else min(1.0, p + 0.1) for i in range(40)])})
     cands = sorted(d for d in base.iterdir())
     best = max(nights, key=nights.get)  # brute force: the highest pass@1 night
     assert choose_baseline("best", cands, "m", "pass@1").name == best
     assert choose_baseline("previous", cands, "m", "pass@1").name == "2026-11-03"
     assert choose_baseline("2026-11-01", cands, "m", "pass@1").name == "2026-11-01"
-    assert choose_baseline("best", cands, "m", "pass@1", higher_is_better=False).name == "2026-11-01"
+    assert choose_baseline("best", cands, "m", "pass@1",
+                           higher_is_better=False).name == "2026-11-01"
     with pytest.raises(SpecError, match="night 2026-10-01 .* nights available"):
         choose_baseline("2026-10-01", cands, "m", "pass@1")
     # tonight at 0.7 again: against the best night (0.9) it is worse, against previous it is not
-    out = make_night(base, "2026-11-04", {"m": make_rows([0.7 if i % 2 else 0.8 for i in range(40)])})
+    out = make_night(base, "2026-11-04",
+                     {"m": make_rows([0.7 if i % 2 else 0.8 for i in range(40)])})
     kw = dict(study="s", night="2026-11-04", sources=["m"], spec_definition="specdef:test")
     assert evaluate_night(out, gates=NightlySpec(baseline="previous"), **kw)["regressions"] == []
     (r,) = evaluate_night(out, gates=NightlySpec(baseline="best"), **kw)["regressions"]
@@ -91,7 +95,8 @@ def test_lower_is_better_markers_and_ungated_metrics(tmp_path: Path) -> None:
     base = tmp_path / "s"
     lo = [0.0] * 40
     hi = [1.0 if i % 2 else 0.0 for i in range(40)]
-    make_night(base, "2026-11-01", {"m": make_rows(GOOD, marker={"truncated": lo, "len": [5.0] * 40})})
+    make_night(base, "2026-11-01",
+               {"m": make_rows(GOOD, marker={"truncated": lo, "len": [5.0] * 40})})
     out = make_night(base, "2026-11-02", {"m": make_rows(GOOD, marker={"truncated": hi,
                                                                        "len": [50.0] * 40})})
     kw = dict(study="s", night="2026-11-02", sources=["m"], spec_definition="specdef:test")
@@ -106,8 +111,10 @@ def test_lower_is_better_markers_and_ungated_metrics(tmp_path: Path) -> None:
     doc = evaluate_night(out, gates=NightlySpec(), **kw)
     assert doc["regressions"] == []
     by = {m["metric"]: m for m in doc["sources"][0]["metrics"]}
-    assert by["marker:truncated"]["verdict"] == "better" and not by["marker:truncated"]["regression"]
-    with pytest.raises(SpecError, match=r"source 'm' has no metric \['trunc'\].*markers \['len', 'truncated'\]"):
+    assert (by["marker:truncated"]["verdict"] == "better"
+            and not by["marker:truncated"]["regression"])
+    with pytest.raises(SpecError, match=r"source 'm' has no metric \['trunc'\].*markers \['len', "
+                                        r"'truncated'\]"):
         evaluate_night(out, gates=NightlySpec(must_not_regress=["trunc"]), **kw)
 
 

@@ -38,7 +38,8 @@ def test_history_table_json_and_plot(tmp_path: Path) -> None:
     assert "WORSE" in lines[2] and "no baseline" in lines[0] and "2026-11-02" in lines[2]
     # every number in the table is the night's own estimate and delta
     reg = docs[2]["regressions"][0]
-    assert f"{reg['delta']:+.3f}" in lines[2] and f"[{reg['low']:.3f}, {reg['high']:.3f}]" in lines[2]
+    assert (f"{reg['delta']:+.3f}" in lines[2]
+            and f"[{reg['low']:.3f}, {reg['high']:.3f}]" in lines[2])
     first = (tmp_path / "s" / "history.json").read_bytes()
     png = (tmp_path / "s" / "history.png").read_bytes()
     assert json.loads(first)["nights"] == list(plan) and png[:4] == b"\x89PNG"
@@ -60,8 +61,8 @@ def test_history_of_a_root_with_several_studies_names_them(tmp_path: Path) -> No
         write_history(tmp_path / "nope")
 
 
-REG = {"study": "s", "source": "m", "metric": "pass@1", "night": "2026-11-03", "baseline": "2026-11-02",
-       "delta": -0.25, "low": -0.34, "high": -0.16, "p_adjusted": 0.0001}
+REG = {"study": "s", "source": "m", "metric": "pass@1", "night": "2026-11-03",
+       "baseline": "2026-11-02", "delta": -0.25, "low": -0.34, "high": -0.16, "p_adjusted": 0.0001}
 
 
 def test_webhook_alert_is_one_message_with_the_numbers() -> None:

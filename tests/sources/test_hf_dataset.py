@@ -44,8 +44,10 @@ def test_rows_and_grades_match_the_planted_truth(ran) -> None:
     # rows keep dataset order, each task's completions in file order: grades equal the truth
     assert [r["reward"] for r in rows] == [float(x) for t in tasks for x in t["right"]]
     first = rows[0]
-    assert first["prompt"].startswith("Solve it and end with 'The answer is N'.\n\nQuestion: [arithmetic]")
-    assert first["privileged"] == {"reference": str(int(first["final_text"].split()[-1].rstrip(".")))}
+    assert first["prompt"].startswith("Solve it and end with 'The answer is N'.\n\nQuestion: "
+                                      "[arithmetic]")
+    assert first["privileged"] == {
+        "reference": str(int(first["final_text"].split()[-1].rstrip(".")))}
     # the GSM8K answer's "#### 1,242" becomes the reference "1,242"; the numeric verifier reads it
     big = [r for r in rows if r["meta"]["subject"] == "probability"][0]
     assert "," in big["privileged"]["reference"]
@@ -68,12 +70,14 @@ def test_per_subject_pass_rates_and_intervals_against_brute_force(ran) -> None:
         assert res[subject].pass_at_k.interval == alone.pass_at_k.interval
         assert res[subject].n_tasks == len(planted) == 12
     means = [sum(sum(r) / len(r) for r in p) / len(p) for p in
-             ([t["right"] for t in truth["tasks"] if t["subject"] == s] for s in gsm_fixture.SUBJECTS)]
+             ([t["right"] for t in truth["tasks"] if t["subject"] == s]
+              for s in gsm_fixture.SUBJECTS)]
     assert res.macro.value == pytest.approx(sum(means) / 3, abs=1e-12)
     assert res.macro.interval.low < res.macro.value < res.macro.interval.high
     # the report carries the same numbers, the macro average, the method and the plot
     md = files["report.md"].decode()
-    assert "### pass_at[model] by subject" in md and str(res.macro) in md and "stratified Wilson" in md
+    assert ("### pass_at[model] by subject" in md and str(res.macro) in md
+            and "stratified Wilson" in md)
     for s in gsm_fixture.SUBJECTS:
         assert str(res[s].pass_at_1) in md
     assert files["pass_by_subject_model.png"][:8] == b"\x89PNG\r\n\x1a\n"
@@ -125,16 +129,20 @@ def test_limit_reads_the_first_records_and_changes_the_checksum(gsm, tmp_path: P
     assert full.sources[0].build(full)[1]["checksum"] != info["checksum"]
 
 
-def test_a_completion_for_an_unknown_task_or_a_task_without_completions_is_named(gsm, tmp_path: Path) -> None:
+def test_a_completion_for_an_unknown_task_or_a_task_without_completions_is_named(
+        gsm, tmp_path: Path) -> None:
     root, _ = gsm
     shutil.copytree(root / "gsm", tmp_path / "gsm")
     lines = (root / "completions.jsonl").read_text().splitlines()
     (tmp_path / "completions.jsonl").write_text("\n".join(lines[4:]) + "\n")  # task 0 has none
     spec = parse_spec(gsm_fixture.SPEC, base_dir=str(tmp_path))
-    with pytest.raises(SpecError, match=r"task '0' has no completion in .*completions.jsonl; .*limit"):
+    with pytest.raises(SpecError,
+                       match=r"task '0' has no completion in .*completions.jsonl; .*limit"):
         spec.sources[0].build_rows(spec)
-    (tmp_path / "completions.jsonl").write_text("\n".join(lines + ['{"idx": 99, "completion": "1"}']) + "\n")
-    with pytest.raises(SpecError, match=r"completions.jsonl record 145: idx '99' is not a task of source 'model'"):
+    (tmp_path / "completions.jsonl").write_text(
+        "\n".join(lines + ['{"idx": 99, "completion": "1"}']) + "\n")
+    with pytest.raises(SpecError, match=r"completions.jsonl record 145: idx '99' is not a task of "
+                                        r"source 'model'"):
         spec.sources[0].build_rows(spec)
 
 
@@ -151,23 +159,28 @@ def test_the_local_data_is_its_identity(gsm, tmp_path: Path) -> None:
     test[3]["answer"] += " "  # one space in one record
     shutil.rmtree(tmp_path / "gsm")
     datasets.DatasetDict({"test": datasets.Dataset.from_list(test),
-                          "train": datasets.Dataset.from_list(train)}).save_to_disk(str(tmp_path / "gsm"))
+                          "train": datasets.Dataset.from_list(train)}).save_to_disk(
+                              str(tmp_path / "gsm"))
     assert parse_spec(gsm_fixture.SPEC, base_dir=str(tmp_path)).checksum() != before
 
 
-def test_a_hub_id_is_keyed_on_its_revision_and_never_downloads_by_default(tmp_path: Path,
-                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_hub_id_is_keyed_on_its_revision_and_never_downloads_by_default(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
     (tmp_path / "completions.jsonl").write_text('{"idx": 0, "completion": "7"}\n')
     text = gsm_fixture.SPEC.replace("path: gsm", "path: openai/gsm8k\n    config: main")
-    a = parse_spec(text.replace("config: main", "config: main\n    revision: abc123"), base_dir=str(tmp_path))
-    b = parse_spec(text.replace("config: main", "config: main\n    revision: def456"), base_dir=str(tmp_path))
+    a = parse_spec(text.replace("config: main", "config: main\n    revision: abc123"),
+                   base_dir=str(tmp_path))
+    b = parse_spec(text.replace("config: main", "config: main\n    revision: def456"),
+                   base_dir=str(tmp_path))
     assert a.sources[0].identity(a)["revision"] == "abc123" and a.checksum() != b.checksum()
-    with pytest.raises(SpecError, match=r"'openai/gsm8k' is not a local path .*allow_download: true"):
+    with pytest.raises(SpecError,
+                       match=r"'openai/gsm8k' is not a local path .*allow_download: true"):
         a.sources[0].build_rows(a)
 
 
-def test_validate_names_the_yaml_path_and_the_fix(gsm, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_validate_names_the_yaml_path_and_the_fix(gsm, tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     root, _ = gsm
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
 
@@ -178,29 +191,33 @@ def test_validate_names_the_yaml_path_and_the_fix(gsm, tmp_path: Path, monkeypat
 
     assert problems(gsm_fixture.SPEC) == ([], [])
     p, _ = problems(gsm_fixture.SPEC.replace("reference: answer", "reference: answr"))
-    assert len(p) == 1 and p[0].startswith("sources[0].fields.reference: 'answr' is not a field: the record has")
+    assert (len(p) == 1 and p[0].startswith("sources[0].fields.reference: 'answr' is not a field: "
+                                            "the record has"))
     assert "'answer'" in p[0] and "fix: name one of the record's fields" in p[0]
     p, _ = problems(gsm_fixture.SPEC.replace("reference: answer", "reference: source.pge"))
-    assert p[0].startswith("sources[0].fields.reference: 'source.pge' is not a field: source has ['book', 'page']")
+    assert p[0].startswith("sources[0].fields.reference: 'source.pge' is not a field: source has "
+                           "['book', 'page']")
     p, _ = problems(gsm_fixture.SPEC.replace("split: test", "split: validation"))
-    assert p == [f"sources[0].split: source 'model' ({root / 'gsm'}): split 'validation' not found; "
-                 "the dataset has ['test', 'train']"]
+    assert p == [f"sources[0].split: source 'model' ({root / 'gsm'}): split 'validation' not "
+                 "found; the dataset has ['test', 'train']"]
     # no split: on a dataset with two is refused (it used to read train silently)
     p, _ = problems(gsm_fixture.SPEC.replace("    split: test\n", ""))
-    assert p == [f"sources[0].split: source 'model' ({root / 'gsm'}): split: the dataset has splits "
-                 "['test', 'train']; choose one with split: (none is picked for you)"]
+    assert p == [f"sources[0].split: source 'model' ({root / 'gsm'}): split: the dataset has "
+                 "splits ['test', 'train']; choose one with split: (none is picked for you)"]
     p, _ = problems(gsm_fixture.SPEC.replace("by: subject", "by: subjet"))
-    assert len(p) == 1 and p[0].startswith("measure.pass_at.by: 'subjet' is not a field of source 'model''s rows")
+    assert (len(p) == 1 and p[0].startswith("measure.pass_at.by: 'subjet' is not a field of source "
+                                            "'model''s rows"))
     assert "meta.subject" in p[0] and "fix:" in p[0]
     p, _ = problems(gsm_fixture.SPEC.replace("{{ question }}", "{{ questoin }}"))
     assert p[0].startswith("sources[0].prompt_template:") and "'questoin' is undefined" in p[0]
     p, w = problems(gsm_fixture.SPEC.replace("path: gsm", "path: openai/gsm8k"))
-    assert w == ["sources[0].revision: not set for the hub id 'openai/gsm8k': results are then not reproducible "
-                 "(the hub copy can change); pin it with revision: <commit sha>"]
+    assert w == ["sources[0].revision: not set for the hub id 'openai/gsm8k': results are then not "
+                 "reproducible (the hub copy can change); pin it with revision: <commit sha>"]
     assert p[0].startswith("sources[0].path:") and "save_to_disk" in p[0]
 
 
-def test_assay_validate_prints_them(gsm, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_assay_validate_prints_them(gsm, tmp_path: Path,
+                                    capsys: pytest.CaptureFixture[str]) -> None:
     from assay.cli import main
 
     root, _ = gsm
@@ -233,8 +250,8 @@ def test_the_shipped_own_benchmark_config_runs_offline(tmp_path: Path) -> None:
     run = stages.run_study(spec, store, progress=None)
     files = stages.report_files(store, run.report)
     md = files["report.md"].decode()
-    for part in ("### pass_at[base] by subject", "### compare[base -> tuned] by subject", "macro pass@1",
-                 "Holm across 3 tests", "pass_by_subject_tuned.png"):
+    for part in ("### pass_at[base] by subject", "### compare[base -> tuned] by subject",
+                 "macro pass@1", "Holm across 3 tests", "pass_by_subject_tuned.png"):
         assert part in md
     rows = stages.concat_rows(store, run.graded["tuned"])
     assert {r["meta"]["subject"] for r in rows} == {"arithmetic", "percentages", "geometry"}
@@ -244,7 +261,8 @@ def test_the_shipped_own_benchmark_config_runs_offline(tmp_path: Path) -> None:
 def test_a_parquet_folder_with_completions_in_the_records_and_steps_on_meta(tmp_path: Path) -> None:
     import datasets
 
-    recs = [{"problem": {"text": f"{i}*2?", "level": i % 3}, "model_output": str(2 * i + (i % 4 == 0)),
+    recs = [{"problem": {"text": f"{i}*2?", "level": i % 3},
+             "model_output": str(2 * i + (i % 4 == 0)),
              "score": float(i % 4 != 0)} for i in range(24)]
     (tmp_path / "data").mkdir()
     datasets.Dataset.from_list(recs[:12]).to_parquet(str(tmp_path / "data" / "part-0.parquet"))
@@ -278,15 +296,18 @@ def solve_even_cases(prompts):
 
     out = []
     for p in prompts:
-        a, b, case = map(int, re.search(r"holds (\d+) rows of (\d+) jars\. How many jars\? \(case (\d+)\)", p).groups())
+        a, b, case = map(int, re.search(r"holds (\d+) rows of (\d+) jars\. "
+                                        r"How many jars\? \(case (\d+)\)", p).groups())
         gold = a * b + (1000 if "[probability]" in p else 0)
         out.append(f"The answer is {gold if case % 2 == 0 else gold + 1}.")
     return out
 
 
-def test_a_hub_style_dataset_with_generate_instead_of_a_completions_file(gsm, tmp_path: Path) -> None:
+def test_a_hub_style_dataset_with_generate_instead_of_a_completions_file(
+        gsm, tmp_path: Path) -> None:
     root, _ = gsm
-    text = gsm_fixture.SPEC.replace("    completions: {path: completions.jsonl, key: idx}\n", f"""    limit: 6
+    text = gsm_fixture.SPEC.replace("    completions: {path: completions.jsonl, key: idx}\n",
+                                    f"""    limit: 6
     generate:
       model: {{kind: function, callable: "{__name__}:solve_even_cases"}}
       api: completions
@@ -303,5 +324,6 @@ def test_a_hub_style_dataset_with_generate_instead_of_a_completions_file(gsm, tm
     assert len(rows) == 12 and [r["reward"] for r in rows] == [1.0, 1.0, 0.0, 0.0] * 3
     assert {r["meta"]["subject"] for r in rows} == {"arithmetic"}
     with pytest.raises(SpecError, match="generate: and completions: both give the completions"):
-        parse_spec(text.replace("    limit: 6\n", "    limit: 6\n    completions: {path: completions.jsonl}\n"),
+        parse_spec(text.replace("    limit: 6\n",
+                                "    limit: 6\n    completions: {path: completions.jsonl}\n"),
                    base_dir=str(root))

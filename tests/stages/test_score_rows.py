@@ -34,7 +34,8 @@ def score(prompts, responses):
 '''
 
 
-def sliced_quickstart(tmp: Path, *, sources: list[str], tasks: int = 12, timeout: float = 3) -> Path:
+def sliced_quickstart(tmp: Path, *, sources: list[str], tasks: int = 12,
+                      timeout: float = 3) -> Path:
     """The quickstart spec on its first ``tasks`` problems, with a function reward model scoring
     ``sources`` and no audit, no decontamination (not what these tests are about)."""
     doc = yaml.safe_load((ROOT / "configs" / "quickstart.yaml").read_text())
@@ -84,7 +85,8 @@ def test_function_rm_scores_quickstart_rows_and_report_matches_brute_force(tmp_p
         rows = Rows.read_parquet(tmp_path / "run" / "rows" / f"{src}.parquet").to_pandas()
         assert len(rows) == 48
         # every completion scored, and the score is what the function gives
-        assert all(m["rm:lenrm"] == float(len(t)) for m, t in zip(rows["markers"], rows["final_text"]))
+        assert all(m["rm:lenrm"] == float(len(t))
+                   for m, t in zip(rows["markers"], rows["final_text"]))
         # brute force from the Parquet: best-of-n (ties split) and ranking accuracy per task
         by_task = defaultdict(list)
         for tid, m, y in zip(rows["task_id"], rows["markers"], rows["reward"]):
