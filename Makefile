@@ -33,7 +33,7 @@ test-stress: $(STAMP)
 	$(PY) tests/cpu_burner.py --runs $(STRESS_RUNS) -- $(PY) -m pytest -q $(STRESS_ARGS)
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check assay tasks flows tests benchmarks
+	$(VENV)/bin/ruff check assay tasks flows tests benchmarks configs
 	$(VENV)/bin/mypy
 
 clean:

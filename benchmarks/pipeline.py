@@ -30,10 +30,11 @@ graph vs chain 1.20x on medians of 5 (paired ratios median 1.43x), graph / busie
 identical results; fully cached quickstart rerun served without Prefect 9.4 s wall but 1.4 s of
 CPU (the wall is waiting for a core), through Prefect 33.5 s wall / 11.0 s CPU.
 
-Earlier, measured 2026-11-30 on the 2-core dev VM (before the graph and the fast path): cold 79.5 s; fully cached rerun median 9.14 s (8.55,
-9.14, 9.41; 6.7-7.8 s at quieter moments); overhead +3.7%. The cached rerun is mostly the
-embedded server's start-up: importing Prefect's server takes 5.4-8.8 s of one core on this VM,
-then the first API call builds FastAPI's routes (~0.8 s); the client's imports overlap it.
+Earlier, measured 2026-11-30 on the 2-core dev VM (before the graph and the fast path): cold
+79.5 s; fully cached rerun median 9.14 s (8.55, 9.14, 9.41; 6.7-7.8 s at quieter moments);
+overhead +3.7%. The cached rerun is mostly the embedded server's start-up: importing Prefect's
+server takes 5.4-8.8 s of one core on this VM, then the first API call builds FastAPI's routes
+(~0.8 s); the client's imports overlap it.
 """
 
 from __future__ import annotations
@@ -309,7 +310,8 @@ def overhead_bench(tmp: Path, home: Path, args: argparse.Namespace) -> None:
             t0 = time.perf_counter()
             run_spec(str(ospec), str(tmp / f"flow-out{i}"), str(tmp / f"flow{i}"), embedded=True)
             flow_t.append(time.perf_counter() - t0)
-            print(f"  repeat {i + 1}: direct {direct_t[-1]:.2f} s, flow {flow_t[-1]:.2f} s", flush=True)
+            print(f"  repeat {i + 1}: direct {direct_t[-1]:.2f} s, flow {flow_t[-1]:.2f} s",
+                  flush=True)
     d, f = statistics.median(direct_t), statistics.median(flow_t)
     print(f"orchestration overhead on {ospec.name}: flow {f:.2f} s vs direct {d:.2f} s "
           f"(medians of {args.repeats}) -> {100 * (f / d - 1):+.1f}% (target < 15%)")

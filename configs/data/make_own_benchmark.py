@@ -28,19 +28,23 @@ def problems(rng: random.Random) -> list[dict]:
     out = []
     for _ in range(12):
         a, b, c = rng.randint(120, 990), rng.randint(3, 40), rng.randint(2, 9)
-        out.append({"question": f"A warehouse ships {a} boxes a day for {b} days, then {c} more boxes. "
-                                "How many boxes did it ship?",
-                    "answer": f"{a} * {b} = {a * b}. {a * b} + {c} = {a * b + c}.\n#### {a * b + c:,}",
+        out.append({"question": f"A warehouse ships {a} boxes a day for {b} days, then {c} more "
+                                "boxes. How many boxes did it ship?",
+                    "answer": f"{a} * {b} = {a * b}. {a * b} + {c} = {a * b + c}."
+                              f"\n#### {a * b + c:,}",
                     "subject": "arithmetic"})
     for _ in range(12):
         price, pct = rng.randint(2, 60) * 10, rng.choice([10, 20, 25, 30, 40, 50])
-        out.append({"question": f"A coat costs ${price}. It is marked down {pct}%. What is the new price in dollars?",
-                    "answer": f"{pct}% of {price} is {price * pct // 100}. {price} - {price * pct // 100} = "
+        out.append({"question": f"A coat costs ${price}. It is marked down {pct}%. "
+                                "What is the new price in dollars?",
+                    "answer": f"{pct}% of {price} is {price * pct // 100}. "
+                              f"{price} - {price * pct // 100} = "
                               f"{price - price * pct // 100}.\n#### {price - price * pct // 100}",
                     "subject": "percentages"})
     for _ in range(12):
         w, h = rng.randint(3, 30), rng.randint(3, 30)
-        out.append({"question": f"A rectangle is {w} cm wide and {h} cm tall. What is its perimeter in cm?",
+        out.append({"question": f"A rectangle is {w} cm wide and {h} cm tall. "
+                                "What is its perimeter in cm?",
                     "answer": f"2 * ({w} + {h}) = {2 * (w + h)}.\n#### {2 * (w + h)}",
                     "subject": "geometry"})
     for i, p in enumerate(out):
@@ -69,7 +73,8 @@ def main() -> None:
     for model in SKILL:
         files[OUT / f"{model}.jsonl"] = answers(rng, probs, model)
     for path, records in files.items():
-        path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records), encoding="utf-8")
+        path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records),
+                        encoding="utf-8")
 
 
 if __name__ == "__main__":

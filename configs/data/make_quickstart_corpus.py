@@ -38,21 +38,26 @@ PLANTED = {
 
 MIT = (
     "Permission is hereby granted, free of charge, to any person obtaining a copy of this software "
-    "and associated documentation files (the \"Software\"), to deal in the Software without restriction, "
-    "including without limitation the rights to use, copy, modify, merge, publish, distribute, sublicense, "
-    "and/or sell copies of the Software, and to permit persons to whom the Software is furnished to do so."
+    "and associated documentation files (the \"Software\"), to deal in the Software without "
+    "restriction, including without limitation the rights to use, copy, modify, merge, publish, "
+    "distribute, sublicense, and/or sell copies of the Software, and to permit persons to whom the "
+    "Software is furnished to do so."
 )
 
-TOPICS = ["caching", "logging", "retries", "pagination", "configuration files", "unit tests", "profiling",
-          "database migrations", "packaging", "type hints", "async code", "command-line tools"]
+TOPICS = ["caching", "logging", "retries", "pagination", "configuration files", "unit tests",
+          "profiling", "database migrations", "packaging", "type hints", "async code",
+          "command-line tools"]
 VERBS = ["makes", "keeps", "turns", "lets", "helps", "forces"]
-OBJECTS = ["the code easier to read", "failures visible early", "slow paths obvious", "the API small",
-           "deployments boring", "reviews short", "the data flow explicit", "errors actionable"]
-OPENERS = ["In practice,", "Over the last year,", "On our team,", "For small services,", "In most projects,",
-           "When traffic grows,", "During code review,"]
-DISHES = ["lentil soup", "tomato risotto", "banana bread", "green curry", "apple crumble", "potato gratin"]
-STEPS = ["Chop the onions finely.", "Warm the oil over medium heat.", "Stir in the spices and wait a minute.",
-         "Add the stock a ladle at a time.", "Season with salt and pepper.", "Bake until golden on top.",
+OBJECTS = ["the code easier to read", "failures visible early", "slow paths obvious",
+           "the API small", "deployments boring", "reviews short", "the data flow explicit",
+           "errors actionable"]
+OPENERS = ["In practice,", "Over the last year,", "On our team,", "For small services,",
+           "In most projects,", "When traffic grows,", "During code review,"]
+DISHES = ["lentil soup", "tomato risotto", "banana bread", "green curry", "apple crumble",
+          "potato gratin"]
+STEPS = ["Chop the onions finely.", "Warm the oil over medium heat.",
+         "Stir in the spices and wait a minute.", "Add the stock a ladle at a time.",
+         "Season with salt and pepper.", "Bake until golden on top.",
          "Let it rest for ten minutes before serving.", "Whisk the eggs with the sugar."]
 PLACES = ["Lisbon", "Kyoto", "Oaxaca", "Tbilisi", "Hanoi", "Porto", "Valparaiso", "Ljubljana"]
 SCIENCE = ["Photosynthesis stores energy from light in chemical bonds.",
@@ -61,11 +66,15 @@ SCIENCE = ["Photosynthesis stores energy from light in chemical bonds.",
            "The mitochondria produce most of a cell's chemical energy.",
            "Entropy in an isolated system does not decrease.",
            "Plate tectonics explains the drift of continents."]
-ZH = ["今天天气很好，我们去公园散步。", "这本书讲的是一个古老城市的历史。", "学习编程需要耐心和练习。",
-      "他每天早上喝一杯绿茶。", "数据清洗是机器学习中最耗时的步骤之一。"]
-RU = ["Сегодня хорошая погода, и мы идём гулять.", "Эта книга рассказывает об истории древнего города.",
-      "Изучение программирования требует терпения.", "Очистка данных занимает больше всего времени."]
-EL = ["Σήμερα ο καιρός είναι καλός και πάμε βόλτα.", "Το βιβλίο μιλά για την ιστορία μιας αρχαίας πόλης.",
+ZH = ["今天天气很好，我们去公园散步。", "这本书讲的是一个古老城市的历史。",
+      "学习编程需要耐心和练习。", "他每天早上喝一杯绿茶。",
+      "数据清洗是机器学习中最耗时的步骤之一。"]
+RU = ["Сегодня хорошая погода, и мы идём гулять.",
+      "Эта книга рассказывает об истории древнего города.",
+      "Изучение программирования требует терпения.",
+      "Очистка данных занимает больше всего времени."]
+EL = ["Σήμερα ο καιρός είναι καλός και πάμε βόλτα.",
+      "Το βιβλίο μιλά για την ιστορία μιας αρχαίας πόλης.",
       "Ο προγραμματισμός θέλει υπομονή και εξάσκηση."]
 AR = ["الطقس جميل اليوم ونحن نذهب للتنزه.", "يتحدث هذا الكتاب عن تاريخ مدينة قديمة.",
       "تعلم البرمجة يحتاج إلى الصبر والممارسة."]
@@ -75,18 +84,21 @@ FUNCS = [
     ("chunked", "items, size", "Yield successive lists of at most size items.",
      "    for i in range(0, len(items), size):\n        yield items[i:i + size]"),
     ("retry", "fn, attempts", "Call fn until it succeeds or attempts run out.",
-     "    for k in range(attempts):\n        try:\n            return fn()\n        except OSError:\n            time.sleep(2 ** k)\n    raise RuntimeError('gave up')"),
+     "    for k in range(attempts):\n        try:\n            return fn()\n"
+     "        except OSError:\n            time.sleep(2 ** k)\n    raise RuntimeError('gave up')"),
     ("slugify", "title", "Lower-case a title and join its words with dashes.",
      "    return '-'.join(re.findall(r'[a-z0-9]+', title.lower()))"),
     ("median", "values", "Return the median of a non-empty list of numbers.",
-     "    s = sorted(values)\n    mid = len(s) // 2\n    return s[mid] if len(s) % 2 else (s[mid - 1] + s[mid]) / 2"),
+     "    s = sorted(values)\n    mid = len(s) // 2\n"
+     "    return s[mid] if len(s) % 2 else (s[mid - 1] + s[mid]) / 2"),
 ]
 
 
 def _prose(rng: random.Random, sentences: int) -> str:
     out = []
     for _ in range(sentences):
-        out.append(f"{rng.choice(OPENERS)} {rng.choice(TOPICS)} {rng.choice(VERBS)} {rng.choice(OBJECTS)}.")
+        out.append(f"{rng.choice(OPENERS)} {rng.choice(TOPICS)} {rng.choice(VERBS)} "
+                   f"{rng.choice(OBJECTS)}.")
     return " ".join(out)
 
 
@@ -114,13 +126,16 @@ def _clean_docs(rng: random.Random, count: int) -> list[str]:
             docs.append(f"# Notes on {rng.choice(TOPICS)}\n\n" + _prose(rng, rng.randint(4, 12)))
         elif kind == 2:
             name, args, doc, body = rng.choice(FUNCS)
-            header = f"# Copyright (c) {rng.randint(2015, 2025)} Example Authors\n# {MIT}\n\n" if rng.random() < 0.6 else ""
-            docs.append(f"{header}import re\nimport time\nimport yaml\n\n\ndef {name}({args}):\n    \"\"\"{doc}\"\"\"\n{body}\n")
+            header = (f"# Copyright (c) {rng.randint(2015, 2025)} Example Authors\n# {MIT}\n\n"
+                      if rng.random() < 0.6 else "")
+            docs.append(f"{header}import re\nimport time\nimport yaml\n\n\n"
+                        f"def {name}({args}):\n    \"\"\"{doc}\"\"\"\n{body}\n")
         elif kind == 3:
             dish = rng.choice(DISHES)
             docs.append(f"Recipe: {dish}\n\n" + "\n".join(rng.sample(STEPS, rng.randint(3, 6))))
         elif kind == 4:
-            docs.append(f"Travel log, {rng.choice(PLACES)}. " + " ".join(rng.sample(SCIENCE, 2)) + " " + _prose(rng, 3))
+            docs.append(f"Travel log, {rng.choice(PLACES)}. " + " ".join(rng.sample(SCIENCE, 2))
+                        + " " + _prose(rng, 3))
         elif kind == 5:
             docs.append("".join(rng.sample(ZH, 3)))
         elif kind == 6:
