@@ -22,15 +22,20 @@ demo: $(STAMP)
 	@$(PY) -m compileall -q assay tasks flows > /dev/null
 	$(VENV)/bin/assay run configs/quickstart.yaml --output runs/quickstart
 
+# Every core: pytest-xdist workers, one test module per worker at a time (module fixtures
+# are built once). The suite is written for it: no test assumes it has the machine alone.
+TEST_WORKERS ?= auto
+PYTEST := $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadscope
+
 test: $(STAMP)
-	$(PY) -m pytest -q
+	$(PYTEST)
 
 # The suite while a CPU burner keeps every core busy, STRESS_RUNS times in a row: a test that
 # depends on a wall-clock margin or on the order concurrent work finishes fails here.
 STRESS_RUNS ?= 3
 STRESS_ARGS ?=
 test-stress: $(STAMP)
-	$(PY) tests/cpu_burner.py --runs $(STRESS_RUNS) -- $(PY) -m pytest -q $(STRESS_ARGS)
+	$(PY) tests/cpu_burner.py --runs $(STRESS_RUNS) -- $(PYTEST) $(STRESS_ARGS)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check assay tasks flows tests benchmarks configs

@@ -17,7 +17,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from typing import IO
+from typing import IO, Any
 
 from assay import progress
 from assay.progress import UnitState
@@ -127,9 +127,9 @@ class Printer:
 
 
 @contextlib.contextmanager
-def printing(stream: IO[str] | None = None, **kwargs: float) -> Iterator[Printer]:
-    """A :class:`Printer` running while the block runs."""
-    p = Printer(stream, **kwargs).start()  # type: ignore[arg-type]
+def printing(stream: IO[str] | None = None, **kwargs: Any) -> Iterator[Printer]:
+    """A :class:`Printer` running while the block runs (``kwargs``: the Printer's)."""
+    p = Printer(stream, **kwargs).start()
     try:
         yield p
     finally:

@@ -168,7 +168,7 @@ class Result:
         own = cls.__dict__.get("__str__")
         if own is not None and not getattr(own, "_with_warnings", False):
             # each subclass's own __str__ is kept as _line and wrapped once, at class creation
-            cls._line = own  # type: ignore[method-assign]
+            cls._line = own  # type: ignore[method-assign]  # replaced once, at class creation
 
             def __str__(self: Result) -> str:
                 return self._line() + _warnings_suffix(self)

@@ -313,8 +313,10 @@ class StudySpec(SpecModel):
                     raise ValueError(f"reward.score.models[{i}]: unknown reward model {n!r}; "
                                      f"reward.models are {rn}")
         # scoring_models() is empty unless reward.score is set
-        scored = {f"rm:{e.name}": set(self.reward.score.sources)  # type: ignore[union-attr]
-                  for e in (self.reward.scoring_models() if self.reward else ())}
+        score = self.reward.score if self.reward else None
+        scored: dict[str, set[str]] = {}
+        if self.reward is not None and score is not None:
+            scored = {f"rm:{e.name}": set(score.sources) for e in self.reward.scoring_models()}
         for i, c in enumerate(m.compare):
             if c.proxy is not None and c.proxy.removeprefix("marker:").startswith("rm:"):
                 marker = c.proxy.removeprefix("marker:")

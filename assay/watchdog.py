@@ -250,7 +250,7 @@ def guard(deadline: str | float | None = None, stall_after: str | float | None =
         # set on the way out of a stage run in this thread; else the unit that stalled
         stage = getattr(e, "assay_stage", None) or stop.where
         if stage:
-            err.assay_stage = stage  # type: ignore[attr-defined]
+            err.assay_stage = stage  # type: ignore[attr-defined]  # a tag read back by getattr
         raise err from None
     finally:
         w.close()

@@ -401,9 +401,8 @@ class HFRewardModel:
             n = len(ids[i])
             input_ids[row, :n] = torch.tensor(ids[i], dtype=torch.long)
             mask[row, :n] = 1
-            if types is not None:
-                # types is set only when tts is
-                types[row, :n] = torch.tensor(tts[i], dtype=torch.long)  # type: ignore[index]
+            if types is not None and tts is not None:  # types is set only when tts is
+                types[row, :n] = torch.tensor(tts[i], dtype=torch.long)
         inputs = {"input_ids": input_ids.to(self.device), "attention_mask": mask.to(self.device)}
         if types is not None:
             inputs["token_type_ids"] = types.to(self.device)

@@ -177,7 +177,8 @@ def _shards(spec: StudySpec, store: Store | None, si: int, src: Any, scored: Seq
                                   label=name, groups=(f"final:{name}",)))
             return nodes
         gen = getattr(src, "generate", None)
-        rows = load_rows(store, filtered)  # type: ignore[arg-type]
+        assert store is not None  # shards are cut from stored rows (no store: listing only)
+        rows = load_rows(store, filtered)
         per = spec.execution.shard_rows
         if gen is not None:
             per = prompts_per_shard(per, gen.k)

@@ -31,6 +31,18 @@ from assay import progress
 from assay.errors import VerifierError
 
 SERVER_SCRIPT = str(Path(__file__).with_name("forkserver.py"))
+_ISSUED_UIDS: set[int] = set()  # throwaway uids given to this process's servers
+
+
+def issued_uids() -> frozenset[int]:
+    """The throwaway uids this process's sandbox servers ran candidates as: a leak check looks
+    for live processes of these uids (and only these: another process's sandboxes are not ours).
+
+    Example:
+        >>> 0 in issued_uids()  # root is never a throwaway uid
+        False
+    """
+    return frozenset(_ISSUED_UIDS)
 
 #: Modules the servers import once so each forked candidate finds them loaded (fast, and
 #: cheap to fork: a bigger server forks slower, so heavy modules load lazily per job).
@@ -97,6 +109,8 @@ class _Server:
         self.stdin: IO[bytes] = cast(IO[bytes], self.proc.stdin)
         self.stdout: IO[bytes] = cast(IO[bytes], self.proc.stdout)
         uid = 1_000_000 + secrets.randbelow(1_000_000_000) if drop_privileges else None
+        if uid is not None:
+            _ISSUED_UIDS.add(uid)
         self._send({"isolate": isolate, "uid": uid, "max_procs": max_procs,
                     "preload": list(preload)})
         self.isolation: dict[str, Any] = {}

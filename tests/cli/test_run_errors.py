@@ -166,11 +166,12 @@ def test_ctrl_c_while_sandboxes_wait_on_a_timeout(tmp_path: Path) -> None:
                 break
         else:
             pytest.fail("grading never started:\n" + "".join(seen))
-        deadline = time.monotonic() + 30
-        while True:  # wait until the candidates are running (they sleep in the sandbox)
+        deadline = time.monotonic() + 120  # a bound: the candidates start in seconds
+        while True:  # wait until a candidate runs: a sandbox server's forked child
             procs = psutil.Process(p.pid).children(recursive=True)
-            sleepers = [c for c in procs if _cmdline(c)[-1:] == ["forkserver.py"]]
-            if len(procs) >= 1 + 2 * len(sleepers) and sleepers or time.monotonic() > deadline:
+            servers = {c.pid for c in procs if _cmdline(c)[-1:] == ["forkserver.py"]}
+            sleepers = [c for c in procs if _ppid(c) in servers]
+            if sleepers or time.monotonic() > deadline:
                 break
             time.sleep(0.2)
         assert sleepers, [(c.pid, _cmdline(c)) for c in procs]
@@ -197,3 +198,10 @@ def _cmdline(p: psutil.Process) -> list[str]:
         return [os.path.basename(a) for a in p.cmdline()]
     except psutil.Error:
         return []
+
+
+def _ppid(p: psutil.Process) -> int | None:
+    try:
+        return p.ppid()
+    except psutil.Error:
+        return None
