@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 GROUP = "group:"
+_WAKE = ""  # no node has an empty id
 
 
 @dataclass
@@ -33,7 +34,10 @@ class Node:
     """One unit of work. ``args(get)`` builds the call's ``(args, kwargs)`` from the results of
     ``deps`` (node ids, or ``group:<name>`` for a group's tuple of results). ``resources`` name
     slots the node holds while it runs; ``order`` sorts results (completion order never
-    shows); ``expand(result)`` returns nodes (and groups to seal) to add once this one ran."""
+    shows); ``expand(result)`` returns nodes (and groups to seal) to add once this one ran.
+    ``ready()``, when given, must also be true before the node starts (and takes its slots):
+    e.g. its model is still loading elsewhere; whatever makes it true calls
+    :meth:`Graph.wake`."""
 
     id: str
     stage: str
@@ -45,6 +49,7 @@ class Node:
     groups: tuple[str, ...] = ()
     expand: Callable[[Any], Sequence[Node]] | None = None
     label: str = ""
+    ready: Callable[[], bool] | None = None
 
     @property
     def where(self) -> str:
@@ -57,6 +62,12 @@ class Graph:
     nodes: dict[str, Node] = field(default_factory=dict)
     #: group name -> (id of the node that seals it, member ids in the order they were added)
     groups: dict[str, tuple[str, list[str]]] = field(default_factory=dict)
+    _wake: Callable[[], None] | None = None
+
+    def wake(self) -> None:
+        """Make the runner look again at nodes held back by ``ready()`` (from any thread)."""
+        if self._wake is not None:
+            self._wake()
 
     def add(self, node: Node) -> None:
         if node.id in self.nodes:
@@ -148,6 +159,7 @@ def run_graph(graph: Graph, executor: Executor, *, max_parallel: int = 8,
     running: dict[str, Any] = {}
     held: dict[str, int] = {}
     finished: queue.SimpleQueue[str] = queue.SimpleQueue()
+    graph._wake = lambda: finished.put(_WAKE)
     lock = threading.Lock()  # a done() may fire inside submit(), before `running` has the handle
 
     def dep_state(d: str) -> tuple[str, str | None]:
@@ -182,7 +194,7 @@ def run_graph(graph: Graph, executor: Executor, *, max_parallel: int = 8,
     cancel = True
     try:
         while True:
-            changed = True
+            changed, gated = True, False
             while changed:  # skips cascade: settle them before starting anything
                 changed = False
                 waiting = [n for n in graph.nodes.values() if n.id not in results and
@@ -196,6 +208,9 @@ def run_graph(graph: Graph, executor: Executor, *, max_parallel: int = 8,
                         continue
                     if any(s == "wait" for s, _ in states) or len(running) >= max_parallel:
                         continue
+                    if n.ready is not None and not n.ready():
+                        gated = True  # its Graph.wake() comes
+                        continue
                     if any(held.get(r, 0) >= capacity.get(r, 1 << 30) for r in n.resources):
                         continue
                     for r in n.resources:
@@ -205,11 +220,13 @@ def run_graph(graph: Graph, executor: Executor, *, max_parallel: int = 8,
                     with lock:
                         running[n.id] = executor.submit(n, args, kwargs, waits,
                                                         _waker(finished, n.id))
-            if not running:
+            if not running and not gated:
                 break
             try:
                 nid = finished.get(timeout=poll_s)
             except queue.Empty:
+                continue
+            if nid == _WAKE:
                 continue
             with lock:
                 handle = running.pop(nid)

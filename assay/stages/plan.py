@@ -102,8 +102,9 @@ def _reward_resources(models: Sequence[Any]) -> tuple[str, ...]:
 
 
 def study_graph(spec: StudySpec, store: Store | None, *, progress: Any = print_progress,
-                workers: int | None = None) -> Graph:
-    """The study's nodes (shards are added when a source's filtered rows exist)."""
+                workers: int | None = None, loader: Preloader | None = None) -> Graph:
+    """The study's nodes (shards are added when a source's filtered rows exist). With a
+    ``loader``, score-rows shards wait (holding no slot) while it loads their model."""
     g = Graph()
     score = spec.reward.score if spec.reward is not None else None
     scored = list(score.sources) if score is not None else []
@@ -118,7 +119,7 @@ def study_graph(spec: StudySpec, store: Store | None, *, progress: Any = print_p
         g.add(Node(f_id, "filter-rows",
                    _from(lambda get, b_id=b_id, name=name: ((store, spec, name, get(b_id)), pk)),
                    run_filter_rows, deps=(b_id,), order=(0, si, 1), label=name,
-                   expand=_shards(spec, store, si, src, scored, workers, progress),
+                   expand=_shards(spec, store, si, src, scored, workers, progress, loader),
                    groups=() if src.verifier is not None or _loglik(src)[0] else (
                        (graded[6:],) + (() if name in scored else (final[6:],)))))
     decon_id = None
@@ -158,7 +159,8 @@ def study_graph(spec: StudySpec, store: Store | None, *, progress: Any = print_p
 
 
 def _shards(spec: StudySpec, store: Store | None, si: int, src: Any, scored: Sequence[str],
-            workers: int | None, progress: Any) -> Callable[[StageResult], list[Node]]:
+            workers: int | None, progress: Any,
+            loader: Preloader | None = None) -> Callable[[StageResult], list[Node]]:
     """The shard nodes of one source, made once its filtered rows exist (as the chain cuts them)."""
     name = src.name
     pk = {"progress": progress}
@@ -223,7 +225,9 @@ def _shards(spec: StudySpec, store: Store | None, si: int, src: Any, scored: Seq
                                       (store, spec, name, get(grade_id), i, n), pk)),
                                   run_score_rows, deps=(grade_id,), resources=scoring,
                                   order=(1, score_si, i), label=label if n > 1 else name,
-                                  groups=(f"final:{name}",)))
+                                  groups=(f"final:{name}",),
+                                  # not holding the cores (grading's) while the model loads
+                                  ready=loader.idle if loader is not None else None))
         return nodes
 
     return expand
@@ -243,6 +247,20 @@ class Preloader:
         self.spec = spec
         self.thread: threading.Thread | None = None
         self._lock = threading.Lock()
+        self.wake: Callable[[], None] | None = None  # called when the load ends
+        self._ended = threading.Event()
+
+    def idle(self) -> bool:
+        """No load in flight (none started, or it ended: loaded or failed)."""
+        return self.thread is None or self._ended.is_set()
+
+    def _load(self) -> None:
+        try:
+            preload(self.spec)
+        finally:
+            self._ended.set()  # before the wake: the runner looks again and sees it idle
+            if self.wake is not None:
+                self.wake()
 
     @staticmethod
     def wanted(spec: StudySpec) -> bool:
@@ -260,8 +278,8 @@ class Preloader:
             return
         with self._lock:
             if self.thread is None:
-                self.thread = threading.Thread(target=preload, args=(self.spec,),
-                                               name="assay-preload", daemon=True)
+                self.thread = threading.Thread(target=self._load, name="assay-preload",
+                                               daemon=True)
                 self.thread.start()
 
     def join(self) -> None:
@@ -294,9 +312,11 @@ def run_study(spec: StudySpec, store: Store, *, call: Callable[..., StageResult]
         raise ValueError(f"run_study: mode must be 'graph' or 'chain', not {mode!r}")
     workers = workers or spec.execution.workers
     cap = max_parallel_for(spec, max_parallel)
-    graph = study_graph(spec, store, progress=progress, workers=workers)
-    ex = executor if executor is not None else ThreadExecutor(cap)
     loader = Preloader(spec) if preload and Preloader.wanted(spec) else None
+    graph = study_graph(spec, store, progress=progress, workers=workers, loader=loader)
+    if loader is not None:
+        loader.wake = graph.wake
+    ex = executor if executor is not None else ThreadExecutor(cap)
     unlisten = live.listen(loader) if loader is not None else None
     try:
         run = run_graph(graph, ex, max_parallel=cap,

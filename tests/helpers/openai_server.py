@@ -121,7 +121,18 @@ class OpenAIServer:
                 except OSError:
                     pass
 
+            counted = False  # this request is counted in server.in_flight
+
+            def _leave(self) -> None:
+                """The request stops counting as in flight: before its answer goes out, since
+                the client may send its next request the moment it reads the answer."""
+                if self.counted:
+                    self.counted = False
+                    with server.lock:
+                        server.in_flight -= 1
+
             def _send(self, code: int, doc: Any, headers: dict[str, str] | None = None) -> None:
+                self._leave()
                 data = json.dumps(doc).encode()
                 self.send_response(code)
                 self.send_header("Content-Type", "application/json")
@@ -154,6 +165,7 @@ class OpenAIServer:
                     server.requests.append({**body, "_path": self.path, "_t": time.monotonic(),
                                             "_auth": self.headers.get("Authorization")})
                     server.in_flight += 1
+                    self.counted = True
                     server.max_in_flight = max(server.max_in_flight, server.in_flight)
                     f = server.faults(n, body) if callable(server.faults) else (
                         server.faults.pop(0) if server.faults else None)
@@ -171,6 +183,7 @@ class OpenAIServer:
                                 break
                             time.sleep(0.002)
                     if f is not None and f.drop:
+                        self._leave()
                         self.close_connection = True
                         self.connection.shutdown(socket.SHUT_RDWR)
                         return None
@@ -209,8 +222,7 @@ class OpenAIServer:
                                                                    or body.get("prompt")).split()),
                                           "completion_tokens": len(words)}})
                 finally:
-                    with server.lock:
-                        server.in_flight -= 1
+                    self._leave()
 
         self.httpd = _Server(("127.0.0.1", port), Handler)
         self.httpd.daemon_threads = True

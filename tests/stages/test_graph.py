@@ -93,3 +93,43 @@ def test_expansion_and_groups_feed_a_stage_that_reads_every_shard() -> None:
                order=("z",)))
     run = run_graph(g, ThreadExecutor(3), max_parallel=3)
     assert run.results["sum"] == (0, 10, 20)  # the group in the order its members were added
+
+
+
+def test_a_node_held_back_by_ready_takes_no_slot() -> None:
+    # "a" comes first in order and wants the one core, but its model is still loading: "b"
+    # (which finishes the load) holds the core meanwhile, then "a" runs
+    g = Graph()
+    loaded = threading.Event()
+    seen: list[bool] = []
+    g.add(node("a", lambda: seen.append(loaded.is_set()), resources=("cores",), order=(0,),
+               ready=loaded.is_set))
+    g.add(node("b", lambda: (loaded.set(), "b")[1], resources=("cores",), order=(1,)))
+    run = run_graph(g, ThreadExecutor(2), capacity={"cores": 1})
+    assert seen == [True] and run.results["b"] == "b"
+
+
+def test_a_wake_starts_a_held_node_when_nothing_else_runs() -> None:
+    # nothing runs while "a" waits on a load outside the graph; the loader's wake starts it
+    # (the runner's poll is an hour: without the wake the bound below fails the test)
+    g = Graph()
+    loaded, asked = threading.Event(), threading.Event()
+
+    def ready() -> bool:
+        asked.set()
+        return loaded.is_set()
+
+    g.add(node("a", lambda: "a", ready=ready))
+
+    def loader() -> None:
+        asked.wait(BOUND)  # the runner has seen "a" held back
+        loaded.set()
+        g.wake()
+
+    threading.Thread(target=loader, daemon=True).start()
+    out: list[Any] = []
+    t = threading.Thread(target=lambda: out.append(run_graph(g, ThreadExecutor(1),
+                                                             poll_s=3600)), daemon=True)
+    t.start()
+    t.join(BOUND)
+    assert out and out[0].results == {"a": "a"}
