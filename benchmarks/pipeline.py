@@ -25,7 +25,12 @@ Run: ``.venv/bin/python benchmarks/pipeline.py [--only graph,quickstart,overhead
    on a smaller spec (``--overhead-spec``, default: 40 HumanEval problems x 4 samples x 2 arms,
    graded by CodeExec, measured) so repeats fit in minutes.
 
-Measured 2026-12-02 on the shared 2-core VM, load average 7-22 (see the README for all of it):
+Latest, 2026-12-02 on the quiet 2-core VM with the shard-ordered server budget, the preloaded
+row-scoring model and score-rows not holding the cores while it loads: graph 9.25 s vs chain
+12.22 s (1.32x; the preload alone measured 1.40x), graph / busiest (scoring, mostly loading
+torch and MiniLM on the CPU) 1.68. The load is the critical path on a CPU-only box.
+
+Earlier, measured 2026-12-02 on the shared 2-core VM, load average 7-22 (see the README):
 graph vs chain 1.20x on medians of 5 (paired ratios median 1.43x), graph / busiest resource 1.34,
 identical results; fully cached quickstart rerun served without Prefect 9.4 s wall but 1.4 s of
 CPU (the wall is waiting for a core), through Prefect 33.5 s wall / 11.0 s CPU.
