@@ -39,8 +39,7 @@ if TYPE_CHECKING:
 
 
 class HFDatasetSource(RecordSourceSpec):
-    """A benchmark through the ``datasets`` library: a save_to_disk folder, Parquet/JSONL files,
-    or a hub id."""
+    """A benchmark through ``datasets``: a save_to_disk folder, Parquet/JSONL files, a hub id."""
 
     kind: Literal["hf_dataset"]
     path: str = Field(description="a hub id (org/name), a folder written by save_to_disk, or a "
