@@ -178,6 +178,63 @@ def listen(fn: Callable[[UnitState], None]) -> Callable[[], None]:
     return remove
 
 
+class Watcher:
+    """A watcher of the live units: from :meth:`start` to :meth:`stop` its thread calls
+    :meth:`tick` every ``tick_s`` seconds and, when ``listens``, :meth:`on_state` hears every
+    advance and unit end. The stop event is the thread's waker and the join is bounded
+    (``join_s``); an error in a tick ends the watching, never the work. Subclasses: the
+    terminal printer and the Prefect UI publisher.
+
+    >>> class Count(Watcher):
+    ...     ticks = 0
+    ...     def tick(self) -> None:
+    ...         self.ticks += 1
+    >>> w = Count(tick_s=3600).start(); w.stop(); w.ticks
+    0
+    """
+
+    join_s = 5.0
+
+    def __init__(self, tick_s: float, *, listens: bool = True) -> None:
+        self.tick_s = tick_s
+        self.listens = listens
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._unlisten: Callable[[], None] | None = None
+
+    def tick(self) -> None:
+        """One look at :func:`snapshot` (what the subclass shows)."""
+
+    def on_state(self, state: UnitState) -> None:
+        """Called on every advance and unit end while watching (``listens``)."""
+
+    def call(self, fn: Callable[[], None]) -> None:
+        """How the thread runs a tick (a subclass may run it in a saved context)."""
+        fn()
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.tick_s):
+            try:
+                self.call(self.tick)
+            except Exception:  # noqa: BLE001 - a closed stream or an away server: stop watching
+                return
+
+    def start(self) -> Watcher:
+        if self.listens:
+            self._unlisten = listen(self.on_state)
+        self._thread = threading.Thread(target=self._loop, name=f"assay-{type(self).__name__}",
+                                        daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._unlisten is not None:
+            self._unlisten()
+        if self._thread is not None:
+            self._thread.join(timeout=self.join_s)
+
+
 def describe(states: list[UnitState] | None = None) -> str:
     """One line per open unit: what is in flight (for stall and deadline errors)."""
     parts = []
@@ -188,5 +245,5 @@ def describe(states: list[UnitState] | None = None) -> str:
     return "; ".join(parts) or "nothing in flight"
 
 
-__all__ = ["Unit", "UnitState", "track", "current", "snapshot", "last_advance", "listen",
-           "describe"]
+__all__ = ["Unit", "UnitState", "Watcher", "track", "current", "snapshot", "last_advance",
+           "listen", "describe"]

@@ -16,7 +16,7 @@ import contextlib
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import IO, Any
 
 from assay import progress
@@ -56,7 +56,7 @@ def _bar(s: UnitState, width: int = 20) -> str:
     return "[" + "#" * filled + "." * (width - filled) + "] "
 
 
-class Printer:
+class Printer(progress.Watcher):
     """Prints the open units that have run longer than ``every_s``: on a TTY one bar line
     rewritten in place (``tty_every_s``), else one line per unit every ``every_s``. Stops by
     its event (bounded join); a watcher's error never reaches the work."""
@@ -66,12 +66,10 @@ class Printer:
         self.stream = stream or sys.stderr
         self.tty = bool(getattr(self.stream, "isatty", lambda: False)()) if tty is None else tty
         self.every_s = every_s
-        self.tick_s = tty_every_s if self.tty else every_s
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        # on a TTY it hears unit ends, to clear its bar before the stage's own done line
+        super().__init__(tty_every_s if self.tty else every_s, listens=self.tty)
         self._shown = False  # a bar is on the terminal's last line
         self._lock = threading.Lock()
-        self._unlisten: Callable[[], None] | None = None
 
     def lines(self, now: float | None = None) -> list[str]:
         """What one tick prints (without bars): the units open at least ``every_s``."""
@@ -93,33 +91,19 @@ class Printer:
                 self.stream.write("".join(format_state(s, now) + "\n" for s in states))
             self.stream.flush()
 
-    def _clear(self, state: UnitState) -> None:
+    def on_state(self, state: UnitState) -> None:
         if state.finished and self._shown:  # the stage's own done line comes next
             with self._lock:
                 self.stream.write("\r\x1b[K")
                 self.stream.flush()
                 self._shown = False
 
-    def _loop(self) -> None:
-        while not self._stop.wait(self.tick_s):
-            try:
-                self.tick()
-            except Exception:  # noqa: BLE001 - a closed stream must not stop the run
-                return
-
     def start(self) -> Printer:
-        if self.tty:
-            self._unlisten = progress.listen(self._clear)
-        self._thread = threading.Thread(target=self._loop, name="assay-progress", daemon=True)
-        self._thread.start()
+        super().start()
         return self
 
     def stop(self) -> None:
-        self._stop.set()
-        if self._unlisten is not None:
-            self._unlisten()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
+        super().stop()
         if self._shown:
             with contextlib.suppress(Exception):
                 self.stream.write("\r\x1b[K")

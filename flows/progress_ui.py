@@ -29,23 +29,26 @@ def _pct(s: UnitState) -> float:
     return 100.0 if s.finished else 0.0
 
 
-class Publisher:
+class Publisher(progress.Watcher):
     """Creates a progress artifact for each unit open at least ``every_s`` and updates it on
     every :meth:`tick` (its thread ticks every ``every_s``) and when the unit ends. Runs in the
     flow run's context, so the artifacts belong to the flow run. Errors talking to the server
     are dropped: progress must never fail the work."""
 
+    join_s = 10.0
+
     def __init__(self, every_s: float = 5.0) -> None:
+        super().__init__(every_s)
         self.every_s = every_s
         self.ids: dict[tuple[str, str, float], Any] = {}
         self._ended: list[UnitState] = []
         self._lock = threading.Lock()
-        self._stop = threading.Event()
         self._ctx = contextvars.copy_context()
-        self._thread: threading.Thread | None = None
-        self._unlisten: Any = None
 
-    def _on_state(self, s: UnitState) -> None:
+    def call(self, fn: Any) -> None:
+        self._ctx.run(fn)
+
+    def on_state(self, s: UnitState) -> None:
         if s.finished:
             with self._lock:
                 self._ended.append(s)
@@ -70,22 +73,12 @@ class Publisher:
             if s.finished:
                 self.ids.pop(ident, None)
 
-    def _loop(self) -> None:
-        while not self._stop.wait(self.every_s):
-            self._ctx.run(self.tick)
-
     def start(self) -> Publisher:
-        self._unlisten = progress.listen(self._on_state)
-        self._thread = threading.Thread(target=self._loop, name="assay-progress-ui", daemon=True)
-        self._thread.start()
+        super().start()
         return self
 
     def stop(self) -> None:
-        self._stop.set()
-        if self._unlisten is not None:
-            self._unlisten()
-        if self._thread is not None:
-            self._thread.join(timeout=10)
+        super().stop()
         self._ctx.run(self.tick)  # the last counts of units that ended meanwhile
 
 
