@@ -58,6 +58,31 @@ def latch(pred: Callable[[], bool]) -> Callable[[], bool]:
     return check
 
 
+class JSONHandler(BaseHTTPRequestHandler):
+    """The loopback test servers' request handler: keep-alive HTTP/1.1, quiet, JSON answers."""
+
+    protocol_version = "HTTP/1.1"
+    # headers and body go out in two writes: without TCP_NODELAY, Nagle's algorithm and the
+    # client's delayed ACK add ~40 ms to every keep-alive answer
+    disable_nagle_algorithm = True
+
+    def log_message(self, *a: Any) -> None:
+        pass
+
+    def _send(self, code: int, doc: Any, headers: dict[str, str] | None = None) -> None:
+        data = json.dumps(doc).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        for k, v in (headers or {}).items():
+            self.send_header(k, v)
+        self.end_headers()
+        try:
+            self.wfile.write(data)
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+
+
 class _Server(ThreadingHTTPServer):
     request_queue_size = 256  # the default backlog of 5 refuses bursts of concurrent clients
     daemon_threads = True
@@ -99,15 +124,7 @@ class OpenAIServer:
         self.sockets: set[Any] = set()
         server = self
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-            # headers and body go out in two writes: without TCP_NODELAY, Nagle's algorithm and
-            # the client's delayed ACK add ~40 ms to every keep-alive answer
-            disable_nagle_algorithm = True
-
-            def log_message(self, *a: Any) -> None:
-                pass
-
+        class Handler(JSONHandler):
             def setup(self) -> None:
                 super().setup()
                 with server.lock:
@@ -133,17 +150,7 @@ class OpenAIServer:
 
             def _send(self, code: int, doc: Any, headers: dict[str, str] | None = None) -> None:
                 self._leave()
-                data = json.dumps(doc).encode()
-                self.send_response(code)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                for k, v in (headers or {}).items():
-                    self.send_header(k, v)
-                self.end_headers()
-                try:
-                    self.wfile.write(data)
-                except (BrokenPipeError, ConnectionResetError):
-                    pass
+                super()._send(code, doc, headers)
 
             def do_GET(self) -> None:
                 if self.path.rstrip("/") == "/v1/models":
