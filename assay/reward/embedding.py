@@ -27,7 +27,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import numpy as np
 
@@ -41,7 +41,8 @@ from assay.reward.base import (
     unique_index,
 )
 from assay.reward.batching import fixed_batches, run_plan
-from assay.reward.runtime import quiet_loading, resolve_device
+from assay.reward.runtime import resolve_device
+from assay.reward.sentence_encoder import load_encoder
 
 TRUNCATION_POLICIES = ("right", "error")
 
@@ -66,6 +67,11 @@ def bundled_model_path() -> Path:
 class EmbeddingRewardModel:
     """Cosine relevance of response to prompt under a sentence-transformers model (see module).
 
+    ``backend="auto"`` runs a plain Transformer -> Pooling -> Normalize folder (the bundled
+    MiniLM's layout) through transformers alone, with sentence-transformers' exact bytes and
+    without its seconds of import; ``"sentence-transformers"`` forces the library (any other
+    layout uses it anyway; see :mod:`assay.reward.sentence_encoder`).
+
     Example:
         >>> rm = EmbeddingRewardModel()                                   # doctest: +SKIP
         >>> s = rm.score(["What's the capital of France?"] * 2, ["Paris is the capital.",
@@ -76,9 +82,9 @@ class EmbeddingRewardModel:
 
     def __init__(self, path: str | Path | None = None, *, device: str = "auto",
                  batch_tokens: int | None = None, max_batch: int = 256,
-                 truncation: str = "right", name: str | None = None) -> None:
+                 truncation: str = "right", name: str | None = None,
+                 backend: str = "auto") -> None:
         import torch
-        from sentence_transformers import SentenceTransformer
 
         if truncation not in TRUNCATION_POLICIES:
             raise RewardModelError(
@@ -91,10 +97,10 @@ class EmbeddingRewardModel:
         self.truncation = truncation
         self.max_batch = max_batch
         self.batch_tokens = batch_tokens or (65536 if self.device.startswith("cuda") else 4096)
-        quiet_loading()
-        self.st = SentenceTransformer(str(self.path), device=self.device, local_files_only=True)
-        self.st.eval()
-        self.max_seq_length = int(self.st.max_seq_length or 512)
+        # The direct path gives sentence-transformers' bytes (test_sentence_encoder.py), so
+        # which one ran is not part of the fingerprint: caches stay valid across the two.
+        self.encoder = load_encoder(self.path, self.device, backend)
+        self.max_seq_length = self.encoder.max_seq_length
         self.info: dict[str, Any] = {
             "device": self.device, "dtype": "float32", "max_seq_length": self.max_seq_length,
             "truncation": truncation, "batch_tokens": self.batch_tokens,
@@ -125,18 +131,12 @@ class EmbeddingRewardModel:
     def token_lengths(self, texts: Sequence[str]) -> np.ndarray:
         """Token count of each text with special tokens, before truncation."""
         # verbose=False: over-long texts are expected here (they are counted, not warned about)
-        enc = self.st.tokenizer(list(texts), add_special_tokens=True, truncation=False,
+        enc = self.encoder.tokenizer(list(texts), add_special_tokens=True, truncation=False,
                                 verbose=False)
         return np.array([len(x) for x in enc["input_ids"]], dtype=np.int64)
 
     def _embed_batch(self, texts: Sequence[str]) -> np.ndarray:
-        import torch
-
-        features = self.st.preprocess(list(texts))
-        features = {k: (v.to(self.device) if torch.is_tensor(v) else v)
-                    for k, v in features.items()}
-        with torch.inference_mode():
-            emb = self.st(features)["sentence_embedding"]
+        emb = self.encoder.forward(self.encoder.features(texts))
         return emb.float().cpu().numpy()
 
     def embed(self, texts: Sequence[str], *, batching: str = "budget") -> tuple[np.ndarray, Any]:
@@ -146,10 +146,7 @@ class EmbeddingRewardModel:
         loop (batches of 16 in input order), kept for the benchmark's comparison.
         """
         texts = list(texts)
-        dim = self.st.get_embedding_dimension() if hasattr(self.st, "get_embedding_dimension") \
-            else self.st.get_sentence_embedding_dimension()
-        # known for the models we load (a pooling layer sets it); None only without one
-        out = np.zeros((len(texts), cast(int, dim)), dtype=np.float32)
+        out = np.zeros((len(texts), self.encoder.dim), dtype=np.float32)
         if not texts:
             return out, None
         if batching == "fixed16":

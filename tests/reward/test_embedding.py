@@ -27,7 +27,10 @@ def test_scores_are_prompt_response_cosine(emb):
     assert s.dtype == np.float64 and np.all(np.abs(s) <= 1 + 1e-6)
     assert s[0] > s[2] + 0.2  # on-topic answer beats an off-topic one for the same prompt
     # independent reference: sentence-transformers' own encode + normalize
-    e = emb.st.encode(PROMPTS + RESPONSES, normalize_embeddings=True, convert_to_numpy=True)
+    from sentence_transformers import SentenceTransformer
+
+    st = SentenceTransformer(str(bundled_model_path()), device="cpu", local_files_only=True)
+    e = st.encode(PROMPTS + RESPONSES, normalize_embeddings=True, convert_to_numpy=True)
     ref = (e[:3] * e[3:]).sum(axis=1)
     assert np.allclose(s, ref, atol=1e-5)
     assert emb.last_run.n_items == 3 and emb.last_run.n_scored == 5  # one prompt repeats

@@ -1,0 +1,232 @@
+"""SentenceEncoder: a sentence-transformers model directory run through transformers alone.
+
+Importing sentence-transformers costs 1.5-5 s of CPU before any weight is read (it pulls in
+scikit-learn and its training stack), and on a CPU-only box that load sits on a study's critical
+path. The common layout of such a directory (``modules.json``: Transformer -> Pooling ->
+optional Normalize, plain text, no prompts) is three small steps over a transformers encoder, so
+:func:`load_encoder` runs those directly and gives the same bytes as sentence-transformers (the
+tests compare them); any other layout (Dense layers, routers, prompts, lower-casing, other
+pooling modes) is loaded by sentence-transformers itself, behind the same interface.
+
+Example:
+    >>> from assay.reward.embedding import bundled_model_path
+    >>> direct_reason(bundled_model_path()) is None    # the bundled MiniLM takes the direct path
+    True
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from assay.reward.base import RewardModelError
+
+# Module type names as sentence-transformers 2-5 and 6 write them in modules.json.
+_TRANSFORMER = {"sentence_transformers.models.Transformer",
+                "sentence_transformers.base.modules.transformer.Transformer"}
+_POOLING = {"sentence_transformers.models.Pooling",
+            "sentence_transformers.sentence_transformer.modules.pooling.Pooling"}
+_NORMALIZE = {"sentence_transformers.models.Normalize",
+              "sentence_transformers.base.modules.normalize.Normalize"}
+_MODES = ("cls", "mean", "max")
+# Legacy pooling-config keys and the mode each turns on.
+_POOL_KEYS = {"pooling_mode_cls_token": "cls", "pooling_mode_mean_tokens": "mean",
+              "pooling_mode_max_tokens": "max"}
+# Transformer options (sentence_bert_config.json) the direct path reproduces, with the only value
+# it takes for each (None: any value); anything else is left to sentence-transformers.
+_TEXT_FORWARD = {"text": {"method": "forward", "method_output_name": "last_hidden_state"}}
+_ST_OPTIONS: dict[str, Any] = {"max_seq_length": None, "do_lower_case": False,
+                               "transformer_task": "feature-extraction",
+                               "modality_config": _TEXT_FORWARD,
+                               "module_output_name": "token_embeddings"}
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        raise RewardModelError(f"{path}: not readable as JSON ({e})") from None
+
+
+def _pooling_mode(cfg: dict[str, Any]) -> str | None:
+    """The one pooling mode a Pooling config asks for (either format), or None."""
+    if "pooling_mode" in cfg:
+        mode = cfg["pooling_mode"]
+        modes = [mode] if isinstance(mode, str) else list(mode)
+    else:
+        modes = [m for k, m in _POOL_KEYS.items() if cfg.get(k)]
+    legacy_off = all(not v for k, v in cfg.items()
+                     if k.startswith("pooling_mode_") and k not in _POOL_KEYS)
+    other = set(cfg) - {"pooling_mode", "word_embedding_dimension", "embedding_dimension",
+                        "include_prompt", *_POOL_KEYS} - {k for k in cfg
+                                                          if k.startswith("pooling_mode_")}
+    if len(modes) != 1 or modes[0] not in _MODES or not legacy_off or other:
+        return None
+    return str(modes[0])
+
+
+def direct_reason(path: str | Path) -> str | None:
+    """Why ``path`` needs sentence-transformers itself, or None when the direct path reproduces it.
+
+    The direct path takes: modules Transformer (at the directory's root, plain text forward) ->
+    Pooling (exactly one of cls, mean, max) -> optional Normalize; no lower-casing, no prompts.
+    """
+    path = Path(path)
+    if not (path / "modules.json").is_file():
+        return "no modules.json (not a sentence-transformers directory)"
+    mods = _read_json(path / "modules.json")
+    types = [m.get("type") for m in mods] if isinstance(mods, list) else []
+    if not (len(types) in (2, 3) and types[0] in _TRANSFORMER and types[1] in _POOLING
+            and (len(types) == 2 or types[2] in _NORMALIZE)):
+        return f"modules {types} (only Transformer -> Pooling [-> Normalize] is direct)"
+    if mods[0].get("path", "") != "":
+        return "the Transformer module is not at the directory's root"
+    if (path / "sentence_bert_config.json").is_file():
+        cfg = _read_json(path / "sentence_bert_config.json")
+        odd = sorted(k for k, v in cfg.items()
+                     if k not in _ST_OPTIONS or _ST_OPTIONS[k] not in (None, v))
+        if odd:
+            return f"Transformer options {odd}"
+    if (path / "config_sentence_transformers.json").is_file():
+        cfg = _read_json(path / "config_sentence_transformers.json")
+        if any(cfg.get("prompts", {}).values()) or cfg.get("default_prompt_name") or \
+                cfg.get("similarity_fn_name") not in (None, "cosine"):
+            return "prompts or a non-cosine similarity in config_sentence_transformers.json"
+    pool = _read_json(path / mods[1].get("path", "") / "config.json")
+    if _pooling_mode(pool) is None or pool.get("include_prompt") is False:
+        return f"pooling {pool} (only one of cls, mean, max is direct)"
+    return None
+
+
+class SentenceEncoder:
+    """Transformer -> Pooling -> [Normalize] over a transformers encoder (see module).
+
+    ``features(texts)`` tokenizes as sentence-transformers does (pad to the longest, truncate at
+    ``max_seq_length``); ``forward(features)`` returns the sentence embeddings as a torch tensor;
+    ``encode(texts)`` is sentence-transformers' ``encode(..., normalize_embeddings=True)``.
+    """
+
+    def __init__(self, path: str | Path, device: str = "cpu") -> None:
+        from transformers import AutoModel, AutoTokenizer
+
+        self.path = Path(path)
+        self.device = device
+        mods = _read_json(self.path / "modules.json")
+        pool = _read_json(self.path / mods[1].get("path", "") / "config.json")
+        self.pooling = _pooling_mode(pool)
+        self.normalize = len(mods) == 3
+        st_cfg = (_read_json(self.path / "sentence_bert_config.json")
+                  if (self.path / "sentence_bert_config.json").is_file() else {})
+        kw: dict[str, Any] = {"local_files_only": True}
+        if st_cfg.get("max_seq_length") is not None:
+            kw["model_max_length"] = int(st_cfg["max_seq_length"])
+        self.tokenizer = AutoTokenizer.from_pretrained(str(self.path), **kw)
+        self.model = AutoModel.from_pretrained(str(self.path), local_files_only=True)
+        self.model.to(device)
+        self.model.eval()
+        # As sentence-transformers does: the tokenizer's limit never exceeds the position table.
+        max_pos = getattr(self.model.config, "max_position_embeddings", None)
+        if max_pos is not None:
+            self.tokenizer.model_max_length = min(self.tokenizer.model_max_length, max_pos)
+        self.max_seq_length = int(self.tokenizer.model_max_length)
+        self.dim = int(pool.get("embedding_dimension") or pool.get("word_embedding_dimension")
+                       or self.model.config.hidden_size)
+
+    def features(self, texts: Sequence[str]) -> dict[str, Any]:
+        enc = self.tokenizer(list(texts), padding=True, truncation="longest_first",
+                             return_tensors="pt")
+        return {k: v.to(self.device) for k, v in enc.items()}
+
+    def forward(self, features: dict[str, Any]) -> Any:
+        import torch
+        import torch.nn.functional as F
+
+        with torch.inference_mode():
+            tokens = self.model(**features, return_dict=True).last_hidden_state
+            mask = features["attention_mask"]
+            # The same operations, in the same order and dtypes, as sentence-transformers'
+            # Pooling, so the floats come out bit for bit the same.
+            if self.pooling == "mean":
+                acc = torch.float32 if tokens.dtype in (torch.float16, torch.bfloat16) \
+                    else tokens.dtype
+                m = mask.unsqueeze(-1).to(tokens.dtype)
+                total = (tokens * m).sum(dim=1, dtype=acc)
+                emb = (total / torch.clamp(m.sum(dim=1, dtype=acc), min=1e-9)).to(tokens.dtype)
+            elif self.pooling == "cls":
+                first = mask.to(torch.int).argmax(dim=1)
+                idx = first.unsqueeze(-1).unsqueeze(1).expand(-1, 1, tokens.shape[-1])
+                emb = torch.gather(tokens, 1, idx).squeeze(1)
+            else:  # max
+                m = mask.unsqueeze(-1).expand_as(tokens).to(tokens.dtype)
+                emb = tokens.masked_fill(m == 0, float("-inf")).max(dim=1).values
+            return F.normalize(emb, p=2, dim=-1) if self.normalize else emb
+
+    def encode(self, texts: Sequence[str], batch_size: int = 32) -> np.ndarray:
+        """Unit-norm float32 embeddings, batched longest-first as sentence-transformers does."""
+        import torch.nn.functional as F
+
+        texts = list(texts)
+        order = np.argsort([-len(t) for t in texts])
+        out: list[Any] = []
+        for a in range(0, len(texts), batch_size):
+            emb = self.forward(self.features([texts[i] for i in order[a:a + batch_size]]))
+            out.extend(F.normalize(emb, p=2, dim=1).cpu())
+        back = [out[i] for i in np.argsort(order)]
+        if not back:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        return np.stack([t.float().numpy() for t in back])
+
+
+class STEncoder:
+    """The same interface over sentence-transformers, for layouts the direct path does not take."""
+
+    def __init__(self, path: str | Path, device: str = "cpu") -> None:
+        from sentence_transformers import SentenceTransformer
+
+        self.path = Path(path)
+        self.device = device
+        self.st = SentenceTransformer(str(self.path), device=device, local_files_only=True)
+        self.st.eval()
+        self.tokenizer = self.st.tokenizer
+        self.max_seq_length = int(self.st.max_seq_length or 512)
+        dim = (self.st.get_embedding_dimension() if hasattr(self.st, "get_embedding_dimension")
+               else self.st.get_sentence_embedding_dimension())
+        if dim is None:
+            raise RewardModelError(f"{self.path}: the model does not declare its embedding size")
+        self.dim = int(dim)
+
+    def features(self, texts: Sequence[str]) -> dict[str, Any]:
+        import torch
+
+        feats = self.st.preprocess(list(texts))
+        return {k: (v.to(self.device) if torch.is_tensor(v) else v) for k, v in feats.items()}
+
+    def forward(self, features: dict[str, Any]) -> Any:
+        import torch
+
+        with torch.inference_mode():
+            return self.st(features)["sentence_embedding"]
+
+    def encode(self, texts: Sequence[str], batch_size: int = 32) -> np.ndarray:
+        return np.asarray(self.st.encode(list(texts), batch_size=batch_size,
+                                         normalize_embeddings=True, convert_to_numpy=True,
+                                         show_progress_bar=False), dtype=np.float32)
+
+
+def load_encoder(path: str | Path, device: str = "cpu",
+                 backend: str = "auto") -> SentenceEncoder | STEncoder:
+    """The encoder for a sentence-transformers directory: direct when its layout allows
+    (``backend="auto"``), or ``backend="sentence-transformers"`` to force the library."""
+    from assay.reward.runtime import quiet_loading
+
+    if backend not in ("auto", "sentence-transformers"):
+        raise RewardModelError(
+            f"backend must be 'auto' or 'sentence-transformers', got {backend!r}")
+    quiet_loading()
+    if backend == "auto" and direct_reason(path) is None:
+        return SentenceEncoder(path, device)
+    return STEncoder(path, device)
