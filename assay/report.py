@@ -78,15 +78,24 @@ _TIMING_KEYS = frozenset({"seconds", "elapsed", "elapsed_s", "wall_seconds", "th
 # ------------------------------------------------------------------------------- plots
 
 
+def new_figure(**kw: Any) -> Any:
+    """A matplotlib Figure drawn by the Agg renderer, outside pyplot: pyplot's import costs
+    ~0.5 s (its GUI-backend machinery) on a run's last stage, and it would switch a notebook
+    user's backend; an unmanaged figure needs no closing either."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(**kw)
+    FigureCanvasAgg(fig)
+    return fig
+
+
 def png_bytes(fig: Any) -> bytes:
     """A matplotlib figure as PNG bytes with no software/version stamp (byte-identical across
-    runs and matplotlib patch releases), then closed."""
-    import matplotlib.pyplot as plt
-
+    runs and matplotlib patch releases)."""
     fig.tight_layout()
     buf = io.BytesIO()
     fig.savefig(buf, format="png", metadata={"Software": None})
-    plt.close(fig)
     return buf.getvalue()
 
 
@@ -95,16 +104,12 @@ def _plot_estimates(title: str, ests: Sequence[dict[str, Any]], xlabel: str,
     ests = [e for e in ests if e["value"] is not None]
     if not ests:
         return None
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     labels = [e["label"] for e in ests]
     vals = [e["value"] for e in ests]
     lo = [e["value"] - e["low"] if e["low"] is not None else 0.0 for e in ests]
     hi = [e["high"] - e["value"] if e["high"] is not None else 0.0 for e in ests]
-    fig, ax = plt.subplots(figsize=(7, 0.45 * len(ests) + 1.4), dpi=100)
+    fig = new_figure(figsize=(7, 0.45 * len(ests) + 1.4), dpi=100)
+    ax = fig.subplots()
     ys = list(range(len(ests)))[::-1]
     ax.errorbar(vals, ys, xerr=[lo, hi], fmt="o", capsize=3, color="#1f5f99",
                 label="estimate, 95% CI")

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from assay.errors import HistoryError
-from assay.report import png_bytes
+from assay.report import new_figure, png_bytes
 from assay.store import atomic_write
 
 #: 2: per night the model under test (model, revision, identity, sampling, judge)
@@ -137,16 +137,12 @@ def history_png(rows: Sequence[Mapping[str, Any]], study: str, last: int | None 
             panels.setdefault((r["source"], r["metric"]), []).append(r)
     if not panels:
         return None
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     keys = sorted(panels)
     # a year of nights stays a readable width: at most ~40 labelled ticks
     width = min(max(6.0, 0.35 * len(nights) + 3), 18.0)
     step = max(1, -(-len(nights) // 40))
-    fig, axes = plt.subplots(len(keys), 1, figsize=(width, 2.4 * len(keys)), dpi=100, squeeze=False)
+    fig = new_figure(figsize=(width, 2.4 * len(keys)), dpi=100)
+    axes = fig.subplots(len(keys), 1, squeeze=False)
     x_of = {n: i for i, n in enumerate(nights)}
     for ax, key in zip(axes[:, 0], keys):
         pts = panels[key]

@@ -246,13 +246,11 @@ class Audit(Result):
     def plot(self, path: str | os.PathLike[str]) -> Path:
         """Save one PNG: accuracy per dimension with its interval, the length-only baseline
         marked, chance at 0.5."""
-        import matplotlib
-
-        matplotlib.use("Agg", force=False)
-        import matplotlib.pyplot as plt
+        from assay.report import new_figure
 
         dims = [d for d in self.dimensions if d.accuracy.interval is not None]
-        fig, ax = plt.subplots(figsize=(7, 0.45 * max(len(dims), 3) + 1.6))
+        fig = new_figure(figsize=(7, 0.45 * max(len(dims), 3) + 1.6))
+        ax = fig.subplots()
         y = np.arange(len(dims))[::-1]
         acc = np.array([d.accuracy.value for d in dims])
         ivs = [iv for d in dims if (iv := d.accuracy.interval) is not None]  # all of dims
@@ -275,7 +273,6 @@ class Audit(Result):
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         fig.savefig(path, dpi=110)
-        plt.close(fig)
         return path
 
     def save(self, directory: str | os.PathLike[str],

@@ -11,7 +11,6 @@ import math
 from collections.abc import Sequence
 
 import numpy as np
-from scipy import stats as sps
 
 from assay.errors import MeasureError
 from assay.intervals import (
@@ -114,6 +113,10 @@ def spearman_interval(x: np.ndarray, y: np.ndarray, level: float = 0.95
     k = len(x)
     if k < 5 or np.ptp(x) == 0 or np.ptp(y) == 0:
         return (math.nan, math.nan, math.nan)
+    # imported here: scipy.stats costs ~1 s to import, and the row measurements that import
+    # this module (cluster means) do not need it; only the audit's length bias does
+    from scipy import stats as sps
+
     rho = float(sps.spearmanr(x, y).statistic)
     return (rho, *fisher_z_interval(rho, k, level, variance=1.06))
 

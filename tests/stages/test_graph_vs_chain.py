@@ -124,3 +124,26 @@ def test_graph_equals_chain_on_the_quickstart(tmp_path: Path) -> None:
     spec.write_text(yaml.safe_dump(doc, sort_keys=False))
     keys, _ = compare_modes(spec, tmp_path)
     assert [k[0] for k in keys].count("score-reward-model") == 1
+
+
+def test_measure_and_report_skip_the_slow_imports(tmp_path: Path) -> None:
+    # Measure and report run last, after everything else: an import there is wall time no
+    # other node hides. scipy.stats (~1 s) and matplotlib.pyplot (~0.5 s) were both imported
+    # there for nothing (the reward audit's Spearman rho; figures need no pyplot). The audit
+    # runs apart from the sources, so it is left out here. Fresh interpreter.
+    import subprocess
+
+    spec = write_study(tmp_path)
+    spec.write_text(SPEC.replace("  score:", "  data: null\n  score:"))
+    code = (
+        "import json, sys; from assay import stages; from assay.spec import load_spec; "
+        "from assay.store import Store; st = Store(sys.argv[2]); "
+        "run = stages.run_study(load_spec(sys.argv[1]), st, progress=None); "
+        "files = stages.report_files(st, run.report); "
+        "print(json.dumps([sorted(n for n in files if n.endswith('.png')), "
+        "[m for m in ('scipy.stats', 'matplotlib.pyplot') if m in sys.modules]]))")
+    out = subprocess.run([sys.executable, "-c", code, str(spec), str(tmp_path / "s")],
+                         cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    pngs, slow = json.loads(out.stdout.strip().splitlines()[-1])
+    assert len(pngs) >= 2 and slow == []
