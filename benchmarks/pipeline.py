@@ -244,6 +244,10 @@ def main() -> None:
     ap.add_argument("--overhead-spec", default=None, help="spec for the overhead comparison")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--cached-repeats", type=int, default=3)
+    ap.add_argument("--prompts", type=int, default=16,
+                    help="graph section: prompts per source (k=4 completions each)")
+    ap.add_argument("--grade-ms", type=float, default=25,
+                    help="graph section: CPU milliseconds each grade burns")
     ap.add_argument("--only", default="graph,quickstart,overhead",
                     help="comma-separated sections: graph, quickstart, overhead")
     args = ap.parse_args()
@@ -253,7 +257,7 @@ def main() -> None:
     print(f"pipeline benchmark on {os.cpu_count()} cores; scratch {tmp}; load average "
           f"{os.getloadavg()[0]:.1f}", flush=True)
     if "graph" in only:
-        graph_bench(tmp, args.repeats)
+        graph_bench(tmp, args.repeats, prompts=args.prompts, ms=args.grade_ms)
     if "quickstart" in only:
         quickstart_bench(tmp, home, args)
     if "overhead" in only:

@@ -226,6 +226,33 @@ _BUDGETS: dict[str, ServerBudget] = {}
 _BUDGETS_LOCK = threading.Lock()
 
 
+_SSL: dict[bool, ssl.SSLContext] = {}
+_SSL_LOCK = threading.Lock()
+
+
+def ssl_context(verify: bool) -> ssl.SSLContext:
+    """One TLS context per process and setting, shared by every client. Each lane of each shard
+    opens its own client, and a client given ``verify=False`` builds a fresh context (3 ms of
+    CPU; 26 ms with the CA store): 128 of them were ~0.4 s of GIL time at a study's start.
+    ``verify=False`` is httpx's own (no certificate or host check; used for http:// only).
+
+    Example:
+        >>> ssl_context(False) is ssl_context(False)
+        True
+    """
+    with _SSL_LOCK:
+        ctx = _SSL.get(verify)
+        if ctx is None:
+            if verify:
+                ctx = ssl.create_default_context()
+            else:
+                ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+                ctx.check_hostname = False
+                ctx.verify_mode = ssl.CERT_NONE
+            _SSL[verify] = ctx
+        return ctx
+
+
 def server_budget(base_url: str) -> ServerBudget:
     """The process-wide :class:`ServerBudget` of a server: concurrent calls to one base URL
     share one ``max_connections``; a judge on another server has its own.
@@ -326,7 +353,7 @@ class OpenAIBackend:
         url = f"{self.spec.base_url}/models"
         try:
             resp = httpx.get(url, headers=self.headers, timeout=self.spec.timeout_s,
-                             verify=self._verify)
+                             verify=ssl_context(self._verify))
         except httpx.HTTPError as e:
             raise GenerationError(f"model.base_url: cannot reach {url} ({type(e).__name__}: {e}); "
                                   "is the server up?") from None
@@ -404,7 +431,7 @@ class OpenAIBackend:
         path = "/chat/completions" if api == "chat" else "/completions"
         queue = [_Job(r, self.body(r, params, api)) for r in reversed(requests)]  # popped in order
         retries: list[tuple[float, int, _Job]] = []  # (due, seq, job): a heap
-        verify = ssl.create_default_context() if self._verify else False  # one CA load, shared
+        verify = ssl_context(self._verify)
 
         # One client per lane, each with one keep-alive connection: httpx's pool does work
         # linear in its connections on every request, so one pool of 16 costs more CPU than

@@ -29,12 +29,17 @@ GROUP = "group:"
 _WAKE = ""  # no node has an empty id
 
 
+def _start_rank(n: Node) -> tuple[Any, ...]:
+    return n.priority if n.priority is not None else n.order
+
+
 @dataclass
 class Node:
     """One unit of work. ``args(get)`` builds the call's ``(args, kwargs)`` from the results of
     ``deps`` (node ids, or ``group:<name>`` for a group's tuple of results). ``resources`` name
     slots the node holds while it runs; ``order`` sorts results (completion order never
-    shows); ``expand(result)`` returns nodes (and groups to seal) to add once this one ran.
+    shows) and, unless ``priority`` is given, ready nodes (first in order starts first);
+    ``expand(result)`` returns nodes (and groups to seal) to add once this one ran.
     ``ready()``, when given, must also be true before the node starts (and takes its slots):
     e.g. its model is still loading elsewhere; whatever makes it true calls
     :meth:`Graph.wake`."""
@@ -50,6 +55,7 @@ class Node:
     expand: Callable[[Any], Sequence[Node]] | None = None
     label: str = ""
     ready: Callable[[], bool] | None = None
+    priority: tuple[Any, ...] | None = None
 
     @property
     def where(self) -> str:
@@ -199,7 +205,7 @@ def run_graph(graph: Graph, executor: Executor, *, max_parallel: int = 8,
                 changed = False
                 waiting = [n for n in graph.nodes.values() if n.id not in results and
                            n.id not in failed and n.id not in skipped and n.id not in running]
-                for n in sorted(waiting, key=lambda n: n.order):
+                for n in sorted(waiting, key=_start_rank):
                     states = [dep_state(d) for d in n.deps]
                     dead = next((why for s, why in states if s == "dead"), None)
                     if dead is not None:

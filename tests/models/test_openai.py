@@ -170,6 +170,32 @@ def test_concurrency_is_bounded_by_max_connections(server, store):
     assert server.max_in_flight == 8 and server.gate_timeouts == 0 and not g.stats["retries"]
 
 
+def test_every_client_shares_one_tls_context_per_setting(server, store, monkeypatch):
+    # httpx builds a fresh SSL context for each client given verify=True/False (3-26 ms of CPU
+    # each) and there is a client per lane per shard; contexts handed in are used as they are.
+    # Counted where httpx's transport calls it (its module's own name for the function).
+    import httpx._transports.default as transport
+
+    from assay.models.openai import ssl_context
+
+    built: list[object] = []
+    real = transport.create_ssl_context
+
+    def counting(verify=True, *a, **kw):
+        if isinstance(verify, bool):
+            built.append(verify)
+        return real(verify, *a, **kw)
+
+    monkeypatch.setattr(transport, "create_ssl_context", counting)
+    for seed in (1, 2):  # two calls, eight lanes each
+        g = generate([f"q{i}" for i in range(24)], spec(server), params=PARAMS, seed=seed,
+                     max_connections=8, store=store)
+        assert g.sent == 24 and not g.errors
+    assert built == [] and ssl_context(False) is ssl_context(False)
+    assert ssl_context(False).verify_mode.name == "CERT_NONE"
+    assert ssl_context(True).verify_mode.name == "CERT_REQUIRED"
+
+
 SCRIPT = textwrap.dedent("""
     import sys
     from assay.models import generate

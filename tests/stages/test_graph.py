@@ -133,3 +133,23 @@ def test_a_wake_starts_a_held_node_when_nothing_else_runs() -> None:
     t.start()
     t.join(BOUND)
     assert out and out[0].results == {"a": "a"}
+
+
+def test_priority_picks_which_ready_node_takes_a_free_slot_results_keep_their_order() -> None:
+    # "gate" holds the one core until all three others are ready; then "late" (last in order,
+    # first in priority) must take the core before "x" and "y" (as score-rows before the next
+    # shard's grade). One slot: the start order is deterministic.
+    g = Graph()
+    started: list[str] = []
+
+    def run(name: str) -> Any:
+        return lambda *_: (started.append(name), name)[1]
+
+    g.add(node("gate", run("gate"), resources=("cores",), order=(0,)))
+    g.add(node("x", run("x"), deps=("gate",), resources=("cores",), order=(1,)))
+    g.add(node("y", run("y"), deps=("gate",), resources=("cores",), order=(2,)))
+    g.add(node("late", run("late"), deps=("gate",), resources=("cores",), order=(3,),
+               priority=(0, 5)))
+    run_ = run_graph(g, ThreadExecutor(4), capacity={"cores": 1})
+    assert started == ["gate", "late", "x", "y"]
+    assert run_.ordered() == ["gate", "x", "y", "late"]  # results by order, not start

@@ -160,3 +160,62 @@ def test_two_callers_share_one_load() -> None:
         assert m.builds == 1 and len(got) == 2 and got[0] is got[1]
     finally:
         score_rows.clear_model_cache()
+
+
+def test_grading_gives_the_load_a_core_while_it_runs(tmp_path: Path, tiny_rm_dir: Path,
+                                                     monkeypatch) -> None:
+    # The load is CPU work every score-rows node waits for: a shard graded while it runs gets
+    # one worker fewer. The load is held until the first grade call has recorded its workers
+    # (so that call ran during the load, whatever the timing); a run without a preload grades
+    # with all of them.
+    import assay.grading as grading
+    from assay.stages import plan
+
+    seen: list[int | None] = []
+    loading = threading.Event()
+    first_grade = threading.Event()
+    real_grade, real_preload = grading.grade, plan.preload
+
+    def grade(rows, verifier, *, workers=None):
+        seen.append(workers)
+        first_grade.set()
+        return real_grade(rows, verifier, workers=workers)
+
+    def preload(spec):
+        loading.set()
+        first_grade.wait(120)  # a bound: the assertions below fail if it is ever reached
+        return real_preload(spec)
+
+    monkeypatch.setattr(grading, "grade", grade)
+    monkeypatch.setattr(plan, "preload", preload)
+    srv = OpenAIServer(["m"]).start()
+    try:
+        (tmp_path / "a.jsonl").write_text("".join(
+            json.dumps({"id": f"t{i}", "q": f"What is {i} + {i}?", "gold": str(2 * i)}) + "\n"
+            for i in range(4)))
+        text = SPEC.format(url=srv.base_url, rm=tiny_rm_dir).replace(
+            "{shard_rows: 4}", "{shard_rows: 4, workers: 3}")
+        (tmp_path / "spec.yaml").write_text(text)
+        spec = load_spec(tmp_path / "spec.yaml")
+        score_rows.clear_model_cache()
+        stages.run_study(spec, Store(tmp_path / "g"), progress=None)
+        assert loading.is_set() and seen[0] == 2 and set(seen) <= {2, 3}
+        seen.clear()
+        stages.run_study(spec, Store(tmp_path / "n"), progress=None, preload=False)
+        assert seen and set(seen) == {3}
+    finally:
+        srv.stop()
+        score_rows.clear_model_cache()
+
+
+def test_grading_workers_while_loading() -> None:
+    from assay.grading import cores
+    from assay.stages.plan import _grading_workers
+
+    loader = Preloader(SimpleNamespace())
+    assert _grading_workers(4, None) == 4 and _grading_workers(4, loader) == 4  # none started
+    loader.thread = threading.Thread(target=lambda: None)  # started, not ended
+    assert (_grading_workers(4, loader), _grading_workers(1, loader)) == (3, 1)
+    assert _grading_workers(None, loader) == max(1, cores() - 1)
+    loader._ended.set()
+    assert _grading_workers(4, loader) == 4 and _grading_workers(None, loader) is None
