@@ -220,7 +220,14 @@ class STEncoder:
 def load_encoder(path: str | Path, device: str = "cpu",
                  backend: str = "auto") -> SentenceEncoder | STEncoder:
     """The encoder for a sentence-transformers directory: direct when its layout allows
-    (``backend="auto"``), or ``backend="sentence-transformers"`` to force the library."""
+    (``backend="auto"``), or ``backend="sentence-transformers"`` to force the library.
+
+    Example:
+        >>> from assay.reward.embedding import bundled_model_path
+        >>> enc = load_encoder(bundled_model_path())
+        >>> type(enc).__name__, enc.encode(["Hi", "Hello there"]).shape
+        ('SentenceEncoder', (2, 384))
+    """
     from assay.reward.runtime import quiet_loading
 
     if backend not in ("auto", "sentence-transformers"):
