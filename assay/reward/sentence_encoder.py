@@ -36,6 +36,7 @@ _MODES = ("cls", "mean", "max")
 # Legacy pooling-config keys and the mode each turns on.
 _POOL_KEYS = {"pooling_mode_cls_token": "cls", "pooling_mode_mean_tokens": "mean",
               "pooling_mode_max_tokens": "max"}
+_POOL_INERT = {"pooling_mode", "word_embedding_dimension", "embedding_dimension", "include_prompt"}
 # Transformer options (sentence_bert_config.json) the direct path reproduces, with the only value
 # it takes for each (None: any value); anything else is left to sentence-transformers.
 _TEXT_FORWARD = {"text": {"method": "forward", "method_output_name": "last_hidden_state"}}
@@ -54,17 +55,15 @@ def _read_json(path: Path) -> Any:
 
 def _pooling_mode(cfg: dict[str, Any]) -> str | None:
     """The one pooling mode a Pooling config asks for (either format), or None."""
-    if "pooling_mode" in cfg:
+    if "pooling_mode" in cfg:  # sentence-transformers 6: a name or a list of names
         mode = cfg["pooling_mode"]
         modes = [mode] if isinstance(mode, str) else list(mode)
-    else:
+    else:  # earlier: one boolean per mode
         modes = [m for k, m in _POOL_KEYS.items() if cfg.get(k)]
-    legacy_off = all(not v for k, v in cfg.items()
-                     if k.startswith("pooling_mode_") and k not in _POOL_KEYS)
-    other = set(cfg) - {"pooling_mode", "word_embedding_dimension", "embedding_dimension",
-                        "include_prompt", *_POOL_KEYS} - {k for k in cfg
-                                                          if k.startswith("pooling_mode_")}
-    if len(modes) != 1 or modes[0] not in _MODES or not legacy_off or other:
+    # anything else must be a size, the prompt flag, or another mode's flag left off
+    extra = [k for k, v in cfg.items() if k not in _POOL_INERT and k not in _POOL_KEYS
+             and not (k.startswith("pooling_mode_") and not v)]
+    if len(modes) != 1 or modes[0] not in _MODES or extra:
         return None
     return str(modes[0])
 
