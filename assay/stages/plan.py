@@ -171,6 +171,15 @@ def _grading_workers(workers: int | None, loader: Preloader | None) -> int | Non
     return max(1, n - 1)
 
 
+# Grading and scoring a generated shard start before any generate shard not yet started, of
+# any source: generate nodes beyond the server's connections only park on its budget, yet hold
+# a place under max_parallel, so ranked in the chain's order (a source's every generate before
+# its grades, source by source) they kept every grade waiting for the last of them to start:
+# with 16 shards and max_parallel 8 the first grade began 7 s after its rows existed (measured,
+# when the second source's rows were built first). Results keep the chain's ``order``.
+_FINISHED_FIRST = (0, -1)
+
+
 def _shards(spec: StudySpec, store: Store | None, si: int, src: Any, scored: Sequence[str],
             workers: int | None, progress: Any,
             loader: Preloader | None = None) -> Callable[[StageResult], list[Node]]:
@@ -224,7 +233,8 @@ def _shards(spec: StudySpec, store: Store | None, si: int, src: Any, scored: Seq
                         {"workers": _grading_workers(workers, loader), **pk})),
                     run_grade_shard, deps=(gen_id,), resources=("cores",), order=(0, si, 3, i),
                     label=label, groups=(f"graded:{name}",) + (
-                        () if score_si is not None else (f"final:{name}",))))
+                        () if score_si is not None else (f"final:{name}",)),
+                    priority=_FINISHED_FIRST + (si, i, 0)))
             else:
                 nodes.append(Node(grade_id, "grade",
                                   _always(store, spec, name, filtered, b, i, n,
@@ -244,7 +254,7 @@ def _shards(spec: StudySpec, store: Store | None, si: int, src: Any, scored: Seq
                                   # started before the next shard's grade when both wait for
                                   # the cores: a short node, and all of them left to the end
                                   # were a serial tail before measure (16 x 0.08 s measured)
-                                  priority=(0, si, 3, i, 1)))
+                                  priority=_FINISHED_FIRST + (si, i, 1)))
         return nodes
 
     return expand
