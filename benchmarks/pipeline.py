@@ -11,7 +11,10 @@ Run: ``.venv/bin/python benchmarks/pipeline.py [--only graph,quickstart,overhead
    scoring with the bundled reward model (all-MiniLM, ``kind: embedding``). Each run is a fresh
    process and a fresh store, graph and chain alternated; wall time of ``run_study`` only.
    Busy times come from the chain runs, where each stage runs alone: the server's is
-   requests x latency / slots, grading's and scoring's the sums of their nodes' seconds.
+   requests x latency / slots; the cores' is the machine's busy CPU seconds during the run
+   (Linux /proc/stat), less this process's (the loopback server), over the cores: grading,
+   the model's load, scoring, the generation client and the other stages all share them.
+   Grading's and scoring's stage seconds (sums of their nodes') are printed too.
    Goals: graph >= 1.6x faster than the chain; graph within 1.25x of the busiest resource.
    Also checks the graph's report and rows equal the chain's.
 
@@ -26,11 +29,13 @@ Run: ``.venv/bin/python benchmarks/pipeline.py [--only graph,quickstart,overhead
    on a smaller spec (``--overhead-spec``, default: 40 HumanEval problems x 4 samples x 2 arms,
    graded by CodeExec, measured) so repeats fit in minutes.
 
-Latest, 2026-12-02 on the quiet 2-core VM (see the README's table): 64 prompts per source,
-chain 26.18 s, graph 16.55 s (1.58x), graph / busiest (server, 12.8 s) 1.29; 16 prompts, chain
-12.06 s, graph 7.89 s (1.53x), graph / busiest (scoring, mostly the model load) 1.45. Before
-this round (16 prompts): graph 9.25 s vs chain 12.22 s (1.32x). On a CPU-only box grading, the
-model load and the client share the cores; the goals assume a reward model on its own device.
+Latest, 2026-12-02 on the quiet 2-core VM (see the README's table), after a generated shard's
+grade went ahead of generate shards not yet started: 64 prompts per source, chain 29.59 s,
+graph 17.04 s (1.74x), busy server 12.80 s and cores 12.46 s, graph / busiest (server) 1.33;
+16 prompts, chain 13.29 s, graph 7.66 s (1.74x), graph / busiest (cores, 6.14 s) 1.25.
+Before (same VM a session earlier, when it ran faster): 64 prompts 1.58x, 16 prompts 1.53x.
+On a CPU-only box grading, the model load and the client share the cores; the goals assume a
+reward model on its own device.
 
 Earlier, measured 2026-12-02 on the shared 2-core VM, load average 7-22 (see the README):
 graph vs chain 1.20x on medians of 5 (paired ratios median 1.43x), graph / busiest resource 1.34,
