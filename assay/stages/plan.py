@@ -101,6 +101,18 @@ def _reward_resources(models: Sequence[Any]) -> tuple[str, ...]:
     return _model_resources(devices) if devices else ("gpu",)
 
 
+# Which ready node takes a free place under max_parallel (results keep the chain's order):
+# building and filtering any source's rows first, then grade and score-rows shards whose rows
+# exist, then generate shards. Generate shards beyond the server's connections only park on its
+# budget while holding a place, so ranked in the chain's order (a source's every generate shard
+# before its grades, source by source) they kept every grade, and later sources' rows, waiting
+# for the last of them to start: with 16 shards and max_parallel 8 the first grade began 7 s
+# after its rows existed (measured, when the second source's rows were built first). Grading
+# holds the cores (one shard at a time), so generation keeps every other place.
+_ROWS_FIRST = (0, -2)
+_GRADED_NEXT = (0, -1)
+
+
 def study_graph(spec: StudySpec, store: Store | None, *, progress: Any = print_progress,
                 workers: int | None = None, loader: Preloader | None = None) -> Graph:
     """The study's nodes (shards are added when a source's filtered rows exist). With a
@@ -113,12 +125,13 @@ def study_graph(spec: StudySpec, store: Store | None, *, progress: Any = print_p
         name = src.name
         b_id, f_id = f"build-rows[{name}]", f"filter-rows[{name}]"
         g.add(Node(b_id, "build-rows", _always(store, spec, name, **pk), run_build_rows,
-                   order=(0, si, 0), label=name))
+                   order=(0, si, 0), label=name, priority=_ROWS_FIRST + (si, 0)))
         graded = g.group(f"graded:{name}", sealed_by=f_id)
         final = g.group(f"final:{name}", sealed_by=f_id)
         g.add(Node(f_id, "filter-rows",
                    _from(lambda get, b_id=b_id, name=name: ((store, spec, name, get(b_id)), pk)),
                    run_filter_rows, deps=(b_id,), order=(0, si, 1), label=name,
+                   priority=_ROWS_FIRST + (si, 1),
                    expand=_shards(spec, store, si, src, scored, workers, progress, loader),
                    groups=() if src.verifier is not None or _loglik(src)[0] else (
                        (graded[6:],) + (() if name in scored else (final[6:],)))))
@@ -171,14 +184,6 @@ def _grading_workers(workers: int | None, loader: Preloader | None) -> int | Non
     return max(1, n - 1)
 
 
-# Grading and scoring a generated shard start before any generate shard not yet started, of
-# any source: generate nodes beyond the server's connections only park on its budget, yet hold
-# a place under max_parallel, so ranked in the chain's order (a source's every generate before
-# its grades, source by source) they kept every grade waiting for the last of them to start:
-# with 16 shards and max_parallel 8 the first grade began 7 s after its rows existed (measured,
-# when the second source's rows were built first). Results keep the chain's ``order``.
-_FINISHED_FIRST = (0, -1)
-
 
 def _shards(spec: StudySpec, store: Store | None, si: int, src: Any, scored: Sequence[str],
             workers: int | None, progress: Any,
@@ -198,7 +203,8 @@ def _shards(spec: StudySpec, store: Store | None, si: int, src: Any, scored: Seq
                 nodes.append(Node(f"score-rows[{name}]", "score-rows",
                                   _always(store, spec, name, filtered, 0, 1, **pk), run_score_rows,
                                   resources=scoring, order=(1, scored.index(name), 0),
-                                  label=name, groups=(f"final:{name}",)))
+                                  label=name, groups=(f"final:{name}",),
+                                  priority=_GRADED_NEXT + (si, 0, 1)))
             return nodes
         gen = getattr(src, "generate", None)
         assert store is not None  # shards are cut from stored rows (no store: listing only)
@@ -234,14 +240,15 @@ def _shards(spec: StudySpec, store: Store | None, si: int, src: Any, scored: Seq
                     run_grade_shard, deps=(gen_id,), resources=("cores",), order=(0, si, 3, i),
                     label=label, groups=(f"graded:{name}",) + (
                         () if score_si is not None else (f"final:{name}",)),
-                    priority=_FINISHED_FIRST + (si, i, 0)))
+                    priority=_GRADED_NEXT + (si, i, 0)))
             else:
                 nodes.append(Node(grade_id, "grade",
                                   _always(store, spec, name, filtered, b, i, n,
                                           workers=workers, **pk),
                                   run_grade_shard, resources=("cores",), order=(0, si, 3, i),
                                   label=label, groups=(f"graded:{name}",) + (
-                                      () if score_si is not None else (f"final:{name}",))))
+                                      () if score_si is not None else (f"final:{name}",)),
+                                  priority=_GRADED_NEXT + (si, i, 0)))
             if score_si is not None:
                 nodes.append(Node(f"score-rows[{label}]", "score-rows",
                                   _from(lambda get, grade_id=grade_id, i=i: (
@@ -254,7 +261,7 @@ def _shards(spec: StudySpec, store: Store | None, si: int, src: Any, scored: Seq
                                   # started before the next shard's grade when both wait for
                                   # the cores: a short node, and all of them left to the end
                                   # were a serial tail before measure (16 x 0.08 s measured)
-                                  priority=_FINISHED_FIRST + (si, i, 1)))
+                                  priority=_GRADED_NEXT + (si, i, 1)))
         return nodes
 
     return expand
