@@ -236,7 +236,7 @@ def graph_bench(tmp: Path, repeats: int, latency: float = 0.2, slots: int = 8,
                     busy.append({"server": (len(srv.requests) - n0) * latency / slots,
                                  "grading": b.get("grade", 0.0),
                                  "scoring": b.get("score-rows", 0.0)})
-                    if doc["cpu"] is not None:  # bounded by the server's CPU in the whole run
+                    if doc["cpu"] is not None:  # less the server's CPU over the child's life
                         own = doc["cpu"] - (time.process_time() - s0)
                         busy[-1]["cores"] = own / (os.cpu_count() or 1)
                 prev = seen.setdefault(mode, doc)

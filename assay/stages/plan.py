@@ -184,7 +184,6 @@ def _grading_workers(workers: int | None, loader: Preloader | None) -> int | Non
     return max(1, n - 1)
 
 
-
 def _shards(spec: StudySpec, store: Store | None, si: int, src: Any, scored: Sequence[str],
             workers: int | None, progress: Any,
             loader: Preloader | None = None) -> Callable[[StageResult], list[Node]]:

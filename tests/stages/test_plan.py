@@ -3,6 +3,7 @@ max_parallel. Proven with events, never with timings."""
 
 from __future__ import annotations
 
+import importlib
 import json
 import sys
 from pathlib import Path
@@ -81,8 +82,6 @@ def test_rows_that_exist_are_graded_before_more_generate_shards_start(tmp_path: 
         f"execution: {{shard_rows: 1, max_parallel: {2 if case == 'generated' else 1}, "
         "workers: 1}\n")
     sys.path.insert(0, str(tmp_path))
-    import importlib
-
     held = importlib.import_module(module)  # the module the function backend loads: its Event
 
     def on_state(state: UnitState) -> None:
