@@ -68,9 +68,10 @@ class EmbeddingRewardModel:
     """Cosine relevance of response to prompt under a sentence-transformers model (see module).
 
     ``backend="auto"`` runs a plain Transformer -> Pooling -> Normalize folder (the bundled
-    MiniLM's layout) through transformers alone, with sentence-transformers' exact bytes and
-    without its seconds of import; ``"sentence-transformers"`` forces the library (any other
-    layout uses it anyway; see :mod:`assay.reward.sentence_encoder`).
+    MiniLM's layout) directly, with sentence-transformers' exact bytes and without its seconds
+    of import (a plain BERT such as the MiniLM without transformers' either);
+    ``"sentence-transformers"`` forces the library (any other layout uses it anyway; see
+    :mod:`assay.reward.sentence_encoder`).
 
     Example:
         >>> rm = EmbeddingRewardModel()                                   # doctest: +SKIP
@@ -130,10 +131,7 @@ class EmbeddingRewardModel:
 
     def token_lengths(self, texts: Sequence[str]) -> np.ndarray:
         """Token count of each text with special tokens, before truncation."""
-        # verbose=False: over-long texts are expected here (they are counted, not warned about)
-        enc = self.encoder.tokenizer(list(texts), add_special_tokens=True, truncation=False,
-                                verbose=False)
-        return np.array([len(x) for x in enc["input_ids"]], dtype=np.int64)
+        return self.encoder.token_lengths(texts)
 
     def _embed_batch(self, texts: Sequence[str]) -> np.ndarray:
         emb = self.encoder.forward(self.encoder.features(texts))

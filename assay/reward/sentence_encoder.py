@@ -1,12 +1,14 @@
-"""SentenceEncoder: a sentence-transformers model directory run through transformers alone.
+"""SentenceEncoder: a sentence-transformers model directory run without sentence-transformers.
 
 Importing sentence-transformers costs 1.5-5 s of CPU before any weight is read (it pulls in
 scikit-learn and its training stack), and on a CPU-only box that load sits on a study's critical
 path. The common layout of such a directory (``modules.json``: Transformer -> Pooling ->
-optional Normalize, plain text, no prompts) is three small steps over a transformers encoder, so
+optional Normalize, plain text, no prompts) is three small steps over an encoder, so
 :func:`load_encoder` runs those directly and gives the same bytes as sentence-transformers (the
 tests compare them); any other layout (Dense layers, routers, prompts, lower-casing, other
-pooling modes) is loaded by sentence-transformers itself, behind the same interface.
+pooling modes) is loaded by sentence-transformers itself, behind the same interface. The encoder
+under the direct path is a plain BERT run by torch alone when :func:`assay.reward.bert.bert_reason`
+allows (the bundled MiniLM: transformers' import skipped too), else transformers' AutoModel.
 
 Example:
     >>> from assay.reward.embedding import bundled_model_path
@@ -24,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from assay.reward.base import RewardModelError
+from assay.reward.bert import BertEncoder, bert_reason
 
 # Module type names as sentence-transformers 2-5 and 6 write them in modules.json.
 _TRANSFORMER = {"sentence_transformers.models.Transformer",
@@ -102,7 +105,8 @@ def direct_reason(path: str | Path) -> str | None:
 
 
 class SentenceEncoder:
-    """Transformer -> Pooling -> [Normalize] over a transformers encoder (see module).
+    """Transformer -> Pooling -> [Normalize] over a BERT run by torch (``backend == "torch"``)
+    or a transformers AutoModel (``"transformers"``, with the reason in ``backend_reason``).
 
     ``features(texts)`` tokenizes as sentence-transformers does (pad to the longest, truncate at
     ``max_seq_length``); ``forward(features)`` returns the sentence embeddings as a torch tensor;
@@ -110,8 +114,6 @@ class SentenceEncoder:
     """
 
     def __init__(self, path: str | Path, device: str = "cpu") -> None:
-        from transformers import AutoModel, AutoTokenizer
-
         self.path = Path(path)
         self.device = device
         mods = _read_json(self.path / "modules.json")
@@ -120,22 +122,53 @@ class SentenceEncoder:
         self.normalize = len(mods) == 3
         st_cfg = (_read_json(self.path / "sentence_bert_config.json")
                   if (self.path / "sentence_bert_config.json").is_file() else {})
+        limit = st_cfg.get("max_seq_length")
+        # A plain BERT (the bundled MiniLM) runs in torch alone, without transformers' seconds
+        # of import; why another folder does not is kept in `backend_reason`.
+        self.backend_reason = bert_reason(self.path)
+        if self.backend_reason is None:
+            self.backend = "torch"
+            self.bert = BertEncoder(self.path, device, limit)
+            self.max_seq_length = self.bert.max_seq_length
+            hidden = self.bert.hidden_size
+        else:
+            self.backend = "transformers"
+            hidden = self._load_transformers(limit)
+        self.dim = int(pool.get("embedding_dimension") or pool.get("word_embedding_dimension")
+                       or hidden)
+
+    def _load_transformers(self, limit: int | None) -> int:
+        from transformers import AutoModel, AutoTokenizer
+
+        from assay.reward.runtime import quiet_loading
+
+        quiet_loading()
         kw: dict[str, Any] = {"local_files_only": True}
-        if st_cfg.get("max_seq_length") is not None:
-            kw["model_max_length"] = int(st_cfg["max_seq_length"])
+        if limit is not None:
+            kw["model_max_length"] = int(limit)
         self.tokenizer = AutoTokenizer.from_pretrained(str(self.path), **kw)
         self.model = AutoModel.from_pretrained(str(self.path), local_files_only=True)
-        self.model.to(device)
+        self.model.to(self.device)
         self.model.eval()
         # As sentence-transformers does: the tokenizer's limit never exceeds the position table.
         max_pos = getattr(self.model.config, "max_position_embeddings", None)
         if max_pos is not None:
             self.tokenizer.model_max_length = min(self.tokenizer.model_max_length, max_pos)
         self.max_seq_length = int(self.tokenizer.model_max_length)
-        self.dim = int(pool.get("embedding_dimension") or pool.get("word_embedding_dimension")
-                       or self.model.config.hidden_size)
+        return int(self.model.config.hidden_size)
+
+    def token_lengths(self, texts: Sequence[str]) -> np.ndarray:
+        """Token count of each text with special tokens, before truncation."""
+        if self.backend == "torch":
+            return self.bert.token_lengths(texts)
+        # verbose=False: over-long texts are expected here (they are counted, not warned about)
+        enc = self.tokenizer(list(texts), add_special_tokens=True, truncation=False,
+                             verbose=False)
+        return np.array([len(x) for x in enc["input_ids"]], dtype=np.int64)
 
     def features(self, texts: Sequence[str]) -> dict[str, Any]:
+        if self.backend == "torch":
+            return self.bert.features(texts)
         enc = self.tokenizer(list(texts), padding=True, truncation="longest_first",
                              return_tensors="pt")
         return {k: v.to(self.device) for k, v in enc.items()}
@@ -145,7 +178,8 @@ class SentenceEncoder:
         import torch.nn.functional as F
 
         with torch.inference_mode():
-            tokens = self.model(**features, return_dict=True).last_hidden_state
+            tokens = (self.bert.hidden(features) if self.backend == "torch" else
+                      self.model(**features, return_dict=True).last_hidden_state)
             mask = features["attention_mask"]
             # The same operations, in the same order and dtypes, as sentence-transformers'
             # Pooling, so the floats come out bit for bit the same.
@@ -198,6 +232,11 @@ class STEncoder:
             raise RewardModelError(f"{self.path}: the model does not declare its embedding size")
         self.dim = int(dim)
 
+    def token_lengths(self, texts: Sequence[str]) -> np.ndarray:
+        enc = self.tokenizer(list(texts), add_special_tokens=True, truncation=False,
+                             verbose=False)
+        return np.array([len(x) for x in enc["input_ids"]], dtype=np.int64)
+
     def features(self, texts: Sequence[str]) -> dict[str, Any]:
         import torch
 
@@ -232,7 +271,7 @@ def load_encoder(path: str | Path, device: str = "cpu",
     if backend not in ("auto", "sentence-transformers"):
         raise RewardModelError(
             f"backend must be 'auto' or 'sentence-transformers', got {backend!r}")
-    quiet_loading()
     if backend == "auto" and direct_reason(path) is None:
         return SentenceEncoder(path, device)
+    quiet_loading()
     return STEncoder(path, device)
