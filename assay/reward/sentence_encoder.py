@@ -113,7 +113,7 @@ class SentenceEncoder:
     ``encode(texts)`` is sentence-transformers' ``encode(..., normalize_embeddings=True)``.
     """
 
-    def __init__(self, path: str | Path, device: str = "cpu") -> None:
+    def __init__(self, path: str | Path, device: str = "cpu", *, torch_bert: bool = True) -> None:
         self.path = Path(path)
         self.device = device
         mods = _read_json(self.path / "modules.json")
@@ -125,7 +125,8 @@ class SentenceEncoder:
         limit = st_cfg.get("max_seq_length")
         # A plain BERT (the bundled MiniLM) runs in torch alone, without transformers' seconds
         # of import; why another folder does not is kept in `backend_reason`.
-        self.backend_reason = bert_reason(self.path)
+        self.backend_reason = (bert_reason(self.path) if torch_bert
+                               else "backend='transformers' asked for")
         if self.backend_reason is None:
             self.backend = "torch"
             self.bert = BertEncoder(self.path, device, limit)
@@ -255,23 +256,29 @@ class STEncoder:
                                          show_progress_bar=False), dtype=np.float32)
 
 
+BACKENDS = ("auto", "transformers", "sentence-transformers")
+
+
 def load_encoder(path: str | Path, device: str = "cpu",
                  backend: str = "auto") -> SentenceEncoder | STEncoder:
     """The encoder for a sentence-transformers directory: direct when its layout allows
-    (``backend="auto"``), or ``backend="sentence-transformers"`` to force the library.
+    (``backend="auto"``: its BERT run by torch alone when :func:`assay.reward.bert.bert_reason`
+    allows, else transformers' AutoModel), ``"transformers"`` for the direct layout always over
+    AutoModel, or ``"sentence-transformers"`` to force the library. All three give the same
+    bytes where they apply (tested).
 
     Example:
         >>> from assay.reward.embedding import bundled_model_path
         >>> enc = load_encoder(bundled_model_path())
-        >>> type(enc).__name__, enc.encode(["Hi", "Hello there"]).shape
-        ('SentenceEncoder', (2, 384))
+        >>> type(enc).__name__, enc.backend, enc.encode(["Hi", "Hello there"]).shape
+        ('SentenceEncoder', 'torch', (2, 384))
     """
     from assay.reward.runtime import quiet_loading
 
-    if backend not in ("auto", "sentence-transformers"):
+    if backend not in BACKENDS:
         raise RewardModelError(
-            f"backend must be 'auto' or 'sentence-transformers', got {backend!r}")
-    if backend == "auto" and direct_reason(path) is None:
-        return SentenceEncoder(path, device)
+            f"backend must be one of {', '.join(map(repr, BACKENDS))}, got {backend!r}")
+    if backend != "sentence-transformers" and direct_reason(path) is None:
+        return SentenceEncoder(path, device, torch_bert=backend == "auto")
     quiet_loading()
     return STEncoder(path, device)

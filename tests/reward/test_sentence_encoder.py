@@ -133,10 +133,14 @@ def test_reward_scores_equal_across_backends():
     prompts = ["What is the capital of France?", "Hi", "Explain photosynthesis. " * 80]
     responses = ["Paris is the capital.", "Hello!", "Plants make sugar from light. " * 90]
     direct = EmbeddingRewardModel(device="cpu")
+    via_hf = EmbeddingRewardModel(device="cpu", backend="transformers")
     ref = EmbeddingRewardModel(device="cpu", backend="sentence-transformers")
     assert isinstance(direct.encoder, SentenceEncoder) and isinstance(ref.encoder, STEncoder)
+    assert (direct.encoder.backend, via_hf.encoder.backend) == ("torch", "transformers")
     a, b = direct.score(prompts, responses), ref.score(prompts, responses)
     assert a.tobytes() == b.tobytes() and direct.fingerprint == ref.fingerprint
+    assert via_hf.score(prompts, responses).tobytes() == a.tobytes()
+    assert via_hf.fingerprint == direct.fingerprint
     assert direct.last_run.truncated == ref.last_run.truncated == 1
 
 
