@@ -78,20 +78,9 @@ _TIMING_KEYS = frozenset({"seconds", "elapsed", "elapsed_s", "wall_seconds", "th
 # ------------------------------------------------------------------------------- plots
 
 
-def warm_imports() -> None:
-    """Import what drawing the report's figures needs (matplotlib's Figure and Agg canvas), so
-    a thread with time to spare can take that cost before the report runs. Never raises: the
-    report imports them again and reports its own errors.
-
-    Example:
-        >>> warm_imports(); import sys; "matplotlib.backends.backend_agg" in sys.modules
-        True
-    """
-    try:
-        import matplotlib.backends.backend_agg  # noqa: F401
-        import matplotlib.figure  # noqa: F401
-    except Exception:  # noqa: BLE001 - left for the report to raise with its context
-        pass
+#: What drawing the report's figures imports (matplotlib's Figure and Agg canvas), for a thread
+#: with time to spare to import before the report runs (see assay.stages.plan.Preloader).
+WARM_IMPORTS = ("matplotlib.figure", "matplotlib.backends.backend_agg")
 
 
 def new_figure(**kw: Any) -> Any:

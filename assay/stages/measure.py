@@ -23,22 +23,10 @@ from assay.store import Store
 STAGE = define_stage("measure", 1)
 
 
-def warm_imports() -> None:
-    """Import what computing the measurements needs (assay.measure, scipy.special, and
-    scipy.optimize for the comparisons' sizing), so a thread with time to spare can take that
-    cost (0.5-0.7 s of CPU) before the measure stage runs. Never raises: the stage imports them
-    again and reports its own errors.
-
-    Example:
-        >>> warm_imports(); import sys; "scipy.optimize" in sys.modules
-        True
-    """
-    try:
-        from scipy import optimize  # noqa: F401
-
-        import assay.measure  # noqa: F401
-    except Exception:  # noqa: BLE001 - left for the stage to raise with its context
-        pass
+#: What computing the measurements imports (scipy.special through assay.measure, and
+#: scipy.optimize for the comparisons' sizing: 0.5-0.7 s of CPU), for a thread with time to spare
+#: to import before the stage runs (see assay.stages.plan.Preloader).
+WARM_IMPORTS = ("assay.measure", "scipy.optimize")
 
 
 def run_measure(store: Store, spec: StudySpec, graded: Mapping[str, Sequence[StageResult]], *,

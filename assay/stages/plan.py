@@ -15,12 +15,15 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
+import importlib
 import os
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from assay import progress as live
+from assay.report import WARM_IMPORTS as REPORT_IMPORTS
 from assay.spec import StudySpec
 from assay.stages.build_rows import run_build_rows
 from assay.stages.cache import StageResult, cached_only, load_rows, print_progress
@@ -30,6 +33,7 @@ from assay.stages.filter_rows import run_filter_rows
 from assay.stages.generate import prompts_per_shard, run_generate_shard
 from assay.stages.grade import run_grade_shard, shard_bounds
 from assay.stages.graph import Graph, Node, ThreadExecutor, run_graph
+from assay.stages.measure import WARM_IMPORTS as MEASURE_IMPORTS
 from assay.stages.measure import run_measure
 from assay.stages.report import run_report
 from assay.stages.score_choices import run_score_choices
@@ -296,12 +300,10 @@ class Preloader:
                 self.wake()
         # New completions mean new measurements and a new report, the run's last two nodes:
         # their imports (scipy's, matplotlib's: ~1 s of CPU) are done here, off the critical
-        # path, not at the very end.
-        from assay.report import warm_imports as warm_report
-        from assay.stages.measure import warm_imports as warm_measure
-
-        warm_measure()
-        warm_report()
+        # path, not at the very end. A failing import is left for its stage to raise.
+        for name in MEASURE_IMPORTS + REPORT_IMPORTS:
+            with contextlib.suppress(Exception):
+                importlib.import_module(name)
 
     @staticmethod
     def wanted(spec: StudySpec) -> bool:

@@ -221,23 +221,30 @@ def test_grading_workers_while_loading() -> None:
     assert _grading_workers(4, loader) == 4 and _grading_workers(None, loader) is None
 
 
-def test_the_loader_also_warms_the_reports_plotting_imports(tmp_path: Path,
-                                                             tiny_rm_dir: Path) -> None:
-    # After the model, the loader imports what the report (the run's last node) draws with.
-    # A fresh interpreter: nothing else there has imported matplotlib.
+def test_the_loader_also_warms_the_measure_and_report_imports(tmp_path: Path) -> None:
+    # After the model, the loader imports what measure and the report (the run's last two
+    # nodes) compute and draw with. A fresh interpreter: nothing there has imported them yet.
+    # The bundled MiniLM, which loads without transformers (that would import scipy.optimize).
     import subprocess
 
-    (tmp_path / "spec.yaml").write_text(SPEC.format(url="http://127.0.0.1:9", rm=tiny_rm_dir))
+    spec = SPEC.format(url="http://127.0.0.1:9", rm="unused").replace(
+        "{name: tiny, kind: hf, path: unused, params: {device: cpu}}",
+        "{name: mini, kind: embedding, params: {device: cpu}}")
+    assert "kind: embedding" in spec
+    (tmp_path / "spec.yaml").write_text(spec)
     code = (
         "import json, sys, time; from assay.spec import load_spec; "
         "from assay.stages.plan import Preloader; from assay.progress import UnitState; "
         "from assay.stages import score_rows; "
-        "before = 'matplotlib.figure' in sys.modules; loader = Preloader(load_spec(sys.argv[1])); "
+        "seen = lambda: ['matplotlib.backends.backend_agg' in sys.modules, "
+        "'scipy.optimize' in sys.modules]; "
+        "before = seen(); loader = Preloader(load_spec(sys.argv[1])); "
         "loader(UnitState('generate', 'a shard 1/1', 0, 4, {}, 0.0, 0.0, False)); "
         "loader.join(); "
-        "print(json.dumps([before, len(score_rows._MODELS), "
-        "'matplotlib.backends.backend_agg' in sys.modules, 'matplotlib.pyplot' in sys.modules]))")
+        "print(json.dumps([before, len(score_rows._MODELS), seen(), "
+        "'matplotlib.pyplot' in sys.modules]))")
     out = subprocess.run([sys.executable, "-c", code, str(tmp_path / "spec.yaml")],
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
-    assert json.loads(out.stdout.strip().splitlines()[-1]) == [False, 1, True, False]
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == [[False, False], 1, [True, True],
+                                                               False]
