@@ -104,6 +104,16 @@ def clear_model_cache() -> None:
         _MODELS.clear()
 
 
+def forget_worker(worker: Any) -> None:
+    """Forget the models ``worker`` holds (it is closing: later shards build their own)."""
+    from assay.reward.worker import RemoteModel
+
+    with _MODELS_LOCK:
+        for key in [k for k, m in _MODELS.items()
+                    if isinstance(m, RemoteModel) and m.worker is worker]:
+            del _MODELS[key]
+
+
 def _planned_device(mspec: Any, identity: Any) -> str:
     """Where the model is (or will be) loaded, known before loading it, so the device slot is
     held while the weights move to the GPU too: a Python function runs on the CPU."""
@@ -117,10 +127,12 @@ def _planned_device(mspec: Any, identity: Any) -> str:
     return resolve_device(str(getattr(mspec, "params", {}).get("device", "auto")))
 
 
-def _model(mspec: Any, spec: StudySpec, identity: Any) -> Any:
+def _model(mspec: Any, spec: StudySpec, identity: Any, worker: Any = None) -> Any:
     """The built adapter, loaded once per process even when a preload (:func:`preload`) and
     a shard ask for it at once: the second waits for the first's load (its waker: the loader's
-    ``finally``; if that load failed, the waiter loads it itself and sees the error)."""
+    ``finally``; if that load failed, the waiter loads it itself and sees the error). With a
+    ``worker`` (:class:`assay.reward.worker.ScoringWorker`), a model other than a ``function``
+    is built there and the cache holds its :class:`~assay.reward.worker.RemoteModel`."""
     key = combine("rmid", identity)
     while True:
         with _MODELS_LOCK:
@@ -132,7 +144,10 @@ def _model(mspec: Any, spec: StudySpec, identity: Any) -> Any:
                 break
         loading.wait()
     try:
-        built = mspec.build(spec.paths)
+        if worker is not None and getattr(mspec, "kind", None) != "function":
+            built = worker.load(mspec, spec.paths)
+        else:
+            built = mspec.build(spec.paths)
         with _MODELS_LOCK:
             while len(_MODELS) >= 2:
                 _MODELS.pop(next(iter(_MODELS)))
@@ -144,15 +159,15 @@ def _model(mspec: Any, spec: StudySpec, identity: Any) -> Any:
         loading.set()
 
 
-def preload(spec: StudySpec) -> None:
-    """Build the study's scoring models now (into this process's cache), so the first
-    score-rows shard finds them loaded: the graph calls it on a background thread while the
-    model server generates, when the cores would otherwise idle. A failure here is left for
-    the shard to raise, with its own context."""
+def preload(spec: StudySpec, worker: Any = None) -> None:
+    """Build the study's scoring models now (into this process's cache; in ``worker``'s
+    process when given), so the first score-rows shard finds them loaded: the graph calls it on
+    a background thread while the model server generates, when the cores would otherwise idle.
+    A failure here is left for the shard to raise, with its own context."""
     assert spec.reward is not None
     for mspec in spec.reward.scoring_models():
         try:
-            _model(mspec, spec, mspec.identity(spec.paths))
+            _model(mspec, spec, mspec.identity(spec.paths), worker)
         except Exception:  # noqa: BLE001 - the shard loads it again and reports the error
             return
 

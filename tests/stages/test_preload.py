@@ -18,6 +18,7 @@ from helpers import reward_fixtures
 from helpers.openai_server import OpenAIServer, scripted_policy
 
 from assay import stages
+from assay.reward.worker import RemoteModel
 from assay.spec import load_spec
 from assay.stages import score_rows
 from assay.stages.plan import Preloader
@@ -49,6 +50,7 @@ execution: {{shard_rows: 4}}
 def test_model_loads_during_generation_once_and_results_match_the_chain(
         tmp_path: Path, tiny_rm_dir: Path) -> None:
     held: list[bool] = []  # per held request: whether the model was loaded within the bound
+    loaded: dict = {}  # the models loaded while requests were held
     seen = [0]
     end = [0.0]
 
@@ -60,6 +62,7 @@ def test_model_loads_during_generation_once_and_results_match_the_chain(
             while not score_rows._MODELS and time.monotonic() < end[0]:
                 time.sleep(0.02)
             held.append(bool(score_rows._MODELS))
+            loaded.update(score_rows._MODELS)
         return scripted_policy(body)
 
     srv = OpenAIServer(["m"], policy=policy).start()
@@ -73,7 +76,11 @@ def test_model_loads_during_generation_once_and_results_match_the_chain(
         score_rows.clear_model_cache()
         graph = stages.run_study(spec, Store(tmp_path / "g"), progress=None)
         assert len(held) == 7 and all(held), held  # 4 prompts x k=2, the first not held
-        assert len(score_rows._MODELS) == 1  # one load, shared by both score-rows shards
+        # one load, in the scoring worker's process, shared by both score-rows shards; the
+        # worker stopped with the run, and its models were forgotten
+        (model,) = loaded.values()
+        assert isinstance(model, RemoteModel) and model.mid == 0 and model.worker._next == 1
+        assert model.worker._proc is None and score_rows._MODELS == {}
         assert sum(r.stage == "score-rows" and not r.cached for r in graph.results) == 2
 
         score_rows.clear_model_cache()
@@ -83,7 +90,11 @@ def test_model_loads_during_generation_once_and_results_match_the_chain(
         chain = stages.run_study(spec, store, mode="chain", progress=None)
         assert [r.key for r in graph.results] == [r.key for r in chain.results]
         gs, cs = Store(tmp_path / "g"), store
+        # the scores from the worker and the chain's in-process ones: the same bytes
         assert stages.report_files(gs, graph.report) == stages.report_files(cs, chain.report)
+        for name in graph.graded:
+            assert (stages.concat_rows(gs, graph.graded[name]).checksum()
+                    == stages.concat_rows(cs, chain.graded[name]).checksum())
     finally:
         srv.stop()
         score_rows.clear_model_cache()
@@ -181,10 +192,10 @@ def test_grading_gives_the_load_a_core_while_it_runs(tmp_path: Path, tiny_rm_dir
         first_grade.set()
         return real_grade(rows, verifier, workers=workers)
 
-    def preload(spec):
+    def preload(spec, worker=None):
         loading.set()
         first_grade.wait(120)  # a bound: the assertions below fail if it is ever reached
-        return real_preload(spec)
+        return real_preload(spec, worker)
 
     monkeypatch.setattr(grading, "grade", grade)
     monkeypatch.setattr(plan, "preload", preload)

@@ -1,0 +1,170 @@
+"""ScoringWorker: reward models loaded and run in a spawned process of their own.
+
+A CPU reward model next to server generation (the graph's preload) loads in seconds of Python
+import (torch's) and runs Python between its kernels, all holding the GIL of the process whose
+threads send the generation requests: measured on the pipeline benchmark, the server's slots ran
+5-6.5 of 8 full while the model loaded in-process, against 7.5-7.7 after. In a worker the load
+and the forward passes hold another interpreter's lock; only the texts and the float64 scores
+cross (pickled), so the scores are the same bytes (tested against in-process scoring).
+
+Example:
+    >>> from assay.reward.kinds import EmbeddingModel
+    >>> entry = EmbeddingModel(name="minilm", kind="embedding", params={"device": "cpu"})
+    >>> with ScoringWorker() as w:
+    ...     rm = w.load(entry, None)         # the bundled MiniLM, loaded in the worker
+    ...     s = rm.score(["What is the capital of France?"], ["Paris is its capital."])
+    >>> rm.device, s.dtype, bool(0.5 < s[0] <= 1.0)
+    ('cpu', dtype('float64'), True)
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from assay.reward.base import RewardModelError
+
+_BUILT: dict[int, Any] = {}  # in the worker: model id -> built adapter
+
+
+def _serve(conn: Any) -> None:
+    """The worker's loop. Messages: ``("load", id, entry, paths)``, ``("score", id, prompts,
+    responses)``, ``("score_conversations", id, convs, responses)``; None stops. Each gets
+    ``("ok", value)`` or ``("err", exception)`` back."""
+    from assay.reaper import watch_parent
+
+    watch_parent()  # a SIGKILLed parent leaves no worker
+    while True:
+        try:
+            msg = conn.recv()
+        except EOFError:
+            return
+        if msg is None:
+            return
+        kind, mid, *args = msg
+        try:
+            if kind == "load":
+                built = _BUILT[mid] = args[0].build(args[1])
+                value: Any = {"fingerprint": built.fingerprint,
+                              "device": str(getattr(built, "device", "cpu")),
+                              "conversations": hasattr(built, "score_conversations")}
+            else:
+                value = np.asarray(getattr(_BUILT[mid], kind)(*args), dtype=np.float64)
+            reply: tuple[str, Any] = ("ok", value)
+        except Exception as e:  # noqa: BLE001 - sent back whole, raised there
+            reply = ("err", e)
+        try:
+            conn.send(reply)
+        except Exception as e:  # an exception that does not pickle
+            conn.send(("err", RewardModelError(f"{type(reply[1]).__name__}: {reply[1]} ({e})")))
+
+
+class RemoteModel:
+    """A reward model built in a :class:`ScoringWorker`: ``score`` (and ``score_conversations``
+    when the model has it), ``fingerprint``, ``device``, ``name``, as the adapter in-process."""
+
+    def __init__(self, worker: ScoringWorker, mid: int, name: str, info: dict[str, Any]) -> None:
+        self.worker, self.mid, self.name = worker, mid, name
+        self.fingerprint: str = info["fingerprint"]
+        self.device: str = info["device"]
+        if info["conversations"]:
+            self.score_conversations = self._score_conversations
+
+    def score(self, prompts: Sequence[str], responses: Sequence[str]) -> np.ndarray:
+        return self.worker.call("score", self.mid, list(prompts), list(responses))
+
+    def _score_conversations(self, convs: Sequence[Any], responses: Sequence[str]) -> np.ndarray:
+        return self.worker.call("score_conversations", self.mid, list(convs), list(responses))
+
+    def __repr__(self) -> str:
+        return f"RemoteModel({self.name!r}, device={self.device!r})"
+
+
+class ScoringWorker:
+    """One spawned process holding reward models, started at the first :meth:`load`, one call at
+    a time. Spawned, not forked: the parent has threads (generation clients) and may hold torch.
+    A worker that dies fails the call in flight and every later one (its pipe closes: the
+    waker), naming its exit code. :meth:`close` stops it (bounded: a kill after ``grace_s``).
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._proc: Any = None
+        self._conn: Any = None
+        self._next = 0
+        self._closed = False
+
+    def __enter__(self) -> ScoringWorker:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def _start(self) -> None:
+        import multiprocessing as mp
+
+        ctx = mp.get_context("spawn")
+        parent, child = ctx.Pipe()
+        self._proc = ctx.Process(target=_serve, args=(child,), daemon=True,
+                                 name="assay-scoring-worker")
+        self._proc.start()
+        child.close()
+        self._conn = parent
+
+    def call(self, *msg: Any) -> Any:
+        with self._lock:
+            if self._closed:
+                raise RewardModelError("the scoring worker was closed")
+            if self._proc is None:
+                self._start()
+            try:
+                self._conn.send(msg)
+                status, value = self._conn.recv()
+            except (EOFError, OSError, BrokenPipeError):
+                self._proc.join(5)
+                raise RewardModelError(
+                    f"the scoring worker process died (exit code {self._proc.exitcode}) while "
+                    f"running {msg[0]!r}: out of memory? run again to resume") from None
+        if status == "err":
+            raise value
+        return value
+
+    def load(self, entry: Any, paths: Any) -> RemoteModel:
+        """Build the spec's reward-model ``entry`` in the worker (``entry.build(paths)``)."""
+        with self._lock:
+            mid = self._next
+            self._next += 1
+        info = self.call("load", mid, entry, paths)
+        return RemoteModel(self, mid, str(getattr(entry, "name", "")), info)
+
+    def close(self, grace_s: float = 5.0) -> None:
+        """Stop the worker: a stop message, then a kill if it has not exited after ``grace_s``
+        (it may be inside a long forward pass)."""
+        # A call still in flight (a node interrupted mid-score) holds the lock: kill the
+        # process under it, which ends that call with the worker's death.
+        got = self._lock.acquire(timeout=grace_s)
+        try:
+            self._closed = True
+            proc, conn = self._proc, self._conn
+            if got:
+                self._proc = self._conn = None
+        finally:
+            if got:
+                self._lock.release()
+        if proc is None:
+            return
+        if not got:
+            proc.kill()
+        try:
+            conn.send(None)
+        except Exception:  # noqa: BLE001 - already gone
+            pass
+        proc.join(grace_s)
+        if proc.is_alive():
+            proc.kill()
+            proc.join(grace_s)
+        if got:
+            conn.close()
