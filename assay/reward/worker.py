@@ -7,6 +7,10 @@ threads send the generation requests: measured on the pipeline benchmark, the se
 and the forward passes hold another interpreter's lock; only the texts and the float64 scores
 cross (pickled), so the scores are the same bytes (tested against in-process scoring).
 
+The worker is ``python -m assay.reward.worker`` on one end of a socket pair, not a
+multiprocessing spawn: a spawned child re-imports the parent's ``__main__``, which re-runs a
+user's script that lacks the ``if __name__ == "__main__"`` guard (the study, its side effects).
+
 Example:
     >>> from assay.reward.kinds import EmbeddingModel
     >>> entry = EmbeddingModel(name="minilm", kind="embedding", params={"device": "cpu"})
@@ -19,6 +23,8 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
+import sys
 import threading
 from collections.abc import Sequence
 from typing import Any
@@ -31,20 +37,25 @@ _BUILT: dict[int, Any] = {}  # in the worker: model id -> built adapter
 
 
 def _serve(conn: Any) -> None:
-    """The worker's loop. Messages: ``("load", id, entry, paths)``, ``("score", id, prompts,
-    responses)``, ``("score_conversations", id, convs, responses)``; None stops. Each gets
-    ``("ok", value)`` or ``("err", exception)`` back."""
+    """The worker's loop. Messages: ``("path", sys.path)`` first (the parent's, so its
+    entries' classes unpickle here), then ``("load", id, entry, paths)``, ``("score", id,
+    prompts, responses)``, ``("score_conversations", id, convs, responses)``; None stops. Each
+    but the first gets ``("ok", value)`` or ``("err", exception)`` back."""
     from assay.reaper import watch_parent
 
     watch_parent()  # a SIGKILLed parent leaves no worker
     while True:
         try:
             msg = conn.recv()
-        except EOFError:
+        except (EOFError, OSError):
             return
         if msg is None:
             return
-        kind, mid, *args = msg
+        kind, *args = msg
+        if kind == "path":
+            sys.path[:] = list(args[0]) + [p for p in sys.path if p not in args[0]]
+            continue
+        mid, *args = args
         try:
             if kind == "load":
                 built = _BUILT[mid] = args[0].build(args[1])
@@ -84,10 +95,11 @@ class RemoteModel:
 
 
 class ScoringWorker:
-    """One spawned process holding reward models, started at the first :meth:`load`, one call at
-    a time. Spawned, not forked: the parent has threads (generation clients) and may hold torch.
-    A worker that dies fails the call in flight and every later one (its pipe closes: the
-    waker), naming its exit code. :meth:`close` stops it (bounded: a kill after ``grace_s``).
+    """One worker process holding reward models, started at the first :meth:`load`, one call at
+    a time. A fresh interpreter, not a fork: the parent has threads (generation clients) and may
+    hold torch. A worker that dies fails the call in flight and every later one (its socket
+    closes: the waker), naming its exit code. :meth:`close` stops it (a kill, reaped within
+    ``grace_s``).
     """
 
     def __init__(self) -> None:
@@ -104,15 +116,17 @@ class ScoringWorker:
         self.close()
 
     def _start(self) -> None:
-        import multiprocessing as mp
+        import socket
+        import subprocess
+        from multiprocessing.connection import Connection
 
-        ctx = mp.get_context("spawn")
-        parent, child = ctx.Pipe()
-        self._proc = ctx.Process(target=_serve, args=(child,), daemon=True,
-                                 name="assay-scoring-worker")
-        self._proc.start()
-        child.close()
-        self._conn = parent
+        ours, theirs = socket.socketpair()
+        with theirs:
+            self._proc = subprocess.Popen(
+                [sys.executable, "-m", "assay.reward.worker", str(theirs.fileno())],
+                pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL)
+        self._conn = Connection(ours.detach())
+        self._conn.send(("path", list(sys.path)))
 
     def call(self, *msg: Any) -> Any:
         with self._lock:
@@ -123,10 +137,10 @@ class ScoringWorker:
             try:
                 self._conn.send(msg)
                 status, value = self._conn.recv()
-            except (EOFError, OSError, BrokenPipeError):
-                self._proc.join(5)
+            except (EOFError, OSError):
+                code = self._proc.wait(5)
                 raise RewardModelError(
-                    f"the scoring worker process died (exit code {self._proc.exitcode}) while "
+                    f"the scoring worker process died (exit code {code}) while "
                     f"running {msg[0]!r}: out of memory? run again to resume") from None
         if status == "err":
             raise value
@@ -141,10 +155,9 @@ class ScoringWorker:
         return RemoteModel(self, mid, str(getattr(entry, "name", "")), info)
 
     def close(self, grace_s: float = 5.0) -> None:
-        """Stop the worker: a stop message, then a kill if it has not exited after ``grace_s``
-        (it may be inside a long forward pass)."""
-        # A call still in flight (a node interrupted mid-score) holds the lock: kill the
-        # process under it, which ends that call with the worker's death.
+        """Stop the worker: killed at once (it holds nothing to flush, and an interpreter with
+        torch loaded takes ~1 s to tear down, at a run's very end), reaped within ``grace_s``.
+        A call still in flight (a node interrupted mid-score) ends with the worker's death."""
         got = self._lock.acquire(timeout=grace_s)
         try:
             self._closed = True
@@ -156,15 +169,14 @@ class ScoringWorker:
                 self._lock.release()
         if proc is None:
             return
-        if not got:
-            proc.kill()
-        try:
-            conn.send(None)
-        except Exception:  # noqa: BLE001 - already gone
-            pass
-        proc.join(grace_s)
-        if proc.is_alive():
-            proc.kill()
-            proc.join(grace_s)
+        proc.kill()
+        with contextlib.suppress(Exception):
+            proc.wait(grace_s)
         if got:
             conn.close()
+
+
+if __name__ == "__main__":  # the worker process (see ScoringWorker._start)
+    from multiprocessing.connection import Connection
+
+    _serve(Connection(int(sys.argv[1])))

@@ -37,7 +37,7 @@ def test_scores_cross_the_process_as_the_same_bytes():
         plain, chat = w.load(Entry("plain"), None), w.load(Entry("chat", "chat"), None)
         assert isinstance(plain, RemoteModel) and (plain.mid, chat.mid) == (0, 1)
         assert (plain.fingerprint, plain.device, plain.name) == ("rm:test-worker", "cpu", "plain")
-        assert w._proc.pid != os.getpid() and w._proc.is_alive()
+        assert w._proc.pid != os.getpid() and w._proc.poll() is None
         ref = Adapter("ok").score(PROMPTS, RESPONSES)
         assert plain.score(PROMPTS, RESPONSES).tobytes() == ref.tobytes()
         assert not hasattr(plain, "score_conversations")
@@ -45,7 +45,7 @@ def test_scores_cross_the_process_as_the_same_bytes():
         assert chat.score_conversations(convs, ["ok"]).tobytes() == \
             ChatAdapter("chat").score_conversations(convs, ["ok"]).tobytes()
         proc = w._proc
-    assert not proc.is_alive() and proc.exitcode == 0  # stopped by its message, not killed
+    assert proc.returncode == -signal.SIGKILL  # stopped at once, and reaped
     with pytest.raises(RewardModelError, match="closed"):
         plain.score(PROMPTS, RESPONSES)
 
@@ -115,3 +115,23 @@ def test_a_sigkilled_parent_leaves_no_worker(tmp_path):
         assert not _pid_alive(pid) or _zombie(pid)
     finally:
         p.kill()
+
+
+def test_a_script_without_a_main_guard_is_not_run_again_by_the_worker(tmp_path):
+    # A multiprocessing spawn re-imports the parent's __main__: a user's script without the
+    # `if __name__ == "__main__"` guard would run again (its study, its side effects).
+    marker = tmp_path / "ran.txt"
+    script = tmp_path / "script.py"
+    script.write_text(
+        "import sys\n"
+        f"sys.path.insert(0, {str(Path(__file__).resolve().parents[1])!r})\n"
+        f"open({str(marker)!r}, 'a').write('ran\\n')\n"
+        "from helpers.worker_models import Entry\n"
+        "from assay.reward.worker import ScoringWorker\n"
+        "with ScoringWorker() as w:\n"
+        "    print(w.load(Entry('x'), None).score(['a'], ['b']).tolist())\n")
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == "[0.47619047619047616]"
+    assert marker.read_text() == "ran\n"
