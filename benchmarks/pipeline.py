@@ -29,11 +29,13 @@ Run: ``.venv/bin/python benchmarks/pipeline.py [--only graph,quickstart,overhead
    on a smaller spec (``--overhead-spec``, default: 40 HumanEval problems x 4 samples x 2 arms,
    graded by CodeExec, measured) so repeats fit in minutes.
 
-Latest, 2026-12-02 on the quiet 2-core VM (see the README's table), after a generated shard's
-grade went ahead of generate shards not yet started: 64 prompts per source, chain 29.59 s,
-graph 17.04 s (1.74x), busy server 12.80 s and cores 12.46 s, graph / busiest (server) 1.33;
-16 prompts, chain 13.29 s, graph 7.66 s (1.74x), graph / busiest (cores, 6.14 s) 1.25.
-Before (same VM a session earlier, when it ran faster): 64 prompts 1.58x, 16 prompts 1.53x.
+Latest, 2026-12-02 (a slow VM afternoon; README table), after the MiniLM's load without
+transformers and row scoring in a worker process: 64 prompts per source, chain 29.55 s, graph
+16.79 s (1.76x), busy server 12.80 s and cores 12.58 s, graph / busiest (server) 1.31; 16 prompts,
+chain 11.71 s, graph 7.94 s (1.48x), graph / busiest (cores, 5.42 s) 1.46. The same code a few
+hours earlier (before both changes): 64 prompts 34.17 / 20.07 s (1.70x, 1.34 of the cores' 14.93 s);
+16 prompts 16.89 / 13.21 s (1.28x, 1.63). The day before, on a faster VM: 64 prompts 29.59 /
+17.04 s (1.74x), 16 prompts 13.29 / 7.66 s (1.74x).
 On a CPU-only box grading, the model load and the client share the cores; the goals assume a
 reward model on its own device.
 

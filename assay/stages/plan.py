@@ -271,9 +271,10 @@ def _shards(spec: StudySpec, store: Store | None, si: int, src: Any, scored: Seq
 
 
 class Preloader:
-    """Loads the study's row-scoring models on a background thread as soon as a generate shard
-    asks its server for completions (a live progress unit of stage ``generate`` with work to
-    do): those completions are new, so their scores will be computed and the model is needed.
+    """Loads the study's row-scoring models (in a :class:`~assay.reward.worker.ScoringWorker`
+    process, started from a background thread) as soon as a generate shard asks its server for
+    completions (a live progress unit of stage ``generate`` with work to do): those completions
+    are new, so their scores will be computed and the model is needed.
     The model loads while the cores would idle waiting on the server, instead of at the first
     score-rows shard (on CPU, MiniLM's load is most of its scoring time). Only for CPU models
     next to server generation: a GPU model keeps to the ``gpu`` slot, and a local generation
