@@ -7,7 +7,7 @@ threads send the generation requests: measured on the pipeline benchmark, the se
 and the forward passes hold another interpreter's lock; only the texts and the float64 scores
 cross (pickled), so the scores are the same bytes (tested against in-process scoring).
 
-The worker is ``python -m assay.reward.worker`` on one end of a socket pair, not a
+The worker is a fresh ``python -c`` running :func:`main` on one end of a socket pair, not a
 multiprocessing spawn: a spawned child re-imports the parent's ``__main__``, which re-runs a
 user's script that lacks the ``if __name__ == "__main__"`` guard (the study, its side effects).
 
@@ -27,6 +27,7 @@ import contextlib
 import sys
 import threading
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -121,10 +122,14 @@ class ScoringWorker:
         from multiprocessing.connection import Connection
 
         ours, theirs = socket.socketpair()
+        # This very assay first on the child's path: a folder named `assay` in the working
+        # directory (which `python -m` and `-c` put first) must not shadow it.
+        root = str(Path(__file__).resolve().parents[2])
+        code = (f"import sys; sys.path.insert(0, {root!r}); "
+                f"from assay.reward.worker import main; main({theirs.fileno()})")
         with theirs:
-            self._proc = subprocess.Popen(
-                [sys.executable, "-m", "assay.reward.worker", str(theirs.fileno())],
-                pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL)
+            self._proc = subprocess.Popen([sys.executable, "-c", code],
+                                          pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL)
         self._conn = Connection(ours.detach())
         self._conn.send(("path", list(sys.path)))
 
@@ -176,7 +181,8 @@ class ScoringWorker:
             conn.close()
 
 
-if __name__ == "__main__":  # the worker process (see ScoringWorker._start)
+def main(fd: int) -> None:
+    """The worker process's entry (see :meth:`ScoringWorker._start`): serve on socket ``fd``."""
     from multiprocessing.connection import Connection
 
-    _serve(Connection(int(sys.argv[1])))
+    _serve(Connection(fd))

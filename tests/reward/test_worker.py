@@ -119,9 +119,13 @@ def test_a_sigkilled_parent_leaves_no_worker(tmp_path):
 
 def test_a_script_without_a_main_guard_is_not_run_again_by_the_worker(tmp_path):
     # A multiprocessing spawn re-imports the parent's __main__: a user's script without the
-    # `if __name__ == "__main__"` guard would run again (its study, its side effects).
+    # `if __name__ == "__main__"` guard would run again (its study, its side effects). And a
+    # folder named `assay` in the working directory does not shadow the package in the worker.
     marker = tmp_path / "ran.txt"
-    script = tmp_path / "script.py"
+    (tmp_path / "s").mkdir()
+    script = tmp_path / "s" / "script.py"
+    (tmp_path / "w" / "assay").mkdir(parents=True)
+    (tmp_path / "w" / "assay" / "__init__.py").write_text("raise ImportError('a decoy')\n")
     script.write_text(
         "import sys\n"
         f"sys.path.insert(0, {str(Path(__file__).resolve().parents[1])!r})\n"
@@ -131,7 +135,7 @@ def test_a_script_without_a_main_guard_is_not_run_again_by_the_worker(tmp_path):
         "with ScoringWorker() as w:\n"
         "    print(w.load(Entry('x'), None).score(['a'], ['b']).tolist())\n")
     out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
-                         timeout=120)
+                         timeout=120, cwd=tmp_path / "w")
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip() == "[0.47619047619047616]"
     assert marker.read_text() == "ran\n"
