@@ -144,18 +144,21 @@ def test_reward_scores_equal_across_backends():
     assert direct.last_run.truncated == ref.last_run.truncated == 1
 
 
-def test_bundled_model_scores_without_importing_sentence_transformers():
-    # The point of the direct path: the import it skips is seconds of CPU on a study's
-    # critical path. Checked in a fresh interpreter, where nothing else imported it.
+def test_bundled_model_scores_without_importing_sentence_transformers_or_transformers():
+    # The point of the direct path: the imports it skips are seconds of CPU on a study's
+    # critical path (its BERT runs in torch alone: assay.reward.bert). Checked in a fresh
+    # interpreter, where nothing else imported them.
     code = ("import sys, json; from assay.reward.embedding import EmbeddingRewardModel; "
             "from assay.decontam.semantic import MiniLM; "
-            "s = EmbeddingRewardModel(device='cpu').score(['Hi'], ['Hello!']); "
+            "rm = EmbeddingRewardModel(device='cpu'); s = rm.score(['Hi'], ['Hello!']); "
             "v = MiniLM()(['Hi', 'Hello!']); "
-            "print(json.dumps([float(s[0]), v.shape[0], 'sentence_transformers' in sys.modules]))")
+            "print(json.dumps([float(s[0]), v.shape[0], rm.encoder.backend, "
+            "[m in sys.modules for m in ('sentence_transformers', 'transformers')]]))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True)
-    score, n, imported = json.loads(out.stdout.strip().splitlines()[-1])
-    assert n == 2 and 0.3 < score <= 1.0 and imported is False
+    score, n, backend, imported = json.loads(out.stdout.strip().splitlines()[-1])
+    assert n == 2 and 0.3 < score <= 1.0 and backend == "torch"
+    assert imported == [False, False]
 
 
 def test_decontam_embedder_equals_sentence_transformers_encode():
