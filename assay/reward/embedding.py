@@ -137,7 +137,8 @@ class EmbeddingRewardModel:
         emb = self.encoder.forward(self.encoder.features(texts))
         return emb.float().cpu().numpy()
 
-    def embed(self, texts: Sequence[str], *, batching: str = "budget") -> tuple[np.ndarray, Any]:
+    def embed(self, texts: Sequence[str], *, batching: str = "budget",
+              lengths: np.ndarray | None = None) -> tuple[np.ndarray, Any]:
         """Unit-norm embeddings of ``texts`` (one row each) and the plan counters.
 
         ``batching="budget"`` sorts by length under ``batch_tokens``; ``"fixed16"`` is the naive
@@ -153,7 +154,9 @@ class EmbeddingRewardModel:
             return out, None
         if batching != "budget":
             raise RewardModelError(f"batching must be 'budget' or 'fixed16', got {batching!r}")
-        lengths = np.minimum(self.token_lengths(texts), self.max_seq_length)
+        # ``lengths``: the texts' token counts when the caller has them (score() does)
+        raw = self.token_lengths(texts) if lengths is None else lengths
+        lengths = np.minimum(raw, self.max_seq_length)
 
         def forward(idx: np.ndarray) -> np.ndarray:
             out[idx] = self._embed_batch([texts[i] for i in idx])
@@ -190,7 +193,7 @@ class EmbeddingRewardModel:
             raise DataError(
                 f"item {i}: the {side} is {int(raw[inv[where[0]]])} tokens, over this model's "
                 f"limit of {self.max_seq_length}; use truncation='right' (counted) or shorten it")
-        emb, plan = self.embed(texts)
+        emb, plan = self.embed(texts, lengths=raw)
         p = emb[inv[: len(prompts)]]
         r = emb[inv[len(prompts):]]
         # The model normalizes its output, so the dot product is the cosine; re-normalizing

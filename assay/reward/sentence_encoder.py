@@ -104,6 +104,13 @@ def direct_reason(path: str | Path) -> str | None:
     return None
 
 
+def _hf_lengths(tokenizer: Any, texts: Sequence[str]) -> np.ndarray:
+    """Token counts with special tokens, before truncation, from a transformers tokenizer."""
+    # verbose=False: over-long texts are expected here (they are counted, not warned about)
+    enc = tokenizer(list(texts), add_special_tokens=True, truncation=False, verbose=False)
+    return np.array([len(x) for x in enc["input_ids"]], dtype=np.int64)
+
+
 class SentenceEncoder:
     """Transformer -> Pooling -> [Normalize] over a BERT run by torch (``backend == "torch"``)
     or a transformers AutoModel (``"transformers"``, with the reason in ``backend_reason``).
@@ -162,10 +169,7 @@ class SentenceEncoder:
         """Token count of each text with special tokens, before truncation."""
         if self.backend == "torch":
             return self.bert.token_lengths(texts)
-        # verbose=False: over-long texts are expected here (they are counted, not warned about)
-        enc = self.tokenizer(list(texts), add_special_tokens=True, truncation=False,
-                             verbose=False)
-        return np.array([len(x) for x in enc["input_ids"]], dtype=np.int64)
+        return _hf_lengths(self.tokenizer, texts)
 
     def features(self, texts: Sequence[str]) -> dict[str, Any]:
         if self.backend == "torch":
@@ -234,9 +238,7 @@ class STEncoder:
         self.dim = int(dim)
 
     def token_lengths(self, texts: Sequence[str]) -> np.ndarray:
-        enc = self.tokenizer(list(texts), add_special_tokens=True, truncation=False,
-                             verbose=False)
-        return np.array([len(x) for x in enc["input_ids"]], dtype=np.int64)
+        return _hf_lengths(self.tokenizer, texts)
 
     def features(self, texts: Sequence[str]) -> dict[str, Any]:
         import torch
