@@ -44,7 +44,7 @@ IN_PROCESS_BELOW = 16
 
 
 def grade(rows: Any, verifier: Any, *, workers: int | None = None,
-          argument: str = "verifier") -> Rows:
+          argument: str = "verifier", known: Sequence[Verdict | None] | None = None) -> Rows:
     """Grade ``rows`` with ``verifier`` (or any judge callable); returns new :class:`Rows`.
 
     The input is never mutated. Each graded row records ``judge_name``, ``judge_status``,
@@ -60,6 +60,8 @@ def grade(rows: Any, verifier: Any, *, workers: int | None = None,
             main thread, so its timeout works). A verifier that pickles runs on worker
             processes kept warm between calls; others (and a call made while another holds
             those) get workers forked for the call and stopped after it.
+        known: one entry per row: a verdict this verifier already gave that row (graded
+            early, e.g. while the rest of its shard was still generating), or None to grade it.
 
     Example:
         >>> import assay
@@ -72,8 +74,18 @@ def grade(rows: Any, verifier: Any, *, workers: int | None = None,
     table = as_table(rows, require=("prompt", "final_text"))
     records = table_to_records(table)
     check_references_used(judge, records, argument)
-    verdicts = judge_records(judge, records, workers=workers)
+    verdicts = judge_records(judge, records, workers=workers, known=known)
     return Rows(_with_verdicts(table, judge.name, verdicts))
+
+
+def can_grade_ahead(verifier: Any) -> bool:
+    """Whether rows can be graded ahead of need (``judge_records(..., background=True)``): yes,
+    unless the verifier runs on worker processes and does not pickle (a background call never
+    forks workers of its own)."""
+    judge = as_judge(verifier)
+    if judge.parallel and not callable(getattr(judge.source, "grade_batch", None)):
+        return _shippable(judge) is not None
+    return True
 
 
 def _check_workers(workers: Any) -> None:
@@ -93,9 +105,18 @@ def cores() -> int:
         return max(1, os.cpu_count() or 1)
 
 
+class GradingBusy(Exception):
+    """A ``background`` grade call found the warm worker processes in use (it never forks its
+    own: the cores are someone else's now); try again later."""
+
+
 def judge_records(judge: Judge, records: Sequence[Mapping[str, Any]], *,
-                  workers: int | None = None) -> list[Verdict]:
+                  workers: int | None = None, known: Sequence[Verdict | None] | None = None,
+                  background: bool = False) -> list[Verdict]:
     """One :class:`Verdict` per record (dict rows), in order; never raises for a bad verdict.
+    ``known``: verdicts already given (see :func:`grade`). ``background``: work done ahead of
+    need, which yields: it raises :class:`GradingBusy` instead of forking workers while another
+    call holds the warm ones, and a foreground call waits for it rather than forking its own.
 
     Example:
         >>> judge = as_judge(lambda row: len(row["final_text"]) / 10)
@@ -105,6 +126,8 @@ def judge_records(judge: Judge, records: Sequence[Mapping[str, Any]], *,
     _check_workers(workers)
     judge = as_judge(judge)
     unit = progress.current()  # the grade stage's unit: advanced per row graded
+    if known is not None and len(known) != len(records):
+        raise ValueError(f"known: {len(known)} entries for {len(records)} records")
     verdicts: list[Verdict | None] = [None] * len(records)
     todo = []
     for i, r in enumerate(records):
@@ -113,6 +136,8 @@ def judge_records(judge: Judge, records: Sequence[Mapping[str, Any]], *,
         elif judge.needs_reference and _reference(r) is None:
             verdicts[i] = Verdict(None, "no_reference",
                                   f"{judge.name} needs privileged.reference; pass references=")
+        elif known is not None and known[i] is not None:
+            verdicts[i] = known[i]
         else:
             todo.append(i)
     if unit is not None and len(records) > len(todo):
@@ -142,7 +167,7 @@ def judge_records(judge: Judge, records: Sequence[Mapping[str, Any]], *,
         k = workers if workers is not None else cores()
         k = max(1, min(k, math.ceil(n / 4)))
         hard = float(getattr(judge.source, "hard_timeout", None) or DEFAULT_HARD_TIMEOUT)
-        results = _run_pool(judge, [records[i] for i in todo], k, hard)
+        results = _run_pool(judge, [records[i] for i in todo], k, hard, background)
         for i, v in zip(todo, results):
             verdicts[i] = v
     else:
@@ -254,6 +279,7 @@ class _SharedPool:
         self.lock = threading.Lock()
         self.slots: list[_Slot] = []
         self.tokens = itertools.count(1)
+        self.background = False  # the holder is a background call (it ends soon: wait for it)
 
     def take(self, ctx: Any, n: int) -> list[_Slot]:
         for s in self.slots:
@@ -334,22 +360,31 @@ def _shippable(judge: Judge) -> bytes | None:
 
 
 def _run_pool(judge: Judge, rows: list[Mapping[str, Any]], workers: int,
-              hard_timeout: float) -> list[Verdict]:
+              hard_timeout: float, background: bool = False) -> list[Verdict]:
     """Grade ``rows`` on ``workers`` forked processes: the shared, warm ones when the verifier
-    pickles and no other grade call is using them, else ones forked for this call. A worker that
-    passes ``hard_timeout`` on one row, or dies, is replaced: that row gets ``timeout``/``error``
-    and the rest of its chunk is re-queued."""
+    pickles and no other grade call is using them (or only a ``background`` one, which ends
+    soon: then this call waits for it), else ones forked for this call. A ``background`` call
+    never forks: it raises :class:`GradingBusy`. A worker that passes ``hard_timeout`` on one
+    row, or dies, is replaced: that row gets ``timeout``/``error`` and the rest of its chunk is
+    re-queued."""
     ctx = multiprocessing.get_context("fork")
     payload = _shippable(judge)
     pool = _shared_pool() if payload is not None else None
     if pool is not None and not pool.lock.acquire(blocking=False):
-        pool = None
+        # a background holder grades a few rows (each bounded by its hard limit)
+        if background or not (pool.background and pool.lock.acquire(timeout=hard_timeout * 2)):
+            pool = None
     if pool is None:
+        if background:
+            raise GradingBusy("the grading workers are in use")
         payload = None
+    else:
+        pool.background = background
     try:
         return _drive(ctx, judge, rows, workers, hard_timeout, pool, payload)
     finally:
         if pool is not None:
+            pool.background = False
             pool.lock.release()
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import inspect
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -163,7 +163,8 @@ def generate(prompts: Sequence[Any], model: Any, *, k: int = 1,
              params: SamplingParams | Mapping[str, Any] | None = None, seed: int = 0,
              api: str = "chat", system: str | None = None, max_connections: int = 16,
              store: Store | None = None, journal: str | None = None, label: str | None = None,
-             stage: str = "generate", scope: str | None = None) -> Generations:
+             stage: str = "generate", scope: str | None = None,
+             on_prompt: Callable[[int, list[dict[str, Any]]], None] | None = None) -> Generations:
     """Sample ``k`` completions per prompt from ``model``, cached per completion in ``store``.
 
     Args:
@@ -183,6 +184,10 @@ def generate(prompts: Sequence[Any], model: Any, *, k: int = 1,
             ``retries`` per retried request.
         scope: a token added to every completion key (a nightly's ``night:<date>`` when the
             model's identity is unproven): completions cached under another scope are not reused.
+        on_prompt: called ``on_prompt(i, records)`` as soon as prompt ``i`` has all ``k`` of its
+            records (from the journal: before any request; else from the backend's thread, at
+            its last commit), with those records as :attr:`Generations.records` will hold them.
+            The study graph grades finished prompts early with it; keep it cheap.
 
     A completion already in the journal is not asked again, unless it is an error record: those
     are retried. A 4xx other than 408/429 raises :class:`assay.errors.GenerationError`.
@@ -214,6 +219,25 @@ def generate(prompts: Sequence[Any], model: Any, *, k: int = 1,
             todo.append(r)
             seen.add(r.key)
 
+    # prompt -> its requests still missing; a key -> the prompts waiting on it (two identical
+    # prompts share their keys: one request answers both)
+    left = [0] * len(rendered)
+    waiting: dict[str, list[int]] = {}
+    if on_prompt is not None:
+        pending = {r.key for r in todo}
+        for r in requests:
+            if r.key in pending:
+                left[r.prompt_index] += 1
+                waiting.setdefault(r.key, []).append(r.prompt_index)
+
+    def finished(i: int) -> None:
+        assert on_prompt is not None  # only called when there is a hook
+        on_prompt(i, [_record(r, done.get(r.key)) for r in requests[i * gspec.k:(i + 1) * gspec.k]])
+
+    if on_prompt is not None:
+        for i, n in enumerate(left):
+            if n == 0:  # every sample already journalled (a resumed shard)
+                finished(i)
     committed: set[str] = set()
     with track(stage, label or stage, total=len(todo)) as unit:
         stats = RunStats(unit)
@@ -232,6 +256,10 @@ def generate(prompts: Sequence[Any], model: Any, *, k: int = 1,
                 unit.advance(1)
             else:
                 unit.advance(1, errors=1)
+            for i in waiting.pop(req.key, ()):
+                left[i] -= 1
+                if left[i] == 0:
+                    finished(i)
 
         kw = {"stats": stats} if _takes_stats(backend) else {}
         try:
@@ -241,15 +269,17 @@ def generate(prompts: Sequence[Any], model: Any, *, k: int = 1,
             log.close()
         if not kw:  # a local backend: one request per sample asked, no retries
             stats.requests = len(todo)
-    records = []
-    for r in requests:
-        rec = done.get(r.key)
-        if rec is None:  # a backend that skipped a request: never a silent gap
-            rec = {"key": r.key, "status": "error", "completion": None,
-                   "reason": "the backend returned no result for this request", "seed": r.seed}
-        records.append({**{f: rec.get(f) for f in RECORD_FIELDS}, "prompt_index": r.prompt_index,
-                        "sample_index": r.sample_index})
+    records = [_record(r, done.get(r.key)) for r in requests]
     return Generations(prompts, messages, gspec.k, records, len(todo), config, stats.as_dict())
+
+
+def _record(r: Request, rec: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The record of request ``r`` from its journalled result."""
+    if rec is None:  # a backend that skipped a request: never a silent gap
+        rec = {"key": r.key, "status": "error", "completion": None,
+               "reason": "the backend returned no result for this request", "seed": r.seed}
+    return {**{f: rec.get(f) for f in RECORD_FIELDS}, "prompt_index": r.prompt_index,
+            "sample_index": r.sample_index}
 
 
 def _takes_stats(backend: Any) -> bool:

@@ -18,9 +18,11 @@ import contextlib
 import statistics
 from typing import Any
 
+from assay.models.base import to_messages
 from assay.models.freshness import reuse_scope
 from assay.rows import Rows
 from assay.spec import StudySpec
+from assay.stages import stream
 from assay.stages.cache import (
     _CACHED_ONLY,
     NotCached,
@@ -95,15 +97,23 @@ def run_generate_shard(store: Store, spec: StudySpec, source_name: str, filtered
         table = part.to_arrow()
         msgs = [[{"role": m["role"], "content": m["content"]} for m in ms]
                 for ms in table.column("messages").to_pylist()]
+        task_ids = table.column("task_id").to_pylist()
+        privileged, meta = [r["privileged"] for r in part], [r["meta"] for r in part]
+        # the graph's grading ahead (assay.stages.stream), when this run has one: each prompt
+        # is graded as its last sample arrives, not after the shard's last request
+        ahead = stream.active(store, spec)
+        hook = ahead.feed(source_name, shard, k=gspec.k, task_ids=task_ids,
+                          messages=[to_messages(m, system=gspec.system, i=i)
+                                    for i, m in enumerate(msgs)],
+                          privileged=privileged, meta=meta) if ahead is not None else None
         device = str(getattr(backend, "device", "cpu"))
         slot = device_slot(device) if device_slot is not None else contextlib.nullcontext()
         with slot:
             g = generate(msgs, backend, k=gspec.k, params=gspec.params, seed=gspec.seed,
                          api=gspec.api, system=gspec.system,
                          max_connections=gspec.max_connections, store=store,
-                         journal=part.checksum(), label=label, scope=scope)
-        rows = g.rows(task_ids=table.column("task_id").to_pylist(),
-                      privileged=[r["privileged"] for r in part], meta=[r["meta"] for r in part])
+                         journal=part.checksum(), label=label, scope=scope, on_prompt=hook)
+        rows = g.rows(task_ids=task_ids, privileged=privileged, meta=meta)
         ok = [r for r in g.records if r["status"] == "ok"]
         lat = [r["latency_s"] for r in g.records if r["latency_s"] is not None]
         summary = {"rows": len(rows), "prompts": len(part), "sent": g.sent, "errors": len(g.errors),

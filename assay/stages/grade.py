@@ -11,6 +11,7 @@ from assay.hashing import code_checksum
 from assay.progress import track
 from assay.rows import Rows
 from assay.spec import StudySpec
+from assay.stages import stream
 from assay.stages.cache import StageResult, cached_stage, define_stage, load_rows
 from assay.store import Store
 from assay.verify.spec import VerifierSpec
@@ -73,15 +74,25 @@ def run_grade_shard(store: Store, spec: StudySpec, source_name: str, filtered: S
         from assay.unjudged import check_shard
 
         verifier = vspec.build(spec.base_dir)
+        known = None
+        if ahead is not None:  # verdicts given while the shard was generating (stream.py)
+            from assay.rows import table_to_records
+
+            known = ahead.known(source_name, shard, table_to_records(part.to_arrow()))
         with track(STAGE, label, total=len(part)):  # grading advances it per row
-            graded = grade(part, verifier, workers=workers)
+            graded = grade(part, verifier, workers=workers, known=known)
         check_shard(graded, getattr(verifier, "name", None) or vspec.kind,
                     f"grade[{source_name}] shard {shard + 1}/{n_shards}", offset=lo)
         return {"rows": graded}, {"rows": len(graded)}
 
     # The shard's own content is its input, so a filter that keeps this shard's rows as they
     # were (e.g. a longer slice) does not re-grade it.
-    return cached_stage(store, STAGE, inputs=[part.checksum()],
-                        params={"verifier": verifier_fingerprint(vspec, spec)},
-                        compute=compute, label=label,
-                        progress=progress)
+    ahead = stream.active(store, spec)
+    try:
+        return cached_stage(store, STAGE, inputs=[part.checksum()],
+                            params={"verifier": verifier_fingerprint(vspec, spec)},
+                            compute=compute, label=label,
+                            progress=progress)
+    finally:
+        if ahead is not None:
+            ahead.drop(source_name, shard)

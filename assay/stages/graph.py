@@ -68,6 +68,12 @@ class Graph:
     nodes: dict[str, Node] = field(default_factory=dict)
     #: group name -> (id of the node that seals it, member ids in the order they were added)
     groups: dict[str, tuple[str, list[str]]] = field(default_factory=dict)
+    #: slots held now by running nodes, and the ids of nodes started (kept by
+    #: :func:`run_graph`; read from any thread)
+    held: dict[str, int] = field(default_factory=dict)
+    started: set[str] = field(default_factory=set)
+    #: called (on the runner's thread) after a node that held slots ended
+    released: Callable[[], None] | None = None
     _wake: Callable[[], None] | None = None
 
     def wake(self) -> None:
@@ -163,7 +169,9 @@ def run_graph(graph: Graph, executor: Executor, *, max_parallel: int = 8,
     failed: dict[str, BaseException] = {}
     skipped: dict[str, str] = {}
     running: dict[str, Any] = {}
-    held: dict[str, int] = {}
+    held = graph.held
+    held.clear()
+    graph.started.clear()
     finished: queue.SimpleQueue[str] = queue.SimpleQueue()
     graph._wake = lambda: finished.put(_WAKE)
     lock = threading.Lock()  # a done() may fire inside submit(), before `running` has the handle
@@ -222,6 +230,7 @@ def run_graph(graph: Graph, executor: Executor, *, max_parallel: int = 8,
                     for r in n.resources:
                         held[r] = held.get(r, 0) + 1
                     args, kwargs = n.args(get)
+                    graph.started.add(n.id)
                     waits = [h for d in n.deps for h in handles(d)]
                     with lock:
                         running[n.id] = executor.submit(n, args, kwargs, waits,
@@ -239,6 +248,8 @@ def run_graph(graph: Graph, executor: Executor, *, max_parallel: int = 8,
             node = graph.nodes[nid]
             for r in node.resources:
                 held[r] -= 1
+            if node.resources and graph.released is not None:
+                graph.released()
             done_handles[nid] = handle
             try:
                 res = executor.result(handle)

@@ -40,6 +40,7 @@ from assay.stages.score_choices import run_score_choices
 from assay.stages.score_documents import run_score_documents
 from assay.stages.score_reward_model import run_reward_audit
 from assay.stages.score_rows import preload, run_score_rows
+from assay.stages.stream import Pregrader
 from assay.store import Store
 
 #: Default cap on nodes in flight (``execution.max_parallel``): generate nodes mostly wait on
@@ -357,12 +358,15 @@ def run_study(spec: StudySpec, store: Store, *, call: Callable[..., StageResult]
               progress: Callable[[StageResult], None] | None = print_progress,
               workers: int | None = None, mode: str = "graph", executor: Any = None,
               max_parallel: int | None = None,
-              capacity: Mapping[str, int] | None = None, preload: bool = True) -> StudyRun:
+              capacity: Mapping[str, int] | None = None, preload: bool = True,
+              stream: bool | None = None) -> StudyRun:
     """Run the study: as a graph (default; on ``executor``, threads unless given) or, with
     ``mode="chain"``, the stages one after another through ``call``/``call_many`` (the old
     order, kept to show both give the same bytes). Results come back in the chain's order.
-    ``preload``: load row-scoring models during generation (:class:`Preloader`); only for
-    executors that run nodes in this process (not a cluster's workers)."""
+    ``preload``: load row-scoring models during generation (:class:`Preloader`); ``stream``
+    (default: as ``preload``): grade each generated prompt as it finishes
+    (:class:`~assay.stages.stream.Pregrader`). Both only for executors that run nodes in this
+    process (not a cluster's workers)."""
     if mode == "chain":
         return run_chain(spec, store, call=call, call_many=call_many, progress=progress,
                          workers=workers)
@@ -374,6 +378,8 @@ def run_study(spec: StudySpec, store: Store, *, call: Callable[..., StageResult]
     graph = study_graph(spec, store, progress=progress, workers=workers, loader=loader)
     if loader is not None:
         loader.wake = graph.wake
+    ahead = _pregrader(spec, store, graph, workers) if (
+        preload if stream is None else stream) else None
     ex = executor if executor is not None else ThreadExecutor(cap)
     unlisten = live.listen(loader) if loader is not None else None
     try:
@@ -390,11 +396,42 @@ def run_study(spec: StudySpec, store: Store, *, call: Callable[..., StageResult]
     finally:
         if unlisten is not None:
             unlisten()
+        if ahead is not None:
+            ahead.close()
     if loader is not None:
         loader.join()
         loader.close()
     graded = {s.name: run.group(f"final:{s.name}") for s in spec.sources}
     return StudyRun(spec.checksum(), tuple(run.ordered()), graded, run.results["report"])
+
+
+#: Stages whose nodes, while any waits to start, keep grading ahead off (see _pregrader).
+_BEFORE_TAIL = frozenset({"build-rows", "filter-rows", "generate"})
+
+
+def _pregrader(spec: StudySpec, store: Store, graph: Graph, workers: int | None
+               ) -> Pregrader | None:
+    """Grading ahead for the sources that generate and grade (None when none does). It grades
+    only in generation's tail (every generate node started) while no node holds the ``cores``:
+    earlier, each shard's grade node overlaps later shards' generation anyway, and grading
+    ahead there only took CPU from the clients keeping the server busy (measured on 2 cores:
+    the server's slots 6.3 of 8 full instead of 7.4, the run 7% slower)."""
+    if not any(s.generate is not None and s.verifier is not None for s in spec.sources):
+        return None
+
+    def verifier(name: str) -> Any:
+        src = spec.source(name)
+        return src.verifier.build(spec.base_dir) if src.verifier is not None else None
+
+    def busy() -> bool:
+        if graph.held.get("cores", 0) > 0:
+            return True
+        return any(n.stage in _BEFORE_TAIL and n.id not in graph.started
+                   for n in list(graph.nodes.values()))
+
+    ahead = Pregrader(verifier, workers, busy=busy)
+    graph.released = ahead.poke
+    return ahead.start(store, spec)
 
 
 class InlineExecutor:

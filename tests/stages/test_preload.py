@@ -187,10 +187,10 @@ def test_grading_gives_the_load_a_core_while_it_runs(tmp_path: Path, tiny_rm_dir
     first_grade = threading.Event()
     real_grade, real_preload = grading.grade, plan.preload
 
-    def grade(rows, verifier, *, workers=None):
+    def grade(rows, verifier, *, workers=None, known=None):
         seen.append(workers)
         first_grade.set()
-        return real_grade(rows, verifier, workers=workers)
+        return real_grade(rows, verifier, workers=workers, known=known)
 
     def preload(spec, worker=None):
         loading.set()
