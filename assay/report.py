@@ -15,11 +15,13 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import io
 import json
 import math
 import os
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -115,6 +117,103 @@ def png_bytes(fig: Any) -> bytes:
     return buf.getvalue()
 
 
+#: Seconds a figure's process may take before its figures are drawn here instead.
+RENDER_BOUND_S = 120.0
+
+
+def render_plots(jobs: Sequence[tuple[Any, ...]]) -> list[bytes | None]:
+    """:func:`_plot_estimates` of each job's arguments, in order: drawn side by side on the
+    machine's cores (each extra core draws its share in a forked child, which sends the PNG
+    bytes back), else one after another. Same bytes either way (the same code draws them);
+    a child that fails or runs past :data:`RENDER_BOUND_S` is killed and its share drawn
+    here. Drawing is most of a report's time (0.2-0.4 s per figure, all Python holding the
+    GIL: threads do not help), and the report is a run's last stage.
+
+    Example:
+        >>> render_plots([("t", [], "x")])
+        [None]
+    """
+    out: list[bytes | None] = [None] * len(jobs)
+    todo = [i for i, args in enumerate(jobs)
+            if any(e["value"] is not None for e in args[1])]
+    from assay.grading import cores
+
+    ways = min(len(todo), cores()) if hasattr(os, "fork") else 1
+    shares = [todo[w::ways] for w in range(ways)] if ways > 1 else [todo]
+    children = [_render_child([jobs[i] for i in share]) for share in shares[1:]]
+    for i in shares[0]:
+        out[i] = _plot_estimates(*jobs[i])
+    for share, child in zip(shares[1:], children):
+        got = _render_wait(child, len(share))
+        for k, i in enumerate(share):
+            out[i] = got[k] if got is not None else _plot_estimates(*jobs[i])
+    return out
+
+
+def _render_child(jobs: list[tuple[Any, ...]]) -> tuple[int, int] | None:
+    """Fork a child drawing ``jobs``; (pid, read end of its pipe), or None if it could not."""
+    import pickle
+
+    from matplotlib import figure  # noqa: F401
+
+    # imported before the fork: the child would otherwise import them itself, for each child
+    from matplotlib.backends import backend_agg  # noqa: F401
+
+    try:
+        r, w = os.pipe()
+        pid = os.fork()
+    except OSError:
+        return None
+    if pid == 0:  # the child: draw, send, leave without running the parent's exit handlers
+        code = 1
+        try:
+            os.close(r)
+            data = pickle.dumps([_plot_estimates(*args) for args in jobs])
+            with os.fdopen(w, "wb") as f:
+                f.write(data)
+            code = 0
+        finally:
+            os._exit(code)
+    os.close(w)
+    return pid, r
+
+
+def _render_wait(child: tuple[int, int] | None, n: int) -> list[bytes | None] | None:
+    """The child's figures, or None (it failed, or ran past the bound: then it is killed)."""
+    import pickle
+    import select
+    import signal
+
+    if child is None:
+        return None
+    pid, r = child
+    chunks, ok = [], False
+    deadline = time.monotonic() + RENDER_BOUND_S
+    try:
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([r], [], [], left)[0]:
+                break  # past the bound
+            chunk = os.read(r, 1 << 20)
+            if not chunk:
+                ok = True
+                break
+            chunks.append(chunk)
+    finally:
+        os.close(r)
+        if not ok:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        _, status = os.waitpid(pid, 0)
+    if not ok or status != 0:
+        return None
+    try:
+        got = pickle.loads(b"".join(chunks))
+    except Exception:  # noqa: BLE001 (a truncated message: draw them here)
+        return None
+    return got if isinstance(got, list) and len(got) == n else None
+
+
 def _plot_estimates(title: str, ests: Sequence[dict[str, Any]], xlabel: str,
                     baseline: Sequence[float | None] | None = None) -> bytes | None:
     ests = [e for e in ests if e["value"] is not None]
@@ -148,9 +247,10 @@ def _plot_estimates(title: str, ests: Sequence[dict[str, Any]], xlabel: str,
 _REWARD_ROWS_SHOWN = ("pass@1", "best-of-n", "pass@", "ranking accuracy", "length concordance")
 
 
-def _plot_reward_rows(measures: Sequence[Mapping[str, Any]]) -> bytes | None:
-    """Best-of-n between pass@1 (random pick) and the oracle pick, ranking accuracy and length
-    concordance, per scored source and reward model, each with its interval over tasks."""
+def _reward_rows_plot(measures: Sequence[Mapping[str, Any]]) -> tuple[Any, ...]:
+    """:func:`_plot_estimates`' arguments for best-of-n between pass@1 (random pick) and the
+    oracle pick, ranking accuracy and length concordance, per scored source and reward model,
+    each with its interval over tasks."""
     ests = []
     for m in measures:
         if m["kind"] != "reward_rows":
@@ -162,8 +262,8 @@ def _plot_reward_rows(measures: Sequence[Mapping[str, Any]]) -> bytes | None:
                 and e["name"] != "pass@1"))
             if e:
                 ests.append({**e, "label": f"{m['source']} {m['marker']}: {e['name']}"})
-    return _plot_estimates("reward models on the scored rows (95% CI over tasks)", ests,
-                           "rate over tasks (length concordance 0.5: no preference)")
+    return ("reward models on the scored rows (95% CI over tasks)", ests,
+            "rate over tasks (length concordance 0.5: no preference)")
 
 
 def guard_counts(rows: Any) -> dict[str, int]:
@@ -210,8 +310,8 @@ def build_report(spec_doc: Mapping[str, Any], sources: Sequence[Mapping[str, Any
     ``spec_doc``: name, checksum, description. ``sources``: per source name, rows, tasks,
     verifier. The others: documents made by :func:`result_doc`.
     """
-    files: dict[str, bytes] = {}
-    plots: list[tuple[str, str]] = []
+    # (file name, caption, _plot_estimates' arguments), rendered together below
+    jobs: list[tuple[str, str, tuple[Any, ...]]] = []
 
     pass_ests = []
     for m in measures:
@@ -223,47 +323,43 @@ def build_report(spec_doc: Mapping[str, Any], sources: Sequence[Mapping[str, Any
         e = _first(c.get("clean_estimates", []), lambda e: e["name"].startswith("pass@1"))
         if e:
             pass_ests.append({**e, "label": f"{c.get('source')} (clean subset)"})
-    png = _plot_estimates("pass@1 per source (95% intervals over tasks)", pass_ests, "pass@1")
-    if png:
-        files["pass_rates.png"] = png
-        plots.append(("pass_rates.png", "pass@1 per source"))
+    jobs.append(("pass_rates.png", "pass@1 per source",
+                 ("pass@1 per source (95% intervals over tasks)", pass_ests, "pass@1")))
 
     for m in measures:
         if m["kind"] == "pass_at_by":
             ests = [{**e, "label": e["category"]} for e in m["categories"]]
             ests.append({**m["macro"], "label": "macro average"})
-            png = _plot_estimates(f"pass@1 of {m['source']} per {m['by']} (95% intervals over each "
-                                  "category's tasks)", ests, "pass@1")
-            if png:
-                fname = f"pass_by_{m['by']}_{m['source']}.png".replace("/", "_")
-                files[fname] = png
-                plots.append((fname, f"pass@1 of {m['source']} per {m['by']}"))
+            jobs.append((f"pass_by_{m['by']}_{m['source']}.png".replace("/", "_"),
+                         f"pass@1 of {m['source']} per {m['by']}",
+                         (f"pass@1 of {m['source']} per {m['by']} (95% intervals over each "
+                          "category's tasks)", ests, "pass@1")))
 
     cont_ests = []
     for c in contamination:
         e = _first(c["estimates"], lambda e: "rate" in e["name"] or "contamin" in e["name"])
         if e:
             cont_ests.append({**e, "label": c.get("source", c["label"])})
-    png = _plot_estimates("contamination rate per source", cont_ests, "fraction of eval items")
-    if png:
-        files["contamination.png"] = png
-        plots.append(("contamination.png", "contamination rate"))
+    jobs.append(("contamination.png", "contamination rate",
+                 ("contamination rate per source", cont_ests, "fraction of eval items")))
 
-    png = _plot_reward_rows(measures)
-    if png:
-        files["reward_rows.png"] = png
-        plots.append(("reward_rows.png", "reward models on the study's completions"))
+    jobs.append(("reward_rows.png", "reward models on the study's completions",
+                 _reward_rows_plot(measures)))
 
     for a in audits:
         dims = a.get("dimensions") or []
         if dims:
-            png = _plot_estimates(f"reward model {a['label']}: pair accuracy per dimension",
-                                  [{**d, "label": d["dimension"]} for d in dims], "pair accuracy",
-                                  baseline=[d.get("baseline") for d in dims])
-            if png:
-                fname = f"reward_{a['label']}.png"
-                files[fname] = png
-                plots.append((fname, f"reward model {a['label']}"))
+            jobs.append((f"reward_{a['label']}.png", f"reward model {a['label']}",
+                         (f"reward model {a['label']}: pair accuracy per dimension",
+                          [{**d, "label": d["dimension"]} for d in dims], "pair accuracy",
+                          [d.get("baseline") for d in dims])))
+
+    files: dict[str, bytes] = {}
+    plots: list[tuple[str, str]] = []
+    for (fname, caption, _), png in zip(jobs, render_plots([args for _, _, args in jobs])):
+        if png:
+            files[fname] = png
+            plots.append((fname, caption))
 
     md = _markdown(spec_doc, sources, measures, contamination, audits, plots)
     files["report.md"] = md.encode("utf-8")

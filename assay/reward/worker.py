@@ -24,6 +24,7 @@ Example:
 from __future__ import annotations
 
 import contextlib
+import importlib
 import sys
 import threading
 from collections.abc import Sequence
@@ -39,7 +40,8 @@ _BUILT: dict[int, Any] = {}  # in the worker: model id -> built adapter
 
 def _serve(conn: Any) -> None:
     """The worker's loop. Messages: ``("path", sys.path)`` first (the parent's, so its
-    entries' classes unpickle here), then ``("load", id, entry, paths)``, ``("score", id,
+    entries' classes unpickle here), ``("warm", modules)`` (imported, no reply), then
+    ``("load", id, entry, paths)``, ``("score", id,
     prompts, responses)``, ``("score_conversations", id, convs, responses)``; None stops. Each
     but the first gets ``("ok", value)`` or ``("err", exception)`` back."""
     from assay.reaper import watch_parent
@@ -55,6 +57,11 @@ def _serve(conn: Any) -> None:
         kind, *args = msg
         if kind == "path":
             sys.path[:] = list(args[0]) + [p for p in sys.path if p not in args[0]]
+            continue
+        if kind == "warm":  # no reply: the load that follows raises what an import raises
+            for name in args[0]:
+                with contextlib.suppress(Exception):
+                    importlib.import_module(name)
             continue
         mid, *args = args
         try:
@@ -150,6 +157,17 @@ class ScoringWorker:
         if status == "err":
             raise value
         return value
+
+    def warm(self, modules: Sequence[str]) -> None:
+        """Start the worker now and have it import ``modules`` (torch's import is most of a
+        model's load) while the caller goes on; the first :meth:`load` queues behind it."""
+        with self._lock:
+            if self._closed:
+                return
+            if self._proc is None:
+                self._start()
+            with contextlib.suppress(OSError):  # a dead worker: the next call names it
+                self._conn.send(("warm", list(modules)))
 
     def load(self, entry: Any, paths: Any) -> RemoteModel:
         """Build the spec's reward-model ``entry`` in the worker (``entry.build(paths)``)."""

@@ -23,10 +23,10 @@ from assay.store import Store
 STAGE = define_stage("measure", 1)
 
 
-#: What computing the measurements imports (scipy.special through assay.measure, and
-#: scipy.optimize for the comparisons' sizing: 0.5-0.7 s of CPU), for a thread with time to spare
-#: to import before the stage runs (see assay.stages.plan.Preloader).
-WARM_IMPORTS = ("assay.measure", "scipy.optimize")
+#: What computing the measurements imports (scipy.special and pandas through assay.measure),
+#: for a thread with time to spare to import before the stage runs (see
+#: assay.stages.plan.Preloader). Not scipy.optimize: measuring never needs it (0.5 s of CPU).
+WARM_IMPORTS = ("assay.measure",)
 
 
 def run_measure(store: Store, spec: StudySpec, graded: Mapping[str, Sequence[StageResult]], *,

@@ -1,4 +1,5 @@
-"""The report's figures: the same PNG bytes as matplotlib's own tight layout, drawn once.
+"""The report's figures: the same PNG bytes as matplotlib's own tight layout, drawn once; drawn
+side by side in forked children, the same bytes as one after another, whatever a child does.
 
 Reference: ``Figure.tight_layout()`` then ``savefig`` (what the report did before), on the
 report's own estimate plot.
@@ -34,3 +35,59 @@ def test_png_bytes_equal_tight_layout_and_draw_once(monkeypatch):
     ref = report._plot_estimates("title", _estimates(), "rate")
     assert ours is not None and ours[:4] == b"\x89PNG" and ours == ref
     assert len(draws) == 3  # the reference draws twice
+
+
+def _jobs() -> list[tuple]:
+    ests = _estimates()
+    return [("a", ests, "rate"), ("b", [], "none to draw"), ("c", ests[:3], "rate"),
+            ("d", ests[2:], "rate", [0.5, None, 0.4, 0.6])]
+
+
+def test_figures_drawn_side_by_side_are_the_same_bytes(monkeypatch):
+    from assay import grading
+
+    serial = [report._plot_estimates(*j) for j in _jobs()]
+    forked = []
+    real_fork = report.os.fork
+
+    def fork():
+        pid = real_fork()
+        if pid:
+            forked.append(pid)
+        return pid
+
+    monkeypatch.setattr(report.os, "fork", fork)
+    monkeypatch.setattr(grading, "cores", lambda: 3)  # three ways: two children
+    assert report.render_plots(_jobs()) == serial
+    assert len(forked) == 2 and serial[1] is None
+
+
+def _child_misbehaves(monkeypatch, how):
+    import os
+    import time
+
+    from assay import grading
+
+    parent = os.getpid()
+    real = report._plot_estimates
+
+    def plot(*a):
+        if os.getpid() != parent:
+            if how == "dies":
+                os._exit(3)
+            if how == "hangs":
+                time.sleep(3600)
+            raise RuntimeError("a bug in a figure")
+        return real(*a)
+
+    monkeypatch.setattr(report, "_plot_estimates", plot)
+    monkeypatch.setattr(grading, "cores", lambda: 2)
+    monkeypatch.setattr(report, "RENDER_BOUND_S", 1.0)
+
+
+def test_a_child_that_dies_fails_or_hangs_has_its_figures_drawn_here(monkeypatch):
+    serial = [report._plot_estimates(*j) for j in _jobs()]
+    for how in ("dies", "raises", "hangs"):
+        with monkeypatch.context() as m:
+            _child_misbehaves(m, how)
+            assert report.render_plots(_jobs()) == serial, how

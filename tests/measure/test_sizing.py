@@ -67,3 +67,34 @@ def test_errors():
         holdout_size(0.1, after=[{"task_id": "a", "reward": 1}])
     with pytest.raises(MeasureError, match="k must"):
         holdout_size(0.1, k=0)
+
+
+def test_detectable_effect_closed_form_equals_a_root_finder():
+    """The closed form against scipy's brentq on power(mu) = target (the old computation),
+    over n, sd, alpha and target; both say None for the same cases (power never reaches it)."""
+    from scipy import optimize
+
+    from assay.measure.comparison import detectable_effect
+    from assay.measure.signflip import min_attainable_p, power
+
+    compared = 0
+    for n in (2, 3, 4, 5, 6, 8, 10, 20, 50, 100, 1000, 10000):
+        for sd in (0.01, 0.1, 0.3, 0.5, 1.0, 3.0):
+            for alpha in (0.01, 0.05, 0.1):
+                for target in (0.5, 0.8, 0.9, 0.99):
+                    ref = None
+                    if min_attainable_p(n) <= alpha:
+                        def f(mu, n=n, sd=sd, alpha=alpha, target=target):
+                            return power(n, mu, sd, alpha) - target
+                        hi = sd
+                        while f(hi) < 0 and hi <= 1e6:
+                            hi *= 2
+                        if hi <= 1e6:
+                            ref = optimize.brentq(f, 1e-12, hi, xtol=1e-9)
+                    got = detectable_effect(n, sd, alpha, target)
+                    assert (got is None) == (ref is None), (n, sd, alpha, target, got, ref)
+                    if ref is not None:
+                        compared += 1
+                        assert abs(got - ref) < 1e-7, (n, sd, alpha, target, got, ref)
+                        assert abs(power(n, got, sd, alpha) - target) < 1e-9
+    assert compared > 300

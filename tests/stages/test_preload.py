@@ -235,7 +235,7 @@ def test_grading_workers_while_loading() -> None:
 def test_the_loader_also_warms_the_measure_and_report_imports(tmp_path: Path) -> None:
     # After the model, the loader imports what measure and the report (the run's last two
     # nodes) compute and draw with. A fresh interpreter: nothing there has imported them yet.
-    # The bundled MiniLM, which loads without transformers (that would import scipy.optimize).
+    # The bundled MiniLM, which loads without transformers (that would import scipy.special).
     import subprocess
 
     spec = SPEC.format(url="http://127.0.0.1:9", rm="unused").replace(
@@ -248,7 +248,7 @@ def test_the_loader_also_warms_the_measure_and_report_imports(tmp_path: Path) ->
         "from assay.stages.plan import Preloader; from assay.progress import UnitState; "
         "from assay.stages import score_rows; "
         "seen = lambda: ['matplotlib.backends.backend_agg' in sys.modules, "
-        "'scipy.optimize' in sys.modules]; "
+        "'scipy.special' in sys.modules]; "
         "before = seen(); loader = Preloader(load_spec(sys.argv[1])); "
         "loader(UnitState('generate', 'a shard 1/1', 0, 4, {}, 0.0, 0.0, False)); "
         "loader.join(); "
