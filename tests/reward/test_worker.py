@@ -139,3 +139,18 @@ def test_a_script_without_a_main_guard_is_not_run_again_by_the_worker(tmp_path):
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip() == "[0.47619047619047616]"
     assert marker.read_text() == "ran\n"
+
+
+def test_warm_imports_ahead_without_a_reply_and_a_failing_one_is_left_to_the_load():
+    with ScoringWorker() as w:
+        w.warm(["no_such_module_for_assay_tests", "helpers.worker_models"])
+        pid = w._proc.pid
+        # the next call gets its own reply (a warm message answered would shift every reply)
+        m = w.load(Entry("plain"), None)
+        assert w._proc.pid == pid and m.mid == 0
+        assert m.score(PROMPTS, RESPONSES).tobytes() == Adapter("ok").score(
+            PROMPTS, RESPONSES).tobytes()
+        mods = w.call("score", 0, ["x"], ["y"])  # still in step
+        assert mods.shape == (1,)
+    w.warm(["json"])  # closed: nothing starts
+    assert w._proc is None
