@@ -20,7 +20,6 @@ it is never zero width; it is descriptive and the verdict does not read it.
 from __future__ import annotations
 
 import math
-
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from math import lcm
@@ -31,7 +30,7 @@ import numpy as np
 from assay.errors import MeasureError
 from assay.intervals import t_bounds
 from assay.measure.grouping import Frame, read_runs, task_stats
-from assay.measure.signflip import min_attainable_p, power, signflip_test
+from assay.measure.signflip import min_attainable_p, signflip_test
 from assay.results import Estimate, Interval, Result, _fmt
 
 INTERVAL_METHOD = "paired t over tasks, SE floored by within-task variance"
