@@ -81,7 +81,12 @@ def grade(rows: Any, verifier: Any, *, workers: int | None = None,
 def can_grade_ahead(verifier: Any) -> bool:
     """Whether rows can be graded ahead of need (``judge_records(..., background=True)``): yes,
     unless the verifier runs on worker processes and does not pickle (a background call never
-    forks workers of its own)."""
+    forks workers of its own).
+
+    Example:
+        >>> can_grade_ahead(lambda row: 1.0)
+        True
+    """
     judge = as_judge(verifier)
     if judge.parallel and not callable(getattr(judge.source, "grade_batch", None)):
         return _shippable(judge) is not None
