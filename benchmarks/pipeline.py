@@ -29,7 +29,13 @@ Run: ``.venv/bin/python benchmarks/pipeline.py [--only graph,quickstart,overhead
    on a smaller spec (``--overhead-spec``, default: 40 HumanEval problems x 4 samples x 2 arms,
    graded by CodeExec, measured) so repeats fit in minutes.
 
-Latest, 2026-12-02 (a slow VM afternoon; README table), after the MiniLM's load without
+Latest, 2026-12-02 evening (README table), after generation streamed into grading, the report's
+figures drawn side by side, measure without scipy.optimize and the scoring worker warmed as the
+run starts: 64 prompts per source (5 repeats), chain 28.58 s, graph 16.19 s (1.77x), busy server
+12.80 s, graph / busiest 1.26; 16 prompts, chain 12.23 s, graph 7.40 s (1.65x), graph / busiest
+(cores, 5.85 s) 1.27.
+
+Before that, 2026-12-02 (a slow VM afternoon), after the MiniLM's load without
 transformers and row scoring in a worker process: 64 prompts per source, chain 29.55 s, graph
 16.79 s (1.76x), busy server 12.80 s and cores 12.58 s, graph / busiest (server) 1.31; 16 prompts,
 chain 11.71 s, graph 7.94 s (1.48x), graph / busiest (cores, 5.42 s) 1.46. The same code a few
