@@ -298,3 +298,14 @@ if __name__ == "__main__":
     with open(sys.argv[1], "w") as fh:
         fh.write(srv.base_url)
     srv.thread.join()
+
+
+def served_source(max_connections: int, verifier: str) -> str:
+    """A spec's ``sources:`` entry, as a ``str.format`` template over ``{url}``: file source
+    ``a`` (a.jsonl with fields q, gold, id) generating k=2 from the loopback server at ``{url}``
+    with ``max_connections``, graded by ``verifier`` (YAML, braces doubled)."""
+    return ("  - name: a\n    kind: file\n    path: a.jsonl\n"
+            "    fields: {{prompt: q, reference: gold, task_id: id}}\n    generate:\n"
+            '      model: {{kind: openai, base_url: "{url}", model: m, max_retries: 0, '
+            "timeout_s: 300}}\n"
+            f"      k: 2\n      max_connections: {max_connections}\n    verifier: {verifier}\n")

@@ -15,7 +15,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from helpers import reward_fixtures
-from helpers.openai_server import OpenAIServer, scripted_policy
+from helpers.openai_server import OpenAIServer, scripted_policy, served_source
 
 from assay import stages
 from assay.reward.worker import RemoteModel
@@ -29,16 +29,7 @@ tiny_rm_dir = reward_fixtures.tiny_rm_dir
 SPEC = """
 name: preload
 sources:
-  - name: a
-    kind: file
-    path: a.jsonl
-    fields: {{prompt: q, reference: gold, task_id: id}}
-    generate:
-      model: {{kind: openai, base_url: "{url}", model: m, max_retries: 0, timeout_s: 300}}
-      k: 2
-      max_connections: 1
-    verifier: {{kind: exact_match}}
-reward:
+""" + served_source(1, "{{kind: exact_match}}") + """reward:
   models:
     - {{name: tiny, kind: hf, path: {rm}, params: {{device: cpu}}}}
   data: null

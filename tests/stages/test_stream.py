@@ -14,7 +14,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from helpers.openai_server import OpenAIServer, scripted_policy
+from helpers.openai_server import OpenAIServer, scripted_policy, served_source
 
 from assay import grading, stages
 from assay.judging import Verdict, as_judge
@@ -23,19 +23,8 @@ from assay.spec import load_spec
 from assay.stages import plan, stream
 from assay.store import Store
 
-SPEC = """
-name: stream
-sources:
-  - name: a
-    kind: file
-    path: a.jsonl
-    fields: {{prompt: q, reference: gold, task_id: id}}
-    generate:
-      model: {{kind: openai, base_url: "{url}", model: m, max_retries: 0, timeout_s: 300}}
-      k: 2
-      max_connections: 4
-    verifier: {{kind: function, function: "logged_grader:grade", params: {{log: "{log}"}}}}
-measure:
+LOGGED = '{{kind: function, function: "logged_grader:grade", params: {{log: "{log}"}}}}'
+SPEC = "name: stream\nsources:\n" + served_source(4, LOGGED) + """measure:
   pass_at: {{k: 2}}
 execution: {{shard_rows: 8, workers: 2}}
 """
