@@ -78,7 +78,7 @@ def run_grade_shard(store: Store, spec: StudySpec, source_name: str, filtered: S
         if ahead is not None:  # verdicts given while the shard was generating (stream.py)
             from assay.rows import table_to_records
 
-            known = ahead.known(source_name, shard, table_to_records(part.to_arrow()))
+            known = ahead.known(source_name, shard, lambda: table_to_records(part.to_arrow()))
         with track(STAGE, label, total=len(part)):  # grading advances it per row
             graded = grade(part, verifier, workers=workers, known=known)
         check_shard(graded, getattr(verifier, "name", None) or vspec.kind,

@@ -176,13 +176,14 @@ class Pregrader:
 
     def drop(self, source: str, shard: int) -> None:
         """Forget shard ``shard`` of ``source`` (its grade node was served from the store)."""
-        self.known(source, shard, ())
+        self.known(source, shard, list)
 
-    def known(self, source: str, shard: int, records: Sequence[Mapping[str, Any]]
-              ) -> list[Verdict | None] | None:
+    def known(self, source: str, shard: int,
+              records: Callable[[], Sequence[Mapping[str, Any]]]) -> list[Verdict | None] | None:
         """Claim shard ``shard`` of ``source`` for its grade node: nothing more of it is graded
-        ahead; returns the verdicts already given to ``records`` (waiting for a batch in flight),
-        None where a row must be graded. Forgets the shard."""
+        ahead; returns the verdicts already given to the rows ``records()`` returns (waiting
+        for a batch in flight), None where a row must be graded; None for a shard that was not
+        streamed (then ``records`` is not called). Forgets the shard."""
         with self.cond:
             sh = self.shards.pop((source, shard), None)
             if sh is None:
@@ -192,8 +193,10 @@ class Pregrader:
                 sh.memo.pop(key, None)
             sh.queue.clear()
             sh.prompts.clear()
+            if not sh.memo:
+                return None
         out: list[Verdict | None] = []
-        for r in records:
+        for r in records():
             fut = sh.memo.get(record_key(r))
             v = None
             if fut is not None:
