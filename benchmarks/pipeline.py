@@ -16,7 +16,10 @@ Run: ``.venv/bin/python benchmarks/pipeline.py [--only graph,quickstart,overhead
    the model's load, scoring, the generation client and the other stages all share them.
    Grading's and scoring's stage seconds (sums of their nodes') are printed too.
    Goals: graph >= 1.6x faster than the chain; graph within 1.25x of the busiest resource.
-   Also checks the graph's report and rows equal the chain's.
+   Also checks the graph's report and rows equal the chain's. A third run per repeat is the
+   graph without generation streamed into grading (``run_study(stream=False)``): what the
+   streaming saves (the issue's "or shards are small enough that the difference vanishes:
+   measure it"). The three modes rotate which runs first.
 
 1. cold: ``assay run SPEC`` as a user runs it (a subprocess, embedded Prefect server, fresh
    content store, warm PREFECT_HOME database), wall time.
@@ -178,7 +181,10 @@ def graph_child(spec_path: str, store: str, mode: str) -> None:
     st = Store(store)
     c0 = machine_cpu()
     t0 = time.perf_counter()
-    run = stages.run_study(spec, st, mode=mode, progress=None)
+    if mode == "graph-nostream":  # the graph without grading ahead (assay/stages/stream.py)
+        run = stages.run_study(spec, st, mode="graph", stream=False, progress=None)
+    else:
+        run = stages.run_study(spec, st, mode=mode, progress=None)
     wall = time.perf_counter() - t0
     c1 = machine_cpu()
     busy: dict[str, float] = {}
@@ -225,11 +231,12 @@ def graph_bench(tmp: Path, repeats: int, latency: float = 0.2, slots: int = 8,
                        for n in ("left", "right"))
         spec = d / "spec.yaml"
         spec.write_text(GRAPH_SPEC.format(sources=srcs))
-        walls: dict[str, list[float]] = {"chain": [], "graph": []}
+        modes = ("chain", "graph", "graph-nostream")
+        walls: dict[str, list[float]] = {m: [] for m in modes}
         busy: list[dict[str, float]] = []
         seen: dict[str, dict] = {}
         for i in range(repeats):
-            for mode in ("chain", "graph") if i % 2 == 0 else ("graph", "chain"):
+            for mode in modes[i % 3:] + modes[:i % 3]:  # each first in turn
                 n0 = len(srv.requests)
                 s0 = time.process_time()  # the loopback server's CPU: not the study's cores
                 p = subprocess.run([sys.executable, __file__, "--graph-child", str(spec),
@@ -251,7 +258,8 @@ def graph_bench(tmp: Path, repeats: int, latency: float = 0.2, slots: int = 8,
                 assert (prev["report"], prev["rows"], prev["keys"]) == \
                     (doc["report"], doc["rows"], doc["keys"]), f"{mode}: results differ by run"
                 print(f"  repeat {i + 1} {mode}: {doc['wall']:.2f} s", flush=True)
-        same = all(seen["chain"][k] == seen["graph"][k] for k in ("report", "rows", "keys"))
+        same = all(seen["chain"][k] == seen[m][k] for k in ("report", "rows", "keys")
+                   for m in modes[1:])
         pairs = [a / b for a, b in zip(walls["chain"], walls["graph"])]  # same moment's load
         c, g = statistics.median(walls["chain"]), statistics.median(walls["graph"])
         med = {k: statistics.median(b[k] for b in busy) for k in busy[0]}
@@ -271,6 +279,11 @@ def graph_bench(tmp: Path, repeats: int, latency: float = 0.2, slots: int = 8,
               + " (stage seconds: " + ", ".join(f"{k} {med[k]:.2f} s"
                                                 for k in ("grading", "scoring")) + ")"
               + f"; graph / busiest ({top}) = {g / med[top]:.2f} (goal <= 1.25)", flush=True)
+        ns = statistics.median(walls["graph-nostream"])
+        gain = [a - b for a, b in zip(walls["graph-nostream"], walls["graph"])]
+        print(f"  streaming into grading: the graph without it {ns:.2f} s, with it {g:.2f} s "
+              f"(medians) -> {ns - g:+.2f} s; per repeat "
+              f"{', '.join(f'{x:+.2f}' for x in gain)} s", flush=True)
     finally:
         srv.stop()
 
