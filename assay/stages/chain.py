@@ -8,7 +8,7 @@ byte for byte, and for ``run_study(mode="chain")``; :class:`StudyRun` is what bo
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from assay.spec import StudySpec
@@ -39,12 +39,15 @@ def direct_map(fn: Callable[..., StageResult],
 
 @dataclass(frozen=True)
 class StudyRun:
-    """Every stage pointer of one study run, in execution order, plus the named ones."""
+    """Every stage pointer of one study run, in execution order, plus the named ones.
+    ``facts``: what this run did that its results do not show (run.json's, e.g. the rows it
+    graded ahead of their grade nodes)."""
 
     spec_checksum: str
     results: tuple[StageResult, ...]
     graded: dict[str, tuple[StageResult, ...]]
     report: StageResult | None
+    facts: dict[str, Any] = field(default_factory=dict)
 
     @property
     def cached_stages(self) -> list[str]:

@@ -51,6 +51,7 @@ def finish_run(store: Store, spec: Any, run: StudyRun, out: Path,
         info["generation"] = generation_facts(made)
         info["sent"] = sum(g.get("sent") or 0 for g in info["generation"]["shards"].values())
         info["completions"] = sum(int(r.summary.get("rows") or 0) for r in made)
+    info.update(run.facts)  # e.g. graded_ahead: rows graded while their shard generated
     if overrides:
         info["overrides"] = list(overrides)
     if spec.night is not None:

@@ -412,7 +412,13 @@ def run_study(spec: StudySpec, store: Store, *, call: Callable[..., StageResult]
         loader.join()
         loader.close()
     graded = {s.name: run.group(f"final:{s.name}") for s in spec.sources}
-    return StudyRun(spec.checksum(), tuple(run.ordered()), graded, run.results["report"])
+    facts: dict[str, Any] = {}
+    if ahead is not None and ahead.graded:
+        # rows graded while their shard still generated, and how many their grade nodes took
+        # (fewer: a batch no node waited for, e.g. its shard's generation failed)
+        facts["graded_ahead"] = {"rows": ahead.graded, "used": ahead.used}
+    return StudyRun(spec.checksum(), tuple(run.ordered()), graded, run.results["report"],
+                    facts)
 
 
 #: Stages whose nodes, while any waits to start, keep grading ahead off (see _pregrader).

@@ -1,7 +1,8 @@
 """Generation streams into grading under the Prefect flow too (its local task runner calls the
 stages on threads of this process, with the parameters Prefect hands them): the server holds
 the last prompt of the only shard until the verifier's log shows another prompt of that shard
-graded, which only grading ahead can do, and every row is graded once."""
+graded, which only grading ahead can do, and every row is graded once; run.json says how many
+rows were graded ahead."""
 
 from __future__ import annotations
 
@@ -60,3 +61,5 @@ def test_the_flow_grades_finished_prompts_while_the_shard_generates(
     assert held == [True, True], held
     counts = graded()
     assert len(counts) == 8 and set(counts.values()) == {1}, counts
+    ahead = json.loads((tmp_path / "out" / "run.json").read_text())["graded_ahead"]
+    assert ahead["rows"] >= 1 and ahead["used"] == ahead["rows"], ahead  # a fact of the run

@@ -91,6 +91,7 @@ def test_finished_prompts_are_graded_while_the_shard_generates(
         assert held == [True, True], held  # an earlier prompt of shard 2 was graded ahead
         (ahead,) = made
         assert ahead.graded >= 2 and ahead.used == ahead.graded  # each one found by its node
+        assert graph.facts == {"graded_ahead": {"rows": ahead.graded, "used": ahead.graded}}
         assert ahead.thread is not None and not ahead.thread.is_alive()
         assert stream._ACTIVE == {}  # unregistered at the end
         counts = _graded(log)
@@ -101,6 +102,7 @@ def test_finished_prompts_are_graded_while_the_shard_generates(
         store = Store(tmp_path / "c")
         chain = stages.run_study(spec, store, mode="chain", progress=None)
         assert [r.key for r in graph.results] == [r.key for r in chain.results]
+        assert chain.facts == {}
         gs = Store(tmp_path / "g")
         assert stages.report_files(gs, graph.report) == stages.report_files(store, chain.report)
         assert (stages.concat_rows(gs, graph.graded["a"]).checksum()
