@@ -8,21 +8,10 @@ from __future__ import annotations
 
 import json
 import time
-from collections import Counter
 from pathlib import Path
 
+from helpers import logged_grader
 from helpers.openai_server import OpenAIServer, scripted_policy, served_source
-
-GRADER = """
-import os
-
-
-def grade(completion, reference, row, log=""):
-    fd = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
-    os.write(fd, f"{row['task_id']} {row['rollout_index']}\\n".encode())
-    os.close(fd)
-    return float(reference in completion)
-"""
 
 
 def test_the_flow_grades_finished_prompts_while_the_shard_generates(
@@ -33,19 +22,16 @@ def test_the_flow_grades_finished_prompts_while_the_shard_generates(
     held: list[bool] = []
     end = [0.0]
 
-    def graded() -> Counter:
-        return Counter(log.read_text().splitlines()) if log.exists() else Counter()
-
     def policy(body: dict) -> str:
         if "What is 3 + 3?" in body["messages"][-1]["content"]:
             end[0] = end[0] or time.monotonic() + 120  # one bound for both samples
-            while time.monotonic() < end[0] and not graded():
+            while time.monotonic() < end[0] and not logged_grader.graded(log):
                 time.sleep(0.02)
             held.append(time.monotonic() < end[0])
         return scripted_policy(body)
 
     srv = OpenAIServer(["m"], policy=policy).start()
-    (tmp_path / "logged_grader.py").write_text(GRADER)
+    (tmp_path / "logged_grader.py").write_text(logged_grader.SOURCE)
     (tmp_path / "a.jsonl").write_text("".join(
         json.dumps({"id": f"t{i}", "q": f"What is {i} + {i}?", "gold": str(2 * i)}) + "\n"
         for i in range(4)))
@@ -59,7 +45,7 @@ def test_the_flow_grades_finished_prompts_while_the_shard_generates(
     finally:
         srv.stop()
     assert held == [True, True], held
-    counts = graded()
+    counts = logged_grader.graded(log)
     assert len(counts) == 8 and set(counts.values()) == {1}, counts
     ahead = json.loads((tmp_path / "out" / "run.json").read_text())["graded_ahead"]
     assert ahead["rows"] >= 1 and ahead["used"] == ahead["rows"], ahead  # a fact of the run

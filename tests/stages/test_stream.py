@@ -10,10 +10,10 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections import Counter
 from pathlib import Path
 
 import pytest
+from helpers import logged_grader
 from helpers.openai_server import OpenAIServer, scripted_policy, served_source
 
 from assay import grading, stages
@@ -29,25 +29,10 @@ SPEC = "name: stream\nsources:\n" + served_source(4, LOGGED) + """measure:
 execution: {{shard_rows: 8, workers: 2}}
 """
 
-GRADER = """
-import os
-
-
-def grade(completion, reference, row, log=""):
-    # one line per call, from whichever process grades (O_APPEND: whole lines)
-    fd = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
-    os.write(fd, f"{row['task_id']} {row['rollout_index']}\\n".encode())
-    os.close(fd)
-    return float(reference in completion)
-"""
-
-
-def _graded(log: Path) -> Counter:
-    return Counter(log.read_text().splitlines()) if log.exists() else Counter()
 
 
 def _write(tmp: Path, url: str, ids: list[str]) -> Path:
-    (tmp / "logged_grader.py").write_text(GRADER)
+    (tmp / "logged_grader.py").write_text(logged_grader.SOURCE)
     (tmp / "a.jsonl").write_text("".join(
         json.dumps({"id": t, "q": f"What is {int(t[1:])} + {int(t[1:])}?",
                     "gold": str(2 * int(t[1:]))}) + "\n" for t in ids))
@@ -78,7 +63,7 @@ def test_finished_prompts_are_graded_while_the_shard_generates(
         if "What is 7 + 7?" in body["messages"][-1]["content"]:  # shard 2's last prompt
             end[0] = end[0] or time.monotonic() + 120  # one bound, not a margin
             while time.monotonic() < end[0] and not any(
-                    line.split()[0] in ("t4", "t5", "t6") for line in _graded(log)):
+                    line.split()[0] in ("t4", "t5", "t6") for line in logged_grader.graded(log)):
                 time.sleep(0.02)
             held.append(time.monotonic() < end[0])
         return scripted_policy(body)
@@ -94,7 +79,7 @@ def test_finished_prompts_are_graded_while_the_shard_generates(
         assert graph.facts == {"graded_ahead": {"rows": ahead.graded, "used": ahead.graded}}
         assert ahead.thread is not None and not ahead.thread.is_alive()
         assert stream._ACTIVE == {}  # unregistered at the end
-        counts = _graded(log)
+        counts = logged_grader.graded(log)
         assert len(counts) == 16 and set(counts.values()) == {1}, counts  # each row once
 
         log.unlink()
@@ -123,7 +108,7 @@ def test_two_prompts_of_one_task_keep_their_rollout_numbers(
         spec = load_spec(_write(tmp_path, srv.base_url, ["t0", "t0", "t1", "t2", "t3", "t3"]))
         monkeypatch.setattr(stream.Pregrader, "BATCH", 2)
         graph = stages.run_study(spec, Store(tmp_path / "g"), progress=None)
-        counts = _graded(tmp_path / "graded.log")
+        counts = logged_grader.graded(tmp_path / "graded.log")
         assert len(counts) == 12 and set(counts.values()) == {1}, counts
         assert {"t0 3", "t3 3"} <= set(counts)
         (ahead,) = made
