@@ -154,9 +154,9 @@ def _render_child(jobs: list[tuple[Any, ...]]) -> tuple[int, int] | None:
     """Fork a child drawing ``jobs``; (pid, read end of its pipe), or None if it could not."""
     import pickle
 
+    # imported before the fork (the report's drawing needs them anyway): each child would
+    # otherwise import them itself
     from matplotlib import figure  # noqa: F401
-
-    # imported before the fork: the child would otherwise import them itself, for each child
     from matplotlib.backends import backend_agg  # noqa: F401
 
     try:
