@@ -32,7 +32,15 @@ Run: ``.venv/bin/python benchmarks/pipeline.py [--only graph,quickstart,overhead
    on a smaller spec (``--overhead-spec``, default: 40 HumanEval problems x 4 samples x 2 arms,
    graded by CodeExec, measured) so repeats fit in minutes.
 
-Latest, 2026-12-02 evening (README table), after generation streamed into grading, the report's
+Latest, 2026-12-03 on a quiet VM (nothing else running, load average under 1.5), the same code
+as the next paragraph: 64 prompts per source, two 5-repeat runs, chain 23.59 / 23.46 s, graph
+14.31 / 14.26 s (1.65x both; per repeat 1.64-1.65x), busy server 12.80 s, graph / busiest 1.12 /
+1.11 (both goals met); 16 prompts (3 repeats), chain 7.86 s, graph 4.50 s (1.75x), graph /
+busiest (cores, 3.39 s) 1.33: at that size the graph's ~1 s of fixed costs (the first request
+at ~0.5 s, ~0.5 s after the last answer) are a fifth of its run. Quickstart: cold 72.0 s, fully
+cached rerun served from the store median 1.26 s (1.4 s of CPU), through Prefect 7.24 s.
+
+2026-12-02 evening (README table), after generation streamed into grading, the report's
 figures drawn side by side, measure without scipy.optimize and the scoring worker warmed as the
 run starts: 64 prompts per source (5 repeats), chain 28.58 s, graph 16.19 s (1.77x), busy server
 12.80 s, graph / busiest 1.26; 16 prompts, chain 12.23 s, graph 7.40 s (1.65x), graph / busiest
