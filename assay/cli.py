@@ -253,31 +253,33 @@ def cmd_run(args: argparse.Namespace) -> int:
             os.environ["ASSAY_EMBEDDED_API"] = "1"
             print(f"[prefect] embedded API server on {server.api_url} "
                   f"(PREFECT_HOME={os.environ['PREFECT_HOME']})", file=sys.stderr, flush=True)
-        try:
-            # Prefect imports while the server starts
-            from flows.study import capture_logs, prewarm, run_spec
+        # the study's graph starts now; the flow run records it once Prefect is up
+        with _head_start(args, spec, overrides):
+            try:
+                # Prefect imports while the server starts (and the head start works)
+                from flows.study import capture_logs, prewarm, run_spec
 
-            # Prefect's records (a failure's come with tracebacks) go to the run's log file;
-            # the terminal gets progress and one line per error (see main)
-            with capture_logs(log_path, echo=debug):
-                try:
-                    if server is not None:
-                        prewarm()
-                        server.wait()
-                    result = run_spec(args.spec, args.output, args.store,
-                                      embedded=server is not None, view=not args.no_view,
-                                      overrides=overrides, max_parallel=args.max_parallel)
-                except BaseException as e:
-                    logging.getLogger("assay.cli").error(
-                        "assay run %s failed in %s", args.spec,
-                        getattr(e, "assay_stage", None) or "the study flow", exc_info=True)
-                    why = ("interrupted" if isinstance(e, KeyboardInterrupt)
-                           else f"failed: {type(e).__name__}: {e}")
-                    mark_stale(out, why)
-                    raise
-        finally:
-            os.environ.pop("ASSAY_EMBEDDED_API", None)
-            _EMBEDDED_RUN_DONE = server is not None
+                # Prefect's records (a failure's come with tracebacks) go to the run's log file;
+                # the terminal gets progress and one line per error (see main)
+                with capture_logs(log_path, echo=debug):
+                    try:
+                        if server is not None:
+                            prewarm()
+                            server.wait()
+                        result = run_spec(args.spec, args.output, args.store,
+                                          embedded=server is not None, view=not args.no_view,
+                                          overrides=overrides, max_parallel=args.max_parallel)
+                    except BaseException as e:
+                        logging.getLogger("assay.cli").error(
+                            "assay run %s failed in %s", args.spec,
+                            getattr(e, "assay_stage", None) or "the study flow", exc_info=True)
+                        why = ("interrupted" if isinstance(e, KeyboardInterrupt)
+                               else f"failed: {type(e).__name__}: {e}")
+                        mark_stale(out, why)
+                        raise
+            finally:
+                os.environ.pop("ASSAY_EMBEDDED_API", None)
+                _EMBEDDED_RUN_DONE = server is not None
     failed = result.get("failed_samples") or {}
     head = "done" if not failed else "done with failed samples"
     print(f"{head} in {time.perf_counter() - t0:.1f} s: {len(result['cached'])} stage(s) cached, "
@@ -291,6 +293,23 @@ def cmd_run(args: argparse.Namespace) -> int:
               f"(exit {EXIT_PARTIAL})", file=sys.stderr)
         return EXIT_PARTIAL
     return EXIT_OK
+
+
+def _head_start(args: argparse.Namespace, spec: Any,
+                overrides: list[str]) -> contextlib.AbstractContextManager[Any]:
+    """Start the study's graph now, before Prefect is up: the flow run then records each node
+    by waiting for it (``assay.stages.headstart``). A no-op context where it does not apply."""
+    from assay.stages.headstart import HeadStart, key_for, running
+
+    if not HeadStart.wanted(spec):
+        return contextlib.nullcontext()
+    from assay.stages.plan import LOCAL_CAPACITY
+    from assay.store import Store
+
+    store = Store(args.store)
+    head = HeadStart(spec, store, max_parallel=args.max_parallel, capacity=LOCAL_CAPACITY,
+                     key=key_for(args.spec, overrides, store))
+    return running(head)
 
 
 def spec_overrides(args: argparse.Namespace) -> list[str]:

@@ -80,6 +80,58 @@ EMBEDDED_SERVICES_OFF = ("SCHEDULER", "LATE_RUNS", "PAUSE_EXPIRATIONS", "FOREMAN
                          "CANCELLATION_CLEANUP", "CLEANUP_RECONCILER", "EVENT_LOGGER")
 
 
+def template_path() -> Path:
+    """Where this user's migrated, empty Prefect database for this Prefect version is kept:
+    ``$ASSAY_CACHE_DIR`` (default ``$XDG_CACHE_HOME/assay``, i.e. ``~/.cache/assay``)."""
+    from importlib.metadata import version
+
+    root = os.environ.get("ASSAY_CACHE_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "assay")
+    return Path(root) / f"prefect-{version('prefect')}-empty.db"
+
+
+def copy_template(db: Path) -> bool:
+    """Put a copy of the user's template database at ``db`` (a new PREFECT_HOME): a fresh
+    database otherwise costs the first server in a folder its whole migration history. False
+    when there is no template yet. The copy lands whole or not at all (temp file, rename)."""
+    import shutil
+
+    src = template_path()
+    if not src.is_file():
+        return False
+    tmp = db.with_name(f".{db.name}.{os.getpid()}.tmp")
+    try:
+        shutil.copyfile(src, tmp)
+        os.replace(tmp, db)
+    except OSError:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        return False
+    return True
+
+
+def save_template(db: Path) -> None:
+    """Snapshot ``db`` (just created and migrated by a healthy server, no run in it yet) as the
+    user's template. SQLite's backup API gives a consistent copy of a live database; the
+    rename makes concurrent savers safe (each writes its own temp file, the last one wins,
+    every one is complete). A failure only costs the next new folder its migrations."""
+    import sqlite3
+
+    dest = template_path()
+    if dest.is_file():
+        return
+    tmp = dest.with_name(f".{dest.name}.{os.getpid()}.tmp")
+    try:
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        with contextlib.closing(sqlite3.connect(db, timeout=10)) as live, \
+                contextlib.closing(sqlite3.connect(tmp)) as out:
+            live.backup(out)
+        os.replace(tmp, dest)
+    except (OSError, sqlite3.Error):
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+
+
 class EmbeddedServer:
     """A Prefect API server in a child process on 127.0.0.1, tied to this process's life."""
 
@@ -92,6 +144,7 @@ class EmbeddedServer:
         self.process: subprocess.Popen[bytes] | None = None
         self.home = home
         self._lock_fd: int | None = None
+        self._new_db: Path | None = None
 
     def _lock_new_database(self) -> None:
         """Two runs started at once on a fresh PREFECT_HOME would both create the database
@@ -111,7 +164,11 @@ class EmbeddedServer:
         if db.exists() and db.stat().st_size > 0:
             os.close(fd)  # made by the run that held the lock: start freely
             return
+        if copy_template(db):  # a migrated empty database, made once per user: no migrations
+            os.close(fd)
+            return
         self._lock_fd = fd
+        self._new_db = db  # healthy, it becomes the template for the next new folder
 
     def _unlock(self) -> None:
         fd, self._lock_fd = self._lock_fd, None
@@ -153,6 +210,9 @@ class EmbeddedServer:
             try:
                 with urllib.request.urlopen(f"{self.api_url}/health", timeout=2) as r:
                     if r.status == 200:
+                        if self._new_db is not None:
+                            save_template(self._new_db)
+                            self._new_db = None
                         self._unlock()  # the database exists and is migrated
                         return
             except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):

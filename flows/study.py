@@ -16,6 +16,7 @@ import re
 import sys
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,7 @@ from prefect import flow
 from assay import stages
 from assay.layout import bind_own_packages
 from assay.spec import load_spec
+from assay.stages import headstart
 from assay.stages.finish import finish_run
 from assay.stages.plan import LOCAL_CAPACITY
 from assay.store import Store
@@ -83,17 +85,22 @@ def write_page(out: Path, name: str | None = None) -> Path | None:
 class PrefectExecutor:
     """Runs the study graph's nodes as Prefect task runs on the flow's task runner (threads
     locally, workers on Dask): each node is submitted once its inputs exist, with
-    ``wait_for`` its inputs' futures, so the flow run records the graph's edges."""
+    ``wait_for`` its inputs' futures, so the flow run records the graph's edges. With a
+    ``head`` start, each task waits for (records) the head start's run of its node."""
 
-    def __init__(self, distributed: bool) -> None:
+    def __init__(self, distributed: bool, head: headstart.HeadStart | None = None) -> None:
         self.distributed = distributed
+        self.head = head
 
     def submit(self, node: Any, args: tuple[Any, ...], kwargs: dict[str, Any],
                waits: list[Any], done: Any) -> Any:
         task = TASKS[node.fn]
         if self.distributed and "workers" in kwargs:  # a cluster worker grades on one core
             kwargs = {**kwargs, "workers": 1}
-        fut = task.submit(*args, wait_for=waits, **kwargs)
+        join = (headstart.joining(self.head, node.id) if self.head is not None
+                else contextlib.nullcontext())
+        with join:  # the task runner copies this context into the task's thread
+            fut = task.submit(*args, wait_for=waits, **kwargs)
         fut.add_done_callback(lambda _: done())
         return fut
 
@@ -123,16 +130,24 @@ def study(spec: str, output: str | None = None, store_root: str | None = None,
     ``max_parallel`` at once (default: the spec's ``execution.max_parallel``)."""
     s = load_spec(spec, overrides or ()).for_night(night)
     store = Store(store_root)
-    started = time.time()
+    head = headstart.current()
+    if head is not None and (night is not None or head.key != headstart.key_for(spec, overrides, store)):
+        head = None  # not this flow's study: run it here
+    started = head.started if head is not None else time.time()
     out = s.output_dir(output)
     with store.in_use():  # a store gc waits until this run has written its run.json
         # past execution.deadline, or stalled for execution.stall_after: RunStopped is raised
         # here, so the flow run ends Failed naming the stage (what was committed stays)
         with guard(s.execution.deadline, s.execution.stall_after), progress_artifacts():
             run = stages.run_study(s, store,
-                                   executor=PrefectExecutor(s.execution.runner != "local"),
+                                   executor=PrefectExecutor(s.execution.runner != "local", head),
                                    max_parallel=max_parallel, capacity=capacity_for(s),
-                                   preload=s.execution.runner == "local")
+                                   # the head start preloads and grades ahead, if anyone
+                                   preload=head is None and s.execution.runner == "local")
+        if head is not None:  # every node recorded: its run has ended or is ending
+            head.wait()
+            if head.run is not None:
+                run = replace(run, facts=head.run.facts)
         info = finish_run(store, s, run, out, started, overrides=overrides)
     if publish:
         _publish_artifacts(s.name, stages.report_files(store, run.report))

@@ -10,6 +10,7 @@ a second, non-atomic copy keyed on run state, which is what breaks resume after 
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -17,6 +18,7 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 
 from assay import stages
+from assay.stages.headstart import joined
 
 
 def _task(fn: Callable[..., Any], name: str, run_name: str) -> Any:
@@ -24,10 +26,20 @@ def _task(fn: Callable[..., Any], name: str, run_name: str) -> Any:
                 persist_result=False, retries=0)
 
 
-build_rows = _task(stages.run_build_rows, "build-rows", "build-rows-{source_name}")
-filter_rows = _task(stages.run_filter_rows, "filter-rows", "filter-rows-{source_name}")
-grade_shard = _task(stages.run_grade_shard, "grade", "grade-{source_name}-{shard}")
-decontaminate = _task(stages.run_decontaminate, "decontaminate", "decontaminate")
+def _stage(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """A stage function as a task body: the head start's result of the node being recorded
+    when ``assay run`` began it before Prefect was up (``assay.stages.headstart``), else
+    computed here."""
+    @functools.wraps(fn)  # the task's parameters (and run names) are the stage function's
+    def body(*args: Any, **kwargs: Any) -> Any:
+        return joined(fn, *args, **kwargs)
+    return body
+
+
+build_rows = _task(_stage(stages.run_build_rows), "build-rows", "build-rows-{source_name}")
+filter_rows = _task(_stage(stages.run_filter_rows), "filter-rows", "filter-rows-{source_name}")
+grade_shard = _task(_stage(stages.run_grade_shard), "grade", "grade-{source_name}-{shard}")
+decontaminate = _task(_stage(stages.run_decontaminate), "decontaminate", "decontaminate")
 def gpu_slot(device: str) -> Any:
     """A strict ``gpu`` global concurrency slot when scoring on CUDA; a no-op on CPU. The limit
     is created with 1 slot if the server lacks it: raise it with ``prefect gcl update gpu
@@ -52,14 +64,15 @@ def gpu_slot(device: str) -> Any:
 
 def _score_reward_model(store: Any, spec: Any, model_name: str, *, progress: Any = None) -> Any:
     """run_reward_audit holding a ``gpu`` slot while it scores on CUDA."""
-    return stages.run_reward_audit(store, spec, model_name, progress=progress, device_slot=gpu_slot)
+    return joined(stages.run_reward_audit, store, spec, model_name, progress=progress,
+                  device_slot=gpu_slot)
 
 
 def _score_rows(store: Any, spec: Any, source_name: str, graded: Any, shard: int, n_shards: int, *,
                 progress: Any = None) -> Any:
     """run_score_rows holding a ``gpu`` slot while a model scores on CUDA."""
-    return stages.run_score_rows(store, spec, source_name, graded, shard, n_shards,
-                                 progress=progress, device_slot=gpu_slot)
+    return joined(stages.run_score_rows, store, spec, source_name, graded, shard, n_shards,
+                  progress=progress, device_slot=gpu_slot)
 
 
 score_rows = _task(_score_rows, "score-rows", "score-rows-{source_name}-{shard}")
@@ -71,8 +84,8 @@ def _generate_shard(store: Any, spec: Any, source_name: str, filtered: Any, boun
     shard's requests, retries and failures go to the task run's log."""
     from prefect import get_run_logger
 
-    res = stages.run_generate_shard(store, spec, source_name, filtered, bounds, shard, n_shards,
-                                    workers=workers, progress=progress, device_slot=gpu_slot)
+    res = joined(stages.run_generate_shard, store, spec, source_name, filtered, bounds, shard,
+                 n_shards, workers=workers, progress=progress, device_slot=gpu_slot)
     log_generation(res, get_run_logger())
     return res
 
@@ -108,8 +121,8 @@ generate_shard = _task(_generate_shard, "generate", "generate-{source_name}-{sha
 def _score_choices(store: Any, spec: Any, source_name: str, filtered: Any, bounds: Any, shard: int,
                    n_shards: int, *, workers: Any = None, progress: Any = None) -> Any:
     """run_score_choices holding a ``gpu`` slot while a local model scores on CUDA."""
-    return stages.run_score_choices(store, spec, source_name, filtered, bounds, shard, n_shards,
-                                    workers=workers, progress=progress, device_slot=gpu_slot)
+    return joined(stages.run_score_choices, store, spec, source_name, filtered, bounds, shard,
+                  n_shards, workers=workers, progress=progress, device_slot=gpu_slot)
 
 
 score_choices = _task(_score_choices, "score-choices", "score-choices-{source_name}-{shard}")
@@ -119,16 +132,16 @@ def _score_documents(store: Any, spec: Any, source_name: str, filtered: Any, bou
                      shard: int, n_shards: int, *, workers: Any = None,
                      progress: Any = None) -> Any:
     """run_score_documents holding a ``gpu`` slot while a local model scores on CUDA."""
-    return stages.run_score_documents(store, spec, source_name, filtered, bounds, shard, n_shards,
-                                      workers=workers, progress=progress, device_slot=gpu_slot)
+    return joined(stages.run_score_documents, store, spec, source_name, filtered, bounds, shard,
+                  n_shards, workers=workers, progress=progress, device_slot=gpu_slot)
 
 
 score_documents = _task(_score_documents, "score-documents",
                         "score-documents-{source_name}-{shard}")
 score_reward_model = _task(_score_reward_model, "score-reward-model",
                            "score-reward-model-{model_name}")
-measure = _task(stages.run_measure, "measure", "measure")
-report = _task(stages.run_report, "report", "report")
+measure = _task(_stage(stages.run_measure), "measure", "measure")
+report = _task(_stage(stages.run_report), "report", "report")
 
 #: core stage function -> its task (what flows/study.py dispatches on).
 TASKS: dict[Callable[..., Any], Any] = {

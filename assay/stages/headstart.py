@@ -1,0 +1,210 @@
+"""The study graph started at once, before Prefect is up; the flow run then records each node
+by waiting for the head start's result of it (a node is never run twice).
+
+``assay run`` starts a :class:`HeadStart` as soon as the spec is checked; the embedded Prefect
+server and Prefect's imports come up beside it. The flow's tasks call :func:`joined`: a node
+the head start finished returns its result at once, one still running is waited on, and one it
+never started (the head start stopped) is computed by the task itself.
+
+Example:
+    >>> from assay.spec import parse_spec
+    >>> spec = parse_spec("{name: d, sources: [{name: a, kind: file, path: a.jsonl, "
+    ...                   "fields: {prompt: q, completion: c, reward: r}}]}")
+    >>> HeadStart.wanted(spec)
+    True
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import Future
+from typing import Any
+
+from assay.spec import StudySpec
+from assay.stages.cache import StageResult
+from assay.stages.chain import StudyRun
+from assay.stages.graph import Node, ThreadExecutor
+from assay.stages.plan import _on_cpu, max_parallel_for, run_study
+from assay.store import Store
+
+#: A node's outcome when the head start never ran it: the flow's task computes it itself.
+NOT_RUN = object()
+
+
+class HeadStartStopped(RuntimeError):
+    """The head start was stopped (Ctrl-C, a stop, the flow ended) before this node started."""
+
+
+class _RecordingExecutor(ThreadExecutor):
+    """Threads, as for any local run, with each node's outcome published by node id."""
+
+    def __init__(self, max_workers: int, head: HeadStart) -> None:
+        super().__init__(max_workers)
+        self.head = head
+
+    def submit(self, node: Node, args: tuple[Any, ...], kwargs: dict[str, Any],
+               waits: list[Any], done: Callable[[], None]) -> Future[Any]:
+        if self.head.stopped.is_set():  # no new work once stopped: dependents are skipped
+            f: Future[Any] = Future()
+            f.set_exception(HeadStartStopped(f"{node.where}: not started (run stopped)"))
+            done()
+            return f
+        out = self.head.outcome(node.id)
+        fut = super().submit(node, args, kwargs, waits, done)
+
+        def publish(f: Future[Any]) -> None:
+            if out.done():
+                return
+            exc = f.exception()
+            if exc is not None:
+                out.set_exception(exc)
+            else:
+                out.set_result(f.result())
+        fut.add_done_callback(publish)
+        return fut
+
+
+class HeadStart:
+    """Runs ``run_study(spec, store)`` on threads in the background from :meth:`start` on."""
+
+    def __init__(self, spec: StudySpec, store: Store, *, max_parallel: int | None = None,
+                 capacity: Mapping[str, int] | None = None, key: tuple[str, ...] = ()) -> None:
+        self.spec, self.store = spec, store
+        #: what the flow that records this run checks it against (flows.study.head_key)
+        self.key = key
+        #: the run's start (run.json's ``started``): now, not when the flow run began
+        self.started = time.time()
+        self.max_parallel, self.capacity = max_parallel, capacity
+        self.run: StudyRun | None = None
+        self.error: BaseException | None = None
+        self.stopped = threading.Event()
+        self._outcomes: dict[str, Future[Any]] = {}
+        self._lock = threading.Lock()
+        self._ended = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    @staticmethod
+    def wanted(spec: StudySpec) -> bool:
+        """Local runs whose models all run on the CPU or behind a server: a CUDA model takes a
+        Prefect concurrency slot (``gpu``), which needs the server, so those start with it."""
+        if spec.execution.runner != "local":
+            return False
+        devices: list[Any] = []
+        for src in spec.sources:
+            gen = getattr(src, "generate", None)
+            model = getattr(gen, "model", None)
+            if getattr(model, "kind", None) == "hf":
+                devices.append(getattr(model, "device", "auto"))
+            mode = getattr(src, "choices", None) or getattr(src, "perplexity", None)
+            m = getattr(mode, "model", None)
+            if getattr(m, "kind", None) == "hf":
+                devices.append(getattr(m, "device", "auto"))
+        if spec.reward is not None:
+            devices += [(getattr(m, "params", None) or {}).get("device", "auto")
+                        for m in spec.reward.models if getattr(m, "kind", None) != "function"]
+        return all(_on_cpu(d) for d in devices)
+
+    def outcome(self, node_id: str) -> Future[Any]:
+        """The future result of node ``node_id`` (made on first ask, by either side)."""
+        with self._lock:
+            f = self._outcomes.get(node_id)
+            if f is None:
+                f = self._outcomes[node_id] = Future()
+                if self._ended.is_set():  # asked after the head start ended: it never ran
+                    f.set_result(NOT_RUN)
+            return f
+
+    def start(self) -> HeadStart:
+        self._thread = threading.Thread(target=self._run, name="assay-head-start", daemon=True)
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        ex = _RecordingExecutor(max_parallel_for(self.spec, self.max_parallel), self)
+        try:
+            with self.store.in_use():  # as the flow does: a store gc waits for this run
+                self.run = run_study(self.spec, self.store, executor=ex,
+                                     max_parallel=self.max_parallel, capacity=self.capacity)
+        except BaseException as e:  # noqa: BLE001  (the flow's task for the node re-raises it)
+            self.error = e
+        finally:
+            with self._lock:
+                self._ended.set()
+                for f in self._outcomes.values():
+                    if not f.done():
+                        f.set_result(NOT_RUN)
+
+    def result(self, node_id: str) -> Any:
+        """The head start's result for the node (waits while it runs), or :data:`NOT_RUN`.
+        Bounded: every node ends, and the head start's end resolves every node it never ran."""
+        return self.outcome(node_id).result()
+
+    def wait(self, timeout: float | None = None) -> None:
+        """Wait for the head start's own end (after its last node: models closed, facts set)."""
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    def stop(self) -> None:
+        """Start no further node and stop grading shards in flight (Ctrl-C, a stop, a failed
+        start): what is running ends at its next check, what was committed stays."""
+        self.stopped.set()
+        from assay.grading import cancel_running
+
+        cancel_running()
+
+
+def key_for(spec_path: str, overrides: Sequence[str] | None, store: Store) -> tuple[str, ...]:
+    """What ties a head start to the flow that records it: spec path, overrides, store."""
+    return (str(spec_path), *(overrides or ()), str(store.root))
+
+
+_CURRENT: list[HeadStart] = []
+_JOIN: contextvars.ContextVar[tuple[HeadStart, str] | None] = contextvars.ContextVar(
+    "assay_head_start_node", default=None)
+
+
+@contextlib.contextmanager
+def running(head: HeadStart) -> Iterator[HeadStart]:
+    """Start ``head`` and make it the process's head start while the block runs (what the
+    study flow joins); stopped on the way out when the block failed or was interrupted."""
+    _CURRENT.append(head)
+    ok = False
+    try:
+        head.start()
+        yield head
+        ok = True
+    finally:
+        _CURRENT.remove(head)
+        if not ok:
+            head.stop()
+
+
+def current() -> HeadStart | None:
+    """The head start of this process's ``assay run``, or None."""
+    return _CURRENT[-1] if _CURRENT else None
+
+
+@contextlib.contextmanager
+def joining(head: HeadStart, node_id: str) -> Iterator[None]:
+    """Within the block (and the contexts copied from it, as task runners do), :func:`joined`
+    calls wait for node ``node_id`` of ``head``."""
+    token = _JOIN.set((head, node_id))
+    try:
+        yield
+    finally:
+        _JOIN.reset(token)
+
+
+def joined(fn: Callable[..., StageResult], *args: Any, **kwargs: Any) -> StageResult:
+    """``fn(*args, **kwargs)``, or the head start's result for the node being recorded (see
+    :func:`joining`): a failure there is raised here, as if it had happened here."""
+    j = _JOIN.get()
+    if j is not None:
+        res = j[0].result(j[1])
+        if res is not NOT_RUN:
+            return res  # type: ignore[no-any-return]  # a stage function's StageResult
+    return fn(*args, **kwargs)
