@@ -131,7 +131,8 @@ def study(spec: str, output: str | None = None, store_root: str | None = None,
     s = load_spec(spec, overrides or ()).for_night(night)
     store = Store(store_root)
     head = headstart.current()
-    if head is not None and (night is not None or head.key != headstart.key_for(spec, overrides, store)):
+    if head is not None and (night is not None
+                             or head.key != headstart.key_for(spec, overrides, store)):
         head = None  # not this flow's study: run it here
     started = head.started if head is not None else time.time()
     out = s.output_dir(output)
