@@ -217,6 +217,7 @@ class OpenAIServer:
                         words, finish = words[:body["max_tokens"]], "length"
                     text = " ".join(words)
                     choice = {"index": 0, "finish_reason": finish}
+                    n_in = len(str(body.get("messages") or body.get("prompt")).split())
                     if chat:
                         choice["message"] = {"role": "assistant", "content": text}
                     else:
@@ -225,9 +226,9 @@ class OpenAIServer:
                                {"id": f"cmpl-{n}",
                                 "object": "chat.completion" if chat else "text_completion",
                                 "model": body["model"], "choices": [choice],
-                                "usage": {"prompt_tokens": len(str(body.get("messages")
-                                                                   or body.get("prompt")).split()),
-                                          "completion_tokens": len(words)}})
+                                "usage": {"prompt_tokens": n_in, "completion_tokens": len(words),
+                                          # as real servers send (inspect_ai requires it)
+                                          "total_tokens": n_in + len(words)}})
                 finally:
                     self._leave()
 
