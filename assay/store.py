@@ -203,8 +203,9 @@ class Store:
             return None
         # No reader threads: Arrow's parquet thread pools can abort the process at interpreter
         # exit ("terminate called without an active exception", apache/arrow#34314); the bytes
-        # are already in memory, so threads buy little here.
-        return pq.read_table(pa.BufferReader(data), use_threads=False, pre_buffer=False)
+        # are already in memory, so threads buy little here. ParquetFile, not read_table: the
+        # latter goes through pyarrow.dataset, which imports pandas (start-up time for nothing).
+        return pq.ParquetFile(pa.BufferReader(data), pre_buffer=False).read(use_threads=False)
 
     # -- refs (named pointers, e.g. a stage's cache key -> its output blob) ------------------
     def _ref_path(self, name: str) -> Path:
