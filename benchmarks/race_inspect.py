@@ -15,7 +15,6 @@ server's busy span (first request's arrival to the last answer's); medians and t
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import statistics
