@@ -171,6 +171,11 @@ class Watchdog:
             if stop is None:
                 continue
             self.stopped = stop
+            # the work in flight on every thread stops now (requests, grading, sandboxes),
+            # not when the guarded thread gets to unwind (assay.stop says why one mechanism)
+            from assay import stop as stops
+
+            stops.trigger(str(stop))
             self._interrupt(stop)
             # the guarded thread unwinds (its finally blocks stop workers and sandboxes); if it
             # is stuck where no signal reaches, leave anyway: a run always ends
