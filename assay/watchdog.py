@@ -232,6 +232,9 @@ def guard(deadline: str | float | None = None, stall_after: str | float | None =
         >>> stop.reason, "[grade] demo shard 1/1: 0/2 done" in str(stop)
         ('stall', True)
     """
+    from assay import stop as stops
+
+    stops.clear()  # a new guarded run: an earlier stop in this process is over
     d = parse_duration(deadline) if deadline is not None else None
     s = parse_duration(stall_after) if stall_after is not None else None
     if d is None and s is None:
