@@ -27,7 +27,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from assay import progress
+from assay import progress, stop
 from assay.errors import RowsError, RowsTypeError
 from assay.judging import Judge, Verdict, as_judge, check_references_used, normalize_verdict
 from assay.rows import MARKERS_TYPE, Rows, as_table, table_to_records, to_json
@@ -337,6 +337,9 @@ def cancel_running() -> None:
         sys.modules["assay.verify.sandbox"].abort_running()
 
 
+stop.always(cancel_running)  # every stop of the run (assay.stop) stops grading with it
+
+
 def shutdown_workers() -> None:
     """Stop the worker processes kept between grade calls: MathEqual's grading workers and
     CodeExec's sandbox servers (they also stop at exit).
@@ -434,7 +437,8 @@ def _drive(ctx: Any, judge: Judge, rows: list[Mapping[str, Any]], workers: int, 
         for s in slots:
             feed(s)
         while any(s.pending for s in slots):
-            if _CANCELLED[0] != epoch:  # the run was interrupted (cancel_running)
+            # the run was interrupted (cancel_running), or stopped before this call began
+            if _CANCELLED[0] != epoch or stop.stopped() is not None:
                 raise KeyboardInterrupt("grading cancelled")
             ready = wait([s.conn for s in slots if s.pending], timeout=0.5)
             now = time.monotonic()

@@ -19,7 +19,7 @@ import time
 from collections.abc import Iterator
 from typing import IO, Any
 
-from assay import progress
+from assay import progress, stop
 from assay.progress import UnitState
 from assay.watchdog import format_duration
 
@@ -80,7 +80,7 @@ class Printer(progress.Watcher):
     def tick(self, now: float | None = None) -> None:
         now = time.monotonic() if now is None else now
         states = [s for s in progress.snapshot() if now - s.started >= self.every_s]
-        if not states:
+        if not states or stop.stopped() is not None:  # a stopped run's units only wind down
             return
         with self._lock:
             if self.tty:

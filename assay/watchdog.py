@@ -171,6 +171,11 @@ class Watchdog:
             if stop is None:
                 continue
             self.stopped = stop
+            # the work in flight on every thread stops now (requests, grading, sandboxes),
+            # not when the guarded thread gets to unwind (assay.stop says why one mechanism)
+            from assay import stop as stops
+
+            stops.trigger(str(stop))
             self._interrupt(stop)
             # the guarded thread unwinds (its finally blocks stop workers and sandboxes); if it
             # is stuck where no signal reaches, leave anyway: a run always ends
@@ -227,6 +232,9 @@ def guard(deadline: str | float | None = None, stall_after: str | float | None =
         >>> stop.reason, "[grade] demo shard 1/1: 0/2 done" in str(stop)
         ('stall', True)
     """
+    from assay import stop as stops
+
+    stops.clear()  # a new guarded run: an earlier stop in this process is over
     d = parse_duration(deadline) if deadline is not None else None
     s = parse_duration(stall_after) if stall_after is not None else None
     if d is None and s is None:

@@ -49,6 +49,8 @@ class RunStats:
         self.not_sent = 0
         self.breaker: str | None = None
         self.min_limit: int | None = None
+        self.completions = 0
+        self.failures: dict[str, int] = {}
 
     def sent(self) -> None:
         with self._lock:
@@ -69,15 +71,30 @@ class RunStats:
             else:
                 self.not_sent += 1
 
+    def committed(self, record: dict[str, Any]) -> None:
+        """A sample ended: a completion received, or a failure counted by its cause
+        (:func:`failure_cause`)."""
+        with self._lock:
+            if record.get("status") == "ok":
+                self.completions += 1
+            else:
+                cause = failure_cause(record.get("reason"))
+                self.failures[cause] = self.failures.get(cause, 0) + 1
+
     def limited(self, limit: int) -> None:
         with self._lock:
             self.min_limit = limit if self.min_limit is None else min(self.min_limit, limit)
 
     def as_dict(self) -> dict[str, Any]:
-        """``{"requests", "retries" (by cause, sorted), "gave_up", "not_sent", "breaker",
-        "min_limit"}`` (``min_limit``: the lowest adaptive concurrency seen, None if none)."""
+        """``{"requests", "completions", "failures" (by cause, sorted), "retries" (by cause,
+        sorted), "gave_up", "not_sent", "breaker", "min_limit"}``: ``requests`` are HTTP requests
+        that reached the server (every attempt, retries included), ``completions`` the samples
+        answered, ``failures`` the samples that ended as error records (``min_limit``: the lowest
+        adaptive concurrency seen, None if none)."""
         with self._lock:
-            return {"requests": self.requests, "retries": dict(sorted(self.retries.items())),
+            return {"requests": self.requests, "completions": self.completions,
+                    "failures": dict(sorted(self.failures.items())),
+                    "retries": dict(sorted(self.retries.items())),
                     "gave_up": self.gave_up, "not_sent": self.not_sent, "breaker": self.breaker,
                     "min_limit": self.min_limit}
 

@@ -22,6 +22,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from assay import stop
 from assay.errors import GenerationError, RowsError
 from assay.models.base import Request, RunStats, to_messages
 from assay.models.journal import Journal, completion_key, sample_seed, shard_id
@@ -199,7 +200,8 @@ def generate(prompts: Sequence[Any], model: Any, *, k: int = 1,
     prompts = list(prompts)
     messages = [to_messages(p, system=gspec.system, i=i) for i, p in enumerate(prompts)]
     rendered = [backend.render(m, gspec.api) for m in messages]
-    config = {"identity": backend.identity(), "api": gspec.api,
+    # a server that accepts and never answers holds this GET for timeout_s: a stop abandons it
+    config = {"identity": stop.call(backend.identity), "api": gspec.api,
               "params": gspec.params.model_dump(mode="json")}
     if scope is not None:
         config["scope"] = scope
@@ -243,6 +245,7 @@ def generate(prompts: Sequence[Any], model: Any, *, k: int = 1,
         stats = RunStats(unit)
 
         def commit(req: Request, result: dict[str, Any]) -> None:
+            stop.check()  # an abandoned backend thread (stop.call) must not write after a stop
             if req.key in committed:  # a backend bug: never two records for one sample
                 raise GenerationError(f"backend {backend.spec.kind} committed sample "
                                       f"{req.sample_index} of prompt {req.prompt_index} twice")
@@ -252,6 +255,7 @@ def generate(prompts: Sequence[Any], model: Any, *, k: int = 1,
             rec.pop("prompt_index")
             log.append(rec)
             done[req.key] = rec
+            stats.committed(rec)
             if rec["status"] == "ok":
                 unit.advance(1)
             else:
@@ -263,8 +267,10 @@ def generate(prompts: Sequence[Any], model: Any, *, k: int = 1,
 
         kw = {"stats": stats} if _takes_stats(backend) else {}
         try:
-            backend.run(todo, gspec.params, api=gspec.api, max_connections=gspec.max_connections,
-                        commit=commit, **kw)
+            # on a daemon thread, abandoned at a stop: a local model's loop or a plugin backend
+            # has no waker of its own (the openai backend also cancels its requests itself)
+            stop.call(backend.run, todo, gspec.params, api=gspec.api,
+                      max_connections=gspec.max_connections, commit=commit, **kw)
         finally:
             log.close()
         if not kw:  # a local backend: one request per sample asked, no retries

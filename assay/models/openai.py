@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import email.utils
 import heapq
 import itertools
@@ -59,6 +60,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from assay import stop
 from assay.errors import GenerationError, SpecError
 from assay.models.base import Request, RunStats, render_messages
 from assay.models.registry import BACKENDS
@@ -76,6 +78,11 @@ BACKOFF_MAX_S = 30.0
 #: raises it by one, so it is back at ``max_connections`` within that many answers once the
 #: server accepts again (a +1 after a streak of successes never recovers at a 10% 429 rate).
 DECREASE = 0.8
+#: What cuts the limit, and by how much: a 429, and a timeout or a reset connection, which say
+#: the server holds more than it answers in ``timeout_s`` (a saturated server that does not
+#: send 429s: retrying those at full concurrency only queues more on it). A timeout halves it,
+#: as TCP does on a loss: the server was over its capacity by more than a 429's margin.
+CUT: dict[int | str, float] = {429: DECREASE, "timeout": 0.5, "connection": 0.5}
 #: Requests in a row that gave up with one cause (no answer between, two prompts or more) that
 #: open a server's circuit breaker.
 BREAKER_AFTER = 5
@@ -182,8 +189,8 @@ class ServerBudget:
                 self.limit = min(float(self.high), self.limit + 1)
                 self._cause, self._run = None, []
                 self.breaker = None
-            elif status == 429 and sent_at is not None and sent_at >= self.cut_at:
-                self.limit = max(1.0, self.limit * DECREASE)
+            elif status in CUT and sent_at is not None and sent_at >= self.cut_at:
+                self.limit = max(1.0, self.limit * CUT[status])
                 self.cut_at = time.monotonic()
             self._grant()
 
@@ -303,6 +310,10 @@ class _Fatal(Exception):
     pass
 
 
+class _Stopped(Exception):
+    """The call was cancelled by a stop (``run`` raises it as :class:`assay.stop.Cancelled`)."""
+
+
 class _Job:
     """One request through its attempts: the body, attempts so far, first-attempt time, when
     its retry is due."""
@@ -405,7 +416,10 @@ class OpenAIBackend:
         try:
             asyncio.get_running_loop()
         except RuntimeError:
-            asyncio.run(coro)
+            try:
+                asyncio.run(coro)
+            except _Stopped as e:
+                raise stop.Cancelled(f"stopped: {e}") from None
             return
         # called from inside an event loop (a notebook, an async flow): run on a thread of our own
         err: list[BaseException] = []
@@ -418,8 +432,10 @@ class OpenAIBackend:
 
         t = threading.Thread(target=target, name="assay-openai")
         t.start()
-        t.join()
+        t.join()  # bounded as the call is (module docstring); a stop cancels it
         if err:
+            if isinstance(err[0], _Stopped):
+                raise stop.Cancelled(f"stopped: {err[0]}") from None
             raise err[0]
 
     async def _run(self, requests: list[Request], params: SamplingParams, api: str,
@@ -468,18 +484,31 @@ class OpenAIBackend:
 
         rank = budget.start(max_connections)
         tasks: list[asyncio.Task[None]] = []
+        loop, me = asyncio.get_running_loop(), asyncio.current_task()
+
+        def cancel() -> None:  # a stop (assay.stop), called from the thread that stops the run
+            if me is not None:
+                with contextlib.suppress(RuntimeError):  # this call's loop already closed
+                    loop.call_soon_threadsafe(me.cancel)
+
         try:
-            if budget.breaker is not None:  # half-open: one single-attempt probe decides
-                async with client() as c:
-                    await attempt(c, queue.pop(), probe=True)
-            tasks = [asyncio.create_task(lane()) for _ in range(min(max_connections, len(queue)))]
-            await asyncio.gather(*tasks)
+            with stop.watch(cancel):
+                if budget.breaker is not None:  # half-open: one single-attempt probe decides
+                    async with client() as c:
+                        await attempt(c, queue.pop(), probe=True)
+                tasks = [asyncio.create_task(lane())
+                         for _ in range(min(max_connections, len(queue)))]
+                await asyncio.gather(*tasks)
         except BaseException as e:  # stop the other lanes: their slots go back as they end
+            # (on a stop, cancelling a lane cancels its request: httpx closes the connection)
             for t in tasks:
                 t.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
             if isinstance(e, _Fatal):
                 raise GenerationError(str(e)) from None
+            reason = stop.stopped()
+            if isinstance(e, asyncio.CancelledError) and reason is not None:
+                raise _Stopped(reason) from None  # leaves asyncio.run as an ordinary error
             raise
         finally:
             budget.finish()
@@ -509,17 +538,19 @@ class OpenAIBackend:
         stats.limited(budget.allowed(cap))
         t0 = time.monotonic()
         status: int | str | None = None
+        reached = True  # counted as sent unless no connection was made (the server saw nothing)
         try:
-            stats.sent()
             try:
                 async with asyncio.timeout(self.spec.timeout_s):
                     resp = await client.post(path, json=job.body)
             except (TimeoutError, httpx.TimeoutException) as e:
                 why = f"timeout after {self.spec.timeout_s:g}s ({type(e).__name__})"
                 status = cause = "timeout"
+                reached = not isinstance(e, httpx.ConnectTimeout)
             except httpx.TransportError as e:
                 why = f"connection error ({type(e).__name__}: {e})"
                 status = cause = "connection"
+                reached = not isinstance(e, httpx.ConnectError)
             else:
                 status = code = resp.status_code
                 if code < 400:
@@ -534,6 +565,8 @@ class OpenAIBackend:
                 wait_hint = retry_after_s(resp.headers.get("retry-after"))
         finally:  # the slot goes back on every path: the waker of parked lanes
             budget.done(sent_at=t0, status=status)
+            if reached:
+                stats.sent()
         backoff = random.uniform(0, min(BACKOFF_MAX_S, BACKOFF_BASE_S * 2 ** job.attempt))
         wait = max(backoff, wait_hint) if wait_hint is not None else backoff
         elapsed = time.monotonic() - job.start

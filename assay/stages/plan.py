@@ -23,6 +23,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from assay import progress as live
+from assay import stop
 from assay.report import WARM_IMPORTS as REPORT_IMPORTS
 from assay.spec import StudySpec
 from assay.stages.build_rows import run_build_rows
@@ -362,6 +363,13 @@ def max_parallel_for(spec: StudySpec, override: int | None = None) -> int:
     return override or getattr(spec.execution, "max_parallel", None) or DEFAULT_MAX_PARALLEL
 
 
+def _why_stopped(e: BaseException) -> str:
+    """The stop's reason as :mod:`assay.stop` records it."""
+    if type(e).__name__ in ("Terminated", "TerminationSignal"):
+        return "terminated (SIGTERM)"
+    return str(e) or "interrupted"
+
+
 def run_study(spec: StudySpec, store: Store, *, call: Callable[..., StageResult] = direct_call,
               call_many: Callable[..., list[StageResult]] = direct_map,
               progress: Callable[[StageResult], None] | None = print_progress,
@@ -381,6 +389,7 @@ def run_study(spec: StudySpec, store: Store, *, call: Callable[..., StageResult]
                          workers=workers)
     if mode != "graph":
         raise ValueError(f"run_study: mode must be 'graph' or 'chain', not {mode!r}")
+    stop.clear()  # a new run: an earlier run's stop in this process is over
     workers = workers or spec.execution.workers
     cap = max_parallel_for(spec, max_parallel)
     loader = Preloader(spec) if preload and Preloader.wanted(spec) else None
@@ -395,11 +404,15 @@ def run_study(spec: StudySpec, store: Store, *, call: Callable[..., StageResult]
     try:
         run = run_graph(graph, ex, max_parallel=cap,
                         capacity=capacity if capacity is not None else LOCAL_CAPACITY)
-    except BaseException:  # Ctrl-C, SIGTERM (Prefect's TerminationSignal), a stop: shards
-        # grading on other threads stop too (the task runner would otherwise wait for them)
-        from assay.grading import cancel_running
+    except BaseException as e:  # Ctrl-C, SIGTERM (Prefect's TerminationSignal), a stop: the
+        # nodes on other threads stop too (the task runner would otherwise wait for them):
+        # requests in flight, grading, sandboxes (assay.stop; a watchdog triggered it already)
+        if isinstance(e, Exception):  # a node failed: the graph ran all it could first
+            from assay.grading import cancel_running
 
-        cancel_running()
+            cancel_running()
+        else:
+            stop.trigger(_why_stopped(e))
         if loader is not None:
             loader.close()  # bounded: a model mid-load or mid-score is killed
         raise
