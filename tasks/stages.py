@@ -10,17 +10,26 @@ a second, non-atomic copy keyed on run state, which is what breaks resume after 
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Callable
 from typing import Any
 
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from assay import stages
+from assay import libguard, stages
 
 
 def _task(fn: Callable[..., Any], name: str, run_name: str) -> Any:
-    return task(fn, name=name, task_run_name=run_name, cache_policy=NO_CACHE,
+    @functools.wraps(fn)
+    def node(store: Any, spec: Any, *args: Any, **kwargs: Any) -> Any:
+        # the spec's heavy imports, complete before this node's body runs: a no-op where the
+        # flow did it (threads of this process), the first node's job on a cluster worker
+        # whose other threads run nodes too (assay.libguard)
+        libguard.prepare_node(spec)
+        return fn(store, spec, *args, **kwargs)
+
+    return task(node, name=name, task_run_name=run_name, cache_policy=NO_CACHE,
                 persist_result=False, retries=0)
 
 
