@@ -88,6 +88,10 @@ class DecontamSpec(SpecModel):
         default_factory=dict, description="further keyword arguments of assay.contamination"
     )
 
+    def warm_imports(self) -> tuple[str, ...]:
+        """The bundled MiniLM's libraries when ``semantic`` is on (assay.libguard)."""
+        return ("torch", "tokenizers") if self.params.get("semantic") else ()
+
 
 # ------------------------------------------------------------------------------- reward models
 

@@ -17,12 +17,20 @@ from typing import Any
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from assay import stages
+from assay import libguard, stages
 from assay.stages.headstart import joined
 
 
 def _task(fn: Callable[..., Any], name: str, run_name: str) -> Any:
-    return task(fn, name=name, task_run_name=run_name, cache_policy=NO_CACHE,
+    @functools.wraps(fn)
+    def node(store: Any, spec: Any, *args: Any, **kwargs: Any) -> Any:
+        # the spec's heavy imports, complete before this node's body runs: a no-op where the
+        # flow did it (threads of this process), the first node's job on a cluster worker
+        # whose other threads run nodes too (assay.libguard)
+        libguard.prepare_node(spec)
+        return fn(store, spec, *args, **kwargs)
+
+    return task(node, name=name, task_run_name=run_name, cache_policy=NO_CACHE,
                 persist_result=False, retries=0)
 
 
@@ -40,6 +48,8 @@ build_rows = _task(_stage(stages.run_build_rows), "build-rows", "build-rows-{sou
 filter_rows = _task(_stage(stages.run_filter_rows), "filter-rows", "filter-rows-{source_name}")
 grade_shard = _task(_stage(stages.run_grade_shard), "grade", "grade-{source_name}-{shard}")
 decontaminate = _task(_stage(stages.run_decontaminate), "decontaminate", "decontaminate")
+
+
 def gpu_slot(device: str) -> Any:
     """A strict ``gpu`` global concurrency slot when scoring on CUDA; a no-op on CPU. The limit
     is created with 1 slot if the server lacks it: raise it with ``prefect gcl update gpu

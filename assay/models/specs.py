@@ -15,11 +15,12 @@ Example:
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, Field, field_validator, model_validator
 
 from assay.errors import SpecError
+from assay.libguard import TRANSFORMERS
 from assay.models.registry import BACKENDS
 from assay.specbase import SpecModel as _Strict
 from assay.specbase import version_field
@@ -90,6 +91,9 @@ class OpenAISpec(_Strict):
 
 class HFSpec(_Strict):
     """A local transformers causal LM: a local directory, or a hub id with a ``revision``."""
+
+    #: imported before the study's nodes run side by side (assay.libguard)
+    WARM_IMPORTS: ClassVar[tuple[str, ...]] = (*TRANSFORMERS, "transformers:AutoModelForCausalLM")
 
     kind: Literal["hf"] = "hf"
     path: str = Field(description="local directory or hub id")

@@ -11,11 +11,12 @@ Example:
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import Field, field_validator
 
 from assay.hashing import code_identity, dir_digest
+from assay.libguard import TRANSFORMERS
 from assay.paths import Paths
 from assay.registry import load_callable
 from assay.reward.registry import REWARD_MODELS
@@ -42,6 +43,20 @@ class EmbeddingModel(RewardModelEntry):
 
     kind: Literal["embedding"]
 
+    def warm_imports(self) -> tuple[str, ...]:
+        """torch and tokenizers (the direct BERT path); transformers when the folder needs it
+        (imported before the study's nodes run side by side: assay.libguard)."""
+        from assay.libguard import TRANSFORMERS
+        from assay.reward.bert import bert_reason
+        from assay.reward.embedding import bundled_model_path
+
+        path = self.params.get("path")
+        try:
+            direct = bert_reason(path or bundled_model_path()) is None
+        except Exception:  # noqa: BLE001 (a folder it cannot read: building it says why)
+            direct = True
+        return ("torch", "tokenizers") if direct else (*TRANSFORMERS, "transformers:AutoModel")
+
     def build(self, paths: Paths) -> Any:
         from assay.reward.embedding import EmbeddingRewardModel
 
@@ -58,6 +73,10 @@ class EmbeddingModel(RewardModelEntry):
 class HFModel(RewardModelEntry):
     """A transformers sequence-classification reward model: a hub id (pin ``revision``) or a
     local folder (relative to the spec)."""
+
+    #: imported before the study's nodes run side by side (assay.libguard)
+    WARM_IMPORTS: ClassVar[tuple[str, ...]] = (
+        *TRANSFORMERS, "transformers:AutoModelForSequenceClassification")
 
     kind: Literal["hf"]
     path: str = Field(description="model id or local path")

@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import Field, field_validator
 
@@ -183,6 +183,9 @@ class FilePreferences(_RecordPreferences):
 class HubPreferences(_RecordPreferences):
     """A ``datasets`` dataset: a ``save_to_disk`` folder, a data folder or a hub id (pin
     ``revision``; served from the local cache unless ``allow_download``)."""
+
+    #: imported before the study's nodes run side by side (assay.libguard)
+    WARM_IMPORTS: ClassVar[tuple[str, ...]] = ("datasets",)
 
     kind: Literal["hf_dataset"]
     path: str = Field(description="hub id, save_to_disk folder, or folder of data files")

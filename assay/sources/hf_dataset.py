@@ -24,7 +24,7 @@ Example:
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from pydantic import Field
 
@@ -40,6 +40,9 @@ if TYPE_CHECKING:
 
 class HFDatasetSource(RecordSourceSpec):
     """A benchmark through ``datasets``: a save_to_disk folder, Parquet/JSONL files, a hub id."""
+
+    #: imported before the study's nodes run side by side (assay.libguard)
+    WARM_IMPORTS: ClassVar[tuple[str, ...]] = ("datasets",)
 
     kind: Literal["hf_dataset"]
     path: str = Field(description="a hub id (org/name), a folder written by save_to_disk, or a "

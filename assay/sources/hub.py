@@ -84,6 +84,52 @@ def _pick_split(ds: Any, split: str | None, where: str,
     return ds, own
 
 
+def local_data_problem(p: Path) -> str | None:
+    """What is wrong with local data at ``p`` as assay reads it itself (a file it cannot open,
+    a JSON line that does not parse, a Parquet file without a valid footer, a save_to_disk
+    folder whose metadata does not parse), or None when every file reads: then a failure to
+    load it is not the data's fault."""
+    import json
+
+    import pyarrow as pa
+    import pyarrow.csv as pcsv
+    import pyarrow.parquet as pq
+
+    from assay.jsonl import iter_jsonl
+
+    saved = p.is_dir() and ((p / "dataset_info.json").exists()
+                            or (p / "dataset_dict.json").exists())
+    if saved:
+        files = sorted(f for f in p.rglob("*") if f.suffix in (".json", ".arrow"))
+    else:
+        files = [p] if p.is_file() else sorted(f for f in p.rglob("*")
+                                                 if f.suffix in _DATA_SUFFIXES)
+    for f in files:
+        try:
+            if f.suffix == ".parquet":
+                pq.read_metadata(f)
+            elif f.suffix == ".arrow":
+                with pa.memory_map(str(f)) as src:
+                    pa.ipc.open_stream(src).read_all()
+            elif f.suffix == ".csv":
+                pcsv.read_csv(f)
+            elif saved or f.suffix == ".json":  # one JSON document (or, .json, JSON lines)
+                try:
+                    json.loads(f.read_text(encoding="utf-8"))
+                except ValueError:
+                    if saved:
+                        raise
+                    for _ in iter_jsonl(f, where=str(f)):
+                        pass
+            else:
+                for _ in iter_jsonl(f, where=str(f)):
+                    pass
+        except (OSError, ValueError, UnicodeDecodeError, pa.ArrowException) as e:
+            return (f"cannot read {f}: {type(e).__name__}: {str(e)[:300]} (fix or replace the "
+                    "file)")
+    return None
+
+
 def is_local(path: str | Path) -> bool:
     """A folder or file on this machine (a hub id is anything else)."""
     return Path(path).exists()
@@ -104,11 +150,19 @@ def load_dataset_records(path: str | Path, *, name: str | None = None, split: st
     names give, as in ``datasets``: ``test-0.parquet``, ``train/...``; unnamed files are one
     split). ``DatasetRecords.split`` is the split read (None: one Dataset without a split name).
     """
-    import datasets
+    from assay import libguard
 
-    datasets.disable_progress_bars()
     p = Path(path)
     local = p.exists()
+    # one load at a time, progress bars off: datasets' loaders share process-wide state
+    # (assay.libguard says which); the records are copied out under the same hold
+    with libguard.datasets() as datasets:
+        return _load(datasets, p, path, name, split, revision, allow_download, where, local)
+
+
+def _load(datasets: Any, p: Path, path: str | Path, name: str | None, split: str | None,
+          revision: str | None, allow_download: bool, where: str, local: bool
+          ) -> DatasetRecords:
     try:
         if local and p.is_dir() and ((p / "dataset_info.json").exists()
                                      or (p / "dataset_dict.json").exists()):
@@ -136,13 +190,18 @@ def load_dataset_records(path: str | Path, *, name: str | None = None, split: st
             ds, split = _pick_split(got, split, where)
     except SpecError:
         raise
-    except ValueError as e:
-        if "split" in str(e).lower() or "Unknown split" in str(e):
+    except Exception as e:
+        if isinstance(e, ValueError) and "split" in str(e).lower():
             raise SpecError(f"{where}: split {split!r}: {e}") from None
-        raise SpecError(f"{where}: cannot read {path!r} ({type(e).__name__}: {e})") from None
-    except Exception as e:  # the hub client raises many types when offline
         if local:
-            raise SpecError(f"{where}: cannot read {path!r} ({type(e).__name__}: {e})") from None
+            # Blamed on the data only when assay's own reading of it finds what is wrong;
+            # otherwise the failure is the library's (or ours): it propagates with its
+            # traceback (exit 1, the stage and run.log named), never "cannot read" a file
+            # that reads fine.
+            problem = local_data_problem(p)
+            if problem is not None:
+                raise SpecError(f"{where}: {problem}") from e
+            raise
         raise SpecError(
             f"{where}: {path!r} is not a local path and could not be loaded from the local hub "
             f"cache ({type(e).__name__}: {str(e)[:200]}). Pre-download it on a machine with "

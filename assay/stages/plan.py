@@ -15,13 +15,12 @@ Example:
 
 from __future__ import annotations
 
-import contextlib
-import importlib
 import os
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from assay import libguard
 from assay import progress as live
 from assay import stop
 from assay.report import WARM_IMPORTS as REPORT_IMPORTS
@@ -305,6 +304,12 @@ class Preloader:
         kinds = sorted({type(m).__module__ for m in models if m.kind != "function"})
         self.worker.warm(["torch", *kinds])
 
+    def remote_models(self) -> list[Any]:
+        """The scoring models that load only in the worker process (none is also audited here)."""
+        if self.spec.reward is None or self.spec.reward.data is not None:
+            return []
+        return self.spec.reward.scoring_models()
+
     def idle(self) -> bool:
         """No load in flight (none started, or it ended: loaded or failed)."""
         return self.thread is None or self._ended.is_set()
@@ -319,9 +324,7 @@ class Preloader:
         # New completions mean new measurements and a new report, the run's last two nodes:
         # their imports (scipy's, matplotlib's: ~1 s of CPU) are done here, off the critical
         # path, not at the very end. A failing import is left for its stage to raise.
-        for name in MEASURE_IMPORTS + REPORT_IMPORTS:
-            with contextlib.suppress(Exception):
-                importlib.import_module(name)
+        libguard.warm(MEASURE_IMPORTS + REPORT_IMPORTS)
 
     @staticmethod
     def wanted(spec: StudySpec) -> bool:
@@ -393,6 +396,9 @@ def run_study(spec: StudySpec, store: Store, *, call: Callable[..., StageResult]
     workers = workers or spec.execution.workers
     cap = max_parallel_for(spec, max_parallel)
     loader = Preloader(spec) if preload and Preloader.wanted(spec) else None
+    # every heavy import the nodes make here, done before they run side by side (why: see
+    # assay.libguard); the preloaded scoring models load in their own process
+    libguard.prepare(spec, loader.remote_models() if loader is not None else ())
     graph = study_graph(spec, store, progress=progress, workers=workers, loader=loader)
     if loader is not None:
         loader.wake = graph.wake

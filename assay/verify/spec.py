@@ -60,6 +60,24 @@ class VerifierSpec(SpecModel):
                     )
         return self
 
+    def warm_imports(self) -> tuple[str, ...]:
+        """What building and running this verifier imports in the study's process (see
+        assay.libguard): its class's ``WARM_IMPORTS``, and a judge model's."""
+        out: tuple[str, ...] = ()
+        if ":" not in self.kind:
+            from assay.verify.registry import VERIFIERS
+
+            out = tuple(getattr(VERIFIERS.get(self.kind).obj, "WARM_IMPORTS", ()))
+        model = self.params.get("model")
+        if self.kind == "judge" and isinstance(model, dict) and "kind" in model:
+            from assay.models.specs import backend_spec
+
+            try:
+                out += tuple(getattr(backend_spec(model), "WARM_IMPORTS", ()))
+            except Exception:  # noqa: BLE001 (an entry building the judge reports properly)
+                pass
+        return out
+
     def label(self) -> str:
         """How the report names the verifier: its kind, or the function (and its version)."""
         if self.kind == "judge" and isinstance(self.params.get("model"), dict):

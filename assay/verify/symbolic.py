@@ -47,6 +47,9 @@ class MathEqual(Verifier):
     """
 
     parallel = True
+    #: imported before the study's nodes run side by side (assay.libguard): math-verify
+    #: brings sympy and regex, which datasets' pickler reads once their names are loaded
+    WARM_IMPORTS = ("math_verify",)
 
     def __init__(self, timeout: int = 5, *, float_rounding: int = 6,
                  name: str = "MathEqual") -> None:
