@@ -20,9 +20,8 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from assay import libguard
+from assay import libguard, stop
 from assay import progress as live
-from assay import stop
 from assay.report import WARM_IMPORTS as REPORT_IMPORTS
 from assay.spec import StudySpec
 from assay.stages.build_rows import run_build_rows
