@@ -10,9 +10,11 @@ ends. Every way a run is stopped now calls :func:`trigger` (the watchdog the mom
 an interrupted study graph as it unwinds), and every long wait in a stage either registers a
 waker here or is abandoned through :func:`call`; nothing asks which kind of stop it was.
 
-The stop is sticky until the next run :func:`clear`\\ s it: a node that starts after the
-trigger (a task the runner had already taken) stops at its first wait instead of running to
-the end against a server that no longer answers.
+The stop is sticky until the next run begins (:func:`run` or :func:`clear`): a node that
+starts after the trigger (a task the runner had already taken) stops at its first wait instead
+of running to the end against a server that no longer answers. Each clear starts a new epoch,
+so a thread the stopped run abandoned never commits into the next run (:func:`check` with the
+epoch it started in).
 
 Example:
     >>> import threading
@@ -49,6 +51,8 @@ _reason: str | None = None
 _hooks: dict[int, Callable[[], None]] = {}
 _ids = itertools.count()
 _changed = threading.Condition(_lock)
+_epoch = 0  # how many times a run began afresh (clear)
+_active = 0  # runs in progress (run)
 
 
 def stopped() -> str | None:
@@ -74,10 +78,36 @@ def trigger(reason: str) -> None:
 
 
 def clear() -> None:
-    """A new run starts: the last run's stop no longer applies."""
-    global _reason
+    """A new run starts: the last run's stop no longer applies (a new epoch)."""
+    global _reason, _epoch
     with _lock:
         _reason = None
+        _epoch += 1
+
+
+def epoch() -> int:
+    """The current run's epoch: what :func:`check` compares against for a thread that must
+    not outlive its run."""
+    return _epoch
+
+
+@contextlib.contextmanager
+def run() -> Iterator[int]:
+    """A unit of work a caller started (a study, a direct ``assay.generate`` call): the first
+    of them to begin while no other is in progress clears a stop left by an earlier, finished
+    run (a notebook user's Ctrl-C must not cancel their next call); one that begins inside
+    another shares its stop. Yields the epoch it runs in."""
+    global _active
+    with _lock:
+        fresh = _active == 0
+        _active += 1
+    try:
+        if fresh and _reason is not None:
+            clear()
+        yield _epoch
+    finally:
+        with _lock:
+            _active -= 1
 
 
 @contextlib.contextmanager
@@ -112,10 +142,13 @@ def wait(timeout: float | None) -> bool:
         return _reason is not None
 
 
-def check() -> None:
-    """Raise :class:`Cancelled` when the run has been stopped."""
+def check(since: int | None = None) -> None:
+    """Raise :class:`Cancelled` when the run has been stopped, or (given the ``since`` epoch a
+    thread's run began in) when that run is over and another has begun."""
     if _reason is not None:
         raise Cancelled(f"stopped: {_reason}")
+    if since is not None and since != _epoch:
+        raise Cancelled("stopped: the run this work belonged to is over")
 
 
 def call(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
@@ -157,4 +190,5 @@ def call(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
     return out[0]  # type: ignore[no-any-return]
 
 
-__all__ = ["Cancelled", "always", "call", "check", "clear", "stopped", "trigger", "wait", "watch"]
+__all__ = ["Cancelled", "always", "call", "check", "clear", "epoch", "run", "stopped", "trigger",
+           "wait", "watch"]

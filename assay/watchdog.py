@@ -234,7 +234,14 @@ def guard(deadline: str | float | None = None, stall_after: str | float | None =
     """
     from assay import stop as stops
 
-    stops.clear()  # a new guarded run: an earlier stop in this process is over
+    with stops.run():  # a new guarded run: a stop left by an earlier, finished one is over
+        with _guard(deadline, stall_after, grace_s=grace_s, hard_exit=hard_exit) as w:
+            yield w
+
+
+@contextlib.contextmanager
+def _guard(deadline: str | float | None, stall_after: str | float | None, *, grace_s: float,
+           hard_exit: Callable[[RunStopped], None] | None) -> Iterator[Watchdog | None]:
     d = parse_duration(deadline) if deadline is not None else None
     s = parse_duration(stall_after) if stall_after is not None else None
     if d is None and s is None:

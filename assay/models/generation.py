@@ -193,6 +193,19 @@ def generate(prompts: Sequence[Any], model: Any, *, k: int = 1,
     A completion already in the journal is not asked again, unless it is an error record: those
     are retried. A 4xx other than 408/429 raises :class:`assay.errors.GenerationError`.
     """
+    with stop.run() as epoch:  # a stop left by an earlier, finished run does not apply here
+        return _generate(prompts, model, k=k, params=params, seed=seed, api=api, system=system,
+                         max_connections=max_connections, store=store, journal=journal,
+                         label=label, stage=stage, scope=scope, on_prompt=on_prompt,
+                         epoch=epoch)
+
+
+def _generate(prompts: Sequence[Any], model: Any, *, k: int,
+              params: SamplingParams | Mapping[str, Any] | None, seed: int, api: str,
+              system: str | None, max_connections: int, store: Store | None,
+              journal: str | None, label: str | None, stage: str, scope: str | None,
+              on_prompt: Callable[[int, list[dict[str, Any]]], None] | None,
+              epoch: int) -> Generations:
     backend = make_backend(model)
     gspec = GenerateSpec(model=backend.spec, api=api, k=k, params=params or SamplingParams(),
                          seed=seed, max_connections=max_connections, system=system)
@@ -245,7 +258,9 @@ def generate(prompts: Sequence[Any], model: Any, *, k: int = 1,
         stats = RunStats(unit)
 
         def commit(req: Request, result: dict[str, Any]) -> None:
-            stop.check()  # an abandoned backend thread (stop.call) must not write after a stop
+            # an abandoned backend thread (stop.call) must not write after a stop, nor into
+            # a later run
+            stop.check(epoch)
             if req.key in committed:  # a backend bug: never two records for one sample
                 raise GenerationError(f"backend {backend.spec.kind} committed sample "
                                       f"{req.sample_index} of prompt {req.prompt_index} twice")

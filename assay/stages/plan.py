@@ -391,7 +391,19 @@ def run_study(spec: StudySpec, store: Store, *, call: Callable[..., StageResult]
                          workers=workers)
     if mode != "graph":
         raise ValueError(f"run_study: mode must be 'graph' or 'chain', not {mode!r}")
-    stop.clear()  # a new run: an earlier run's stop in this process is over
+    # a new run: a stop left by an earlier, finished run is over; one that begins beside a
+    # running one (the head start's graph and the flow's) shares its stop
+    with stop.run():
+        return _run_graph(spec, store, executor=executor, progress=progress, workers=workers,
+                          max_parallel=max_parallel, capacity=capacity, preload=preload,
+                          stream=stream)
+
+
+def _run_graph(spec: StudySpec, store: Store, *, executor: Any,
+               progress: Callable[[StageResult], None] | None,
+               workers: int | None, max_parallel: int | None,
+               capacity: Mapping[str, int] | None, preload: bool,
+               stream: bool | None) -> StudyRun:
     workers = workers or spec.execution.workers
     cap = max_parallel_for(spec, max_parallel)
     loader = Preloader(spec) if preload and Preloader.wanted(spec) else None

@@ -43,7 +43,9 @@ execution: {{shard_rows: 8}}
 
 
 def _env(tmp: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}
+    # a user with no Prefect settings: the session's prefect_server fixture (run earlier in
+    # this worker) leaves PREFECT_HOME and the API URL in os.environ
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     env["ASSAY_CACHE_DIR"] = str(tmp / "user-cache")  # a user with no template yet
     return env

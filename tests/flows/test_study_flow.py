@@ -5,6 +5,7 @@ Kill-and-resume with a real subprocess lives in test_flow_resume.py.
 
 from __future__ import annotations
 
+import inspect
 import json
 from pathlib import Path
 
@@ -183,8 +184,9 @@ def test_reward_stage_scores_inside_the_device_slot(tmp_path: Path) -> None:
 
     res = stages.run_reward_audit(Store(tmp_path / "store"), spec, "len", device_slot=slot)
     assert seen == ["cpu"] and res.stage == "score-reward-model"
-    assert score_reward_model.fn is _score_reward_model
+    assert inspect.unwrap(score_reward_model.fn) is _score_reward_model
     # row scoring: the flow dispatches run_score_rows to the task that passes the gpu slot
     from tasks.stages import TASKS, _score_rows, score_rows
 
-    assert TASKS[stages.run_score_rows] is score_rows and score_rows.fn is _score_rows
+    assert TASKS[stages.run_score_rows] is score_rows
+    assert inspect.unwrap(score_rows.fn) is _score_rows

@@ -200,3 +200,40 @@ def test_timeouts_cut_the_concurrency(tmp_path, fast_backoff) -> None:
         assert g.stats["completions"] == 32
     finally:
         srv.stop()
+
+
+def test_a_finished_runs_stop_does_not_cancel_the_next_call(tmp_path) -> None:
+    """A watchdog stopped an earlier guarded run in this process (a notebook's last study):
+    the next direct call runs, and a thread that run abandoned cannot commit into it."""
+    from assay import progress
+    from assay.watchdog import RunStopped, guard
+
+    with pytest.raises(RunStopped):
+        with guard(stall_after="0.2s"):
+            with progress.track("grade", "stalled shard 1/1", total=1):
+                time.sleep(60)  # the stall detector ends it
+    assert stop.stopped() is not None  # sticky: a node the stopped run still held stops too
+    left_over = stop.epoch()
+    srv = OpenAIServer().start()
+    try:
+        g = generate(QS, spec(srv.base_url), store=Store(tmp_path / "s"))
+        assert g.stats["completions"] == len(QS) == srv.count()
+    finally:
+        srv.stop()
+    assert stop.stopped() is None
+    with pytest.raises(stop.Cancelled):
+        stop.check(left_over)  # what the abandoned run's threads check before they commit
+
+
+def test_a_call_inside_a_stopped_run_stays_stopped(tmp_path) -> None:
+    """Only the first unit of work to begin clears an old stop: a node starting inside a run
+    that was stopped meanwhile is cancelled at once, before it asks the server anything."""
+    srv = OpenAIServer().start()
+    try:
+        with stop.run():
+            stop.trigger("test stop")
+            with pytest.raises(stop.Cancelled):
+                generate(QS, spec(srv.base_url), store=Store(tmp_path / "s"))
+        assert srv.count() == 0
+    finally:
+        srv.stop()
