@@ -108,11 +108,9 @@ def _reward_resources(models: Sequence[Any]) -> tuple[str, ...]:
 # Which ready node takes a free place under max_parallel (results keep the chain's order):
 # building and filtering any source's rows first, then grade and score-rows shards whose rows
 # exist, then generate shards. Generate shards beyond the server's connections only park on its
-# budget while holding a place, so ranked in the chain's order (a source's every generate shard
-# before its grades, source by source) they kept every grade, and later sources' rows, waiting
-# for the last of them to start: with 16 shards and max_parallel 8 the first grade began 7 s
-# after its rows existed (measured, when the second source's rows were built first). Grading
-# holds the cores (one shard at a time), so generation keeps every other place.
+# budget while holding a place: ranked in the chain's order they would keep every grade, and
+# later sources' rows, waiting for the last of them to start (benchmarks/pipeline.py shows the
+# cost). Grading holds the cores (one shard at a time), so generation keeps every other place.
 _ROWS_FIRST = (0, -2)
 _GRADED_NEXT = (0, -1)
 
