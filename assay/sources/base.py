@@ -10,7 +10,7 @@ Example:
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field, field_validator
 
@@ -22,6 +22,13 @@ from assay.verify.spec import VerifierSpec
 
 if TYPE_CHECKING:
     from assay.rows import Rows
+
+
+#: How a source's rows get their verdicts, said once (lm-eval's ``output_type``):
+#: ``scores`` given with the completions; ``verify`` given completions graded by a verifier;
+#: ``generate`` completions asked of the model under test, then graded; ``choices`` and
+#: ``perplexity`` scored by a model's log-likelihoods (no completions, no verifier).
+Mode = Literal["scores", "verify", "generate", "choices", "perplexity"]
 
 
 class SourceSpec(SpecModel):
@@ -43,6 +50,19 @@ class SourceSpec(SpecModel):
     @classmethod
     def _steps(cls, v: list[dict[str, Any]]) -> list[dict[str, Any]]:
         return check_steps(v, ROW_OPS, used_by="a source's rows")
+
+    @property
+    def mode(self) -> Mode:
+        """How this source's rows get their verdicts (:data:`Mode`); the stages, the planner
+        and the report read it here instead of probing optional fields."""
+        if self.generate is not None:
+            return "generate"
+        return "verify" if self.verifier is not None else "scores"
+
+    @property
+    def scoring_model(self) -> Any:
+        """The model that scores a ``choices`` or ``perplexity`` source's records, else None."""
+        return None
 
     def build_rows(self, paths: Paths) -> Rows:
         """The source's ungraded (or given-score) rows."""

@@ -31,7 +31,7 @@ from assay.errors import RowsError, RowsTypeError, SpecError
 from assay.models.specs import GenerateSpec
 from assay.paths import Paths
 from assay.rows import Rows
-from assay.sources.base import SourceSpec
+from assay.sources.base import Mode, SourceSpec
 from assay.sources.choices import ChoicesSpec
 from assay.sources.documents import PerplexitySpec
 from assay.sources.fieldpath import (  # noqa: F401  (re-exported: their home was here)
@@ -306,6 +306,19 @@ class RecordSourceSpec(SourceSpec):
         "(then records need the question, the choices and the answer)")
     perplexity: PerplexitySpec | None = Field(
         None, description="perplexity of a model on each record's document (rolling windows)")
+
+    @property
+    def mode(self) -> Mode:
+        if self.choices is not None:
+            return "choices"
+        if self.perplexity is not None:
+            return "perplexity"
+        return super().mode
+
+    @property
+    def scoring_model(self) -> Any:
+        scored = self.choices or self.perplexity
+        return None if scored is None else scored.model
 
     @model_validator(mode="after")
     def _record_options(self) -> RecordSourceSpec:

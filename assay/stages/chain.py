@@ -19,9 +19,8 @@ from assay.stages.filter_rows import run_filter_rows
 from assay.stages.generate import prompts_per_shard, run_generate_shard
 from assay.stages.grade import run_grade_shard, shard_bounds
 from assay.stages.measure import run_measure
+from assay.stages.modes import LOGLIK_STAGES
 from assay.stages.report import run_report
-from assay.stages.score_choices import run_score_choices
-from assay.stages.score_documents import run_score_documents
 from assay.stages.score_reward_model import run_reward_audit
 from assay.stages.score_rows import run_score_rows
 from assay.store import Store
@@ -72,8 +71,7 @@ def run_chain(spec: StudySpec, store: Store, *, call: Callable[..., StageResult]
         built = call(run_build_rows, store, spec, src.name, progress=progress)
         filtered = call(run_filter_rows, store, spec, src.name, built, progress=progress)
         done += [built, filtered]
-        scorer = (run_score_choices if getattr(src, "choices", None) is not None else
-                  run_score_documents if getattr(src, "perplexity", None) is not None else None)
+        scorer = LOGLIK_STAGES.get(src.mode)
         if scorer is not None:  # questions or documents, scored by log-likelihood
             pb = shard_bounds(load_rows(store, filtered), spec.execution.shard_rows)
             graded[src.name] = tuple(call_many(scorer, [(

@@ -95,14 +95,9 @@ class HeadStart:
             return False
         devices: list[Any] = []
         for src in spec.sources:
-            gen = getattr(src, "generate", None)
-            model = getattr(gen, "model", None)
-            if getattr(model, "kind", None) == "hf":
-                devices.append(getattr(model, "device", "auto"))
-            mode = getattr(src, "choices", None) or getattr(src, "perplexity", None)
-            m = getattr(mode, "model", None)
-            if getattr(m, "kind", None) == "hf":
-                devices.append(getattr(m, "device", "auto"))
+            for model in (getattr(src.generate, "model", None), src.scoring_model):
+                if getattr(model, "kind", None) == "hf":
+                    devices.append(getattr(model, "device", "auto"))
         if spec.reward is not None:
             devices += [(getattr(m, "params", None) or {}).get("device", "auto")
                         for m in spec.reward.models if getattr(m, "kind", None) != "function"]

@@ -61,14 +61,14 @@ def run_measure(store: Store, spec: StudySpec, graded: Mapping[str, Sequence[Sta
             from assay.measure.choices import choice_accuracy
 
             ca = m.choice_accuracy
-            for n in ca.sources or [s.name for s in spec.sources if getattr(s, "choices", None)]:
+            for n in ca.sources or [s.name for s in spec.sources if s.mode == "choices"]:
                 docs.append(result_doc("choice_accuracy", f"choice_accuracy[{n}]" + (
                     f" by {ca.by}" if ca.by else ""), choice_accuracy(rows[n], by=ca.by), source=n))
         if m.perplexity is not None:
             from assay.measure.perplexity import perplexity
 
             for n in m.perplexity.sources or [s.name for s in spec.sources
-                                               if getattr(s, "perplexity", None)]:
+                                               if s.mode == "perplexity"]:
                 docs.append(result_doc("perplexity", f"perplexity[{n}]", perplexity(rows[n]),
                                        source=n))
         for c in m.compare:

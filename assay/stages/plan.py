@@ -34,9 +34,8 @@ from assay.stages.grade import run_grade_shard, shard_bounds
 from assay.stages.graph import Graph, Node, ThreadExecutor, run_graph
 from assay.stages.measure import WARM_IMPORTS as MEASURE_IMPORTS
 from assay.stages.measure import run_measure
+from assay.stages.modes import LOGLIK_STAGES
 from assay.stages.report import run_report
-from assay.stages.score_choices import run_score_choices
-from assay.stages.score_documents import run_score_documents
 from assay.stages.score_reward_model import run_reward_audit
 from assay.stages.score_rows import preload, run_score_rows
 from assay.stages.stream import Pregrader
@@ -88,11 +87,10 @@ def _generation_resources(src: Any) -> tuple[str, ...]:
 
 def _loglik(src: Any) -> tuple[Callable[..., StageResult] | None, tuple[str, ...]]:
     """A choices or perplexity source's scoring stage and the slots its model holds."""
-    mode = getattr(src, "choices", None) or getattr(src, "perplexity", None)
-    if mode is None:
+    fn = LOGLIK_STAGES.get(src.mode)
+    if fn is None:
         return None, ()
-    fn = run_score_choices if getattr(src, "choices", None) is not None else run_score_documents
-    model = getattr(mode, "model", None)
+    model = src.scoring_model
     if getattr(model, "kind", None) != "hf":
         return fn, ()
     return fn, _model_resources([getattr(model, "device", "auto")])
@@ -207,7 +205,7 @@ def _shards(spec: StudySpec, store: Store | None, si: int, src: Any, scored: Seq
                                   label=name, groups=(f"final:{name}",),
                                   priority=_GRADED_NEXT + (si, 0, 1)))
             return nodes
-        gen = getattr(src, "generate", None)
+        gen = src.generate
         assert store is not None  # shards are cut from stored rows (no store: listing only)
         rows = load_rows(store, filtered)
         per = spec.execution.shard_rows

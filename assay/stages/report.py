@@ -66,7 +66,7 @@ def run_report(store: Store, spec: StudySpec, graded: Mapping[str, Sequence[Stag
 
 def _scored_by(s: Any) -> str | None:
     """The model that scores a choices: or perplexity: source, or None."""
-    m = getattr(getattr(s, "choices", None) or getattr(s, "perplexity", None), "model", None)
+    m = s.scoring_model
     return None if m is None else f"{m.kind} {getattr(m, 'path', None) or getattr(m, 'model', '')}"
 
 
