@@ -6,9 +6,11 @@ reward model's ``rm:<model>`` marker says (best-of-n, ranking, length), as JSON 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
+from assay.registry import Registry
 from assay.rows import Rows, as_table
 from assay.spec import StudySpec
 from assay.stages.cache import (
@@ -29,78 +31,43 @@ STAGE = define_stage("measure", 1)
 WARM_IMPORTS = ("assay.measure",)
 
 
+@dataclass(frozen=True)
+class MeasureContext:
+    """What a registered measure reads: the study, its sources' names and their graded rows;
+    ``outputs`` takes tables a measure stores beside the measurements (``selected``)."""
+
+    spec: StudySpec
+    names: list[str]
+    rows: Mapping[str, Any]
+    outputs: dict[str, Any]
+
+    def sources_in_mode(self, mode: str) -> list[str]:
+        return [s.name for s in self.spec.sources if s.mode == mode]
+
+
+#: A measure: ``fn(entry, ctx) -> [documents]`` for the spec's ``measure.<name>`` entry (a
+#: list entry such as ``compare`` is called once per item), one per field of ``MeasureSpec``.
+Measure = Callable[[Any, MeasureContext], list[dict[str, Any]]]
+MEASURES: Registry[Measure] = Registry("measure")
+
+
 def run_measure(store: Store, spec: StudySpec, graded: Mapping[str, Sequence[StageResult]], *,
                 progress: Any = None) -> StageResult:
-    """The measurements the spec asks for, over the graded rows of each source."""
+    """The measurements the spec asks for (each a registered measure), over the graded rows of
+    each source."""
     m = spec.measure
     names = [s.name for s in spec.sources]
 
     def compute() -> tuple[dict[str, Any], dict[str, Any]]:
-        # imported here: a cached measure (a fully cached rerun) never loads scipy
-        from assay.measure import (
-            compare,
-            compare_by,
-            eval_variance,
-            holdout_size,
-            pass_at,
-            pass_at_by,
-            select,
-        )
-        from assay.report import result_doc
-
         rows = {n: concat_rows(store, graded[n]) for n in names}
+        ctx = MeasureContext(spec, names, rows, {})
         docs: list[dict[str, Any]] = []
-        outputs: dict[str, Any] = {}
-        if m.pass_at is not None:
-            for n in m.pass_at.sources or names:
-                docs.append(result_doc("pass_at", f"pass_at[{n}]", pass_at(rows[n], k=m.pass_at.k),
-                                       source=n))
-                if m.pass_at.by is not None:
-                    docs.append(_by_doc(pass_at_by(rows[n], m.pass_at.by, k=m.pass_at.k), n))
-        if m.choice_accuracy is not None:
-            from assay.measure.choices import choice_accuracy
-
-            ca = m.choice_accuracy
-            for n in ca.sources or [s.name for s in spec.sources if s.mode == "choices"]:
-                docs.append(result_doc("choice_accuracy", f"choice_accuracy[{n}]" + (
-                    f" by {ca.by}" if ca.by else ""), choice_accuracy(rows[n], by=ca.by), source=n))
-        if m.perplexity is not None:
-            from assay.measure.perplexity import perplexity
-
-            for n in m.perplexity.sources or [s.name for s in spec.sources
-                                               if s.mode == "perplexity"]:
-                docs.append(result_doc("perplexity", f"perplexity[{n}]", perplexity(rows[n]),
-                                       source=n))
-        for c in m.compare:
-            comparison = compare(rows[c.before], rows[c.after], proxy=c.proxy,
-                                 metrics=c.metrics, alpha=c.alpha)
-            docs.append(result_doc("compare", f"compare[{c.before} -> {c.after}]", comparison,
-                                   before=c.before, after=c.after))
-            if c.by is not None:
-                res_by = compare_by(rows[c.before], rows[c.after], c.by, metrics=c.metrics,
-                                    alpha=c.alpha)
-                docs.append(result_doc("compare_by", f"compare[{c.before} -> {c.after}] by {c.by}",
-                                       res_by, before=c.before, after=c.after, by=c.by))
-        if m.eval_variance is not None:
-            for n in m.eval_variance.sources or names:
-                docs.append(result_doc("eval_variance", f"eval_variance[{n}]",
-                                       eval_variance(rows[n]), source=n))
-        if m.holdout_size is not None:
-            h = m.holdout_size
-            sizing = holdout_size(h.effect, before=rows[h.before] if h.before else None,
-                                  after=rows[h.after] if h.after else None, power=h.power,
-                                  alpha=h.alpha)
-            docs.append(result_doc("holdout_size", "holdout_size", sizing))
-        if m.select is not None:
-            selection = select(rows[m.select.source], mode="rl", band=m.select.band)
-            kept = getattr(selection, "rows", None)
-            if kept is not None:
-                outputs["selected"] = Rows(as_table(kept, require=()))
-            docs.append(result_doc("select", f"select[{m.select.source}]", selection,
-                                   source=m.select.source))
+        for name in type(m).model_fields:  # the spec's order: report.json's order
+            entry = getattr(m, name)
+            for e in entry if isinstance(entry, list) else [] if entry is None else [entry]:
+                docs += MEASURES.get(name).obj(e, ctx)
         docs += reward_row_docs(spec, rows)
-        outputs["measurements"] = docs
-        return outputs, {"rows": sum(len(r) for r in rows.values())}
+        return {**ctx.outputs, "measurements": docs}, {"rows": sum(len(r) for r in rows.values())}
 
     params = m.model_dump(mode="json")
     if spec.reward is not None and spec.reward.score is not None:
@@ -109,6 +76,89 @@ def run_measure(store: Store, spec: StudySpec, graded: Mapping[str, Sequence[Sta
     return cached_stage(store, STAGE, inputs=graded_checksums(graded, names),
                         params=params, compute=compute,
                         label=",".join(names), progress=progress)
+
+
+# The measures. Each imports its computation when called: a cached measure stage (a fully
+# cached rerun) never loads scipy.
+
+
+@MEASURES.register("pass_at")
+def _pass_at(e: Any, ctx: MeasureContext) -> list[dict[str, Any]]:
+    from assay.measure import pass_at, pass_at_by
+    from assay.report import result_doc
+
+    docs = []
+    for n in e.sources or ctx.names:
+        docs.append(result_doc("pass_at", f"pass_at[{n}]", pass_at(ctx.rows[n], k=e.k), source=n))
+        if e.by is not None:
+            docs.append(_by_doc(pass_at_by(ctx.rows[n], e.by, k=e.k), n))
+    return docs
+
+
+@MEASURES.register("choice_accuracy")
+def _choice_accuracy(e: Any, ctx: MeasureContext) -> list[dict[str, Any]]:
+    from assay.measure.choices import choice_accuracy
+    from assay.report import result_doc
+
+    return [result_doc("choice_accuracy", f"choice_accuracy[{n}]" + (f" by {e.by}" if e.by else ""),
+                       choice_accuracy(ctx.rows[n], by=e.by), source=n)
+            for n in e.sources or ctx.sources_in_mode("choices")]
+
+
+@MEASURES.register("perplexity")
+def _perplexity(e: Any, ctx: MeasureContext) -> list[dict[str, Any]]:
+    from assay.measure.perplexity import perplexity
+    from assay.report import result_doc
+
+    return [result_doc("perplexity", f"perplexity[{n}]", perplexity(ctx.rows[n]), source=n)
+            for n in e.sources or ctx.sources_in_mode("perplexity")]
+
+
+@MEASURES.register("compare")
+def _compare(c: Any, ctx: MeasureContext) -> list[dict[str, Any]]:
+    from assay.measure import compare, compare_by
+    from assay.report import result_doc
+
+    rows = ctx.rows
+    comparison = compare(rows[c.before], rows[c.after], proxy=c.proxy, metrics=c.metrics,
+                         alpha=c.alpha)
+    docs = [result_doc("compare", f"compare[{c.before} -> {c.after}]", comparison,
+                       before=c.before, after=c.after)]
+    if c.by is not None:
+        res_by = compare_by(rows[c.before], rows[c.after], c.by, metrics=c.metrics, alpha=c.alpha)
+        docs.append(result_doc("compare_by", f"compare[{c.before} -> {c.after}] by {c.by}",
+                               res_by, before=c.before, after=c.after, by=c.by))
+    return docs
+
+
+@MEASURES.register("eval_variance")
+def _eval_variance(e: Any, ctx: MeasureContext) -> list[dict[str, Any]]:
+    from assay.measure import eval_variance
+    from assay.report import result_doc
+
+    return [result_doc("eval_variance", f"eval_variance[{n}]", eval_variance(ctx.rows[n]),
+                       source=n) for n in e.sources or ctx.names]
+
+
+@MEASURES.register("holdout_size")
+def _holdout_size(h: Any, ctx: MeasureContext) -> list[dict[str, Any]]:
+    from assay.measure import holdout_size
+    from assay.report import result_doc
+
+    rows = ctx.rows
+    sizing = holdout_size(h.effect, before=rows[h.before] if h.before else None,
+                          after=rows[h.after] if h.after else None, power=h.power, alpha=h.alpha)
+    return [result_doc("holdout_size", "holdout_size", sizing)]
+
+
+@MEASURES.register("select")
+def _select(e: Any, ctx: MeasureContext) -> list[dict[str, Any]]:
+    from assay.measure import select
+    from assay.report import result_doc
+
+    selection = select(ctx.rows[e.source], mode="rl", band=e.band)
+    ctx.outputs["selected"] = Rows(as_table(selection.rows, require=()))
+    return [result_doc("select", f"select[{e.source}]", selection, source=e.source)]
 
 
 def reward_row_docs(spec: StudySpec, rows: Mapping[str, Any]) -> list[dict[str, Any]]:
