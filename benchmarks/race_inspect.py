@@ -1,7 +1,13 @@
 """Benchmark: `assay run` against `inspect eval` (inspect_ai) end to end on one loopback server.
 
 Run: ``.venv/bin/python benchmarks/race_inspect.py [--inspect /tmp/inspect-venv/bin/inspect]
-[--prompts 200] [--k 4] [--repeats 3]`` (inspect_ai lives in its own venv: its pins differ).
+[--prompts 200] [--k 4] [--repeats 3] [--scenario clean|429|storm|cached]`` (inspect_ai lives
+in its own venv: its pins differ).
+
+Scenarios: ``clean`` (no faults); ``429`` (every second request the server sees is a 429 with
+Retry-After 1); ``storm`` (two requests in three refused, 429 and 503 alternating); ``cached``
+(a second run over the first one's cache: assay's store, inspect's ``--cache``; the timed run
+must send no request).
 
 One OpenAI-protocol server (tests/helpers/openai_server.py, in this process, 50 ms per answer)
 serves both sides the same prompts (``What is a + b?``), k samples each (inspect: ``epochs``),
@@ -22,13 +28,15 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "benchmarks"))
 sys.path.insert(0, str(REPO / "tests"))
 
-from helpers.openai_server import OpenAIServer  # noqa: E402
+from helpers.openai_server import Fault, OpenAIServer  # noqa: E402
 from startup import assay_env, write_study  # noqa: E402
 
 TASK = '''
@@ -49,18 +57,32 @@ def sums():
 LATENCY = 0.05
 
 
+def faults(scenario: str) -> Callable[[int, dict[str, Any]], Fault | None] | None:
+    """The server's scripted refusals for a scenario, by arrival number (the same for both
+    sides: neither can tell a refused request from another by its body)."""
+    if scenario == "429":
+        return lambda n, body: Fault(429, retry_after="1") if n % 2 == 0 else None
+    if scenario == "storm":
+        return lambda n, body: (None if n % 3 == 2 else
+                                Fault(429, retry_after="1") if n % 3 == 0 else Fault(503))
+    return None
+
+
 def _side(srv: OpenAIServer, cmd: list[str], cwd: Path, env: dict[str, str],
-          want: int) -> tuple[float, float, float]:
+          want: int | None) -> tuple[float, float, float]:
     """(wall, seconds to the first request, server busy span) of one process, which must have
-    sent ``want`` requests (each sample asked once: nothing failed, nothing cached)."""
+    sent ``want`` requests (each sample asked once: nothing failed, nothing cached; 0: served
+    from its cache; None: retries make the count the server's business)."""
     n0 = srv.count()
     t0 = time.monotonic()
     p = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=900)
     wall = time.monotonic() - t0
     got = srv.requests[n0:]
-    if p.returncode != 0 or len(got) != want:
+    if p.returncode != 0 or (want is not None and len(got) != want):
         raise RuntimeError(f"{cmd[0]} failed ({p.returncode}, {len(got)} of {want} requests):"
                            f"\n{p.stderr[-3000:]}{p.stdout[-2000:]}")
+    if not got:
+        return wall, float("nan"), 0.0
     return wall, got[0]["_t"] - t0, got[-1]["_t"] + LATENCY - got[0]["_t"]
 
 
@@ -70,6 +92,7 @@ def main() -> None:
     ap.add_argument("--prompts", type=int, default=200)
     ap.add_argument("--k", type=int, default=4)
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--scenario", choices=["clean", "429", "storm", "cached"], default="clean")
     a = ap.parse_args()
     srv = OpenAIServer(latency=LATENCY).start()
     base = Path(tempfile.mkdtemp(prefix="assay-race-"))
@@ -84,12 +107,15 @@ def main() -> None:
         shutil.copy(folder / "p.jsonl", ins / "p.jsonl")
         (ins / "task.py").write_text(TASK.format(k=a.k))
         ins_env = {**{k: v for k, v in os.environ.items() if not k.startswith("INSPECT_")},
-                   "LOOP_BASE_URL": srv.base_url, "LOOP_API_KEY": "unused"}
+                   "LOOP_BASE_URL": srv.base_url, "LOOP_API_KEY": "unused",
+                   "INSPECT_CACHE_DIR": str(ins / "cache")}
         ins_cmd = [a.inspect, "eval", "task.py", "--model", "openai-api/loop/tiny-ckpt",
                    "--max-connections", "16", "--temperature", "0.7", "--top-p", "0.95",
                    "--max-tokens", "64", "--seed", "0", "--no-log-samples", "--display", "none",
-                   "--log-dir", str(ins / "logs")]
+                   "--log-dir", str(ins / "logs")] + (["--cache"] if a.scenario == "cached" else [])
         n = a.prompts * a.k
+        cached = a.scenario == "cached"
+        want = 0 if cached else n if a.scenario == "clean" else None
         shutil.rmtree(store, ignore_errors=True)
         _side(srv, assay_cmd, folder, assay_env(), n)  # warm-up: .prefect exists from here on
         sides: dict[str, list[tuple[float, float, float]]] = {"assay": [], "inspect_ai": []}
@@ -98,12 +124,21 @@ def main() -> None:
             for side in order:
                 if side == "assay":
                     shutil.rmtree(store, ignore_errors=True)  # every completion asked again
-                    sides[side].append(_side(srv, assay_cmd, folder, assay_env(), n))
+                    if cached:  # fill the store, then time the rerun
+                        _side(srv, assay_cmd, folder, assay_env(), n)
+                    srv.faults = faults(a.scenario) or []
+                    sides[side].append(_side(srv, assay_cmd, folder, assay_env(), want))
                 else:
                     shutil.rmtree(ins / "logs", ignore_errors=True)
-                    sides[side].append(_side(srv, ins_cmd, ins, ins_env, n))
-        print(f"{a.prompts} prompts x {a.k} samples, 16 connections, {LATENCY * 1000:.0f} ms per "
-              f"answer, {a.repeats} alternated repeats (load average {os.getloadavg()[0]:.1f})")
+                    shutil.rmtree(ins / "cache", ignore_errors=True)
+                    if cached:
+                        _side(srv, ins_cmd, ins, ins_env, n)
+                    srv.faults = faults(a.scenario) or []
+                    sides[side].append(_side(srv, ins_cmd, ins, ins_env, want))
+                srv.faults = []
+        print(f"{a.scenario}: {a.prompts} prompts x {a.k} samples, 16 connections, "
+              f"{LATENCY * 1000:.0f} ms per answer, {a.repeats} alternated repeats "
+              f"(load average {os.getloadavg()[0]:.1f})")
         med = {}
         for side, got in sides.items():
             wall, ttfr, busy = (statistics.median(x[i] for x in got) for i in range(3))
