@@ -27,6 +27,7 @@ from assay.errors import GenerationError, RowsError
 from assay.models.base import Request, RunStats, to_messages
 from assay.models.journal import Journal, completion_key, sample_seed, shard_id
 from assay.models.registry import BACKENDS
+from assay.models.rejection import RequestRejected
 from assay.models.specs import GenerateSpec, SamplingParams, backend_spec
 from assay.progress import track
 from assay.store import Store
@@ -213,7 +214,7 @@ def _generate(prompts: Sequence[Any], model: Any, *, k: int,
     prompts = list(prompts)
     messages = [to_messages(p, system=gspec.system, i=i) for i, p in enumerate(prompts)]
     rendered = [backend.render(m, gspec.api) for m in messages]
-    # a server that accepts and never answers holds this GET for timeout_s: a stop abandons it
+    # a backend's identity may ask something (a local model's checksum): a stop abandons it
     config = {"identity": stop.call(backend.identity), "api": gspec.api,
               "params": gspec.params.model_dump(mode="json")}
     if scope is not None:
@@ -281,11 +282,17 @@ def _generate(prompts: Sequence[Any], model: Any, *, k: int,
                     finished(i)
 
         kw = {"stats": stats} if _takes_stats(backend) else {}
+        if todo and hasattr(backend, "listing"):
+            # what a server says of the model, recorded before its first request (a server
+            # that is down fails here, at once); a call with nothing to ask asks nothing
+            stop.call(backend.listing)
         try:
             # on a daemon thread, abandoned at a stop: a local model's loop or a plugin backend
             # has no waker of its own (the openai backend also cancels its requests itself)
             stop.call(backend.run, todo, gspec.params, api=gspec.api,
                       max_connections=gspec.max_connections, commit=commit, **kw)
+        except RequestRejected as e:  # which field of the spec sets what the server refused
+            raise e.for_stage(stage) from None
         finally:
             log.close()
         if not kw:  # a local backend: one request per sample asked, no retries

@@ -4,8 +4,11 @@ Keyed on the shard's prompt rows, the generate settings and the model's identity
 
 A source with ``generate:`` builds prompt rows (one per prompt, completion empty); its steps
 filter those prompts, then this stage replaces each shard of them by ``k`` generated rows. The
-stage's cache key holds the backend's identity (``/v1/models``' answer for a server, the weights'
-checksum for a local model), so a new checkpoint under the same name recomputes. Inside a shard
+stage's cache key holds the backend's identity (for a server: its URL, the model name and the
+pinned ``revision``; for a local model: the weights' checksum, so a new checkpoint in the same
+folder recomputes). A server's ``/v1/models`` answer is recorded in the summary, not keyed: it
+proves nothing about the weights, and a server that loads on demand lists the model only while
+it is loaded. Inside a shard
 every completion is committed to the store's journal as it arrives: a killed run's rerun asks
 only for what is missing (:func:`assay.models.generate`). Failed requests become ``gen_error``
 rows that are never graded and are asked again by the next run; a cached shard with error rows
@@ -122,6 +125,10 @@ def run_generate_shard(store: Store, spec: StudySpec, source_name: str, filtered
                    "completion_tokens": sum(r["completion_tokens"] or 0 for r in ok),
                    "latency_s_median": round(statistics.median(lat), 4) if lat else None,
                    "identity": identity, "scope": scope,
+                   # what the server said of the model when this shard asked it (a server's
+                   # /v1/models answer, asked only by a call that sent requests)
+                   "served": (backend.listing() if g.sent and hasattr(backend, "listing")
+                              else None),
                    # the journal holding these completions: `assay store gc` keeps it with the stage
                    "journal": journal_file(g.config, part.checksum()),
                    # facts of this run (run.json reads them; the report, kept the same for the
