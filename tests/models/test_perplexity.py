@@ -91,3 +91,28 @@ def test_perplexity_needs_scored_rows() -> None:
 
     with pytest.raises(MeasureError, match="no 'loglik' marker"):
         perplexity([{"task_id": "a", "markers": {"words": 3.0}}])
+
+
+def test_perplexity_on_an_openai_server_is_refused_by_validate(tmp_path: Path) -> None:
+    """An OpenAI-protocol server cannot score a document in the model's own windows: `assay
+    validate` says so (exit 2, the field and the reason), instead of a crash mid-run."""
+    import subprocess
+    import sys
+
+    (tmp_path / "docs.jsonl").write_text('{"text": "one document"}\n')
+    (tmp_path / "ppl.yaml").write_text("""
+version: 1
+name: ppl
+sources:
+  - name: held_out
+    kind: file
+    path: docs.jsonl
+    perplexity: {model: {kind: openai, base_url: "http://127.0.0.1:9/v1", model: m}}
+measure:
+  perplexity: {}
+""")
+    p = subprocess.run([str(Path(sys.executable).with_name("assay")), "validate",
+                        str(tmp_path / "ppl.yaml")], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 2, p.stderr
+    assert "perplexity.model" in p.stderr and "kind 'openai' cannot score perplexity" in p.stderr
+    assert "kind: hf" in p.stderr and "Traceback" not in p.stderr
