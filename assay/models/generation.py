@@ -15,6 +15,7 @@ Example:
 from __future__ import annotations
 
 import inspect
+import sys
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -33,16 +34,17 @@ from assay.progress import track
 from assay.store import Store
 
 #: Fields every generation record has (``latency_s`` and ``retries`` are wall-clock facts of the
-#: run that produced it: they stay out of rows so results are byte-identical across reruns).
+#: run that produced it: they stay out of rows so results are byte-identical across reruns;
+#: ``stop_trimmed``: what assay cut from a server's text at a stop string, None if nothing).
 RECORD_FIELDS = ("key", "prompt_index", "sample_index", "seed", "status", "completion", "reason",
                  "finish_reason", "prompt_tokens", "completion_tokens", "served_model",
-                 "latency_s", "retries")
+                 "latency_s", "retries", "stop_trimmed")
 RECORD_SCHEMA = pa.schema([
     ("key", pa.string()), ("prompt_index", pa.int64()), ("sample_index", pa.int64()),
     ("seed", pa.int64()), ("status", pa.string()), ("completion", pa.string()),
     ("reason", pa.string()), ("finish_reason", pa.string()), ("prompt_tokens", pa.int64()),
     ("completion_tokens", pa.int64()), ("served_model", pa.string()), ("latency_s", pa.float64()),
-    ("retries", pa.int64()),
+    ("retries", pa.int64()), ("stop_trimmed", pa.string()),
 ])
 
 
@@ -103,6 +105,7 @@ class Generations:
                 raise RowsError(f"{name}: expected one per prompt ({n}), got {len(seq)}")
         out = []
         rollouts: dict[str, int] = {}
+        stops = (self.config.get("params") or {}).get("stop")
         for r in self.records:
             i = r["prompt_index"]
             tid = task_ids[i] if task_ids is not None else task_id_for(self.messages[i])
@@ -116,6 +119,8 @@ class Generations:
                 markers["completion_tokens"] = float(r["completion_tokens"])
             if r["status"] == "ok":
                 markers["truncated"] = float(r["finish_reason"] == "length")
+                if stops:  # 1: the server's text kept the stop string and assay cut it
+                    markers["stop_trimmed"] = float(r.get("stop_trimmed") is not None)
             priv = dict(privileged[i] or {}) if privileged is not None else {}
             priv["generation"] = {"finish_reason": r["finish_reason"],
                                   "served_model": r["served_model"], "key": r["key"],
@@ -298,7 +303,30 @@ def _generate(prompts: Sequence[Any], model: Any, *, k: int,
         if not kw:  # a local backend: one request per sample asked, no retries
             stats.requests = len(todo)
     records = [_record(r, done.get(r.key)) for r in requests]
+    if gspec.params.temperature == 0 and gspec.k > 1:
+        n = differing_prompts(records, gspec.k)
+        if n:
+            print(f"warning: {label or stage}: temperature 0, yet the {gspec.k} samples of {n} of "
+                  f"{len(prompts)} prompts differ: the server does not decode greedily (batching "
+                  "or non-deterministic kernels); the report notes it", file=sys.stderr,
+                  flush=True)
     return Generations(prompts, messages, gspec.k, records, len(todo), config, stats.as_dict())
+
+
+def differing_prompts(records: Sequence[Mapping[str, Any]], k: int) -> int:
+    """How many prompts' answered samples are not all the same text (records in prompt order,
+    ``k`` per prompt).
+
+    Example:
+        >>> recs = [{"status": "ok", "completion": c} for c in ("a", "a", "a", "b")]
+        >>> differing_prompts(recs, 2)
+        1
+    """
+    n = 0
+    for i in range(0, len(records), k):
+        texts = {r["completion"] for r in records[i:i + k] if r["status"] == "ok"}
+        n += len(texts) > 1
+    return n
 
 
 def _record(r: Request, rec: Mapping[str, Any] | None) -> dict[str, Any]:

@@ -64,7 +64,7 @@ from typing import TYPE_CHECKING, Any
 
 from assay import stop
 from assay.errors import GenerationError, SpecError
-from assay.models.base import Request, RunStats, render_messages
+from assay.models.base import Request, RunStats, render_messages, trim_at_stop
 from assay.models.registry import BACKENDS
 from assay.models.rejection import RequestRejected, rejected_parameter
 from assay.models.specs import OpenAISpec, SamplingParams
@@ -585,7 +585,8 @@ class OpenAIBackend:
             else:
                 status = code = resp.status_code
                 if code < 400:
-                    commit(req, self._record(resp, api, time.monotonic() - t0, job.attempt))
+                    commit(req, self._record(resp, api, time.monotonic() - t0, job.attempt,
+                                             job.body.get("stop")))
                     return
                 msg = _server_message(resp)
                 if code not in RETRY_STATUS and code < 500:
@@ -629,8 +630,8 @@ class OpenAIBackend:
                 "prompt_tokens": None, "completion_tokens": None, "served_model": None,
                 "latency_s": round(elapsed, 6), "retries": retries}
 
-    def _record(self, resp: httpx.Response, api: str, latency: float, retries: int
-                ) -> dict[str, Any]:
+    def _record(self, resp: httpx.Response, api: str, latency: float, retries: int,
+                stops: list[str] | None = None) -> dict[str, Any]:
         base = {"latency_s": round(latency, 6), "retries": retries}
         try:
             doc = resp.json()
@@ -650,7 +651,10 @@ class OpenAIBackend:
             return {**rec, "status": "error", "completion": None,
                     "reason": "server returned no text content (finish_reason "
                               f"{choice.get('finish_reason')!r})"}
-        return {**rec, "status": "ok", "completion": text, "reason": None}
+        # the text before the stop string, as OpenAI and vLLM return it (some servers keep it);
+        # what was cut is recorded, and counted in run.json and the report
+        text, cut = trim_at_stop(text, stops, rec["finish_reason"])
+        return {**rec, "status": "ok", "completion": text, "reason": None, "stop_trimmed": cut}
 
     def close(self) -> None:
         pass

@@ -77,6 +77,7 @@ def run_generate_shard(store: Store, spec: StudySpec, source_name: str, filtered
     Prefect task passes the strict ``gpu`` concurrency slot; this library never imports Prefect).
     ``workers`` is accepted for the runners' uniform call and unused."""
     from assay.models import generate
+    from assay.models.generation import differing_prompts
 
     source = spec.source(source_name)
     gspec = source.generate
@@ -121,6 +122,11 @@ def run_generate_shard(store: Store, spec: StudySpec, source_name: str, filtered
         lat = [r["latency_s"] for r in g.records if r["latency_s"] is not None]
         summary = {"rows": len(rows), "prompts": len(part), "sent": g.sent, "errors": len(g.errors),
                    "truncated": sum(r["finish_reason"] == "length" for r in ok),
+                   # completions whose stop string the server kept and assay cut (as OpenAI
+                   # and vLLM return them); prompts whose samples differ at temperature 0
+                   "stop_trimmed": sum(r.get("stop_trimmed") is not None for r in ok),
+                   "differ_at_t0": (differing_prompts(g.records, gspec.k)
+                                    if gspec.params.temperature == 0 and gspec.k > 1 else 0),
                    "prompt_tokens": sum(r["prompt_tokens"] or 0 for r in ok),
                    "completion_tokens": sum(r["completion_tokens"] or 0 for r in ok),
                    "latency_s_median": round(statistics.median(lat), 4) if lat else None,
@@ -154,13 +160,14 @@ def generation_facts(made: list[StageResult]) -> dict[str, Any]:
     runs = ("sent", "requests", "gave_up", "not_sent")
     shards: dict[str, Any] = {}
     total: dict[str, Any] = {"requests": 0, "retries": {}, "gave_up": 0, "not_sent": 0,
-                             "errors": 0, "breaker": []}
+                             "errors": 0, "stop_trimmed": 0, "differ_at_t0": 0, "breaker": []}
     for r in made:
         doc = {**r.summary, "cached": r.cached}
         if r.cached:
             doc.update({k: 0 for k in runs if k in doc}, retries={}, breaker=None)
         shards[r.label] = doc
-        total["errors"] += doc.get("errors") or 0
+        for k in ("errors", "stop_trimmed", "differ_at_t0"):  # facts of the rows, cached too
+            total[k] += doc.get(k) or 0
         for k in ("requests", "gave_up", "not_sent"):
             total[k] += doc.get(k) or 0
         for cause, n in (doc.get("retries") or {}).items():

@@ -282,3 +282,25 @@ def test_length_finishes_are_what_the_rl_selection_cuts(server, store):
     gate = next(x for x in sel.gates if x.name == "cut-off reply")
     assert gate.rows_dropped == 4 and {r["prompt"] for r in sel.rows} == {"hi", "yo", "hey"}
     assert len(sel.rows) == 6
+
+
+def test_samples_that_differ_at_temperature_zero_are_said(server, store, capsys):
+    """A server that does not decode greedily at temperature 0 (batching): one warning line,
+    and the report's generation summary counts the prompts; a greedy server raises neither."""
+    from assay.models.specs import GenerateSpec
+    from assay.report import generation_notes
+    from assay.stages.report import generation_summary
+
+    gspec = GenerateSpec.model_validate({"model": spec(server), "k": 3,
+                                         "params": {"temperature": 0, "max_tokens": 8}})
+    greedy = generate(QS[:2], spec(server), k=3, params=gspec.params, store=store)
+    assert "temperature 0" not in capsys.readouterr().err
+    assert generation_summary(greedy.rows(), gspec)["differ_at_t0"] == 0
+    server.policy = lambda body: f"answer {body['seed'] % 2}"  # the seed leaks into the text
+    noisy = generate(QS[2:4], spec(server), k=3, params=gspec.params, store=store)
+    err = capsys.readouterr().err
+    assert err.count("warning:") == 1
+    assert "temperature 0, yet the 3 samples of 2 of 2 prompts differ" in err
+    summary = generation_summary(noisy.rows(), gspec)
+    assert summary["differ_at_t0"] == 2 and summary["stop_trimmed"] == 0
+    assert "the 3 samples of 2 prompt(s) differ" in generation_notes("qa", summary)[0]
