@@ -190,19 +190,15 @@ def _run(folder: Path, home: Path) -> subprocess.Popen[str]:
         start_new_session=True)
 
 
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
-def test_an_interrupted_run_stops_at_once_and_the_rerun_asks_only_the_rest(
-        sig: signal.Signals, pinned: TransformersServe, ckpt: Path, tmp_path: Path) -> None:
-    (tmp_path / "qa.jsonl").write_text("".join(
-        json.dumps({"q": f"Question {i}: what is {i} + {i}?", "gold": str(2 * i)}) + "\n"
-        for i in range(N)))
-    (tmp_path / "s.yaml").write_text(STUDY.format(url=pinned.base_url, ckpt=ckpt))
-    home, store = tmp_path / "prefect-home", tmp_path / "store"
-    p = _run(tmp_path, home)
+def _interrupt(folder: Path, home: Path, store: Path, sig: signal.Signals, after: int,
+               srv: TransformersServe) -> int:
+    """Start `assay run`, send ``sig`` once ``after`` completions are journalled; returns how
+    many are journalled once it exited (checked: its exit status, that it exited at once, and
+    that nothing more reached the server after it)."""
+    p = _run(folder, home)
     try:
-        # the server answers one request at a time: stop once two are journalled
-        until(lambda: (store / "journals").is_dir() and _journalled(store) >= 2, 240,
-              "two completions journalled")
+        until(lambda: (store / "journals").is_dir() and _journalled(store) >= after, 240,
+              f"{after} completions journalled")
         t0 = time.monotonic()
         os.kill(p.pid, sig)
         out, _ = p.communicate(timeout=60)
@@ -212,13 +208,28 @@ def test_an_interrupted_run_stops_at_once_and_the_rerun_asks_only_the_rest(
             os.killpg(p.pid, signal.SIGKILL)
             p.wait(30)
     assert p.returncode == 128 + sig, out
-    # without the stop it would wait for every remaining request (each ~1 s on this server)
-    assert took < 5, f"exit took {took:.1f} s"
+    # without the stop it waits for every remaining request (about a second each here)
+    assert took < 5, f"{sig.name}: the exit took {took:.1f} s"
+    print(f"{sig.name}: exit {took:.2f} s after the signal", file=sys.stderr)
     answered = _journalled(store)
     assert answered < N, "the run finished before the stop: the test proves nothing"
-    posts = pinned.seen(CHAT)
+    posts = srv.seen(CHAT)
     time.sleep(0.5)
-    assert pinned.seen(CHAT) == posts  # nothing more reached the server after the exit
+    assert srv.seen(CHAT) == posts  # nothing more reached the server after the exit
+    return answered
+
+
+def test_ctrl_c_and_sigterm_stop_at_once_the_rerun_asks_only_the_rest_then_nothing(
+        pinned: TransformersServe, ckpt: Path, tmp_path: Path) -> None:
+    (tmp_path / "qa.jsonl").write_text("".join(
+        json.dumps({"q": f"Question {i}: what is {i} + {i}?", "gold": str(2 * i)}) + "\n"
+        for i in range(N)))
+    (tmp_path / "s.yaml").write_text(STUDY.format(url=pinned.base_url, ckpt=ckpt))
+    home, store = tmp_path / "prefect-home", tmp_path / "store"
+    # the server answers one request at a time: stop once two are journalled, then two more
+    first = _interrupt(tmp_path, home, store, signal.SIGINT, 2, pinned)
+    answered = _interrupt(tmp_path, home, store, signal.SIGTERM, first + 2, pinned)
+    posts = pinned.seen(CHAT)
     again = _run(tmp_path, home)
     out, _ = again.communicate(timeout=240)
     assert again.returncode == 0, out
