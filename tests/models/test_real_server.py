@@ -104,6 +104,15 @@ def test_a_stop_string_is_cut_as_openai_and_vllm_return_it(pinned: TransformersS
     assert rec["finish_reason"] == "stop" and rec["completion"] == greedy[:at]
     assert rec["stop_trimmed"] is not None and rec["stop_trimmed"].startswith(stop_s)
     assert g.rows()[0]["markers"]["stop_trimmed"] == 1.0
+    from assay.models.specs import GenerateSpec
+    from assay.report import generation_notes
+    from assay.stages.report import generation_summary
+
+    gspec = GenerateSpec.model_validate({"model": model(pinned, str(ckpt)), "params": {
+        "temperature": 0, "max_tokens": 12, "stop": [stop_s]}})
+    summary = generation_summary(g.rows(), gspec)
+    assert summary["stop_trimmed"] == 1
+    assert "1 completion(s) kept the stop string" in generation_notes("qa", summary)[0]
 
 
 def test_k_seeded_samples_are_reproducible(pinned: TransformersServe, ckpt: Path,
