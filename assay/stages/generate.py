@@ -148,8 +148,10 @@ def run_generate_shard(store: Store, spec: StudySpec, source_name: str, filtered
 
 def generation_facts(made: list[StageResult]) -> dict[str, Any]:
     """run.json's ``generation``: per generate shard, what this run asked (a cached shard asked
-    nothing: its summary's request counts are another run's), and the total over shards:
-    requests sent, retries by cause, requests that gave up, not sent (circuit breaker), failed.
+    nothing: its summary's request counts are another run's), and the total over shards: samples
+    asked (``sent``), HTTP requests that reached the server, completions received and failures
+    by cause this run, retries by cause, requests that gave up, not sent (circuit breaker), error
+    rows, completions whose stop string was cut, prompts whose samples differ at temperature 0.
 
     Example:
         >>> r = StageResult("generate", "s shard 1/1", "k", {}, {}, {"rows": 2, "errors": 1,
@@ -157,22 +159,25 @@ def generation_facts(made: list[StageResult]) -> dict[str, Any]:
         >>> generation_facts([r])["total"]["retries"]
         {'429': 3}
     """
-    runs = ("sent", "requests", "gave_up", "not_sent")
+    runs = ("sent", "requests", "completions", "gave_up", "not_sent")
     shards: dict[str, Any] = {}
-    total: dict[str, Any] = {"requests": 0, "retries": {}, "gave_up": 0, "not_sent": 0,
-                             "errors": 0, "stop_trimmed": 0, "differ_at_t0": 0, "breaker": []}
+    total: dict[str, Any] = {"sent": 0, "requests": 0, "completions": 0, "failures": {},
+                             "retries": {}, "gave_up": 0, "not_sent": 0, "errors": 0,
+                             "stop_trimmed": 0, "differ_at_t0": 0, "breaker": []}
     for r in made:
         doc = {**r.summary, "cached": r.cached}
         if r.cached:
-            doc.update({k: 0 for k in runs if k in doc}, retries={}, breaker=None)
+            doc.update({k: 0 for k in runs if k in doc}, retries={}, failures={}, breaker=None)
         shards[r.label] = doc
         for k in ("errors", "stop_trimmed", "differ_at_t0"):  # facts of the rows, cached too
             total[k] += doc.get(k) or 0
-        for k in ("requests", "gave_up", "not_sent"):
+        for k in runs:  # facts of this run
             total[k] += doc.get(k) or 0
-        for cause, n in (doc.get("retries") or {}).items():
-            total["retries"][cause] = total["retries"].get(cause, 0) + n
+        for name in ("retries", "failures"):
+            for cause, n in (doc.get(name) or {}).items():
+                total[name][cause] = total[name].get(cause, 0) + n
         if doc.get("breaker") and doc["breaker"] not in total["breaker"]:
             total["breaker"].append(doc["breaker"])
     total["retries"] = dict(sorted(total["retries"].items()))
+    total["failures"] = dict(sorted(total["failures"].items()))
     return {"shards": shards, "total": total}

@@ -244,6 +244,9 @@ def test_ctrl_c_and_sigterm_stop_at_once_the_rerun_asks_only_the_rest_then_nothi
     assert again.returncode == 0, out
     facts = json.loads((tmp_path / "out" / "run.json").read_text())["generation"]["total"]
     assert facts["requests"] == N - answered  # only the rest was asked
+    rest = N - answered  # the summary line: each count its own number, as the server saw them
+    assert (f"generation: {rest} samples asked: {rest} completions, 0 failed; {rest} HTTP "
+            f"requests; {N} rows in all") in out, out
     until(lambda: pinned.seen(CHAT) - posts == N - answered, 10, "the rerun's requests")
     # everything cached: no request at all, not even the listing
     gets = pinned.seen("GET /v1/models")
