@@ -439,6 +439,9 @@ def _markdown(spec_doc: Mapping[str, Any], sources: Sequence[Mapping[str, Any]],
                        f"| {tr} | {g['prompt_tokens_mean']} | {g['completion_tokens_mean']} "
                        f"| {g['completion_tokens_total']} | {g.get('sampling') or '-'} |")
         out.append("")
+        notes = [n for s in made for n in generation_notes(s["name"], s["generation"])]
+        if notes:  # what the server did that a reader of the numbers must know
+            out.extend([*notes, ""])
     if measures:
         out.append("## Measurements\n")
         for m in measures:
@@ -495,3 +498,24 @@ def read_report(run_dir: str | os.PathLike[str]) -> str:
                           "(run `assay run SPEC --output DIR` first)") from None
 
 
+
+
+def generation_notes(name: str, g: Mapping[str, Any]) -> list[str]:
+    """The report's notes on what a source's server did: samples that differ at temperature 0,
+    completions whose stop string assay cut.
+
+    Example:
+        >>> generation_notes("qa", {"k": 2, "differ_at_t0": 0, "stop_trimmed": 3})[0][:40]
+        '- qa: 3 completion(s) kept the stop stri'
+    """
+    out = []
+    if g.get("differ_at_t0"):
+        out.append(f"- {name}: temperature 0, yet the {g['k']} samples of {g['differ_at_t0']} "
+                   "prompt(s) differ: the server does not decode greedily (batching, "
+                   "non-deterministic kernels); agreement between samples measures the server, "
+                   "not the model.")
+    if g.get("stop_trimmed"):
+        out.append(f"- {name}: {g['stop_trimmed']} completion(s) kept the stop string in the "
+                   "server's text; assay cut them before it, as OpenAI and vLLM return them "
+                   "(run.json: `generation`).")
+    return out

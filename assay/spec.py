@@ -729,7 +729,8 @@ def _check_gate_metrics(spec: StudySpec, fields_of: dict[str, set[str] | None]) 
         scored = {f"rm:{e.name}" for e in spec.reward.scoring_models()}
     out = []
     for where, names in (("nightly.must_not_regress", spec.nightly.must_not_regress),
-                         ("nightly.lower_is_better", spec.nightly.lower_is_better)):
+                         ("nightly.lower_is_better", spec.nightly.lower_is_better),
+                         ("nightly.higher_is_better", spec.nightly.higher_is_better)):
         for i, name in enumerate(names):
             if name == "pass@1":
                 continue

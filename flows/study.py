@@ -162,13 +162,38 @@ def study(spec: str, output: str | None = None, store_root: str | None = None,
 
 
 def generation_line(info: dict[str, Any]) -> str:
-    """``generation: 0 requests sent, all 256 completions from the cache`` (or how many were
-    asked of the model this run)."""
+    """``generation: 0 requests sent, all 256 completions from the cache``, or what this run
+    asked, each count its own number: samples asked, completions received, failures by cause,
+    HTTP requests that reached the server, retries by cause.
+
+    Example:
+        >>> line = generation_line({"sent": 160, "completions": 160, "generation": {"total": {
+        ...     "requests": 220, "completions": 40, "failures": {"HTTP 503": 120},
+        ...     "retries": {"503": 60}}}})
+        >>> for part in line.split("; "):
+        ...     print(part)
+        generation: 160 samples asked: 40 completions, 120 failed (HTTP 503: 120)
+        220 HTTP requests (60 retries: 503: 60)
+        160 rows in all
+    """
     n, sent = info.get("completions", 0), info["sent"]
     if sent == 0:
         return (f"generation: 0 requests sent: all {n} completions served from the cache "
                 "(this run asked the model nothing)")
-    return f"generation: {sent} requests sent to the model ({n} completions in all)"
+    t = (info.get("generation") or {}).get("total") or {}
+    fails, retries = t.get("failures") or {}, t.get("retries") or {}
+
+    def by(d: dict[str, int]) -> str:
+        return ", ".join(f"{k}: {v}" for k, v in d.items())
+
+    failed = sum(fails.values())
+    out = (f"generation: {sent} samples asked: {t.get('completions', sent - failed)} "
+           f"completions, {failed} failed" + (f" ({by(fails)})" if fails else ""))
+    if "requests" in t:
+        n_retries = sum(retries.values())
+        out += (f"; {t['requests']} HTTP requests"
+                + (f" ({n_retries} retries: {by(retries)})" if retries else ""))
+    return out + f"; {n} rows in all"
 
 
 @contextlib.contextmanager

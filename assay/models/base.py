@@ -122,6 +122,33 @@ def failure_cause(reason: str | None) -> str:
     return "other"
 
 
+def trim_at_stop(text: str, stops: Sequence[str] | None, finish_reason: str | None
+                 ) -> tuple[str, str | None]:
+    """The completion as OpenAI and vLLM return it: the text before the first requested stop
+    string, where the server stopped on one (``finish_reason`` ``stop``) or the text ends with one;
+    and what was cut (None when nothing was). Some servers (transformers serve) keep the stop
+    string and the rest of its token.
+
+    Example:
+        >>> trim_at_stop("ara", ["a"], "stop"), trim_at_stop("x. y", [". "], "length")
+        (('', 'ara'), ('x. y', None))
+        >>> trim_at_stop("done. END", ["END"], "length"), trim_at_stop("ok", [], "stop")
+        (('done. ', 'END'), ('ok', None))
+    """
+    if not stops:
+        return text, None
+    if finish_reason == "stop":
+        hits = [i for i in (text.find(s) for s in stops) if i >= 0]
+        if hits:
+            cut = min(hits)
+            return text[:cut], text[cut:]
+        return text, None
+    for s in stops:
+        if text.endswith(s):
+            return text[:-len(s)], s
+    return text, None
+
+
 def to_messages(prompt: Any, *, system: str | None = None, i: int = 0) -> list[dict[str, str]]:
     """A prompt (a string or ``[{"role", "content"}]``) as a message list, system prompt first."""
     if isinstance(prompt, str):

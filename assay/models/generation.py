@@ -15,6 +15,7 @@ Example:
 from __future__ import annotations
 
 import inspect
+import sys
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -27,21 +28,23 @@ from assay.errors import GenerationError, RowsError
 from assay.models.base import Request, RunStats, to_messages
 from assay.models.journal import Journal, completion_key, sample_seed, shard_id
 from assay.models.registry import BACKENDS
+from assay.models.rejection import RequestRejected
 from assay.models.specs import GenerateSpec, SamplingParams, backend_spec
 from assay.progress import track
 from assay.store import Store
 
 #: Fields every generation record has (``latency_s`` and ``retries`` are wall-clock facts of the
-#: run that produced it: they stay out of rows so results are byte-identical across reruns).
+#: run that produced it: they stay out of rows so results are byte-identical across reruns;
+#: ``stop_trimmed``: what assay cut from a server's text at a stop string, None if nothing).
 RECORD_FIELDS = ("key", "prompt_index", "sample_index", "seed", "status", "completion", "reason",
                  "finish_reason", "prompt_tokens", "completion_tokens", "served_model",
-                 "latency_s", "retries")
+                 "latency_s", "retries", "stop_trimmed")
 RECORD_SCHEMA = pa.schema([
     ("key", pa.string()), ("prompt_index", pa.int64()), ("sample_index", pa.int64()),
     ("seed", pa.int64()), ("status", pa.string()), ("completion", pa.string()),
     ("reason", pa.string()), ("finish_reason", pa.string()), ("prompt_tokens", pa.int64()),
     ("completion_tokens", pa.int64()), ("served_model", pa.string()), ("latency_s", pa.float64()),
-    ("retries", pa.int64()),
+    ("retries", pa.int64()), ("stop_trimmed", pa.string()),
 ])
 
 
@@ -102,6 +105,7 @@ class Generations:
                 raise RowsError(f"{name}: expected one per prompt ({n}), got {len(seq)}")
         out = []
         rollouts: dict[str, int] = {}
+        stops = (self.config.get("params") or {}).get("stop")
         for r in self.records:
             i = r["prompt_index"]
             tid = task_ids[i] if task_ids is not None else task_id_for(self.messages[i])
@@ -115,6 +119,8 @@ class Generations:
                 markers["completion_tokens"] = float(r["completion_tokens"])
             if r["status"] == "ok":
                 markers["truncated"] = float(r["finish_reason"] == "length")
+                if stops:  # 1: the server's text kept the stop string and assay cut it
+                    markers["stop_trimmed"] = float(r.get("stop_trimmed") is not None)
             priv = dict(privileged[i] or {}) if privileged is not None else {}
             priv["generation"] = {"finish_reason": r["finish_reason"],
                                   "served_model": r["served_model"], "key": r["key"],
@@ -213,7 +219,7 @@ def _generate(prompts: Sequence[Any], model: Any, *, k: int,
     prompts = list(prompts)
     messages = [to_messages(p, system=gspec.system, i=i) for i, p in enumerate(prompts)]
     rendered = [backend.render(m, gspec.api) for m in messages]
-    # a server that accepts and never answers holds this GET for timeout_s: a stop abandons it
+    # a backend's identity may ask something (a local model's checksum): a stop abandons it
     config = {"identity": stop.call(backend.identity), "api": gspec.api,
               "params": gspec.params.model_dump(mode="json")}
     if scope is not None:
@@ -281,17 +287,46 @@ def _generate(prompts: Sequence[Any], model: Any, *, k: int,
                     finished(i)
 
         kw = {"stats": stats} if _takes_stats(backend) else {}
+        if todo and hasattr(backend, "listing"):
+            # what a server says of the model, recorded before its first request (a server
+            # that is down fails here, at once); a call with nothing to ask asks nothing
+            stop.call(backend.listing)
         try:
             # on a daemon thread, abandoned at a stop: a local model's loop or a plugin backend
             # has no waker of its own (the openai backend also cancels its requests itself)
             stop.call(backend.run, todo, gspec.params, api=gspec.api,
                       max_connections=gspec.max_connections, commit=commit, **kw)
+        except RequestRejected as e:  # which field of the spec sets what the server refused
+            raise e.for_stage(stage) from None
         finally:
             log.close()
         if not kw:  # a local backend: one request per sample asked, no retries
             stats.requests = len(todo)
     records = [_record(r, done.get(r.key)) for r in requests]
+    if gspec.params.temperature == 0 and gspec.k > 1:
+        n = differing_prompts(records, gspec.k)
+        if n:
+            print(f"warning: {label or stage}: temperature 0, yet the {gspec.k} samples of {n} of "
+                  f"{len(prompts)} prompts differ: the server does not decode greedily (batching "
+                  "or non-deterministic kernels); the report notes it", file=sys.stderr,
+                  flush=True)
     return Generations(prompts, messages, gspec.k, records, len(todo), config, stats.as_dict())
+
+
+def differing_prompts(records: Sequence[Mapping[str, Any]], k: int) -> int:
+    """How many prompts' answered samples are not all the same text (records in prompt order,
+    ``k`` per prompt).
+
+    Example:
+        >>> recs = [{"status": "ok", "completion": c} for c in ("a", "a", "a", "b")]
+        >>> differing_prompts(recs, 2)
+        1
+    """
+    n = 0
+    for i in range(0, len(records), k):
+        texts = {r["completion"] for r in records[i:i + k] if r["status"] == "ok"}
+        n += len(texts) > 1
+    return n
 
 
 def _record(r: Request, rec: Mapping[str, Any] | None) -> dict[str, Any]:

@@ -24,9 +24,26 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from assay.hashing import content_hash
-from assay.models.scorers import SCORERS, Loglik, register_scorer  # noqa: F401
+from assay.models.scorers import NO_ROLLING, SCORERS, Loglik, register_scorer  # noqa: F401
 
 _SHARED: dict[bytes, Any] = {}
+
+
+def rolling_problem(kind: str) -> str | None:
+    """Why a backend ``kind`` cannot score documents for ``perplexity:``, or None when it can.
+
+    Example:
+        >>> rolling_problem("hf") is None, rolling_problem("openai").startswith("a document's")
+        (True, True)
+        >>> rolling_problem("function")
+        "kind 'function' has no log-likelihood scorer (scorers: ['hf', 'openai'])"
+    """
+    from assay.models import hf_loglik as _hf  # noqa: F401  (registers "hf")
+    from assay.models import openai_loglik as _oa  # noqa: F401  (registers "openai")
+
+    if kind not in SCORERS:
+        return f"kind {kind!r} has no log-likelihood scorer (scorers: {sorted(SCORERS)})"
+    return NO_ROLLING.get(kind)
 
 
 def shared_scorer(model: Any) -> Any:
@@ -114,6 +131,12 @@ def rolling_loglikelihoods(texts: Sequence[str], model: Any, *, store: Any = Non
     """The log-probability of each whole document, scored in disjoint windows of the model's
     context that each keep as much preceding text as fits (lm-eval's ``loglikelihood_rolling``)."""
     scorer = shared_scorer(model)
+    if not hasattr(scorer, "score_rolling_batches"):
+        from assay.errors import GenerationError
+
+        kind = getattr(getattr(scorer, "spec", None), "kind", type(scorer).__name__)
+        raise GenerationError(f"perplexity: model {kind!r} cannot score whole documents: "
+                              f"{rolling_problem(kind) or 'its scorer has no rolling windows'}")
 
     def run(xs: list[str]) -> Any:
         yield from scorer.score_rolling_batches(xs)

@@ -4,10 +4,12 @@ Retries 408/429/5xx/timeouts with jittered backoff honouring Retry-After; one ad
 budget per server; a circuit breaker when every request to a server fails the same way.
 
 One request per sample (not ``n=k``): each sample then has its own seed, cache entry and retry,
-and vLLM's ``n`` with a seed is not equivalent to k seeded requests (vLLM #7808). Every sampling
-parameter is sent explicitly. A 4xx other than 408/429 stops the run with the server's message
-(a bad request will not get better); a request whose retries run out becomes an error record
-(``status: "error"``, ``completion: None``) that the next run asks again.
+and vLLM's ``n`` with a seed is not equivalent to k seeded requests (vLLM #7808). A body holds
+what the spec sets and what reproducibility needs (:meth:`OpenAIBackend.body`). A 4xx other than
+408/429 stops the run with the server's message, the parameter it names and the spec field that
+sets it (:mod:`assay.models.rejection`; a bad request will not get better); a request whose
+retries run out becomes an error record (``status: "error"``, ``completion: None``) that the
+next run asks again.
 
 Liveness (why every call ends, and who wakes each waiter):
 
@@ -62,8 +64,9 @@ from typing import TYPE_CHECKING, Any
 
 from assay import stop
 from assay.errors import GenerationError, SpecError
-from assay.models.base import Request, RunStats, render_messages
+from assay.models.base import Request, RunStats, render_messages, trim_at_stop
 from assay.models.registry import BACKENDS
+from assay.models.rejection import RequestRejected, rejected_parameter
 from assay.models.specs import OpenAISpec, SamplingParams
 
 if TYPE_CHECKING:  # httpx loads on first request: a spec that names no server never pays for it
@@ -86,8 +89,8 @@ CUT: dict[int | str, float] = {429: DECREASE, "timeout": 0.5, "connection": 0.5}
 #: Requests in a row that gave up with one cause (no answer between, two prompts or more) that
 #: open a server's circuit breaker.
 BREAKER_AFTER = 5
-#: /v1/models fields that identify the served checkpoint (``created`` and permission ids change
-#: on every server restart, so they stay out of the cache key).
+#: /v1/models fields recorded of the served checkpoint (``created`` and permission ids change on
+#: every server restart: noise in a record).
 IDENTITY_FIELDS = ("id", "object", "owned_by", "root", "parent", "max_model_len")
 
 
@@ -299,15 +302,16 @@ def retry_after_s(value: str | None) -> float | None:
 def _server_message(resp: httpx.Response) -> str:
     try:
         doc = resp.json()
-        err = doc.get("error", doc) if isinstance(doc, dict) else doc
+        # OpenAI/vLLM: {"error": {"message"}}; FastAPI servers (transformers serve, TGI's
+        # routes): {"detail": text or a list of validation errors}
+        err = doc.get("error", doc.get("detail", doc)) if isinstance(doc, dict) else doc
         msg = err.get("message", err) if isinstance(err, dict) else err
+        if isinstance(msg, list):
+            msg = "; ".join(f"{'.'.join(map(str, e.get('loc', ())))}: {e.get('msg', e)}"
+                            if isinstance(e, dict) else str(e) for e in msg)
         return str(msg)[:500]
     except ValueError:
         return resp.text[:500]
-
-
-class _Fatal(Exception):
-    pass
 
 
 class _Stopped(Exception):
@@ -352,13 +356,35 @@ class OpenAIBackend:
             self.headers["Authorization"] = f"Bearer {key}"
         # plain http needs no certificates: loading the CA bundle costs ~0.2 s per client
         self._verify = self.spec.base_url.startswith("https://")
-        self._identity: dict[str, Any] | None = None
+        self._listing: dict[str, Any] | None = None
+        self._listing_lock = threading.Lock()
+        self._listed: list[str] | None = None  # the listing's ids when it lacks the model
         self.stats = RunStats()
 
     def identity(self) -> dict[str, Any]:
-        """Model name, base URL, pinned revision and what ``/v1/models`` reports for the model
-        (asked on every call: one small request per generate call, so a server that now serves
-        another checkpoint under the same name is noticed)."""
+        """What the spec declares: backend, base URL, model name and pinned revision. Asks the
+        server nothing: a fully cached rerun needs no request at all, and a server that loads
+        models on demand (lists only those loaded now) keys the same completions whether or not
+        the model happens to be loaded. Weights that change behind one name are the user's to
+        declare (``revision``); what the server says is recorded by :meth:`listing`."""
+        return {"backend": "openai", "base_url": self.spec.base_url, "model": self.spec.model,
+                "revision": self.spec.revision}
+
+    def listing(self) -> dict[str, Any]:
+        """What ``GET /v1/models`` says of the model, asked once per backend (by
+        :func:`assay.models.generate` before a call's first request) and recorded (the generate
+        stage's summary, run.json): ``{"listed": True, "entry": {id, root, ...}}``,
+        ``{"listed": False, "models": [ids]}`` (a server that loads on demand lists only what is
+        loaded now: the first request decides, and a server that does not serve the name
+        answers it with its own error, quoted), or ``{"listed": None, "answer": "..."}`` where
+        the server has no listing. Raises :class:`GenerationError` only when the server cannot
+        be reached at all."""
+        with self._listing_lock:
+            if self._listing is None:
+                self._listing = self._ask_listing()
+            return self._listing
+
+    def _ask_listing(self) -> dict[str, Any]:
         import httpx
 
         url = f"{self.spec.base_url}/models"
@@ -368,24 +394,19 @@ class OpenAIBackend:
         except httpx.HTTPError as e:
             raise GenerationError(f"model.base_url: cannot reach {url} ({type(e).__name__}: {e}); "
                                   "is the server up?") from None
-        if resp.status_code == 404:
-            served: Any = "no /v1/models endpoint"
-        elif resp.status_code >= 400:
-            raise GenerationError(f"GET {url} answered HTTP {resp.status_code}: "
-                                  f"{_server_message(resp)}")
-        else:
+        if resp.status_code >= 400:
+            return {"listed": None,
+                    "answer": f"HTTP {resp.status_code}: {_server_message(resp)}"[:300]}
+        try:
             data = resp.json().get("data") or []
-            entry = next((m for m in data if isinstance(m, dict)
-                          and m.get("id") == self.spec.model), None)
-            if entry is None:
-                ids = [m.get("id") for m in data if isinstance(m, dict)]
-                raise GenerationError(f"model.model: {self.spec.model!r} is not served at "
-                                      f"{self.spec.base_url}; it serves {ids}")
-            served = {f: entry[f] for f in IDENTITY_FIELDS if f in entry}
-        self._identity = {"backend": "openai", "base_url": self.spec.base_url,
-                          "model": self.spec.model, "revision": self.spec.revision,
-                          "served": served}
-        return self._identity
+        except (ValueError, AttributeError):
+            return {"listed": None, "answer": f"not a model list: {resp.text[:200]!r}"}
+        models = [m for m in data if isinstance(m, dict)]
+        entry = next((m for m in models if m.get("id") == self.spec.model), None)
+        if entry is None:
+            self._listed = [str(m.get("id")) for m in models]
+            return {"listed": False, "models": self._listed}
+        return {"listed": True, "entry": {f: entry[f] for f in IDENTITY_FIELDS if f in entry}}
 
     def render(self, messages: list[dict[str, str]], api: str) -> Any:
         """Chat: the message list as sent; completions: the prompt text (single user turn)."""
@@ -393,14 +414,24 @@ class OpenAIBackend:
 
     # -- requests ----------------------------------------------------------------------------
     def body(self, req: Request, params: SamplingParams, api: str) -> dict[str, Any]:
-        """The JSON body of one request: every sampling parameter explicit, the sample's seed."""
+        """The JSON body of one request: what the spec sets and what reproducibility needs, no
+        more. Always the model, the prompt, ``temperature``, ``top_p`` and ``max_tokens`` (a
+        server fills unset ones from the checkpoint's generation config, which can change behind
+        one name) and the sample's ``seed``; ``stop`` and the penalties only when set (their
+        unset values are the protocol's defaults, and some servers refuse ``stop: []``); never
+        ``n`` (1 is the default; one request per sample); never a null or an empty list."""
         body: dict[str, Any] = {"model": self.spec.model}
         body["messages" if api == "chat" else "prompt"] = req.rendered
         body.update(temperature=params.temperature, top_p=params.top_p,
-                    max_tokens=params.max_tokens, stop=list(params.stop),
-                    presence_penalty=params.presence_penalty,
-                    frequency_penalty=params.frequency_penalty, seed=req.seed, n=1)
-        body.update(params.extra)
+                    max_tokens=params.max_tokens)
+        if params.stop:
+            body["stop"] = list(params.stop)
+        if params.presence_penalty:
+            body["presence_penalty"] = params.presence_penalty
+        if params.frequency_penalty:
+            body["frequency_penalty"] = params.frequency_penalty
+        body["seed"] = req.seed
+        body.update({k: v for k, v in params.extra.items() if v is not None and v != []})
         return body
 
     def run(self, requests: list[Request], params: SamplingParams, *, api: str,
@@ -504,8 +535,8 @@ class OpenAIBackend:
             for t in tasks:
                 t.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
-            if isinstance(e, _Fatal):
-                raise GenerationError(str(e)) from None
+            if isinstance(e, RequestRejected):
+                raise e from None
             reason = stop.stopped()
             if isinstance(e, asyncio.CancelledError) and reason is not None:
                 raise _Stopped(reason) from None  # leaves asyncio.run as an ordinary error
@@ -554,13 +585,18 @@ class OpenAIBackend:
             else:
                 status = code = resp.status_code
                 if code < 400:
-                    commit(req, self._record(resp, api, time.monotonic() - t0, job.attempt))
+                    commit(req, self._record(resp, api, time.monotonic() - t0, job.attempt,
+                                             job.body.get("stop")))
                     return
                 msg = _server_message(resp)
                 if code not in RETRY_STATUS and code < 500:
-                    raise _Fatal(f"POST {self.spec.base_url}{path} answered HTTP {code}: {msg} "
-                                 f"(prompt {req.prompt_index}, sample {req.sample_index}); a "
-                                 "4xx other than 408/429 is not retried: fix the request or spec")
+                    text = (f"POST {self.spec.base_url}{path} answered HTTP {code}: {msg!r} "
+                            f"(prompt {req.prompt_index}, sample {req.sample_index})")
+                    if self._listed is not None and self.spec.model not in self._listed:
+                        text += (f"; GET /v1/models listed {self._listed} (model.model is "
+                                 f"{self.spec.model!r})")
+                    raise RequestRejected(text, status=code, message=msg,
+                                          param=rejected_parameter(msg, job.body))
                 why, cause = f"HTTP {code}: {msg}", f"HTTP {code}"
                 wait_hint = retry_after_s(resp.headers.get("retry-after"))
         finally:  # the slot goes back on every path: the waker of parked lanes
@@ -594,8 +630,8 @@ class OpenAIBackend:
                 "prompt_tokens": None, "completion_tokens": None, "served_model": None,
                 "latency_s": round(elapsed, 6), "retries": retries}
 
-    def _record(self, resp: httpx.Response, api: str, latency: float, retries: int
-                ) -> dict[str, Any]:
+    def _record(self, resp: httpx.Response, api: str, latency: float, retries: int,
+                stops: list[str] | None = None) -> dict[str, Any]:
         base = {"latency_s": round(latency, 6), "retries": retries}
         try:
             doc = resp.json()
@@ -615,7 +651,10 @@ class OpenAIBackend:
             return {**rec, "status": "error", "completion": None,
                     "reason": "server returned no text content (finish_reason "
                               f"{choice.get('finish_reason')!r})"}
-        return {**rec, "status": "ok", "completion": text, "reason": None}
+        # the text before the stop string, as OpenAI and vLLM return it (some servers keep it);
+        # what was cut is recorded, and counted in run.json and the report
+        text, cut = trim_at_stop(text, stops, rec["finish_reason"])
+        return {**rec, "status": "ok", "completion": text, "reason": None, "stop_trimmed": cut}
 
     def close(self) -> None:
         pass

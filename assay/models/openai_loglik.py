@@ -112,6 +112,9 @@ class OpenAIScorer:
         return Loglik(float(total), bool(greedy), count)
 
 
-@register_scorer("openai")
+@register_scorer("openai", no_rolling=(
+    "a document's perplexity is scored in windows of the model's context, cut by its tokenizer; "
+    "the OpenAI protocol gives the client neither (and several servers, transformers serve "
+    "among them, ignore echo and logprobs); score the checkpoint with kind: hf"))
 def _openai_scorer(spec: Any) -> OpenAIScorer:
     return OpenAIScorer(spec)

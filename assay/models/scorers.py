@@ -10,6 +10,9 @@ from typing import Any
 
 #: backend kind -> ``factory(model spec) -> scorer`` (filled by the scorer modules).
 SCORERS: dict[str, Callable[[Any], Any]] = {}
+#: backend kind -> why its scorer cannot score whole documents in rolling windows (perplexity:),
+#: for the kinds that cannot.
+NO_ROLLING: dict[str, str] = {}
 
 
 @dataclass(frozen=True)
@@ -25,9 +28,13 @@ class Loglik:
         return {"logprob": self.logprob, "is_greedy": self.is_greedy, "tokens": self.tokens}
 
 
-def register_scorer(kind: str) -> Callable[[Callable[[Any], Any]], Callable[[Any], Any]]:
-    """Register the log-likelihood scorer of a backend kind."""
+def register_scorer(kind: str, *, no_rolling: str | None = None
+                    ) -> Callable[[Callable[[Any], Any]], Callable[[Any], Any]]:
+    """Register the log-likelihood scorer of a backend kind; ``no_rolling``: why it cannot score
+    whole documents (``perplexity:`` is then refused at validation with that reason)."""
     def deco(factory: Callable[[Any], Any]) -> Callable[[Any], Any]:
         SCORERS[kind] = factory
+        if no_rolling is not None:
+            NO_ROLLING[kind] = no_rolling
         return factory
     return deco

@@ -27,10 +27,12 @@ from assay.specbase import version_field
 
 
 class SamplingParams(_Strict):
-    """Every sampling parameter, with the value used when the spec leaves it out. All of them are
-    sent on every request (vLLM fills unset ones from the model's generation config) and all are
-    part of each completion's cache key. ``extra`` is passed through verbatim to OpenAI-protocol
-    servers (e.g. vLLM's ``top_k``, ``min_p``, ``repetition_penalty``)."""
+    """Every sampling parameter, with the value used when the spec leaves it out; all are part of
+    each completion's cache key. An OpenAI-protocol server is always sent temperature, top_p and
+    max_tokens (vLLM fills unset ones from the model's generation config), ``stop`` and the
+    penalties only when set (their defaults are the protocol's; some servers refuse
+    ``stop: []``). ``extra`` is passed through verbatim to OpenAI-protocol servers (e.g. vLLM's
+    ``top_k``, ``min_p``, ``repetition_penalty``)."""
 
     temperature: float = Field(1.0, ge=0.0, le=2.0)
     top_p: float = Field(1.0, gt=0.0, le=1.0)

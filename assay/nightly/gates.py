@@ -187,7 +187,8 @@ def _compare_entries(before: Any, after: Any, metrics: list[str], gates: Nightly
     import assay
 
     res = assay.compare(before, after, metrics=metrics, alpha=gates.alpha,
-                        lower_is_better=[m.removeprefix("marker:") for m in gates.lower_names()])
+                        lower_is_better=[m.removeprefix("marker:")
+                                         for m in gates.lower_names(metrics)])
     out = {}
     for m in res.metrics:
         iv = m.delta.interval
@@ -196,7 +197,10 @@ def _compare_entries(before: Any, after: Any, metrics: list[str], gates: Nightly
                          "delta_low": finite_or_none(iv.low) if iv else None,
                          "delta_high": finite_or_none(iv.high) if iv else None,
                          "n_paired": m.n_paired, "p_adjusted": finite_or_none(m.p_adjusted),
-                         "verdict": m.verdict}
+                         # a metric without a direction (token counts): a change, never a
+                         # better or a worse
+                         "verdict": ("changed" if gates.direction(m.metric) is None
+                                     and m.verdict in ("better", "worse") else m.verdict)}
     return out, res
 
 
@@ -218,7 +222,6 @@ def evaluate_night(out: str | os.PathLike[str], *, study: str, night: str, sourc
     cands = candidate_nights(out.parent, night, spec_definition, gates.continues)
     earlier = finished_nights(out.parent, night)
     gated = gates.metric_names()
-    lower = set(gates.lower_names())
     doc: dict[str, Any] = {"study": study, "night": night, "baseline_rule": gates.baseline,
                            "alpha": gates.alpha, "gated": gated, "spec_definition": spec_definition,
                            "new_history": None, "sources": [], "regressions": [], "comparisons": []}
@@ -248,12 +251,15 @@ def evaluate_night(out: str | os.PathLike[str], *, study: str, night: str, sourc
                 if m in gated:
                     raise
                 continue  # e.g. pass@1 of a source with partial scores only: nothing to report
-            metrics[m] = {"metric": m, "gated": m in gated, "higher_is_better": m not in lower,
+            way = gates.direction(m)  # a rise in truncation, errors, refusals is worse
+            metrics[m] = {"metric": m, "gated": m in gated, "direction": way,
+                          "higher_is_better": None if way is None else way == "higher",
                           **_est_doc(est), "baseline_value": None, "delta": None,
                           "delta_low": None, "delta_high": None, "n_paired": 0,
                           "p_adjusted": None, "verdict": NO_BASELINE, "regression": False}
         first = gated[0] if gated else "pass@1"
-        base = choose_baseline(gates.baseline, cands, src, first, first not in lower)
+        base = choose_baseline(gates.baseline, cands, src, first,
+                               gates.direction(first) != "lower")
         tonight = dict((under_test or {}).get(src) or {}) or None
         before_model = under_test_of(base, src) if base is not None else None
         entry: dict[str, Any] = {
@@ -329,6 +335,10 @@ def new_history_text(doc: Mapping[str, Any]) -> str:
             f"(or `--set nightly.continues=[{new['previous_definition']}]`).")
 
 
+#: How nightly.md labels a metric's direction beside its name.
+DIRECTION_LABEL = {"higher": "", "lower": " (lower is better)", None: " (no direction)"}
+
+
 def night_markdown(doc: Mapping[str, Any], history_png: str | None = None) -> str:
     """nightly.md: the regressions first, then every metric per source, then the comparisons."""
     from assay.nightly.under_test import model_label
@@ -378,7 +388,7 @@ def night_markdown(doc: Mapping[str, Any], history_png: str | None = None) -> st
         lines.append("|---|---|---|---:|---|---|")
         for m in s["metrics"]:
             lines.append(
-                f"| {m['metric']}{'' if m['higher_is_better'] else ' (lower is better)'} "
+                f"| {m['metric']}{DIRECTION_LABEL[m.get('direction', 'higher')]} "
                 f"| {'yes' if m['gated'] else 'no'} | {_f(m['value'])} "
                 f"[{_f(m['low'])}, {_f(m['high'])}] "
                 f"| {m['n']} | {_f(m['delta'], '+.3f')} "

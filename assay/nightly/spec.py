@@ -20,9 +20,11 @@ from __future__ import annotations
 
 import datetime as dt
 import re
+from collections.abc import Iterable
 
 from pydantic import Field, field_validator, model_validator
 
+from assay.nightly.directions import Direction, direction
 from assay.specbase import SpecModel
 
 _BLOCK = re.compile(r"^[a-z0-9-]+/[A-Za-z0-9_.-]+$")
@@ -42,7 +44,12 @@ class NightlySpec(SpecModel):
         "night: 'pass@1' or marker names; every other metric is reported, never gated")
     lower_is_better: list[str] = Field(
         default_factory=list,
-        description="markers where a decrease is better (a contamination rate, a truncated share)")
+        description="markers where a decrease is better, beyond assay's own (truncated, "
+        "stop_trimmed, contaminated, and any name with error/fail/refus/timeout in it)")
+    higher_is_better: list[str] = Field(
+        default_factory=list,
+        description="markers where an increase is better, where assay's default says otherwise "
+        "(token counts and lengths have no direction unless listed here or in lower_is_better)")
     baseline: str = Field(
         "previous", description="'previous' (the last night), 'best' (the night with the best "
         "value of the first gated metric, per source) or a night date YYYY-MM-DD")
@@ -67,7 +74,7 @@ class NightlySpec(SpecModel):
                                  f"night that started the new history), got {d!r}")
         return v
 
-    @field_validator("must_not_regress", "lower_is_better")
+    @field_validator("must_not_regress", "lower_is_better", "higher_is_better")
     @classmethod
     def _names(cls, v: list[str]) -> list[str]:
         for i, n in enumerate(v):
@@ -107,11 +114,28 @@ class NightlySpec(SpecModel):
     def _lower(self) -> NightlySpec:
         if "pass@1" in self.lower_is_better:
             raise ValueError("lower_is_better: pass@1 is higher-is-better; list markers only")
+        both = sorted({metric_name(n) for n in self.lower_is_better}
+                      & {metric_name(n) for n in self.higher_is_better})
+        if both:
+            raise ValueError(f"{both} listed in both lower_is_better and higher_is_better")
+        undirected = [n for n in self.must_not_regress if self.direction(metric_name(n)) is None]
+        if undirected:
+            raise ValueError(f"must_not_regress: {undirected} have no direction (a rise is "
+                             "neither better nor worse); list each in lower_is_better or "
+                             "higher_is_better to gate it")
         return self
+
+    def direction(self, metric: str) -> Direction:
+        """A metric's direction with this spec's declarations (:mod:`assay.nightly.directions`)."""
+        return direction(metric, lower_is_better=self.lower_is_better,
+                         higher_is_better=self.higher_is_better)
 
     def metric_names(self) -> list[str]:
         """The gated metrics as compare names, in order."""
         return [metric_name(n) for n in self.must_not_regress]
 
-    def lower_names(self) -> list[str]:
-        return [metric_name(n) for n in self.lower_is_better]
+    def lower_names(self, metrics: Iterable[str] = ()) -> list[str]:
+        """The metrics where a rise is worse: those declared, and of ``metrics`` those assay
+        knows to be (:func:`assay.nightly.directions.direction`)."""
+        out = [metric_name(n) for n in self.lower_is_better]
+        return out + [m for m in metrics if m not in out and self.direction(m) == "lower"]

@@ -6,8 +6,8 @@ Example:
     ...     "model": "c2", "revision": "step-7", "revision_immutable": False},
     ...     "params": {"temperature": 0.7, "top_p": 1.0, "max_tokens": 64, "stop": [],
     ...                "presence_penalty": 0.0, "frequency_penalty": 0.0, "extra": {}}, "k": 4},
-    ...     [{"identity": {"backend": "openai", "served": {"root": "/ckpt/latest"}}, "scope": None,
-    ...       "sent": 3}])
+    ...     [{"identity": {"backend": "openai"}, "served": {"listed": True,
+    ...       "entry": {"root": "/ckpt/latest"}}, "scope": None, "sent": 3}])
     >>> rec["model"], rec["revision"], rec["served_root"], rec["sampling"]
     ('c2', 'step-7', '/ckpt/latest', 'k=4 T=0.7 top_p=1 max_tokens=64')
     >>> model_label(rec) == 'c2@step-7 #' + rec["identity"][:8]
@@ -63,7 +63,10 @@ def under_test_record(entry: Mapping[str, Any],
     idents = [g["identity"] for g in gens if g.get("identity") is not None]
     distinct = {content_hash(i, "ident") for i in idents}
     ident = idents[0] if idents else {}
-    raw = ident.get("served")
+    # the listing a shard recorded (``served``: {"listed", "entry"}), or an older record's
+    # identity that held the listed entry itself
+    listing = next((g["served"] for g in gens if isinstance(g.get("served"), dict)), None)
+    raw = (listing or {}).get("entry") if listing is not None else ident.get("served")
     served: dict[str, Any] = raw if isinstance(raw, dict) else {}
     return {
         "backend": model.get("kind"),

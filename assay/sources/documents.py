@@ -36,7 +36,13 @@ class PerplexitySpec(SpecModel):
     @field_validator("model", mode="before")
     @classmethod
     def _backend(cls, v: Any) -> Any:
-        return backend_spec(v)
+        from assay.models.loglik import rolling_problem
+
+        spec: Any = backend_spec(v)
+        why = rolling_problem(spec.kind)
+        if why is not None:
+            raise ValueError(f"model kind {spec.kind!r} cannot score perplexity: {why}")
+        return spec
 
 
 def count_words(doc: str) -> int:

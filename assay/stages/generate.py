@@ -4,8 +4,11 @@ Keyed on the shard's prompt rows, the generate settings and the model's identity
 
 A source with ``generate:`` builds prompt rows (one per prompt, completion empty); its steps
 filter those prompts, then this stage replaces each shard of them by ``k`` generated rows. The
-stage's cache key holds the backend's identity (``/v1/models``' answer for a server, the weights'
-checksum for a local model), so a new checkpoint under the same name recomputes. Inside a shard
+stage's cache key holds the backend's identity (for a server: its URL, the model name and the
+pinned ``revision``; for a local model: the weights' checksum, so a new checkpoint in the same
+folder recomputes). A server's ``/v1/models`` answer is recorded in the summary, not keyed: it
+proves nothing about the weights, and a server that loads on demand lists the model only while
+it is loaded. Inside a shard
 every completion is committed to the store's journal as it arrives: a killed run's rerun asks
 only for what is missing (:func:`assay.models.generate`). Failed requests become ``gen_error``
 rows that are never graded and are asked again by the next run; a cached shard with error rows
@@ -74,6 +77,7 @@ def run_generate_shard(store: Store, spec: StudySpec, source_name: str, filtered
     Prefect task passes the strict ``gpu`` concurrency slot; this library never imports Prefect).
     ``workers`` is accepted for the runners' uniform call and unused."""
     from assay.models import generate
+    from assay.models.generation import differing_prompts
 
     source = spec.source(source_name)
     gspec = source.generate
@@ -118,10 +122,19 @@ def run_generate_shard(store: Store, spec: StudySpec, source_name: str, filtered
         lat = [r["latency_s"] for r in g.records if r["latency_s"] is not None]
         summary = {"rows": len(rows), "prompts": len(part), "sent": g.sent, "errors": len(g.errors),
                    "truncated": sum(r["finish_reason"] == "length" for r in ok),
+                   # completions whose stop string the server kept and assay cut (as OpenAI
+                   # and vLLM return them); prompts whose samples differ at temperature 0
+                   "stop_trimmed": sum(r.get("stop_trimmed") is not None for r in ok),
+                   "differ_at_t0": (differing_prompts(g.records, gspec.k)
+                                    if gspec.params.temperature == 0 and gspec.k > 1 else 0),
                    "prompt_tokens": sum(r["prompt_tokens"] or 0 for r in ok),
                    "completion_tokens": sum(r["completion_tokens"] or 0 for r in ok),
                    "latency_s_median": round(statistics.median(lat), 4) if lat else None,
                    "identity": identity, "scope": scope,
+                   # what the server said of the model when this shard asked it (a server's
+                   # /v1/models answer, asked only by a call that sent requests)
+                   "served": (backend.listing() if g.sent and hasattr(backend, "listing")
+                              else None),
                    # the journal holding these completions: `assay store gc` keeps it with the stage
                    "journal": journal_file(g.config, part.checksum()),
                    # facts of this run (run.json reads them; the report, kept the same for the
@@ -135,8 +148,10 @@ def run_generate_shard(store: Store, spec: StudySpec, source_name: str, filtered
 
 def generation_facts(made: list[StageResult]) -> dict[str, Any]:
     """run.json's ``generation``: per generate shard, what this run asked (a cached shard asked
-    nothing: its summary's request counts are another run's), and the total over shards:
-    requests sent, retries by cause, requests that gave up, not sent (circuit breaker), failed.
+    nothing: its summary's request counts are another run's), and the total over shards: samples
+    asked (``sent``), HTTP requests that reached the server, completions received and failures
+    by cause this run, retries by cause, requests that gave up, not sent (circuit breaker), error
+    rows, completions whose stop string was cut, prompts whose samples differ at temperature 0.
 
     Example:
         >>> r = StageResult("generate", "s shard 1/1", "k", {}, {}, {"rows": 2, "errors": 1,
@@ -144,21 +159,25 @@ def generation_facts(made: list[StageResult]) -> dict[str, Any]:
         >>> generation_facts([r])["total"]["retries"]
         {'429': 3}
     """
-    runs = ("sent", "requests", "gave_up", "not_sent")
+    runs = ("sent", "requests", "completions", "gave_up", "not_sent")
     shards: dict[str, Any] = {}
-    total: dict[str, Any] = {"requests": 0, "retries": {}, "gave_up": 0, "not_sent": 0,
-                             "errors": 0, "breaker": []}
+    total: dict[str, Any] = {"sent": 0, "requests": 0, "completions": 0, "failures": {},
+                             "retries": {}, "gave_up": 0, "not_sent": 0, "errors": 0,
+                             "stop_trimmed": 0, "differ_at_t0": 0, "breaker": []}
     for r in made:
         doc = {**r.summary, "cached": r.cached}
         if r.cached:
-            doc.update({k: 0 for k in runs if k in doc}, retries={}, breaker=None)
+            doc.update({k: 0 for k in runs if k in doc}, retries={}, failures={}, breaker=None)
         shards[r.label] = doc
-        total["errors"] += doc.get("errors") or 0
-        for k in ("requests", "gave_up", "not_sent"):
+        for k in ("errors", "stop_trimmed", "differ_at_t0"):  # facts of the rows, cached too
             total[k] += doc.get(k) or 0
-        for cause, n in (doc.get("retries") or {}).items():
-            total["retries"][cause] = total["retries"].get(cause, 0) + n
+        for k in runs:  # facts of this run
+            total[k] += doc.get(k) or 0
+        for name in ("retries", "failures"):
+            for cause, n in (doc.get(name) or {}).items():
+                total[name][cause] = total[name].get(cause, 0) + n
         if doc.get("breaker") and doc["breaker"] not in total["breaker"]:
             total["breaker"].append(doc["breaker"])
     total["retries"] = dict(sorted(total["retries"].items()))
+    total["failures"] = dict(sorted(total["failures"].items()))
     return {"shards": shards, "total": total}

@@ -101,6 +101,15 @@ def generation_summary(rows: Any, gspec: Any) -> dict[str, Any]:
         return round(sum(vals) / len(vals), 1) if vals else None
 
     trunc = [m["truncated"] for m in ok if "truncated" in m]
+    # prompts (a task's rows with one prompt) whose answered samples differ at temperature 0
+    differ = 0
+    if gspec is not None and gspec.params.temperature == 0 and gspec.k > 1:
+        texts: dict[tuple[Any, Any], set[Any]] = {}
+        for tid, p, txt, st in zip(t.column("task_id").to_pylist(), t.column("prompt").to_pylist(),
+                                   t.column("final_text").to_pylist(), status):
+            if st != "gen_error":
+                texts.setdefault((tid, p), set()).add(txt)
+        differ = sum(len(v) > 1 for v in texts.values())
     model = None
     if gspec is not None:
         m = gspec.model
@@ -122,6 +131,8 @@ def generation_summary(rows: Any, gspec: Any) -> dict[str, Any]:
         "errors": len(status) - len(ok),
         "errors_by_cause": dict(sorted(causes.items())),
         "truncated_share": round(sum(trunc) / len(trunc), 4) if trunc else None,
+        "stop_trimmed": int(sum(m.get("stop_trimmed", 0) for m in ok)),
+        "differ_at_t0": differ,
         "prompt_tokens_mean": mean("prompt_tokens"),
         "completion_tokens_mean": mean("completion_tokens"),
         "completion_tokens_total": int(sum(m.get("completion_tokens", 0) for m in ok)),

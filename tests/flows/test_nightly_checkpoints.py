@@ -149,7 +149,8 @@ def test_checkpoint_from_the_command_line(prefect_server: str, tmp_path: Path, s
     assert "error: REGRESSION" not in p.stderr and "ERROR" not in p.stderr
     assert "Traceback" not in p.stderr, p.stderr
     assert "ckpts: REGRESSION on night 2026-12-03" in p.stderr
-    assert "ckpts: generation: 60 requests sent to the model (60 completions in all)" in p.stderr
+    assert ("ckpts: generation: 60 samples asked: 60 completions, 0 failed; 60 HTTP requests; "
+            "60 rows in all") in p.stderr
     assert "ckpts/model/pass@1: delta -" in p.stderr and "vs 2026-12-02: worse by the" in p.stderr
     (failed,) = [ln for ln in p.stderr.splitlines() if "alert" in ln]
     assert failed.startswith("alert NOT delivered: nightly.notify: posting the regression "

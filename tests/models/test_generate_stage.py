@@ -107,8 +107,10 @@ def test_failed_requests_are_ungraded_then_retried_to_the_clean_result(server, t
     assert "retries by status and requests that gave up are facts of each run" in md
     # run.json's facts: every request the server saw, the retries by status, the gave-ups
     facts = stages.generation_facts([r for r in broken.results if r.stage == "generate"])
-    assert facts["total"] == {"requests": len(server.requests), "retries": {"500": 4}, "gave_up": 4,
-                              "not_sent": 0, "errors": 4, "breaker": []}
+    assert facts["total"] == {"sent": 32, "requests": len(server.requests), "completions": 28,
+                              "failures": {"HTTP 500": 4}, "retries": {"500": 4}, "gave_up": 4,
+                              "not_sent": 0, "errors": 4, "stop_trimmed": 0,
+                              "differ_at_t0": 0, "breaker": []}
     server.faults = []
     n = len(server.requests)
     fixed = run(server, tmp_path, store)
@@ -262,13 +264,13 @@ measure: {{pass_at: {{k: 1}}}}
     assert [r["reward"] for r in rows] == [1.0, 0.0] * 4 and len(server.requests) == 8
     assert {b["temperature"] for b in server.requests} == {0.0}
     assert not stages.run_study(spec, store, progress=None).computed_stages
-    real = server.httpd.RequestHandlerClass.do_GET
-
-    def new_checkpoint(self):  # the same served name, another checkpoint behind it
-        if self.path.rstrip("/") == "/v1/models":
-            return self._send(200, {"data": [{"id": "tiny-ckpt", "root": "/ckpt/step-900"}]})
-        return real(self)
-
-    server.httpd.RequestHandlerClass.do_GET = new_checkpoint
+    # a judge's requests carry no empty stop list, no null, no n
+    assert all("stop" not in b and "n" not in b
+               and None not in [v for f, v in b.items() if not f.startswith("_")]
+               for b in server.requests)
+    # the same served name, another checkpoint behind it: the user declares it (the server's
+    # listing proves nothing about weights), and the judge grades again
+    text = text.replace("model: tiny-ckpt}", "model: tiny-ckpt, revision: step-900}")
+    spec = parse_spec(text, base_dir=str(tmp_path))
     again = stages.run_study(spec, store, progress=None)
     assert any(s.startswith("grade") for s in again.computed_stages) and len(server.requests) == 16

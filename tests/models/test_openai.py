@@ -32,10 +32,12 @@ def test_every_parameter_and_a_seed_per_sample_are_sent(server, store):
     g = generate(QS, spec(server), k=3, params=PARAMS, seed=7, store=store)
     assert g.sent == 15 and server.count() == 15 and not g.errors
     for body in server.requests:
-        assert body["_path"] == "/v1/chat/completions" and body["n"] == 1
-        assert {k: body[k] for k in ("temperature", "top_p", "max_tokens", "stop")} == {
-            "temperature": 0.7, "top_p": 0.95, "max_tokens": 64, "stop": ["\n\n"]}
-        assert body["presence_penalty"] == 0.0 and body["frequency_penalty"] == 0.0
+        assert body["_path"] == "/v1/chat/completions"
+        # what the spec set and what reproducibility needs; the penalties left at the
+        # protocol's defaults and n (1 by default) are not sent
+        assert {k: v for k, v in body.items() if not k.startswith("_")} == {
+            "model": "tiny-ckpt", "messages": body["messages"], "temperature": 0.7,
+            "top_p": 0.95, "max_tokens": 64, "stop": ["\n\n"], "seed": body["seed"]}
     seeds = [[r["seed"] for r in g.records if r["prompt_index"] == i] for i in range(len(QS))]
     assert all(len(set(s)) == 3 for s in seeds)  # k samples of one prompt differ
     sent = sorted((b["messages"][-1]["content"], b["seed"]) for b in server.requests)
@@ -62,22 +64,36 @@ def test_a_model_name_change_recomputes_everything(server, store):
     assert generate(QS, spec(server), k=2, params=PARAMS, store=store).sent == 0
 
 
-def test_what_models_reports_is_part_of_the_identity(server, store):
-    generate(QS[:2], spec(server), params=PARAMS, store=store)
-    server.models[:] = ["tiny-ckpt", "other-ckpt", "third"]  # same listing for our model: cached
-    assert generate(QS[:2], spec(server), params=PARAMS, store=store).sent == 0
-    from helpers import openai_server
+def test_the_identity_is_what_the_spec_declares_and_the_listing_is_recorded(server, store):
+    from assay.models.openai import OpenAIBackend
 
+    b = OpenAIBackend(spec(server))
+    assert b.identity() == {"backend": "openai", "base_url": server.base_url,
+                            "model": "tiny-ckpt", "revision": None}
+    generate(QS[:2], b, params=PARAMS, store=store)
+    assert b.listing() == {"listed": True, "entry": {
+        "id": "tiny-ckpt", "object": "model", "owned_by": "test", "root": "/ckpt/tiny-ckpt",
+        "parent": None, "max_model_len": 2048}}
+    # the listing is not keyed: another listing (a server that loads on demand and has
+    # unloaded it) serves the same completions, and a cached call asks the server nothing
+    server.models[:] = ["other-ckpt"]
+    gets = []
     real = server.httpd.RequestHandlerClass.do_GET
 
-    def relabelled(self):  # the same name now serves another checkpoint directory
-        if self.path.rstrip("/") == "/v1/models":
-            return self._send(200, {"data": [{"id": "tiny-ckpt", "root": "/ckpt/step-900"}]})
+    def counted(self):
+        gets.append(self.path)
         return real(self)
 
-    server.httpd.RequestHandlerClass.do_GET = relabelled
-    assert generate(QS[:2], spec(server), params=PARAMS, store=store).sent == 2
-    assert openai_server  # the fixture module stays imported for the patched handler
+    server.httpd.RequestHandlerClass.do_GET = counted
+    try:
+        again = generate(QS[:2], spec(server), params=PARAMS, store=store)
+        assert again.sent == 0 and gets == []
+        server.models[:] = ["tiny-ckpt"]
+        # new weights behind one name are the user's to declare: a revision recomputes
+        assert generate(QS[:2], spec(server, revision="step-900"), params=PARAMS,
+                        store=store).sent == 2
+    finally:
+        server.httpd.RequestHandlerClass.do_GET = real
 
 
 def test_429_honours_retry_after_and_cuts_concurrency(server, store):
@@ -139,12 +155,20 @@ def test_exhausted_retries_make_error_rows_that_are_never_graded_and_are_retried
     assert fixed.completions[2] == ["The answer is 30. done"] * 2
 
 
-def test_a_4xx_fails_with_the_servers_message(server, store):
+def test_a_4xx_names_the_parameter_the_servers_message_and_the_spec_field(server, store):
     server.faults = [Fault(400, message="max_tokens is too large: 99999 > 2048")]
-    with pytest.raises(GenerationError, match="HTTP 400: max_tokens is too large"):
+    with pytest.raises(GenerationError, match=r"HTTP 400: 'max_tokens is too large: 99999 > "
+                       r"2048'.*refused parameter 'max_tokens', set by generate.params.max_tokens"):
         generate(QS[:1], spec(server), params=PARAMS, store=store)
-    with pytest.raises(GenerationError,
-                       match=r"'nope' is not served .* it serves \['tiny-ckpt', 'other-ckpt'\]"):
+    server.faults = [Fault(422, message="Unexpected fields in the request: {'top_k'}")]
+    with pytest.raises(GenerationError, match=r"refused parameter 'top_k', set by "
+                       r"generate.params.extra.top_k"):
+        generate(QS[:1], spec(server), params={**PARAMS, "extra": {"top_k": 5}}, store=store)
+    # a model the listing lacks is asked anyway (servers that load on demand list only what is
+    # loaded): the server's own answer is quoted, with what the listing said
+    with pytest.raises(GenerationError, match=r"HTTP 404: 'The model `nope` does not exist.'.*"
+                       r"listed \['tiny-ckpt', 'other-ckpt'\].*refused parameter 'model', "
+                       r"set by generate.model.model"):
         generate(QS[:1], spec(server, model="nope"), params=PARAMS, store=store)
 
 
@@ -258,3 +282,25 @@ def test_length_finishes_are_what_the_rl_selection_cuts(server, store):
     gate = next(x for x in sel.gates if x.name == "cut-off reply")
     assert gate.rows_dropped == 4 and {r["prompt"] for r in sel.rows} == {"hi", "yo", "hey"}
     assert len(sel.rows) == 6
+
+
+def test_samples_that_differ_at_temperature_zero_are_said(server, store, capsys):
+    """A server that does not decode greedily at temperature 0 (batching): one warning line,
+    and the report's generation summary counts the prompts; a greedy server raises neither."""
+    from assay.models.specs import GenerateSpec
+    from assay.report import generation_notes
+    from assay.stages.report import generation_summary
+
+    gspec = GenerateSpec.model_validate({"model": spec(server), "k": 3,
+                                         "params": {"temperature": 0, "max_tokens": 8}})
+    greedy = generate(QS[:2], spec(server), k=3, params=gspec.params, store=store)
+    assert "temperature 0" not in capsys.readouterr().err
+    assert generation_summary(greedy.rows(), gspec)["differ_at_t0"] == 0
+    server.policy = lambda body: f"answer {body['seed'] % 2}"  # the seed leaks into the text
+    noisy = generate(QS[2:4], spec(server), k=3, params=gspec.params, store=store)
+    err = capsys.readouterr().err
+    assert err.count("warning:") == 1
+    assert "temperature 0, yet the 3 samples of 2 of 2 prompts differ" in err
+    summary = generation_summary(noisy.rows(), gspec)
+    assert summary["differ_at_t0"] == 2 and summary["stop_trimmed"] == 0
+    assert "the 3 samples of 2 prompt(s) differ" in generation_notes("qa", summary)[0]

@@ -13,6 +13,19 @@ import pytest
 
 from assay.measure.perplexity import perplexity, ratio_interval
 
+#: A study of one perplexity: source over docs.jsonl, scored by ``model`` (a YAML mapping).
+PPL_SPEC = """
+version: 1
+name: ppl
+sources:
+  - name: held_out
+    kind: file
+    path: docs.jsonl
+    perplexity: {{model: {model}}}
+measure:
+  perplexity: {{}}
+"""
+
 
 def test_ratio_interval_covers_by_simulation() -> None:
     """Documents of lognormal length with a per-document difficulty: the 95% interval of
@@ -55,17 +68,8 @@ def test_perplexity_study_equals_lm_eval(tmp_path: Path) -> None:
     with open(tmp_path / "docs.jsonl", "w") as f:
         for d in docs:
             f.write(json.dumps({"text": d}) + "\n")
-    spec = parse_spec(f"""
-version: 1
-name: ppl
-sources:
-  - name: held_out
-    kind: file
-    path: docs.jsonl
-    perplexity: {{model: {{kind: hf, path: "{model}", dtype: float32}}}}
-measure:
-  perplexity: {{}}
-""", source="ppl.yaml", base_dir=str(tmp_path))
+    spec = parse_spec(PPL_SPEC.format(model=f'{{kind: hf, path: "{model}", dtype: float32}}'),
+                      source="ppl.yaml", base_dir=str(tmp_path))
     store = Store(tmp_path / "store")
     run = run_study(spec, store, progress=None)
     measured = next(x for x in run.results if x.stage == "measure")
@@ -91,3 +95,19 @@ def test_perplexity_needs_scored_rows() -> None:
 
     with pytest.raises(MeasureError, match="no 'loglik' marker"):
         perplexity([{"task_id": "a", "markers": {"words": 3.0}}])
+
+
+def test_perplexity_on_an_openai_server_is_refused_by_validate(tmp_path: Path) -> None:
+    """An OpenAI-protocol server cannot score a document in the model's own windows: `assay
+    validate` says so (exit 2, the field and the reason), instead of a crash mid-run."""
+    import subprocess
+    import sys
+
+    (tmp_path / "docs.jsonl").write_text('{"text": "one document"}\n')
+    (tmp_path / "ppl.yaml").write_text(PPL_SPEC.format(
+        model='{kind: openai, base_url: "http://127.0.0.1:9/v1", model: m}'))
+    p = subprocess.run([str(Path(sys.executable).with_name("assay")), "validate",
+                        str(tmp_path / "ppl.yaml")], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 2, p.stderr
+    assert "perplexity.model" in p.stderr and "kind 'openai' cannot score perplexity" in p.stderr
+    assert "kind: hf" in p.stderr and "Traceback" not in p.stderr

@@ -105,14 +105,16 @@ def test_lower_is_better_markers_and_ungated_metrics(tmp_path: Path) -> None:
     doc = evaluate_night(out, gates=g, **kw)
     assert [r["metric"] for r in doc["regressions"]] == ["marker:truncated"]
     by = {m["metric"]: m for m in doc["sources"][0]["metrics"]}
-    assert by["marker:len"]["gated"] is False and by["marker:len"]["verdict"] == "better"
+    assert by["marker:len"]["gated"] is False and by["marker:len"]["verdict"] == "changed"
     assert by["marker:truncated"]["higher_is_better"] is False
-    # not gated: the same rise is reported, never a regression
+    # not gated, not declared: assay knows a rise in truncation is worse; reported, never a
+    # regression. A length has no direction: it changed
     doc = evaluate_night(out, gates=NightlySpec(), **kw)
     assert doc["regressions"] == []
     by = {m["metric"]: m for m in doc["sources"][0]["metrics"]}
-    assert (by["marker:truncated"]["verdict"] == "better"
+    assert (by["marker:truncated"]["verdict"] == "worse"
             and not by["marker:truncated"]["regression"])
+    assert by["marker:len"]["verdict"] == "changed" and by["marker:len"]["direction"] is None
     with pytest.raises(SpecError, match=r"source 'm' has no metric \['trunc'\].*markers \['len', "
                                         r"'truncated'\]"):
         evaluate_night(out, gates=NightlySpec(must_not_regress=["trunc"]), **kw)
@@ -157,3 +159,37 @@ def test_regression_line_names_the_test_and_explains_an_interval_over_zero() -> 
             "(Holm-adjusted p < 0.0001 < alpha 0.05)") in line
     assert "descriptive paired t interval that the test does not read, so it may contain 0" in line
     assert "may contain 0" not in regression_line({**r, "high": -0.01})
+
+
+#: Every metric the nightly report labels, with what a rise in it is: each one's verdict is
+#: checked on a night where it rose clearly.
+RISES = {"pass@1": "better", "marker:truncated": "worse", "marker:stop_trimmed": "worse",
+         "marker:contaminated": "worse", "marker:refusal": "worse", "marker:http_error": "worse",
+         "marker:acc_norm": "better", "marker:completion_tokens": "changed",
+         "marker:prompt_tokens": "changed", "marker:len": "changed"}
+
+
+def test_a_rise_in_each_reported_metric_is_labelled_by_its_direction(tmp_path: Path) -> None:
+    base = tmp_path / "s"
+    names = [m.removeprefix("marker:") for m in RISES if m != "pass@1"]
+    lo = {n: [0.0] * 40 for n in names}
+    hi = {n: [float(i % 4 != 0) * (50.0 if "tokens" in n or n == "len" else 1.0)
+              for i in range(40)] for n in names}
+    make_night(base, "2026-11-01", {"m": make_rows(_worse(GOOD), marker=lo)})
+    out = make_night(base, "2026-11-02", {"m": make_rows(GOOD, marker=hi)})
+    doc = evaluate_night(out, gates=NightlySpec(), study="s", night="2026-11-02", sources=["m"],
+                         spec_definition="specdef:test")
+    by = {m["metric"]: m for m in doc["sources"][0]["metrics"]}
+    assert {m: by[m]["verdict"] for m in RISES} == RISES
+    md = night_markdown(doc)
+    assert "| marker:truncated (lower is better) |" in md
+    assert "| marker:completion_tokens (no direction) |" in md
+    # declared directions win; a metric without one cannot gate
+    g = NightlySpec(lower_is_better=["completion_tokens"], higher_is_better=["refusal"])
+    by = {m["metric"]: m for m in evaluate_night(
+        out, gates=g, study="s", night="2026-11-02", sources=["m"],
+        spec_definition="specdef:test")["sources"][0]["metrics"]}
+    assert by["marker:completion_tokens"]["verdict"] == "worse"
+    assert by["marker:refusal"]["verdict"] == "better"
+    with pytest.raises(ValueError, match=r"\['len'\] have no direction"):
+        NightlySpec(must_not_regress=["pass@1", "len"])
