@@ -569,20 +569,29 @@ class OpenAIBackend:
         stats.limited(budget.allowed(cap))
         t0 = time.monotonic()
         status: int | str | None = None
-        reached = True  # counted as sent unless no connection was made (the server saw nothing)
+        # counted as sent once httpcore starts writing the body (its trace says when): from
+        # there to the socket nothing yields, so a timeout cannot cancel it, while a timeout
+        # waiting for a connection, connecting, or between the headers and the body sends the
+        # server no request it can read. ("complete" would miss a request cancelled while the
+        # write yields after handing its bytes to the socket.)
+        written = [False]
+
+        async def trace(event: str, info: dict[str, Any]) -> None:
+            if event.endswith("send_request_body.started"):
+                written[0] = True
+
         try:
             try:
                 async with asyncio.timeout(self.spec.timeout_s):
-                    resp = await client.post(path, json=job.body)
+                    resp = await client.post(path, json=job.body, extensions={"trace": trace})
             except (TimeoutError, httpx.TimeoutException) as e:
                 why = f"timeout after {self.spec.timeout_s:g}s ({type(e).__name__})"
                 status = cause = "timeout"
-                reached = not isinstance(e, httpx.ConnectTimeout)
             except httpx.TransportError as e:
                 why = f"connection error ({type(e).__name__}: {e})"
                 status = cause = "connection"
-                reached = not isinstance(e, httpx.ConnectError)
             else:
+                written[0] = True
                 status = code = resp.status_code
                 if code < 400:
                     commit(req, self._record(resp, api, time.monotonic() - t0, job.attempt,
@@ -601,7 +610,7 @@ class OpenAIBackend:
                 wait_hint = retry_after_s(resp.headers.get("retry-after"))
         finally:  # the slot goes back on every path: the waker of parked lanes
             budget.done(sent_at=t0, status=status)
-            if reached:
+            if written[0]:
                 stats.sent()
         backoff = random.uniform(0, min(BACKOFF_MAX_S, BACKOFF_BASE_S * 2 ** job.attempt))
         wait = max(backoff, wait_hint) if wait_hint is not None else backoff
