@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import BaseModel, Field, field_validator, model_validator
+from pydantic import BaseModel, Field, field_validator, model_serializer, model_validator
 
 from assay.errors import SpecError
 from assay.libguard import TRANSFORMERS
@@ -102,7 +102,17 @@ class HFSpec(_Strict):
         "auto", description="auto: bfloat16 on CUDA, float32 on CPU")
     device: str | None = Field(None, description="cuda / cpu / cuda:1; default cuda when available")
     batch_tokens: int = Field(8192, ge=1, description="padded tokens (prompt + new) per batch")
+    max_length: int | None = Field(
+        None, ge=2, description="log-likelihood scoring: the context window in tokens (lm-eval's "
+        "model_args max_length); default: the model config's")
     trust_remote_code: bool = False
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler: Any) -> Any:
+        out = handler(self)
+        if isinstance(out, dict) and out.get("max_length", 0) is None:
+            out.pop("max_length")  # unset: a spec's checksum stays what it was before the option
+        return out
 
 
 class FunctionSpec(_Strict):

@@ -7,10 +7,15 @@ index, the gold choice's text, one of ``labels``, or a letter A, B, ...). The co
 question as ``fields.prompt`` or ``prompt_template`` renders it, after ``description`` and
 ``fewshot.k`` solved examples (each its context, ``target_delimiter`` and its gold choice, joined
 by ``fewshot.delimiter``, as lm-eval builds them). Examples come from another split (hf_dataset)
-or file; with neither, from the evaluated records, never the question itself. Each question's
-examples are drawn by a generator seeded with ``(fewshot.seed, task id)``, so a question's context
-does not depend on which other questions are in the run (lm-eval draws from one sequential
-generator instead: its shots change when the question set does).
+or file; with neither, from the evaluated records, never the question itself.
+
+``fewshot.sampler`` picks them (:func:`pick_examples`): ``seeded`` (the default) draws each
+question's examples from a generator seeded with ``(fewshot.seed, task id)``, so a question's
+context does not depend on which other questions are in the run; ``first_n`` takes the first k
+in file order for every question (lm-eval's MMLU); ``lm_eval`` draws as lm-eval's default sampler
+does, from one generator seeded with ``fewshot.seed`` (lm-eval's ``fewshot_random_seed``) and
+advanced question by question in file order, so its shots change when the question set does.
+``description`` is a template too, rendered per record (``about {{ subject }}``).
 
 The score-choices stage (:mod:`assay.stages.score_choices`) then scores ``target_delimiter +
 choice`` after each context with ``model``.
@@ -25,7 +30,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
@@ -45,7 +50,13 @@ class FewShotSpec(SpecModel):
     split: str | None = Field(None, description="hf_dataset: the split examples come from "
                               "(MMLU: dev; ARC: train)")
     path: str | None = Field(None, description="file: a JSONL/Parquet file of example records")
-    seed: int = Field(1234, description="examples are drawn per question from (seed, task id)")
+    seed: int = Field(1234, description="seeded: examples are drawn per question from (seed, task "
+                      "id); lm_eval: the seed of lm-eval's sampler (its fewshot_random_seed)")
+    sampler: Literal["seeded", "first_n", "lm_eval"] = Field(
+        "seeded", description="seeded: a draw per question from (seed, task id), independent of "
+        "the other questions; first_n: the first k examples in file order for every question "
+        "(lm-eval's first_n, MMLU); lm_eval: lm-eval's default sampler, one generator seeded "
+        "with seed, advanced question by question (its contexts, string for string)")
     delimiter: str = Field("\n\n", description="between examples, and before the question")
 
 
@@ -63,7 +74,9 @@ class ChoicesSpec(SpecModel):
     labels: str | None = Field(None, description="the record field listing each choice's label "
                                "(ARC: choices.label), read when the answer is a label")
     target_delimiter: str = Field(" ", description="between the context and each choice")
-    description: str = Field("", description="text before the examples and the question")
+    description: str = Field("", description="text before the examples and the question; a "
+                             "template rendered per record when it has {{ }} or {% %} "
+                             "(lm-eval's description: 'about {{ subject }}')")
     fewshot: FewShotSpec = Field(default_factory=FewShotSpec)
 
     @field_validator("model", mode="before")
@@ -81,7 +94,54 @@ class ChoicesSpec(SpecModel):
         if self.fewshot.split is not None and self.fewshot.path is not None:
             raise ValueError("fewshot: split (hf_dataset) and path (a file) both name the "
                              "examples; keep one")
+        from assay.sources.templates import PromptTemplate, guess_format
+
+        if guess_format(self.description) == "jinja2":
+            try:
+                PromptTemplate(self.description, "jinja2").check()
+            except SpecError as e:
+                raise ValueError(f"description: {e}") from None
         return self
+
+
+class ExamplePicker:
+    """Which pool examples go before each question, question by question in file order.
+
+    ``own``: the pool is the evaluated records, so a question is never its own example (lm_eval:
+    as lm-eval drops the question when its few-shot split is the evaluated one, by content).
+
+    Example:
+        >>> pool = [{"q": i} for i in range(6)]
+        >>> p = ExamplePicker(FewShotSpec(k=2, sampler="first_n"), pool, own=True)
+        >>> p.pick(0, pool[0], "t0"), p.pick(3, pool[3], "t3")
+        ([1, 2], [0, 1])
+        >>> lm = ExamplePicker(FewShotSpec(k=2, sampler="lm_eval"), pool, own=False)
+        >>> lm.pick(0, None, "t0") != lm.pick(1, None, "t1")  # one generator, advanced
+        True
+    """
+
+    def __init__(self, spec: FewShotSpec, pool: Sequence[Mapping[str, Any]], own: bool) -> None:
+        self.spec, self.pool, self.own = spec, pool, own
+        # lm-eval's default sampler: one generator for the whole task, seeded once
+        self._rnd = random.Random(spec.seed)
+
+    def pick(self, i: int, rec: Mapping[str, Any] | None, task_id: str) -> list[int]:
+        """Pool indices of question ``i``'s examples, in context order (call in file order)."""
+        k, n = self.spec.k, len(self.pool)
+        if self.spec.sampler == "seeded":
+            cand = [j for j in range(n) if not (self.own and j == i)]
+            return random.Random(example_seed(self.spec.seed, task_id)).sample(cand, k)
+        if self.spec.sampler == "first_n":
+            return [j for j in range(n) if not (self.own and self.pool[j] == rec)][:k]
+        if not self.own:
+            return self._rnd.sample(range(n), k)
+        # one spare draw, then the question's copies (equal by content) dropped; if duplicates
+        # of the question took more than the spare, a fresh draw from the pool without them
+        got = [j for j in self._rnd.sample(range(n), k + 1) if self.pool[j] != rec][:k]
+        if len(got) < k:
+            rest = [j for j in range(n) if self.pool[j] != rec]
+            got = self._rnd.sample(rest, k)
+        return got
 
 
 def choice_texts(rec: Mapping[str, Any], spec: ChoicesSpec, where: str) -> list[str]:
@@ -179,6 +239,7 @@ def choice_rows(source: Any, paths: Paths, records: Sequence[Mapping[str, Any]],
     from assay.builder import rows
     from assay.rows import Rows, to_json
     from assay.sources.fieldpath import _MISSING, get_field
+    from assay.sources.templates import PromptTemplate, guess_format
 
     spec: ChoicesSpec = source.choices
     fields = source.fields
@@ -215,6 +276,9 @@ def choice_rows(source: Any, paths: Paths, records: Sequence[Mapping[str, Any]],
     pool_where = f"{where} (few-shot examples)"
     pool_list = list(records) if own_pool else list(pool or [])
     k = spec.fewshot.k
+    picker = ExamplePicker(spec.fewshot, pool_list, own_pool)
+    describe = (PromptTemplate(spec.description, "jinja2")
+                if guess_format(spec.description) == "jinja2" else None)
     if k and len(pool_list) - own_pool < k:
         raise SpecError(f"{pool_where}: fewshot.k is {k} but only {len(pool_list) - own_pool} "
                         "examples are there; lower k or give more examples")
@@ -229,14 +293,18 @@ def choice_rows(source: Any, paths: Paths, records: Sequence[Mapping[str, Any]],
         gold = gold_index(rec, spec, cs, at)
         shots = ""
         if k:
-            cand = [j for j in range(len(pool_list)) if not (own_pool and j == i)]
-            pick = random.Random(example_seed(spec.fewshot.seed, tids[i])).sample(cand, k)
+            pick = picker.pick(i, rec, tids[i])
+            if len(pick) < k:
+                raise SpecError(f"{at}: fewshot.k is {k} but only {len(pick)} examples differ "
+                                "from this question; lower k or give more examples")
             for j in pick:
                 if j not in shot_texts:
                     shot_texts[j] = solved(pool_list[j], f"{pool_where} record {j + 1}")
             delim = spec.fewshot.delimiter
             shots = delim.join(shot_texts[j] for j in pick) + delim
-        prompts.append(spec.description + shots + question(rec, at))
+        desc = (spec.description if describe is None else
+                describe.render(rec, where=f"{at} choices.description"))
+        prompts.append(desc + shots + question(rec, at))
         privileged.append({"reference": cs[gold], "choices": cs, "gold": gold})
         if fields.meta is not None:
             meta = {p: get_field(rec, p) for p in fields.meta}

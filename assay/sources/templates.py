@@ -6,7 +6,9 @@ A source's ``prompt_template:`` is checked when the spec loads and rendered once
 otherwise the text is a ``str.format`` template (``{question}``, ``{meta[level]}``).
 ``template_format:`` overrides the guess. A missing field is an error naming the record and
 the field, never an empty string; so is a null one (it would print as ``None``). Jinja2 may
-test a null field (``{% if hint %}``); printing it is the error.
+test a null field (``{% if hint %}``); printing it is the error. Jinja2 templates have a
+``regex_replace(pattern, replacement, count=0)`` filter (Python's ``re.sub``, as lm-eval's task
+templates have), so preprocessing such as HellaSwag's fits in the template.
 
 Example:
     >>> t = PromptTemplate("Solve step by step.\\nQ: {question}\\nA:")
@@ -14,10 +16,13 @@ Example:
     ('Solve step by step.\\nQ: 2+2?\\nA:', ['question'])
     >>> PromptTemplate("{{ q | upper }}").render({"q": "hi"}, where="r0")
     'HI'
+    >>> PromptTemplate("{{ q | regex_replace(' *[0-9]+', '') }}").render({"q": "a 12b"}, where="r0")
+    'ab'
 """
 
 from __future__ import annotations
 
+import re
 import string
 from collections.abc import Mapping
 from functools import cached_property
@@ -41,6 +46,16 @@ def _no_null(value: Any) -> Any:
     if value is None:
         raise _Null(None)
     return value
+
+
+def regex_replace(text: str, pattern: str, replacement: str, count: int = 0) -> str:
+    """The ``regex_replace`` template filter: ``re.sub(pattern, replacement, text, count)``.
+
+    Example:
+        >>> regex_replace("a  b   c", " +", " ")
+        'a b c'
+    """
+    return re.sub(pattern, replacement, text, count=count)
 
 
 class _NoNullFormatter(string.Formatter):
@@ -67,6 +82,7 @@ class PromptTemplate:
 
         env = SandboxedEnvironment(undefined=StrictUndefined, keep_trailing_newline=True,
                                    finalize=_no_null)
+        env.filters["regex_replace"] = regex_replace
         try:
             return env, env.from_string(self.text)
         except TemplateSyntaxError as e:
