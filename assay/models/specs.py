@@ -17,13 +17,13 @@ from __future__ import annotations
 
 from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import BaseModel, Field, field_validator, model_serializer, model_validator
+from pydantic import BaseModel, Field, field_validator, model_validator
 
 from assay.errors import SpecError
 from assay.libguard import TRANSFORMERS
 from assay.models.registry import BACKENDS
+from assay.specbase import QuietSpecModel, version_field
 from assay.specbase import SpecModel as _Strict
-from assay.specbase import version_field
 
 
 class SamplingParams(_Strict):
@@ -89,8 +89,10 @@ class OpenAISpec(_Strict):
         return self
 
 
-class HFSpec(_Strict):
+class HFSpec(QuietSpecModel):
     """A local transformers causal LM: a local directory, or a hub id with a ``revision``."""
+
+    QUIET: ClassVar[dict[str, Any]] = {"max_length": None}
 
     #: imported before the study's nodes run side by side (assay.libguard)
     WARM_IMPORTS: ClassVar[tuple[str, ...]] = (*TRANSFORMERS, "transformers:AutoModelForCausalLM")
@@ -106,13 +108,6 @@ class HFSpec(_Strict):
         None, ge=2, description="log-likelihood scoring: the context window in tokens (lm-eval's "
         "model_args max_length); default: the model config's")
     trust_remote_code: bool = False
-
-    @model_serializer(mode="wrap")
-    def _dump(self, handler: Any) -> Any:
-        out = handler(self)
-        if isinstance(out, dict) and out.get("max_length", 0) is None:
-            out.pop("max_length")  # unset: a spec's checksum stays what it was before the option
-        return out
 
 
 class FunctionSpec(_Strict):

@@ -30,21 +30,23 @@ from __future__ import annotations
 
 import random
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
 
 from pydantic import Field, field_validator, model_validator
 
 from assay.errors import SpecError
 from assay.models.specs import _BackendEntry, backend_spec
 from assay.paths import Paths
-from assay.specbase import SpecModel
+from assay.specbase import QuietSpecModel
 
 if TYPE_CHECKING:
     from assay.rows import Rows
 
 
-class FewShotSpec(SpecModel):
+class FewShotSpec(QuietSpecModel):
     """Solved examples put before each question."""
+
+    QUIET: ClassVar[dict[str, Any]] = {"sampler": "seeded", "exclude_question": None}
 
     k: int = Field(0, ge=0, description="examples per question")
     split: str | None = Field(None, description="hf_dataset: the split examples come from "
@@ -57,18 +59,29 @@ class FewShotSpec(SpecModel):
         "the other questions; first_n: the first k examples in file order for every question "
         "(lm-eval's first_n, MMLU); lm_eval: lm-eval's default sampler, one generator seeded "
         "with seed, advanced question by question (its contexts, string for string)")
+    exclude_question: bool | None = Field(
+        None, description="drop examples equal to the question (default: when the examples are "
+        "the evaluated records). lm-eval does so whenever fewshot_split equals test_split, "
+        "both unset included (HellaSwag: test_split null): then set true, as lm_eval draws a "
+        "spare example for it")
     delimiter: str = Field("\n\n", description="between examples, and before the question")
 
 
-class ChoicesSpec(SpecModel):
+class ChoicesSpec(QuietSpecModel):
     """Multiple choice by log-likelihood: which choice does ``model`` find most likely after
     the context?"""
+
+    QUIET: ClassVar[dict[str, Any]] = {"choice_template": None}
 
     model: Annotated[Any, _BackendEntry()]
     field: str | None = Field("choices", description="the record field holding the list of choice "
                               "texts (a dotted path: choices.text for ARC); unused with templates")
     templates: list[str] | None = Field(None, description="one template per choice, rendered from "
                                         "the record (HellaSwag-style fields), instead of field")
+    choice_template: str | None = Field(
+        None, description="each listed choice rendered by this Jinja2 template before it is "
+        "scored, the choice as {{ choice }} beside the record's fields (HellaSwag's "
+        "preprocessing: {{ choice | trim | regex_replace(...) }}); with field only")
     answer: str = Field("answer", description="the record field of the gold answer: its index, "
                         "its text, one of labels, or a letter A, B, ...")
     labels: str | None = Field(None, description="the record field listing each choice's label "
@@ -89,6 +102,9 @@ class ChoicesSpec(SpecModel):
         if self.templates is not None:
             if len(self.templates) < 2:
                 raise ValueError("templates: give one template per choice (at least 2)")
+            if self.choice_template is not None:
+                raise ValueError("choice_template renders the choices field lists; with "
+                                 "templates, put the rendering in each template")
         elif self.field is None:
             raise ValueError("name the choices: field (a list field) or templates (one per choice)")
         if self.fewshot.split is not None and self.fewshot.path is not None:
@@ -96,19 +112,23 @@ class ChoicesSpec(SpecModel):
                              "examples; keep one")
         from assay.sources.templates import PromptTemplate, guess_format
 
-        if guess_format(self.description) == "jinja2":
-            try:
-                PromptTemplate(self.description, "jinja2").check()
-            except SpecError as e:
-                raise ValueError(f"description: {e}") from None
+        checks = {"description": self.description if guess_format(self.description) == "jinja2"
+                  else None, "choice_template": self.choice_template}
+        for key, text in checks.items():
+            if text is not None:
+                try:
+                    PromptTemplate(text, "jinja2").check()
+                except SpecError as e:
+                    raise ValueError(f"{key}: {e}") from None
         return self
 
 
 class ExamplePicker:
     """Which pool examples go before each question, question by question in file order.
 
-    ``own``: the pool is the evaluated records, so a question is never its own example (lm_eval:
-    as lm-eval drops the question when its few-shot split is the evaluated one, by content).
+    ``own``: the pool is the evaluated records. The question is dropped from its examples when
+    ``fewshot.exclude_question`` says so, by default when ``own`` (``seeded``: the record itself;
+    ``first_n`` and ``lm_eval``: every copy of it, by content, as lm-eval drops its eval doc).
 
     Example:
         >>> pool = [{"q": i} for i in range(6)]
@@ -122,6 +142,7 @@ class ExamplePicker:
 
     def __init__(self, spec: FewShotSpec, pool: Sequence[Mapping[str, Any]], own: bool) -> None:
         self.spec, self.pool, self.own = spec, pool, own
+        self.exclude = own if spec.exclude_question is None else spec.exclude_question
         # lm-eval's default sampler: one generator for the whole task, seeded once
         self._rnd = random.Random(spec.seed)
 
@@ -129,14 +150,15 @@ class ExamplePicker:
         """Pool indices of question ``i``'s examples, in context order (call in file order)."""
         k, n = self.spec.k, len(self.pool)
         if self.spec.sampler == "seeded":
-            cand = [j for j in range(n) if not (self.own and j == i)]
+            cand = [j for j in range(n) if not self.exclude or
+                    (j != i if self.own else self.pool[j] != rec)]
             return random.Random(example_seed(self.spec.seed, task_id)).sample(cand, k)
         if self.spec.sampler == "first_n":
-            return [j for j in range(n) if not (self.own and self.pool[j] == rec)][:k]
-        if not self.own:
+            return [j for j in range(n) if not (self.exclude and self.pool[j] == rec)][:k]
+        if not self.exclude:
             return self._rnd.sample(range(n), k)
-        # one spare draw, then the question's copies (equal by content) dropped; if duplicates
-        # of the question took more than the spare, a fresh draw from the pool without them
+        # one spare draw, then the question's copies (equal by content) dropped; if copies of
+        # the question took more than the spare, a fresh draw from the pool without them
         got = [j for j in self._rnd.sample(range(n), k + 1) if self.pool[j] != rec][:k]
         if len(got) < k:
             rest = [j for j in range(n) if self.pool[j] != rec]
@@ -161,6 +183,10 @@ def choice_texts(rec: Mapping[str, Any], spec: ChoicesSpec, where: str) -> list[
     if bad:
         raise SpecError(f"{where}: choice {bad[0]} of field {spec.field!r} is "
                         f"{type(v[bad[0]]).__name__} {v[bad[0]]!r:.40}, not text")
+    if spec.choice_template is not None:
+        each = PromptTemplate(spec.choice_template, "jinja2")
+        return [each.render({**rec, "choice": c}, where=f"{where} choices.choice_template[{i}]")
+                for i, c in enumerate(v)]
     return list(v)
 
 

@@ -19,20 +19,22 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar
 
 from pydantic import Field, field_validator
 
 from assay.errors import SpecError
 from assay.models.specs import _BackendEntry, backend_spec
-from assay.specbase import SpecModel
+from assay.specbase import QuietSpecModel
 
 if TYPE_CHECKING:
     from assay.rows import Rows
 
 
-class PerplexitySpec(SpecModel):
+class PerplexitySpec(QuietSpecModel):
     """Perplexity of ``model`` on each record's document."""
+
+    QUIET: ClassVar[dict[str, Any]] = {"template": None, "count_field": None}
 
     model: Annotated[Any, _BackendEntry()]
     field: str = Field("text", description="the record field holding the document")

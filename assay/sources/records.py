@@ -422,14 +422,8 @@ class RecordSourceSpec(SourceSpec):
                 out.pop(mode)
         if self.perplexity is not None:  # documents: the model keys the score-documents stage
             out["perplexity"] = {k: v for k, v in out["perplexity"].items() if k != "model"}
-        if self.perplexity is not None:  # unset options: existing sources keep their keys
-            for opt in ("template", "count_field"):
-                if out["perplexity"].get(opt, 0) is None:
-                    out["perplexity"].pop(opt)
         if self.choices is not None:  # prompt rows: the model keys the score-choices stage
             out["choices"] = {k: v for k, v in out["choices"].items() if k != "model"}
-            if out["choices"]["fewshot"].get("sampler") == "seeded":  # the default keeps its key
-                out["choices"]["fewshot"].pop("sampler")
             if self.choices.fewshot.path is not None:
                 out["choices"]["fewshot"]["path"] = file_checksum(
                     paths.resolve(self.choices.fewshot.path))
