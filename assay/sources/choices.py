@@ -117,9 +117,9 @@ class ChoicesSpec(QuietSpecModel):
         for key, text in checks.items():
             if text is not None:
                 try:
-                    PromptTemplate(text, "jinja2").check()
+                    PromptTemplate(text, "jinja2", f"choices.{key}").check()
                 except SpecError as e:
-                    raise ValueError(f"{key}: {e}") from None
+                    raise ValueError(str(e)) from None
         return self
 
 
@@ -184,8 +184,8 @@ def choice_texts(rec: Mapping[str, Any], spec: ChoicesSpec, where: str) -> list[
         raise SpecError(f"{where}: choice {bad[0]} of field {spec.field!r} is "
                         f"{type(v[bad[0]]).__name__} {v[bad[0]]!r:.40}, not text")
     if spec.choice_template is not None:
-        each = PromptTemplate(spec.choice_template, "jinja2")
-        return [each.render({**rec, "choice": c}, where=f"{where} choices.choice_template[{i}]")
+        each = PromptTemplate(spec.choice_template, "jinja2", "choices.choice_template")
+        return [each.render({**rec, "choice": c}, where=f"{where} choice {i}")
                 for i, c in enumerate(v)]
     return list(v)
 
@@ -303,7 +303,7 @@ def choice_rows(source: Any, paths: Paths, records: Sequence[Mapping[str, Any]],
     pool_list = list(records) if own_pool else list(pool or [])
     k = spec.fewshot.k
     picker = ExamplePicker(spec.fewshot, pool_list, own_pool)
-    describe = (PromptTemplate(spec.description, "jinja2")
+    describe = (PromptTemplate(spec.description, "jinja2", "choices.description")
                 if guess_format(spec.description) == "jinja2" else None)
     if k and len(pool_list) - own_pool < k:
         raise SpecError(f"{pool_where}: fewshot.k is {k} but only {len(pool_list) - own_pool} "
@@ -329,7 +329,7 @@ def choice_rows(source: Any, paths: Paths, records: Sequence[Mapping[str, Any]],
             delim = spec.fewshot.delimiter
             shots = delim.join(shot_texts[j] for j in pick) + delim
         desc = (spec.description if describe is None else
-                describe.render(rec, where=f"{at} choices.description"))
+                describe.render(rec, where=at))
         prompts.append(desc + shots + question(rec, at))
         privileged.append({"reference": cs[gold], "choices": cs, "gold": gold})
         if fields.meta is not None:

@@ -57,9 +57,9 @@ class PerplexitySpec(QuietSpecModel):
             from assay.sources.templates import PromptTemplate
 
             try:
-                PromptTemplate(v, "jinja2").check()
+                PromptTemplate(v, "jinja2", "perplexity.template").check()
             except SpecError as e:
-                raise ValueError(f"template: {e}") from None
+                raise ValueError(str(e)) from None
         return v
 
 
@@ -85,12 +85,13 @@ def document_rows(source: Any, records: Sequence[Mapping[str, Any]], where: str,
         raise SpecError(f"{where}: no records")
     from assay.sources.templates import PromptTemplate
 
-    tmpl = None if spec.template is None else PromptTemplate(spec.template, "jinja2")
+    tmpl = (None if spec.template is None else
+            PromptTemplate(spec.template, "jinja2", "perplexity.template"))
     docs, tids, metas, markers = [], [], [], []
     for i, rec in enumerate(records):
         at = f"{where} record {start + i + 1}"
         v = (get_field(rec, spec.field) if tmpl is None else
-             tmpl.render(rec, where=f"{at} perplexity.template"))
+             tmpl.render(rec, where=at))
         if v is _MISSING or not isinstance(v, str) or not v:
             what = "perplexity.template renders" if tmpl is not None else (
                 f"field {spec.field!r} (perplexity.field) must be")

@@ -71,9 +71,11 @@ class _NoNullFormatter(string.Formatter):
 class PromptTemplate:
     """A prompt template over record fields; ``check()`` raises SpecError for bad syntax."""
 
-    def __init__(self, text: str, fmt: Format | None = None) -> None:
+    def __init__(self, text: str, fmt: Format | None = None,
+                 name: str = "prompt_template") -> None:
         self.text = text
         self.fmt: Format = fmt or guess_format(text)
+        self.name = name  # the spec key errors name (choices.description, perplexity.template)
 
     @cached_property
     def _jinja(self) -> Any:
@@ -86,7 +88,7 @@ class PromptTemplate:
         try:
             return env, env.from_string(self.text)
         except TemplateSyntaxError as e:
-            raise SpecError(f"prompt_template: Jinja2 syntax error on line {e.lineno}: "
+            raise SpecError(f"{self.name}: Jinja2 syntax error on line {e.lineno}: "
                             f"{e.message}") from None
 
     def check(self) -> PromptTemplate:
@@ -97,7 +99,7 @@ class PromptTemplate:
             try:
                 list(string.Formatter().parse(self.text))
             except ValueError as e:
-                raise SpecError(f"prompt_template: not a str.format template ({e}); write "
+                raise SpecError(f"{self.name}: not a str.format template ({e}); write "
                                 "literal braces as {{ and }}, or set template_format: "
                                 "jinja2") from None
         return self
@@ -115,9 +117,8 @@ class PromptTemplate:
                 out.add(name.split(".")[0].split("[")[0])
         return out
 
-    @staticmethod
-    def _null_message(where: str, what: str) -> str:
-        return (f"{where}: prompt_template: {what} in this record (it would print as 'None'); "
+    def _null_message(self, where: str, what: str) -> str:
+        return (f"{where}: {self.name}: {what} in this record (it would print as 'None'); "
                 "fix the data, or drop such records with a step {op: where, ...}")
 
     def render(self, record: Mapping[str, Any], *, where: str) -> str:
@@ -141,16 +142,16 @@ class PromptTemplate:
                         f"fields {nulls} are null" if nulls else "a value it prints is null")
                 raise SpecError(self._null_message(where, what)) from None
             except UndefinedError as e:
-                raise SpecError(f"{where}: prompt_template: {e.message}; the record has "
+                raise SpecError(f"{where}: {self.name}: {e.message}; the record has "
                                 f"{sorted(record)}") from None
             except TemplateError as e:
-                raise SpecError(f"{where}: prompt_template: {type(e).__name__}: {e}") from None
+                raise SpecError(f"{where}: {self.name}: {type(e).__name__}: {e}") from None
         try:
             return _NoNullFormatter().vformat(self.text, (), record)
         except _Null as e:
             raise SpecError(self._null_message(where, f"field {e.args[0]!r} is null")) from None
         except KeyError as e:
-            raise SpecError(f"{where}: prompt_template names field {e.args[0]!r}, which the "
+            raise SpecError(f"{where}: {self.name} names field {e.args[0]!r}, which the "
                             f"record lacks; the record has {sorted(record)}") from None
         except (IndexError, AttributeError, ValueError, TypeError) as e:
-            raise SpecError(f"{where}: prompt_template: {type(e).__name__}: {e}") from None
+            raise SpecError(f"{where}: {self.name}: {type(e).__name__}: {e}") from None
