@@ -335,3 +335,90 @@ def test_wikitext_recipe(world: dict[str, Any], tmp_path: Path) -> None:
     want = world["res"]["results"]["lmx_wikitext"]
     for name in ("word_perplexity", "byte_perplexity", "bits_per_byte"):
         assert got[name] == pytest.approx(want[f"{name},none"], rel=1e-4), name
+
+
+@pytest.mark.slow
+def test_lm_eval_source_equals_simple_evaluate(world: dict[str, Any], tmp_path: Path) -> None:
+    """kind: lm_eval over the same task YAMLs (include_path; !function process_docs; first_n
+    and the default sampler; a rolling task counting the raw page), scored by assay's hf
+    backend in a study: every context, per-request log-likelihood, acc and acc_norm, and the
+    three perplexities equal simple_evaluate's."""
+    from assay.spec import parse_spec
+    from assay.stages import concat_rows, load_doc, run_study
+    from assay.store import Store
+
+    model = {"kind": "hf", "path": str(world["model"]), "dtype": "float32", "max_length": WINDOW}
+    inc = str(world["base"] / "tasks")
+    mc = {"mmlu": "lmx_mmlu", "mmlu_self": "lmx_mmlu_self", "hellaswag": "lmx_hellaswag"}
+    sources = [{"name": n, "kind": "lm_eval", "task": t, "include_path": inc,
+                "choices": {"model": model}} for n, t in mc.items()]
+    sources.append({"name": "wikitext", "kind": "lm_eval", "task": "lmx_wikitext",
+                    "include_path": inc, "perplexity": {"model": model}})
+    spec = parse_spec(yaml.safe_dump({"version": 1, "name": "lmx", "sources": sources,
+                                      "measure": {"choice_accuracy": {}, "perplexity": {}}}),
+                      source="lmx.yaml", base_dir=str(tmp_path))
+    store = Store(tmp_path / "store")
+    run = run_study(spec, store, progress=None)
+    res = world["res"]
+    for name, task in mc.items():
+        rows = sorted(concat_rows(store, run.graded[name]), key=lambda r: int(r["task_id"]))
+        samples = _samples(world, task)
+        assert len(rows) == len(samples)
+        for r, s in zip(rows, samples):
+            assert r["prompt"] == s["arguments"][0][0]
+            np.testing.assert_allclose(r["judge_meta"]["loglik"],
+                                       [x[0] for x in s["filtered_resps"]], atol=1e-4, rtol=0)
+            assert r["reward"] == s["acc"]
+            if "acc_norm" in s:
+                assert r["markers"]["acc_norm"] == s["acc_norm"]
+        assert np.mean([r["reward"] for r in rows]) == pytest.approx(
+            res["results"][task]["acc,none"], abs=1e-12)
+    measured = next(x for x in run.results if x.stage == "measure")
+    doc = next(d for d in load_doc(store, measured, "measurements") if d["kind"] == "perplexity")
+    got = {e["name"]: e["value"] for e in doc["estimates"]}
+    for name in ("word_perplexity", "byte_perplexity", "bits_per_byte"):
+        assert got[name] == pytest.approx(res["results"]["lmx_wikitext"][f"{name},none"],
+                                          rel=1e-4), name
+
+
+def test_lm_eval_source_refuses_what_it_cannot_score(tmp_path: Path) -> None:
+    """A generate_until task, a mode that does not fit the task, and an unknown task are
+    errors naming the source and what to do; no lm-eval run is needed."""
+    pytest.importorskip("lm_eval")
+    from assay.errors import SpecError
+    from assay.spec import parse_spec
+
+    (tmp_path / "d.jsonl").write_text('{"q": "1+1?", "a": "2"}\n')
+    (tmp_path / "tasks").mkdir()
+    (tmp_path / "tasks" / "gen.yaml").write_text(f"""task: lmx_gen
+dataset_path: json
+dataset_kwargs: {{data_files: {{test: {tmp_path / "d.jsonl"}}}}}
+test_split: test
+output_type: generate_until
+doc_to_text: "{{{{q}}}}"
+doc_to_target: "{{{{a}}}}"
+metric_list: [{{metric: exact_match}}]
+""")
+
+    def source(task: str, mode: str = "choices"):
+        spec = parse_spec(yaml.safe_dump({"version": 1, "name": "x", "sources": [
+            {"name": "s", "kind": "lm_eval", "task": task, "include_path": "tasks",
+             mode: {"model": {"kind": "hf", "path": "m"}}}]}),
+            source="x.yaml", base_dir=str(tmp_path))
+        return spec.sources[0], spec.paths
+
+    src, paths = source("lmx_gen")
+    with pytest.raises(SpecError, match="output_type is 'generate_until'.*generate: and a "
+                       "verifier"):
+        src.build(paths)
+    src, paths = source("lmx_gen", "perplexity")
+    with pytest.raises(SpecError, match="not 'loglikelihood_rolling'"):
+        src.build(paths)
+    src, paths = source("no_such_task")
+    with pytest.raises(SpecError, match="source 's' .*could not load the task"):
+        src.build(paths)
+    assert src.check(paths)[0][0].startswith("task: source 's'")
+    with pytest.raises(Exception, match="give choices"):
+        parse_spec("{name: x, sources: [{name: s, kind: lm_eval, task: t}]}")
+    ident = source("lmx_gen")[0].identity(paths)
+    assert str(tmp_path / "d.jsonl") in ident["files"]  # the YAML's local data keys the rows
