@@ -9,7 +9,7 @@ question as ``fields.prompt`` or ``prompt_template`` renders it, after ``descrip
 by ``fewshot.delimiter``, as lm-eval builds them). Examples come from another split (hf_dataset)
 or file; with neither, from the evaluated records, never the question itself.
 
-``fewshot.sampler`` picks them (:func:`pick_examples`): ``seeded`` (the default) draws each
+``fewshot.sampler`` picks them (:class:`ExamplePicker`): ``seeded`` (the default) draws each
 question's examples from a generator seeded with ``(fewshot.seed, task id)``, so a question's
 context does not depend on which other questions are in the run; ``first_n`` takes the first k
 in file order for every question (lm-eval's MMLU); ``lm_eval`` draws as lm-eval's default sampler
@@ -152,6 +152,8 @@ class ExamplePicker:
         if self.spec.sampler == "seeded":
             cand = [j for j in range(n) if not self.exclude or
                     (j != i if self.own else self.pool[j] != rec)]
+            if len(cand) < k:
+                return cand  # too few: the caller says so, naming the record
             return random.Random(example_seed(self.spec.seed, task_id)).sample(cand, k)
         if self.spec.sampler == "first_n":
             return [j for j in range(n) if not (self.exclude and self.pool[j] == rec)][:k]
@@ -159,10 +161,14 @@ class ExamplePicker:
             return self._rnd.sample(range(n), k)
         # one spare draw, then the question's copies (equal by content) dropped; if copies of
         # the question took more than the spare, a fresh draw from the pool without them
+        if n < k + 1:
+            raise SpecError(f"fewshot: the lm_eval sampler draws k + 1 = {k + 1} examples to "
+                            f"drop the question from, as lm-eval does, but there are {n}; "
+                            "lower k or give more examples")
         got = [j for j in self._rnd.sample(range(n), k + 1) if self.pool[j] != rec][:k]
         if len(got) < k:
             rest = [j for j in range(n) if self.pool[j] != rec]
-            got = self._rnd.sample(rest, k)
+            got = self._rnd.sample(rest, k) if len(rest) >= k else rest
         return got
 
 
@@ -319,7 +325,10 @@ def choice_rows(source: Any, paths: Paths, records: Sequence[Mapping[str, Any]],
         gold = gold_index(rec, spec, cs, at)
         shots = ""
         if k:
-            pick = picker.pick(i, rec, tids[i])
+            try:
+                pick = picker.pick(i, rec, tids[i])
+            except SpecError as e:
+                raise SpecError(f"{at}: {e}") from None
             if len(pick) < k:
                 raise SpecError(f"{at}: fewshot.k is {k} but only {len(pick)} examples differ "
                                 "from this question; lower k or give more examples")

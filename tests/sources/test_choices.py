@@ -183,3 +183,18 @@ def test_choice_template_and_regex_replace(tmp_path: Path) -> None:
                  " *\", \"\") | replace(\"  \", \" \") }}'")
     row = spec.sources[0].build(spec.paths)[0][0]
     assert row["privileged"]["choices"] == ["a b", "c d"]
+
+
+def test_too_few_examples_apart_from_the_question(tmp_path: Path) -> None:
+    """Copies of a question leave too few other examples: an error naming the record, for
+    every sampler (never a short context, never Python's sample() error)."""
+    _write(tmp_path / "q.jsonl", [QS[0]] * 3 + [QS[1]])
+    for sampler in ("seeded", "first_n", "lm_eval"):
+        spec = _spec(tmp_path, f"fewshot: {{k: 2, sampler: {sampler}, exclude_question: true, "
+                     "path: q.jsonl}")
+        with pytest.raises(SpecError, match=r"record 1: fewshot.k is 2 but only 1 examples"):
+            spec.sources[0].build(spec.paths)
+    spec = _spec(tmp_path, "fewshot: {k: 4, sampler: lm_eval, exclude_question: true, "
+                 "path: q.jsonl}")
+    with pytest.raises(SpecError, match="record 1: fewshot: the lm_eval sampler draws k \\+ 1 = 5"):
+        spec.sources[0].build(spec.paths)
