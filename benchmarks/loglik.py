@@ -34,8 +34,11 @@ cold start: imports, model load, request building, scoring, metrics): lm-eval's
 subject's description rendered per document) against assay's ``run_study`` over
 docs/lm-eval.md's MMLU recipe (the same contexts; a fresh store, so nothing cached; its report
 included), and assay's ``kind: lm_eval`` source over the same YAML (lm-eval builds the requests,
-assay scores). Prints each side's wall time from process start, its time to the first finished
-forward pass, the accuracy (equal on all three) and the ratios.
+assay scores). Prints each side's wall time from process start, its time to the first request
+(the first forward pass starting), the accuracy (equal on all three) and the ratios. Measured
+2026-12-05 (48 questions, 3 repeats, vocab 32000, load average 6-7 from other jobs): lm-eval
+36.5 s, assay 32.5 s (1.12x), assay's lm_eval kind 36.1 s; first request at 16-19 s on each side
+(mostly importing torch and transformers); see benchmarks/README.md.
 """
 
 from __future__ import annotations
@@ -113,11 +116,10 @@ def _cold_side(side: str, work: Path, t_spawn: float) -> None:
     first: list[float] = []
     forward = transformers.LlamaForCausalLM.forward
 
-    def timed(self, *a, **kw):  # the first finished forward pass, on either side
-        out = forward(self, *a, **kw)
+    def timed(self, *a, **kw):  # the first request reaching the model, on either side
         if not first:
             first.append(time.time())
-        return out
+        return forward(self, *a, **kw)
 
     transformers.LlamaForCausalLM.forward = timed
     model_dir = work / "m"
@@ -191,7 +193,7 @@ def cold_start(n_questions: int, repeats: int, vocab: int) -> None:
     med = {side: {k: statistics.median(r[k] for r in runs) for k in ("total", "first")}
            for side, runs in got.items()}
     for side, runs in got.items():
-        print(f"  {side:14s} total {med[side]['total']:7.2f} s  first forward done "
+        print(f"  {side:14s} total {med[side]['total']:7.2f} s  first request at "
               f"{med[side]['first']:6.2f} s  acc {runs[0]['acc']:.4f}  (totals: "
               f"{', '.join(format(r['total'], '.2f') for r in runs)})")
     accs = {runs[0]["acc"] for runs in got.values()}
