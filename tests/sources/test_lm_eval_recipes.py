@@ -422,3 +422,21 @@ metric_list: [{{metric: exact_match}}]
         parse_spec("{name: x, sources: [{name: s, kind: lm_eval, task: t}]}")
     ident = source("lmx_gen")[0].identity(paths)
     assert str(tmp_path / "d.jsonl") in ident["files"]  # the YAML's local data keys the rows
+
+
+@pytest.mark.slow
+def test_lm_eval_source_limit_and_num_fewshot(world: dict[str, Any]) -> None:
+    """limit keeps lm-eval's first documents with their contexts; num_fewshot overrides the
+    YAML's, and the contexts lm-eval then builds equal a choices: source's with the lm_eval
+    sampler at that k (two implementations of one draw)."""
+    inc = str(world["base"] / "tasks")
+    base = {"name": "s", "kind": "lm_eval", "include_path": inc,
+            "choices": {"model": {"kind": "hf", "path": str(world["model"])}}}
+    rows = _rows(world, {**base, "task": "lmx_mmlu_default", "limit": 5})
+    assert [r["prompt"] for r in rows] == \
+        [s["arguments"][0][0] for s in _samples(world, "lmx_mmlu_default")[:5]]
+    one = _rows(world, {**base, "task": "lmx_mmlu_default", "num_fewshot": 1})
+    ours = _rows(world, _mmlu_variant(world, k=1, path="data/mmlu/dev.jsonl", sampler="lm_eval"))
+    assert [r["prompt"] for r in one] == [r["prompt"] for r in ours]
+    assert all(r["prompt"].count("\n\n") == 1 for r in one)
+    assert one[0]["meta"]["subject"] == "water_science"  # by: reads the documents' fields
