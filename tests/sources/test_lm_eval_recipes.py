@@ -153,7 +153,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         (data / "mmlu").mkdir(parents=True, exist_ok=True)
         shutil.copy(MMLU / f"{split}.jsonl", data / "mmlu" / f"{split}.jsonl")
     mmlu = [json.loads(x) for x in (MMLU / "test.jsonl").read_text().splitlines()]
-    _write(data / "dups" / "test.jsonl", [mmlu[i % 4] for i in range(12)] + mmlu[4:8])
+    _write(data / "dups" / "test.jsonl", [mmlu[i % 2] for i in range(10)] + mmlu[2:4])
     _write(data / "arc" / "test.jsonl", _arc(rnd, 10))
     _write(data / "arc" / "train.jsonl", _arc(rnd, 7))
     _write(data / "hellaswag" / "validation.jsonl", _hellaswag(rnd, 9))
