@@ -123,7 +123,13 @@ class LmEvalSource(SourceSpec):
             else:
                 ident[mode] = {}
         ident.pop("include_path", None)
-        ident["files"] = {str(p): file_checksum(p) for p in self.definition_files(paths)}
+        # contents, not places: moving the folder changes nothing, editing a file does
+        inc = self._include(paths)
+        folder = None if inc is None else (inc.parent if inc.is_file() else inc)
+        ident["files"] = sorted(
+            [p.relative_to(folder).as_posix() if folder is not None and folder in p.parents
+             else "(data)",
+             file_checksum(p)] for p in self.definition_files(paths))
         try:
             ident["lm_eval"] = metadata.version("lm_eval")
         except metadata.PackageNotFoundError:

@@ -420,8 +420,11 @@ metric_list: [{{metric: exact_match}}]
     assert src.check(paths)[0][0].startswith("task: source 's'")
     with pytest.raises(Exception, match="give choices"):
         parse_spec("{name: x, sources: [{name: s, kind: lm_eval, task: t}]}")
+    from assay.hashing import file_checksum
+
     ident = source("lmx_gen")[0].identity(paths)
-    assert str(tmp_path / "d.jsonl") in ident["files"]  # the YAML's local data keys the rows
+    assert ["gen.yaml", file_checksum(tmp_path / "tasks" / "gen.yaml")] in ident["files"]
+    assert ["(data)", file_checksum(tmp_path / "d.jsonl")] in ident["files"]  # keys the rows
 
 
 @pytest.mark.slow
