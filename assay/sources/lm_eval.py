@@ -65,8 +65,9 @@ class LmEvalSource(SourceSpec):
     kind: Literal["lm_eval"]
     task: str = Field(description="the lm-eval task name (one task, not a group)")
     include_path: str | None = Field(
-        None, description="a folder of task YAMLs, or one task YAML, defining the task (relative "
-        "to the spec file); unset: lm-eval's installed tasks")
+        None, description="a folder of task YAMLs, or one task YAML (then its folder is what "
+        "lm-eval indexes), defining the task (relative to the spec file); unset: lm-eval's "
+        "installed tasks")
     num_fewshot: int | None = Field(None, ge=0, description="override the task's num_fewshot "
                                     "(as simple_evaluate's, never a task's explicit 0)")
     fewshot_seed: int = Field(1234, description="lm-eval's fewshot_random_seed")
@@ -93,18 +94,23 @@ class LmEvalSource(SourceSpec):
     def _include(self, paths: Paths) -> Path | None:
         return None if self.include_path is None else paths.resolve(self.include_path)
 
+    def _folder(self, paths: Paths) -> Path | None:
+        """The folder lm-eval indexes (a YAML file's own folder: lm-eval indexes folders)."""
+        inc = self._include(paths)
+        return None if inc is None else (inc.parent if inc.is_file() else inc)
+
     def files(self, paths: Paths) -> list[Path]:
         inc = self._include(paths)
         return [inc] if inc is not None and inc.suffix.lower() in (".yaml", ".yml") else []
 
     def definition_files(self, paths: Paths) -> list[Path]:
-        """The task's definition and local data: every file under ``include_path`` and the
-        local files its YAMLs name as ``data_files``."""
-        inc = self._include(paths)
-        if inc is None:
+        """The task's definition and local data: the YAMLs and Python files lm-eval reads
+        under ``include_path``'s folder and the local files its YAMLs name as ``data_files``."""
+        folder = self._folder(paths)
+        if folder is None:
             return []
-        folder = inc.parent if inc.is_file() else inc
-        own = sorted(p for p in folder.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
+        own = sorted(p for p in folder.rglob("*") if p.is_file() and "__pycache__" not in p.parts
+                     and p.suffix.lower() in (".yaml", ".yml", ".py"))
         data: list[Path] = []
         for p in own:
             if p.suffix.lower() in (".yaml", ".yml"):
@@ -124,8 +130,7 @@ class LmEvalSource(SourceSpec):
                 ident[mode] = {}
         ident.pop("include_path", None)
         # contents, not places: moving the folder changes nothing, editing a file does
-        inc = self._include(paths)
-        folder = None if inc is None else (inc.parent if inc.is_file() else inc)
+        folder = self._folder(paths)
         ident["files"] = sorted(
             [p.relative_to(folder).as_posix() if folder is not None and folder in p.parents
              else "(data)",
@@ -205,8 +210,9 @@ def task_requests(source: LmEvalSource, paths: Paths) -> tuple[Any, list[tuple[i
     with libguard.datasets():
         from lm_eval.tasks import TaskManager
 
-        tm = TaskManager(include_path=None if inc is None else str(inc),
-                         include_defaults=inc is None)
+        folder = source._folder(paths)
+        tm = TaskManager(include_path=None if folder is None else str(folder),
+                         include_defaults=folder is None)
         try:
             loaded = tm.load([source.task])
         except Exception as e:  # lm-eval's own errors: unknown task, bad YAML, missing data

@@ -411,6 +411,12 @@ metric_list: [{{metric: exact_match}}]
     with pytest.raises(SpecError, match="output_type is 'generate_until'.*generate: and a "
                        "verifier"):
         src.build(paths)
+    spec = parse_spec(yaml.safe_dump({"version": 1, "name": "x", "sources": [
+        {"name": "s", "kind": "lm_eval", "task": "lmx_gen", "include_path": "tasks/gen.yaml",
+         "choices": {"model": {"kind": "hf", "path": "m"}}}]}),
+        source="x.yaml", base_dir=str(tmp_path))
+    with pytest.raises(SpecError, match="output_type is 'generate_until'"):  # a YAML's path
+        spec.sources[0].build(spec.paths)
     src, paths = source("lmx_gen", "perplexity")
     with pytest.raises(SpecError, match="not 'loglikelihood_rolling'"):
         src.build(paths)
