@@ -19,7 +19,7 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, ClassVar, Literal, Union
 
 from pydantic import (
     BaseModel,
@@ -27,17 +27,43 @@ from pydantic import (
     Discriminator,
     Field,
     Tag,
+    model_serializer,
 )
 
 from assay.registry import Registry
 
-__all__ = ["SpecModel", "PluginEntry", "kind_union", "version_field", "Literal"]
+__all__ = ["SpecModel", "QuietSpecModel", "PluginEntry", "kind_union", "version_field", "Literal"]
 
 
 class SpecModel(BaseModel):
     """Base of every spec entry: immutable, and an unknown field is an error, not ignored."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class QuietSpecModel(SpecModel):
+    """A spec entry whose options added later leave its dump (so a spec's checksums) as it was
+    while they hold their defaults: ``QUIET`` names them with the default they are dropped at.
+
+    Example:
+        >>> class Shots(QuietSpecModel):
+        ...     QUIET: ClassVar[dict[str, Any]] = {"order": "random"}
+        ...     k: int = 0
+        ...     order: str = "random"
+        >>> Shots().model_dump(), Shots(order="first").model_dump()
+        ({'k': 0}, {'k': 0, 'order': 'first'})
+    """
+
+    QUIET: ClassVar[dict[str, Any]] = {}
+
+    @model_serializer(mode="wrap")
+    def _quiet(self, handler: Any) -> Any:
+        out = handler(self)
+        if isinstance(out, dict):
+            for key, default in self.QUIET.items():
+                if key in out and getattr(self, key) == default:
+                    del out[key]
+        return out
 
 
 class PluginEntry(SpecModel):

@@ -19,7 +19,8 @@ unchanged, so the numbers do not depend on the batch size (tested at float32).
 Perplexity windows (lm-eval ``loglikelihood_rolling``): the document's tokens, the prefix token
 in front, cut into disjoint windows of ``max_length`` predictions, each with as much preceding
 text as fits. ``max_length`` is the model config's ``n_positions`` / ``max_position_embeddings``
-/ ``n_ctx``, else the tokenizer's ``model_max_length``, else 2048 (lm-eval's order).
+/ ``n_ctx``, else the tokenizer's ``model_max_length``, else 2048 (lm-eval's order), unless the
+model entry sets ``max_length`` (lm-eval's ``model_args=max_length=...``).
 """
 
 from __future__ import annotations
@@ -80,10 +81,15 @@ class HFScorer:
         self.stats = {"forward_rows": 0, "batches": 0, "padded_tokens": 0}
 
     def identity(self) -> dict[str, Any]:
-        return {**self.backend.identity(), "scorer": "hf-loglik/1"}
+        ident = {**self.backend.identity(), "scorer": "hf-loglik/1"}
+        if self.backend.spec.max_length is not None:  # unset: existing caches keep their key
+            ident["max_length"] = self.backend.spec.max_length
+        return ident
 
     @property
     def max_length(self) -> int:
+        if self.backend.spec.max_length is not None:
+            return int(self.backend.spec.max_length)
         cfg = self.backend.model.config
         cfg = getattr(cfg, "text_config", None) or cfg
         for attr in ("n_positions", "max_position_embeddings", "n_ctx"):

@@ -22,8 +22,8 @@ from pydantic import BaseModel, Field, field_validator, model_validator
 from assay.errors import SpecError
 from assay.libguard import TRANSFORMERS
 from assay.models.registry import BACKENDS
+from assay.specbase import QuietSpecModel, version_field
 from assay.specbase import SpecModel as _Strict
-from assay.specbase import version_field
 
 
 class SamplingParams(_Strict):
@@ -91,8 +91,10 @@ class OpenAISpec(_Strict):
         return self
 
 
-class HFSpec(_Strict):
+class HFSpec(QuietSpecModel):
     """A local transformers causal LM: a local directory, or a hub id with a ``revision``."""
+
+    QUIET: ClassVar[dict[str, Any]] = {"max_length": None}
 
     #: imported before the study's nodes run side by side (assay.libguard)
     WARM_IMPORTS: ClassVar[tuple[str, ...]] = (*TRANSFORMERS, "transformers:AutoModelForCausalLM")
@@ -104,6 +106,9 @@ class HFSpec(_Strict):
         "auto", description="auto: bfloat16 on CUDA, float32 on CPU")
     device: str | None = Field(None, description="cuda / cpu / cuda:1; default cuda when available")
     batch_tokens: int = Field(8192, ge=1, description="padded tokens (prompt + new) per batch")
+    max_length: int | None = Field(
+        None, ge=2, description="log-likelihood scoring: the context window in tokens (lm-eval's "
+        "model_args max_length); default: the model config's")
     trust_remote_code: bool = False
 
 

@@ -7,10 +7,15 @@ index, the gold choice's text, one of ``labels``, or a letter A, B, ...). The co
 question as ``fields.prompt`` or ``prompt_template`` renders it, after ``description`` and
 ``fewshot.k`` solved examples (each its context, ``target_delimiter`` and its gold choice, joined
 by ``fewshot.delimiter``, as lm-eval builds them). Examples come from another split (hf_dataset)
-or file; with neither, from the evaluated records, never the question itself. Each question's
-examples are drawn by a generator seeded with ``(fewshot.seed, task id)``, so a question's context
-does not depend on which other questions are in the run (lm-eval draws from one sequential
-generator instead: its shots change when the question set does).
+or file; with neither, from the evaluated records, never the question itself.
+
+``fewshot.sampler`` picks them (:class:`ExamplePicker`): ``seeded`` (the default) draws each
+question's examples from a generator seeded with ``(fewshot.seed, task id)``, so a question's
+context does not depend on which other questions are in the run; ``first_n`` takes the first k
+in file order for every question (lm-eval's MMLU); ``lm_eval`` draws as lm-eval's default sampler
+does, from one generator seeded with ``fewshot.seed`` (lm-eval's ``fewshot_random_seed``) and
+advanced question by question in file order, so its shots change when the question set does.
+``description`` is a template too, rendered per record (``about {{ subject }}``).
 
 The score-choices stage (:mod:`assay.stages.score_choices`) then scores ``target_delimiter +
 choice`` after each context with ``model``.
@@ -25,45 +30,66 @@ from __future__ import annotations
 
 import random
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
 
 from pydantic import Field, field_validator, model_validator
 
 from assay.errors import SpecError
 from assay.models.specs import _BackendEntry, backend_spec
 from assay.paths import Paths
-from assay.specbase import SpecModel
+from assay.specbase import QuietSpecModel
 
 if TYPE_CHECKING:
     from assay.rows import Rows
 
 
-class FewShotSpec(SpecModel):
+class FewShotSpec(QuietSpecModel):
     """Solved examples put before each question."""
+
+    QUIET: ClassVar[dict[str, Any]] = {"sampler": "seeded", "exclude_question": None}
 
     k: int = Field(0, ge=0, description="examples per question")
     split: str | None = Field(None, description="hf_dataset: the split examples come from "
                               "(MMLU: dev; ARC: train)")
     path: str | None = Field(None, description="file: a JSONL/Parquet file of example records")
-    seed: int = Field(1234, description="examples are drawn per question from (seed, task id)")
+    seed: int = Field(1234, description="seeded: examples are drawn per question from (seed, task "
+                      "id); lm_eval: the seed of lm-eval's sampler (its fewshot_random_seed)")
+    sampler: Literal["seeded", "first_n", "lm_eval"] = Field(
+        "seeded", description="seeded: a draw per question from (seed, task id), independent of "
+        "the other questions; first_n: the first k examples in file order for every question "
+        "(lm-eval's first_n, MMLU); lm_eval: lm-eval's default sampler, one generator seeded "
+        "with seed, advanced question by question (its contexts, string for string)")
+    exclude_question: bool | None = Field(
+        None, description="drop examples equal to the question (default: when the examples are "
+        "the evaluated records). lm-eval does so whenever fewshot_split equals test_split, "
+        "both unset included (HellaSwag: test_split null): then set true, as lm_eval draws a "
+        "spare example for it")
     delimiter: str = Field("\n\n", description="between examples, and before the question")
 
 
-class ChoicesSpec(SpecModel):
+class ChoicesSpec(QuietSpecModel):
     """Multiple choice by log-likelihood: which choice does ``model`` find most likely after
     the context?"""
+
+    QUIET: ClassVar[dict[str, Any]] = {"choice_template": None}
 
     model: Annotated[Any, _BackendEntry()]
     field: str | None = Field("choices", description="the record field holding the list of choice "
                               "texts (a dotted path: choices.text for ARC); unused with templates")
     templates: list[str] | None = Field(None, description="one template per choice, rendered from "
                                         "the record (HellaSwag-style fields), instead of field")
+    choice_template: str | None = Field(
+        None, description="each listed choice rendered by this Jinja2 template before it is "
+        "scored, the choice as {{ choice }} beside the record's fields (HellaSwag's "
+        "preprocessing: {{ choice | trim | regex_replace(...) }}); with field only")
     answer: str = Field("answer", description="the record field of the gold answer: its index, "
                         "its text, one of labels, or a letter A, B, ...")
     labels: str | None = Field(None, description="the record field listing each choice's label "
                                "(ARC: choices.label), read when the answer is a label")
     target_delimiter: str = Field(" ", description="between the context and each choice")
-    description: str = Field("", description="text before the examples and the question")
+    description: str = Field("", description="text before the examples and the question; a "
+                             "template rendered per record when it has {{ }} or {% %} "
+                             "(lm-eval's description: 'about {{ subject }}')")
     fewshot: FewShotSpec = Field(default_factory=FewShotSpec)
 
     @field_validator("model", mode="before")
@@ -76,12 +102,74 @@ class ChoicesSpec(SpecModel):
         if self.templates is not None:
             if len(self.templates) < 2:
                 raise ValueError("templates: give one template per choice (at least 2)")
+            if self.choice_template is not None:
+                raise ValueError("choice_template renders the choices field lists; with "
+                                 "templates, put the rendering in each template")
         elif self.field is None:
             raise ValueError("name the choices: field (a list field) or templates (one per choice)")
         if self.fewshot.split is not None and self.fewshot.path is not None:
             raise ValueError("fewshot: split (hf_dataset) and path (a file) both name the "
                              "examples; keep one")
+        from assay.sources.templates import PromptTemplate, guess_format
+
+        checks = {"description": self.description if guess_format(self.description) == "jinja2"
+                  else None, "choice_template": self.choice_template}
+        for key, text in checks.items():
+            if text is not None:
+                try:
+                    PromptTemplate(text, "jinja2", f"choices.{key}").check()
+                except SpecError as e:
+                    raise ValueError(str(e)) from None
         return self
+
+
+class ExamplePicker:
+    """Which pool examples go before each question, question by question in file order.
+
+    ``own``: the pool is the evaluated records. The question is dropped from its examples when
+    ``fewshot.exclude_question`` says so, by default when ``own`` (``seeded``: the record itself;
+    ``first_n`` and ``lm_eval``: every copy of it, by content, as lm-eval drops its eval doc).
+
+    Example:
+        >>> pool = [{"q": i} for i in range(6)]
+        >>> p = ExamplePicker(FewShotSpec(k=2, sampler="first_n"), pool, own=True)
+        >>> p.pick(0, pool[0], "t0"), p.pick(3, pool[3], "t3")
+        ([1, 2], [0, 1])
+        >>> lm = ExamplePicker(FewShotSpec(k=2, sampler="lm_eval"), pool, own=False)
+        >>> lm.pick(0, None, "t0") != lm.pick(1, None, "t1")  # one generator, advanced
+        True
+    """
+
+    def __init__(self, spec: FewShotSpec, pool: Sequence[Mapping[str, Any]], own: bool) -> None:
+        self.spec, self.pool, self.own = spec, pool, own
+        self.exclude = own if spec.exclude_question is None else spec.exclude_question
+        # lm-eval's default sampler: one generator for the whole task, seeded once
+        self._rnd = random.Random(spec.seed)
+
+    def pick(self, i: int, rec: Mapping[str, Any] | None, task_id: str) -> list[int]:
+        """Pool indices of question ``i``'s examples, in context order (call in file order)."""
+        k, n = self.spec.k, len(self.pool)
+        if self.spec.sampler == "seeded":
+            cand = [j for j in range(n) if not self.exclude or
+                    (j != i if self.own else self.pool[j] != rec)]
+            if len(cand) < k:
+                return cand  # too few: the caller says so, naming the record
+            return random.Random(example_seed(self.spec.seed, task_id)).sample(cand, k)
+        if self.spec.sampler == "first_n":
+            return [j for j in range(n) if not (self.exclude and self.pool[j] == rec)][:k]
+        if not self.exclude:
+            return self._rnd.sample(range(n), k)
+        # one spare draw, then the question's copies (equal by content) dropped; if copies of
+        # the question took more than the spare, a fresh draw from the pool without them
+        if n < k + 1:
+            raise SpecError(f"fewshot: the lm_eval sampler draws k + 1 = {k + 1} examples to "
+                            f"drop the question from, as lm-eval does, but there are {n}; "
+                            "lower k or give more examples")
+        got = [j for j in self._rnd.sample(range(n), k + 1) if self.pool[j] != rec][:k]
+        if len(got) < k:
+            rest = [j for j in range(n) if self.pool[j] != rec]
+            got = self._rnd.sample(rest, k) if len(rest) >= k else rest
+        return got
 
 
 def choice_texts(rec: Mapping[str, Any], spec: ChoicesSpec, where: str) -> list[str]:
@@ -101,6 +189,10 @@ def choice_texts(rec: Mapping[str, Any], spec: ChoicesSpec, where: str) -> list[
     if bad:
         raise SpecError(f"{where}: choice {bad[0]} of field {spec.field!r} is "
                         f"{type(v[bad[0]]).__name__} {v[bad[0]]!r:.40}, not text")
+    if spec.choice_template is not None:
+        each = PromptTemplate(spec.choice_template, "jinja2", "choices.choice_template")
+        return [each.render({**rec, "choice": c}, where=f"{where} choice {i}")
+                for i, c in enumerate(v)]
     return list(v)
 
 
@@ -179,6 +271,7 @@ def choice_rows(source: Any, paths: Paths, records: Sequence[Mapping[str, Any]],
     from assay.builder import rows
     from assay.rows import Rows, to_json
     from assay.sources.fieldpath import _MISSING, get_field
+    from assay.sources.templates import PromptTemplate, guess_format
 
     spec: ChoicesSpec = source.choices
     fields = source.fields
@@ -215,6 +308,9 @@ def choice_rows(source: Any, paths: Paths, records: Sequence[Mapping[str, Any]],
     pool_where = f"{where} (few-shot examples)"
     pool_list = list(records) if own_pool else list(pool or [])
     k = spec.fewshot.k
+    picker = ExamplePicker(spec.fewshot, pool_list, own_pool)
+    describe = (PromptTemplate(spec.description, "jinja2", "choices.description")
+                if guess_format(spec.description) == "jinja2" else None)
     if k and len(pool_list) - own_pool < k:
         raise SpecError(f"{pool_where}: fewshot.k is {k} but only {len(pool_list) - own_pool} "
                         "examples are there; lower k or give more examples")
@@ -229,14 +325,21 @@ def choice_rows(source: Any, paths: Paths, records: Sequence[Mapping[str, Any]],
         gold = gold_index(rec, spec, cs, at)
         shots = ""
         if k:
-            cand = [j for j in range(len(pool_list)) if not (own_pool and j == i)]
-            pick = random.Random(example_seed(spec.fewshot.seed, tids[i])).sample(cand, k)
+            try:
+                pick = picker.pick(i, rec, tids[i])
+            except SpecError as e:
+                raise SpecError(f"{at}: {e}") from None
+            if len(pick) < k:
+                raise SpecError(f"{at}: fewshot.k is {k} but only {len(pick)} examples differ "
+                                "from this question; lower k or give more examples")
             for j in pick:
                 if j not in shot_texts:
                     shot_texts[j] = solved(pool_list[j], f"{pool_where} record {j + 1}")
             delim = spec.fewshot.delimiter
             shots = delim.join(shot_texts[j] for j in pick) + delim
-        prompts.append(spec.description + shots + question(rec, at))
+        desc = (spec.description if describe is None else
+                describe.render(rec, where=at))
+        prompts.append(desc + shots + question(rec, at))
         privileged.append({"reference": cs[gold], "choices": cs, "gold": gold})
         if fields.meta is not None:
             meta = {p: get_field(rec, p) for p in fields.meta}

@@ -483,9 +483,11 @@ class RecordSourceSpec(SourceSpec):
         if problems:
             return problems
         def key(e: Exception) -> str:
-            return "prompt_template" if "prompt_template" in str(e) else (
-                "reference_regex" if "reference_regex" in str(e) else
-                "choices" if "(choices." in str(e) else "fields")
+            msg = str(e)
+            return "prompt_template" if "prompt_template" in msg else (
+                "reference_regex" if "reference_regex" in msg else
+                "choices" if "(choices." in msg or ": choices." in msg else
+                "perplexity" if ": perplexity." in msg or "(perplexity." in msg else "fields")
 
         try:
             self.rows_from(paths, records, where)

@@ -6,7 +6,9 @@ A source's ``prompt_template:`` is checked when the spec loads and rendered once
 otherwise the text is a ``str.format`` template (``{question}``, ``{meta[level]}``).
 ``template_format:`` overrides the guess. A missing field is an error naming the record and
 the field, never an empty string; so is a null one (it would print as ``None``). Jinja2 may
-test a null field (``{% if hint %}``); printing it is the error.
+test a null field (``{% if hint %}``); printing it is the error. Jinja2 templates have a
+``regex_replace(pattern, replacement, count=0)`` filter (Python's ``re.sub``, as lm-eval's task
+templates have), so preprocessing such as HellaSwag's fits in the template.
 
 Example:
     >>> t = PromptTemplate("Solve step by step.\\nQ: {question}\\nA:")
@@ -14,10 +16,13 @@ Example:
     ('Solve step by step.\\nQ: 2+2?\\nA:', ['question'])
     >>> PromptTemplate("{{ q | upper }}").render({"q": "hi"}, where="r0")
     'HI'
+    >>> PromptTemplate("{{ q | regex_replace(' *[0-9]+', '') }}").render({"q": "a 12b"}, where="r0")
+    'ab'
 """
 
 from __future__ import annotations
 
+import re
 import string
 from collections.abc import Mapping
 from functools import cached_property
@@ -43,6 +48,16 @@ def _no_null(value: Any) -> Any:
     return value
 
 
+def regex_replace(text: str, pattern: str, replacement: str, count: int = 0) -> str:
+    """The ``regex_replace`` template filter: ``re.sub(pattern, replacement, text, count)``.
+
+    Example:
+        >>> regex_replace("a  b   c", " +", " ")
+        'a b c'
+    """
+    return re.sub(pattern, replacement, text, count=count)
+
+
 class _NoNullFormatter(string.Formatter):
     """``str.format`` that refuses a null field instead of printing ``None``."""
 
@@ -56,9 +71,11 @@ class _NoNullFormatter(string.Formatter):
 class PromptTemplate:
     """A prompt template over record fields; ``check()`` raises SpecError for bad syntax."""
 
-    def __init__(self, text: str, fmt: Format | None = None) -> None:
+    def __init__(self, text: str, fmt: Format | None = None,
+                 name: str = "prompt_template") -> None:
         self.text = text
         self.fmt: Format = fmt or guess_format(text)
+        self.name = name  # the spec key errors name (choices.description, perplexity.template)
 
     @cached_property
     def _jinja(self) -> Any:
@@ -67,10 +84,11 @@ class PromptTemplate:
 
         env = SandboxedEnvironment(undefined=StrictUndefined, keep_trailing_newline=True,
                                    finalize=_no_null)
+        env.filters["regex_replace"] = regex_replace
         try:
             return env, env.from_string(self.text)
         except TemplateSyntaxError as e:
-            raise SpecError(f"prompt_template: Jinja2 syntax error on line {e.lineno}: "
+            raise SpecError(f"{self.name}: Jinja2 syntax error on line {e.lineno}: "
                             f"{e.message}") from None
 
     def check(self) -> PromptTemplate:
@@ -81,7 +99,7 @@ class PromptTemplate:
             try:
                 list(string.Formatter().parse(self.text))
             except ValueError as e:
-                raise SpecError(f"prompt_template: not a str.format template ({e}); write "
+                raise SpecError(f"{self.name}: not a str.format template ({e}); write "
                                 "literal braces as {{ and }}, or set template_format: "
                                 "jinja2") from None
         return self
@@ -99,9 +117,8 @@ class PromptTemplate:
                 out.add(name.split(".")[0].split("[")[0])
         return out
 
-    @staticmethod
-    def _null_message(where: str, what: str) -> str:
-        return (f"{where}: prompt_template: {what} in this record (it would print as 'None'); "
+    def _null_message(self, where: str, what: str) -> str:
+        return (f"{where}: {self.name}: {what} in this record (it would print as 'None'); "
                 "fix the data, or drop such records with a step {op: where, ...}")
 
     def render(self, record: Mapping[str, Any], *, where: str) -> str:
@@ -125,16 +142,16 @@ class PromptTemplate:
                         f"fields {nulls} are null" if nulls else "a value it prints is null")
                 raise SpecError(self._null_message(where, what)) from None
             except UndefinedError as e:
-                raise SpecError(f"{where}: prompt_template: {e.message}; the record has "
+                raise SpecError(f"{where}: {self.name}: {e.message}; the record has "
                                 f"{sorted(record)}") from None
             except TemplateError as e:
-                raise SpecError(f"{where}: prompt_template: {type(e).__name__}: {e}") from None
+                raise SpecError(f"{where}: {self.name}: {type(e).__name__}: {e}") from None
         try:
             return _NoNullFormatter().vformat(self.text, (), record)
         except _Null as e:
             raise SpecError(self._null_message(where, f"field {e.args[0]!r} is null")) from None
         except KeyError as e:
-            raise SpecError(f"{where}: prompt_template names field {e.args[0]!r}, which the "
+            raise SpecError(f"{where}: {self.name} names field {e.args[0]!r}, which the "
                             f"record lacks; the record has {sorted(record)}") from None
         except (IndexError, AttributeError, ValueError, TypeError) as e:
-            raise SpecError(f"{where}: prompt_template: {type(e).__name__}: {e}") from None
+            raise SpecError(f"{where}: {self.name}: {type(e).__name__}: {e}") from None

@@ -56,7 +56,8 @@ def grade_choices(lls: list[float], choices: list[str], gold: int) -> dict[str, 
 
 def score_choice_rows(rows: Rows, model: Any, *, target_delimiter: str = " ", store: Any = None,
                       on_done: Any = None) -> Rows:
-    """Graded rows from choice prompt rows (``privileged`` holds ``choices`` and ``gold``)."""
+    """Graded rows from choice prompt rows (``privileged`` holds ``choices`` and ``gold``, and
+    may hold the ``delimiter`` that replaces ``target_delimiter``)."""
     import json
 
     from assay.models.loglik import loglikelihoods, shared_scorer
@@ -68,7 +69,9 @@ def score_choice_rows(rows: Rows, model: Any, *, target_delimiter: str = " ", st
     spans: list[tuple[int, int]] = []
     for ctx, p in zip(prompts, priv):
         spans.append((len(pairs), len(pairs) + len(p["choices"])))
-        pairs += [(ctx, target_delimiter + c) for c in p["choices"]]
+        # an lm_eval source's rows carry their task's own delimiter
+        delim = p.get("delimiter", target_delimiter)
+        pairs += [(ctx, delim + c) for c in p["choices"]]
     scorer = shared_scorer(model)
     got = loglikelihoods(pairs, scorer, store=store, on_done=on_done)
     texts, rewards, markers, metas = [], [], [], []

@@ -28,10 +28,13 @@ def score_document_rows(rows: Rows, model: Any, *, store: Any = None,
 
     table = rows.to_arrow()
     docs = table.column("prompt").to_pylist()
+    # counts the source already set (perplexity.count_field) stand; else the scored document's
+    given = [dict(m or []) for m in table.column("markers").to_pylist()]
     got = rolling_loglikelihoods(docs, shared_scorer(model), store=store, on_done=on_done)
     markers = [[("loglik", a.logprob), ("tokens", float(a.tokens)),
-                ("words", float(count_words(d))), ("bytes", float(count_bytes(d)))]
-               for a, d in zip(got, docs)]
+                ("words", g.get("words", float(count_words(d)))),
+                ("bytes", g.get("bytes", float(count_bytes(d))))]
+               for a, d, g in zip(got, docs, given)]
     i = table.schema.get_field_index("markers")
     return Rows(table.set_column(i, "markers", pa.array(markers, table.schema.field(i).type)))
 

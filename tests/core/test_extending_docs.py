@@ -120,5 +120,5 @@ def test_unknown_kinds_name_the_closest_registered_one() -> None:
         parse_spec("name: x\nsources: [{name: a, kind: humaneval, verifier: {kind: numerik}}]\n")
     with pytest.raises(SpecError,
                        match=r"kind 'humaneva'.*known kinds: "
-                             r"\['file', 'hf_dataset', 'humaneval'\]"):
+                             r"\['file', 'hf_dataset', 'humaneval', 'lm_eval'\]"):
         parse_spec("name: x\nsources: [{name: a, kind: humaneva}]\n")

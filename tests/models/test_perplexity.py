@@ -111,3 +111,37 @@ def test_perplexity_on_an_openai_server_is_refused_by_validate(tmp_path: Path) -
     assert p.returncode == 2, p.stderr
     assert "perplexity.model" in p.stderr and "kind 'openai' cannot score perplexity" in p.stderr
     assert "kind: hf" in p.stderr and "Traceback" not in p.stderr
+
+
+def test_template_and_count_field(tmp_path: Path) -> None:
+    """perplexity.template renders the scored text; count_field's raw text gives the words and
+    bytes; a record without it is an error naming the field and the record."""
+    from assay.errors import SpecError
+    from assay.spec import parse_spec
+
+    recs = [{"page": "a @-@ b , c", "n": 1}, {"page": "é @-@ f", "n": 2}]
+    (tmp_path / "d.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+
+    def spec(extra: str):
+        return parse_spec(f"""
+version: 1
+name: t
+sources:
+  - name: s
+    kind: file
+    path: d.jsonl
+    perplexity: {{model: {{kind: hf, path: m}}, {extra}}}
+""", source="t.yaml", base_dir=str(tmp_path))
+
+    s = spec("template: '{{ page | replace(\" @-@ \", \"-\") | regex_replace(\" ,\", \",\") }}', "
+             "count_field: page")
+    rows = list(s.sources[0].build(s.paths)[0])
+    assert [r["prompt"] for r in rows] == ["a-b, c", "é-f"]
+    assert [r["markers"] for r in rows] == [{"words": 5.0, "bytes": 11.0},
+                                            {"words": 3.0, "bytes": 8.0}]
+    assert rows[0]["meta"] == {"page": "a @-@ b , c", "n": 1}
+    s = spec("field: page, count_field: title")
+    with pytest.raises(SpecError, match=r"record 1: field 'title' \(perplexity.count_field\)"):
+        s.sources[0].build(s.paths)
+    with pytest.raises(Exception, match="perplexity.template: Jinja2 syntax error"):
+        spec("template: '{{ page | }}'")

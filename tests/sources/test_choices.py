@@ -131,3 +131,70 @@ def test_validate_names_the_choices_problem_and_a_missing_by(tmp_path: Path) -> 
     assert any("measure.choice_accuracy.by: 'level' is not a field" in p for p in problems)
     with pytest.raises(SpecError, match="unknown source 'nope'"):
         _spec(tmp_path, "answer: answer", "\nmeasure: {perplexity: {sources: [nope]}}")
+
+
+def test_first_n_and_lm_eval_samplers(tmp_path: Path) -> None:
+    """first_n: the first k examples for every question (the question itself skipped when the
+    examples are the evaluated records); lm_eval: one generator advanced question by question,
+    so a question's examples depend on the questions before it (seeded: they do not)."""
+    _write(tmp_path / "q.jsonl", QS)
+    _write(tmp_path / "dev.jsonl", [{**q, "q": "dev " + q["q"]} for q in QS])
+
+    def shots(choices: str, path: str = "q.jsonl") -> list[list[str]]:
+        spec = _spec(tmp_path, choices)
+        rows = spec.sources[0].build(spec.paths)[0]
+        return [[p.rsplit("?", 1)[0] for p in r["prompt"].split("\n\n")[:-1]] for r in rows]
+
+    assert shots("fewshot: {k: 2, sampler: first_n, path: dev.jsonl}") == \
+        [["dev question 0", "dev question 1"]] * 6
+    own = shots("fewshot: {k: 2, sampler: first_n}")
+    assert own[0] == ["question 1", "question 2"] and own[1] == ["question 0", "question 2"]
+    assert own[2:] == [["question 0", "question 1"]] * 4
+    full = shots("fewshot: {k: 2, sampler: lm_eval}")
+    assert all(f"question {i}" not in s for i, s in enumerate(full))
+    _write(tmp_path / "q.jsonl", QS[1:])  # one question fewer: the later draws move
+    assert shots("fewshot: {k: 2, sampler: lm_eval}") != full[1:]
+    assert shots("fewshot: {k: 2, sampler: lm_eval, seed: 5}") != shots(
+        "fewshot: {k: 2, sampler: lm_eval}")
+
+
+def test_description_is_a_template_and_new_options_keep_checksums(tmp_path: Path) -> None:
+    """description renders per record (a missing field names choices.description); a spec
+    that leaves the options added for lm-eval at their defaults dumps as before them."""
+    _write(tmp_path / "q.jsonl", QS)
+    spec = _spec(tmp_path, "description: 'About {{ topic }}: '")
+    assert [r["prompt"] for r in spec.sources[0].build(spec.paths)[0]][:2] == \
+        ["About a: question 0?", "About b: question 1?"]
+    spec = _spec(tmp_path, "description: 'About {{ subject }}: '")
+    with pytest.raises(SpecError, match=r"record 1: choices.description: 'subject' is undefined"):
+        spec.sources[0].build(spec.paths)
+    with pytest.raises(Exception, match="choices.choice_template: Jinja2 syntax error"):
+        _spec(tmp_path, "choice_template: '{{ choice | }}'")
+    dumped = json.dumps(_spec(tmp_path, "fewshot: {k: 1}").model_dump(mode="json"))
+    for key in ("sampler", "exclude_question", "choice_template", "max_length"):
+        assert f'"{key}"' not in dumped
+    dumped = json.dumps(_spec(tmp_path, "fewshot: {k: 1, sampler: first_n}").model_dump())
+    assert '"sampler": "first_n"' in dumped
+
+
+def test_choice_template_and_regex_replace(tmp_path: Path) -> None:
+    _write(tmp_path / "q.jsonl", [{"q": "x?", "choices": [" a [step] b ", "c  d"], "answer": 0}])
+    spec = _spec(tmp_path, "choice_template: '{{ choice | trim | regex_replace(\"\\\\[.*?\\\\]"
+                 " *\", \"\") | replace(\"  \", \" \") }}'")
+    row = spec.sources[0].build(spec.paths)[0][0]
+    assert row["privileged"]["choices"] == ["a b", "c d"]
+
+
+def test_too_few_examples_apart_from_the_question(tmp_path: Path) -> None:
+    """Copies of a question leave too few other examples: an error naming the record, for
+    every sampler (never a short context, never Python's sample() error)."""
+    _write(tmp_path / "q.jsonl", [QS[0]] * 3 + [QS[1]])
+    for sampler in ("seeded", "first_n", "lm_eval"):
+        spec = _spec(tmp_path, f"fewshot: {{k: 2, sampler: {sampler}, exclude_question: true, "
+                     "path: q.jsonl}")
+        with pytest.raises(SpecError, match=r"record 1: fewshot.k is 2 but only 1 examples"):
+            spec.sources[0].build(spec.paths)
+    spec = _spec(tmp_path, "fewshot: {k: 4, sampler: lm_eval, exclude_question: true, "
+                 "path: q.jsonl}")
+    with pytest.raises(SpecError, match="record 1: fewshot: the lm_eval sampler draws k \\+ 1 = 5"):
+        spec.sources[0].build(spec.paths)

@@ -1,0 +1,329 @@
+"""The ``lm_eval`` source kind: an lm-evaluation-harness task whose documents, contexts,
+continuations and few-shot examples lm-eval itself builds; assay scores them with its own backends.
+
+``task`` names the task; ``include_path`` (a folder of task YAMLs, or one YAML file) is where it
+is defined, else among lm-eval's installed tasks. lm-eval's ``TaskManager`` loads it, its few-shot
+sampler is seeded with ``fewshot_seed`` (lm-eval's ``fewshot_random_seed``) and its
+``build_all_requests`` makes the requests, exactly as ``simple_evaluate`` would; the requests then
+become assay rows: a ``multiple_choice`` task gives one prompt row per document for the
+score-choices stage (declare ``choices: {model: ...}``), a ``loglikelihood_rolling`` task one
+document row for the score-documents stage (``perplexity: {model: ...}``) with the words and
+bytes lm-eval's own ``process_results`` counts. Other output types are refused with what to use
+instead (``generate_until``: a ``generate:`` source with a verifier). lm-eval is an optional
+dependency of this kind only (``pip install 'assay[lm_eval]'``).
+
+Example:
+    >>> s = LmEvalSource.model_validate({"name": "mmlu", "kind": "lm_eval", "task": "mmlu_anatomy",
+    ...                                  "choices": {"model": {"kind": "hf", "path": "m"}}})
+    >>> s.fewshot_seed, s.choices.model.kind, s.perplexity is None
+    (1234, 'hf', True)
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from assay.errors import SpecError
+from assay.models.specs import _BackendEntry, backend_spec
+from assay.paths import Paths
+from assay.sources.base import SourceSpec
+from assay.sources.registry import SOURCES
+from assay.specbase import SpecModel
+
+if TYPE_CHECKING:
+    from assay.rows import Rows
+
+INSTALL = "pip install 'assay[lm_eval]' (lm-eval 0.4)"
+
+
+class LmEvalScoring(SpecModel):
+    """The backend that scores the task's requests."""
+
+    model: Annotated[Any, _BackendEntry()]
+
+    @field_validator("model", mode="before")
+    @classmethod
+    def _backend(cls, v: Any) -> Any:
+        return backend_spec(v)
+
+    @property
+    def target_delimiter(self) -> str:
+        """Unused: each row carries its task's own delimiter (``privileged.delimiter``)."""
+        return ""
+
+
+class LmEvalSource(SourceSpec):
+    """An lm-eval task's requests, scored by an assay backend."""
+
+    WARM_IMPORTS: ClassVar[tuple[str, ...]] = ("datasets", "lm_eval.tasks", "lm_eval.api.task")
+
+    kind: Literal["lm_eval"]
+    task: str = Field(description="the lm-eval task name (one task, not a group)")
+    include_path: str | None = Field(
+        None, description="a folder of task YAMLs, or one task YAML (then its folder is what "
+        "lm-eval indexes), defining the task (relative to the spec file); unset: lm-eval's "
+        "installed tasks")
+    num_fewshot: int | None = Field(None, ge=0, description="override the task's num_fewshot "
+                                    "(as simple_evaluate's, never a task's explicit 0)")
+    fewshot_seed: int = Field(1234, description="lm-eval's fewshot_random_seed")
+    limit: int | None = Field(None, ge=1, description="the first N documents (lm-eval's limit)")
+    choices: LmEvalScoring | None = Field(
+        None, description="a multiple_choice task: the model scoring each choice")
+    perplexity: LmEvalScoring | None = Field(
+        None, description="a loglikelihood_rolling task: the model scoring each document")
+
+    @model_validator(mode="after")
+    def _one_mode(self) -> LmEvalSource:
+        if (self.choices is None) == (self.perplexity is None):
+            raise ValueError("give choices: {model: ...} for a multiple_choice task or "
+                             "perplexity: {model: ...} for a loglikelihood_rolling one")
+        if self.generate is not None or self.verifier is not None:
+            raise ValueError("an lm_eval source is scored by its model's log-likelihoods; drop "
+                             "generate and verifier (a generate_until task: use a file or "
+                             "hf_dataset source with generate: and a verifier)")
+        return self
+
+    def _where(self) -> str:
+        return f"source {self.name!r} (lm-eval task {self.task!r})"
+
+    def _include(self, paths: Paths) -> Path | None:
+        return None if self.include_path is None else paths.resolve(self.include_path)
+
+    def _folder(self, paths: Paths) -> Path | None:
+        """The folder lm-eval indexes (a YAML file's own folder: lm-eval indexes folders)."""
+        inc = self._include(paths)
+        return None if inc is None else (inc.parent if inc.is_file() else inc)
+
+    def files(self, paths: Paths) -> list[Path]:
+        inc = self._include(paths)
+        return [inc] if inc is not None and inc.suffix.lower() in (".yaml", ".yml") else []
+
+    def definition_files(self, paths: Paths) -> list[Path]:
+        """The task's definition and local data: the YAMLs and Python files lm-eval reads
+        under ``include_path``'s folder and the local files its YAMLs name as ``data_files``."""
+        folder = self._folder(paths)
+        if folder is None:
+            return []
+        own = sorted(p for p in folder.rglob("*") if p.is_file() and "__pycache__" not in p.parts
+                     and p.suffix.lower() in (".yaml", ".yml", ".py"))
+        data: list[Path] = []
+        for p in own:
+            if p.suffix.lower() in (".yaml", ".yml"):
+                data += [f for f in _data_files(p) if f.is_file()]
+        return own + sorted(set(data) - set(own))
+
+    def identity(self, paths: Paths) -> dict[str, Any]:
+        from importlib import metadata
+
+        from assay.hashing import file_checksum
+
+        ident = super().identity(paths)
+        for mode in ("choices", "perplexity"):  # the model keys the scoring stage, not the rows
+            if ident.get(mode) is None:
+                ident.pop(mode, None)
+            else:
+                ident[mode] = {}
+        ident.pop("include_path", None)
+        # contents, not places: moving the folder changes nothing, editing a file does
+        folder = self._folder(paths)
+        ident["files"] = sorted(
+            [p.relative_to(folder).as_posix() if folder is not None and folder in p.parents
+             else "(data)",
+             file_checksum(p)] for p in self.definition_files(paths))
+        try:
+            ident["lm_eval"] = metadata.version("lm_eval")
+        except metadata.PackageNotFoundError:
+            ident["lm_eval"] = None
+        return ident
+
+    def check(self, paths: Paths) -> tuple[list[str], list[str]]:
+        try:
+            import lm_eval  # noqa: F401
+        except ImportError:
+            return [f"kind: the lm_eval source kind needs lm-eval: {INSTALL}"], []
+        inc = self._include(paths)
+        if inc is not None and not inc.exists():
+            return [f"include_path: {inc} does not exist"], []
+        try:
+            self.build_rows(paths)
+        except SpecError as e:
+            return [f"task: {e}"], []
+        return [], []
+
+    def build_rows(self, paths: Paths) -> Rows:
+        task, docs = task_requests(self, paths)
+        if self.choices is not None:
+            return choice_rows_of(task, docs, self._where())
+        return document_rows_of(task, docs, self._where())
+
+
+def _data_files(yaml_path: Path) -> list[Path]:
+    """Local files a task YAML names under ``dataset_kwargs.data_files`` (tags like
+    ``!function`` read as text)."""
+    import yaml
+
+    class Loader(yaml.SafeLoader):
+        pass
+
+    Loader.add_multi_constructor("!", lambda loader, suffix, node: None)
+    try:
+        doc = yaml.load(yaml_path.read_text(), Loader=Loader)  # noqa: S506 (safe loader)
+    except (yaml.YAMLError, OSError, UnicodeDecodeError):
+        return []
+    files = ((doc or {}).get("dataset_kwargs") or {}).get("data_files") if isinstance(doc, dict) \
+        else None
+    found: list[str] = []
+
+    def walk(v: Any) -> None:
+        if isinstance(v, str):
+            found.append(v)
+        elif isinstance(v, list | tuple):
+            for x in v:
+                walk(x)
+        elif isinstance(v, dict):
+            for x in v.values():
+                walk(x)
+
+    walk(files)
+    return [p if p.is_absolute() else yaml_path.parent / p for p in map(Path, found)]
+
+
+def task_requests(source: LmEvalSource, paths: Paths) -> tuple[Any, list[tuple[int, Any, list]]]:
+    """lm-eval's task object and its requests as ``(doc_id, doc, instances)`` in document
+    order, built as ``simple_evaluate`` builds them (one process, rank 0)."""
+    from assay import libguard
+
+    where = source._where()
+    try:
+        import lm_eval  # noqa: F401
+    except ImportError:
+        raise SpecError(f"{where}: the lm_eval source kind needs lm-eval: {INSTALL}") from None
+    inc = source._include(paths)
+    if inc is not None and not inc.exists():
+        raise SpecError(f"{where}: include_path {inc} does not exist")
+    # lm-eval loads data through datasets' loaders: one at a time in this process (libguard)
+    with libguard.datasets():
+        from lm_eval.tasks import TaskManager
+
+        folder = source._folder(paths)
+        tm = TaskManager(include_path=None if folder is None else str(folder),
+                         include_defaults=folder is None)
+        try:
+            loaded = tm.load([source.task])
+        except Exception as e:  # lm-eval's own errors: unknown task, bad YAML, missing data
+            raise SpecError(f"{where}: lm-eval could not load the task: {type(e).__name__}: "
+                            f"{e}") from None
+        tasks = loaded.get("tasks") or {}
+        if loaded.get("groups") or len(tasks) != 1:
+            raise SpecError(f"{where}: {source.task!r} is a group or tag of {len(tasks)} tasks "
+                            f"({sorted(tasks)[:6]}); give one source per task")
+        task = next(iter(tasks.values()))
+        out = task.get_config("output_type")
+        want = "multiple_choice" if source.choices is not None else "loglikelihood_rolling"
+        if out != want:
+            hint = ("a generate_until task needs generated answers: use a file or hf_dataset "
+                    "source with generate: and a verifier" if out == "generate_until" else
+                    "choices: {model: ...} scores multiple_choice tasks, perplexity: {model: ...}"
+                    " loglikelihood_rolling ones; other output types are not supported")
+            raise SpecError(f"{where}: the task's output_type is {out!r}, not {want!r}; {hint}")
+        # simple_evaluate's order: num_fewshot (a task's explicit 0 stands), then the seed
+        if source.num_fewshot is not None and task.get_config("num_fewshot") != 0:
+            task.set_config(key="num_fewshot", value=source.num_fewshot)
+        elif task.get_config("num_fewshot") is None:
+            task.set_config(key="num_fewshot", value=0)
+        task.set_fewshot_seed(seed=source.fewshot_seed)
+        try:
+            task.build_all_requests(limit=source.limit, rank=0, world_size=1)
+        except Exception as e:
+            raise SpecError(f"{where}: lm-eval could not build the requests: "
+                            f"{type(e).__name__}: {e}") from None
+    by_doc: dict[int, list[Any]] = {}
+    for inst in task.instances:
+        by_doc.setdefault(inst.doc_id, []).append(inst)
+    docs = [(d, insts[0].doc, sorted(insts, key=lambda i: i.idx))
+            for d, insts in sorted(by_doc.items())]
+    if not docs:
+        raise SpecError(f"{where}: the task has no documents")
+    return task, docs
+
+
+def _meta(doc: Any) -> dict[str, Any] | None:
+    """The document's scalar fields (for ``by:`` and ``where``)."""
+    if not isinstance(doc, Mapping):
+        return None
+    out = {str(k): v for k, v in doc.items()
+           if isinstance(v, str | int | bool) or (isinstance(v, float) and math.isfinite(v))}
+    return out or None
+
+
+def choice_rows_of(task: Any, docs: list[tuple[int, Any, list]], where: str) -> Rows:
+    """One prompt row per document: lm-eval's context, its choices and gold index, and the
+    task's target delimiter (``privileged.delimiter``) the score-choices stage scores with."""
+    import pyarrow as pa
+
+    from assay.builder import rows
+    from assay.rows import Rows, to_json
+
+    delim = task.config.target_delimiter
+    prompts, privileged, tids, metas = [], [], [], []
+    for doc_id, doc, insts in docs:
+        at = f"{where} document {doc_id}"
+        args = [i.arguments for i in insts]
+        if len({a[0] for a in args}) != 1:
+            raise SpecError(f"{at}: the choices have different contexts (a multiple-input task "
+                            "such as winogrande); not supported")
+        choices = [str(c) for c in task.doc_to_choice(doc)]
+        if [a[1] for a in args] != [delim + c for c in choices]:
+            raise SpecError(f"{at}: the requests are not the target delimiter + each choice "
+                            "(acc_mutual_info adds unconditional requests); not supported")
+        gold = task.doc_to_target(doc)
+        if isinstance(gold, str) and gold in choices:
+            gold = choices.index(gold)
+        if isinstance(gold, list) or not isinstance(gold, int) or not 0 <= gold < len(choices):
+            raise SpecError(f"{at}: the gold answer {gold!r:.60} is not one index of the "
+                            f"{len(choices)} choices (multiple targets are not supported)")
+        prompts.append(args[0][0])
+        privileged.append({"reference": choices[gold], "choices": choices, "gold": gold,
+                           "delimiter": delim})
+        tids.append(str(doc_id))
+        metas.append(_meta(doc))
+    built = rows(prompts, [""] * len(prompts), None,
+                 references=[p["reference"] for p in privileged], task_ids=tids, meta=metas,
+                 record_names=lambda i: f"document {tids[i]}")
+    t = built.to_arrow()
+    col = pa.array([to_json(p, f"{where} document {tids[i]}") for i, p in enumerate(privileged)],
+                   pa.string())
+    return Rows(t.set_column(t.schema.get_field_index("privileged"), "privileged", col))
+
+
+def document_rows_of(task: Any, docs: list[tuple[int, Any, list]], where: str) -> Rows:
+    """One document row per document: the text lm-eval scores in rolling windows, and the
+    words and bytes its ``process_results`` counts (wikitext counts the raw page)."""
+    from assay.builder import rows
+    from assay.sources.documents import count_bytes, count_words
+
+    texts, tids, metas, markers = [], [], [], []
+    for doc_id, doc, insts in docs:
+        text = insts[0].arguments[0]
+        if not isinstance(text, str) or not text:
+            raise SpecError(f"{where} document {doc_id}: lm-eval's request is {text!r:.40}, "
+                            "not a non-empty text")
+        # a log-likelihood of 0 makes process_results hand back just its counts
+        counted = task.process_results(doc, (0.0,))
+        words = counted.get("word_perplexity", (0.0, count_words(text)))[1]
+        nbytes = counted.get("byte_perplexity", counted.get("bits_per_byte",
+                                                             (0.0, count_bytes(text))))[1]
+        texts.append(text)
+        tids.append(str(doc_id))
+        metas.append(_meta(doc))
+        markers.append({"words": float(words), "bytes": float(nbytes)})
+    return rows(texts, [""] * len(texts), None, task_ids=tids, meta=metas, markers=markers,
+                record_names=lambda i: f"document {tids[i]}")
+
+
+SOURCES.register("lm_eval", spec=LmEvalSource)(LmEvalSource)
