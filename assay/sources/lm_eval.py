@@ -31,7 +31,7 @@ from pydantic import Field, field_validator, model_validator
 from assay.errors import SpecError
 from assay.models.specs import _BackendEntry, backend_spec
 from assay.paths import Paths
-from assay.sources.base import SourceSpec
+from assay.sources.base import Mode, SourceSpec
 from assay.sources.registry import SOURCES
 from assay.specbase import SpecModel
 
@@ -87,6 +87,14 @@ class LmEvalSource(SourceSpec):
                              "generate and verifier (a generate_until task: use a file or "
                              "hf_dataset source with generate: and a verifier)")
         return self
+
+    @property
+    def mode(self) -> Mode:
+        return "choices" if self.choices is not None else "perplexity"
+
+    @property
+    def scoring_model(self) -> Any:
+        return (self.choices or self.perplexity).model  # type: ignore[union-attr]  # one is set
 
     def _where(self) -> str:
         return f"source {self.name!r} (lm-eval task {self.task!r})"
