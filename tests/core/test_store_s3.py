@@ -13,7 +13,6 @@ import textwrap
 import threading
 import time
 import warnings
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -23,27 +22,11 @@ from assay.cli import main
 from assay.errors import StoreError
 from assay.models.journal import Journal
 from assay.store import CorruptEntryWarning, Store
-from tests.helpers.seaweed import S3Server, seaweed
+from tests.helpers.seaweed import S3Server
 
 ROOT = Path(__file__).resolve().parents[2]
 SPEC = ROOT / "configs" / "own_completions.yaml"
 ASSAY = str(Path(sys.executable).with_name("assay"))
-
-
-@pytest.fixture(scope="module")
-def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
-    """SeaweedFS for this module, reached through the standard AWS_* variables only."""
-    with seaweed(tmp_path_factory.mktemp("s3")) as server:
-        saved = {k: os.environ.get(k) for k in server.env}
-        os.environ.update(server.env)
-        try:
-            yield server
-        finally:
-            for k, v in saved.items():
-                if v is None:
-                    os.environ.pop(k, None)
-                else:
-                    os.environ[k] = v
 
 
 def _raw(s3: S3Server) -> object:
