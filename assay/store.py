@@ -35,6 +35,7 @@ Example:
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import fcntl
 import hashlib
@@ -80,6 +81,10 @@ def default_location() -> str:
 
 #: seconds a lease on an object store lasts unless renewed (its holder renews it every third)
 LEASE_S = float(os.environ.get("ASSAY_STORE_LEASE_S") or 300)
+#: verified blobs an object-store ``Store`` keeps in memory (bytes in all, and per blob): a
+#: stage's outputs are read right after its ref is checked, and a blob just put is checked
+#: again by ``set_ref``; each would otherwise be a second download
+MEMO_BYTES, MEMO_BLOB_BYTES = 128 << 20, 16 << 20
 #: an object-store ref read is rewritten (its time is its last use) once it is this old: a
 #: rewrite is a PUT, so a ref is not rewritten on every read
 TOUCH_AFTER_S = 3600.0
@@ -118,6 +123,10 @@ class Store:
         loc = os.fspath(root) if root is not None else default_location()
         self._loc = loc
         self._files = open_files(loc)
+        # object stores only: verified blob bytes by key (content-named, so never stale)
+        self._memo: collections.OrderedDict[str, bytes] = collections.OrderedDict()
+        self._memo_size = 0
+        self._memo_lock = threading.Lock()
 
     @property
     def remote(self) -> bool:
@@ -174,11 +183,37 @@ class Store:
     def _put(self, data: bytes, kind: str) -> str:
         key = f"{kind}:{hashlib.sha256(data).hexdigest()}"
         rel = self._blob_rel(key)
-        if not self._verified(rel, key):
+        # what is stored now, not what this process remembers: a blob gc or verify removed
+        # since is written again
+        if not self._verified(rel, key, memo=False):
             self._files.write(rel, [data])
+            self._remember(key, data)
         return key
 
-    def _verified(self, rel: str, key: str) -> bytes | None:
+    def _remember(self, key: str, data: bytes) -> None:
+        if not self.remote or len(data) > MEMO_BLOB_BYTES:
+            return
+        with self._memo_lock:
+            if key in self._memo:
+                return
+            self._memo[key] = data
+            self._memo_size += len(data)
+            while self._memo_size > MEMO_BYTES:
+                self._memo_size -= len(self._memo.popitem(last=False)[1])
+
+    def forget(self, key: str) -> None:
+        """Drop ``key`` from this store's memory of verified blobs (it was removed)."""
+        with self._memo_lock:
+            data = self._memo.pop(key, None)
+            if data is not None:
+                self._memo_size -= len(data)
+
+    def _verified(self, rel: str, key: str, memo: bool = True) -> bytes | None:
+        if self.remote and memo:
+            with self._memo_lock:
+                hit = self._memo.get(key)
+            if hit is not None:
+                return hit
         data = self._files.read(rel)
         if data is None:
             return None
@@ -190,6 +225,7 @@ class Store:
                 stacklevel=3,
             )
             return None
+        self._remember(key, data)
         return data
 
     def has(self, key: str) -> bool:
@@ -217,7 +253,7 @@ class Store:
             h.update(v)  # releases the GIL on large buffers
         key = f"bin:{h.hexdigest()}"
         rel = self._blob_rel(key)
-        if not self._verified(rel, key):
+        if not self._verified(rel, key, memo=False):
             self._files.write(rel, views, durable=durable)
         return key
 

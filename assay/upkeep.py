@@ -334,6 +334,7 @@ def verify(store: Store) -> Verification:
         if got is None or got == want:
             continue
         moved = store.quarantine(e.rel)
+        store.forget(key)
         if _sha_of(store, "quarantine/" + e.rel) == want:  # healed by a writer in between
             store.restore(e.rel)
             continue
@@ -459,6 +460,7 @@ def gc(store: Store, runs: Sequence[RunDir], *, keep_nights: int | None = None,
             res.removed_bytes += e.size
             if not dry_run:
                 store.delete_file(e.rel)
+                store.forget(key)
         for e in store.journal_entries():
             # kept: named by a live generate stage, or written since the oldest kept run began
             # (judge calls and in-progress generations are named by no stage)

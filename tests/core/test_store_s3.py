@@ -87,6 +87,8 @@ def test_a_corrupt_object_is_a_miss_and_verify_quarantines_it(s3: S3Server,
     obj = f"{s3.bucket}/corrupt/{st._blob_rel(key)}"
     with raw.open_output_stream(obj) as f:  # type: ignore[attr-defined]
         f.write(b'{"hello":"w0rld"}')  # one byte flipped behind the store's back
+    assert st.get_json(key) == {"hello": "world"}  # what this process verified and still holds
+    st = Store(s3.url("corrupt"))  # another process reads what is stored
     with pytest.warns(CorruptEntryWarning, match="checksum mismatch"):
         assert st.get_json(key) is None
     with warnings.catch_warnings():
