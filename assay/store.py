@@ -183,11 +183,13 @@ class Store:
     def _put(self, data: bytes, kind: str) -> str:
         key = f"{kind}:{hashlib.sha256(data).hexdigest()}"
         rel = self._blob_rel(key)
-        # what is stored now, not what this process remembers: a blob gc or verify removed
-        # since is written again
-        if not self._verified(rel, key, memo=False):
+        if self.remote:
+            # one PUT, no look first: checking would download the object (to verify it) and
+            # cost as much as writing identical bytes again, which is harmless
             self._files.write(rel, [data])
             self._remember(key, data)
+        elif not self._verified(rel, key):
+            self._files.write(rel, [data])
         return key
 
     def _remember(self, key: str, data: bytes) -> None:
@@ -209,7 +211,7 @@ class Store:
                 self._memo_size -= len(data)
 
     def _verified(self, rel: str, key: str, memo: bool = True) -> bytes | None:
-        if self.remote and memo:
+        if memo and self.remote:
             with self._memo_lock:
                 hit = self._memo.get(key)
             if hit is not None:
