@@ -281,12 +281,24 @@ def prewarm() -> None:
     import prefect.task_engine  # noqa: F401
 
 
+def _secret_bearing(location: str) -> bool:
+    """Whether a store location is a URL with a password or query (which may hold keys)."""
+    from assay.store_files import is_url, redact
+
+    return is_url(location) and redact(location) != location
+
+
 def run_spec(spec_path: str, output: str | None = None, store_root: str | None = None, *,
              embedded: bool = True, publish: bool = True, view: bool = True,
              overrides: list[str] | None = None,
              max_parallel: int | None = None) -> dict[str, Any]:
     """Run a study flow with the runner its spec names (call under ``flows.embedded`` set-up)."""
     spec = load_spec(spec_path, overrides or ())
+    if store_root and _secret_bearing(store_root):
+        # a URL carrying a key would be recorded as a flow parameter by the Prefect server:
+        # the flow opens it from the environment instead
+        os.environ["ASSAY_STORE"] = store_root
+        store_root = None
     runner = task_runner_for(spec, max_parallel)
     t0 = time.perf_counter()
     flow_ = study.with_options(task_runner=runner)
