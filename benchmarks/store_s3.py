@@ -11,10 +11,11 @@ Run: ``.venv/bin/python benchmarks/store_s3.py [--repeats 3] [--prompts 1500] [-
 2. cached: ``assay run SPEC --store s3://...`` (a subprocess, as a user runs it) on the store
    the study just filled: every stage served from S3; wall; goal under 3 s.
 3. refs: ``--refs`` small documents put and pointed at by refs, then every ref read back, one
-   after another and from 8 threads, on each store: refs per second.
+   after another and from 8 threads, on each store: refs per second; and, as the floor, the
+   server's own rate of 100-byte PUTs through ``pyarrow.fs`` directly (1 and 8 threads).
 4. local: put + set_ref + get_ref of ``--refs`` entries on a local store with this revision's
-   store and with ``--base-rev``'s (default: the last revision before the object store), alternated: the local
-   path must not slow down.
+   store and with ``--base-rev``'s (default: the last revision before the object store),
+   alternated: the local path must not slow down.
 Medians of ``--repeats``.
 """
 
@@ -25,6 +26,7 @@ import concurrent.futures
 import importlib.util
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -63,14 +65,36 @@ def _data(folder: Path, prompts: int) -> Path:
     return spec
 
 
-def _study(spec: Path, location: str) -> float:
+def _cpu() -> float:
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+def _study(spec: Path, location: str) -> tuple[float, float]:
+    """(wall, CPU seconds of this process) of one cold study."""
     from assay import stages
     from assay.spec import load_spec
     from assay.store import Store
 
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), _cpu()
     stages.run_study(load_spec(spec), Store(location), progress=None)
-    return time.perf_counter() - t0
+    return time.perf_counter() - t0, _cpu() - c0
+
+
+def _raw_puts(url: str, n: int, threads: int) -> float:
+    """PUTs per second of 100-byte objects straight through pyarrow.fs (the server's floor)."""
+    from pyarrow import fs
+
+    f, base = fs.FileSystem.from_uri(url)
+
+    def put(i: int) -> None:
+        with f.open_output_stream(f"{base}/{threads}/{i}") as out:
+            out.write(b"x" * 100)
+
+    t0 = time.perf_counter()
+    with concurrent.futures.ThreadPoolExecutor(threads) as ex:
+        list(ex.map(put, range(n)))
+    return n / (time.perf_counter() - t0)
 
 
 def _refs(location: str, n: int, threads: int, tag: str) -> tuple[float, float]:
@@ -135,27 +159,40 @@ def main() -> None:
     with seaweed(work / "s3") as s3:
         os.environ.update(s3.env)
         local_t, s3_t, cached_t = [], [], []
+        local_c, s3_c = [], []
         for r in range(args.repeats):
             order = [("local", str(work / f"local-{r}")), ("s3", s3.url(f"study-{r}"))]
             if r % 2:
                 order.reverse()
             for kind, loc in order:
-                (local_t if kind == "local" else s3_t).append(_study(spec, loc))
+                wall, cpu = _study(spec, loc)
+                (local_t if kind == "local" else s3_t).append(wall)
+                (local_c if kind == "local" else s3_c).append(cpu)
+        cached_c = []
         for r in range(args.repeats):
             t0 = time.perf_counter()
+            c0 = resource.getrusage(resource.RUSAGE_CHILDREN)
             p = subprocess.run([str(Path(sys.executable).with_name("assay")), "run", str(spec),
                                 "--store", s3.url("study-0"), "--output",
                                 str(work / f"cached-{r}")], cwd=work, capture_output=True,
                                text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
             cached_t.append(time.perf_counter() - t0)
+            c1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+            cached_c.append(c1.ru_utime + c1.ru_stime - c0.ru_utime - c0.ru_stime)
             assert p.returncode == 0 and " 0 computed" in p.stderr, p.stderr[-2000:]
         med = statistics.median
         print(f"study ({args.prompts} prompts x 4 rows, shards of 256): local "
               f"{med(local_t):.2f} s {sorted(round(x, 2) for x in local_t)}, S3 "
               f"{med(s3_t):.2f} s {sorted(round(x, 2) for x in s3_t)}, ratio "
-              f"{med(s3_t) / med(local_t):.2f}x (goal <= 1.2x)")
+              f"{med(s3_t) / med(local_t):.2f}x (goal <= 1.2x); CPU of this process: local "
+              f"{med(local_c):.2f} s, S3 {med(s3_c):.2f} s")
         print(f"cached rerun against S3 (assay run, fast path): {med(cached_t):.2f} s "
-              f"{sorted(round(x, 2) for x in cached_t)} (goal < 3 s)")
+              f"{sorted(round(x, 2) for x in cached_t)} (goal < 3 s); CPU {med(cached_c):.2f} s")
+        for threads in (1, 8):
+            rate = med([_raw_puts(s3.url(f"raw-{r}"), args.refs, threads)
+                        for r in range(args.repeats)])
+            print(f"server floor: 100-byte PUTs through pyarrow.fs, {threads} thread(s): "
+                  f"{rate:.0f}/s")
         for kind, loc in (("local", str(work / "refs")), ("S3", s3.url("refs"))):
             for threads in (1, 8):
                 puts, gets = zip(*[_refs(loc, args.refs, threads, f"{threads}-{r}")

@@ -73,3 +73,44 @@ def dask_cluster(n_workers: int, env: dict[str, str], *, cwd: Path, logs: Path,
             except subprocess.TimeoutExpired:
                 os.killpg(p.pid, signal.SIGKILL)
                 p.wait()
+
+
+#: a small offline study for the cluster tests (format with ``name`` and ``execution``): the
+#: shipped arithmetic completions, graded numerically, in shards of 40 rows
+STUDY = """
+name: {name}
+sources:
+  - name: model
+    kind: file
+    path: data/own_completions.jsonl
+    fields: {{prompt: question, completion: response, reference: gold, task_id: id}}
+    verifier: {{kind: numeric, params: {{tol: 1.0e-6}}}}
+measure:
+  pass_at: {{k: 4}}
+execution: {execution}
+"""
+
+
+def write_study(folder: Path, name: str, execution: str) -> Path:
+    """``folder/spec.yaml`` (:data:`STUDY`) beside a copy of its data file."""
+    root = Path(__file__).resolve().parents[2]
+    (folder / "data").mkdir(parents=True, exist_ok=True)
+    shutil.copy(root / "configs" / "data" / "own_completions.jsonl", folder / "data")
+    spec = folder / "spec.yaml"
+    spec.write_text(STUDY.format(name=name, execution=execution))
+    return spec
+
+
+def local_reference(spec: Path, work: Path) -> dict[str, bytes]:
+    """report.json and rows/model.parquet of the same study run by the local runner in this
+    process (fresh store under ``work``)."""
+    from assay import stages
+    from assay.spec import load_spec
+    from assay.stages.finish import finish_run
+    from assay.store import Store
+
+    store = Store(work / "local-store")
+    run = stages.run_study(load_spec(spec), store, progress=None)
+    finish_run(store, load_spec(spec), run, work / "local-out", 0.0)
+    return {f: (work / "local-out" / f).read_bytes()
+            for f in ("report.json", "rows/model.parquet")}
