@@ -44,7 +44,6 @@ import json
 import mmap
 import os
 import socket
-import tempfile
 import threading
 import time
 import uuid
@@ -59,6 +58,7 @@ import pyarrow.parquet as pq
 from assay.errors import StoreError
 from assay.hashing import canonical_json
 from assay.store_files import Entry, LocalFiles, open_files
+from assay.store_files import atomic_write as atomic_write  # re-exported: callers import it here
 
 _EXT = {"parquet", "json", "bin"}
 #: file suffix -> key kind (the inverse of ``Store._blob_path``'s table).
@@ -88,31 +88,6 @@ MEMO_BYTES, MEMO_BLOB_BYTES = 128 << 20, 16 << 20
 #: an object-store ref read is rewritten (its time is its last use) once it is this old: a
 #: rewrite is a PUT, so a ref is not rewritten on every read
 TOUCH_AFTER_S = 3600.0
-
-
-def atomic_write(path: Path, data: bytes | Sequence[Any], *, durable: bool = True) -> None:
-    """Write ``data`` (bytes, or a sequence of buffers written one after another) to ``path`` so a
-    reader sees the old file or the whole new one, never a part. ``durable=False`` skips the
-    fsync: after a power loss the file may be lost or torn (the store's verified reads then
-    treat it as missing), for data that is cheaper to rebuild than to sync."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            parts: Sequence[Any] = (
-                [data] if isinstance(data, (bytes, bytearray, memoryview)) else data)
-            for part in parts:
-                f.write(part)
-            f.flush()
-            if durable:
-                os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
 
 
 class Store:

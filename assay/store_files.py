@@ -6,7 +6,8 @@ is a local path, a ``file://`` URL (the same as its path) or a URL; credentials 
 standard variables (``AWS_ACCESS_KEY_ID``, ``AWS_ENDPOINT_URL``, ...), never from the store.
 
 Example:
-    >>>     >>> f = open_files(tempfile.mkdtemp())
+    >>> import tempfile
+    >>> f = open_files(tempfile.mkdtemp())
     >>> f.write("a/b.json", [b"{}"]); f.read("a/b.json"), [e.rel for e in f.list("a")]
     (b'{}', ['a/b.json'])
 """
@@ -17,6 +18,7 @@ import calendar
 import contextlib
 import os
 import re
+import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -63,6 +65,31 @@ class Files(Protocol):
     def exists(self) -> bool: ...
 
     def where(self, rel: str) -> str: ...
+
+
+def atomic_write(path: Path, data: bytes | Sequence[Any], *, durable: bool = True) -> None:
+    """Write ``data`` (bytes, or a sequence of buffers written one after another) to ``path`` so a
+    reader sees the old file or the whole new one, never a part. ``durable=False`` skips the
+    fsync: after a power loss the file may be lost or torn (the store's verified reads then
+    treat it as missing), for data that is cheaper to rebuild than to sync."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            parts: Sequence[Any] = (
+                [data] if isinstance(data, (bytes, bytearray, memoryview)) else data)
+            for part in parts:
+                f.write(part)
+            f.flush()
+            if durable:
+                os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
 
 
 def is_url(location: str) -> bool:
@@ -119,8 +146,6 @@ class LocalFiles:
         return None if data is None else (data, time.time())
 
     def write(self, rel: str, parts: Sequence[Any], *, durable: bool = True) -> None:
-        from assay.store import atomic_write
-
         atomic_write(self.root / rel, parts, durable=durable)
 
     def delete(self, rel: str) -> None:
