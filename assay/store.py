@@ -6,6 +6,9 @@ Layout under the root (default ``$ASSAY_STORE`` or ``./.assay``)::
 
     blobs/<2 hex>/<64 hex>.<parquet|json|bin>   immutable, named by sha256 of the file bytes
     refs/<2 hex>/<sha256 of name>.json          {"name":..., "blob":..., "meta":...}
+    journals/<shard>.jsonl                      completion journals (assay.models.journal)
+    quarantine/...                              what `assay store verify` found corrupt
+    lock  or  leases/<kind>-<id>.json           the gc lock (a folder) or leases (object store)
 
 Every write goes to a unique temp file in the same directory, is fsynced, then ``os.replace``d
 into place, so a reader sees either nothing or a whole file; two writers of the same key both
