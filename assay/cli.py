@@ -230,10 +230,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     user_level = os.environ.get("PREFECT_LOGGING_LEVEL")
     apply_local_settings(Path(args.prefect_home or ".prefect").resolve())
     if args.store:
-        from assay.store_files import is_url
+        from assay.store_files import absolute
 
-        os.environ["ASSAY_STORE"] = (args.store if is_url(args.store)
-                                     else str(Path(args.store).resolve()))
+        os.environ["ASSAY_STORE"] = absolute(args.store)
     _RUN["debug"] = bool(args.debug)
     if not args.no_fast_path and _serve_cached(args, t0):
         return 0

@@ -97,6 +97,21 @@ def is_url(location: str) -> bool:
     return bool(_URL.match(location)) and not location.startswith("file://")
 
 
+def absolute(location: str) -> str:
+    """``location`` as another process (another working folder) must be given it: a URL as it
+    is, a path or ``file://`` URL as an absolute path.
+
+    Example:
+        >>> absolute("s3://bucket/p"), absolute("file:///data/st"), absolute("/data/st")
+        ('s3://bucket/p', '/data/st', '/data/st')
+    """
+    if is_url(location):
+        return location
+    if location.startswith("file://"):
+        location = unquote(urlsplit(location).path)
+    return str(Path(location).resolve())
+
+
 def redact(url: str) -> str:
     """``url`` without a password (``s3://key:secret@bucket`` -> ``s3://key@bucket``) or query
     (which may carry keys), fit for run.json and logs.

@@ -162,11 +162,24 @@ def test_assay_run_on_s3_is_cached_on_rerun_and_matches_a_local_store(
     assert rerun.returncode == 0 and "0 computed" in rerun.stderr, rerun.stderr[-2000:]
 
 
+@pytest.mark.slow
 def test_file_url_is_the_path(tmp_path: Path) -> None:
     a = Store(f"file://{tmp_path}/st")
     key = a.put_json({"k": 1})
     assert not a.remote and a.root == tmp_path / "st"
     assert Store(tmp_path / "st").get_json(key) == {"k": 1}
+    # `assay run --store file://...` from another folder: the study's entries land in that folder
+    spec = tmp_path / "study" / "spec.yaml"
+    spec.parent.mkdir()
+    shutil.copy(SPEC, spec)
+    (spec.parent / "data").mkdir()
+    shutil.copy(SPEC.parent / "data" / "own_completions.jsonl", spec.parent / "data")
+    (tmp_path / "cwd").mkdir()
+    run = _run(spec, f"file://{tmp_path}/st", tmp_path / "cwd" / "out",
+               {**os.environ, "PYTHONPATH": str(ROOT)})
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert len(Store(tmp_path / "st").ref_entries()) == 7
+    assert not (tmp_path / "cwd" / "file:").exists()  # no folder named after the URL
 
 
 def test_a_lease_holds_off_gc_until_released_or_expired(s3: S3Server, tmp_path: Path) -> None:
