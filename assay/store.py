@@ -8,7 +8,7 @@ Layout under the root (default ``$ASSAY_STORE`` or ``./.assay``)::
     refs/<2 hex>/<sha256 of name>.json          {"name":..., "blob":..., "meta":...}
     journals/<shard>.jsonl                      completion journals (assay.models.journal)
     quarantine/...                              what `assay store verify` found corrupt
-    lock  or  leases/<kind>-<id>.json           the gc lock (a folder) or leases (object store)
+    lock  or  leases/<kind>-<id>.json           gc's flock file, or leases on an object store
 
 Every write goes to a unique temp file in the same directory, is fsynced, then ``os.replace``d
 into place, so a reader sees either nothing or a whole file; two writers of the same key both
@@ -135,8 +135,9 @@ class Store:
         return f"Store({self.location!r})"
 
     def __reduce__(self) -> tuple[Any, ...]:
-        # a store travels to a worker as its location; the worker opens it with its own
-        # credentials, so none ride along (a local path goes absolute: the cwd may differ)
+        # a store travels to a worker as its location (no client, no credentials from the
+        # environment: the worker opens it with its own); a local path goes absolute, since the
+        # worker's working folder may differ
         return (Store, (self._loc if self.remote else str(self.root.absolute()),))
 
     # -- blobs -------------------------------------------------------------------------------
