@@ -69,12 +69,19 @@ def test_blobs_refs_and_journals_on_s3(s3: S3Server) -> None:
     got = Journal(Store(s3.url("api")), "gshard:" + "cd" * 32).load()
     assert {k: v["completion"] for k, v in got.items()} == {"g1": "b", "g2": "c"}
     assert len(st.journal_entries()) == 2
+    usage = upkeep.du(st)
+    assert usage.n_journals == 2 and usage.journal_bytes > 0
+    assert upkeep.verify(st).n_journals == 2
     # pickled (to a worker), a store travels as its URL: no credentials ride along
     import pickle
 
-    blob = pickle.dumps(st)
+    blob = pickle.dumps(Store(s3.url("api")))
     assert s3.env["AWS_SECRET_ACCESS_KEY"].encode() not in blob
-    assert pickle.loads(blob).get_table(key).num_rows == 3
+    assert pickle.loads(blob).get_json(keys[0]) == {"a": list(range(500))}
+    # gc two hours on, no run kept: the segments go with everything else unused
+    res = upkeep.gc(st, [], older_than_days=1, grace=3600, now=time.time() + 7200)
+    assert res.removed_journals == 2 and st.journal_entries() == []
+    assert Journal(Store(s3.url("api")), "gshard:" + "cd" * 32).load() == {}
 
 
 def test_a_corrupt_object_is_a_miss_and_verify_quarantines_it(s3: S3Server,
