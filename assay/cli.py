@@ -230,7 +230,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     user_level = os.environ.get("PREFECT_LOGGING_LEVEL")
     apply_local_settings(Path(args.prefect_home or ".prefect").resolve())
     if args.store:
-        os.environ["ASSAY_STORE"] = str(Path(args.store).resolve())
+        from assay.store_files import absolute
+
+        os.environ["ASSAY_STORE"] = absolute(args.store)
     _RUN["debug"] = bool(args.debug)
     if not args.no_fast_path and _serve_cached(args, t0):
         return 0
@@ -443,8 +445,8 @@ def cmd_store(args: argparse.Namespace) -> int:
     from assay.store import Store
 
     store = Store(args.store)
-    if not store.root.is_dir():
-        _err(f"{store.root}: no store there (give --store DIR or set ASSAY_STORE)")
+    if not store.exists():
+        _err(f"{store.location}: no store there (give --store DIR or URL, or set ASSAY_STORE)")
         return 2
     runs = upkeep.find_runs(args.runs) if args.runs else []
     res: upkeep.Usage | upkeep.Verification | upkeep.Collection
@@ -602,26 +604,40 @@ def main(argv: Sequence[str] | None = None) -> int:
         _err(f"{stage}: {e}; what was committed is kept: rerun the same command to resume")
         return EXIT_STOPPED
     except AssayError as e:
-        if _RUN.get("debug"):
-            traceback.print_exc()
-        _err(str(e))
-        return 2
-    except Exception as e:
-        log = _RUN.get("log")
-        if log is None:  # not inside a run: there is no log file to point to
+        if not getattr(e, "internal", False):
+            if _RUN.get("debug"):
+                traceback.print_exc()
+            _err(str(e))
+            return 2
+        rc = _internal_failure(e)
+        if rc is None:
             raise
-        if _RUN.get("debug"):
-            traceback.print_exc()
-        stage = getattr(e, "assay_stage", None) or "the study flow"
-        first = (str(e).strip().splitlines() or [""])[0][:300]
-        _err(f"{stage} failed: {type(e).__name__}: {first} (not an input assay checks: the "
-             f"traceback is in {log}; `assay run --debug` prints it here)")
-        return 1
+        return rc
+    except Exception as e:
+        rc = _internal_failure(e)
+        if rc is None:
+            raise
+        return rc
     finally:
         if term is not None:
             import signal
 
             signal.signal(signal.SIGTERM, term)
+
+
+def _internal_failure(e: BaseException) -> int | None:
+    """Exit 1 for a failure that is not the user's input, naming the stage and the log; None
+    outside a run (no log file to point to: the caller lets the traceback through)."""
+    log = _RUN.get("log")
+    if log is None:
+        return None
+    if _RUN.get("debug"):
+        traceback.print_exc()
+    stage = getattr(e, "assay_stage", None) or "the study flow"
+    first = (str(e).strip().splitlines() or [""])[0][:300]
+    _err(f"{stage} failed: {type(e).__name__}: {first} (not an input assay checks: the "
+         f"traceback is in {log}; `assay run --debug` prints it here)")
+    return 1
 
 
 def console() -> None:

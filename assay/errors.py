@@ -35,6 +35,13 @@ class StoreError(AssayError, RuntimeError):
     """The content store cannot be used (unwritable root, unknown key format)."""
 
 
+class StoreVanishedError(StoreError):
+    """A stage's output is gone from the store right after it was computed (an internal failure:
+    a worker wrote where the driver cannot read, or something removed it mid-run): exit 1."""
+
+    internal = True
+
+
 class DataError(AssayError, ValueError):
     """Bad preference data (empty text, chosen == rejected, missing seed id, bad cell)."""
 

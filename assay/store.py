@@ -6,6 +6,9 @@ Layout under the root (default ``$ASSAY_STORE`` or ``./.assay``)::
 
     blobs/<2 hex>/<64 hex>.<parquet|json|bin>   immutable, named by sha256 of the file bytes
     refs/<2 hex>/<sha256 of name>.json          {"name":..., "blob":..., "meta":...}
+    journals/<shard>.jsonl                      completion journals (assay.models.journal)
+    quarantine/...                              what `assay store verify` found corrupt
+    lock  or  leases/<kind>-<id>.json           gc's flock file, or leases on an object store
 
 Every write goes to a unique temp file in the same directory, is fsynced, then ``os.replace``d
 into place, so a reader sees either nothing or a whole file; two writers of the same key both
@@ -17,6 +20,11 @@ miss, so a killed run leaves at worst an unreferenced blob behind.
 Lifecycle (see :mod:`assay.upkeep`): reading a ref touches its mtime (its last use), a running
 study holds :meth:`Store.in_use` (a shared ``flock`` on ``<root>/lock``) and ``gc`` takes the
 lock exclusively, so an entry a running study may still read is never removed.
+
+The root may be an object store (``s3://bucket/prefix``, anything ``pyarrow.fs`` serves; see
+:mod:`assay.store_files`): each write is one PUT (an object appears whole or not at all), reads
+are verified the same way, and the lock is a lease: a ``leases/<id>.json`` object with an
+expiry that its holder renews while it runs, so a dead holder stops blocking gc once it expires.
 
 Example:
     >>> import tempfile, pyarrow as pa
@@ -30,6 +38,7 @@ Example:
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import fcntl
 import hashlib
@@ -37,8 +46,10 @@ import io
 import json
 import mmap
 import os
-import tempfile
+import socket
+import threading
 import time
+import uuid
 import warnings
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -49,6 +60,8 @@ import pyarrow.parquet as pq
 
 from assay.errors import StoreError
 from assay.hashing import canonical_json
+from assay.store_files import Entry, LocalFiles, open_files
+from assay.store_files import atomic_write as atomic_write  # re-exported: callers import it here
 
 _EXT = {"parquet", "json", "bin"}
 #: file suffix -> key kind (the inverse of ``Store._blob_path``'s table).
@@ -64,42 +77,72 @@ def default_root() -> Path:
     return Path(os.environ.get("ASSAY_STORE") or ".assay")
 
 
-def atomic_write(path: Path, data: bytes | Sequence[Any], *, durable: bool = True) -> None:
-    """Write ``data`` (bytes, or a sequence of buffers written one after another) to ``path`` so a
-    reader sees the old file or the whole new one, never a part. ``durable=False`` skips the
-    fsync: after a power loss the file may be lost or torn (the store's verified reads then
-    treat it as missing), for data that is cheaper to rebuild than to sync."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            parts: Sequence[Any] = (
-                [data] if isinstance(data, (bytes, bytearray, memoryview)) else data)
-            for part in parts:
-                f.write(part)
-            f.flush()
-            if durable:
-                os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
+def default_location() -> str:
+    """``$ASSAY_STORE`` when set (a path or a URL), else ``.assay``."""
+    return os.environ.get("ASSAY_STORE") or ".assay"
+
+
+#: seconds a lease on an object store lasts unless renewed (its holder renews it every third)
+LEASE_S = float(os.environ.get("ASSAY_STORE_LEASE_S") or 300)
+#: verified blobs an object-store ``Store`` keeps in memory (bytes in all, and per blob): a
+#: stage's outputs are read right after its ref is checked, and a blob just put is checked
+#: again by ``set_ref``; each would otherwise be a second download
+MEMO_BYTES, MEMO_BLOB_BYTES = 128 << 20, 16 << 20
+#: an object-store ref read is rewritten (its time is its last use) once it is this old: a
+#: rewrite is a PUT, so a ref is not rewritten on every read
+TOUCH_AFTER_S = 3600.0
 
 
 class Store:
-    """A content-addressed store rooted at a directory (see module docstring)."""
+    """A content-addressed store rooted at a directory or an object-store URL (see module
+    docstring)."""
 
     def __init__(self, root: str | os.PathLike[str] | None = None) -> None:
-        self.root = Path(root) if root is not None else default_root()
+        loc = os.fspath(root) if root is not None else default_location()
+        self._loc = loc
+        self._files = open_files(loc)
+        # object stores only: verified blob bytes by key (content-named, so never stale)
+        self._memo: collections.OrderedDict[str, bytes] = collections.OrderedDict()
+        self._memo_size = 0
+        self._memo_lock = threading.Lock()
+
+    @property
+    def remote(self) -> bool:
+        """True when the store lives behind a URL (an object store), not in a local folder."""
+        return self._files.remote
+
+    @property
+    def root(self) -> Path:
+        """The local folder of a local store (an object store has none: see ``location``)."""
+        if isinstance(self._files, LocalFiles):
+            return self._files.root
+        raise StoreError(f"store {self.location} is not a local folder")
+
+    @property
+    def location(self) -> str:
+        """Where the store is, for messages and run.json: a path, or a URL without secrets."""
+        return self._files.location
+
+    def describe(self) -> str:
+        """``location``, with a local path made absolute (what another process must see)."""
+        return self.location if self.remote else str(self.root.resolve())
+
+    def exists(self) -> bool:
+        """Whether anything is stored there yet."""
+        return self._files.exists()
 
     def __repr__(self) -> str:
-        return f"Store({str(self.root)!r})"
+        return f"Store({self.location!r})"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # a store travels to a worker as its location (no client, no credentials from the
+        # environment: the worker opens it with its own); a local path goes absolute, since the
+        # worker's working folder may differ
+        return (Store, (self._loc if self.remote else str(self.root.absolute()),))
 
     # -- blobs -------------------------------------------------------------------------------
-    def _blob_path(self, key: str) -> Path:
+    @staticmethod
+    def _blob_rel(key: str) -> str:
         try:
             kind, hexd = key.split(":", 1)
             ext = {"tbl": "parquet", "doc": "json", "bin": "bin"}[kind]
@@ -110,33 +153,65 @@ class Store:
             ) from None
         if len(hexd) != 64 or any(c not in "0123456789abcdef" for c in hexd):
             raise StoreError(f"not a store key: {key!r} (expected 64 lowercase hex digits)")
-        return self.root / "blobs" / hexd[:2] / f"{hexd}.{ext}"
+        return f"blobs/{hexd[:2]}/{hexd}.{ext}"
+
+    def _blob_path(self, key: str) -> Path:
+        """The file of ``key`` in a local store."""
+        return self.root / self._blob_rel(key)
 
     def _put(self, data: bytes, kind: str) -> str:
         key = f"{kind}:{hashlib.sha256(data).hexdigest()}"
-        path = self._blob_path(key)
-        if not self._verified(path, key):
-            atomic_write(path, data)
+        rel = self._blob_rel(key)
+        if self.remote:
+            # one PUT, no look first: checking would download the object (to verify it) and
+            # cost as much as writing identical bytes again, which is harmless
+            self._files.write(rel, [data])
+            self._remember(key, data)
+        elif not self._verified(rel, key):
+            self._files.write(rel, [data])
         return key
 
-    def _verified(self, path: Path, key: str) -> bytes | None:
-        try:
-            data = path.read_bytes()
-        except FileNotFoundError:
+    def _remember(self, key: str, data: bytes) -> None:
+        if not self.remote or len(data) > MEMO_BLOB_BYTES:
+            return
+        with self._memo_lock:
+            if key in self._memo:
+                return
+            self._memo[key] = data
+            self._memo_size += len(data)
+            while self._memo_size > MEMO_BYTES:
+                self._memo_size -= len(self._memo.popitem(last=False)[1])
+
+    def forget(self, key: str) -> None:
+        """Drop ``key`` from this store's memory of verified blobs (it was removed)."""
+        with self._memo_lock:
+            data = self._memo.pop(key, None)
+            if data is not None:
+                self._memo_size -= len(data)
+
+    def _verified(self, rel: str, key: str, memo: bool = True) -> bytes | None:
+        if memo and self.remote:
+            with self._memo_lock:
+                hit = self._memo.get(key)
+            if hit is not None:
+                return hit
+        data = self._files.read(rel)
+        if data is None:
             return None
         if hashlib.sha256(data).hexdigest() != key.split(":", 1)[1]:
             warnings.warn(
-                f"store entry {path} is corrupt (checksum mismatch, {len(data)} bytes); "
-                "treated as missing and will be rewritten",
+                f"store entry {self._files.where(rel)} is corrupt (checksum mismatch, "
+                f"{len(data)} bytes); treated as missing and will be rewritten",
                 CorruptEntryWarning,
                 stacklevel=3,
             )
             return None
+        self._remember(key, data)
         return data
 
     def has(self, key: str) -> bool:
         """True when ``key`` is present and verifies."""
-        return self._verified(self._blob_path(key), key) is not None
+        return self._verified(self._blob_rel(key), key) is not None
 
     def put_bytes(self, data: bytes) -> str:
         """Store raw bytes; returns ``bin:<sha256>``."""
@@ -158,16 +233,22 @@ class Store:
         for v in views:
             h.update(v)  # releases the GIL on large buffers
         key = f"bin:{h.hexdigest()}"
-        path = self._blob_path(key)
-        if not self._verified(path, key):
-            atomic_write(path, views, durable=durable)
+        rel = self._blob_rel(key)
+        if not self._verified(rel, key, memo=False):
+            self._files.write(rel, views, durable=durable)
         return key
 
-    def map_fresh(self, key: str) -> mmap.mmap:
+    def map_fresh(self, key: str) -> mmap.mmap | bytes:
         """A read-only memory map of the blob under ``key``, *not* verified: for a blob this
         process has just written (its pages are still in the page cache, so mapping them costs
-        no read and no copy). Anything read back later goes through :meth:`get_bytes`.
+        no read and no copy). Anything read back later goes through :meth:`get_bytes`. On an
+        object store: the verified bytes (there is nothing to map).
         """
+        if self.remote:
+            data = self.get_bytes(key)
+            if data is None:
+                raise StoreError(f"{key} vanished from {self.location} just after it was written")
+            return data
         path = self._blob_path(key)
         with open(path, "rb") as f:
             # MAP_POPULATE maps every page up front: one call instead of a fault per page
@@ -177,7 +258,7 @@ class Store:
 
     def get_bytes(self, key: str) -> bytes | None:
         """The bytes under ``key``, or None when missing or corrupt."""
-        return self._verified(self._blob_path(key), key)
+        return self._verified(self._blob_rel(key), key)
 
     def put_json(self, doc: Any) -> str:
         """Store a JSON-like document in canonical form; returns ``doc:<sha256>``."""
@@ -185,7 +266,7 @@ class Store:
 
     def get_json(self, key: str) -> Any | None:
         """The document under ``key``, or None when missing or corrupt."""
-        data = self._verified(self._blob_path(key), key)
+        data = self._verified(self._blob_rel(key), key)
         return None if data is None else json.loads(data)
 
     def put_table(self, table: pa.Table) -> str:
@@ -198,7 +279,7 @@ class Store:
 
     def get_table(self, key: str) -> pa.Table | None:
         """The table under ``key``, or None when missing or corrupt."""
-        data = self._verified(self._blob_path(key), key)
+        data = self._verified(self._blob_rel(key), key)
         if data is None:
             return None
         # No reader threads: Arrow's parquet thread pools can abort the process at interpreter
@@ -208,27 +289,34 @@ class Store:
         return pq.ParquetFile(pa.BufferReader(data), pre_buffer=False).read(use_threads=False)
 
     # -- refs (named pointers, e.g. a stage's cache key -> its output blob) ------------------
-    def _ref_path(self, name: str) -> Path:
+    @staticmethod
+    def _ref_rel(name: str) -> str:
         h = hashlib.sha256(name.encode("utf-8")).hexdigest()
-        return self.root / "refs" / h[:2] / f"{h}.json"
+        return f"refs/{h[:2]}/{h}.json"
+
+    def _ref_path(self, name: str) -> Path:
+        """The file of ref ``name`` in a local store."""
+        return self.root / self._ref_rel(name)
 
     def set_ref(self, name: str, blob: str, meta: dict[str, Any] | None = None) -> None:
         """Point ``name`` at ``blob`` (which must already be stored), atomically."""
         if not self.has(blob):
             raise StoreError(f"set_ref({name!r}): blob {blob} is not in the store; put it first")
         doc = {"name": name, "blob": blob, "meta": meta or {}}
-        atomic_write(self._ref_path(name), canonical_json(doc))
+        self._files.write(self._ref_rel(name), [canonical_json(doc)])
 
     def get_ref(self, name: str) -> dict[str, Any] | None:
         """``{"name", "blob", "meta"}`` for ``name``, or None when absent, unreadable, or the blob
         it names is missing or corrupt (a ref is only as good as its blob)."""
-        path = self._ref_path(name)
-        try:
-            doc = json.loads(path.read_bytes())
-        except FileNotFoundError:
+        rel = self._ref_rel(name)
+        got = self._files.read_with_mtime(rel) if self.remote else self._files.read(rel)
+        if got is None:
             return None
+        data, mtime = got if isinstance(got, tuple) else (got, 0.0)
+        try:
+            doc = json.loads(data)
         except (json.JSONDecodeError, UnicodeDecodeError):
-            warnings.warn(f"store ref {path} is unreadable; treated as missing",
+            warnings.warn(f"store ref {self._files.where(rel)} is unreadable; treated as missing",
                           CorruptEntryWarning, stacklevel=2)
             return None
         if not isinstance(doc, dict) or doc.get("name") != name:
@@ -238,17 +326,44 @@ class Store:
                 return None
         except StoreError:
             return None
-        # the ref's mtime records its last use: gc keeps what the kept runs' window used
-        with contextlib.suppress(OSError):
-            os.utime(path)
+        # the ref's time records its last use: gc keeps what the kept runs' window used
+        if not self.remote or time.time() - mtime >= TOUCH_AFTER_S:
+            self._files.touch(rel, data)
         return doc
 
     def delete_ref(self, name: str) -> None:
         """Remove a ref if present."""
-        try:
-            self._ref_path(name).unlink()
-        except FileNotFoundError:
-            pass
+        self._files.delete(self._ref_rel(name))
+
+    # -- raw files (journals, upkeep) --------------------------------------------------------
+    def read_file(self, rel: str) -> bytes | None:
+        """The bytes of ``rel`` under the root (unverified), or None when absent."""
+        return self._files.read(rel)
+
+    def write_file(self, rel: str, data: bytes) -> None:
+        """Write ``rel`` under the root, all or nothing."""
+        self._files.write(rel, [data])
+
+    def delete_file(self, rel: str) -> None:
+        """Remove ``rel`` under the root if present."""
+        self._files.delete(rel)
+
+    def where(self, rel: str) -> str:
+        """Where ``rel`` is, for messages (a path, or a URL without secrets)."""
+        return self._files.where(rel)
+
+    def quarantine(self, rel: str) -> str:
+        """Move ``rel`` to ``quarantine/<rel>``; returns where it went."""
+        self._files.move(rel, f"quarantine/{rel}")
+        return self._files.where(f"quarantine/{rel}")
+
+    def restore(self, rel: str) -> None:
+        """Undo :meth:`quarantine` of ``rel``."""
+        self._files.move(f"quarantine/{rel}", rel)
+
+    def entries(self, sub: str) -> list[Entry]:
+        """Every file under ``<root>/<sub>``, in path order."""
+        return self._files.list(sub)
 
     # -- lifecycle: locks and listings (used by assay.upkeep) ------------------------------
     @property
@@ -276,10 +391,70 @@ class Store:
         finally:
             os.close(fd)  # closing the descriptor releases the lock (also when a process dies)
 
+    def live_leases(self, kind: str | None = None) -> list[dict[str, Any]]:
+        """The unexpired leases on an object store (``kind``: "study" or "gc")."""
+        out = []
+        now = time.time()
+        for e in self._files.list("leases"):
+            data = self._files.read(e.rel)
+            try:
+                doc = json.loads(data) if data is not None else None
+            except (json.JSONDecodeError, UnicodeDecodeError):
+                continue
+            if (isinstance(doc, dict) and float(doc.get("expires", 0)) > now
+                    and (kind is None or doc.get("kind") == kind)):
+                out.append({**doc, "where": e.where})
+        return out
+
+    @contextlib.contextmanager
+    def _lease(self, kind: str, other: str, wait: float | None,
+               seconds: float | None = None) -> Iterator[None]:
+        # Each side writes its own lease, then looks for the other's: with read-after-write
+        # consistent listings (S3, GCS, Azure, SeaweedFS) two racers cannot both miss each other.
+        ttl = LEASE_S if seconds is None else seconds
+        rel = f"leases/{kind}-{uuid.uuid4().hex}.json"
+
+        def write() -> None:
+            doc = {"kind": kind, "expires": time.time() + ttl, "host": socket.gethostname(),
+                   "pid": os.getpid()}
+            self._files.write(rel, [canonical_json(doc)])
+
+        deadline = None if wait is None else time.monotonic() + wait
+        while True:
+            write()
+            held = self.live_leases(other)
+            if not held:
+                break
+            self._files.delete(rel)
+            if deadline is not None and time.monotonic() >= deadline:
+                what = "a store gc" if kind == "study" else "a running study"
+                raise StoreError(
+                    f"{self.location} is locked by {what} (lease {held[0]['where']}, host "
+                    f"{held[0].get('host')}, expires in {held[0]['expires'] - time.time():.0f} s);"
+                    f" waited {wait:.0f} s: retry when it has finished")
+            time.sleep(0.5)
+        stop = threading.Event()
+
+        def renew() -> None:
+            while not stop.wait(ttl / 3):
+                with contextlib.suppress(StoreError):
+                    write()
+
+        t = threading.Thread(target=renew, name="assay-store-lease", daemon=True)
+        t.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            t.join()
+            with contextlib.suppress(StoreError):
+                self._files.delete(rel)
+
     def in_use(self, wait: float | None = None) -> contextlib.AbstractContextManager[None]:
         """Hold a shared lock while a study reads and writes this store: ``gc`` (exclusive)
         waits for every holder, and a study started during a ``gc`` waits for it to finish.
-        The kernel drops the lock when the process dies, so a killed run never blocks gc.
+        The kernel drops the lock when the process dies, so a killed run never blocks gc (on
+        an object store: a lease, which expires unless renewed).
 
         Example:
             >>> import tempfile
@@ -287,31 +462,53 @@ class Store:
             >>> with st.in_use(), st.in_use():  # shared: any number of studies at once
             ...     pass
         """
+        if self.remote:
+            return self._lease("study", "gc", wait)
         return self._flock(fcntl.LOCK_SH, wait)
 
     def exclusive(self, wait: float | None = 0.0) -> contextlib.AbstractContextManager[None]:
         """The lock ``gc`` holds: no study is running on this store while it is held. Raises
         StoreError after ``wait`` seconds (None: wait forever) when studies hold it."""
+        if self.remote:
+            return self._lease("gc", "study", wait)
         return self._flock(fcntl.LOCK_EX, wait)
 
+    def blob_entries(self) -> Iterator[tuple[str, Entry]]:
+        """``(key, entry)`` of every blob file (verified or not), in path order."""
+        for e in self._files.list("blobs"):
+            d, _, name = e.rel[len("blobs/"):].partition("/")
+            hexd, _, ext = name.partition(".")
+            if ext in KIND_OF_EXT and len(hexd) == 64 and d == hexd[:2]:
+                yield f"{KIND_OF_EXT[ext]}:{hexd}", e
+
+    def ref_entries(self) -> list[Entry]:
+        """Every ref file, in path order."""
+        return [e for e in self._files.list("refs")
+                if e.rel.endswith(".json") and not e.rel.rsplit("/", 1)[-1].startswith(".")]
+
+    def journal_entries(self) -> list[Entry]:
+        """Every completion journal file: ``journals/<shard>.jsonl`` in a local store, one
+        object per flushed segment ``journals/<shard>/<segment>.jsonl`` on an object store
+        (see :mod:`assay.models.journal`), in path order."""
+        return [e for e in self._files.list("journals") if e.rel.endswith(".jsonl")
+                and not e.rel.rsplit("/", 1)[-1].startswith(".")]
+
+    def temp_entries(self) -> list[Entry]:
+        """Temp files of writers (live, or killed mid-write) under blobs/ and refs/ (none on an
+        object store: a PUT has no temp file)."""
+        return [e for sub in ("blobs", "refs") for e in self._files.list(sub)
+                if e.rel.rsplit("/", 1)[-1].startswith(".") and e.rel.endswith(".tmp")]
+
+    # local-store paths, for callers that work on files
     def blob_files(self) -> Iterator[tuple[str, Path]]:
-        """``(key, path)`` of every blob file (verified or not), in path order."""
-        for path in sorted((self.root / "blobs").glob("*/*")):
-            hexd, _, ext = path.name.partition(".")
-            if ext in KIND_OF_EXT and len(hexd) == 64 and path.parent.name == hexd[:2]:
-                yield f"{KIND_OF_EXT[ext]}:{hexd}", path
+        """``(key, path)`` of every blob file of a local store, in path order."""
+        for k, e in self.blob_entries():
+            yield k, self.root / e.rel
 
     def ref_files(self) -> Iterator[Path]:
-        """Every ref file, in path order."""
-        yield from sorted(p for p in (self.root / "refs").glob("*/*.json")
-                          if not p.name.startswith("."))
+        """Every ref file of a local store, in path order."""
+        yield from (self.root / e.rel for e in self.ref_entries())
 
     def journal_files(self) -> Iterator[Path]:
-        """Every completion journal (``journals/<shard>.jsonl``: generations and judge calls,
-        see :mod:`assay.models.journal`), in path order."""
-        yield from sorted((self.root / "journals").glob("*.jsonl"))
-
-    def temp_files(self) -> Iterator[Path]:
-        """Temp files of writers (live, or killed mid-write) under blobs/ and refs/."""
-        for sub in ("blobs", "refs"):
-            yield from sorted((self.root / sub).glob("*/.*.tmp"))
+        """Every completion journal of a local store, in path order."""
+        yield from (self.root / e.rel for e in self.journal_entries())

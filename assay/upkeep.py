@@ -85,7 +85,11 @@ def find_runs(roots: Iterable[str | os.PathLike[str]]) -> list[RunDir]:
 
 
 def _same_store(run: RunDir, store: Store) -> bool:
-    return run.store is None or Path(run.store).resolve() == store.root.resolve()
+    if run.store is None:
+        return True
+    if store.remote:
+        return run.store.rstrip("/") == store.location
+    return Path(run.store).resolve() == store.root.resolve()
 
 
 def kept_runs(runs: Sequence[RunDir], *, keep_nights: int | None = None,
@@ -116,16 +120,17 @@ def kept_runs(runs: Sequence[RunDir], *, keep_nights: int | None = None,
 # ------------------------------------------------------------------------------- reachability
 
 
-def _ref_doc(path: Path) -> dict[str, Any] | None:
+def _ref_doc(store: Store, rel: str) -> dict[str, Any] | None:
     try:
-        doc = json.loads(path.read_bytes())
+        data = store.read_file(rel)
+        doc = json.loads(data) if data is not None else None
     except (OSError, json.JSONDecodeError, UnicodeDecodeError):
         return None
     return doc if isinstance(doc, dict) and isinstance(doc.get("name"), str) else None
 
 
-def _ref_path(store: Store, name: str) -> Path:
-    return store._ref_path(name)
+def _ref_rel(store: Store, name: str) -> str:
+    return store._ref_rel(name)
 
 
 def closure(store: Store, keys: Iterable[str], seen: set[str] | None = None) -> set[str]:
@@ -139,14 +144,23 @@ def closure(store: Store, keys: Iterable[str], seen: set[str] | None = None) -> 
         seen.add(k)
         if k.startswith("doc:"):
             try:
-                data = store._blob_path(k).read_bytes()
+                data = store.read_file(store._blob_rel(k))
             except (OSError, StoreError):
+                continue
+            if data is None:
                 continue
             todo += [m for m in _KEY_RE.findall(data.decode("utf-8", "replace")) if m not in seen]
     return seen
 
 
 _JOURNAL_RE = re.compile(r"journals/([0-9a-f]{16,64}\.jsonl)")
+
+
+def _journal_name(rel: str) -> str:
+    """The journal a file belongs to: ``journals/<shard>.jsonl``, or a segment of it on an
+    object store (``journals/<shard>/<segment>.jsonl``) -> ``<shard>.jsonl``."""
+    parts = rel.split("/")
+    return parts[1] if len(parts) == 2 else parts[1] + ".jsonl"
 
 
 def _journals_named(store: Store, keys: Iterable[str]) -> set[str]:
@@ -157,18 +171,13 @@ def _journals_named(store: Store, keys: Iterable[str]) -> set[str]:
         if not k.startswith("doc:"):
             continue
         try:
-            data = store._blob_path(k).read_bytes()
+            data = store.read_file(store._blob_rel(k))
         except (OSError, StoreError):
+            continue
+        if data is None:
             continue
         out.update(_JOURNAL_RE.findall(data.decode("utf-8", "replace")))
     return out
-
-
-def _size(path: Path) -> int:
-    try:
-        return path.stat().st_size
-    except FileNotFoundError:
-        return 0
 
 
 # ------------------------------------------------------------------------------- du
@@ -226,12 +235,12 @@ def _owner(name: str, meta: dict[str, Any]) -> str:
 def du(store: Store, runs: Sequence[RunDir] = ()) -> Usage:
     """Size of the store by stage (refs' ``meta.stage``; other caches by ref name prefix) and
     by study (the blobs the studies' run directories reference)."""
-    sizes = {k: _size(p) for k, p in store.blob_files()}
+    sizes = {k: e.size for k, e in store.blob_entries()}
     by_stage: dict[str, int] = {}
     owned: set[str] = set()
-    refs = list(store.ref_files())
+    refs = store.ref_entries()
     for p in refs:
-        doc = _ref_doc(p)
+        doc = _ref_doc(store, p.rel)
         if doc is None or not isinstance(doc.get("blob"), str):
             continue
         owner = _owner(doc["name"], doc.get("meta") or {})
@@ -245,17 +254,16 @@ def du(store: Store, runs: Sequence[RunDir] = ()) -> Usage:
             continue
         reach = by_study.setdefault(r.study, set())
         for key in r.stage_keys:
-            doc = _ref_doc(_ref_path(store, STAGE_REF_PREFIX + key))
+            doc = _ref_doc(store, _ref_rel(store, STAGE_REF_PREFIX + key))
             if doc and isinstance(doc.get("blob"), str):
                 closure(store, [doc["blob"]], reach)
-    q = store.root / "quarantine"
-    journals = [_size(p) for p in store.journal_files()]
+    journals = [e.size for e in store.journal_entries()]
     return Usage(
         total_bytes=sum(sizes.values()) + sum(journals), n_blobs=len(sizes), n_refs=len(refs),
         by_stage=by_stage,
         by_study={s: sum(sizes.get(k, 0) for k in ks) for s, ks in by_study.items()},
         unreferenced_bytes=sum(v for k, v in sizes.items() if k not in owned),
-        quarantined_bytes=sum(_size(p) for p in q.rglob("*") if p.is_file()) if q.is_dir() else 0,
+        quarantined_bytes=sum(e.size for e in store.entries("quarantine")),
         journal_bytes=sum(journals), n_journals=len(journals),
     )
 
@@ -305,65 +313,63 @@ def _sha(path: Path) -> str | None:
     return h.hexdigest()
 
 
-def _quarantine(store: Store, path: Path) -> Path:
-    dest = store.root / "quarantine" / path.relative_to(store.root)
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    os.replace(path, dest)
-    return dest
+def _sha_of(store: Store, rel: str) -> str | None:
+    if not store.remote:  # streamed: a blob need not fit in memory
+        return _sha(store.root / rel)
+    data = store.read_file(rel)
+    return None if data is None else hashlib.sha256(data).hexdigest()
 
 
 def verify(store: Store) -> Verification:
     """Re-hash every blob and parse every ref; corrupt ones move to ``<root>/quarantine/`` (so
     the next run recomputes them instead of warning on every read) and are reported by key and
     path. A blob that a concurrent writer heals between the check and the move is put back."""
-    blobs = list(store.blob_files())
-    refs = list(store.ref_files())
+    blobs = list(store.blob_entries())
+    refs = store.ref_entries()
     out = Verification(len(blobs), len(refs))
-    for key, path in blobs:
+    present_blobs = {k for k, _ in blobs}
+    for key, e in blobs:
         want = key.split(":", 1)[1]
-        got = _sha(path)
+        got = _sha_of(store, e.rel)
         if got is None or got == want:
             continue
-        moved = _quarantine(store, path)
-        if _sha(moved) == want:  # healed by a writer in between: not corrupt after all
-            os.replace(moved, path)
+        moved = store.quarantine(e.rel)
+        store.forget(key)
+        if _sha_of(store, "quarantine/" + e.rel) == want:  # healed by a writer in between
+            store.restore(e.rel)
             continue
-        out.corrupt.append({"key": key, "path": str(path), "moved_to": str(moved),
-                            "reason": f"sha256 {got[:12]}... != name, {_size(moved)} bytes"})
-    for path in refs:
-        doc = _ref_doc(path)
+        present_blobs.discard(key)
+        out.corrupt.append({"key": key, "path": e.where, "moved_to": moved,
+                            "reason": f"sha256 {got[:12]}... != name, {e.size} bytes"})
+    for e in refs:
+        doc = _ref_doc(store, e.rel)
         if doc is None:
-            moved = _quarantine(store, path)
-            out.corrupt.append({"key": "ref", "path": str(path), "moved_to": str(moved),
+            moved = store.quarantine(e.rel)
+            out.corrupt.append({"key": "ref", "path": e.where, "moved_to": moved,
                                 "reason": "unreadable ref document"})
             continue
         blob = doc.get("blob")
-        try:
-            present = isinstance(blob, str) and store._blob_path(blob).is_file()
-        except StoreError:
-            present = False
-        if not present:
-            out.dangling.append({"ref": doc["name"], "blob": str(blob), "path": str(path)})
-    for path in store.journal_files():
+        if not (isinstance(blob, str) and blob in present_blobs):
+            out.dangling.append({"ref": doc["name"], "blob": str(blob), "path": e.where})
+    for e in store.journal_entries():
         out.n_journals += 1
-        bad, torn_last = _journal_damage(path)
+        bad, torn_last = _journal_damage(store.read_file(e.rel))
         if bad:  # kept in place: its intact lines still serve, the bad ones are asked again
-            out.corrupt.append({"key": "journal", "path": str(path), "moved_to": "(kept)",
+            out.corrupt.append({"key": "journal", "path": e.where, "moved_to": "(kept)",
                                 "reason": f"{bad} corrupt line(s) before its end (skipped on "
                                 "read; those completions are asked again)"})
         elif torn_last:
-            out.torn.append({"path": str(path)})
+            out.torn.append({"path": e.where})
     return out
 
 
-def _journal_damage(path: Path) -> tuple[int, bool]:
+def _journal_damage(data: bytes | None) -> tuple[int, bool]:
     """(corrupt lines before the last one, whether the last line is torn) of a journal."""
     from assay.models.journal import line_ok
 
-    try:
-        lines = [ln for ln in path.read_bytes().split(b"\n") if ln]
-    except FileNotFoundError:
+    if data is None:
         return 0, False
+    lines = [ln for ln in data.split(b"\n") if ln]
     ok = [line_ok(ln) for ln in lines]
     return sum(not x for x in ok[:-1]), bool(ok) and not ok[-1]
 
@@ -420,73 +426,58 @@ def gc(store: Store, runs: Sequence[RunDir], *, keep_nights: int | None = None,
     with store.exclusive(wait=wait):
         since = min((r.started for r in keep), default=now)
         young = now - grace
-        live_refs: set[Path] = set()
+        live_refs: set[str] = set()
         for r in keep:
             for key in r.stage_keys or ():
-                live_refs.add(_ref_path(store, STAGE_REF_PREFIX + key))
-        all_refs = list(store.ref_files())
-        for p in all_refs:
-            try:
-                m = p.stat().st_mtime
-            except FileNotFoundError:
-                continue
-            if m >= since or m >= young:
-                live_refs.add(p)
+                live_refs.add(_ref_rel(store, STAGE_REF_PREFIX + key))
+        all_refs = store.ref_entries()
+        for e in all_refs:
+            if e.mtime >= since or e.mtime >= young:
+                live_refs.add(e.rel)
         roots: list[str] = []
-        for p in live_refs:
-            doc = _ref_doc(p)
+        for rel in sorted(live_refs):
+            doc = _ref_doc(store, rel)
             if doc and isinstance(doc.get("blob"), str):
                 roots.append(doc["blob"])
         live = closure(store, roots)
         named = _journals_named(store, live)
         res = Collection([str(r.path) for r in keep],
                          [str(r.path) for r in mine if r not in keep], 0, 0, 0, 0, 0, 0, 0, dry_run)
-        for p in all_refs:
-            if p in live_refs or not p.exists():
-                res.kept_refs += p.exists()
+        for e in all_refs:
+            if e.rel in live_refs:
+                res.kept_refs += 1
                 continue
             res.removed_refs += 1
-            res.removed_bytes += _size(p)
+            res.removed_bytes += e.size
             if not dry_run:
-                p.unlink(missing_ok=True)
-        for key, p in store.blob_files():
-            size = _size(p)
-            try:
-                fresh = p.stat().st_mtime >= young
-            except FileNotFoundError:
-                continue
-            if key in live or fresh:
+                store.delete_file(e.rel)
+        for key, e in store.blob_entries():
+            if key in live or e.mtime >= young:
                 res.kept_blobs += 1
-                res.kept_bytes += size
+                res.kept_bytes += e.size
                 continue
             res.removed_blobs += 1
-            res.removed_bytes += size
+            res.removed_bytes += e.size
             if not dry_run:
-                p.unlink(missing_ok=True)
-        for p in store.journal_files():
-            try:
-                m = p.stat().st_mtime
-            except FileNotFoundError:
-                continue
+                store.delete_file(e.rel)
+                store.forget(key)
+        for e in store.journal_entries():
             # kept: named by a live generate stage, or written since the oldest kept run began
             # (judge calls and in-progress generations are named by no stage)
-            if p.name in named or m >= since or m >= young:
+            if _journal_name(e.rel) in named or e.mtime >= since or e.mtime >= young:
                 res.kept_journals += 1
-                res.kept_bytes += _size(p)
+                res.kept_bytes += e.size
                 continue
             res.removed_journals += 1
-            res.removed_bytes += _size(p)
+            res.removed_bytes += e.size
             if not dry_run:
-                p.unlink(missing_ok=True)
-        for p in store.temp_files():
-            try:
-                if p.stat().st_mtime >= young:
-                    continue
-            except FileNotFoundError:
+                store.delete_file(e.rel)
+        for e in store.temp_entries():
+            if e.mtime >= young:
                 continue
             res.removed_temp += 1
-            res.removed_bytes += _size(p)
+            res.removed_bytes += e.size
             if not dry_run:
-                p.unlink(missing_ok=True)
+                store.delete_file(e.rel)
     return res
 

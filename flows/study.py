@@ -34,7 +34,7 @@ from flows.embedded import OrchestrationError, require_real_server
 from flows.progress_ui import progress_artifacts
 
 bind_own_packages()  # `tasks` is ours even where the working directory holds a user's tasks.py
-from tasks.stages import TASKS  # noqa: E402
+from tasks.stages import TASKS, store_canary  # noqa: E402
 
 
 def _slug(text: str) -> str:
@@ -118,6 +118,29 @@ def capacity_for(spec: Any) -> dict[str, int]:
     return {**LOCAL_CAPACITY, "cores": spec.execution.workers or os.cpu_count() or 1}
 
 
+def check_workers_reach(store: Store) -> None:
+    """Before any stage runs on a cluster: a worker writes a canary to the store and this
+    process reads it back, so a store the workers cannot reach (or a local folder each worker
+    has its own copy of) is named here with the fix, not as a missing output mid-run."""
+    import uuid
+
+    from assay.errors import StoreError
+
+    where = store.describe()
+    fix = ("use an object-store URL (ASSAY_STORE=s3://bucket/prefix, --store s3://...) or a "
+           "filesystem every worker mounts at the same path")
+    try:
+        key = store_canary.submit(store, uuid.uuid4().hex).result()
+    except Exception as e:  # noqa: BLE001 (any failure on the worker means the same thing)
+        raise StoreError(f"a cluster worker cannot write to the store {where}: "
+                         f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}; "
+                         f"give the workers access (credentials, endpoint) or {fix}") from None
+    if store.get_json(key) is None:
+        raise StoreError(f"workers do not see {where}: what a worker wrote there is not in this "
+                         f"process's store; {fix}")
+    store.delete_file(store._blob_rel(key))  # unique to this check: nothing else names it
+
+
 @flow(name="assay-study", persist_result=False, log_prints=False, validate_parameters=True)
 def study(spec: str, output: str | None = None, store_root: str | None = None,
           publish: bool = True, view: bool = True, overrides: list[str] | None = None,
@@ -137,6 +160,8 @@ def study(spec: str, output: str | None = None, store_root: str | None = None,
     started = head.started if head is not None else time.time()
     out = s.output_dir(output)
     with store.in_use():  # a store gc waits until this run has written its run.json
+        if s.execution.runner != "local":
+            check_workers_reach(store)
         # past execution.deadline, or stalled for execution.stall_after: RunStopped is raised
         # here, so the flow run ends Failed naming the stage (what was committed stays)
         with guard(s.execution.deadline, s.execution.stall_after), progress_artifacts():
@@ -281,12 +306,24 @@ def prewarm() -> None:
     import prefect.task_engine  # noqa: F401
 
 
+def _secret_bearing(location: str) -> bool:
+    """Whether a store location is a URL with a password or query (which may hold keys)."""
+    from assay.store_files import is_url, redact
+
+    return is_url(location) and redact(location) != location
+
+
 def run_spec(spec_path: str, output: str | None = None, store_root: str | None = None, *,
              embedded: bool = True, publish: bool = True, view: bool = True,
              overrides: list[str] | None = None,
              max_parallel: int | None = None) -> dict[str, Any]:
     """Run a study flow with the runner its spec names (call under ``flows.embedded`` set-up)."""
     spec = load_spec(spec_path, overrides or ())
+    if store_root and _secret_bearing(store_root):
+        # a URL carrying a key would be recorded as a flow parameter by the Prefect server:
+        # the flow opens it from the environment instead
+        os.environ["ASSAY_STORE"] = store_root
+        store_root = None
     runner = task_runner_for(spec, max_parallel)
     t0 = time.perf_counter()
     flow_ = study.with_options(task_runner=runner)

@@ -44,6 +44,17 @@ def _stage(fn: Callable[..., Any]) -> Callable[..., Any]:
     return body
 
 
+@task(name="store-canary", cache_policy=NO_CACHE, persist_result=False, retries=0)
+def store_canary(store: Any, token: str) -> str:
+    """Write a small document to the study's store from wherever this task runs (a cluster
+    worker) and return its key: the flow reads it back before any stage runs."""
+    import os
+    import socket
+
+    return str(store.put_json({"assay-canary": token, "host": socket.gethostname(),
+                               "pid": os.getpid()}))
+
+
 build_rows = _task(_stage(stages.run_build_rows), "build-rows", "build-rows-{source_name}")
 filter_rows = _task(_stage(stages.run_filter_rows), "filter-rows", "filter-rows-{source_name}")
 grade_shard = _task(_stage(stages.run_grade_shard), "grade", "grade-{source_name}-{shard}")

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.seaweed import S3Server
+
 BIN = Path(sys.executable).parent
 
 
@@ -53,3 +55,22 @@ def prefect_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
+
+
+@pytest.fixture(scope="module")
+def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
+    """A real S3 server (SeaweedFS) for one test module, reached through the standard AWS_*
+    variables only (set in os.environ while the module runs)."""
+    from tests.helpers.seaweed import seaweed
+
+    with seaweed(tmp_path_factory.mktemp("s3")) as server:
+        saved = {k: os.environ.get(k) for k in server.env}
+        os.environ.update(server.env)
+        try:
+            yield server
+        finally:
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v

@@ -10,6 +10,11 @@ killed process loses nothing the kernel got, and a power loss at most the last s
 last line (checksum mismatch or bad JSON) is skipped on read. A later line for a key supersedes an
 earlier one, which is how a retried error row becomes a completion.
 
+On an object store (no append there) the lines gather in memory and go out as one new object per
+flush, ``journals/<shard hex>/<time>-<writer>.jsonl``, at most every ``FSYNC_EVERY_S`` seconds
+and at close; a reader joins the segments in name order. A killed writer loses its unflushed
+lines, which are asked again.
+
 Example:
     >>> import tempfile
     >>> from assay.store import Store
@@ -26,7 +31,9 @@ import json
 import os
 import threading
 import time
+import uuid
 import warnings
+from pathlib import Path
 from typing import Any
 
 from assay.hashing import canonical_json, content_hash
@@ -78,16 +85,26 @@ class Journal:
 
     def __init__(self, store: Store, shard: str) -> None:
         self.store = store
-        self.path = store.root / "journals" / f"{shard.split(':', 1)[-1]}.jsonl"
+        hexd = shard.split(":", 1)[-1]
+        self.rel = f"journals/{hexd}.jsonl"
+        #: the journal file (a local store), or its URL prefix on an object store
+        self.path: Path | str = store.where(self.rel) if store.remote else store.root / self.rel
         self._fd: int | None = None
+        self._pending: list[bytes] = []  # object store: lines not yet flushed
+        self._writer = uuid.uuid4().hex[:12]
         self._lock = threading.Lock()
         self._synced = time.monotonic()
 
     def load(self) -> dict[str, dict[str, Any]]:
         """Every committed record by key (the last line per key wins); torn lines skipped."""
-        try:
-            data = self.path.read_bytes()
-        except FileNotFoundError:
+        if self.store.remote:
+            # segments in name order (their names start with the flush time): later wins
+            segs = [e for e in self.store.entries(self.rel[:-len(".jsonl")])
+                    if e.rel.endswith(".jsonl")]
+            data = b"".join(self.store.read_file(e.rel) or b"" for e in segs)
+        else:
+            data = self.store.read_file(self.rel) or b""
+        if not data:
             return {}
         out: dict[str, dict[str, Any]] = {}
         bad = 0
@@ -114,9 +131,15 @@ class Journal:
         """Commit one record: one write on an O_APPEND descriptor, fsynced at most every second."""
         line = _line(record)
         with self._lock:
+            if self.store.remote:
+                self._pending.append(line)
+                if time.monotonic() - self._synced >= FSYNC_EVERY_S:
+                    self._flush()
+                return
             if self._fd is None:
-                self.path.parent.mkdir(parents=True, exist_ok=True)
-                self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+                path = self.store.root / self.rel
+                path.parent.mkdir(parents=True, exist_ok=True)
+                self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
             os.write(self._fd, line)
             now = time.monotonic()
             if now - self._synced >= FSYNC_EVERY_S:
@@ -126,7 +149,17 @@ class Journal:
     def close(self) -> None:
         """Fsync and close (idempotent)."""
         with self._lock:
+            self._flush()
             if self._fd is not None:
                 os.fsync(self._fd)
                 os.close(self._fd)
                 self._fd = None
+
+    def _flush(self) -> None:
+        """Object store: write the pending lines as one new segment (call under the lock)."""
+        self._synced = time.monotonic()
+        if not self._pending:
+            return
+        seg = f"{self.rel[:-len('.jsonl')]}/{time.time_ns():020d}-{self._writer}.jsonl"
+        self.store.write_file(seg, b"".join(self._pending))
+        self._pending = []

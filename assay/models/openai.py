@@ -63,6 +63,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from assay import stop
+from assay.cluster_slots import cluster_semaphore, give, take
 from assay.errors import GenerationError, SpecError
 from assay.models.base import Request, RunStats, render_messages, trim_at_stop
 from assay.models.registry import BACKENDS
@@ -566,6 +567,13 @@ class OpenAIBackend:
             return
         why, cause, wait_hint = "", "", None
         await budget.acquire(cap, rank)
+        cluster = cluster_semaphore(self.spec.base_url, cap)
+        if cluster is not None:  # on a Dask worker: the cap holds across the whole cluster
+            try:
+                await take(cluster)
+            except BaseException:
+                budget.done(sent_at=None, status=None)
+                raise
         stats.limited(budget.allowed(cap))
         t0 = time.monotonic()
         status: int | str | None = None
@@ -609,6 +617,8 @@ class OpenAIBackend:
                 why, cause = f"HTTP {code}: {msg}", f"HTTP {code}"
                 wait_hint = retry_after_s(resp.headers.get("retry-after"))
         finally:  # the slot goes back on every path: the waker of parked lanes
+            if cluster is not None:
+                await give(cluster)
             budget.done(sent_at=t0, status=status)
             if written[0]:
                 stats.sent()

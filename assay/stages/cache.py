@@ -33,7 +33,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from assay.errors import StoreError
+from assay.errors import StoreError, StoreVanishedError
 from assay.hashing import combine
 from assay.rows import Rows
 from assay.store import Store
@@ -225,7 +225,7 @@ _TABLES_LOCK = threading.Lock()
 def load_rows(store: Store, res: StageResult, name: str = "rows") -> Rows:
     """The rows a stage stored (verified). Tables are immutable and named by content, so a few
     recent ones are memoized: every grading shard reads the same filtered table."""
-    memo = (str(store.root), res.outputs[name])
+    memo = (store.location, res.outputs[name])
     t = _TABLES.get(memo)
     if t is None:
         t = store.get_table(res.outputs[name])
@@ -235,8 +235,10 @@ def load_rows(store: Store, res: StageResult, name: str = "rows") -> Rows:
                     _TABLES.pop(next(iter(_TABLES)))
                 _TABLES[memo] = t
     if t is None:
-        raise StoreError(f"{res.label}: output {name!r} ({res.outputs[name]}) vanished from "
-                         f"{store.root}; rerun to recompute it")
+        raise StoreVanishedError(
+            f"{res.label}: output {name!r} ({res.outputs[name]}) vanished from "
+            f"{store.location} after it was computed (did the process that computed it write to "
+            "another store? workers must reach the same store as the driver)")
     return Rows(t)
 
 
@@ -257,7 +259,8 @@ def graded_checksums(
 def load_doc(store: Store, res: StageResult, name: str) -> Any:
     d = store.get_json(res.outputs[name])
     if d is None:
-        raise StoreError(f"{res.label}: output {name!r} vanished from {store.root}; rerun")
+        raise StoreVanishedError(f"{res.label}: output {name!r} vanished from {store.location} "
+                                 "after it was computed")
     return d
 
 

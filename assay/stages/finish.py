@@ -37,7 +37,7 @@ def finish_run(store: Store, spec: Any, run: StudyRun, out: Path,
             "spec_definition": spec.definition_checksum(),
             "study_definition": spec.definition_content(),
             "cached": run.cached_stages, "computed": run.computed_stages,
-            "store": str(store.root.resolve()), "files": sorted(files),
+            "store": store.describe(), "files": sorted(files),
             "stage_keys": sorted({r.key for r in run.results}),
             "started": started if started is not None else time.time()}
     if note:  # e.g. served from the store without a Prefect flow run

@@ -154,7 +154,7 @@ class HeadStart:
 
 def key_for(spec_path: str, overrides: Sequence[str] | None, store: Store) -> tuple[str, ...]:
     """What ties a head start to the flow that records it: spec path, overrides, store."""
-    return (str(spec_path), *(overrides or ()), str(store.root))
+    return (str(spec_path), *(overrides or ()), store.describe())
 
 
 _CURRENT: list[HeadStart] = []

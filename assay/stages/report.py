@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from assay.errors import StoreError
+from assay.errors import StoreVanishedError
 from assay.spec import StudySpec
 from assay.stages.cache import (
     StageResult,
@@ -145,6 +145,7 @@ def report_files(store: Store, report: StageResult) -> dict[str, bytes]:
     for k, key in report.outputs.items():
         data = store.get_bytes(key)
         if data is None:
-            raise StoreError(f"report file {k} vanished from {store.root}; rerun")
+            raise StoreVanishedError(f"report file {k} vanished from {store.location} after it "
+                                     "was computed")
         out[k.removeprefix("file:")] = data
     return out

@@ -1,0 +1,217 @@
+"""Store benchmark: one study on the local store vs an S3 store (SeaweedFS on 127.0.0.1), a
+cached rerun against S3, many small refs, and the local store against an earlier revision's.
+
+Run: ``.venv/bin/python benchmarks/store_s3.py [--repeats 3] [--prompts 1500] [--refs 400]
+[--base-rev REV]``
+
+1. study: a file source of ``--prompts`` prompts x 4 completions graded by a numeric verifier
+   in shards of 256 rows, measured, reported: ``stages.run_study`` in this process on a fresh
+   local store and on a fresh S3 prefix, alternated; wall of ``run_study``; goal S3 / local
+   within 1.2x.
+2. cached: ``assay run SPEC --store s3://...`` (a subprocess, as a user runs it) on the store
+   the study just filled: every stage served from S3; wall; goal under 3 s.
+3. refs: ``--refs`` small documents put and pointed at by refs, then every ref read back, one
+   after another and from 8 threads, on each store: refs per second; and, as the floor, the
+   server's own rate of 100-byte PUTs through ``pyarrow.fs`` directly (1 and 8 threads).
+4. local: put + set_ref + get_ref of ``--refs`` entries on a local store with this revision's
+   store and with ``--base-rev``'s (default: the last revision before the object store),
+   alternated: the local path must not slow down.
+Medians of ``--repeats``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import importlib.util
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+SPEC = """
+name: store-bench
+sources:
+  - name: model
+    kind: file
+    path: data.jsonl
+    fields: {prompt: question, completion: response, reference: gold, task_id: id}
+    verifier: {kind: numeric, params: {tol: 1.0e-6}}
+measure:
+  pass_at: {k: 4}
+execution: {shard_rows: 256}
+"""
+
+
+def _data(folder: Path, prompts: int) -> Path:
+    with open(folder / "data.jsonl", "w") as f:
+        for i in range(prompts):
+            for j in range(4):
+                ans = 2 * i + 1 + (1 if (i + j) % 3 == 0 else 0)
+                f.write(json.dumps({"id": f"t{i}", "question": f"What is {i} + {i + 1}?",
+                                    "response": f"The answer is {ans}.",
+                                    "gold": str(2 * i + 1)}) + "\n")
+    spec = folder / "spec.yaml"
+    spec.write_text(SPEC)
+    return spec
+
+
+def _cpu() -> float:
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+def _study(spec: Path, location: str) -> tuple[float, float]:
+    """(wall, CPU seconds of this process) of one cold study."""
+    from assay import stages
+    from assay.spec import load_spec
+    from assay.store import Store
+
+    t0, c0 = time.perf_counter(), _cpu()
+    stages.run_study(load_spec(spec), Store(location), progress=None)
+    return time.perf_counter() - t0, _cpu() - c0
+
+
+def _raw_puts(url: str, n: int, threads: int) -> float:
+    """PUTs per second of 100-byte objects straight through pyarrow.fs (the server's floor)."""
+    from pyarrow import fs
+
+    f, base = fs.FileSystem.from_uri(url)
+
+    def put(i: int) -> None:
+        with f.open_output_stream(f"{base}/{threads}/{i}") as out:
+            out.write(b"x" * 100)
+
+    t0 = time.perf_counter()
+    with concurrent.futures.ThreadPoolExecutor(threads) as ex:
+        list(ex.map(put, range(n)))
+    return n / (time.perf_counter() - t0)
+
+
+def _refs(location: str, n: int, threads: int, tag: str) -> tuple[float, float]:
+    """(puts+refs per second, ref reads per second) for ``n`` small entries."""
+    from assay.store import Store
+
+    st = Store(location)
+
+    def put(i: int) -> None:
+        st.set_ref(f"bench:{tag}:{i}", st.put_json({"i": i, "tag": tag}))
+
+    def get(i: int) -> None:
+        assert st.get_ref(f"bench:{tag}:{i}") is not None
+
+    rates = []
+    for fn in (put, get):
+        t0 = time.perf_counter()
+        if threads == 1:
+            for i in range(n):
+                fn(i)
+        else:
+            with concurrent.futures.ThreadPoolExecutor(threads) as ex:
+                list(ex.map(fn, range(n)))
+        rates.append(n / (time.perf_counter() - t0))
+    return rates[0], rates[1]
+
+
+def _old_store(rev: str) -> Any:
+    src = subprocess.run(["git", "show", f"{rev}:assay/store.py"], cwd=ROOT, check=True,
+                         capture_output=True, text=True).stdout
+    path = Path(tempfile.mkdtemp()) / "old_store.py"
+    path.write_text(src)
+    spec = importlib.util.spec_from_file_location("old_store", path)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.Store
+
+
+def _local_loop(store_cls: Any, n: int) -> float:
+    st = store_cls(tempfile.mkdtemp(dir=os.environ.get("BENCH_TMP")))
+    t0 = time.perf_counter()
+    for i in range(n):
+        key = st.put_json({"i": i})
+        st.set_ref(f"r{i}", key)
+    for i in range(n):
+        assert st.get_ref(f"r{i}") is not None
+    return time.perf_counter() - t0
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--prompts", type=int, default=1500)
+    ap.add_argument("--refs", type=int, default=400)
+    ap.add_argument("--base-rev", default="d189629")  # the store before it moved behind pyarrow.fs
+    args = ap.parse_args()
+    from tests.helpers.seaweed import seaweed
+
+    work = Path(tempfile.mkdtemp(prefix="store-bench-"))
+    spec = _data(work, args.prompts)
+    with seaweed(work / "s3") as s3:
+        os.environ.update(s3.env)
+        local_t, s3_t, cached_t = [], [], []
+        local_c, s3_c = [], []
+        for r in range(args.repeats):
+            order = [("local", str(work / f"local-{r}")), ("s3", s3.url(f"study-{r}"))]
+            if r % 2:
+                order.reverse()
+            for kind, loc in order:
+                wall, cpu = _study(spec, loc)
+                (local_t if kind == "local" else s3_t).append(wall)
+                (local_c if kind == "local" else s3_c).append(cpu)
+        cached_c = []
+        for r in range(args.repeats):
+            t0 = time.perf_counter()
+            c0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+            p = subprocess.run([str(Path(sys.executable).with_name("assay")), "run", str(spec),
+                                "--store", s3.url("study-0"), "--output",
+                                str(work / f"cached-{r}")], cwd=work, capture_output=True,
+                               text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+            cached_t.append(time.perf_counter() - t0)
+            c1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+            cached_c.append(c1.ru_utime + c1.ru_stime - c0.ru_utime - c0.ru_stime)
+            assert p.returncode == 0 and " 0 computed" in p.stderr, p.stderr[-2000:]
+        med = statistics.median
+        print(f"study ({args.prompts} prompts x 4 rows, shards of 256): local "
+              f"{med(local_t):.2f} s {sorted(round(x, 2) for x in local_t)}, S3 "
+              f"{med(s3_t):.2f} s {sorted(round(x, 2) for x in s3_t)}, ratio "
+              f"{med(s3_t) / med(local_t):.2f}x (goal <= 1.2x); CPU of this process: local "
+              f"{med(local_c):.2f} s, S3 {med(s3_c):.2f} s")
+        print(f"cached rerun against S3 (assay run, fast path): {med(cached_t):.2f} s "
+              f"{sorted(round(x, 2) for x in cached_t)} (goal < 3 s); CPU {med(cached_c):.2f} s")
+        for threads in (1, 8):
+            rate = med([_raw_puts(s3.url(f"raw-{r}"), args.refs, threads)
+                        for r in range(args.repeats)])
+            print(f"server floor: 100-byte PUTs through pyarrow.fs, {threads} thread(s): "
+                  f"{rate:.0f}/s")
+        for kind, loc in (("local", str(work / "refs")), ("S3", s3.url("refs"))):
+            for threads in (1, 8):
+                puts, gets = zip(*[_refs(loc, args.refs, threads, f"{threads}-{r}")
+                                   for r in range(args.repeats)], strict=True)
+                print(f"refs on {kind}, {threads} thread(s): put+set_ref {med(puts):.0f}/s, "
+                      f"get_ref {med(gets):.0f}/s")
+    from assay.store import Store
+
+    base = args.base_rev
+    old = _old_store(base)
+    new_t, old_t = [], []
+    for r in range(args.repeats):
+        pair = [(new_t, Store), (old_t, old)] if r % 2 == 0 else [(old_t, old), (new_t, Store)]
+        for acc, cls in pair:
+            acc.append(_local_loop(cls, args.refs))
+    print(f"local store, {args.refs} x (put_json + set_ref + get_ref): this revision "
+          f"{statistics.median(new_t) * 1e3:.0f} ms, {base} "
+          f"{statistics.median(old_t) * 1e3:.0f} ms")
+
+
+if __name__ == "__main__":
+    main()

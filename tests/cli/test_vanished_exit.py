@@ -1,0 +1,34 @@
+"""A stage output gone from the store after its node computed it is an internal failure: exit 1
+naming the node and run.log, never exit 2 ("a problem in the inputs") with "rerun"."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from assay.cli import main
+
+
+@pytest.mark.slow
+def test_an_output_that_vanished_exits_1_naming_the_log(
+        prefect_server: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    from assay.store import Store
+
+    (tmp_path / "d.jsonl").write_text("".join(
+        json.dumps({"prompt": f"p{i}", "completion": "x", "r": i % 2}) + "\n" for i in range(6)))
+    spec = tmp_path / "s.yaml"
+    spec.write_text("name: gone\nsources:\n  - {name: m, kind: file, path: d.jsonl, fields: "
+                    "{reward: r}}\n")
+    # every table a stage wrote reads back as missing: what a worker writing into a store the
+    # driver cannot see looked like
+    monkeypatch.setattr(Store, "get_table", lambda self, key: None)
+    rc = main(["run", str(spec), "--store", str(tmp_path / "store"), "--output",
+               str(tmp_path / "out"), "--no-view"])
+    err = capsys.readouterr().err
+    assert rc == 1, err[-3000:]
+    line = next(ln for ln in err.splitlines() if ln.startswith("error: "))
+    assert "vanished from" in line and str(tmp_path / "out" / "run.log") in line, line
+    assert "StoreVanishedError" in line

@@ -1,0 +1,116 @@
+"""A Dask cluster of separate processes for tests: `dask scheduler` and `dask worker`s, each
+worker optionally in its own mount namespace with an empty tmpfs over a folder (as root), so it
+shares no disk with the driver there, as on two machines without NFS. Bounded waits, killed.
+
+Example::
+
+    with dask_cluster(2, env, hide=run_dir) as address:
+        ...  # execution.address: address
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+from tests.helpers.seaweed import free_ports
+
+
+def can_hide_folders() -> bool:
+    """Whether workers can get a private view of a folder (root, and `unshare` present)."""
+    return os.geteuid() == 0 and shutil.which("unshare") is not None
+
+
+@contextlib.contextmanager
+def dask_cluster(n_workers: int, env: dict[str, str], *, cwd: Path, logs: Path,
+                 hide: Path | None = None, nthreads: int = 1,
+                 timeout: float = 90.0) -> Iterator[str]:
+    """Start a scheduler and ``n_workers`` workers (``env``, working in ``cwd``); with ``hide``,
+    each worker sees an empty ``hide``. Yields the scheduler address once every worker joined."""
+    from distributed import Client
+
+    dask = str(Path(sys.executable).with_name("dask"))
+    (port,) = free_ports(1)
+    address = f"tcp://127.0.0.1:{port}"
+    logs.mkdir(parents=True, exist_ok=True)
+    procs: list[subprocess.Popen[bytes]] = []
+
+    def start(cmd: list[str], name: str) -> None:
+        with open(logs / f"{name}.log", "wb") as out:
+            procs.append(subprocess.Popen(cmd, env=env, cwd=cwd, stdout=out,
+                                          stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                          start_new_session=True))
+
+    try:
+        start([dask, "scheduler", "--host", "127.0.0.1", "--port", str(port), "--no-dashboard"],
+              "scheduler")
+        for i in range(n_workers):
+            worker = [dask, "worker", address, "--nthreads", str(nthreads), "--no-dashboard",
+                      "--name", f"w{i}", "--local-directory", str(logs / f"w{i}-scratch")]
+            if hide is None:
+                start(worker, f"w{i}")
+                continue
+            script = (f"mount -t tmpfs none {shlex.quote(str(hide))} && exec "
+                      + " ".join(shlex.quote(a) for a in worker))
+            start(["unshare", "-m", "--propagation", "private", "bash", "-c", script], f"w{i}")
+        with Client(address, timeout=timeout) as client:
+            client.wait_for_workers(n_workers, timeout=timeout)
+        yield address
+    finally:
+        for p in reversed(procs):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(p.pid, signal.SIGTERM)
+        for p in reversed(procs):
+            try:
+                p.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait()
+
+
+#: a small offline study for the cluster tests (format with ``name`` and ``execution``): the
+#: shipped arithmetic completions, graded numerically, in shards of 40 rows
+STUDY = """
+name: {name}
+sources:
+  - name: model
+    kind: file
+    path: data/own_completions.jsonl
+    fields: {{prompt: question, completion: response, reference: gold, task_id: id}}
+    verifier: {{kind: numeric, params: {{tol: 1.0e-6}}}}
+measure:
+  pass_at: {{k: 4}}
+execution: {execution}
+"""
+
+
+def write_study(folder: Path, name: str, execution: str) -> Path:
+    """``folder/spec.yaml`` (:data:`STUDY`) beside a copy of its data file."""
+    root = Path(__file__).resolve().parents[2]
+    (folder / "data").mkdir(parents=True, exist_ok=True)
+    shutil.copy(root / "configs" / "data" / "own_completions.jsonl", folder / "data")
+    spec = folder / "spec.yaml"
+    spec.write_text(STUDY.format(name=name, execution=execution))
+    return spec
+
+
+def local_reference(spec: Path, work: Path) -> dict[str, bytes]:
+    """report.json and rows/model.parquet of the same study run by the local runner in this
+    process (fresh store under ``work``)."""
+    from assay import stages
+    from assay.spec import load_spec
+    from assay.stages.finish import finish_run
+    from assay.store import Store
+
+    store = Store(work / "local-store")
+    run = stages.run_study(load_spec(spec), store, progress=None)
+    finish_run(store, load_spec(spec), run, work / "local-out", 0.0)
+    return {f: (work / "local-out" / f).read_bytes()
+            for f in ("report.json", "rows/model.parquet")}
