@@ -230,11 +230,34 @@ def _worker(judge: Judge | None, conn: Any) -> None:
                                       f"verdict could not be sent back: {e}")))
 
 
+def _start_child(proc: Any) -> None:
+    """Start a grading worker, also from a daemonic process (a Dask nanny's worker).
+
+    multiprocessing refuses children to a daemonic process because it would exit without
+    joining them, leaving orphans. A grading worker watches its parent and exits with it
+    (:func:`assay.reaper.watch_parent`), so the rule's reason does not apply: the flag is
+    lifted while this one child starts (the process stays daemonic for its own parent)."""
+    me = multiprocessing.current_process()
+    config = getattr(me, "_config", {})
+    if not config.get("daemon"):
+        proc.start()
+        return
+    with _DAEMON_LOCK:
+        config["daemon"] = False
+        try:
+            proc.start()
+        finally:
+            config["daemon"] = True
+
+
+_DAEMON_LOCK = threading.Lock()
+
+
 class _Slot:
     def __init__(self, ctx: Any, judge: Judge | None) -> None:
         parent, child = ctx.Pipe()
         self.proc = ctx.Process(target=_worker, args=(judge, child), daemon=True)
-        self.proc.start()
+        _start_child(self.proc)
         child.close()
         self.conn = parent
         self.pending: deque[int] = deque()

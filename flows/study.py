@@ -21,8 +21,9 @@ from pathlib import Path
 from typing import Any
 
 from prefect import flow
+from prefect.task_runners import ThreadPoolTaskRunner
 
-from assay import stages
+from assay import stages, stop
 from assay.layout import bind_own_packages
 from assay.spec import load_spec
 from assay.stages import headstart
@@ -118,7 +119,30 @@ def capacity_for(spec: Any) -> dict[str, int]:
     return {**LOCAL_CAPACITY, "cores": spec.execution.workers or os.cpu_count() or 1}
 
 
-@flow(name="assay-study", persist_result=False, log_prints=False, validate_parameters=True)
+class StoppableThreadPoolTaskRunner(ThreadPoolTaskRunner):  # type: ignore[type-arg]
+    """Prefect's thread pool task runner, except that after a stop (:mod:`assay.stop`) the
+    flow run ends without joining the threads of its nodes.
+
+    Why: Prefect's runner joins every worker thread as the flow run ends; a node blocked where
+    no stop reaches (a plugin's call, a server that accepted and never answers) would hold the
+    stopped run, its Failed state and the night's alert until it returned by itself. Such a
+    thread is abandoned: what it computes after the stop is never committed (``stop.check``).
+    """
+
+    def cancel_all(self) -> None:
+        if stop.stopped() is None or self._executor is None:
+            super().cancel_all()
+            return
+        for event in self._cancel_events.values():
+            event.set()
+        self._executor.shutdown(wait=False, cancel_futures=True)
+        self._executor = None
+
+
+# the default runner for a study run as a subflow or from a deployment (run_spec and the
+# nightly pick the spec's runner with task_runner_for)
+@flow(name="assay-study", persist_result=False, log_prints=False, validate_parameters=True,
+      task_runner=StoppableThreadPoolTaskRunner())
 def study(spec: str, output: str | None = None, store_root: str | None = None,
           publish: bool = True, view: bool = True, overrides: list[str] | None = None,
           night: str | None = None, max_parallel: int | None = None) -> dict[str, Any]:
@@ -162,13 +186,26 @@ def study(spec: str, output: str | None = None, store_root: str | None = None,
 
 
 def generation_line(info: dict[str, Any]) -> str:
-    """``generation: 0 requests sent, all 256 completions from the cache`` (or how many were
-    asked of the model this run)."""
+    """``generation: 0 requests sent, all 256 completions from the cache``, or what this run
+    asked: HTTP requests that reached the server (retries included), completions, and samples
+    that failed by cause (``HTTP 503``, ``timeout``, ``circuit breaker``: not sent)."""
     n, sent = info.get("completions", 0), info["sent"]
     if sent == 0:
         return (f"generation: 0 requests sent: all {n} completions served from the cache "
                 "(this run asked the model nothing)")
-    return f"generation: {sent} requests sent to the model ({n} completions in all)"
+    # what reached the server (every attempt), not what was meant to: a circuit breaker
+    # leaves requests unsent, retries add some
+    total = (info.get("generation") or {}).get("total") or {}
+    failures = total.get("failures") or {}
+    failed = sum(failures.values())
+    retries = sum((total.get("retries") or {}).values())
+    line = f"generation: {total.get('requests', sent)} requests sent to the model"
+    if retries:
+        line += f" ({retries} of them retries)"
+    if not failed:
+        return line + f" ({n} completions in all)"
+    causes = ", ".join(f"{c} {k}" for c, k in failures.items())
+    return line + f": {sent - failed} completions, {failed} samples failed ({causes})"
 
 
 @contextlib.contextmanager
@@ -215,9 +252,8 @@ def task_runner_for(spec: Any, max_parallel: int | None = None) -> Any:
     Locally one thread per node in flight (``max_parallel``)."""
     runner = spec.execution.runner
     if runner == "local":
-        from prefect.task_runners import ThreadPoolTaskRunner
-
-        return ThreadPoolTaskRunner(max_workers=stages.max_parallel_for(spec, max_parallel))
+        return StoppableThreadPoolTaskRunner(
+            max_workers=stages.max_parallel_for(spec, max_parallel))
     require_real_server(runner)
     if runner == "dask":
         from prefect_dask import DaskTaskRunner

@@ -18,8 +18,10 @@ import contextlib
 import statistics
 from typing import Any
 
+from assay import stop
 from assay.models.base import to_messages
 from assay.models.freshness import reuse_scope
+from assay.progress import track
 from assay.rows import Rows
 from assay.spec import StudySpec
 from assay.stages import stream
@@ -82,10 +84,13 @@ def run_generate_shard(store: Store, spec: StudySpec, source_name: str, filtered
     part = Rows(load_rows(store, filtered).to_arrow().slice(lo, hi - lo))
     backend = backend_for(gspec.model)
     params = generate_params(gspec)
-    identity = backend.identity()
+    label = f"{source_name} shard {shard + 1}/{n_shards}"
+    # a server that accepts and never answers (frozen, overloaded) holds this GET for
+    # timeout_s: the open unit lets execution.stall_after see it, and a stop abandons it
+    with track("generate", label):
+        identity = stop.call(backend.identity)
     scope = reuse_scope(identity, gspec.model, gspec.reuse, spec.night)
     fingerprint = identity if scope is None else {**identity, "scope": scope}
-    label = f"{source_name} shard {shard + 1}/{n_shards}"
     key = stage_key(STAGE, [part.checksum()], params, fingerprint)
     doc = lookup(store, key)
     if doc is not None and doc["summary"].get("errors"):
@@ -147,7 +152,7 @@ def generation_facts(made: list[StageResult]) -> dict[str, Any]:
     runs = ("sent", "requests", "gave_up", "not_sent")
     shards: dict[str, Any] = {}
     total: dict[str, Any] = {"requests": 0, "retries": {}, "gave_up": 0, "not_sent": 0,
-                             "errors": 0, "breaker": []}
+                             "errors": 0, "failures": {}, "breaker": []}
     for r in made:
         doc = {**r.summary, "cached": r.cached}
         if r.cached:
@@ -158,7 +163,11 @@ def generation_facts(made: list[StageResult]) -> dict[str, Any]:
             total[k] += doc.get(k) or 0
         for cause, n in (doc.get("retries") or {}).items():
             total["retries"][cause] = total["retries"].get(cause, 0) + n
+        if not r.cached:  # samples that ended as error records this run, by cause
+            for cause, n in (doc.get("failures") or {}).items():
+                total["failures"][cause] = total["failures"].get(cause, 0) + n
         if doc.get("breaker") and doc["breaker"] not in total["breaker"]:
             total["breaker"].append(doc["breaker"])
     total["retries"] = dict(sorted(total["retries"].items()))
+    total["failures"] = dict(sorted(total["failures"].items()))
     return {"shards": shards, "total": total}
