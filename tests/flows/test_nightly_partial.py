@@ -122,5 +122,6 @@ def test_partial_night_fails_loudly_and_is_not_compared(
     p1 = next(m for m in src["metrics"] if m["metric"] == "pass@1")
     assert p1["n_paired"] == N_TASKS - FAILING and p1["verdict"] != NOT_COMPARED
     md = (tmp_path / "n" / "part" / "2026-12-03" / "nightly.md").read_text()
-    assert "compared on the other tasks (nightly.allow_partial); left out: t00, t04, t08, t12, t16" in md
+    assert ("compared on the other tasks (nightly.allow_partial); "
+            "left out: t00, t04, t08, t12, t16") in md
     assert len(hook["messages"]) == 2
