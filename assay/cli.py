@@ -519,7 +519,8 @@ def build_parser() -> argparse.ArgumentParser:
     vw.add_argument("run_dir",
                     help="a run directory, or a nightly root for one study (its newest night)")
     vw.add_argument("--against", metavar="OTHER_RUN",
-                    help="compare with this run (a night: default its baseline)")
+                    help="compare with this run, or with the night of this date YYYY-MM-DD of "
+                    "the same study (a night: default its baseline)")
     vw.add_argument("--serve", action="store_true",
                     help="then serve the page on 127.0.0.1 until Ctrl-C")
     vw.add_argument("--port", type=int, default=0, help="--serve: port (default: any free one)")

@@ -125,3 +125,30 @@ def test_partial_night_fails_loudly_and_is_not_compared(
     assert ("compared on the other tasks (nightly.allow_partial); "
             "left out: t00, t04, t08, t12, t16") in md
     assert len(hook["messages"]) == 2
+
+
+@pytest.mark.slow
+def test_another_root_reuses_the_store(prefect_server: str, tmp_path: Path, server: Any,
+                                       capsys: pytest.CaptureFixture[str]) -> None:
+    """docs/nightly.md, "Fresh completions every night": another `--root` with the same night
+    and store sends 0 requests; another `--store` or another `--night` asks the model again."""
+    from assay.cli import main
+
+    srv, _ = server
+    spec = _spec(tmp_path, srv.base_url, "http://127.0.0.1:9/unused")
+    text = (Path(__file__).resolve().parents[2] / "docs" / "nightly.md").read_text()
+    assert "Another\n`--root` with the same night and store does **not** ask again" in text
+
+    def night(root: str, store: str, date: str = "2026-12-01") -> int:
+        before = srv.count()
+        assert main(["nightly", str(spec), "--root", str(tmp_path / root), "--store",
+                     str(tmp_path / store), "--night", date]) == EXIT_OK
+        return srv.count() - before
+
+    assert night("a", "s") == N_TASKS * K
+    capsys.readouterr()
+    assert night("b", "s") == 0
+    assert (f"part: generation: 0 requests sent: all {N_TASKS * K} completions served from the "
+            "cache") in capsys.readouterr().err
+    assert night("c", "other") == N_TASKS * K
+    assert night("a", "s", "2026-12-02") == N_TASKS * K
