@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import logging
 import sys
 from pathlib import Path
 from typing import Any
@@ -76,6 +77,25 @@ class NightlyRegression(AssayError):
     def __init__(self, message: str, summary: dict[str, Any]) -> None:
         super().__init__(message)
         self.summary = summary
+
+
+class _VerdictNotCrash(logging.Filter):
+    """A night that failed its gate (a regression, a partial night) is a verdict, not a crash.
+    Run from a deployment, Prefect's engine re-raises the flow's Failed result and logs it as
+    "Engine execution exited with unexpected exception" with a traceback of its own frames;
+    this keeps that record to the one line the verdict is."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        if isinstance(exc, NightlyRegression):
+            record.msg, record.args = "the flow run ends Failed: %s", (str(exc),)
+            record.exc_info, record.exc_text = None, None
+        return True
+
+
+for _name in ("prefect.flow_runs", "prefect.engine"):
+    if not any(isinstance(f, _VerdictNotCrash) for f in logging.getLogger(_name).filters):
+        logging.getLogger(_name).addFilter(_VerdictNotCrash())
 
 
 @task(name="gate-night", cache_policy=NO_CACHE, persist_result=False)
