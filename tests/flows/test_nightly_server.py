@@ -99,7 +99,7 @@ def test_nightly_deploys_runs_and_completes(prefect_server: str, tmp_path: Path)
             for i in range(12) for j in range(2)))
         state = wait_final(night("2026-12-01").id)
         wlog = (tmp_path / "worker.log").read_text()
-        assert state.type == StateType.FAILED, f"flow run ended {state}; worker log:\n{wlog[-3000:]}"
+        assert state.type == StateType.FAILED, f"ended {state}; worker log:\n{wlog[-3000:]}"
         assert "gated metric regressed: served/model/pass@1" in (state.message or "")
         assert "Traceback" not in wlog, wlog[-5000:]
         assert ("the flow run ends Failed: night 2026-12-01: gated metric regressed: "
