@@ -131,15 +131,21 @@ def _args(kind: str, spec: Path, tmp: Path) -> list[str]:
             "--night", "2026-12-01"]
 
 
+def _frozen_mid_run(tmp: Path, server: dict[str, Any], kind: str, stall: str,
+                    hook: dict[str, Any]) -> Run:
+    """``assay KIND`` started, and its server frozen once generation has begun."""
+    spec = _folder(tmp, server["url"], stall, hook["url"] if kind == "nightly" else None)
+    run = Run(tmp, _args(kind, spec, tmp))
+    run.wait_line("[generate] a shard 1/1")
+    server["proc"].send_signal(signal.SIGSTOP)
+    return run
+
+
 @pytest.mark.parametrize("kind", ["run", "nightly"])
 def test_stall_on_a_server_frozen_mid_run(prefect_server: str, tmp_path: Path,
                                           model_server: dict[str, Any], kind: str) -> None:
     with webhook_receiver() as hook:
-        spec = _folder(tmp_path, model_server["url"], "2s",
-                       hook["url"] if kind == "nightly" else None)
-        run = Run(tmp_path, _args(kind, spec, tmp_path))
-        run.wait_line("[generate] a shard 1/1")
-        model_server["proc"].send_signal(signal.SIGSTOP)
+        run = _frozen_mid_run(tmp_path, model_server, kind, "2s", hook)
         frozen = time.monotonic()
         rc, ended = run.finish()
         _check_end(run, rc, EXIT_STOPPED, "stopped by execution.stall_after (2s)")
@@ -169,11 +175,7 @@ def test_sigterm_ends_a_run_waiting_on_a_frozen_server(prefect_server: str, tmp_
                                                        kind: str) -> None:
     """No stall detector (300 s): SIGTERM alone ends the run, requests and listing in flight."""
     with webhook_receiver() as hook:
-        spec = _folder(tmp_path, model_server["url"], "300s",
-                       hook["url"] if kind == "nightly" else None)
-        run = Run(tmp_path, _args(kind, spec, tmp_path))
-        run.wait_line("[generate] a shard 1/1")
-        model_server["proc"].send_signal(signal.SIGSTOP)
+        run = _frozen_mid_run(tmp_path, model_server, kind, "300s", hook)
         time.sleep(1.0)  # requests now wait on the frozen server
         run.proc.send_signal(signal.SIGTERM)
         sent = time.monotonic()
