@@ -133,7 +133,8 @@ def _outcome(e: BaseException) -> tuple[str, str]:
         return str(e), "run stopped"
     if isinstance(e, KeyboardInterrupt) or type(e).__name__ == "TerminationSignal":
         name = "terminated (SIGTERM)" if "Termin" in type(e).__name__ else "interrupted"
-        return f"{name}: {stop.stopped() or 'the run was cancelled'}", "run stopped"
+        why = stop.stopped()
+        return (name if why in (None, name) else f"{name}: {why}"), "run stopped"
     return f"{type(e).__name__}: {e}", "run failed"
 
 
