@@ -38,7 +38,6 @@ from assay.nightly.gates import (
     evaluate_night,
     new_history_text,
     night_markdown,
-    partial_text,
     regression_line,
 )
 from assay.nightly.history import write_history
@@ -52,6 +51,7 @@ from assay.nightly.notify import (
     record_sent,
     stopped_alert,
 )
+from assay.nightly.partial import partial_text
 from assay.nightly.spec import NightlySpec, night_date, specs_timezone
 from assay.report import write_run_dir
 from assay.spec import load_spec

@@ -29,6 +29,7 @@ import numpy as np
 from scipy import special
 
 from assay.errors import MeasureError, SpecError
+from assay.nightly.partial import NOT_COMPARED, PARTIAL_WHY, partial_text
 from assay.nightly.spec import NightlySpec
 from assay.results import Estimate, Interval, finite_or_none
 
@@ -311,13 +312,6 @@ def evaluate_night(out: str | os.PathLike[str], *, study: str, night: str, sourc
     return doc
 
 
-#: The verdict of a partial source's metrics when the gate refuses to compare a subset.
-NOT_COMPARED = "not compared: partial night"
-
-#: Why tasks are left out of a partial source's comparison.
-PARTIAL_WHY = "the model gave no completion for some of their samples (gen_error)"
-
-
 def _partial(rows: Any, allow: bool) -> dict[str, Any] | None:
     """The partial record of one source's rows (None when no sample failed): failed samples,
     the tasks they hit (``left_out``), whether the gate compares the rest, and why."""
@@ -344,18 +338,6 @@ def _without_tasks(rows: Any, tasks: set[str]) -> Any:
     keep = pc.invert(pc.is_in(pc.cast(t.column("task_id"), pa.string()),
                               value_set=pa.array(sorted(tasks), pa.string())))
     return Rows(t.filter(keep))
-
-
-def partial_text(s: Mapping[str, Any]) -> str:
-    """One sentence on a partial source: what failed and what the gate did about it."""
-    p = s["partial"]
-    head = (f"{s['source']}: {p['samples']} sample(s) of {p['tasks']} of {p['tasks_total']} "
-            f"task(s) failed ({p['why']})")
-    if not p["compared"]:
-        return (head + "; not compared with the baseline: the gate does not compare a subset "
-                "(`nightly.allow_partial: true` compares the tasks answered in full)")
-    shown = ", ".join(p["left_out"][:20]) + (" ..." if len(p["left_out"]) > 20 else "")
-    return head + f"; compared on the other tasks (nightly.allow_partial); left out: {shown}"
 
 
 def _f(x: float | None, spec: str = ".3f") -> str:

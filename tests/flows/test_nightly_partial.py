@@ -71,7 +71,7 @@ def test_partial_night_fails_loudly_and_is_not_compared(
         prefect_server: str, tmp_path: Path, server: Any,
         capsys: pytest.CaptureFixture[str]) -> None:
     from assay.cli import main
-    from assay.nightly.gates import NOT_COMPARED
+    from assay.nightly.partial import NOT_COMPARED
     from flows.nightly import nightly
 
     srv, failing = server
@@ -108,6 +108,11 @@ def test_partial_night_fails_loudly_and_is_not_compared(
         assert marks == {"2026-12-01": 0, "2026-12-02": FAILING * K}
         assert [m["subject"] for m in hook["messages"]] == [
             "assay nightly 2026-12-02: partial night (part)"]
+        from assay.view.compare import night_doc
+
+        page = night_doc(night2)  # what the night's page banner shows
+        assert page is not None and page["verdict"] == "partial"
+        assert page["partial"][0].startswith(f"m: {FAILING * K} sample(s)")
         assert hook["messages"][0]["partial"]["message"].startswith("m: 10 sample(s)")
 
         # opted in: compared on the tasks answered in full, against the last night that was
