@@ -3,9 +3,9 @@
 Only ``run`` and ``nightly`` import Prefect (lazily). Exit codes (``assay.errors.EXIT_*``): 0 ok;
 1 an unexpected exception during ``run`` (the stage and OUTPUT/run.log named); 2 a usage, spec
 or data error; 3 the check found a problem (``nightly``: a gated metric regressed; ``store
-verify``: a corrupt entry); 4 ``run`` finished but some samples failed (gen_error rows: the
-numbers cover fewer samples); 5 stopped by the spec's deadline or stall detector; 130
-interrupted; 143 terminated.
+verify``: a corrupt entry); 4 ``run`` or ``nightly`` finished but some samples failed
+(gen_error rows: the numbers cover fewer samples; a partial night is not a pass); 5 stopped
+by the spec's deadline or stall detector; 130 interrupted; 143 terminated.
 
 Example:
     >>> main(["validate", "no/such/spec.yaml"])
@@ -334,6 +334,7 @@ def add_override_flags(p: argparse.ArgumentParser) -> None:
 def cmd_nightly(args: argparse.Namespace) -> int:
     import datetime as dt
 
+    from assay.nightly.spec import night_date, specs_timezone
     from assay.spec import check_files, load_spec
     from flows.embedded import apply_local_settings, embedded_server
 
@@ -343,7 +344,6 @@ def cmd_nightly(args: argparse.Namespace) -> int:
         except ValueError:
             _err(f"--night {args.night!r}: give a date YYYY-MM-DD")
             return 2
-    night = args.night or dt.datetime.now(dt.UTC).date().isoformat()
     user_level = os.environ.get("PREFECT_LOGGING_LEVEL")
     apply_local_settings(Path(args.prefect_home or ".prefect").resolve())
     store = str(Path(args.store).resolve()) if args.store else None
@@ -352,6 +352,11 @@ def cmd_nightly(args: argparse.Namespace) -> int:
     overrides = spec_overrides(args)
     # Every spec is checked before a server starts: a cron job with a typo fails in a second.
     specs = [load_spec(p, overrides) for p in args.spec]
+    try:  # tonight in the operator's time: nightly.timezone, else this machine's
+        night = args.night or night_date(timezone=specs_timezone([s.nightly for s in specs]))
+    except ValueError as e:
+        _err(str(e))
+        return 2
     for path, spec in zip(args.spec, specs):
         problems = check_files(spec)
         if problems:
@@ -414,10 +419,15 @@ def cmd_nightly(args: argparse.Namespace) -> int:
             for line in st["lines"]:
                 print(f"  {line}", file=sys.stderr)
             print(f"  report: {st['output']}/nightly.md", file=sys.stderr)
-        else:
+        elif not st.get("partial"):
             base = (", ".join(f"{src} vs {b}" for src, b in st["baseline"].items() if b)
                     or "first night")
             print(f"{name}: no gated regression ({base}); {st['output']}/nightly.md")
+        if st.get("partial"):
+            print(f"{name}: PARTIAL night {night} (failed samples: not a pass):", file=sys.stderr)
+            for line in st["partial"]:
+                print(f"  {line}", file=sys.stderr)
+            print(f"  report: {st['output']}/nightly.md", file=sys.stderr)
     for target in summary.get("alerts", []):
         print(f"alert sent to {target}", file=sys.stderr)
     for target in summary.get("alerts_already_sent", []):
@@ -425,7 +435,9 @@ def cmd_nightly(args: argparse.Namespace) -> int:
               file=sys.stderr)
     for why in summary.get("alerts_failed", []):
         print(f"alert NOT delivered: {why} (details in {log_path})", file=sys.stderr)
-    return 3 if summary["regressions"] else 0
+    if summary["regressions"]:
+        return 3
+    return EXIT_PARTIAL if summary.get("partial") else EXIT_OK
 
 
 def cmd_history(args: argparse.Namespace) -> int:
@@ -509,7 +521,8 @@ def build_parser() -> argparse.ArgumentParser:
     vw.add_argument("run_dir",
                     help="a run directory, or a nightly root for one study (its newest night)")
     vw.add_argument("--against", metavar="OTHER_RUN",
-                    help="compare with this run (a night: default its baseline)")
+                    help="compare with this run, or with the night of this date YYYY-MM-DD of "
+                    "the same study (a night: default its baseline)")
     vw.add_argument("--serve", action="store_true",
                     help="then serve the page on 127.0.0.1 until Ctrl-C")
     vw.add_argument("--port", type=int, default=0, help="--serve: port (default: any free one)")
@@ -523,9 +536,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("spec", nargs="?", help="include the kinds this spec's plugins: register")
     s.set_defaults(func=cmd_schema)
     n = sub.add_parser("nightly", help="run specs as tonight's nightly flow and gate regressions "
-                       "(exit 3 when a gated metric regressed)")
+                       "(exit 3 when a gated metric regressed, 4 when samples failed)")
     n.add_argument("spec", nargs="+")
-    n.add_argument("--night", help="the night's date YYYY-MM-DD (default: today, UTC)")
+    n.add_argument("--night", help="the night's date YYYY-MM-DD: a backfill or a rerun of that "
+                   "night (default: today in nightly.timezone, else local time)")
     n.add_argument("--root", default="runs/nightly", help="nightly root (default runs/nightly)")
     n.add_argument("--store", help="content store root (default: $ASSAY_STORE or ./.assay)")
     n.add_argument("--prefect-home",
@@ -593,12 +607,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         with ticker:
             return args.func(args)
-    except Terminated:
-        _err("terminated (SIGTERM); rerun the same command to resume from the cached stages")
-        return 128 + 15
-    except KeyboardInterrupt:
-        _err("interrupted; rerun the same command to resume from the cached stages")
-        return EXIT_INTERRUPTED
+    except (Terminated, KeyboardInterrupt) as e:
+        return _interrupted("terminated (SIGTERM)" if isinstance(e, Terminated) else "interrupted")
     except RunStopped as e:  # the deadline or the stall detector: one line, its own status
         stage = getattr(e, "assay_stage", None) or "the study flow"
         _err(f"{stage}: {e}; what was committed is kept: rerun the same command to resume")
@@ -618,6 +628,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         if rc is None:
             raise
         return rc
+    except BaseException as e:
+        # SIGTERM while a Prefect flow runs: Prefect's handler raises its TerminationSignal
+        if type(e).__name__ != "TerminationSignal":
+            raise
+        return _interrupted("terminated (SIGTERM)")
     finally:
         if term is not None:
             import signal
@@ -640,27 +655,87 @@ def _internal_failure(e: BaseException) -> int | None:
     return 1
 
 
+def _interrupted(reason: str) -> int:
+    """Ctrl-C or SIGTERM reached :func:`main`: stop whatever still runs (a head start's graph,
+    requests in flight: :mod:`assay.stop`), print the one line, return the status."""
+    from assay import stop
+
+    stop.trigger(reason)
+    line, rc = _stop_line(reason)
+    _err(line)
+    return rc
+
+
+#: Seconds a stopped run may take to unwind before the process leaves anyway: every wait a
+#: stage makes is woken by the stop (assay.stop), so this only ends a run whose plugin code
+#: blocks where nothing reaches it.
+STOP_BACKSTOP_S = 10.0
+
+_MAIN_DONE: list[bool] = []
+
+
+def _stop_line(reason: str) -> tuple[str, int]:
+    """The ``error:`` line and exit status of a run stopped for ``reason`` (as
+    :func:`assay.stop.trigger` recorded it), the ones :func:`main` prints and returns."""
+    if reason.startswith("terminated"):
+        return ("terminated (SIGTERM); rerun the same command to resume from the cached "
+                "stages"), 128 + 15
+    if reason.startswith("stopped by execution."):
+        return (f"{reason}; what was committed is kept: rerun the same command to resume",
+                EXIT_STOPPED)
+    return "interrupted; rerun the same command to resume from the cached stages", EXIT_INTERRUPTED
+
+
+def _arm_backstop() -> None:
+    """At a stop: if the run has not unwound :data:`STOP_BACKSTOP_S` later, print its one
+    ``error:`` line and leave (children reaped): a stop always ends the process on time."""
+    import threading
+
+    from assay import stop
+
+    def leave() -> None:
+        time.sleep(STOP_BACKSTOP_S)
+        if _MAIN_DONE:
+            return
+        line, rc = _stop_line(stop.stopped() or "interrupted")
+        from assay.reaper import kill_descendants
+
+        with contextlib.suppress(Exception):
+            kill_descendants()
+        print(f"error: {line} (the run did not unwind within {STOP_BACKSTOP_S:g} s; exiting)",
+              file=sys.stderr, flush=True)
+        os._exit(rc)
+
+    threading.Thread(target=leave, name="assay-stop-backstop", daemon=True).start()
+
+
 def console() -> None:
     """The ``assay`` console script: :func:`main`, then exit.
 
     After a run on the embedded server, every output is written and the server is gone, so the
     process leaves with ``os._exit``: tearing down Prefect's threads and ~100 MB of modules
-    takes about half a second of a cached rerun and does nothing a user needs. With a real
-    server (``PREFECT_API_URL``) the normal exit runs, so Prefect flushes its events and logs.
+    takes about half a second of a cached rerun and does nothing a user needs. A run that
+    failed, was stopped or found a problem (status not 0) leaves the same way once Prefect's
+    logs are sent: the threads a stop abandoned are not waited for. With a real server
+    (``PREFECT_API_URL``) a successful run exits normally, so Prefect flushes its events too.
+    At a stop, :func:`_arm_backstop` bounds how long the run may take to unwind.
     """
+    from assay import stop
+
+    stop.always(_arm_backstop)
     try:
         rc = main()
+        _MAIN_DONE.append(True)
         sys.stdout.flush()
     except BrokenPipeError:
         # the reader went away (`assay validate ... | head`): no traceback, and none at exit
         # when Python flushes stdout again; the status a shell gives a command killed by SIGPIPE
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         rc = EXIT_BROKEN_PIPE
-    if rc != 0 and not _EMBEDDED_RUN_DONE:  # anything an interrupted stage started, stopped
-        from assay.reaper import kill_descendants
-
-        kill_descendants()
-    if _EMBEDDED_RUN_DONE:  # finished, failed or interrupted: the server is stopped either way
+    if rc != 0 or _EMBEDDED_RUN_DONE:
+        # finished on the embedded server (stopped either way), or failed, stopped or
+        # interrupted: threads a stop abandoned, or a head start's still waiting on a server,
+        # would be joined at interpreter exit (concurrent.futures does), so leave without them
         grading = sys.modules.get("assay.grading")
         if grading is not None:  # stop warm grading workers and sandboxes (atexit will not run)
             grading.shutdown_workers()
@@ -668,10 +743,22 @@ def console() -> None:
             from assay.reaper import kill_descendants
 
             kill_descendants()
+        if not _EMBEDDED_RUN_DONE:
+            _flush_prefect_logs()  # a real server gets the run's last log records
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(rc)
     sys.exit(rc)
+
+
+def _flush_prefect_logs() -> None:
+    """Send Prefect's buffered log records to its server (bounded by Prefect's own timeouts)."""
+    if "prefect" not in sys.modules:
+        return
+    with contextlib.suppress(Exception):
+        from prefect.logging.handlers import APILogHandler
+
+        APILogHandler().flush()  # drains every queued record (5 s at most)
 
 
 if __name__ == "__main__":

@@ -166,7 +166,7 @@ def judge_records(judge: Judge, records: Sequence[Mapping[str, Any]], *,
         return verdicts  # type: ignore[return-value]  # no None left: every row has one
     n = len(todo)
     main = threading.current_thread() is threading.main_thread()
-    use_pool = judge.parallel and hasattr(os, "fork") and _may_fork(judge) and (
+    use_pool = judge.parallel and hasattr(os, "fork") and (
         not main or n >= IN_PROCESS_BELOW or (workers is not None and workers > 1))
     if use_pool:
         k = workers if workers is not None else cores()
@@ -230,11 +230,34 @@ def _worker(judge: Judge | None, conn: Any) -> None:
                                       f"verdict could not be sent back: {e}")))
 
 
+def _start_child(proc: Any) -> None:
+    """Start a grading worker, also from a daemonic process (a Dask nanny's worker).
+
+    multiprocessing refuses children to a daemonic process because it would exit without
+    joining them, leaving orphans. A grading worker watches its parent and exits with it
+    (:func:`assay.reaper.watch_parent`), so the rule's reason does not apply: the flag is
+    lifted while this one child starts (the process stays daemonic for its own parent)."""
+    me = multiprocessing.current_process()
+    config = getattr(me, "_config", {})
+    if not config.get("daemon"):
+        proc.start()
+        return
+    with _DAEMON_LOCK:
+        config["daemon"] = False
+        try:
+            proc.start()
+        finally:
+            config["daemon"] = True
+
+
+_DAEMON_LOCK = threading.Lock()
+
+
 class _Slot:
     def __init__(self, ctx: Any, judge: Judge | None) -> None:
         parent, child = ctx.Pipe()
         self.proc = ctx.Process(target=_worker, args=(judge, child), daemon=True)
-        self.proc.start()
+        _start_child(self.proc)
         child.close()
         self.conn = parent
         self.pending: deque[int] = deque()
@@ -365,25 +388,6 @@ def _shippable(judge: Judge) -> bytes | None:
         return pickle.dumps(src)
     except Exception:
         return None
-
-
-_DAEMON_WARNED: list[bool] = []
-
-
-def _may_fork(judge: Judge) -> bool:
-    """Whether grading workers can be forked here. A daemonic process (a Dask worker started by
-    its nanny) may not start child processes: it grades in its own threads instead, without the
-    per-row hard limit (a worker killed for a stuck row would take the node with it), and says
-    so once."""
-    if not multiprocessing.current_process().daemon:
-        return True
-    if not _DAEMON_WARNED:
-        _DAEMON_WARNED.append(True)
-        print(f"warning: {judge.name} grades in this process: it is daemonic (a Dask worker "
-              "under a nanny), which may not start grading workers, so the per-row hard time "
-              "limit is not enforced here; start the workers with "
-              "DASK_DISTRIBUTED__WORKER__DAEMON=False to have it", file=sys.stderr, flush=True)
-    return False
 
 
 def _run_pool(judge: Judge, rows: list[Mapping[str, Any]], workers: int,

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import logging
 import sys
 from pathlib import Path
 from typing import Any
@@ -30,9 +31,15 @@ from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
 from prefect.states import Failed
 
-from assay.errors import AssayError
+from assay import stop
+from assay.errors import AssayError, SpecError
 from assay.layout import bind_own_packages
-from assay.nightly.gates import evaluate_night, new_history_text, night_markdown, regression_line
+from assay.nightly.gates import (
+    evaluate_night,
+    new_history_text,
+    night_markdown,
+    regression_line,
+)
 from assay.nightly.history import write_history
 from assay.nightly.notify import (
     NotifyError,
@@ -44,7 +51,8 @@ from assay.nightly.notify import (
     record_sent,
     stopped_alert,
 )
-from assay.nightly.spec import NightlySpec
+from assay.nightly.partial import partial_text
+from assay.nightly.spec import NightlySpec, night_date, specs_timezone
 from assay.report import write_run_dir
 from assay.spec import load_spec
 from assay.store import atomic_write
@@ -53,15 +61,41 @@ from assay.watchdog import RunStopped
 # A deployment loads this file by path: `flows` must be ours even where a user's flows/ is first
 # on sys.path (the worker's working directory, a spec's folder).
 bind_own_packages()
-from flows.study import _slug, generation_line, study, write_page  # noqa: E402
+from flows.study import (  # noqa: E402
+    _slug,
+    generation_line,
+    study,
+    task_runner_for,
+    write_page,
+)
 
 
 class NightlyRegression(AssayError):
-    """A gated metric regressed tonight: the flow run's final state carries this."""
+    """A gated metric regressed tonight, or the night is partial (failed samples): the flow
+    run's final state carries this, with the night's summary."""
 
     def __init__(self, message: str, summary: dict[str, Any]) -> None:
         super().__init__(message)
         self.summary = summary
+
+
+class _VerdictNotCrash(logging.Filter):
+    """A night that failed its gate (a regression, a partial night) is a verdict, not a crash.
+    Run from a deployment, Prefect's engine re-raises the flow's Failed result and logs it as
+    "Engine execution exited with unexpected exception" with a traceback of its own frames;
+    this keeps that record to the one line the verdict is."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        if isinstance(exc, NightlyRegression):
+            record.msg, record.args = "the flow run ends Failed: %s", (str(exc),)
+            record.exc_info, record.exc_text = None, None
+        return True
+
+
+for _name in ("prefect.flow_runs", "prefect.engine"):
+    if not any(isinstance(f, _VerdictNotCrash) for f in logging.getLogger(_name).filters):
+        logging.getLogger(_name).addFilter(_VerdictNotCrash())
 
 
 @task(name="gate-night", cache_policy=NO_CACHE, persist_result=False)
@@ -93,10 +127,22 @@ def notify(target: str, regressions: list[dict[str, Any]]) -> None:
     block.notify(body=body, subject=subject)
 
 
-def notify_stopped(target: str, study_name: str, night: str, message: str) -> None:
-    """Alert ``target`` that tonight's run of a study was stopped (a failed delivery is
-    printed: the stop is what the flow run reports)."""
-    subject, body, payload = stopped_alert(study_name, night, message)
+def _outcome(e: BaseException) -> tuple[str, str]:
+    """(message, what happened) of a night's study run that ended with ``e``."""
+    if isinstance(e, RunStopped):
+        return str(e), "run stopped"
+    if isinstance(e, KeyboardInterrupt) or type(e).__name__ == "TerminationSignal":
+        name = "terminated (SIGTERM)" if "Termin" in type(e).__name__ else "interrupted"
+        why = stop.stopped()
+        return (name if why in (None, name) else f"{name}: {why}"), "run stopped"
+    return f"{type(e).__name__}: {e}", "run failed"
+
+
+def notify_stopped(target: str, study_name: str, night: str, message: str,
+                   what: str = "run stopped") -> None:
+    """Alert ``target`` that tonight's run of a study was stopped or failed (a failed
+    delivery is printed: the stop is what the flow run reports)."""
+    subject, body, payload = stopped_alert(study_name, night, message, what)
     try:
         if target.startswith(("http://", "https://")):
             post_json(target, payload, what="the stopped-run alert")
@@ -108,11 +154,35 @@ def notify_stopped(target: str, study_name: str, night: str, message: str) -> No
         print(f"nightly.notify: the stopped-run alert to {target} failed: {e}", file=sys.stderr)
 
 
-def _tonight() -> str:
+def _schedule_timezone() -> str | None:
+    """The timezone of this flow run's deployment schedule, if it runs from one."""
+    from prefect.runtime import deployment
+
+    if not deployment.id:
+        return None
+    try:
+        from prefect.client.orchestration import get_client
+
+        with get_client(sync_client=True) as client:
+            dep = client.read_deployment(deployment.id)
+    except Exception:  # noqa: BLE001 - then the machine's local time names the night
+        return None
+    for s in dep.schedules or []:
+        tz = getattr(s.schedule, "timezone", None)
+        if tz:
+            return str(tz)
+    return None
+
+
+def _tonight(specs: list[Any]) -> str:
+    """The scheduled start's date in the specs' ``nightly.timezone``, else the schedule's
+    timezone, else local time (a 05:50 Tokyo run is that morning's night, not UTC's
+    yesterday)."""
     from prefect.runtime import flow_run
 
     when = flow_run.scheduled_start_time or dt.datetime.now(dt.UTC)
-    return when.date().isoformat()
+    tz = specs_timezone([s.nightly for s in specs]) or _schedule_timezone()
+    return night_date(when, tz)
 
 
 def _dump(doc: Any) -> bytes:
@@ -139,10 +209,16 @@ def nightly(specs: list[str], root: str = "runs/nightly", night: str | None = No
     from prefect import get_run_logger
 
     log = get_run_logger()
-    night = night or _tonight()
     sets = all_overrides(model, revision, overrides)
+    if night is not None:
+        try:
+            dt.date.fromisoformat(night)
+        except ValueError:
+            raise SpecError(f"night {night!r}: give a date YYYY-MM-DD") from None
+    night = night or _tonight([load_spec(p, sets) for p in specs])
     summary: dict[str, Any] = {"night": night, "studies": {}, "regressions": [], "alerts": [],
-                               "alerts_already_sent": [], "alerts_failed": [], "overrides": sets}
+                               "alerts_already_sent": [], "alerts_failed": [], "overrides": sets,
+                               "partial": []}
     targets: dict[str, list[dict[str, Any]]] = {}
     for path in specs:
         spec = load_spec(path, sets)
@@ -150,12 +226,14 @@ def nightly(specs: list[str], root: str = "runs/nightly", night: str | None = No
         base = Path(root) / spec.name
         out = base / night
         try:
-            # the page is written once nightly.json is there, so it shows the gate's verdict
-            info = study(spec=path, output=str(out), store_root=store_root, view=False,
-                         overrides=sets, night=night)
-        except RunStopped as e:  # deadline or stall: alerted like a regression, then Failed
+            # the page is written once nightly.json is there, so it shows the gate's verdict;
+            # the study runs on the runner its spec names, as `assay run` does
+            info = study.with_options(task_runner=task_runner_for(spec))(
+                spec=path, output=str(out), store_root=store_root, view=False,
+                overrides=sets, night=night)
+        except BaseException as e:  # stopped, terminated or failed: alerted now, then Failed
             if gates.notify:
-                notify_stopped(gates.notify, spec.name, night, str(e))
+                notify_stopped(gates.notify, spec.name, night, *_outcome(e))
             raise
         doc = gate_night(str(out), spec.name, night, [s.name for s in spec.sources],
                          gates.model_dump(mode="json"), info["spec_definition"],
@@ -180,7 +258,14 @@ def nightly(specs: list[str], root: str = "runs/nightly", night: str | None = No
             "lines": lines, "generation": gen, "spec_definition": info["spec_definition"],
             "new_history": new_history_text(doc) if doc.get("new_history") else None,
             "model_changes": {s["source"]: s["model_changes"] for s in doc["sources"]
-                              if s.get("model_changes")}}
+                              if s.get("model_changes")},
+            "partial": [partial_text(s) for s in doc["sources"] if s.get("partial")]}
+        summary["partial"] += [f"{spec.name}/{src}" for src in doc["partial"]]
+        for line in summary["studies"][spec.name]["partial"]:
+            log.warning("PARTIAL %s/%s", spec.name, line)
+        if doc["partial"] and gates.notify:
+            _alert_partial(gates.notify, root, spec.name, night,
+                           summary["studies"][spec.name]["partial"], summary)
         summary["regressions"] += [
             f"{spec.name}/{r['source']}/{r['metric']}" for r in doc["regressions"]
         ]
@@ -204,9 +289,40 @@ def nightly(specs: list[str], root: str = "runs/nightly", night: str | None = No
             continue
         record_sent(root, night, key, target)
         summary["alerts"].append(target)
-    if summary["regressions"]:
-        msg = f"night {night}: gated metric regressed: {', '.join(summary['regressions'])}"
+    if summary["regressions"] or summary["partial"]:
+        parts = []
+        if summary["regressions"]:
+            parts.append(f"gated metric regressed: {', '.join(summary['regressions'])}")
+        if summary["partial"]:
+            parts.append(f"partial night (failed samples): {', '.join(summary['partial'])}")
+        msg = f"night {night}: " + "; ".join(parts)
         if summary["alerts_failed"]:
             msg += "; alert not delivered: " + "; ".join(summary["alerts_failed"])
         return Failed(message=msg, data=NightlyRegression(msg, summary))
     return summary
+
+
+def _alert_partial(target: str, root: str, study_name: str, night: str, lines: list[str],
+                   summary: dict[str, Any]) -> None:
+    """One alert per night that a study's night is partial (not sent again by a rerun that
+    finds the same sources partial)."""
+    from assay.hashing import content_hash
+
+    key = content_hash([target, "partial", study_name, night,
+                        sorted(line.split(":")[0] for line in lines)], "alert")
+    if already_sent(root, night, key):
+        summary["alerts_already_sent"].append(target)
+        return
+    subject, body, payload = stopped_alert(study_name, night, "; ".join(lines), "partial night")
+    try:
+        if target.startswith(("http://", "https://")):
+            post_json(target, payload, what="the partial-night alert")
+        else:
+            from prefect.blocks.core import Block
+
+            Block.load(target).notify(body=body, subject=subject)
+    except Exception as e:  # noqa: BLE001 - the partial verdict stands; the message says both
+        summary["alerts_failed"].append(f"{target}: {e}")
+        return
+    record_sent(root, night, key, target)
+    summary["alerts"].append(target)

@@ -21,8 +21,9 @@ from pathlib import Path
 from typing import Any
 
 from prefect import flow
+from prefect.task_runners import ThreadPoolTaskRunner
 
-from assay import stages
+from assay import stages, stop
 from assay.layout import bind_own_packages
 from assay.spec import load_spec
 from assay.stages import headstart
@@ -141,7 +142,31 @@ def check_workers_reach(store: Store) -> None:
     store.delete_file(store._blob_rel(key))  # unique to this check: nothing else names it
 
 
-@flow(name="assay-study", persist_result=False, log_prints=False, validate_parameters=True)
+
+class StoppableThreadPoolTaskRunner(ThreadPoolTaskRunner):  # type: ignore[type-arg]
+    """Prefect's thread pool task runner, except that after a stop (:mod:`assay.stop`) the
+    flow run ends without joining the threads of its nodes.
+
+    Why: Prefect's runner joins every worker thread as the flow run ends; a node blocked where
+    no stop reaches (a plugin's call, a server that accepted and never answers) would hold the
+    stopped run, its Failed state and the night's alert until it returned by itself. Such a
+    thread is abandoned: what it computes after the stop is never committed (``stop.check``).
+    """
+
+    def cancel_all(self) -> None:
+        if stop.stopped() is None or self._executor is None:
+            super().cancel_all()
+            return
+        for event in self._cancel_events.values():
+            event.set()
+        self._executor.shutdown(wait=False, cancel_futures=True)
+        self._executor = None
+
+
+# the default runner for a study run as a subflow or from a deployment (run_spec and the
+# nightly pick the spec's runner with task_runner_for)
+@flow(name="assay-study", persist_result=False, log_prints=False, validate_parameters=True,
+      task_runner=StoppableThreadPoolTaskRunner())
 def study(spec: str, output: str | None = None, store_root: str | None = None,
           publish: bool = True, view: bool = True, overrides: list[str] | None = None,
           night: str | None = None, max_parallel: int | None = None) -> dict[str, Any]:
@@ -265,9 +290,8 @@ def task_runner_for(spec: Any, max_parallel: int | None = None) -> Any:
     Locally one thread per node in flight (``max_parallel``)."""
     runner = spec.execution.runner
     if runner == "local":
-        from prefect.task_runners import ThreadPoolTaskRunner
-
-        return ThreadPoolTaskRunner(max_workers=stages.max_parallel_for(spec, max_parallel))
+        return StoppableThreadPoolTaskRunner(
+            max_workers=stages.max_parallel_for(spec, max_parallel))
     require_real_server(runner)
     if runner == "dask":
         from prefect_dask import DaskTaskRunner

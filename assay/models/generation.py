@@ -219,8 +219,11 @@ def _generate(prompts: Sequence[Any], model: Any, *, k: int,
     prompts = list(prompts)
     messages = [to_messages(p, system=gspec.system, i=i) for i, p in enumerate(prompts)]
     rendered = [backend.render(m, gspec.api) for m in messages]
-    # a backend's identity may ask something (a local model's checksum): a stop abandons it
-    config = {"identity": stop.call(backend.identity), "api": gspec.api,
+    # a server that accepts and never answers holds this GET for timeout_s: a stop abandons
+    # it, and the open unit lets execution.stall_after see it
+    with track(stage, label or stage):
+        identity = stop.call(backend.identity)
+    config = {"identity": identity, "api": gspec.api,
               "params": gspec.params.model_dump(mode="json")}
     if scope is not None:
         config["scope"] = scope

@@ -29,6 +29,7 @@ import numpy as np
 from scipy import special
 
 from assay.errors import MeasureError, SpecError
+from assay.nightly.partial import NOT_COMPARED, PARTIAL_WHY, partial_text
 from assay.nightly.spec import NightlySpec
 from assay.results import Estimate, Interval, finite_or_none
 
@@ -101,10 +102,13 @@ def finished_nights(base: str | os.PathLike[str], before: str) -> list[tuple[Pat
 def candidate_nights(base: str | os.PathLike[str], before: str, spec_definition: str,
                      continues: Sequence[str] = ()) -> list[Path]:
     """Earlier finished nights of this study (name < ``before``) whose study definition is this
-    one or one it ``continues``, oldest first: the nights a baseline may come from. The model
-    under test is not part of the definition: a new checkpoint keeps the history."""
+    one or one it ``continues``, oldest first: the nights a baseline may come from (a partial
+    night, with failed samples, is not one). The model under test is not part of the
+    definition: a new checkpoint keeps the history."""
     ok = {spec_definition, *continues}
-    return [d for d, sd in finished_nights(base, before) if sd in ok]
+    # a partial night (failed samples) is not a pass: never a baseline
+    return [d for d, sd in finished_nights(base, before)
+            if sd in ok and not (read_json(d / "nightly.json") or {}).get("partial")]
 
 
 def definition_diff(before: Any, after: Any, path: str = "", limit: int = 8) -> list[str]:
@@ -157,13 +161,18 @@ def night_value(night: Path, source: str, metric: str) -> float | None:
 
 def choose_baseline(rule: str, candidates: Sequence[Path], source: str, metric: str,
                     higher_is_better: bool = True) -> Path | None:
-    """The baseline night for one source: the latest candidate (``previous``), the one with
-    the best value of ``metric`` (``best``; the latest on ties), or the named night."""
+    """The baseline night for one source: the latest candidate (``previous``), the latest one
+    without a regression (``last_good``), the one with the best value of ``metric`` (``best``;
+    the latest on ties), or the named night."""
     have = [c for c in candidates if (c / "rows" / f"{source}.parquet").is_file()]
     if not have:
         return None
     if rule == "previous":
         return have[-1]
+    if rule == "last_good":  # a night that regressed is not a baseline: the regression is
+        # reported every night until a night passes again
+        good = [c for c in have if not (read_json(c / "nightly.json") or {}).get("regressions")]
+        return good[-1] if good else None
     if rule == "best":
         scored = [(v, i, c) for i, c in enumerate(have)
                   if (v := night_value(c, source, metric)) is not None]
@@ -213,7 +222,11 @@ def evaluate_night(out: str | os.PathLike[str], *, study: str, night: str, sourc
     ``regressions`` lists the gated metrics whose verdict is ``worse``. ``under_test``: per
     source what tonight evaluated (:mod:`assay.nightly.under_test`), set beside the baseline's.
     ``new_history`` says when earlier nights exist but none has this study definition (and,
-    given ``definition``, tonight's :meth:`StudySpec.definition_content`, where it changed)."""
+    given ``definition``, tonight's :meth:`StudySpec.definition_content`, where it changed).
+
+    A source with failed samples tonight (``gen_error`` rows) is partial: its metrics are not
+    compared (verdict :data:`NOT_COMPARED`), or with ``gates.allow_partial`` compared on the
+    tasks answered in full; its ``partial`` record says which tasks were left out and why."""
     from assay.nightly.under_test import model_changes
     from assay.report import result_doc
     from assay.rows import Rows
@@ -224,7 +237,8 @@ def evaluate_night(out: str | os.PathLike[str], *, study: str, night: str, sourc
     gated = gates.metric_names()
     doc: dict[str, Any] = {"study": study, "night": night, "baseline_rule": gates.baseline,
                            "alpha": gates.alpha, "gated": gated, "spec_definition": spec_definition,
-                           "new_history": None, "sources": [], "regressions": [], "comparisons": []}
+                           "new_history": None, "sources": [], "regressions": [], "comparisons": [],
+                           "partial": []}
     if earlier and not cands:
         last, last_def = earlier[-1]
         prev = (read_json(last / "run.json") or {}).get("study_definition")
@@ -236,6 +250,9 @@ def evaluate_night(out: str | os.PathLike[str], *, study: str, night: str, sourc
         if not path.is_file():
             continue
         rows = Rows.read_parquet(path)
+        partial = _partial(rows, gates.allow_partial)
+        if partial is not None and partial["compared"]:
+            rows = _without_tasks(rows, set(partial["left_out"]))
         markers = _markers(rows)
         present = {"pass@1", *(f"marker:{m}" for m in markers)}
         missing = [g for g in gated if g not in present]
@@ -266,7 +283,13 @@ def evaluate_night(out: str | os.PathLike[str], *, study: str, night: str, sourc
             "source": src, "baseline": base.name if base else None, "metrics": [],
             "under_test": tonight, "baseline_under_test": before_model,
             "model_changes": model_changes(before_model, tonight)}
-        if base is not None:
+        if partial is not None:
+            entry["partial"] = partial
+            doc["partial"].append(src)
+        if partial is not None and not partial["compared"]:
+            for rec in metrics.values():
+                rec["verdict"] = NOT_COMPARED
+        elif base is not None:
             before = Rows.read_parquet(base / "rows" / f"{src}.parquet")
             bmark = set(_markers(before))
             shared = {m for m in metrics if m == "pass@1" or m.removeprefix("marker:") in bmark}
@@ -293,6 +316,34 @@ def evaluate_night(out: str | os.PathLike[str], *, study: str, night: str, sourc
                     "n_paired": m["n_paired"], "alpha": gates.alpha,
                     "model_changes": entry["model_changes"]})
     return doc
+
+
+def _partial(rows: Any, allow: bool) -> dict[str, Any] | None:
+    """The partial record of one source's rows (None when no sample failed): failed samples,
+    the tasks they hit (``left_out``), whether the gate compares the rest, and why."""
+    t = rows.to_arrow()
+    if "judge_status" not in t.column_names:
+        return None
+    status, tasks = t.column("judge_status").to_pylist(), t.column("task_id").to_pylist()
+    hit = sorted({str(k) for k, st in zip(tasks, status) if st == "gen_error"})
+    if not hit:
+        return None
+    return {"samples": sum(st == "gen_error" for st in status), "tasks": len(hit),
+            "tasks_total": len(set(tasks)), "left_out": hit, "compared": allow,
+            "why": PARTIAL_WHY}
+
+
+def _without_tasks(rows: Any, tasks: set[str]) -> Any:
+    """``rows`` without the rows of ``tasks``."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from assay.rows import Rows
+
+    t = rows.to_arrow()
+    keep = pc.invert(pc.is_in(pc.cast(t.column("task_id"), pa.string()),
+                              value_set=pa.array(sorted(tasks), pa.string())))
+    return Rows(t.filter(keep))
 
 
 def _f(x: float | None, spec: str = ".3f") -> str:
@@ -346,12 +397,20 @@ def night_markdown(doc: Mapping[str, Any], history_png: str | None = None) -> st
     lines = [f"# Nightly `{doc['study']}`: {doc['night']}\n"]
     regs = doc["regressions"]
     new = doc.get("new_history")
+    partial = [s for s in doc["sources"] if s.get("partial")]
+    if partial:
+        lines.append("**PARTIAL NIGHT** (failed samples: this night is not a pass):\n")
+        lines += [f"- {partial_text(s)}" for s in partial]
+        lines.append("")
     if new:
         lines.append(new_history_text(doc) + "\n")
     if regs:
         lines.append("**REGRESSION** (gated metric, paired compare verdict `worse`):\n")
         lines += [f"- {regression_line(r)}" for r in regs]
         lines.append("")
+    elif partial and not any(s["baseline"] for s in doc["sources"] if not s.get("partial")
+                             or s["partial"]["compared"]):
+        pass  # nothing was compared: the partial notice above says why
     elif not any(s["baseline"] for s in doc["sources"]):
         if not new:
             lines.append("No previous night of this study definition: nothing to compare.\n")

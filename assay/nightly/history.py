@@ -24,8 +24,9 @@ from assay.errors import HistoryError
 from assay.report import new_figure, png_bytes
 from assay.store import atomic_write
 
-#: 2: per night the model under test (model, revision, identity, sampling, judge)
-HISTORY_VERSION = 2
+#: 2: per night the model under test (model, revision, identity, sampling, judge);
+#: 3: ``failed_samples`` (a partial night's source: samples the model gave no completion for)
+HISTORY_VERSION = 3
 
 
 def load_nights(study_dir: str | os.PathLike[str], until: str | None = None
@@ -56,7 +57,7 @@ def load_nights(study_dir: str | os.PathLike[str], until: str | None = None
 
 _COLS = ("night", "source", "metric", "gated", "value", "low", "high", "n", "baseline",
          "delta", "delta_low", "delta_high", "verdict", "regression", "model", "revision",
-         "identity", "sampling", "judge")
+         "identity", "sampling", "judge", "failed_samples")
 
 
 def history_rows(nights: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
@@ -71,6 +72,7 @@ def history_rows(nights: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
                              "delta": m["delta"], "delta_low": m["delta_low"],
                              "delta_high": m["delta_high"], "verdict": m["verdict"],
                              "regression": m["regression"],
+                             "failed_samples": (s.get("partial") or {}).get("samples", 0),
                              **{f: (s.get("under_test") or {}).get(f)
                                 for f in ("model", "revision", "identity", "sampling", "judge")}})
     return rows
@@ -96,7 +98,9 @@ def history_table(rows: Sequence[Mapping[str, Any]]) -> str:
         body.append([r["night"], r["source"], r["metric"] + ("*" if r["gated"] else ""),
                      f"{_f(r['value'])} [{_f(r['low'])}, {_f(r['high'])}]", str(r["n"]), delta,
                      r["baseline"] or "-",
-                     r["verdict"].upper() if r["regression"] else r["verdict"],
+                     (r["verdict"].upper() if r["regression"] else r["verdict"])
+                     + (f" (PARTIAL: {r['failed_samples']} failed)"
+                        if r.get("failed_samples") else ""),
                      model_label(r) if r.get("model") else "-", r.get("sampling") or "-",
                      r.get("judge") or "-"])
     # the model columns only where some night evaluated a model (not for scored files)

@@ -50,19 +50,22 @@ def post_webhook(url: str, regressions: Sequence[Mapping[str, Any]], *, timeout:
               what="the regression alert")
 
 
-def stopped_alert(study: str, night: str, message: str) -> tuple[str, str, dict[str, Any]]:
-    """(subject, body, webhook JSON) of the alert for a night whose run was stopped by its
-    deadline or stall detector (no verdict: the night is missing, which is as loud).
+def stopped_alert(study: str, night: str, message: str,
+                  what: str = "run stopped") -> tuple[str, str, dict[str, Any]]:
+    """(subject, body, webhook JSON) of the alert for a night whose run was stopped (deadline,
+    stall, SIGTERM) or failed outright (``what``: ``run failed``): no verdict, the night is
+    missing, which is as loud. The JSON's ``stopped`` or ``failed`` record says which.
 
     Example:
         >>> subject, body, doc = stopped_alert("s", "2026-11-03", "stopped by execution.deadline")
         >>> subject, doc["stopped"]["study"]
         ('assay nightly 2026-11-03: run stopped (s)', 's')
     """
-    subject = f"assay nightly {night}: run stopped ({study})"
+    subject = f"assay nightly {night}: {what} ({study})"
     body = f"{study}: {message}"
+    key = {"run failed": "failed", "partial night": "partial"}.get(what, "stopped")
     return subject, body, {"text": f"{subject}\n{body}", "subject": subject,
-                           "stopped": {"study": study, "night": night, "message": message}}
+                           key: {"study": study, "night": night, "message": message}}
 
 
 def post_json(url: str, payload: Mapping[str, Any], *, timeout: float = 10.0, attempts: int = 3,

@@ -12,7 +12,7 @@ Example:
     ...
     pydantic_core._pydantic_core.ValidationError: 1 validation error for NightlySpec
     baseline
-      Value error, baseline must be 'previous', 'best' or a night date YYYY-MM-DD, got 'yesterday...
+      Value error, baseline must be 'previous', 'last_good', 'best' or a night date YYYY-MM-DD, ...
     ...
 """
 
@@ -35,6 +35,10 @@ def metric_name(name: str) -> str:
     return "pass@1" if name == "pass@1" else f"marker:{name.removeprefix('marker:')}"
 
 
+#: The baseline rules besides a night date (see NightlySpec.baseline).
+BASELINE_RULES = ("previous", "last_good", "best")
+
+
 class NightlySpec(SpecModel):
     """Regression gates for the nightly flow (``assay nightly``)."""
 
@@ -51,14 +55,25 @@ class NightlySpec(SpecModel):
         description="markers where an increase is better, where assay's default says otherwise "
         "(token counts and lengths have no direction unless listed here or in lower_is_better)")
     baseline: str = Field(
-        "previous", description="'previous' (the last night), 'best' (the night with the best "
-        "value of the first gated metric, per source) or a night date YYYY-MM-DD")
+        "previous", description="'previous' (the last night), 'last_good' (the last night "
+        "without a regression: a lasting regression is reported every night until it is "
+        "fixed), 'best' (the night with the best value of the first gated metric, per source) "
+        "or a night date YYYY-MM-DD")
+    timezone: str | None = Field(
+        None, description="IANA timezone the night's date is read in (a run at 05:50 in "
+        "Asia/Tokyo is that day's night); default: the deployment schedule's timezone, else "
+        "the machine's local time")
     alpha: float = Field(0.05, gt=0, lt=1,
                          description="family-wise level over the gated metrics (Holm)")
     notify: str | None = Field(
         None, description="where a regression is announced: a webhook URL (http[s]://...) or a "
         "Prefect notification block as '<block-type-slug>/<block-name>' (e.g. slack-webhook/ops)")
     history_nights: int = Field(30, ge=1, description="nights in the nightly report's history plot")
+    allow_partial: bool = Field(
+        False, description="a source with failed samples tonight (gen_error: the model gave no "
+        "completion) is compared on its tasks answered in full, the tasks left out listed in "
+        "nightly.md; default false: it is not compared at all. Either way the night is partial "
+        "(exit 4, flow run Failed, alert)")
     continues: list[str] = Field(
         default_factory=list,
         description="earlier study definitions (specdef:... as the night that started a new "
@@ -93,13 +108,27 @@ class NightlySpec(SpecModel):
     @field_validator("baseline")
     @classmethod
     def _baseline(cls, v: str) -> str:
-        if v in ("previous", "best"):
+        if v in BASELINE_RULES:
             return v
         try:
             dt.date.fromisoformat(v)
         except ValueError:
-            raise ValueError(f"baseline must be 'previous', 'best' or a night date YYYY-MM-DD, "
-                             f"got {v!r}") from None
+            raise ValueError(f"baseline must be 'previous', 'last_good', 'best' or a night date "
+                             f"YYYY-MM-DD, got {v!r}") from None
+        return v
+
+    @field_validator("timezone")
+    @classmethod
+    def _timezone(cls, v: str | None) -> str | None:
+        if v is None:
+            return v
+        from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+        try:
+            ZoneInfo(v)
+        except (ZoneInfoNotFoundError, ValueError):
+            raise ValueError(f"timezone must be an IANA name such as Europe/Berlin, Asia/Tokyo "
+                             f"or UTC, got {v!r}") from None
         return v
 
     @field_validator("notify")
@@ -139,3 +168,30 @@ class NightlySpec(SpecModel):
         knows to be (:func:`assay.nightly.directions.direction`)."""
         out = [metric_name(n) for n in self.lower_is_better]
         return out + [m for m in metrics if m not in out and self.direction(m) == "lower"]
+
+
+def night_date(when: dt.datetime | None = None, timezone: str | None = None) -> str:
+    """The night (YYYY-MM-DD) an instant belongs to, read in ``timezone`` (an IANA name; None:
+    this machine's local time). ``when`` defaults to now; a naive ``when`` is UTC.
+
+    Example:
+        >>> t = dt.datetime(2026, 12, 4, 20, 50, tzinfo=dt.UTC)  # 05:50 in Tokyo
+        >>> night_date(t, "Asia/Tokyo"), night_date(t, "UTC")
+        ('2026-12-05', '2026-12-04')
+    """
+    from zoneinfo import ZoneInfo
+
+    when = when if when is not None else dt.datetime.now(dt.UTC)
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=dt.UTC)
+    return when.astimezone(ZoneInfo(timezone) if timezone else None).date().isoformat()
+
+
+def specs_timezone(nightlies: list[NightlySpec | None]) -> str | None:
+    """The one ``nightly.timezone`` these specs name (None when none does); ValueError naming
+    both when two differ (their nights would be different dates)."""
+    zones = sorted({n.timezone for n in nightlies if n is not None and n.timezone})
+    if len(zones) > 1:
+        raise ValueError(f"nightly.timezone differs between the specs of one night ({zones}): "
+                         "give them the same timezone, run them separately, or pass --night")
+    return zones[0] if zones else None

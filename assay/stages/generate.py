@@ -21,8 +21,10 @@ import contextlib
 import statistics
 from typing import Any
 
+from assay import stop
 from assay.models.base import to_messages
 from assay.models.freshness import reuse_scope
+from assay.progress import track
 from assay.rows import Rows
 from assay.spec import StudySpec
 from assay.stages import stream
@@ -86,10 +88,13 @@ def run_generate_shard(store: Store, spec: StudySpec, source_name: str, filtered
     part = Rows(load_rows(store, filtered).to_arrow().slice(lo, hi - lo))
     backend = backend_for(gspec.model)
     params = generate_params(gspec)
-    identity = backend.identity()
+    label = f"{source_name} shard {shard + 1}/{n_shards}"
+    # a server that accepts and never answers (frozen, overloaded) holds this GET for
+    # timeout_s: the open unit lets execution.stall_after see it, and a stop abandons it
+    with track("generate", label):
+        identity = stop.call(backend.identity)
     scope = reuse_scope(identity, gspec.model, gspec.reuse, spec.night)
     fingerprint = identity if scope is None else {**identity, "scope": scope}
-    label = f"{source_name} shard {shard + 1}/{n_shards}"
     key = stage_key(STAGE, [part.checksum()], params, fingerprint)
     doc = lookup(store, key)
     if doc is not None and doc["summary"].get("errors"):

@@ -61,6 +61,28 @@ def resolve_run(path: str | os.PathLike[str]) -> Path:
                     "with a finished night; give the folder `assay run` or `assay nightly` wrote")
 
 
+def resolve_against(run: Path, against: str | os.PathLike[str]) -> Path:
+    """The run ``--against`` names: a path (a run or a nightly root), or a night date
+    YYYY-MM-DD: that night of the same study (a sibling of the night ``run``)."""
+    import datetime as dt
+
+    text = str(against)
+    if not Path(text).exists():
+        try:
+            dt.date.fromisoformat(text)
+        except ValueError:
+            pass
+        else:
+            night = run.parent / text
+            if (night / "report.json").is_file():
+                return night
+            nights = sorted(p.name for p in run.parent.iterdir()
+                            if p.is_dir() and (p / "report.json").is_file() and p != run)
+            raise ViewError(f"--against {text}: no finished night {text} beside {run.name} in "
+                            f"{run.parent}; nights there: {nights or 'none'}")
+    return resolve_run(against)
+
+
 def _source_tables(run: Path) -> list[tuple[str, Any]]:
     rows_dir = run / "rows"
     if not rows_dir.is_dir():
@@ -82,7 +104,7 @@ def write_view(run_dir: str | os.PathLike[str], against: str | os.PathLike[str] 
     """
     run = resolve_run(run_dir)
     report = _report(run)
-    other = resolve_run(against) if against is not None else baseline_dir(run)
+    other = resolve_against(run, against) if against is not None else baseline_dir(run)
     out = run / "view"
     tmp = run / ".view.tmp"
     shutil.rmtree(tmp, ignore_errors=True)

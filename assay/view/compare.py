@@ -74,8 +74,14 @@ def night_doc(run_dir: Path) -> dict[str, Any] | None:
         return None
     regs = [r for r in doc.get("regressions") or [] if isinstance(r, dict)]
     sources = [s for s in doc.get("sources") or [] if isinstance(s, dict)]
+    from assay.nightly.partial import partial_text
+
+    # a partial night (failed samples) is not a pass, whatever the gate compared
+    partial = [partial_text(s) for s in sources if isinstance(s.get("partial"), dict)]
     if regs:
         verdict = "regression"
+    elif partial:
+        verdict = "partial"
     elif not any(s.get("baseline") for s in sources):
         verdict = "no baseline"
     else:
@@ -103,7 +109,8 @@ def night_doc(run_dir: Path) -> dict[str, Any] | None:
                     "baseline": s.get("baseline"), "verdict": m.get("verdict"),
                     "regression": bool(m.get("regression"))})
     return {"study": doc.get("study"), "night": doc.get("night", run_dir.name), "verdict": verdict,
-            "regressions": regs, "gated": sorted(gated), "baseline_rule": doc.get("baseline_rule"),
+            "regressions": regs, "partial": partial, "gated": sorted(gated),
+            "baseline_rule": doc.get("baseline_rule"),
             "tonight": tonight, "history": history}
 
 

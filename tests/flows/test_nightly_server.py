@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -67,23 +68,46 @@ def test_nightly_deploys_runs_and_completes(prefect_server: str, tmp_path: Path)
         assert sched.schedule.timezone == cfg["schedules"][0]["timezone"]
         assert dep.work_pool_name == "assay-local"
 
-    run = run_deployment("assay-nightly/nightly", timeout=0, parameters={
-        "specs": ["served.yaml"], "root": str(tmp_path / "nights"), "night": "2026-11-30"})
+    def night(date: str) -> Any:
+        return run_deployment("assay-nightly/nightly", timeout=0, parameters={
+            "specs": ["served.yaml"], "root": str(tmp_path / "nights"), "night": date})
+
+    def wait_final(run_id: Any) -> Any:
+        deadline = time.monotonic() + 180
+        with get_client(sync_client=True) as client:
+            while time.monotonic() < deadline:
+                state = client.read_flow_run(run_id).state
+                if state is not None and state.is_final():
+                    return state
+                time.sleep(1)
+        return state
+
+    run = night("2026-11-30")
     with open(tmp_path / "worker.log", "wb") as log:
         worker = subprocess.Popen(
             [str(BIN / "prefect"), "worker", "start", "--pool", "assay-local", "--type", "process",
              "--prefetch-seconds", "5"],
             cwd=proj, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     try:
-        deadline = time.monotonic() + 180
-        with get_client(sync_client=True) as client:
-            while time.monotonic() < deadline:
-                state = client.read_flow_run(run.id).state
-                if state is not None and state.is_final():
-                    break
-                time.sleep(1)
+        state = wait_final(run.id)
         assert state is not None and state.type == StateType.COMPLETED, (
             f"flow run ended {state}; worker log:\n{(tmp_path / 'worker.log').read_text()[-3000:]}")
+        # the next night every answer is wrong: an expected regression, Failed with its
+        # message, and in the worker's output one line, not a traceback
+        (proj / "answers.jsonl").write_text("".join(
+            f'{{"id": "t{i}", "q": "q{i}", "c": "c{j}", "r": 0}}\n'
+            for i in range(12) for j in range(2)))
+        state = wait_final(night("2026-12-01").id)
+        assert state.type == StateType.FAILED, f"ended {state}"
+        assert "gated metric regressed: served/model/pass@1" in (state.message or "")
+        # the engine logs the outcome after the state is set: wait for its line (bounded)
+        line = ("the flow run ends Failed: night 2026-12-01: gated metric regressed: "
+                "served/model/pass@1")
+        end = time.monotonic() + 60
+        while line not in (wlog := (tmp_path / "worker.log").read_text()):
+            assert time.monotonic() < end, wlog[-5000:]
+            time.sleep(0.5)
+        assert "Traceback" not in wlog, wlog[-5000:]
     finally:
         os.killpg(worker.pid, signal.SIGTERM)
         try:

@@ -267,3 +267,17 @@ def test_served_page_loads_over_http(runs: dict[str, Path], browser: Any) -> Non
         server.shutdown()
         server.server_close()
         thread.join()
+
+
+def test_against_a_night_date(runs: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    """`--against 2026-11-02` names that night of the same study; a night that is not there is
+    an error naming the nights that are."""
+    a = runs["2026-11-01"]
+    assert main(["view", str(a), "--against", "2026-11-02"]) == 0
+    meta = (a / "view" / "data" / "meta.js").read_text()
+    assert '"against":{' in meta and "2026-11-02" in meta
+    capsys.readouterr()
+    assert main(["view", str(a), "--against", "2026-10-31"]) == 2
+    err = capsys.readouterr().err
+    assert "--against 2026-10-31: no finished night 2026-10-31" in err
+    assert "nights there: ['2026-11-02']" in err

@@ -98,15 +98,19 @@
 
   // ---------------------------------------------------------------- overview
   function verdictBanner(n) {
-    const cls = n.verdict === "regression" ? "bad" : n.verdict === "pass" ? "good" : "neutral";
+    const bad = n.verdict === "regression" || n.verdict === "partial";
+    const cls = bad ? "bad" : n.verdict === "pass" ? "good" : "neutral";
     const text = n.verdict === "regression" ? "REGRESSION: a gated metric got worse tonight"
+      : n.verdict === "partial" ? "PARTIAL night: the model gave no completion for some samples; not a pass"
       : n.verdict === "pass" ? "Gate passed: no gated metric got worse than its baseline"
       : "No baseline yet: nothing to compare tonight with";
+    const partial = n.partial || [];
     return el("div", {class: "banner " + cls, id: "gate-verdict"},
       el("b", {}, "Nightly " + (n.night || "") + ": "), text,
       n.regressions.length ? el("ul", {}, n.regressions.map((r) => el("li", {},
         r.source + " / " + r.metric + ": delta " + fmt(r.delta) + " [" + fmt(r.low) + ", " + fmt(r.high) +
-        "] vs " + r.baseline + " (Holm p " + fmt(r.p_adjusted, 4) + ")"))) : null);
+        "] vs " + r.baseline + " (Holm p " + fmt(r.p_adjusted, 4) + ")"))) : null,
+      partial.length ? el("ul", {class: "partial"}, partial.map((t) => el("li", {}, t))) : null);
   }
 
   function overview(main) {
