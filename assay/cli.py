@@ -752,13 +752,12 @@ def console() -> None:
 
 
 def _flush_prefect_logs() -> None:
-    """Send Prefect's buffered log records to its server (bounded by Prefect's own timeouts)."""
+    """Send Prefect's buffered log records to its server, when a run imported Prefect."""
     if "prefect" not in sys.modules:
         return
-    with contextlib.suppress(Exception):
-        from prefect.logging.handlers import APILogHandler
+    from flows.embedded import flush_prefect_logs
 
-        APILogHandler().flush()  # drains every queued record (5 s at most)
+    flush_prefect_logs()
 
 
 if __name__ == "__main__":

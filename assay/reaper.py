@@ -64,8 +64,17 @@ def watch_parent(interval_s: float = 0.25) -> threading.Thread:
     as its parent is gone (it was re-parented), so a SIGKILLed ``assay`` leaves no worker.
 
     Not PR_SET_PDEATHSIG: that fires when the parent *thread* that forked us exits, and
-    workers outlive the task-runner thread that started them."""
-    parent = os.getppid()
+    workers outlive the task-runner thread that started them.
+
+    The parent is the one that started us (multiprocessing records its pid before the fork), not
+    ``os.getppid()`` now: a parent killed between the fork and this call would otherwise be
+    taken for the process we were re-parented to, and never missed."""
+    import multiprocessing
+
+    started_by = multiprocessing.parent_process()
+    parent = started_by.pid if started_by is not None else os.getppid()
+    if parent is not None and os.getppid() != parent:
+        os._exit(1)
 
     def loop() -> None:
         ev = threading.Event()

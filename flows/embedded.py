@@ -292,3 +292,12 @@ def require_real_server(runner: str, *, embedded: bool | None = None) -> None:
             "Start one with `prefect server start --host 127.0.0.1`, set "
             "PREFECT_API_URL=http://127.0.0.1:4200/api, and run again; or use runner: local."
         )
+
+
+def flush_prefect_logs() -> None:
+    """Send Prefect's buffered log records to its server (bounded by Prefect's own timeouts):
+    a process leaving with ``os._exit`` would otherwise drop the run's last records."""
+    with contextlib.suppress(Exception):
+        from prefect.logging.handlers import APILogHandler
+
+        APILogHandler().flush()  # drains every queued record (5 s at most)
