@@ -661,7 +661,9 @@ def _interrupted(reason: str) -> int:
     from assay import stop
 
     stop.trigger(reason)
-    line, rc = _stop_line(reason)
+    # what stopped the run first: a watchdog's stop can reach this thread as a node's
+    # cancellation (a KeyboardInterrupt) before its own signal does
+    line, rc = _stop_line(stop.stopped() or reason)
     _err(line)
     return rc
 

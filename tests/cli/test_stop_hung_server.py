@@ -166,7 +166,7 @@ def test_stall_on_a_server_frozen_before_the_run(prefect_server: str, tmp_path: 
     run = Run(tmp_path, _args(kind, spec, tmp_path))
     rc, _ = run.finish(bound=BOUND_S + 60)
     _check_end(run, rc, EXIT_STOPPED, "stopped by execution.stall_after (2s)")
-    assert "in flight: [generate] a shard 1/1: 0 done" in run.errors()[0]
+    assert "in flight: [generate] a shard 1/1: 0/80 done" in run.errors()[0]
 
 
 @pytest.mark.parametrize("kind", ["run", "nightly"])

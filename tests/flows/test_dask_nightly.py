@@ -19,9 +19,13 @@ import pytest
 PLUGIN = '''
 import os
 
+# in the module, not the environment: a warm grading worker forked before the test set a
+# variable would not see it
+CALLS_DIR = {calls!r}
+
 def close_enough(completion, reference):
     # records which process graded it: its parent is the process that ran the grade node
-    with open(os.path.join(os.environ["CALLS_DIR"], f"{os.getppid()}-{os.getpid()}"), "a") as f:
+    with open(os.path.join(CALLS_DIR, f"{{os.getppid()}}-{{os.getpid()}}"), "a") as f:
         f.write("x")
     return float(completion.strip() == reference.strip())
 '''
@@ -49,17 +53,16 @@ def test_nightly_grades_function_and_code_exec_on_a_dask_cluster(
     from assay.rows import Rows
     from flows.nightly import nightly
 
-    (tmp_path / "daskplug.py").write_text(PLUGIN)
+    calls = tmp_path / "calls"
+    (tmp_path / "daskplug.py").write_text(PLUGIN.format(calls=str(calls)))
     (tmp_path / "d.jsonl").write_text("".join(
         json.dumps({"id": f"t{i}", "q": f"{i}+1", "c": str(i + 1 + (i % 3 == 0)),
                     "gold": str(i + 1)}) + "\n" for i in range(12)))
-    calls = tmp_path / "calls"
     calls.mkdir()
-    # the cluster's worker processes import the plugin and find where to record calls
+    # the cluster's worker processes import the plugin
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(
         [str(tmp_path), str(Path(__file__).resolve().parents[2]),
          os.environ.get("PYTHONPATH", "")]))
-    monkeypatch.setenv("CALLS_DIR", str(calls))
     monkeypatch.syspath_prepend(str(tmp_path))
     rows = {}
     for runner in ("dask", "local"):
@@ -92,13 +95,13 @@ def test_function_verifier_on_dask_worker_processes(
     workers, daemonic), reached by ``execution.address``."""
     from flows.nightly import nightly
 
-    (tmp_path / "daskplug.py").write_text(PLUGIN)
+    calls = tmp_path / "calls"
+    (tmp_path / "daskplug.py").write_text(PLUGIN.format(calls=str(calls)))
     (tmp_path / "d.jsonl").write_text("".join(
         json.dumps({"id": f"t{i}", "q": f"{i}+1", "c": str(i + 1), "gold": str(i + 1)}) + "\n"
         for i in range(8)))
-    calls = tmp_path / "calls"
     calls.mkdir()
-    env = {**os.environ, "CALLS_DIR": str(calls), "PYTHONPATH": os.pathsep.join(
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
         [str(tmp_path), str(Path(__file__).resolve().parents[2])])}
     bin_ = Path(sys.executable).parent
     sched_file = tmp_path / "scheduler.json"
