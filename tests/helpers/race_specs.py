@@ -52,14 +52,14 @@ SOURCES: dict[str, str] = {
     split: test
     prompt_template: "{{ question }}\\nA. {{ choices[0] }}\\nB. {{ choices[1] }}"""
     """\\nC. {{ choices[2] }}\\nD. {{ choices[3] }}\\nAnswer:"
-    choices: {model: {kind: hf, path: ./lm}, templates: [A, B, C, D], answer: answer}""",
+    choices: {model: {kind: hf, path: '{root}/lm'}, templates: [A, B, C, D], answer: answer}""",
     # multiple choice read from a file, scored by the same LM (ARC next to MMLU)
     "choices": """
   - name: arc
     kind: file
     path: mmlu/test.jsonl
     fields: {prompt: question}
-    choices: {model: {kind: hf, path: ./lm}, answer: answer}""",
+    choices: {model: {kind: hf, path: '{root}/lm'}, answer: answer}""",
     "file": """
   - name: plain
     kind: file
@@ -90,7 +90,7 @@ SOURCES: dict[str, str] = {
     path: sums.jsonl
     fields: {prompt: q, reference: gold, task_id: id}
     generate:
-      model: {kind: hf, path: ./lm}
+      model: {kind: hf, path: '{root}/lm'}
       api: completions
       k: 1
       params: {temperature: 0.0, max_tokens: 4}
@@ -100,7 +100,7 @@ SOURCES: dict[str, str] = {
     kind: file
     path: text.jsonl
     fields: {prompt: text}
-    perplexity: {model: {kind: hf, path: ./lm}}""",
+    perplexity: {model: {kind: hf, path: '{root}/lm'}}""",
     "judge": """
   - name: judged
     kind: file
@@ -121,7 +121,7 @@ REWARD_SOURCE = """
 REWARD = """
 reward:
   models:
-    - {name: rm, kind: hf, path: ./rm, params: {device: cpu}}
+    - {name: rm, kind: hf, path: '{root}/rm', params: {device: cpu}}
   data: null
   score: {sources: [scored]}
 """
@@ -136,14 +136,15 @@ REPROS = {"two_hf_datasets": ("hf_numeric", "hf_exact"), "hf_dataset_and_model":
                                                                                    "choices")}
 
 
-def spec_text(name: str, parts: tuple[str, ...], openai: str = "") -> str:
+def spec_text(name: str, parts: tuple[str, ...], root: Path, openai: str = "") -> str:
     """A spec of the sources in ``parts`` (``reward``: a source scored by a reward model);
-    ``openai``: the loopback server's base URL, serving model ``m``."""
+    ``root``: where :func:`build` wrote (models are named by absolute path: a cluster worker
+    does not run in the spec's folder); ``openai``: the loopback server's URL, serving ``m``."""
     sources = "".join(REWARD_SOURCE if p == "reward" else SOURCES[p] for p in parts)
     text = f"version: 1\nname: {name}\nsources:{sources}\n"
     if "reward" in parts:
         text += REWARD
-    return text.replace("{openai}", openai)
+    return text.replace("{openai}", openai).replace("{root}", str(root))
 
 
 def build(root: Path) -> Path:

@@ -41,7 +41,7 @@ def _same_as_one_at_a_time(data: Path, served: str, name: str, parts: tuple[str,
     """``runs`` fresh runs at the default max_parallel: each rc 0 with the bytes of a
     ``max_parallel=1`` run (rows and report)."""
     spec = data / f"{name}.yaml"
-    spec.write_text(race_specs.spec_text(name, parts, served))
+    spec.write_text(race_specs.spec_text(name, parts, data, served))
     rc, want, err = race_specs.run_fresh(spec, data / f"{name}-serial", max_parallel=1)
     assert rc == 0 and want, err[-3000:]
     for i in range(runs):
