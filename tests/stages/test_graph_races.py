@@ -131,9 +131,41 @@ def test_kinds_side_by_side(data: Path, served: str, parts: tuple[str, ...]) -> 
 MATRIX = [c for n in (2, 3) for c in itertools.combinations(race_specs.KINDS, n)]
 
 
+class _Matrix:
+    def test_matrix(self, data: Path, served: str, parts: tuple[str, ...]) -> None:
+        runs = int(os.environ.get("ASSAY_STRESS_MATRIX_RUNS", "2"))
+        _same_as_one_at_a_time(data, served, "-".join(parts).replace("_", ""), parts, runs)
+
+
+# Four classes, a quarter of the matrix each: pytest-xdist's loadscope gives each class to a
+# worker of its own, so the matrix spreads over the cores.
+_only_stress = pytest.mark.skipif(not STRESS, reason="the full matrix: ASSAY_STRESS_MATRIX=1 "
+                                  "(make test-stress)")
+
+
 @pytest.mark.slow
-@pytest.mark.skipif(not STRESS, reason="the full matrix: ASSAY_STRESS_MATRIX=1 (make test-stress)")
-@pytest.mark.parametrize("parts", MATRIX, ids="+".join)
-def test_matrix(data: Path, served: str, parts: tuple[str, ...]) -> None:
-    runs = int(os.environ.get("ASSAY_STRESS_MATRIX_RUNS", "2"))
-    _same_as_one_at_a_time(data, served, "-".join(parts).replace("_", ""), parts, runs)
+@_only_stress
+@pytest.mark.parametrize("parts", MATRIX[0::4], ids="+".join)
+class TestMatrix0(_Matrix):
+    pass
+
+
+@pytest.mark.slow
+@_only_stress
+@pytest.mark.parametrize("parts", MATRIX[1::4], ids="+".join)
+class TestMatrix1(_Matrix):
+    pass
+
+
+@pytest.mark.slow
+@_only_stress
+@pytest.mark.parametrize("parts", MATRIX[2::4], ids="+".join)
+class TestMatrix2(_Matrix):
+    pass
+
+
+@pytest.mark.slow
+@_only_stress
+@pytest.mark.parametrize("parts", MATRIX[3::4], ids="+".join)
+class TestMatrix3(_Matrix):
+    pass
