@@ -13,8 +13,11 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from helpers import gsm_fixture
 
@@ -221,3 +224,35 @@ def run_fresh(spec: Path, store: Path, *, max_parallel: int | None = None, guard
         if line.startswith("FILES "):
             files = json.loads(line[6:])
     return p.returncode, files, p.stderr
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """:func:`build`'s folder, once per test module."""
+    return build(tmp_path_factory.mktemp("races"))
+
+
+@pytest.fixture(scope="module")
+def served() -> Iterator[str]:
+    """A loopback OpenAI server serving model ``m`` (its base URL), stopped at the end."""
+    from helpers.openai_server import OpenAIServer
+
+    server = OpenAIServer(["m"]).start()
+    try:
+        yield server.base_url
+    finally:
+        server.stop()
+
+
+def same_as_one_at_a_time(data: Path, served: str, name: str, parts: tuple[str, ...],
+                          runs: int) -> None:
+    """``runs`` fresh runs of the spec of ``parts`` at the default max_parallel: each rc 0 with
+    the bytes (report and graded rows) of a ``max_parallel=1`` run."""
+    spec = data / f"{name}.yaml"
+    spec.write_text(spec_text(name, parts, data, served))
+    rc, want, err = run_fresh(spec, data / f"{name}-serial", max_parallel=1)
+    assert rc == 0 and want, err[-3000:]
+    for i in range(runs):
+        rc, got, err = run_fresh(spec, data / f"{name}-{i}")
+        assert rc == 0, f"run {i + 1} of {runs}: {err[-3000:]}"
+        assert got == want, f"run {i + 1} of {runs}: bytes differ from the one-at-a-time run"

@@ -1,53 +1,22 @@
 """Graph nodes side by side in one process never see another's half-done library state (issue
-39): the issue's two repros and pairs of source kinds, each in fresh interpreters, end rc 0 with
-the bytes of the one-at-a-time run; the full matrix runs under ``make test-stress``.
-
-``ASSAY_STRESS_MATRIX=1`` (set by ``make test-stress``) adds every combination of two and three
-kinds (tests/helpers/race_specs.py), ``ASSAY_STRESS_MATRIX_RUNS`` times each (default 2).
+39): the issue's two repros, each in fresh interpreters, end rc 0 with the bytes of the
+one-at-a-time run, and the first race's interleaving made certain (it fails unguarded). Pairs of
+kinds and the full matrix: test_graph_race_matrix.py.
 """
 
 from __future__ import annotations
 
-import itertools
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from helpers import race_specs
-from helpers.openai_server import OpenAIServer
 
-STRESS = os.environ.get("ASSAY_STRESS_MATRIX") == "1"
-
-
-@pytest.fixture(scope="module")
-def data(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return race_specs.build(tmp_path_factory.mktemp("races"))
-
-
-@pytest.fixture(scope="module")
-def served() -> Iterator[str]:
-    server = OpenAIServer(["m"]).start()
-    try:
-        yield server.base_url
-    finally:
-        server.stop()
-
-
-def _same_as_one_at_a_time(data: Path, served: str, name: str, parts: tuple[str, ...],
-                           runs: int) -> None:
-    """``runs`` fresh runs at the default max_parallel: each rc 0 with the bytes of a
-    ``max_parallel=1`` run (rows and report)."""
-    spec = data / f"{name}.yaml"
-    spec.write_text(race_specs.spec_text(name, parts, data, served))
-    rc, want, err = race_specs.run_fresh(spec, data / f"{name}-serial", max_parallel=1)
-    assert rc == 0 and want, err[-3000:]
-    for i in range(runs):
-        rc, got, err = race_specs.run_fresh(spec, data / f"{name}-{i}")
-        assert rc == 0, f"run {i + 1} of {runs}: {err[-3000:]}"
-        assert got == want, f"run {i + 1} of {runs}: bytes differ from the one-at-a-time run"
+data = race_specs.data
+served = race_specs.served
+_same_as_one_at_a_time = race_specs.same_as_one_at_a_time
 
 
 @pytest.mark.slow
@@ -115,57 +84,3 @@ def test_two_dataset_loads_never_meet_in_tqdms_lock(data: Path, guard: str) -> N
         assert out.strip() == "errors [] met False", out
     else:
         assert "has no attribute '_lock'" in out and "met True" in out, out
-
-
-# A few representative pairs and a triple in the normal suite; every one under make test-stress.
-PAIRS = [("gen_openai", "hf_numeric"), ("humaneval", "reward"), ("perplexity", "judge"),
-         ("choices", "file", "gen_openai")]
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("parts", PAIRS, ids="+".join)
-def test_kinds_side_by_side(data: Path, served: str, parts: tuple[str, ...]) -> None:
-    _same_as_one_at_a_time(data, served, "-".join(parts).replace("_", ""), parts, 1)
-
-
-MATRIX = [c for n in (2, 3) for c in itertools.combinations(race_specs.KINDS, n)]
-
-
-class _Matrix:
-    def test_matrix(self, data: Path, served: str, parts: tuple[str, ...]) -> None:
-        runs = int(os.environ.get("ASSAY_STRESS_MATRIX_RUNS", "2"))
-        _same_as_one_at_a_time(data, served, "-".join(parts).replace("_", ""), parts, runs)
-
-
-# Four classes, a quarter of the matrix each: pytest-xdist's loadscope gives each class to a
-# worker of its own, so the matrix spreads over the cores.
-_only_stress = pytest.mark.skipif(not STRESS, reason="the full matrix: ASSAY_STRESS_MATRIX=1 "
-                                  "(make test-stress)")
-
-
-@pytest.mark.slow
-@_only_stress
-@pytest.mark.parametrize("parts", MATRIX[0::4], ids="+".join)
-class TestMatrix0(_Matrix):
-    pass
-
-
-@pytest.mark.slow
-@_only_stress
-@pytest.mark.parametrize("parts", MATRIX[1::4], ids="+".join)
-class TestMatrix1(_Matrix):
-    pass
-
-
-@pytest.mark.slow
-@_only_stress
-@pytest.mark.parametrize("parts", MATRIX[2::4], ids="+".join)
-class TestMatrix2(_Matrix):
-    pass
-
-
-@pytest.mark.slow
-@_only_stress
-@pytest.mark.parametrize("parts", MATRIX[3::4], ids="+".join)
-class TestMatrix3(_Matrix):
-    pass
