@@ -11,46 +11,17 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers import race_specs
 
 BIN = Path(sys.executable).parent
 ROOT = Path(__file__).resolve().parents[2]
 
-SPEC = """name: gsm-two
-sources:
-  - name: numeric
-    kind: hf_dataset
-    path: gsm
-    split: test
-    fields: {prompt: question, reference: answer}
-    reference_regex: "####\\\\s*(.+)$"
-    completions: {path: completions.jsonl, key: idx}
-    verifier: {kind: numeric}
-"""
-
-# Loaded first by the run's interpreter (sitecustomize): the datasets module assay's loader gets
-# raises, from inside the library's load, the AttributeError of the issue's first race.
-FAULT = """
-import contextlib
-from assay import libguard
-real = libguard.datasets
-
-@contextlib.contextmanager
-def datasets():
-    with real() as ds:
-        class Faulty:
-            def __getattr__(self, name):
-                return getattr(ds, name)
-
-            def load_from_disk(self, *args, **kwargs):
-                raise AttributeError("type object 'tqdm' has no attribute '_lock'")
-        yield Faulty()
-
-libguard.datasets = datasets
-"""
+# Loaded first by the run's interpreter (sitecustomize): datasets fails inside its own load.
+FAULT = "from helpers import faulty_datasets\nfaulty_datasets.install()\n"
 
 
 def _run(tmp: Path, *, fault: bool) -> subprocess.CompletedProcess[str]:
-    paths = [str(ROOT)] + ([str(tmp / "fault")] if fault else [])
+    paths = [str(ROOT)] + ([str(tmp / "fault"), str(ROOT / "tests")] if fault else [])
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(paths), "HF_HUB_OFFLINE": "1"}
     return subprocess.run([str(BIN / "assay"), "run", str(tmp / "spec.yaml"), "--store",
                            str(tmp / "store"), "--output", str(tmp / "out")],
@@ -62,7 +33,8 @@ def gsm(tmp_path: Path) -> Path:
     from helpers import gsm_fixture
 
     gsm_fixture.build(tmp_path, tasks_per_subject=2, k=1)
-    (tmp_path / "spec.yaml").write_text(SPEC)
+    (tmp_path / "spec.yaml").write_text("name: gsm-one\nsources:"
+                                        + race_specs.SOURCES["hf_numeric"] + "\n")
     (tmp_path / "fault").mkdir()
     (tmp_path / "fault" / "sitecustomize.py").write_text(FAULT)
     return tmp_path

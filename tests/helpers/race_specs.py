@@ -24,29 +24,26 @@ from helpers import gsm_fixture
 ROOT = Path(__file__).resolve().parents[2]
 HELPERS = Path(__file__).resolve().parent
 
+def _gsm(name: str, verifier: str) -> str:
+    """A source over the GSM8K-shaped DatasetDict :func:`build` saves, with its completions."""
+    return f"""
+  - name: {name}
+    kind: hf_dataset
+    path: gsm
+    split: test
+    fields: {{prompt: question, reference: answer}}
+    reference_regex: "####\\\\s*(.+)$"
+    completions: {{path: completions.jsonl, key: idx}}
+    verifier: {{kind: {verifier}}}"""
+
+
 # One source per mode/kind, each a YAML list item (two-space indented under ``sources:``);
 # {openai} is the loopback server's base URL. Each reads only what build() wrote.
 SOURCES: dict[str, str] = {
     # a DatasetDict saved with save_to_disk, completions in a file
-    "hf_numeric": """
-  - name: numeric
-    kind: hf_dataset
-    path: gsm
-    split: test
-    fields: {prompt: question, reference: answer}
-    reference_regex: "####\\\\s*(.+)$"
-    completions: {path: completions.jsonl, key: idx}
-    verifier: {kind: numeric}""",
+    "hf_numeric": _gsm("numeric", "numeric"),
     # the same folder graded another way (the issue's first repro)
-    "hf_exact": """
-  - name: exact
-    kind: hf_dataset
-    path: gsm
-    split: test
-    fields: {prompt: question, reference: answer}
-    reference_regex: "####\\\\s*(.+)$"
-    completions: {path: completions.jsonl, key: idx}
-    verifier: {kind: math_equal}""",
+    "hf_exact": _gsm("exact", "math_equal"),
     # MMLU-shaped multiple choice from a folder of JSONL files, scored by a local transformers LM
     "hf_choices": """
   - name: mmlu

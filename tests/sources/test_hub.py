@@ -89,27 +89,12 @@ def test_a_folder_of_files_has_the_splits_its_file_names_give(tmp_path: Path) ->
 @pytest.mark.parametrize("local", [True, False])
 def test_a_failure_inside_the_library_is_not_blamed_on_the_data(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, local: bool) -> None:
-    import contextlib
+    from helpers import faulty_datasets
 
     from assay import libguard
 
     datasets.Dataset.from_dict(ROWS).save_to_disk(str(tmp_path / "gsm"))
-    real = libguard.datasets
-
-    @contextlib.contextmanager
-    def faulty():  # the library raises as a thread race inside it would
-        with real() as ds:
-            class Faulty:
-                def __getattr__(self, name):
-                    return getattr(ds, name)
-
-                def load_from_disk(self, *a, **k):
-                    raise AttributeError("type object 'tqdm' has no attribute '_lock'")
-
-                load_dataset = load_from_disk
-            yield Faulty()
-
-    monkeypatch.setattr(libguard, "datasets", faulty)
+    monkeypatch.setattr(libguard, "datasets", faulty_datasets.faulty)
     path = tmp_path / "gsm" if local else "org/not-cached-here"
     # the library's own exception, with its traceback: exit 1 naming the node, not "cannot read"
     with pytest.raises(AttributeError, match="_lock"):

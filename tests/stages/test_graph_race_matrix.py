@@ -45,31 +45,7 @@ class _Matrix:
 # worker of its own, so the matrix spreads over the cores.
 _only_stress = pytest.mark.skipif(not STRESS, reason="the full matrix: ASSAY_STRESS_MATRIX=1 "
                                   "(make test-stress)")
-
-
-@pytest.mark.slow
-@_only_stress
-@pytest.mark.parametrize("parts", MATRIX[0::4], ids="+".join)
-class TestMatrix0(_Matrix):
-    pass
-
-
-@pytest.mark.slow
-@_only_stress
-@pytest.mark.parametrize("parts", MATRIX[1::4], ids="+".join)
-class TestMatrix1(_Matrix):
-    pass
-
-
-@pytest.mark.slow
-@_only_stress
-@pytest.mark.parametrize("parts", MATRIX[2::4], ids="+".join)
-class TestMatrix2(_Matrix):
-    pass
-
-
-@pytest.mark.slow
-@_only_stress
-@pytest.mark.parametrize("parts", MATRIX[3::4], ids="+".join)
-class TestMatrix3(_Matrix):
-    pass
+for _i in range(4):
+    _cls = type(f"TestMatrix{_i}", (_Matrix,), {})
+    _mark = pytest.mark.parametrize("parts", MATRIX[_i::4], ids="+".join)
+    globals()[_cls.__name__] = pytest.mark.slow(_only_stress(_mark(_cls)))
