@@ -132,10 +132,12 @@ def local_data_problem(p: Path) -> str | None:
 
 def _hub_problem(e: BaseException) -> bool:
     """``e`` says a hub dataset is not in the local cache or cannot be fetched (offline, not
-    found, a bad id: raised by the hub client, datasets' exceptions or as an OSError), as
-    opposed to a failure inside the library while it loads."""
+    found, a bad id: raised by the hub client, datasets' exceptions or as an OSError) or that
+    the spec's arguments do not fit it (datasets' ValueErrors: a configuration or data_dir it
+    does not have), as opposed to a failure inside the library while it loads (an
+    AttributeError, a TypeError, ...)."""
     mod = type(e).__module__
-    return isinstance(e, OSError) or mod.startswith(
+    return isinstance(e, OSError | ValueError) or mod.startswith(
         ("huggingface_hub", "datasets.exceptions", "requests", "httpx", "fsspec"))
 
 
