@@ -31,11 +31,13 @@ test: $(STAMP)
 	$(PYTEST)
 
 # The suite while a CPU burner keeps every core busy, STRESS_RUNS times in a row: a test that
-# depends on a wall-clock margin or on the order concurrent work finishes fails here.
+# depends on a wall-clock margin or on the order concurrent work finishes fails here. With it,
+# the concurrency matrix (tests/stages/test_graph_race_matrix.py: every two and three source
+# kinds in one study, fresh interpreters, bytes equal to the one-at-a-time run).
 STRESS_RUNS ?= 3
 STRESS_ARGS ?=
 test-stress: $(STAMP)
-	$(PY) tests/cpu_burner.py --runs $(STRESS_RUNS) -- $(PYTEST) $(STRESS_ARGS)
+	ASSAY_STRESS_MATRIX=1 $(PY) tests/cpu_burner.py --runs $(STRESS_RUNS) -- $(PYTEST) $(STRESS_ARGS)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check assay tasks flows tests benchmarks configs

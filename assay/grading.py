@@ -286,14 +286,19 @@ class _Slot:
 
 
 def _fork_slots(ctx: Any, judge: Judge | None, n: int) -> list[_Slot]:
+    from assay import libguard
+
     # Freeze the parent's objects into the permanent generation while forking, so the
     # workers' garbage collector never touches (and copy-on-write copies) inherited pages.
-    gc.collect()
-    gc.freeze()
-    try:
-        return [_Slot(ctx, judge) for _ in range(n)]
-    finally:
-        gc.unfreeze()
+    # Forked holding libguard's lock: no other node's thread is half way through a heavy
+    # import or a datasets load, whose locks a worker would otherwise inherit held for ever.
+    with libguard.LIBRARIES:
+        gc.collect()
+        gc.freeze()
+        try:
+            return [_Slot(ctx, judge) for _ in range(n)]
+        finally:
+            gc.unfreeze()
 
 
 class _SharedPool:

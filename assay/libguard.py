@@ -18,8 +18,30 @@ So: (1) :func:`prepare` imports every heavy library a spec's nodes use (each kin
 ``WARM_IMPORTS``) before the graph starts, in the process that runs the nodes (a cluster worker
 does it before its first node); only what the spec's kinds name, never on the fully cached path.
 (2) Every call assay makes into ``datasets``' loaders holds :data:`LIBRARIES` (:func:`datasets`),
-one at a time, with its progress bars off; imports done here hold it too. Everything else a node
-touches is its own or guarded where it lives (model caches, the grading pool).
+one at a time, with its progress bars off; imports done here hold it too, and so does the
+grading pool while it forks its workers (assay.grading). Imports first and one lock, rather than
+moving the work into processes: the libraries' state is only unsafe while it is being set up
+(an import, a first load), and a process per node would pay the imports again for every node.
+
+The rest of the list a reviewer checks, and why each needs nothing more:
+
+- tokenizers: each encoder and model keeps its own tokenizer objects (none is reconfigured per
+  call); the library turns its own thread pool off in a forked child.
+- transformers, torch, sentence-transformers: imported by (1) when a kind names them
+  (``HFSpec``, the reward models' ``WARM_IMPORTS``, the embedding model's choice of encoder);
+  after the import, torch's thread pools keep their own locks.
+- numba (decontamination's compiled loops): another thread that imports a module being
+  imported waits for it (Python's per-module import locks), so only code that reads
+  ``sys.modules`` itself (datasets' pickler: regex, spacy, tiktoken, torch, transformers) or a
+  lazy module (transformers) can see an import half done; numba is neither, and its compiler
+  holds a lock of its own.
+- matplotlib: only the report node draws, on a ``Figure`` with the Agg canvas, outside pyplot's
+  global state; its import is warmed with the measures' (assay.stages.plan.Preloader, via
+  :func:`warm`).
+- the grading pool: started once per process under its own lock (assay.grading); forked under
+  :data:`LIBRARIES`, as above.
+- model caches and the scoring worker: guarded where they live (a lock per cache; the scoring
+  worker is a process of its own, started with ``subprocess``).
 
 Example:
     >>> warm(["json", "no.such.module"])   # a failing import is left for its stage to raise

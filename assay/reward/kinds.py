@@ -44,18 +44,26 @@ class EmbeddingModel(RewardModelEntry):
     kind: Literal["embedding"]
 
     def warm_imports(self) -> tuple[str, ...]:
-        """torch and tokenizers (the direct BERT path); transformers when the folder needs it
-        (imported before the study's nodes run side by side: assay.libguard)."""
+        """What the encoder :func:`~assay.reward.sentence_encoder.load_encoder` picks imports:
+        torch and tokenizers (the direct BERT path), transformers' AutoModel, or
+        sentence-transformers itself (imported before the study's nodes run side by side:
+        assay.libguard)."""
         from assay.libguard import TRANSFORMERS
         from assay.reward.bert import bert_reason
         from assay.reward.embedding import bundled_model_path
+        from assay.reward.sentence_encoder import direct_reason
 
-        path = self.params.get("path")
+        path = self.params.get("path") or bundled_model_path()
+        backend = self.params.get("backend", "auto")
+        library = (*TRANSFORMERS, "sentence_transformers")
         try:
-            direct = bert_reason(path or bundled_model_path()) is None
+            if backend == "sentence-transformers" or direct_reason(path) is not None:
+                return library
+            if backend == "auto" and bert_reason(path) is None:
+                return ("torch", "tokenizers")
         except Exception:  # noqa: BLE001 (a folder it cannot read: building it says why)
-            direct = True
-        return ("torch", "tokenizers") if direct else (*TRANSFORMERS, "transformers:AutoModel")
+            return library
+        return (*TRANSFORMERS, "transformers:AutoModel")
 
     def build(self, paths: Paths) -> Any:
         from assay.reward.embedding import EmbeddingRewardModel

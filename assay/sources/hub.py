@@ -130,6 +130,17 @@ def local_data_problem(p: Path) -> str | None:
     return None
 
 
+def _hub_problem(e: BaseException) -> bool:
+    """``e`` says a hub dataset is not in the local cache or cannot be fetched (offline, not
+    found, a bad id: raised by the hub client, datasets' exceptions or as an OSError) or that
+    the spec's arguments do not fit it (datasets' ValueErrors: a configuration or data_dir it
+    does not have), as opposed to a failure inside the library while it loads (an
+    AttributeError, a TypeError, ...)."""
+    mod = type(e).__module__
+    return isinstance(e, OSError | ValueError) or mod.startswith(
+        ("huggingface_hub", "datasets.exceptions", "requests", "httpx", "fsspec"))
+
+
 def is_local(path: str | Path) -> bool:
     """A folder or file on this machine (a hub id is anything else)."""
     return Path(path).exists()
@@ -201,6 +212,8 @@ def _load(datasets: Any, p: Path, path: str | Path, name: str | None, split: str
             problem = local_data_problem(p)
             if problem is not None:
                 raise SpecError(f"{where}: {problem}") from e
+            raise
+        if not _hub_problem(e):  # not the hub or its cache: the library's failure (exit 1)
             raise
         raise SpecError(
             f"{where}: {path!r} is not a local path and could not be loaded from the local hub "

@@ -84,3 +84,18 @@ def test_a_folder_of_files_has_the_splits_its_file_names_give(tmp_path: Path) ->
     with pytest.raises(SpecError, match=r"split 'test' not found; the dataset has \['train'\] "
                        r"\(its files are not named by split"):
         load_dataset_records(tmp_path / "u", split="test")
+
+
+@pytest.mark.parametrize("local", [True, False])
+def test_a_failure_inside_the_library_is_not_blamed_on_the_data(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, local: bool) -> None:
+    from helpers import faulty_datasets
+
+    from assay import libguard
+
+    datasets.Dataset.from_dict(ROWS).save_to_disk(str(tmp_path / "gsm"))
+    monkeypatch.setattr(libguard, "datasets", faulty_datasets.faulty)
+    path = tmp_path / "gsm" if local else "org/not-cached-here"
+    # the library's own exception, with its traceback: exit 1 naming the node, not "cannot read"
+    with pytest.raises(AttributeError, match="_lock"):
+        load_dataset_records(path, where="sources[0]")
