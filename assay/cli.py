@@ -574,11 +574,23 @@ class Terminated(KeyboardInterrupt):
     sandboxes on the way out), then exit 143."""
 
 
+#: The signal that interrupted this run, as the reason :func:`_interrupted` reports: recorded
+#: the moment it arrives, since its KeyboardInterrupt may surface wrapped in another library's
+#: error (pydantic's serializer, for one) or second to a node's cancellation.
+_SIGNALLED: list[str] = []
+
+
 def _on_sigterm(signum: int, frame: Any) -> None:
     import signal
 
     signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a second SIGTERM ends us at once
+    _SIGNALLED.append("terminated (SIGTERM)")
     raise Terminated()
+
+
+def _on_sigint(signum: int, frame: Any) -> None:
+    _SIGNALLED.append("interrupted")
+    raise KeyboardInterrupt
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -593,7 +605,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     bind_own_packages()  # a user's tasks.py or flows/ beside the spec must not replace ours
     args = build_parser().parse_args(argv)
     _RUN.clear()
-    term = None
+    term = intr = None
     ticker: Any = contextlib.nullcontext()
     if args.func in (cmd_run, cmd_nightly):
         import signal
@@ -603,6 +615,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         if threading.current_thread() is threading.main_thread():
             term = signal.signal(signal.SIGTERM, _on_sigterm)
+            intr = signal.signal(signal.SIGINT, _on_sigint)
         ticker = printing(sys.stderr)  # long shards: a bar (TTY) or a line every 5 s
     try:
         with ticker:
@@ -624,6 +637,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         return rc
     except Exception as e:
+        if _SIGNALLED:  # the signal's KeyboardInterrupt, wrapped by a library on its way up
+            return _interrupted(_SIGNALLED[0])
         rc = _internal_failure(e)
         if rc is None:
             raise
@@ -638,6 +653,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             import signal
 
             signal.signal(signal.SIGTERM, term)
+            signal.signal(signal.SIGINT, intr)
 
 
 def _internal_failure(e: BaseException) -> int | None:
@@ -660,10 +676,15 @@ def _interrupted(reason: str) -> int:
     requests in flight: :mod:`assay.stop`), print the one line, return the status."""
     from assay import stop
 
+    recorded = stop.stopped()
+    if _SIGNALLED:
+        reason = _SIGNALLED[0]
+    elif recorded is not None and recorded.startswith("stopped by execution."):
+        # a watchdog's stop can reach this thread as a node's cancellation (a
+        # KeyboardInterrupt) before its own signal does
+        reason = recorded
     stop.trigger(reason)
-    # what stopped the run first: a watchdog's stop can reach this thread as a node's
-    # cancellation (a KeyboardInterrupt) before its own signal does
-    line, rc = _stop_line(stop.stopped() or reason)
+    line, rc = _stop_line(reason)
     _err(line)
     return rc
 
