@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import sys
 import threading
 from typing import Any
 
@@ -26,10 +27,10 @@ def cluster_semaphore(server: str, max_connections: int) -> Any | None:
     """The cluster-wide connection semaphore of ``server`` when this runs on a Dask worker,
     else None. One per server and worker process; the first to register it on the scheduler
     sets its ``max_connections`` (every shard of one study asks with the same)."""
-    try:
-        from distributed import Semaphore, get_worker
-    except ImportError:
-        return None
+    if "distributed" not in sys.modules:  # not a Dask worker (which has it imported): a local
+        return None  # run never pays for importing it before its first request
+    from distributed import Semaphore, get_worker
+
     try:
         worker = get_worker()
     except ValueError:
