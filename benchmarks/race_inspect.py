@@ -4,8 +4,8 @@ Run: ``.venv/bin/python benchmarks/race_inspect.py [--inspect /tmp/inspect-venv/
 [--prompts 200] [--k 4] [--repeats 3] [--scenario clean|429|storm|cached]`` (inspect_ai lives
 in its own venv: its pins differ).
 
-Scenarios: ``clean`` (no faults); ``429`` (every second request the server sees is a 429 with
-Retry-After 1); ``storm`` (two requests in three refused, 429 and 503 alternating); ``cached``
+Scenarios: ``clean`` (no faults); ``429`` (each request's first attempt is a 429 with
+Retry-After 1); ``storm`` (its first two attempts refused: a 429, then a 503); ``cached``
 (a second run over the first one's cache: assay's store, inspect's ``--cache``; the timed run
 must send no request).
 
@@ -21,12 +21,14 @@ server's busy span (first request's arrival to the last answer's); medians and t
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -58,13 +60,25 @@ LATENCY = 0.05
 
 
 def faults(scenario: str) -> Callable[[int, dict[str, Any]], Fault | None] | None:
-    """The server's scripted refusals for a scenario, by arrival number (the same for both
-    sides: neither can tell a refused request from another by its body)."""
+    """The server's scripted refusals for a scenario, by how many times it has seen the same
+    request body (the same rule for both sides): ``429`` refuses each body's first attempt
+    (Retry-After 1), ``storm`` its first two (a 429, then a 503)."""
+    seen: dict[str, int] = {}
+    lock = threading.Lock()
+
+    def nth(body: dict[str, Any]) -> int:
+        key = json.dumps(body, sort_keys=True)
+        with lock:
+            seen[key] = seen.get(key, 0) + 1
+            return seen[key]
+
     if scenario == "429":
-        return lambda n, body: Fault(429, retry_after="1") if n % 2 == 0 else None
+        return lambda n, body: Fault(429, retry_after="1") if nth(body) % 2 == 1 else None
     if scenario == "storm":
-        return lambda n, body: (None if n % 3 == 2 else
-                                Fault(429, retry_after="1") if n % 3 == 0 else Fault(503))
+        def storm(n: int, body: dict[str, Any]) -> Fault | None:
+            i = nth(body) % 3
+            return Fault(429, retry_after="1") if i == 1 else Fault(503) if i == 2 else None
+        return storm
     return None
 
 
