@@ -56,17 +56,25 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tests"))
 
 
+def write_questions(path: Path, n_questions: int) -> list[dict[str, object]]:
+    """The shipped MMLU-shaped questions repeated to ``n_questions`` in ``path`` (JSONL), each
+    numbered so every context differs; returns the fixture's records."""
+    src = REPO / "configs" / "data" / "mmlu_tiny"
+    test = [json.loads(x) for x in (src / "test.jsonl").read_text().splitlines()]
+    with open(path, "w") as f:
+        for i in range(n_questions):
+            r = dict(test[i % len(test)])
+            r["question"] = f"{i} {r['question']}"
+            f.write(json.dumps(r) + "\n")
+    return test
+
+
 def pairs_for(n_questions: int, mode: str, model_dir: Path) -> list[tuple[str, str]]:
     from assay.spec import parse_spec
 
     tmp = Path(tempfile.mkdtemp())
     src = REPO / "configs" / "data" / "mmlu_tiny"
-    test = [json.loads(x) for x in (src / "test.jsonl").read_text().splitlines()]
-    with open(tmp / "test.jsonl", "w") as f:
-        for i in range(n_questions):
-            r = dict(test[i % len(test)])
-            r["question"] = f"{i} {r['question']}"
-            f.write(json.dumps(r) + "\n")
+    write_questions(tmp / "test.jsonl", n_questions)
     (tmp / "dev.jsonl").write_text((src / "dev.jsonl").read_text())
     spec = parse_spec(f"""
 version: 1

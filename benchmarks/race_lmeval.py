@@ -33,6 +33,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
+sys.path.insert(0, str(REPO / "benchmarks"))
 BIN = Path(sys.executable).parent
 
 TEMPLATE = ("{{ question.strip() }}\nA. {{ choices[0] }}\nB. {{ choices[1] }}\n"
@@ -40,13 +41,9 @@ TEMPLATE = ("{{ question.strip() }}\nA. {{ choices[0] }}\nB. {{ choices[1] }}\n"
 
 
 def write_data(work: Path, n_questions: int, n_docs: int) -> None:
-    src = REPO / "configs" / "data" / "mmlu_tiny"
-    test = [json.loads(x) for x in (src / "test.jsonl").read_text().splitlines()]
-    with open(work / "test.jsonl", "w") as f:
-        for i in range(n_questions):
-            r = dict(test[i % len(test)])
-            r["question"] = f"{i} {r['question']}"
-            f.write(json.dumps(r) + "\n")
+    from loglik import write_questions
+
+    test = write_questions(work / "test.jsonl", n_questions)
     words = " ".join(r["question"] + " " + " ".join(r["choices"]) for r in test).split()
     with open(work / "docs.jsonl", "w") as f:
         for d in range(n_docs):
