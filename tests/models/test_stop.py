@@ -190,16 +190,17 @@ def test_timeouts_cut_the_concurrency(tmp_path, fast_backoff) -> None:
     srv = OpenAIServer(policy=slow).start()
     try:
         qs = [f"q{i}" for i in range(16)]
-        # retries enough that every sample ends answered however slow the machine makes the
-        # server (what is tested is the cut, not how many attempts a loaded box needs)
-        g = generate(qs, spec(srv.base_url, timeout_s=1.0, max_retries=30, retry_total_s=100),
+        g = generate(qs, spec(srv.base_url, timeout_s=1.0, max_retries=8, retry_total_s=120),
                      k=2, store=Store(tmp_path / "s"), max_connections=16)
         srv.settle()
         assert g.stats["requests"] == srv.count(), (g.stats, srv.count())
         # without the cut only 429s lower it: the limit stays at 16 and every retry goes out
         # at full concurrency
         assert g.stats["min_limit"] is not None and g.stats["min_limit"] <= 4, g.stats
-        assert g.stats["completions"] == 32, g.stats
+        # every sample is accounted for, answered or failed by its cause (how many attempts a
+        # sample needs on a loaded machine is the machine's, not what is tested here)
+        assert g.stats["completions"] + sum(g.stats["failures"].values()) == 32, g.stats
+        assert g.stats["completions"] > 0 and set(g.stats["failures"]) <= {"timeout"}, g.stats
     finally:
         srv.stop()
 
