@@ -19,6 +19,7 @@ import contextlib
 import logging
 import os
 import sys
+import threading
 import time
 import traceback
 from collections.abc import Sequence
@@ -580,16 +581,34 @@ class Terminated(KeyboardInterrupt):
 _SIGNALLED: list[str] = []
 
 
+#: Set by the signal handlers; a relay thread then stops the work on every thread
+#: (:mod:`assay.stop`), since the handler's exception can be swallowed where the main thread is
+#: (a C extension's callback prints "Exception ignored" and goes on).
+_SIGNAL_EVENT = threading.Event()
+
+
+def _start_signal_relay() -> None:
+    def relay() -> None:
+        _SIGNAL_EVENT.wait()  # woken by a handler; a daemon thread: never joined
+        from assay import stop
+
+        stop.trigger(_SIGNALLED[0] if _SIGNALLED else "interrupted")
+
+    threading.Thread(target=relay, name="assay-signal-relay", daemon=True).start()
+
+
 def _on_sigterm(signum: int, frame: Any) -> None:
     import signal
 
     signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a second SIGTERM ends us at once
     _SIGNALLED.append("terminated (SIGTERM)")
+    _SIGNAL_EVENT.set()
     raise Terminated()
 
 
 def _on_sigint(signum: int, frame: Any) -> None:
     _SIGNALLED.append("interrupted")
+    _SIGNAL_EVENT.set()
     raise KeyboardInterrupt
 
 
@@ -616,10 +635,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         if threading.current_thread() is threading.main_thread():
             term = signal.signal(signal.SIGTERM, _on_sigterm)
             intr = signal.signal(signal.SIGINT, _on_sigint)
+            _start_signal_relay()
         ticker = printing(sys.stderr)  # long shards: a bar (TTY) or a line every 5 s
     try:
         with ticker:
-            return args.func(args)
+            rc = args.func(args)
+        if _SIGNALLED:  # the handler's exception was swallowed on its way: the signal stands
+            return _interrupted(_SIGNALLED[0])
+        return rc  # type: ignore[no-any-return]
     except (Terminated, KeyboardInterrupt) as e:
         return _interrupted("terminated (SIGTERM)" if isinstance(e, Terminated) else "interrupted")
     except RunStopped as e:  # the deadline or the stall detector: one line, its own status
