@@ -59,12 +59,6 @@ def apply_local_settings(prefect_home: str | os.PathLike[str], log_level: str = 
         os.environ.setdefault(k, v)
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _die_with_parent() -> None:  # runs in the child between fork and exec
     try:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
@@ -137,7 +131,17 @@ class EmbeddedServer:
 
     def __init__(self, port: int | None = None,
                  log_path: str | os.PathLike[str] | None = None) -> None:
-        self.port = port or free_port()
+        # The listening socket is bound here and handed to the child (uvicorn --fd): choosing a
+        # free port and letting the child bind it later loses the port to any connection that
+        # is handed it as its ephemeral local port in between ("address already in use").
+        self._sock: socket.socket | None = socket.socket()
+        try:
+            self._sock.bind(("127.0.0.1", port or 0))
+            self._sock.listen(2048)
+        except OSError:
+            self._sock.close()
+            raise
+        self.port = self._sock.getsockname()[1]
         self.api_url = f"http://127.0.0.1:{self.port}/api"
         home = Path(os.environ.get("PREFECT_HOME", ".prefect"))
         self.log_path = Path(log_path) if log_path else home / "embedded-server.log"
@@ -184,13 +188,16 @@ class EmbeddedServer:
         for name in EMBEDDED_SERVICES_OFF:
             env.setdefault(f"PREFECT_SERVER_SERVICES_{name}_ENABLED", "false")
         env.pop("PREFECT_API_URL", None)
+        if self._sock is None:
+            raise OrchestrationError("an embedded Prefect server starts once; make a new one")
         log = open(self.log_path, "wb")  # noqa: SIM115 - handed to the child
+        fd = self._sock.fileno()
         try:
             self.process = subprocess.Popen(
                 [sys.executable, "-m", "uvicorn", "--factory",
                  "prefect.server.api.server:create_app",
-                 "--host", "127.0.0.1", "--port", str(self.port), "--log-level", "error",
-                 "--lifespan", "on"],
+                 "--fd", str(fd), "--log-level", "error", "--lifespan", "on"],
+                pass_fds=(fd,),
                 env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                 preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,
                 # Ctrl-C in a terminal signals the whole foreground group: the server stays out
@@ -199,6 +206,10 @@ class EmbeddedServer:
             )
         finally:
             log.close()
+            # the child holds the socket now; connections made before it accepts wait in the
+            # backlog rather than being refused
+            self._sock.close()
+            self._sock = None
         return self
 
     def wait(self, timeout: float = 90.0) -> None:
@@ -231,6 +242,9 @@ class EmbeddedServer:
 
     def stop(self) -> None:
         self._unlock()
+        if self._sock is not None:  # made but never started
+            self._sock.close()
+            self._sock = None
         p, self.process = self.process, None
         if p is None or p.poll() is not None:
             return

@@ -130,3 +130,29 @@ print(had, copied, template_path().is_file())
         assert p.returncode == 0, p.stderr
         out.append(p.stdout.split())
     assert out == [["False", "False", "True"], ["True", "True", "True"]]
+
+
+def test_the_embedded_servers_port_is_held_from_the_moment_it_is_made(tmp_path: Path,
+                                                                      monkeypatch) -> None:
+    """The port is bound in the parent and handed to the child, so nothing else can take it
+    between choosing it and the server listening (CI lost a run to "address already in use"
+    when a port was chosen, released, and bound by the child later)."""
+    import errno
+    import socket
+
+    from flows.embedded import EmbeddedServer
+
+    monkeypatch.setenv("PREFECT_HOME", str(tmp_path / ".prefect"))
+    s = EmbeddedServer()
+    try:
+        with socket.socket() as other, pytest.raises(OSError) as e:
+            other.bind(("127.0.0.1", s.port))
+        assert e.value.errno == errno.EADDRINUSE
+        # a client may connect before the child starts: it waits in the backlog, not refused
+        with socket.create_connection(("127.0.0.1", s.port), timeout=5):
+            pass
+    finally:
+        s.stop()
+    with socket.socket() as again:  # stop() without start() closes the listener
+        again.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        again.bind(("127.0.0.1", s.port))

@@ -138,7 +138,7 @@ def test_checkpoint_from_the_command_line(prefect_server: str, tmp_path: Path, s
     assert "model: ckpt-1 -> ckpt-3" in out.err
     # the planted regression, as cron runs it, with an alert target that is down: exit 3, one
     # readable block and one line for the failed alert; Prefect's records go to the night's run.log
-    from flows.embedded import free_port
+    from tests.helpers.ports import free_port
 
     dead = f"http://127.0.0.1:{free_port()}/hook"
     p = subprocess.run([str(BIN / "assay"), *args, "--night", "2026-12-03", "--model", "ckpt-2",

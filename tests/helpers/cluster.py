@@ -20,7 +20,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-from tests.helpers.seaweed import free_ports
+from tests.helpers.ports import free_ports
 
 
 def can_hide_folders() -> bool:

@@ -13,13 +13,14 @@ import contextlib
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from tests.helpers.ports import free_ports
 
 KEY, SECRET, BUCKET = "assaytestkey", "assaytestsecret", "assay-test"
 
@@ -29,20 +30,6 @@ _PORT_FLAGS = ("master.port", "master.port.grpc", "volume.port", "volume.port.gr
                "filer.port", "filer.port.grpc", "s3.port", "s3.port.grpc", "s3.port.iceberg",
                "s3.port.lance", "admin.port", "admin.port.grpc", "webdav.port",
                "debug.port", "s3.debug.port", "metricsPort", "s3.metricsPort")
-
-
-def free_ports(n: int) -> list[int]:
-    """``n`` distinct ports free on 127.0.0.1 just now."""
-    socks = []
-    try:
-        for _ in range(n):
-            s = socket.socket()
-            s.bind(("127.0.0.1", 0))
-            socks.append(s)
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
 
 
 def weed_binary() -> str:

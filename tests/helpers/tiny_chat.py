@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import httpx
+
+from tests.helpers.ports import free_port
 
 #: A plain role-tagged template: every turn, then the assistant's cue when generation is asked.
 CHAT_TEMPLATE = ("{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}\n{% endfor %}"
@@ -40,12 +41,6 @@ def build_tiny_chat_lm(path: str | Path, *, seed: int = 0, spread: float = 0.05)
     tok.chat_template = CHAT_TEMPLATE
     tok.save_pretrained(path)
     return Path(path)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class TransformersServe:
