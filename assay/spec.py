@@ -600,6 +600,7 @@ def parse_spec(text: str, *, source: str = "spec", base_dir: str | None = None,
         raise SpecError(f"{source} has {len(problems)} problem{'s' * (len(problems) != 1)}:\n  "
                         + "\n  ".join(problems) + note) from None
     spec._base_dir = base_dir
+    spec.bind_spec_dir(base_dir)  # a model's `path: ./lm` resolves from the spec's folder too
     return spec
 
 

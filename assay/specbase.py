@@ -26,10 +26,12 @@ from pydantic import (
     ConfigDict,
     Discriminator,
     Field,
+    PrivateAttr,
     Tag,
     model_serializer,
 )
 
+from assay.paths import SpecPaths
 from assay.registry import Registry
 
 __all__ = ["SpecModel", "QuietSpecModel", "PluginEntry", "kind_union", "version_field", "Literal"]
@@ -39,6 +41,32 @@ class SpecModel(BaseModel):
     """Base of every spec entry: immutable, and an unknown field is an error, not ignored."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+    #: the folder of the spec file this entry was read from (set by ``parse_spec`` on every
+    #: entry; private, so never part of a checksum: moving a study's folder recomputes nothing)
+    _spec_dir: str | None = PrivateAttr(None)
+
+    @property
+    def spec_paths(self) -> SpecPaths:
+        """How a path written in this entry resolves: from its spec file's folder."""
+        return SpecPaths(self._spec_dir)
+
+    def bind_spec_dir(self, base_dir: str | None) -> None:
+        """Record ``base_dir`` on this entry and every entry nested in it."""
+        _bind(self, base_dir)
+
+
+def _bind(value: Any, base_dir: str | None) -> None:
+    if isinstance(value, SpecModel):
+        value._spec_dir = base_dir
+        for name in type(value).model_fields:
+            _bind(getattr(value, name), base_dir)
+    elif isinstance(value, list | tuple):
+        for item in value:
+            _bind(item, base_dir)
+    elif isinstance(value, dict):
+        for item in value.values():
+            _bind(item, base_dir)
 
 
 class QuietSpecModel(SpecModel):

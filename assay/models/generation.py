@@ -148,8 +148,12 @@ def shared_backend(model: Any) -> Any:
     """The backend of a spec entry, built once per process (the shards of a study, and a judge
     and its cache identity, share one loaded local model); shards on threads get the same one."""
     from assay.hashing import canonical_json
+    from assay.specbase import SpecModel
 
-    key = canonical_json(backend_spec(model).model_dump(mode="json"))
+    spec = backend_spec(model)
+    # one entry in two spec folders (`path: ./lm` beside each spec) is two models
+    where = spec.spec_paths.base_dir if isinstance(spec, SpecModel) else None
+    key = canonical_json({"entry": spec.model_dump(mode="json"), "spec_dir": where})
     with _SHARED_LOCK:
         if key not in _SHARED:
             _SHARED[key] = make_backend(model)

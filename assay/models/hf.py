@@ -67,9 +67,11 @@ def directory_checksums(root: str | Path) -> dict[str, str]:
 
 
 def _resolve(spec: HFSpec) -> Path:
-    local = Path(spec.path).expanduser()
-    if local.is_dir():
-        return local
+    """A relative ``path`` is a folder beside the spec file (as every path in a spec), else
+    one relative to the working directory (specs written before this rule), else a hub id."""
+    for local in (spec.spec_paths.resolve(spec.path), Path(spec.path).expanduser()):
+        if local.is_dir():
+            return local
     try:
         from huggingface_hub import snapshot_download
 
