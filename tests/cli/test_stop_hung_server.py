@@ -25,13 +25,13 @@ import pytest
 from assay.errors import EXIT_STOPPED
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from helpers.openai_server import served_in_child  # noqa: E402
 from helpers.webhook_receiver import webhook_receiver  # noqa: E402
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(400)]
 
 BIN = Path(sys.executable).parent
 ROOT = Path(__file__).resolve().parents[2]
-SERVER = ROOT / "tests" / "helpers" / "openai_server.py"
 #: what the stop must beat by far: without it the run waits out timeout_s (300 s) per request
 BOUND_S = 30.0
 
@@ -39,19 +39,8 @@ BOUND_S = 30.0
 @pytest.fixture
 def model_server(tmp_path: Path) -> Iterator[dict[str, Any]]:
     """The loopback server in a child process (0.1 s per answer); resumed and killed at the end."""
-    port_file = tmp_path / "port.txt"
-    proc = subprocess.Popen([sys.executable, str(SERVER), str(port_file), "0.1"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        end = time.monotonic() + 30
-        while not (port_file.is_file() and port_file.read_text()):
-            assert time.monotonic() < end and proc.poll() is None, "the server did not start"
-            time.sleep(0.05)
-        yield {"url": port_file.read_text(), "proc": proc}
-    finally:
-        proc.send_signal(signal.SIGCONT)
-        proc.kill()
-        proc.wait(timeout=10)
+    with served_in_child(tmp_path, 0.1) as server:
+        yield server
 
 
 def _folder(tmp: Path, url: str, stall: str, notify: str | None = None) -> Path:
