@@ -10,7 +10,6 @@ alert's three 10 s attempts would hold the process half a minute). The backstop
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import signal
 import socket
@@ -25,7 +24,7 @@ from typing import Any
 import psutil
 import pytest
 
-from tests.helpers.openai_server import served_in_child
+from tests.helpers.openai_server import hung_study, served_in_child
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -61,32 +60,11 @@ def silent_webhook() -> Iterator[dict[str, Any]]:
             conn.close()
 
 
-def _spec(tmp: Path, url: str, notify: str) -> Path:
-    (tmp / "a.jsonl").write_text("".join(
-        json.dumps({"q": f"What is {i} + 1?", "gold": str(i + 1), "id": f"t{i}"}) + "\n"
-        for i in range(40)))
-    spec = tmp / "s.yaml"
-    spec.write_text(f"""name: backstop
-sources:
-  - name: a
-    kind: file
-    path: a.jsonl
-    fields: {{prompt: q, reference: gold, task_id: id}}
-    generate:
-      model: {{kind: openai, base_url: "{url}", model: tiny-ckpt, max_retries: 2, timeout_s: 300}}
-      k: 2
-      max_connections: 2
-    verifier: {{kind: exact_match}}
-nightly: {{notify: "{notify}"}}
-""")
-    return spec
-
-
 def test_a_night_that_cannot_unwind_exits_at_the_backstop(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}
     env.update(PYTHONPATH=str(ROOT), ASSAY_STOP_BACKSTOP_S=str(BACKSTOP_S))
     with served_in_child(tmp_path, 0.5) as model, silent_webhook() as hook:
-        spec = _spec(tmp_path, model["url"], hook["url"])
+        spec = hung_study(tmp_path, model["url"], notify=hook["url"])
         proc = subprocess.Popen(
             [str(BIN / "assay"), "nightly", str(spec), "--store", str(tmp_path / "st"),
              "--root", str(tmp_path / "n"), "--night", "2026-12-01",

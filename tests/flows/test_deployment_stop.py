@@ -25,7 +25,7 @@ import psutil
 import pytest
 import yaml
 
-from tests.helpers.openai_server import served_in_child
+from tests.helpers.openai_server import hung_study, served_in_child
 from tests.helpers.webhook_receiver import webhook_receiver
 
 pytestmark = [pytest.mark.slow, pytest.mark.server, pytest.mark.timeout(420)]
@@ -91,27 +91,6 @@ def project(prefect_server: str, tmp_path_factory: pytest.TempPathFactory
             worker.wait()
 
 
-def _spec(tmp: Path, url: str, stall: str, notify: str) -> str:
-    (tmp / "a.jsonl").write_text("".join(
-        json.dumps({"q": f"What is {i} + 1?", "gold": str(i + 1), "id": f"t{i}"}) + "\n"
-        for i in range(N_SAMPLES // 2)))
-    (tmp / "hung.yaml").write_text(f"""name: hung
-sources:
-  - name: a
-    kind: file
-    path: a.jsonl
-    fields: {{prompt: q, reference: gold, task_id: id}}
-    generate:
-      model: {{kind: openai, base_url: "{url}", model: tiny-ckpt, max_retries: 2, timeout_s: 300}}
-      k: 2
-      max_connections: 4
-    verifier: {{kind: exact_match}}
-execution: {{stall_after: {stall}}}
-nightly: {{notify: '{notify}'}}
-""")
-    return str(tmp / "hung.yaml")
-
-
 def _journalled(store: Path) -> int:
     return sum(len(p.read_text().splitlines()) for p in (store / "journals").glob("*.jsonl"))
 
@@ -134,6 +113,20 @@ def _trigger(params: dict[str, Any]) -> Any:
     return run_deployment(DEPLOYMENT, timeout=0, parameters=params)
 
 
+def _frozen_mid_night(project: dict[str, Any], server: dict[str, Any],
+                      params: dict[str, Any]) -> tuple[Any, psutil.Process]:
+    """A run of the deployment with ``params``, its model server frozen once some completions
+    are journalled (many still to ask); with the worker's flow-run process."""
+    store, log = Path(params["store_root"]), project["log"]
+    run = _trigger(params)
+    until(lambda: (store / "journals").is_dir() and _journalled(store) >= 8, 180,
+          "generation under way", log)
+    server["proc"].send_signal(signal.SIGSTOP)
+    child = _flow_run_process(project["worker"])
+    assert child is not None, log.read_text()[-4000:]
+    return run, child
+
+
 def _final_state(run_id: Any, bound: float, log: Path) -> Any:
     from prefect import get_client
 
@@ -148,17 +141,11 @@ def test_a_stall_on_a_frozen_server_fails_the_deployed_night_at_once(
 
     store, log = tmp_path / "st", project["log"]
     with served_in_child(tmp_path, 0.3) as server, webhook_receiver() as hook:
-        spec = _spec(tmp_path, server["url"], "3s", hook["url"])
+        spec = str(hung_study(tmp_path, server["url"], "3s", hook["url"]))
         params = {"specs": [spec], "root": str(tmp_path / "nights"), "night": "2026-12-01",
                   "store_root": str(store)}
-        run = _trigger(params)
-        # some completions journalled, many still to ask: freeze the server mid-generation
-        until(lambda: (store / "journals").is_dir() and _journalled(store) >= 8, 180,
-              "generation under way", log)
-        server["proc"].send_signal(signal.SIGSTOP)
+        run, child = _frozen_mid_night(project, server, params)
         frozen = time.time()
-        child = _flow_run_process(project["worker"])
-        assert child is not None, log.read_text()[-4000:]
 
         state = _final_state(run.id, BOUND_S + 60, log)
         msg = state.message or ""
@@ -182,6 +169,11 @@ def test_a_stall_on_a_frozen_server_fails_the_deployed_night_at_once(
             "assay nightly 2026-12-01: run stopped (hung)"], hook
         assert hook["messages"][0]["stopped"]["message"].startswith(
             "stopped by execution.stall_after (3s)"), hook
+        # the worker's output says the stop in its own words, with no traceback
+        wlog = log.read_text()
+        assert "Traceback" not in wlog, wlog[-6000:]
+        assert ("the flow run ends Failed: stopped by execution.stall_after (3s)" in wlog
+                ), wlog[-6000:]
         answered = _journalled(store)
         assert answered < N_SAMPLES, "generation finished before the freeze: proves nothing"
         print(f"\ndeployment stop (stall_after 3s, frozen at +0): decided +{decided - frozen:.1f}"
@@ -201,6 +193,7 @@ def test_a_stall_on_a_frozen_server_fails_the_deployed_night_at_once(
         assert doc["generation"].startswith(
             f"{rest} samples asked: {rest} completions, 0 failed; {rest} HTTP requests"), doc
         assert len(hook["messages"]) == 1, hook  # a night that passed sends nothing
+    assert "Traceback" not in log.read_text(), log.read_text()[-6000:]
 
 
 def test_cancelling_a_deployed_night_stuck_on_a_frozen_server(
@@ -211,15 +204,10 @@ def test_cancelling_a_deployed_night_stuck_on_a_frozen_server(
 
     store, log = tmp_path / "st", project["log"]
     with served_in_child(tmp_path, 0.3) as server, webhook_receiver() as hook:
-        spec = _spec(tmp_path, server["url"], "300s", hook["url"])
+        spec = str(hung_study(tmp_path, server["url"], "300s", hook["url"]))
         params = {"specs": [spec], "root": str(tmp_path / "nights"), "night": "2026-12-02",
                   "store_root": str(store)}
-        run = _trigger(params)
-        until(lambda: (store / "journals").is_dir() and _journalled(store) >= 8, 180,
-              "generation under way", log)
-        server["proc"].send_signal(signal.SIGSTOP)
-        child = _flow_run_process(project["worker"])
-        assert child is not None, log.read_text()[-4000:]
+        run, child = _frozen_mid_night(project, server, params)
         time.sleep(1.0)  # requests now wait on the frozen server
         _prefect("flow-run", "cancel", str(run.id), cwd=project["dir"], env=project["env"])
         asked = time.monotonic()

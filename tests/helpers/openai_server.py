@@ -315,6 +315,31 @@ def served_in_child(folder: Path, latency: float = 0.1) -> Iterator[dict[str, An
         proc.wait(timeout=10)
 
 
+def hung_study(folder: Path, url: str, stall: str | None = None, notify: str | None = None,
+               tasks: int = 40) -> Path:
+    """``folder/s.yaml``: study ``hung``, ``tasks`` sums in ``a.jsonl`` asked k=2 over four
+    connections of the server at ``url`` (``timeout_s: 300``: only a stop ends a wait on a
+    frozen server), with ``execution.stall_after: stall`` and ``nightly.notify: notify``."""
+    (folder / "a.jsonl").write_text("".join(
+        json.dumps({"q": f"What is {i} + 1?", "gold": str(i + 1), "id": f"t{i}"}) + "\n"
+        for i in range(tasks)))
+    spec = folder / "s.yaml"
+    spec.write_text(f"""name: hung
+sources:
+  - name: a
+    kind: file
+    path: a.jsonl
+    fields: {{prompt: q, reference: gold, task_id: id}}
+    generate:
+      model: {{kind: openai, base_url: "{url}", model: tiny-ckpt, max_retries: 2, timeout_s: 300}}
+      k: 2
+      max_connections: 4
+    verifier: {{kind: exact_match}}
+""" + (f"execution: {{stall_after: {stall}}}\n" if stall else "")
+        + (f"nightly: {{notify: '{notify}'}}\n" if notify else ""))
+    return spec
+
+
 if __name__ == "__main__":
     # python openai_server.py PORT_FILE [LATENCY [P429 P500]]
     srv = OpenAIServer(latency=float(sys.argv[2]) if len(sys.argv) > 2 else 0.0).start()
