@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import logging
+import math
 import os
 import sys
 import threading
@@ -714,8 +715,27 @@ def _interrupted(reason: str) -> int:
 
 #: Seconds a stopped run may take to unwind before the process leaves anyway: every wait a
 #: stage makes is woken by the stop (assay.stop), so this only ends a run whose plugin code
-#: blocks where nothing reaches it.
+#: blocks where nothing reaches it, or whose Prefect API does not answer the final state.
+#: ``ASSAY_STOP_BACKSTOP_S`` sets another value.
 STOP_BACKSTOP_S = 10.0
+
+
+def stop_backstop_s() -> float:
+    """:data:`STOP_BACKSTOP_S`, or the positive number of seconds ``ASSAY_STOP_BACKSTOP_S``
+    gives (a value that is not one is named, and the default kept: the stop must still end
+    the run)."""
+    text = os.environ.get("ASSAY_STOP_BACKSTOP_S")
+    if not text:
+        return STOP_BACKSTOP_S
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not value > 0 or math.isinf(value):
+        print(f"warning: ASSAY_STOP_BACKSTOP_S={text!r} is not a positive number of seconds; "
+              f"using {STOP_BACKSTOP_S:g}", file=sys.stderr, flush=True)
+        return STOP_BACKSTOP_S
+    return value
 
 _MAIN_DONE: list[bool] = []
 
@@ -733,14 +753,16 @@ def _stop_line(reason: str) -> tuple[str, int]:
 
 
 def _arm_backstop() -> None:
-    """At a stop: if the run has not unwound :data:`STOP_BACKSTOP_S` later, print its one
+    """At a stop: if the run has not unwound :func:`stop_backstop_s` later, print its one
     ``error:`` line and leave (children reaped): a stop always ends the process on time."""
     import threading
 
     from assay import stop
 
+    wait_s = stop_backstop_s()
+
     def leave() -> None:
-        time.sleep(STOP_BACKSTOP_S)
+        time.sleep(wait_s)
         if _MAIN_DONE:
             return
         line, rc = _stop_line(stop.stopped() or "interrupted")
@@ -748,7 +770,7 @@ def _arm_backstop() -> None:
 
         with contextlib.suppress(Exception):
             kill_descendants()
-        print(f"error: {line} (the run did not unwind within {STOP_BACKSTOP_S:g} s; exiting)",
+        print(f"error: {line} (the run did not unwind within {wait_s:g} s; exiting)",
               file=sys.stderr, flush=True)
         os._exit(rc)
 

@@ -80,14 +80,15 @@ class NightlyRegression(AssayError):
 
 
 class _VerdictNotCrash(logging.Filter):
-    """A night that failed its gate (a regression, a partial night) is a verdict, not a crash.
-    Run from a deployment, Prefect's engine re-raises the flow's Failed result and logs it as
-    "Engine execution exited with unexpected exception" with a traceback of its own frames;
-    this keeps that record to the one line the verdict is."""
+    """A night that failed its gate (a regression, a partial night) is a verdict, not a crash,
+    and one its deadline or stall detector stopped is the stop working. Run from a deployment,
+    Prefect logs each as "Encountered exception during execution" (per flow) and "Engine
+    execution exited with unexpected exception" with a traceback of its own frames; this keeps
+    each such record to the one line the verdict or the stop is."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         exc = record.exc_info[1] if record.exc_info else None
-        if isinstance(exc, NightlyRegression):
+        if isinstance(exc, (NightlyRegression, RunStopped)):
             record.msg, record.args = "the flow run ends Failed: %s", (str(exc),)
             record.exc_info, record.exc_text = None, None
         return True

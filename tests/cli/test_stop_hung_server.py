@@ -9,7 +9,6 @@ out; the nightly's webhook has the alert by then.
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -25,13 +24,13 @@ import pytest
 from assay.errors import EXIT_STOPPED
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from helpers.openai_server import hung_study, served_in_child  # noqa: E402
 from helpers.webhook_receiver import webhook_receiver  # noqa: E402
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(400)]
 
 BIN = Path(sys.executable).parent
 ROOT = Path(__file__).resolve().parents[2]
-SERVER = ROOT / "tests" / "helpers" / "openai_server.py"
 #: what the stop must beat by far: without it the run waits out timeout_s (300 s) per request
 BOUND_S = 30.0
 
@@ -39,40 +38,8 @@ BOUND_S = 30.0
 @pytest.fixture
 def model_server(tmp_path: Path) -> Iterator[dict[str, Any]]:
     """The loopback server in a child process (0.1 s per answer); resumed and killed at the end."""
-    port_file = tmp_path / "port.txt"
-    proc = subprocess.Popen([sys.executable, str(SERVER), str(port_file), "0.1"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        end = time.monotonic() + 30
-        while not (port_file.is_file() and port_file.read_text()):
-            assert time.monotonic() < end and proc.poll() is None, "the server did not start"
-            time.sleep(0.05)
-        yield {"url": port_file.read_text(), "proc": proc}
-    finally:
-        proc.send_signal(signal.SIGCONT)
-        proc.kill()
-        proc.wait(timeout=10)
-
-
-def _folder(tmp: Path, url: str, stall: str, notify: str | None = None) -> Path:
-    (tmp / "a.jsonl").write_text("".join(
-        json.dumps({"q": f"What is {i} + 1?", "gold": str(i + 1), "id": f"t{i}"}) + "\n"
-        for i in range(40)))
-    spec = tmp / "s.yaml"
-    spec.write_text(f"""name: hung
-sources:
-  - name: a
-    kind: file
-    path: a.jsonl
-    fields: {{prompt: q, reference: gold, task_id: id}}
-    generate:
-      model: {{kind: openai, base_url: "{url}", model: tiny-ckpt, max_retries: 2, timeout_s: 300}}
-      k: 2
-      max_connections: 4
-    verifier: {{kind: exact_match}}
-execution: {{stall_after: {stall}}}
-""" + (f"nightly: {{notify: '{notify}'}}\n" if notify else ""))
-    return spec
+    with served_in_child(tmp_path, 0.1) as server:
+        yield server
 
 
 class Run:
@@ -134,7 +101,7 @@ def _args(kind: str, spec: Path, tmp: Path) -> list[str]:
 def _frozen_mid_run(tmp: Path, server: dict[str, Any], kind: str, stall: str,
                     hook: dict[str, Any]) -> Run:
     """``assay KIND`` started, and its server frozen once generation has begun."""
-    spec = _folder(tmp, server["url"], stall, hook["url"] if kind == "nightly" else None)
+    spec = hung_study(tmp, server["url"], stall, hook["url"] if kind == "nightly" else None)
     run = Run(tmp, _args(kind, spec, tmp))
     run.wait_line("[generate] a shard 1/1")
     server["proc"].send_signal(signal.SIGSTOP)
@@ -161,7 +128,7 @@ def test_stall_on_a_server_frozen_before_the_run(prefect_server: str, tmp_path: 
                                                  model_server: dict[str, Any], kind: str) -> None:
     """Frozen before the model listing (``/v1/models``): the listing counts as generation in
     flight, so the stall detector sees it, and the stop abandons it."""
-    spec = _folder(tmp_path, model_server["url"], "2s")
+    spec = hung_study(tmp_path, model_server["url"], "2s")
     model_server["proc"].send_signal(signal.SIGSTOP)
     run = Run(tmp_path, _args(kind, spec, tmp_path))
     rc, _ = run.finish(bound=BOUND_S + 60)

@@ -12,12 +12,16 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import signal
 import socket
+import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 
@@ -289,6 +293,51 @@ def first_attempt_faults(p429: float, p500: float) -> Callable[[int, dict[str, A
             return Fault(429, message="rate limited")
         return Fault(500, message="engine hiccup") if u < p429 + p500 else None
     return faults
+
+
+@contextmanager
+def served_in_child(folder: Path, latency: float = 0.1) -> Iterator[dict[str, Any]]:
+    """This server as a script in a child process (so a test can ``SIGSTOP`` it: its kernel
+    still accepts connections, nothing answers). Yields ``{"url": ..., "proc": Popen}``; the
+    child is resumed and killed at the end."""
+    port_file = folder / "server-port.txt"
+    proc = subprocess.Popen([sys.executable, __file__, str(port_file), str(latency)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        end = time.monotonic() + 30
+        while not (port_file.is_file() and port_file.read_text()):
+            assert time.monotonic() < end and proc.poll() is None, "the server did not start"
+            time.sleep(0.05)
+        yield {"url": port_file.read_text(), "proc": proc}
+    finally:
+        proc.send_signal(signal.SIGCONT)
+        proc.kill()
+        proc.wait(timeout=10)
+
+
+def hung_study(folder: Path, url: str, stall: str | None = None, notify: str | None = None,
+               tasks: int = 40) -> Path:
+    """``folder/s.yaml``: study ``hung``, ``tasks`` sums in ``a.jsonl`` asked k=2 over four
+    connections of the server at ``url`` (``timeout_s: 300``: only a stop ends a wait on a
+    frozen server), with ``execution.stall_after: stall`` and ``nightly.notify: notify``."""
+    (folder / "a.jsonl").write_text("".join(
+        json.dumps({"q": f"What is {i} + 1?", "gold": str(i + 1), "id": f"t{i}"}) + "\n"
+        for i in range(tasks)))
+    spec = folder / "s.yaml"
+    spec.write_text(f"""name: hung
+sources:
+  - name: a
+    kind: file
+    path: a.jsonl
+    fields: {{prompt: q, reference: gold, task_id: id}}
+    generate:
+      model: {{kind: openai, base_url: "{url}", model: tiny-ckpt, max_retries: 2, timeout_s: 300}}
+      k: 2
+      max_connections: 4
+    verifier: {{kind: exact_match}}
+""" + (f"execution: {{stall_after: {stall}}}\n" if stall else "")
+        + (f"nightly: {{notify: '{notify}'}}\n" if notify else ""))
+    return spec
 
 
 if __name__ == "__main__":

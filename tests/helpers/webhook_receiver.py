@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -15,8 +16,9 @@ from typing import Any
 
 @contextmanager
 def webhook_receiver(fail_first: int = 0, status: int = 200) -> Iterator[dict[str, Any]]:
-    """Yields ``{"url": ..., "messages": [decoded JSON bodies], "requests": int}``."""
-    state: dict[str, Any] = {"messages": [], "requests": 0, "fail": fail_first}
+    """Yields ``{"url": ..., "messages": [decoded JSON bodies], "requests": int, "times":
+    [time.time() each message arrived]}``."""
+    state: dict[str, Any] = {"messages": [], "requests": 0, "fail": fail_first, "times": []}
     lock = threading.Lock()
 
     class Handler(BaseHTTPRequestHandler):
@@ -31,6 +33,7 @@ def webhook_receiver(fail_first: int = 0, status: int = 200) -> Iterator[dict[st
                     code = status
                     if code < 300:
                         state["messages"].append(json.loads(body))
+                        state["times"].append(time.time())
             self.send_response(code)
             self.end_headers()
             self.wfile.write(b"ok")
