@@ -74,7 +74,10 @@ def grade(rows: Any, verifier: Any, *, workers: int | None = None,
     table = as_table(rows, require=("prompt", "final_text"))
     records = table_to_records(table)
     check_references_used(judge, records, argument)
-    verdicts = judge_records(judge, records, workers=workers, known=known)
+    # a unit of work of its own: a stop left by an earlier, finished run (a notebook's Ctrl-C,
+    # a stopped study) does not cancel it; called inside a run, it shares that run's stop
+    with stop.run():
+        verdicts = judge_records(judge, records, workers=workers, known=known)
     return Rows(_with_verdicts(table, judge.name, verdicts))
 
 

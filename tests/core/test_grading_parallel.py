@@ -104,3 +104,18 @@ def test_plain_callable_judges():
     assert [x["reward"] for x in r] == [1.0, 0.0]
     r = assay.rows(["2+3?"], [["5"]], lambda row: {"reward": float("nan")})
     assert r[0]["reward"] is None and r[0]["judge_status"] == "invalid_result"
+
+
+def test_a_finished_runs_stop_does_not_cancel_the_next_grade_call():
+    """A stop left by an earlier run (Ctrl-C in a notebook, a stopped study) is that run's:
+    the next parallel grade call starts a run of its own and grades every row."""
+    from assay import stop
+
+    stop.trigger("an earlier run was stopped")
+    try:
+        r = assay.rows([f"{i}+{i}?" for i in range(40)], [[str(2 * i)] for i in range(40)],
+                       references=[str(2 * i) for i in range(40)])
+        g = assay.grade(r, MathEqual(), workers=2)
+        assert [x["reward"] for x in g] == [1.0] * 40
+    finally:
+        stop.clear()
