@@ -9,29 +9,28 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from assay.errors import StoreVanishedError
-from assay.spec import StudySpec
 from assay.stages.cache import (
     StageResult,
     cached_stage,
     concat_rows,
-    define_stage,
     graded_checksums,
     load_doc,
 )
+from assay.stages.declare import RunContext, Stage, declare
 from assay.store import Store
 
-# 2: failed generations by cause; 3: model revision, sampling, judge
-STAGE = define_stage("report", 3)
+STAGE = "report"  # declared at the end
 
 
-def run_report(store: Store, spec: StudySpec, graded: Mapping[str, Sequence[StageResult]],
+def run_report(ctx: RunContext, graded: Mapping[str, Sequence[StageResult]],
                measured: StageResult | None, decon: StageResult | None,
-               audits: Sequence[StageResult], *, progress: Any = None) -> StageResult:
+               audits: Sequence[StageResult]) -> StageResult:
     """report.md / report.json / PNGs as stored blobs (written to the run dir afterwards)."""
     from assay.report import build_report, guard_counts
     from assay.stages.build_rows import source_info
     from assay.unjudged import unjudged_summary
 
+    store, spec = ctx.store, ctx.spec
     ups = [p.checksums for p in (measured, decon, *audits) if p is not None]
     inputs = graded_checksums(graded, list(graded)) + [ups]
     spec_doc = {"name": spec.name, "description": spec.description, "checksum": spec.checksum()}
@@ -61,7 +60,7 @@ def run_report(store: Store, spec: StudySpec, graded: Mapping[str, Sequence[Stag
         return {f"file:{k}": v for k, v in files.items()}, {"files": sorted(files)}
 
     return cached_stage(store, STAGE, inputs=inputs, params=spec_doc, compute=compute,
-                        label=spec.name, progress=progress)
+                        label=spec.name, progress=ctx.progress)
 
 
 def _scored_by(s: Any) -> str | None:
@@ -149,3 +148,8 @@ def report_files(store: Store, report: StageResult) -> dict[str, bytes]:
                                      "was computed")
         out[k.removeprefix("file:")] = data
     return out
+
+
+# 2: failed generations by cause; 3: model revision, sampling, judge
+declare(Stage(STAGE, 3, "study", run_report,
+              reads=("rows", "measure", "decontaminate", "score-reward-model")))

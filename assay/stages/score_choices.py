@@ -21,10 +21,11 @@ import pyarrow as pa
 
 from assay.rows import Rows, to_json
 from assay.spec import StudySpec
-from assay.stages.cache import StageResult, cached_stage, define_stage, load_rows
-from assay.store import Store
+from assay.stages.cache import StageResult, cached_stage, load_rows
+from assay.stages.declare import RunContext, Shard, Stage, declare
+from assay.stages.slots import models_slots
 
-STAGE = define_stage("score-choices", 1)
+STAGE = "score-choices"  # declared at the end
 
 
 def grade_choices(lls: list[float], choices: list[str], gold: int) -> dict[str, Any]:
@@ -96,24 +97,22 @@ def score_choice_rows(rows: Rows, model: Any, *, target_delimiter: str = " ", st
     return Rows(table)
 
 
-def run_score_choices(store: Store, spec: StudySpec, source_name: str, filtered: StageResult,
-                      bounds: tuple[int, int], shard: int, n_shards: int, *,
-                      workers: int | None = None, progress: Any = None,
-                      device_slot: Any = None) -> StageResult:
-    """Score the choices of prompt rows[bounds] of a choice source; cached per shard.
-
-    ``device_slot(device)``: a context manager held while a local model scores (the Prefect
-    task passes the ``gpu`` slot). ``workers`` is accepted for the runners' uniform call."""
+def run_score_choices(ctx: RunContext, filtered: StageResult, shard: Shard) -> StageResult:
+    """Score the choices of prompt rows ``shard.bounds`` of choice source ``ctx.source``;
+    cached per shard. ``ctx.device_slot(device)``: a context manager held while a local model
+    scores (the Prefect task passes the ``gpu`` slot)."""
     from assay.models.loglik import shared_scorer
 
+    store, spec, source_name = ctx.store, ctx.spec, ctx.source
+    device_slot = ctx.device_slot
     source: Any = spec.source(source_name)  # a record source with choices: set
     cspec = source.choices
-    lo, hi = bounds
+    lo, hi = shard.bounds
     part = Rows(load_rows(store, filtered).to_arrow().slice(lo, hi - lo))
     scorer = shared_scorer(cspec.model)
     params = {"target_delimiter": cspec.target_delimiter}
 
-    label = f"{source_name} shard {shard + 1}/{n_shards}"
+    label = shard.label(source_name)
 
     def compute() -> tuple[dict[str, Any], dict[str, Any]]:
         from assay.progress import track
@@ -130,4 +129,17 @@ def run_score_choices(store: Store, spec: StudySpec, source_name: str, filtered:
 
     return cached_stage(store, STAGE, inputs=[part.checksum()], params=params,
                         fingerprint=scorer.identity(), compute=compute,
-                        label=label, progress=progress)
+                        label=label, progress=ctx.progress)
+
+
+def _rows_per_shard(spec: StudySpec, source: str) -> int:
+    return spec.execution.shard_rows
+
+
+def _slots(spec: StudySpec, source: str) -> tuple[str, ...]:
+    """A local scoring model holds the model slots; a server does not."""
+    return models_slots([spec.source(source).scoring_model])
+
+
+declare(Stage(STAGE, 1, "shard", run_score_choices, reads=("filter-rows",), slots=_slots,
+              device=True, asks_model=True, rows_per_shard=_rows_per_shard))

@@ -14,10 +14,11 @@ import pyarrow as pa
 
 from assay.rows import Rows
 from assay.spec import StudySpec
-from assay.stages.cache import StageResult, cached_stage, define_stage, load_rows
-from assay.store import Store
+from assay.stages.cache import StageResult, cached_stage, load_rows
+from assay.stages.declare import RunContext, Shard, Stage, declare
+from assay.stages.slots import models_slots
 
-STAGE = define_stage("score-documents", 1)
+STAGE = "score-documents"  # declared at the end
 
 
 def score_document_rows(rows: Rows, model: Any, *, store: Any = None,
@@ -39,20 +40,19 @@ def score_document_rows(rows: Rows, model: Any, *, store: Any = None,
     return Rows(table.set_column(i, "markers", pa.array(markers, table.schema.field(i).type)))
 
 
-def run_score_documents(store: Store, spec: StudySpec, source_name: str, filtered: StageResult,
-                        bounds: tuple[int, int], shard: int, n_shards: int, *,
-                        workers: int | None = None, progress: Any = None,
-                        device_slot: Any = None) -> StageResult:
-    """Score the documents rows[bounds] of a perplexity source; cached per shard.
-    ``device_slot`` and ``workers`` as in :func:`assay.stages.score_choices.run_score_choices`."""
+def run_score_documents(ctx: RunContext, filtered: StageResult, shard: Shard) -> StageResult:
+    """Score the documents rows ``shard.bounds`` of perplexity source ``ctx.source``; cached
+    per shard. ``ctx.device_slot`` as in :func:`assay.stages.score_choices.run_score_choices`."""
     from assay.models.loglik import shared_scorer
 
+    store, spec, source_name = ctx.store, ctx.spec, ctx.source
+    device_slot = ctx.device_slot
     source: Any = spec.source(source_name)  # a record source with perplexity: set
-    lo, hi = bounds
+    lo, hi = shard.bounds
     part = Rows(load_rows(store, filtered).to_arrow().slice(lo, hi - lo))
     scorer = shared_scorer(source.perplexity.model)
 
-    label = f"{source_name} shard {shard + 1}/{n_shards}"
+    label = shard.label(source_name)
 
     def compute() -> tuple[dict[str, Any], dict[str, Any]]:
         from assay.progress import track
@@ -65,4 +65,17 @@ def run_score_documents(store: Store, spec: StudySpec, source_name: str, filtere
 
     return cached_stage(store, STAGE, inputs=[part.checksum()], params={},
                         fingerprint=scorer.identity(), compute=compute,
-                        label=label, progress=progress)
+                        label=label, progress=ctx.progress)
+
+
+def _rows_per_shard(spec: StudySpec, source: str) -> int:
+    return spec.execution.shard_rows
+
+
+def _slots(spec: StudySpec, source: str) -> tuple[str, ...]:
+    """A local scoring model holds the model slots; a server does not."""
+    return models_slots([spec.source(source).scoring_model])
+
+
+declare(Stage(STAGE, 1, "shard", run_score_documents, reads=("filter-rows",), slots=_slots,
+              device=True, asks_model=True, rows_per_shard=_rows_per_shard))

@@ -13,10 +13,11 @@ from typing import Any
 
 from assay.progress import track
 from assay.spec import StudySpec
-from assay.stages.cache import StageResult, cached_stage, define_stage
-from assay.store import Store
+from assay.stages.cache import StageResult, cached_stage
+from assay.stages.declare import RunContext, Stage, declare
+from assay.stages.slots import scoring_slots
 
-STAGE = define_stage("score-reward-model", 1)
+STAGE = "score-reward-model"  # declared at the end
 
 
 def preference_views(spec: StudySpec) -> Any:
@@ -25,15 +26,16 @@ def preference_views(spec: StudySpec) -> Any:
     return spec.reward.data.load(spec.paths)
 
 
-def run_reward_audit(store: Store, spec: StudySpec, model_name: str, *, progress: Any = None,
-                     device_slot: Any = None) -> StageResult:
+def run_reward_audit(ctx: RunContext, model_name: str) -> StageResult:
     """Audit one reward model on the diagnostic set; keyed on the model's identity (weights,
     tokenizer, template digests) and the views' checksums, never on its name.
 
-    ``device_slot(device)`` returns a context manager held while the model scores (the Prefect
-    task passes a strict ``gpu`` concurrency slot; this core library never imports Prefect)."""
+    ``ctx.device_slot(device)`` returns a context manager held while the model scores (the
+    Prefect task passes a strict ``gpu`` concurrency slot; this core library never imports
+    Prefect)."""
     from assay.report import result_doc
 
+    store, spec, device_slot = ctx.store, ctx.spec, ctx.device_slot
     assert spec.reward is not None  # the chain audits only when the spec has reward models
     mspec = next(m for m in spec.reward.models if m.name == model_name)
     loaded = preference_views(spec)
@@ -59,7 +61,7 @@ def run_reward_audit(store: Store, spec: StudySpec, model_name: str, *, progress
 
     return cached_stage(store, STAGE, inputs=inputs, params={"name": model_name},
                         fingerprint=mspec.identity(spec.paths), compute=compute, label=model_name,
-                        progress=progress)
+                        progress=ctx.progress)
 
 
 def _audit_dimensions(res: Any) -> list[dict[str, Any]]:
@@ -78,3 +80,16 @@ def _audit_dimensions(res: Any) -> list[dict[str, Any]]:
         if acc:
             out.append({**acc, "dimension": str(name), "baseline": base["value"] if base else None})
     return out
+
+
+def _audited(spec: StudySpec) -> list[str]:
+    """The reward models audited on the diagnostic set (``reward.data``): one node each."""
+    return [m.name for m in spec.reward.models] if spec.reward and spec.reward.data else []
+
+
+def _slots(spec: StudySpec, model_name: str) -> tuple[str, ...]:
+    assert spec.reward is not None
+    return scoring_slots([m for m in spec.reward.models if m.name == model_name])
+
+
+declare(Stage(STAGE, 1, "study", run_reward_audit, slots=_slots, device=True, each=_audited))

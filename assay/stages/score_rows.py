@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -21,10 +21,12 @@ from assay.hashing import combine
 from assay.progress import Unit, track
 from assay.rows import MARKERS_TYPE, Rows, table_checksum
 from assay.spec import StudySpec
-from assay.stages.cache import StageResult, cached_stage, define_stage, load_rows
+from assay.stages.cache import StageResult, cached_stage, load_rows
+from assay.stages.declare import RunContext, Shard, Stage, declare
+from assay.stages.slots import scoring_slots
 from assay.store import Store
 
-STAGE = define_stage("score-rows", 1)
+STAGE = "score-rows"  # declared at the end
 
 #: Bump when what a row's score means changes (which text a model sees, how conversations are
 #: passed, which rows are left unscored): it is part of every row-score cache key.
@@ -208,21 +210,22 @@ def attach_markers(table: pa.Table, scores: dict[str, np.ndarray], *, where: str
                             pa.array(new, type=MARKERS_TYPE))
 
 
-def run_score_rows(store: Store, spec: StudySpec, source_name: str, graded: StageResult,
-                   shard: int, n_shards: int, *, progress: Any = None,
-                   device_slot: Callable[[str], Any] | None = None) -> StageResult:
-    """One graded shard of a source, with every scoring model's ``rm:<model>`` marker added.
+def run_score_rows(ctx: RunContext, graded: StageResult, shard: Shard) -> StageResult:
+    """One graded shard of source ``ctx.source``, with every scoring model's ``rm:<model>``
+    marker added.
 
     Keyed on the shard's rows and the models' identities (weights, tokenizer, template digests
     or function source; never the name alone). Inside, each model's scores are read from the
     row-score cache when this model already scored these exact inputs, else computed (holding
-    ``device_slot(device)``, a ``gpu`` slot from the Prefect task on CUDA) and stored there.
+    ``ctx.device_slot(device)``, a ``gpu`` slot from the Prefect task on CUDA) and stored there.
     """
+    store, spec, source_name = ctx.store, ctx.spec, ctx.source
+    device_slot = ctx.device_slot
     assert spec.reward is not None
     models = spec.reward.scoring_models()
     identities = [[m.name, m.identity(spec.paths)] for m in models]
     table = load_rows(store, graded).to_arrow()
-    label = f"{source_name} shard {shard + 1}/{n_shards}" if n_shards > 1 else source_name
+    label = shard.label(source_name) if shard.count > 1 else source_name
 
     def compute() -> tuple[dict[str, Any], dict[str, Any]]:
         with track(STAGE, label, total=table.num_rows * len(models)) as unit:
@@ -258,4 +261,19 @@ def run_score_rows(store: Store, spec: StudySpec, source_name: str, graded: Stag
 
     return cached_stage(store, STAGE, inputs=[graded.checksums["rows"]],
                         params={"protocol": ROW_PROTOCOL}, fingerprint=identities,
-                        compute=compute, label=label, progress=progress)
+                        compute=compute, label=label, progress=ctx.progress)
+
+
+def _scored(spec: StudySpec, source: str) -> bool:
+    """The sources ``reward.score`` names: their rows get the markers after their mode's stages."""
+    score = spec.reward.score if spec.reward is not None else None
+    return score is not None and source in score.sources
+
+
+def _slots(spec: StudySpec, source: str) -> tuple[str, ...]:
+    return scoring_slots(spec.reward.scoring_models() if spec.reward is not None else [])
+
+
+declare(Stage(STAGE, 1, "shard", run_score_rows,
+              reads=("filter-rows", "grade", "score-choices", "score-documents"),
+              slots=_slots, device=True, applies=_scored))
