@@ -24,6 +24,7 @@ from typing import Any
 from assay import stop
 from assay.models.base import to_messages
 from assay.models.freshness import reuse_scope
+from assay.models.specs import GenerateSpec
 from assay.progress import track
 from assay.rows import Rows
 from assay.spec import StudySpec
@@ -39,7 +40,7 @@ from assay.stages.cache import (
     stage_key,
 )
 from assay.stages.declare import RunContext, Shard, Stage, declare
-from assay.stages.slots import model_device, model_slots
+from assay.stages.slots import device_of, model_device, model_slots
 
 STAGE = "generate"  # declared at the end
 
@@ -50,7 +51,7 @@ def backend_for(model_spec: Any) -> Any:
     return shared_backend(model_spec)
 
 
-def generate_params(gspec: Any) -> dict[str, Any]:
+def generate_params(gspec: GenerateSpec) -> dict[str, Any]:
     """What of ``generate:`` decides the completions (not ``max_connections``, nor the model
     entry, whose identity is the stage's fingerprint)."""
     return gspec.model_dump(mode="json", exclude={"model", "max_connections", "reuse"})
@@ -114,8 +115,8 @@ def run_generate_shard(ctx: RunContext, filtered: StageResult, shard: Shard) -> 
                           messages=[to_messages(m, system=gspec.system, i=i)
                                     for i, m in enumerate(msgs)],
                           privileged=privileged, meta=meta) if ahead is not None else None
-        device = str(getattr(backend, "device", "cpu"))
-        slot = device_slot(device) if device_slot is not None else contextlib.nullcontext()
+        slot = (device_slot(device_of(backend)) if device_slot is not None
+                else contextlib.nullcontext())
         with slot:
             g = generate(msgs, backend, k=gspec.k, params=gspec.params, seed=gspec.seed,
                          api=gspec.api, system=gspec.system,

@@ -301,7 +301,7 @@ def run_graph(graph: Graph, executor: Executor, *, max_parallel: int = 8,
         err = failed[first]
         if getattr(err, "assay_stage", None) is None:
             try:
-                # a tag on the exception, read back by getattr
+                # a tag on the exception, read back by the CLI
                 err.assay_stage = graph.nodes[first].where  # type: ignore[attr-defined]  # (above)
             except (AttributeError, TypeError):
                 raise NodeFailed(f"{graph.nodes[first].where}: {err}") from err
@@ -315,6 +315,6 @@ def run_graph(graph: Graph, executor: Executor, *, max_parallel: int = 8,
                         + ", ".join(graph.nodes[i].where for i in sorted(
                             skipped, key=lambda i: graph.nodes[i].order)))
         err.add_note("; ".join(note))
-        err.assay_graph = run  # type: ignore[attr-defined]  # a tag read back by getattr
+        err.assay_graph = run  # type: ignore[attr-defined]  # a tag the CLI reads back
         raise err
     return run

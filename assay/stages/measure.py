@@ -61,8 +61,7 @@ def run_measure(ctx: RunContext, graded: Mapping[str, Sequence[StageResult]]) ->
         rows = {n: concat_rows(store, graded[n]) for n in names}
         ctx = MeasureContext(spec, names, rows, {})
         docs: list[dict[str, Any]] = []
-        for name in type(m).model_fields:  # the spec's order: report.json's order
-            entry = getattr(m, name)
+        for name, entry in m:  # the spec's fields in order: report.json's order
             for e in entry if isinstance(entry, list) else [] if entry is None else [entry]:
                 docs += MEASURES.get(name).obj(e, ctx)
         docs += reward_row_docs(spec, rows)

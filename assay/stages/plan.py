@@ -23,6 +23,7 @@ from typing import Any
 
 from assay import libguard, stop
 from assay import progress as live
+from assay.judging import Verifier
 from assay.report import WARM_IMPORTS as REPORT_IMPORTS
 from assay.spec import StudySpec
 from assay.stages.cache import cached_only, print_progress
@@ -173,7 +174,7 @@ class Preloader:
 def max_parallel_for(spec: StudySpec, override: int | None = None) -> int:
     """The cap on nodes in flight: ``override`` (``--max-parallel``), else the spec's, else
     :data:`DEFAULT_MAX_PARALLEL`."""
-    return override or getattr(spec.execution, "max_parallel", None) or DEFAULT_MAX_PARALLEL
+    return override or spec.execution.max_parallel or DEFAULT_MAX_PARALLEL
 
 
 def _why_stopped(e: BaseException) -> str:
@@ -271,7 +272,7 @@ def _pregrader(spec: StudySpec, store: Store, graph: Graph, workers: int | None
     if not any(s.generate is not None and s.verifier is not None for s in spec.sources):
         return None
 
-    def verifier(name: str) -> Any:
+    def verifier(name: str) -> Verifier | None:
         src = spec.source(name)
         return src.verifier.build(spec.base_dir) if src.verifier is not None else None
 

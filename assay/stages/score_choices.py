@@ -14,16 +14,21 @@ normalized, its token count and whether it is the greedy continuation.
 from __future__ import annotations
 
 import contextlib
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
 
 from assay.rows import Rows, to_json
+from assay.sources.records import RecordSourceSpec
 from assay.spec import StudySpec
 from assay.stages.cache import StageResult, cached_stage, load_rows
 from assay.stages.declare import RunContext, Shard, Stage, declare
-from assay.stages.slots import models_slots
+from assay.stages.slots import device_of, models_slots
+
+if TYPE_CHECKING:
+    from assay.store import Store
 
 STAGE = "score-choices"  # declared at the end
 
@@ -55,8 +60,9 @@ def grade_choices(lls: list[float], choices: list[str], gold: int) -> dict[str, 
             "loglik_per_byte": [finite_or_none(x) for x in by_bytes]}
 
 
-def score_choice_rows(rows: Rows, model: Any, *, target_delimiter: str = " ", store: Any = None,
-                      on_done: Any = None) -> Rows:
+def score_choice_rows(rows: Rows, model: Any, *, target_delimiter: str = " ",
+                      store: Store | None = None,
+                      on_done: Callable[[int], None] | None = None) -> Rows:
     """Graded rows from choice prompt rows (``privileged`` holds ``choices`` and ``gold``, and
     may hold the ``delimiter`` that replaces ``target_delimiter``)."""
     import json
@@ -105,7 +111,8 @@ def run_score_choices(ctx: RunContext, filtered: StageResult, shard: Shard) -> S
 
     store, spec, source_name = ctx.store, ctx.spec, ctx.source
     device_slot = ctx.device_slot
-    source: Any = spec.source(source_name)  # a record source with choices: set
+    source = spec.source(source_name)
+    assert isinstance(source, RecordSourceSpec) and source.choices is not None  # its mode's stage
     cspec = source.choices
     lo, hi = shard.bounds
     part = Rows(load_rows(store, filtered).to_arrow().slice(lo, hi - lo))
@@ -117,8 +124,8 @@ def run_score_choices(ctx: RunContext, filtered: StageResult, shard: Shard) -> S
     def compute() -> tuple[dict[str, Any], dict[str, Any]]:
         from assay.progress import track
 
-        device = str(getattr(scorer, "device", "cpu"))
-        slot = device_slot(device) if device_slot is not None else contextlib.nullcontext()
+        slot = (device_slot(device_of(scorer)) if device_slot is not None
+                else contextlib.nullcontext())
         n_choices = sum(len(r["privileged"]["choices"]) for r in part)
         with slot, track(STAGE, label, total=n_choices) as unit:
             out = score_choice_rows(part, scorer, target_delimiter=cspec.target_delimiter,

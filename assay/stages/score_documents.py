@@ -8,21 +8,26 @@ document's answer is journalled, so a killed run resumes and a new checkpoint re
 from __future__ import annotations
 
 import contextlib
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
 from assay.rows import Rows
+from assay.sources.records import RecordSourceSpec
 from assay.spec import StudySpec
 from assay.stages.cache import StageResult, cached_stage, load_rows
 from assay.stages.declare import RunContext, Shard, Stage, declare
-from assay.stages.slots import models_slots
+from assay.stages.slots import device_of, models_slots
+
+if TYPE_CHECKING:
+    from assay.store import Store
 
 STAGE = "score-documents"  # declared at the end
 
 
-def score_document_rows(rows: Rows, model: Any, *, store: Any = None,
-                        on_done: Any = None) -> Rows:
+def score_document_rows(rows: Rows, model: Any, *, store: Store | None = None,
+                        on_done: Callable[[int], None] | None = None) -> Rows:
     """Rows with markers ``loglik``, ``tokens``, ``words`` and ``bytes`` per document."""
     from assay.models.loglik import rolling_loglikelihoods, shared_scorer
     from assay.sources.documents import count_bytes, count_words
@@ -47,7 +52,8 @@ def run_score_documents(ctx: RunContext, filtered: StageResult, shard: Shard) ->
 
     store, spec, source_name = ctx.store, ctx.spec, ctx.source
     device_slot = ctx.device_slot
-    source: Any = spec.source(source_name)  # a record source with perplexity: set
+    source = spec.source(source_name)
+    assert isinstance(source, RecordSourceSpec) and source.perplexity is not None  # its mode
     lo, hi = shard.bounds
     part = Rows(load_rows(store, filtered).to_arrow().slice(lo, hi - lo))
     scorer = shared_scorer(source.perplexity.model)
@@ -57,8 +63,8 @@ def run_score_documents(ctx: RunContext, filtered: StageResult, shard: Shard) ->
     def compute() -> tuple[dict[str, Any], dict[str, Any]]:
         from assay.progress import track
 
-        device = str(getattr(scorer, "device", "cpu"))
-        slot = device_slot(device) if device_slot is not None else contextlib.nullcontext()
+        slot = (device_slot(device_of(scorer)) if device_slot is not None
+                else contextlib.nullcontext())
         with slot, track(STAGE, label, total=len(part)) as unit:
             out = score_document_rows(part, scorer, store=store, on_done=unit.advance)
         return {"rows": out}, {"rows": len(out)}

@@ -8,14 +8,16 @@ audited views' checksums. The reward-model kinds live in ``assay.reward.kinds``.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from assay.progress import track
 from assay.spec import StudySpec
 from assay.stages.cache import StageResult, cached_stage
 from assay.stages.declare import RunContext, Stage, declare
-from assay.stages.slots import scoring_slots
+from assay.stages.slots import device_of, scoring_slots
+
+if TYPE_CHECKING:
+    from assay.reward.auditing import Audit
 
 STAGE = "score-reward-model"  # declared at the end
 
@@ -47,7 +49,7 @@ def run_reward_audit(ctx: RunContext, model_name: str) -> StageResult:
 
         with track(STAGE, model_name, total=sum(len(v) for v in views.values())) as unit:
             model = mspec.build(spec.paths)
-            slot = (device_slot(str(getattr(model, "device", "cpu"))) if device_slot
+            slot = (device_slot(device_of(model)) if device_slot
                     else contextlib.nullcontext())
             with slot:
                 res = audit(model, views, store=store)
@@ -64,16 +66,13 @@ def run_reward_audit(ctx: RunContext, model_name: str) -> StageResult:
                         progress=ctx.progress)
 
 
-def _audit_dimensions(res: Any) -> list[dict[str, Any]]:
+def _audit_dimensions(res: Audit) -> list[dict[str, Any]]:
     """Per-dimension pair accuracy (with interval and n) and baseline, for the plot."""
     from assay.report import collect_estimates
 
     out = []
-    dims = getattr(res, "dimensions", None)
-    items = dims.items() if isinstance(dims, Mapping) else (
-        [(getattr(d, "dimension", getattr(d, "name", str(i))), d) for i, d in enumerate(dims)]
-        if dims else [])
-    for name, d in items:
+    for d in res.dimensions:
+        name = d.dimension
         ests = collect_estimates(d)
         acc = next((e for e in ests if "acc" in e["name"] or "acc" in e["path"]), None)
         base = next((e for e in ests if "baseline" in e["name"] or "baseline" in e["path"]), None)

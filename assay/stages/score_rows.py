@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -23,8 +23,13 @@ from assay.rows import MARKERS_TYPE, Rows, table_checksum
 from assay.spec import StudySpec
 from assay.stages.cache import StageResult, cached_stage, load_rows
 from assay.stages.declare import RunContext, Shard, Stage, declare
-from assay.stages.slots import scoring_slots
+from assay.stages.slots import device_of, model_device, scoring_slots
 from assay.store import Store
+
+if TYPE_CHECKING:
+    from assay.reward.base import RewardModel
+    from assay.reward.kinds import RewardModelEntry
+    from assay.reward.worker import ScoringWorker
 
 STAGE = "score-rows"  # declared at the end
 
@@ -82,21 +87,22 @@ def inputs_checksum(table: pa.Table) -> str:
     return table_checksum(table.select(cols), "rmin")
 
 
-def score_inputs(model: Any, prompts: Sequence[str], responses: Sequence[str],
+def score_inputs(model: RewardModel, prompts: Sequence[str], responses: Sequence[str],
                  convs: Sequence[list[dict[str, str]] | None], ok: np.ndarray) -> np.ndarray:
     """Scores (NaN where ``ok`` is False). A model with ``score_conversations`` (a chat-template
     model) gets multi-turn conversations whole, rendered by its template once; others, and
     single-turn rows, get ``(prompt, completion)``."""
     out = np.full(len(prompts), np.nan)
     idx = np.flatnonzero(ok)
+    by_conversation = getattr(model, "score_conversations", None)  # optional on an adapter
     conv_idx = ([int(i) for i in idx if convs[int(i)] is not None]
-                if hasattr(model, "score_conversations") else [])
+                if by_conversation is not None else [])
     plain = np.setdiff1d(idx, np.asarray(conv_idx, dtype=np.int64))
     if plain.size:
         out[plain] = model.score([prompts[i] for i in plain], [responses[i] for i in plain])
-    if conv_idx:
-        out[conv_idx] = model.score_conversations([convs[i] for i in conv_idx],
-                                                  [responses[i] for i in conv_idx])
+    if conv_idx and by_conversation is not None:
+        out[conv_idx] = by_conversation([convs[i] for i in conv_idx],
+                                        [responses[i] for i in conv_idx])
     return out
 
 
@@ -106,7 +112,7 @@ def clear_model_cache() -> None:
         _MODELS.clear()
 
 
-def forget_worker(worker: Any) -> None:
+def forget_worker(worker: ScoringWorker) -> None:
     """Forget the models ``worker`` holds (it is closing: later shards build their own)."""
     from assay.reward.worker import RemoteModel
 
@@ -116,20 +122,22 @@ def forget_worker(worker: Any) -> None:
             del _MODELS[key]
 
 
-def _planned_device(mspec: Any, identity: Any) -> str:
+def _planned_device(mspec: RewardModelEntry, identity: Any) -> str:
     """Where the model is (or will be) loaded, known before loading it, so the device slot is
     held while the weights move to the GPU too: a Python function runs on the CPU."""
     built = _MODELS.get(combine("rmid", identity))
     if built is not None:
-        return str(getattr(built, "device", "cpu"))
-    if getattr(mspec, "kind", None) == "function":
+        return device_of(built)
+    device = model_device(mspec)
+    if device is None:
         return "cpu"
     from assay.reward.runtime import resolve_device
 
-    return resolve_device(str(getattr(mspec, "params", {}).get("device", "auto")))
+    return resolve_device(device)
 
 
-def _model(mspec: Any, spec: StudySpec, identity: Any, worker: Any = None) -> Any:
+def _model(mspec: RewardModelEntry, spec: StudySpec, identity: Any,
+           worker: ScoringWorker | None = None) -> Any:
     """The built adapter, loaded once per process even when a preload (:func:`preload`) and
     a shard ask for it at once: the second waits for the first's load (its waker: the loader's
     ``finally``; if that load failed, the waiter loads it itself and sees the error). With a
@@ -146,7 +154,7 @@ def _model(mspec: Any, spec: StudySpec, identity: Any, worker: Any = None) -> An
                 break
         loading.wait()
     try:
-        if worker is not None and getattr(mspec, "kind", None) != "function":
+        if worker is not None and model_device(mspec) is not None:
             built = worker.load(mspec, spec.paths)
         else:
             built = mspec.build(spec.paths)
@@ -161,7 +169,7 @@ def _model(mspec: Any, spec: StudySpec, identity: Any, worker: Any = None) -> An
         loading.set()
 
 
-def preload(spec: StudySpec, worker: Any = None) -> None:
+def preload(spec: StudySpec, worker: ScoringWorker | None = None) -> None:
     """Build the study's scoring models now (into this process's cache; in ``worker``'s
     process when given), so the first score-rows shard finds them loaded: the graph calls it on
     a background thread while the model server generates, when the cores would otherwise idle.

@@ -19,6 +19,12 @@ def model_device(model: object) -> str | None:
     return where() if callable(where) else None
 
 
+def device_of(built: object) -> str:
+    """Where a built model, backend or scorer runs (``cuda:0``, ``cpu``; ``cpu`` when it does
+    not say: a plugin's object may not), for the device slot a node holds while it works."""
+    return str(getattr(built, "device", "cpu"))  # optional on a plugin's object
+
+
 def on_cpu(device: str | None) -> bool:
     """Whether a model with this ``device`` setting runs on the CPU. ``auto`` is decided without
     importing torch (a fully cached rerun never loads it): no NVIDIA device node, no GPU."""
