@@ -2,8 +2,9 @@
 
 ``run_spec`` is the entry point ``assay run`` uses: embedded server, quiet settings, runner.
 
-The graph itself lives in ``assay.stages.plan`` (plain Python, runnable without Prefect); this
-flow only decides where each node runs: a Prefect task future, on threads or on Dask workers.
+The graph is derived from the stage declarations (``assay.stages.wiring``, plain Python, runnable
+without Prefect) and so are the tasks (``tasks/stages.py``); this flow only decides where each
+node runs: its stage's task as a Prefect task future, on threads or on Dask workers.
 """
 
 from __future__ import annotations

@@ -98,14 +98,10 @@ def run_grade_shard(ctx: RunContext, rows: StageResult, shard: Shard) -> StageRe
             ahead.drop(source_name, shard.index)
 
 
-def _rows_per_shard(spec: StudySpec, source: str) -> int:
-    return spec.execution.shard_rows
-
-
 def _cores(spec: StudySpec, item: str) -> tuple[str, ...]:
     """Grading uses every core (its own worker processes): one shard at a time."""
     return ("cores",)
 
 
 declare(Stage(STAGE, 1, "shard", run_grade_shard, reads=("filter-rows", "generate"),
-              slots=_cores, rows_per_shard=_rows_per_shard))
+              slots=_cores))

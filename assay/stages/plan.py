@@ -98,8 +98,8 @@ class Preloader:
 
         self.spec = spec
         # The models load and score in a process of their own: their import and forward passes
-        # would otherwise hold the GIL the generation clients' threads need (measured: the
-        # server's slots 5-6.5 of 8 full during an in-process load, 7.5-7.7 after).
+        # would otherwise hold the GIL the generation clients' threads need (the server's
+        # slots then stood partly empty during the load).
         self.worker = ScoringWorker()
         self.thread: threading.Thread | None = None
         self._lock = threading.Lock()
@@ -107,7 +107,7 @@ class Preloader:
         self._ended = threading.Event()
 
     def warm(self) -> None:
-        """Start the worker and its imports (torch's: ~2.5 s of one core) as the run starts,
+        """Start the worker and its imports (torch's: seconds of one core) as the run starts,
         while this process builds the rows and starts the clients on the other core; the
         model itself loads only once generation has work (:meth:`__call__`). A run that ends
         up generating nothing wasted those seconds of an otherwise idle core."""
@@ -133,7 +133,7 @@ class Preloader:
             if self.wake is not None:
                 self.wake()
         # New completions mean new measurements and a new report, the run's last two nodes:
-        # their imports (scipy's, matplotlib's: ~1 s of CPU) are done here, off the critical
+        # their imports (scipy's, matplotlib's) are done here, off the critical
         # path, not at the very end. A failing import is left for its stage to raise.
         libguard.warm(MEASURE_IMPORTS + REPORT_IMPORTS)
 
@@ -267,8 +267,8 @@ def _pregrader(spec: StudySpec, store: Store, graph: Graph, workers: int | None
     """Grading ahead for the sources that generate and grade (None when none does). It grades
     only in generation's tail (every generate node started) while no node holds the ``cores``:
     earlier, each shard's grade node overlaps later shards' generation anyway, and grading
-    ahead there only took CPU from the clients keeping the server busy (measured on 2 cores:
-    the server's slots less full, the run slower)."""
+    ahead there only took CPU from the clients keeping the server busy (on a small machine
+    the server's slots stood less full and the run was slower)."""
     if not any(s.generate is not None and s.verifier is not None for s in spec.sources):
         return None
 

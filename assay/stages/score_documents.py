@@ -15,10 +15,9 @@ import pyarrow as pa
 
 from assay.rows import Rows
 from assay.sources.records import RecordSourceSpec
-from assay.spec import StudySpec
 from assay.stages.cache import StageResult, cached_stage, load_rows
 from assay.stages.declare import RunContext, Shard, Stage, declare
-from assay.stages.slots import device_of, models_slots
+from assay.stages.slots import device_of, scoring_model_slots
 
 if TYPE_CHECKING:
     from assay.store import Store
@@ -74,14 +73,5 @@ def run_score_documents(ctx: RunContext, filtered: StageResult, shard: Shard) ->
                         label=label, progress=ctx.progress)
 
 
-def _rows_per_shard(spec: StudySpec, source: str) -> int:
-    return spec.execution.shard_rows
-
-
-def _slots(spec: StudySpec, source: str) -> tuple[str, ...]:
-    """A local scoring model holds the model slots; a server does not."""
-    return models_slots([spec.source(source).scoring_model])
-
-
-declare(Stage(STAGE, 1, "shard", run_score_documents, reads=("filter-rows",), slots=_slots,
-              device=True, asks_model=True, rows_per_shard=_rows_per_shard))
+declare(Stage(STAGE, 1, "shard", run_score_documents, reads=("filter-rows",),
+              slots=scoring_model_slots, device=True, asks_model=True))

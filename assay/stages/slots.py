@@ -10,6 +10,10 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from assay.spec import StudySpec
 
 
 def model_device(model: object) -> str | None:
@@ -47,6 +51,11 @@ def model_slots(devices: Iterable[str | None]) -> tuple[str, ...]:
 def models_slots(models: Iterable[object]) -> tuple[str, ...]:
     """The slots of local models among ``models`` (none for servers and functions)."""
     return model_slots(d for d in map(model_device, models) if d is not None)
+
+
+def scoring_model_slots(spec: StudySpec, source: str) -> tuple[str, ...]:
+    """A choices or perplexity source's scoring model: a local one holds the model slots."""
+    return models_slots([spec.source(source).scoring_model])
 
 
 def scoring_slots(models: Iterable[object]) -> tuple[str, ...]:

@@ -5,6 +5,8 @@ graph, in the one-slot order and as a Prefect task."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import get_args
 
@@ -19,6 +21,8 @@ from assay.stages.cache import cached_stage, load_rows
 from assay.stages.modes import MODE_STAGES
 from assay.stages.wiring import in_order
 from assay.store import Store
+
+ROOT = Path(__file__).resolve().parents[2]
 
 #: Every stage's cache version today: a change here recomputes every user's stored results.
 VERSIONS = {"build-rows": 1, "filter-rows": 1, "generate": 1, "grade": 1, "score-choices": 1,
@@ -84,9 +88,6 @@ def test_a_declared_shard_stage_runs_on_every_shard_it_applies_to(tmp_path: Path
     try:
         graph = stages.run_study(spec, Store(tmp_path / "s1"), progress=None)
         chain = stages.run_study(spec, Store(tmp_path / "s2"), progress=None, mode="chain")
-        from tasks.stages import task_for
-
-        assert task_for("passed-on").name == "passed-on"
     finally:
         STAGES.pop("passed-on")
         STAGE_VERSIONS.pop("passed-on")
@@ -101,3 +102,15 @@ def test_a_declared_shard_stage_runs_on_every_shard_it_applies_to(tmp_path: Path
     # the same rows: the same measurements and report as without the stage
     assert graph.report is not None and before.report is not None
     assert graph.report.key == before.report.key
+
+
+def test_a_declared_stage_has_its_prefect_task() -> None:
+    # a fresh interpreter: prefect is imported only under the prefect_server fixture here
+    code = ("from assay.stages import Stage, declare; "
+            "declare(Stage('late', 1, 'study', lambda ctx: None)); "
+            "from tasks.stages import task_for; t = task_for('late'); "
+            "print(t.name, t.fn.__name__, task_for('grade').name)")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["late", "late", "grade"]
