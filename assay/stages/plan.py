@@ -112,7 +112,7 @@ class Preloader:
         model itself loads only once generation has work (:meth:`__call__`). A run that ends
         up generating nothing wasted those seconds of an otherwise idle core."""
         models = self.spec.reward.scoring_models() if self.spec.reward is not None else []
-        kinds = sorted({type(m).__module__ for m in models if m.kind != "function"})
+        kinds = sorted({type(m).__module__ for m in models if model_device(m) is not None})
         self.worker.warm(["torch", *kinds])
 
     def remote_models(self) -> list[Any]:
@@ -222,7 +222,7 @@ def _run_graph(spec: StudySpec, store: Store, *, executor: Executor | None,
     libguard.prepare(spec, loader.remote_models() if loader is not None else ())
     graph = study_graph(spec, store, progress=progress, workers=workers)
     if loader is not None:
-        graph.on_add = _while_loading(loader)  # before the nodes are added: shards too
+        graph.on_add = _while_loading(loader)  # shard nodes are added as their rows exist
         loader.wake = graph.wake
         loader.warm()
     ahead = _pregrader(spec, store, graph, workers) if (
