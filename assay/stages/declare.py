@@ -82,7 +82,9 @@ class Stage:
     """One stage's declaration.
 
     ``fn`` by scope: a ``source`` stage is ``fn(ctx, *results of reads)``; a ``shard`` stage
-    ``fn(ctx, rows, shard)`` (``rows``: the result it reads, cut by ``shard``); a ``study`` stage
+    ``fn(ctx, rows, shard)`` (``rows``: the output of the shard's previous stage, or the
+    source's rows cut by ``shard``; its ``reads`` names the stages it may follow, and the
+    source's mode decides which it does); a ``study`` stage
     ``fn(ctx, [item,] *inputs)``, an input per name in ``reads``: ``rows`` (every source's
     final rows, by source), ``graded`` (the graded rows of the sources ``sources(spec)``
     names), or another study stage's result (None when the spec skips it; a tuple for a stage

@@ -21,6 +21,8 @@ import contextlib
 import statistics
 from typing import Any
 
+from pydantic import BaseModel
+
 from assay import stop
 from assay.models.base import to_messages
 from assay.models.freshness import reuse_scope
@@ -44,7 +46,7 @@ from assay.stages.slots import device_of, model_device, model_slots
 
 STAGE = "generate"  # declared at the end
 
-def backend_for(model_spec: Any) -> Any:
+def backend_for(model_spec: BaseModel) -> Any:
     """The backend of a ``generate.model`` entry, built once per process."""
     from assay.models.generation import shared_backend
 
