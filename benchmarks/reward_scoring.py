@@ -179,8 +179,8 @@ def quickstart_shards(store, spec) -> dict[str, list]:
 
     out = {}
     for src in spec.reward.score.sources:
-        built = stages.run_build_rows(store, spec, src)
-        rows = stages.load_rows(store, stages.run_filter_rows(store, spec, src, built))
+        ctx = stages.RunContext(store, spec, source=src)
+        rows = stages.load_rows(store, stages.run_filter_rows(ctx, stages.run_build_rows(ctx)))
         bounds = stages.shard_bounds(rows, spec.execution.shard_rows)
         parts = []
         for i, (lo, hi) in enumerate(bounds):
@@ -221,7 +221,8 @@ def bench_rows(repeats: int, one_by_one_rows: int = 240) -> None:
           f"{sum(len(ps) for ps in shards.values())} shards, bundled all-MiniLM-L6-v2")
 
     def score_all(store):
-        return [stages.run_score_rows(store, spec, src, p, i, len(ps))
+        return [stages.run_score_rows(stages.RunContext(store, spec, source=src), p,
+                                      stages.Shard(i, len(ps), (0, 0)))
                 for src, ps in shards.items() for i, p in enumerate(ps)]
 
     counter = [0]
@@ -266,7 +267,8 @@ def bench_rows(repeats: int, one_by_one_rows: int = 240) -> None:
             regraded[src].append(stages.StageResult("grade", p.label, key, {"rows": key},
                                                     {"rows": Rows(t).checksum()}))
     t = time.perf_counter()
-    rescored = [stages.run_score_rows(st, spec, src, p, i, len(ps))
+    rescored = [stages.run_score_rows(stages.RunContext(st, spec, source=src), p,
+                                      stages.Shard(i, len(ps), (0, 0)))
                 for src, ps in regraded.items() for i, p in enumerate(ps)]
     t_regraded = time.perf_counter() - t
     assert all(r.summary["scores"] == {"rm:minilm": "cached"} for r in rescored)

@@ -2,8 +2,9 @@
 
 ``run_spec`` is the entry point ``assay run`` uses: embedded server, quiet settings, runner.
 
-The graph itself lives in ``assay.stages.plan`` (plain Python, runnable without Prefect); this
-flow only decides where each node runs: a Prefect task future, on threads or on Dask workers.
+The graph is derived from the stage declarations (``assay.stages.wiring``, plain Python, runnable
+without Prefect) and so are the tasks (``tasks/stages.py``); this flow only decides where each
+node runs: its stage's task as a Prefect task future, on threads or on Dask workers.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from flows.embedded import OrchestrationError, require_real_server
 from flows.progress_ui import progress_artifacts
 
 bind_own_packages()  # `tasks` is ours even where the working directory holds a user's tasks.py
-from tasks.stages import TASKS, store_canary  # noqa: E402
+from tasks.stages import store_canary, task_for  # noqa: E402
 
 
 def _slug(text: str) -> str:
@@ -95,13 +96,14 @@ class PrefectExecutor:
 
     def submit(self, node: Any, args: tuple[Any, ...], kwargs: dict[str, Any],
                waits: list[Any], done: Any) -> Any:
-        task = TASKS[node.fn]
-        if self.distributed and "workers" in kwargs:  # a cluster worker grades on one core
-            kwargs = {**kwargs, "workers": 1}
+        task = task_for(node.stage)
+        ctx, *inputs = args  # a stage function's call: fn(ctx, *inputs)
+        if self.distributed and ctx.workers != 1:  # a cluster worker grades on one core
+            ctx = replace(ctx, workers=1)
         join = (headstart.joining(self.head, node.id) if self.head is not None
                 else contextlib.nullcontext())
         with join:  # the task runner copies this context into the task's thread
-            fut = task.submit(*args, wait_for=waits, **kwargs)
+            fut = task.submit(ctx, tuple(inputs), wait_for=waits, **kwargs)
         fut.add_done_callback(lambda _: done())
         return fut
 

@@ -1,4 +1,5 @@
-"""Prefect tasks, one per study stage: thin shells around the core functions in assay.stages.
+"""Prefect tasks, one per declared stage (``assay.stages.STAGES``), made by one factory: a thin
+shell around the stage function.
 
 Each task returns a small StageResult pointer; the data and the cache live in the content store.
 
@@ -10,42 +11,26 @@ a second, non-atomic copy keyed on run state, which is what breaks resume after 
 from __future__ import annotations
 
 import contextlib
-import functools
-from collections.abc import Callable
+import logging
+from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
+from dataclasses import replace
 from typing import Any
 
-from prefect import task
+from prefect import Task, task
 from prefect.cache_policies import NO_CACHE
 
-from assay import libguard, stages
+from assay import libguard
+from assay.stages import STAGES, RunContext, Stage, StageResult
 from assay.stages.headstart import joined
+from assay.store import Store
 
-
-def _task(fn: Callable[..., Any], name: str, run_name: str) -> Any:
-    @functools.wraps(fn)
-    def node(store: Any, spec: Any, *args: Any, **kwargs: Any) -> Any:
-        # the spec's heavy imports, complete before this node's body runs: a no-op where the
-        # flow did it (threads of this process), the first node's job on a cluster worker
-        # whose other threads run nodes too (assay.libguard)
-        libguard.prepare_node(spec)
-        return fn(store, spec, *args, **kwargs)
-
-    return task(node, name=name, task_run_name=run_name, cache_policy=NO_CACHE,
-                persist_result=False, retries=0)
-
-
-def _stage(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """A stage function as a task body: the head start's result of the node being recorded
-    when ``assay run`` began it before Prefect was up (``assay.stages.headstart``), else
-    computed here."""
-    @functools.wraps(fn)  # the task's parameters (and run names) are the stage function's
-    def body(*args: Any, **kwargs: Any) -> Any:
-        return joined(fn, *args, **kwargs)
-    return body
+#: A stage's task: ``(ctx, inputs)`` -> the stage function's result for ``fn(ctx, *inputs)``.
+StageTask = Task[[RunContext, tuple[Any, ...]], StageResult]
 
 
 @task(name="store-canary", cache_policy=NO_CACHE, persist_result=False, retries=0)
-def store_canary(store: Any, token: str) -> str:
+def store_canary(store: Store, token: str) -> str:
     """Write a small document to the study's store from wherever this task runs (a cluster
     worker) and return its key: the flow reads it back before any stage runs."""
     import os
@@ -55,13 +40,7 @@ def store_canary(store: Any, token: str) -> str:
                                "pid": os.getpid()}))
 
 
-build_rows = _task(_stage(stages.run_build_rows), "build-rows", "build-rows-{source_name}")
-filter_rows = _task(_stage(stages.run_filter_rows), "filter-rows", "filter-rows-{source_name}")
-grade_shard = _task(_stage(stages.run_grade_shard), "grade", "grade-{source_name}-{shard}")
-decontaminate = _task(_stage(stages.run_decontaminate), "decontaminate", "decontaminate")
-
-
-def gpu_slot(device: str) -> Any:
+def gpu_slot(device: str) -> AbstractContextManager[object]:
     """A strict ``gpu`` global concurrency slot when scoring on CUDA; a no-op on CPU. The limit
     is created with 1 slot if the server lacks it: raise it with ``prefect gcl update gpu
     --limit N`` on a machine with N GPUs. Strict: an undefined limit would otherwise be skipped
@@ -83,35 +62,7 @@ def gpu_slot(device: str) -> Any:
     return concurrency("gpu", occupy=1, strict=True)
 
 
-def _score_reward_model(store: Any, spec: Any, model_name: str, *, progress: Any = None) -> Any:
-    """run_reward_audit holding a ``gpu`` slot while it scores on CUDA."""
-    return joined(stages.run_reward_audit, store, spec, model_name, progress=progress,
-                  device_slot=gpu_slot)
-
-
-def _score_rows(store: Any, spec: Any, source_name: str, graded: Any, shard: int, n_shards: int, *,
-                progress: Any = None) -> Any:
-    """run_score_rows holding a ``gpu`` slot while a model scores on CUDA."""
-    return joined(stages.run_score_rows, store, spec, source_name, graded, shard, n_shards,
-                  progress=progress, device_slot=gpu_slot)
-
-
-score_rows = _task(_score_rows, "score-rows", "score-rows-{source_name}-{shard}")
-
-
-def _generate_shard(store: Any, spec: Any, source_name: str, filtered: Any, bounds: Any, shard: int,
-                    n_shards: int, *, workers: Any = None, progress: Any = None) -> Any:
-    """run_generate_shard holding a ``gpu`` slot while a local model generates on CUDA; the
-    shard's requests, retries and failures go to the task run's log."""
-    from prefect import get_run_logger
-
-    res = joined(stages.run_generate_shard, store, spec, source_name, filtered, bounds, shard,
-                 n_shards, workers=workers, progress=progress, device_slot=gpu_slot)
-    log_generation(res, get_run_logger())
-    return res
-
-
-def log_generation(res: Any, logger: Any) -> None:
+def log_generation(res: StageResult, logger: logging.Logger | logging.LoggerAdapter[Any]) -> None:
     """What a generate shard asked and what failed, on its task run: a table artifact (seen in
     the UI whatever the log settings) and a log line (an error line when the server's circuit
     breaker opened)."""
@@ -136,45 +87,62 @@ def log_generation(res: Any, logger: Any) -> None:
         logger.error("%s: circuit breaker open: %s", res.label, s["breaker"])
 
 
-generate_shard = _task(_generate_shard, "generate", "generate-{source_name}-{shard}")
+def _log_generation(res: StageResult) -> None:
+    from prefect import get_run_logger
+
+    log_generation(res, get_run_logger())
 
 
-def _score_choices(store: Any, spec: Any, source_name: str, filtered: Any, bounds: Any, shard: int,
-                   n_shards: int, *, workers: Any = None, progress: Any = None) -> Any:
-    """run_score_choices holding a ``gpu`` slot while a local model scores on CUDA."""
-    return joined(stages.run_score_choices, store, spec, source_name, filtered, bounds, shard,
-                  n_shards, workers=workers, progress=progress, device_slot=gpu_slot)
+#: What a stage's task does with its result on the task run, beyond returning it (optional).
+AFTER: Mapping[str, Callable[[StageResult], None]] = {"generate": _log_generation}
 
 
-score_choices = _task(_score_choices, "score-choices", "score-choices-{source_name}-{shard}")
+def stage_body(stage: Stage) -> Callable[[RunContext, tuple[Any, ...]], StageResult]:
+    """The task body of ``stage``: the spec's heavy imports first (a no-op where the flow did
+    them; a cluster worker's first node does), the stage's device slot (the strict ``gpu``
+    slot) when it puts a model on a device, and the head start's result of the node when
+    ``assay run`` began it before Prefect was up (``assay.stages.headstart``)."""
+    def body(ctx: RunContext, inputs: tuple[Any, ...]) -> StageResult:
+        libguard.prepare_node(ctx.spec)
+        if stage.device:
+            ctx = replace(ctx, device_slot=gpu_slot)
+        res = joined(stage.fn, ctx, *inputs)
+        after = AFTER.get(stage.name)
+        if after is not None:
+            after(res)
+        return res
+
+    body.__name__ = body.__qualname__ = stage.name.replace("-", "_")
+    body.__doc__ = stage.fn.__doc__
+    return body
 
 
-def _score_documents(store: Any, spec: Any, source_name: str, filtered: Any, bounds: Any,
-                     shard: int, n_shards: int, *, workers: Any = None,
-                     progress: Any = None) -> Any:
-    """run_score_documents holding a ``gpu`` slot while a local model scores on CUDA."""
-    return joined(stages.run_score_documents, store, spec, source_name, filtered, bounds, shard,
-                  n_shards, workers=workers, progress=progress, device_slot=gpu_slot)
+def _run_name(stage: Stage) -> Callable[..., str]:
+    """``grade-<source>-<shard>``, ``score-reward-model-<model>``, ``measure``."""
+    def name(parameters: dict[str, Any]) -> str:
+        ctx, inputs = parameters["ctx"], parameters["inputs"]
+        parts = [stage.name] + ([ctx.source] if ctx.source else [])
+        if stage.scope == "shard":
+            parts.append(str(inputs[-1].index))
+        elif stage.each is not None:
+            parts.append(str(inputs[0]))
+        return "-".join(parts)
+    return name
 
 
-score_documents = _task(_score_documents, "score-documents",
-                        "score-documents-{source_name}-{shard}")
-score_reward_model = _task(_score_reward_model, "score-reward-model",
-                           "score-reward-model-{model_name}")
-measure = _task(_stage(stages.run_measure), "measure", "measure")
-report = _task(_stage(stages.run_report), "report", "report")
+def stage_task(stage: Stage) -> StageTask:
+    """The Prefect task of ``stage`` (no Prefect cache, no retries: the store is the cache)."""
+    return task(stage_body(stage), name=stage.name, task_run_name=_run_name(stage),
+                cache_policy=NO_CACHE, persist_result=False, retries=0)
 
-#: core stage function -> its task (what flows/study.py dispatches on).
-TASKS: dict[Callable[..., Any], Any] = {
-    stages.run_build_rows: build_rows,
-    stages.run_filter_rows: filter_rows,
-    stages.run_generate_shard: generate_shard,
-    stages.run_score_choices: score_choices,
-    stages.run_score_documents: score_documents,
-    stages.run_grade_shard: grade_shard,
-    stages.run_decontaminate: decontaminate,
-    stages.run_score_rows: score_rows,
-    stages.run_reward_audit: score_reward_model,
-    stages.run_measure: measure,
-    stages.run_report: report,
-}
+
+#: stage name -> its task (what flows/study.py submits a node's call to); a stage declared
+#: after this import gets its task from :func:`task_for`.
+TASKS: dict[str, StageTask] = {name: stage_task(s) for name, s in STAGES.items()}
+
+
+def task_for(name: str) -> StageTask:
+    """The task of the stage declared as ``name``."""
+    if name not in TASKS:
+        TASKS[name] = stage_task(STAGES[name])
+    return TASKS[name]

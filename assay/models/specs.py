@@ -111,6 +111,11 @@ class HFSpec(QuietSpecModel):
         "model_args max_length); default: the model config's")
     trust_remote_code: bool = False
 
+    def local_device(self) -> str:
+        """Where the weights run in this process (``auto``: CUDA when available); a server
+        backend's spec has no such method (the server holds its own devices)."""
+        return self.device or "auto"
+
 
 class FunctionSpec(_Strict):
     """A user's ``module:callable`` taking prompts and returning completions."""

@@ -36,6 +36,11 @@ class RewardModelEntry(SpecModel):
         return {"kind": self.kind,  # type: ignore[attr-defined]  # declared by each subclass
                 "params": self.params}
 
+    def local_device(self) -> str | None:
+        """Where the model's weights run (``params.device``, default ``auto``); None for a
+        model that holds no device (a Python function)."""
+        return str(self.params.get("device", "auto"))
+
 
 class EmbeddingModel(RewardModelEntry):
     """The bundled all-MiniLM-L6-v2 embedding reward model (or another sentence-transformers
@@ -125,6 +130,9 @@ class FunctionModel(RewardModelEntry):
         if ":" not in v:
             raise ValueError("kind 'function' needs function: 'package.module:callable'")
         return v
+
+    def local_device(self) -> str | None:
+        return None  # plain Python: no weights, no device
 
     def _callable(self, paths: Paths) -> Any:
         return load_callable(self.function, what=f"reward model {self.name!r}",

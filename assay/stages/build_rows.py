@@ -8,15 +8,16 @@ from __future__ import annotations
 from typing import Any
 
 from assay.spec import StudySpec
-from assay.stages.cache import StageResult, cached_stage, define_stage, lookup, stage_key
+from assay.stages.cache import StageResult, cached_stage, lookup, stage_key
+from assay.stages.declare import RunContext, Stage, declare
 from assay.store import Store
 
-STAGE = define_stage("build-rows", 1)
+STAGE = "build-rows"  # declared at the end
 
 
-def run_build_rows(store: Store, spec: StudySpec, source_name: str, *,
-                   progress: Any = None) -> StageResult:
-    """Build one source's rows (cached on what determines them)."""
+def run_build_rows(ctx: RunContext) -> StageResult:
+    """Build source ``ctx.source``'s rows (cached on what determines them)."""
+    store, spec, source_name = ctx.store, ctx.spec, ctx.source
     source = spec.source(source_name)
 
     def compute() -> tuple[dict[str, Any], dict[str, Any]]:
@@ -33,7 +34,7 @@ def run_build_rows(store: Store, spec: StudySpec, source_name: str, *,
         params=source.identity(spec.paths),
         compute=compute,
         label=source_name,
-        progress=progress,
+        progress=ctx.progress,
     )
 
 
@@ -45,3 +46,6 @@ def source_info(store: Store, spec: StudySpec, source_name: str) -> dict[str, An
     if doc is None or "source_info" not in doc["outputs"]:
         return None
     return store.get_json(doc["outputs"]["source_info"])
+
+
+declare(Stage(STAGE, 1, "source", run_build_rows))

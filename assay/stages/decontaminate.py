@@ -14,23 +14,23 @@ from assay.stages.cache import (
     StageResult,
     cached_stage,
     concat_rows,
-    define_stage,
     graded_checksums,
 )
-from assay.store import Store
+from assay.stages.declare import RunContext, Stage, declare
 
-STAGE = define_stage("decontaminate", 1)
+STAGE = "decontaminate"  # declared at the end
 
 
-def run_decontaminate(store: Store, spec: StudySpec, graded: Mapping[str, Sequence[StageResult]], *,
-                      progress: Any = None) -> StageResult:
+def run_decontaminate(ctx: RunContext, graded: Mapping[str, Sequence[StageResult]]
+                      ) -> StageResult:
     """Eval-side contamination of each checked source against the spec's corpus, with pass@1
-    on the full set and on the clean subset."""
+    on the full set and on the clean subset (``graded``: the checked sources' graded rows)."""
     from assay.report import collect_estimates, result_doc
 
+    store, spec = ctx.store, ctx.spec
     d = spec.decontaminate
     assert d is not None  # the plan runs this stage only when the spec has decontaminate:
-    names = d.sources or [s.name for s in spec.sources]
+    names = _checked(spec)
     params = d.model_dump(mode="json", exclude={"corpus", "sources"})
     corpus_sums = [file_checksum(spec.resolve(c)) for c in d.corpus]
 
@@ -54,4 +54,23 @@ def run_decontaminate(store: Store, spec: StudySpec, graded: Mapping[str, Sequen
         return {"contamination": docs}, {"rows": n_rows}
 
     return cached_stage(store, STAGE, inputs=graded_checksums(graded, names) + corpus_sums,
-                        params=params, compute=compute, label=",".join(names), progress=progress)
+                        params=params, compute=compute, label=",".join(names),
+                        progress=ctx.progress)
+
+
+def _checked(spec: StudySpec) -> list[str]:
+    """The sources whose prompts are checked (``decontaminate.sources``, default all)."""
+    assert spec.decontaminate is not None
+    return list(spec.decontaminate.sources or [s.name for s in spec.sources])
+
+
+def _wanted(spec: StudySpec) -> bool:
+    return bool(spec.decontaminate)
+
+
+def _cores(spec: StudySpec, item: str) -> tuple[str, ...]:
+    return ("cores",)
+
+
+declare(Stage(STAGE, 1, "study", run_decontaminate, reads=("graded",), slots=_cores,
+              when=_wanted, sources=_checked))

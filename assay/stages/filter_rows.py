@@ -20,12 +20,12 @@ import pyarrow.compute as pc
 
 from assay.errors import DataError, SpecError
 from assay.rows import Rows, as_table
-from assay.spec import StudySpec, steps_before_grading
-from assay.stages.cache import StageResult, cached_stage, define_stage, load_rows
+from assay.spec import steps_before_grading
+from assay.stages.cache import StageResult, cached_stage, load_rows
+from assay.stages.declare import RunContext, Stage, declare
 from assay.steps import ROW_OPS, WHERE_OPS, validate_steps
-from assay.store import Store
 
-STAGE = define_stage("filter-rows", 1)
+STAGE = "filter-rows"  # declared at the end
 
 
 def _task_order(table: pa.Table) -> list[str]:
@@ -90,9 +90,10 @@ def apply_row_steps(
     return Rows(table)
 
 
-def run_filter_rows(store: Store, spec: StudySpec, source_name: str, built: StageResult, *,
-                    progress: Any = None) -> StageResult:
-    """Apply a source's steps to its built rows (cached on the rows and the steps)."""
+def run_filter_rows(ctx: RunContext, built: StageResult) -> StageResult:
+    """Apply source ``ctx.source``'s steps to its built rows (cached on the rows and the
+    steps)."""
+    store, spec, source_name = ctx.store, ctx.spec, ctx.source
     source = spec.source(source_name)
     index = [s.name for s in spec.sources].index(source_name)
     early = steps_before_grading(source, index)
@@ -107,4 +108,7 @@ def run_filter_rows(store: Store, spec: StudySpec, source_name: str, built: Stag
 
     return cached_stage(store, STAGE, inputs=[built.checksums["rows"]],
                         params=list(source.steps), compute=compute, label=source_name,
-                        progress=progress)
+                        progress=ctx.progress)
+
+
+declare(Stage(STAGE, 1, "source", run_filter_rows, reads=("build-rows",)))

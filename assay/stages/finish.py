@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from assay.report import write_run_dir
+from assay.spec import StudySpec
 from assay.stages.cache import concat_rows, load_rows
 from assay.stages.chain import StudyRun
 from assay.stages.generate import generation_facts
@@ -18,7 +19,7 @@ from assay.store import Store
 from assay.unjudged import failed_samples
 
 
-def finish_run(store: Store, spec: Any, run: StudyRun, out: Path,
+def finish_run(store: Store, spec: StudySpec, run: StudyRun, out: Path,
                started: float | None = None, note: str | None = None,
                overrides: list[str] | None = None) -> dict[str, Any]:
     """Write the run directory (report files, rows Parquet, run.json) and return run.json.
@@ -33,7 +34,7 @@ def finish_run(store: Store, spec: Any, run: StudyRun, out: Path,
         selected = load_rows(store, measured, "selected")
         rows[f"selected-{spec.measure.select.source}"] = selected.training_table()
         rows[f"selected-{spec.measure.select.source}.graded"] = selected
-    info = {"study": spec.name, "spec_checksum": run.spec_checksum,
+    info: dict[str, Any] = {"study": spec.name, "spec_checksum": run.spec_checksum,
             "spec_definition": spec.definition_checksum(),
             "study_definition": spec.definition_content(),
             "cached": run.cached_stages, "computed": run.computed_stages,

@@ -21,9 +21,12 @@ import contextlib
 import statistics
 from typing import Any
 
+from pydantic import BaseModel
+
 from assay import stop
 from assay.models.base import to_messages
 from assay.models.freshness import reuse_scope
+from assay.models.specs import GenerateSpec
 from assay.progress import track
 from assay.rows import Rows
 from assay.spec import StudySpec
@@ -34,23 +37,23 @@ from assay.stages.cache import (
     StageResult,
     _ref_name,
     cached_stage,
-    define_stage,
     load_rows,
     lookup,
     stage_key,
 )
-from assay.store import Store
+from assay.stages.declare import RunContext, Shard, Stage, declare
+from assay.stages.slots import device_of, model_device, model_slots
 
-STAGE = define_stage("generate", 1)
+STAGE = "generate"  # declared at the end
 
-def backend_for(model_spec: Any) -> Any:
+def backend_for(model_spec: BaseModel) -> Any:
     """The backend of a ``generate.model`` entry, built once per process."""
     from assay.models.generation import shared_backend
 
     return shared_backend(model_spec)
 
 
-def generate_params(gspec: Any) -> dict[str, Any]:
+def generate_params(gspec: GenerateSpec) -> dict[str, Any]:
     """What of ``generate:`` decides the completions (not ``max_connections``, nor the model
     entry, whose identity is the stage's fingerprint)."""
     return gspec.model_dump(mode="json", exclude={"model", "max_connections", "reuse"})
@@ -69,26 +72,25 @@ def prompts_per_shard(shard_rows: int, k: int) -> int:
     return max(1, shard_rows // k)
 
 
-def run_generate_shard(store: Store, spec: StudySpec, source_name: str, filtered: StageResult,
-                       bounds: tuple[int, int], shard: int, n_shards: int, *,
-                       workers: int | None = None, progress: Any = None,
-                       device_slot: Any = None) -> StageResult:
-    """Generate completions for prompt rows[bounds] of a source; cached per shard.
+def run_generate_shard(ctx: RunContext, filtered: StageResult, shard: Shard) -> StageResult:
+    """Generate completions for prompt rows ``shard.bounds`` of source ``ctx.source``; cached
+    per shard.
 
-    ``device_slot(device)`` returns a context manager held while a local model generates (the
-    Prefect task passes the strict ``gpu`` concurrency slot; this library never imports Prefect).
-    ``workers`` is accepted for the runners' uniform call and unused."""
+    ``ctx.device_slot(device)`` returns a context manager held while a local model generates
+    (the Prefect task passes the strict ``gpu`` concurrency slot)."""
+    store, spec, source_name = ctx.store, ctx.spec, ctx.source
+    device_slot = ctx.device_slot
     from assay.models import generate
     from assay.models.generation import differing_prompts
 
     source = spec.source(source_name)
     gspec = source.generate
     assert gspec is not None  # the plan shards this stage only for sources with generate:
-    lo, hi = bounds
+    lo, hi = shard.bounds
     part = Rows(load_rows(store, filtered).to_arrow().slice(lo, hi - lo))
     backend = backend_for(gspec.model)
     params = generate_params(gspec)
-    label = f"{source_name} shard {shard + 1}/{n_shards}"
+    label = shard.label(source_name)
     # a server that accepts and never answers (frozen, overloaded) holds this GET for
     # timeout_s: the open unit lets execution.stall_after see it, and a stop abandons it
     with track("generate", label):
@@ -99,7 +101,7 @@ def run_generate_shard(store: Store, spec: StudySpec, source_name: str, filtered
     doc = lookup(store, key)
     if doc is not None and doc["summary"].get("errors"):
         if _CACHED_ONLY.get():  # a probe changes nothing: the real run retries them
-            raise NotCached(f"{source_name} shard {shard + 1}/{n_shards}: has failed requests")
+            raise NotCached(f"{label}: has failed requests")
         store.delete_ref(_ref_name(key))  # retry the failed requests (the rest is journalled)
 
     def compute() -> tuple[dict[str, Any], dict[str, Any]]:
@@ -111,12 +113,12 @@ def run_generate_shard(store: Store, spec: StudySpec, source_name: str, filtered
         # the graph's grading ahead (assay.stages.stream), when this run has one: each prompt
         # is graded as its last sample arrives, not after the shard's last request
         ahead = stream.active(store, spec)
-        hook = ahead.feed(source_name, shard, k=gspec.k, task_ids=task_ids,
+        hook = ahead.feed(source_name, shard.index, k=gspec.k, task_ids=task_ids,
                           messages=[to_messages(m, system=gspec.system, i=i)
                                     for i, m in enumerate(msgs)],
                           privileged=privileged, meta=meta) if ahead is not None else None
-        device = str(getattr(backend, "device", "cpu"))
-        slot = device_slot(device) if device_slot is not None else contextlib.nullcontext()
+        slot = (device_slot(device_of(backend)) if device_slot is not None
+                else contextlib.nullcontext())
         with slot:
             g = generate(msgs, backend, k=gspec.k, params=gspec.params, seed=gspec.seed,
                          api=gspec.api, system=gspec.system,
@@ -148,7 +150,8 @@ def run_generate_shard(store: Store, spec: StudySpec, source_name: str, filtered
         return {"rows": rows}, summary
 
     return cached_stage(store, STAGE, inputs=[part.checksum()], params=params,
-                        fingerprint=fingerprint, compute=compute, label=label, progress=progress)
+                        fingerprint=fingerprint, compute=compute, label=label,
+                        progress=ctx.progress)
 
 
 def generation_facts(made: list[StageResult]) -> dict[str, Any]:
@@ -186,3 +189,20 @@ def generation_facts(made: list[StageResult]) -> dict[str, Any]:
     total["retries"] = dict(sorted(total["retries"].items()))
     total["failures"] = dict(sorted(total["failures"].items()))
     return {"shards": shards, "total": total}
+
+
+def _prompts_per_shard(spec: StudySpec, source: str) -> int:
+    gen = spec.source(source).generate
+    assert gen is not None  # the generate mode's stage
+    return prompts_per_shard(spec.execution.shard_rows, gen.k)
+
+
+def _slots(spec: StudySpec, source: str) -> tuple[str, ...]:
+    """A local model generating holds the model slots; a server does not."""
+    gen = spec.source(source).generate
+    device = model_device(gen.model) if gen is not None else None
+    return model_slots([device] if device is not None else [])
+
+
+declare(Stage(STAGE, 1, "shard", run_generate_shard, reads=("filter-rows",), slots=_slots,
+              device=True, asks_model=True, rows_per_shard=_prompts_per_shard))

@@ -12,11 +12,11 @@ from assay.progress import track
 from assay.rows import Rows
 from assay.spec import StudySpec
 from assay.stages import stream
-from assay.stages.cache import StageResult, cached_stage, define_stage, load_rows
-from assay.store import Store
+from assay.stages.cache import StageResult, cached_stage, load_rows
+from assay.stages.declare import RunContext, Shard, Stage, declare
 from assay.verify.spec import VerifierSpec
 
-STAGE = define_stage("grade", 1)
+STAGE = "grade"  # declared at the end
 
 
 def verifier_fingerprint(vspec: VerifierSpec, spec: StudySpec | None = None) -> Any:
@@ -57,18 +57,18 @@ def shard_bounds(rows: Rows, shard_rows: int) -> list[tuple[int, int]]:
     return bounds
 
 
-def run_grade_shard(store: Store, spec: StudySpec, source_name: str, filtered: StageResult,
-                    bounds: tuple[int, int], shard: int, n_shards: int, *,
-                    workers: int | None = None, progress: Any = None) -> StageResult:
-    """Grade rows[bounds] of a source with its verifier; cached per shard content."""
+def run_grade_shard(ctx: RunContext, rows: StageResult, shard: Shard) -> StageResult:
+    """Grade rows ``shard.bounds`` of source ``ctx.source`` with its verifier (on
+    ``ctx.workers`` processes); cached per shard content."""
     from assay.grading import grade
 
+    store, spec, source_name = ctx.store, ctx.spec, ctx.source
     vspec = spec.source(source_name).verifier
-    assert vspec is not None  # the chain grades only the sources that name a verifier
-    lo, hi = bounds
+    assert vspec is not None  # the modes grade only the sources that name a verifier
+    lo, hi = shard.bounds
 
-    part = Rows(load_rows(store, filtered).to_arrow().slice(lo, hi - lo))
-    label = f"{source_name} shard {shard + 1}/{n_shards}"
+    part = Rows(load_rows(store, rows).to_arrow().slice(lo, hi - lo))
+    label = shard.label(source_name)
 
     def compute() -> tuple[dict[str, Any], dict[str, Any]]:
         from assay.unjudged import check_shard
@@ -78,11 +78,11 @@ def run_grade_shard(store: Store, spec: StudySpec, source_name: str, filtered: S
         if ahead is not None:  # verdicts given while the shard was generating (stream.py)
             from assay.rows import table_to_records
 
-            known = ahead.known(source_name, shard, lambda: table_to_records(part.to_arrow()))
+            known = ahead.known(source_name, shard.index, lambda: table_to_records(part.to_arrow()))
         with track(STAGE, label, total=len(part)):  # grading advances it per row
-            graded = grade(part, verifier, workers=workers, known=known)
+            graded = grade(part, verifier, workers=ctx.workers, known=known)
         check_shard(graded, getattr(verifier, "name", None) or vspec.kind,
-                    f"grade[{source_name}] shard {shard + 1}/{n_shards}", offset=lo)
+                    f"grade[{source_name}] shard {shard.index + 1}/{shard.count}", offset=lo)
         return {"rows": graded}, {"rows": len(graded)}
 
     # The shard's own content is its input, so a filter that keeps this shard's rows as they
@@ -92,7 +92,16 @@ def run_grade_shard(store: Store, spec: StudySpec, source_name: str, filtered: S
         return cached_stage(store, STAGE, inputs=[part.checksum()],
                             params={"verifier": verifier_fingerprint(vspec, spec)},
                             compute=compute, label=label,
-                            progress=progress)
+                            progress=ctx.progress)
     finally:
         if ahead is not None:
-            ahead.drop(source_name, shard)
+            ahead.drop(source_name, shard.index)
+
+
+def _cores(spec: StudySpec, item: str) -> tuple[str, ...]:
+    """Grading uses every core (its own worker processes): one shard at a time."""
+    return ("cores",)
+
+
+declare(Stage(STAGE, 1, "shard", run_grade_shard, reads=("filter-rows", "generate"),
+              slots=_cores))

@@ -30,7 +30,25 @@ _WAKE = ""  # no node has an empty id
 
 
 def _start_rank(n: Node) -> tuple[Any, ...]:
-    return n.priority if n.priority is not None else n.order
+    """Which ready node takes a free place under max_parallel (the scheduling policy; results
+    keep their ``order`` whatever starts first). A node's own ``priority`` wins. Else: building
+    and filtering any source's rows first; then shard nodes that work on rows that exist
+    (grading, row scoring), source by source, shard by shard; then nodes that ask the model
+    under test (``asks_model``: generation, log-likelihood scoring), in ``order``. A generate
+    shard beyond its server's connections only parks on the server's budget while holding a
+    place: ranked in ``order`` they would keep every grade, and later sources' rows, waiting
+    for the last of them to start (benchmarks/pipeline.py shows the cost). Grading holds the
+    cores, one shard at a time, so generation keeps every other place.
+
+    A source or shard node's ``order`` is ``(0, source, step[, shard])``."""
+    if n.priority is not None:
+        return n.priority
+    if n.scope == "source":
+        return (0, -2, *n.order[1:])
+    if n.scope == "shard" and not n.asks_model:
+        _, source, step, shard = n.order
+        return (0, -1, source, shard, step)
+    return n.order
 
 
 @dataclass
@@ -42,7 +60,8 @@ class Node:
     ``expand(result)`` returns nodes (and groups to seal) to add once this one ran.
     ``ready()``, when given, must also be true before the node starts (and takes its slots):
     e.g. its model is still loading elsewhere; whatever makes it true calls
-    :meth:`Graph.wake`."""
+    :meth:`Graph.wake`. ``scope`` (``source``, ``shard``, ``study``) and ``asks_model`` (it
+    asks the model under test) are what the start policy ranks by (:func:`_start_rank`)."""
 
     id: str
     stage: str
@@ -56,6 +75,8 @@ class Node:
     label: str = ""
     ready: Callable[[], bool] | None = None
     priority: tuple[Any, ...] | None = None
+    scope: str = ""
+    asks_model: bool = False
 
     @property
     def where(self) -> str:
@@ -74,6 +95,8 @@ class Graph:
     started: set[str] = field(default_factory=set)
     #: called (on the runner's thread) after a node that held slots ended
     released: Callable[[], None] | None = None
+    #: called with each node as it is added (the runner's policy: e.g. a gate on a model load)
+    on_add: Callable[[Node], None] | None = None
     _wake: Callable[[], None] | None = None
 
     def wake(self) -> None:
@@ -84,6 +107,8 @@ class Graph:
     def add(self, node: Node) -> None:
         if node.id in self.nodes:
             raise ValueError(f"graph: node {node.id!r} added twice")
+        if self.on_add is not None:
+            self.on_add(node)
         self.nodes[node.id] = node
         for g in node.groups:
             if g not in self.groups:
@@ -276,7 +301,7 @@ def run_graph(graph: Graph, executor: Executor, *, max_parallel: int = 8,
         err = failed[first]
         if getattr(err, "assay_stage", None) is None:
             try:
-                # a tag on the exception, read back by getattr
+                # a tag on the exception, read back by the CLI
                 err.assay_stage = graph.nodes[first].where  # type: ignore[attr-defined]  # (above)
             except (AttributeError, TypeError):
                 raise NodeFailed(f"{graph.nodes[first].where}: {err}") from err
@@ -290,6 +315,6 @@ def run_graph(graph: Graph, executor: Executor, *, max_parallel: int = 8,
                         + ", ".join(graph.nodes[i].where for i in sorted(
                             skipped, key=lambda i: graph.nodes[i].order)))
         err.add_note("; ".join(note))
-        err.assay_graph = run  # type: ignore[attr-defined]  # a tag read back by getattr
+        err.assay_graph = run  # type: ignore[attr-defined]  # a tag the CLI reads back
         raise err
     return run

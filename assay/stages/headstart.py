@@ -28,7 +28,8 @@ from assay.spec import StudySpec
 from assay.stages.cache import StageResult
 from assay.stages.chain import StudyRun
 from assay.stages.graph import Node, ThreadExecutor
-from assay.stages.plan import _on_cpu, max_parallel_for, run_study
+from assay.stages.plan import max_parallel_for, run_study
+from assay.stages.slots import model_device, on_cpu
 from assay.store import Store
 
 #: A node's outcome when the head start never ran it: the flow's task computes it itself.
@@ -93,15 +94,13 @@ class HeadStart:
         Prefect concurrency slot (``gpu``), which needs the server, so those start with it."""
         if spec.execution.runner != "local":
             return False
-        devices: list[Any] = []
+        models: list[object] = []
         for src in spec.sources:
-            for model in (getattr(src.generate, "model", None), src.scoring_model):
-                if getattr(model, "kind", None) == "hf":
-                    devices.append(getattr(model, "device", "auto"))
+            models += [src.generate.model] if src.generate is not None else []
+            models += [src.scoring_model] if src.scoring_model is not None else []
         if spec.reward is not None:
-            devices += [(getattr(m, "params", None) or {}).get("device", "auto")
-                        for m in spec.reward.models if getattr(m, "kind", None) != "function"]
-        return all(_on_cpu(d) for d in devices)
+            models += spec.reward.models
+        return all(on_cpu(d) for d in map(model_device, models) if d is not None)
 
     def outcome(self, node_id: str) -> Future[Any]:
         """The future result of node ``node_id`` (made on first ask, by either side)."""

@@ -17,12 +17,11 @@ from assay.stages.cache import (
     StageResult,
     cached_stage,
     concat_rows,
-    define_stage,
     graded_checksums,
 )
-from assay.store import Store
+from assay.stages.declare import RunContext, Stage, declare
 
-STAGE = define_stage("measure", 1)
+STAGE = "measure"  # declared at the end
 
 
 #: What computing the measurements imports (scipy.special and pandas through assay.measure),
@@ -51,10 +50,10 @@ Measure = Callable[[Any, MeasureContext], list[dict[str, Any]]]
 MEASURES: Registry[Measure] = Registry("measure")
 
 
-def run_measure(store: Store, spec: StudySpec, graded: Mapping[str, Sequence[StageResult]], *,
-                progress: Any = None) -> StageResult:
+def run_measure(ctx: RunContext, graded: Mapping[str, Sequence[StageResult]]) -> StageResult:
     """The measurements the spec asks for (each a registered measure), over the graded rows of
     each source."""
+    store, spec = ctx.store, ctx.spec
     m = spec.measure
     names = [s.name for s in spec.sources]
 
@@ -62,8 +61,7 @@ def run_measure(store: Store, spec: StudySpec, graded: Mapping[str, Sequence[Sta
         rows = {n: concat_rows(store, graded[n]) for n in names}
         ctx = MeasureContext(spec, names, rows, {})
         docs: list[dict[str, Any]] = []
-        for name in type(m).model_fields:  # the spec's order: report.json's order
-            entry = getattr(m, name)
+        for name, entry in m:  # the spec's fields in order: report.json's order
             for e in entry if isinstance(entry, list) else [] if entry is None else [entry]:
                 docs += MEASURES.get(name).obj(e, ctx)
         docs += reward_row_docs(spec, rows)
@@ -75,7 +73,14 @@ def run_measure(store: Store, spec: StudySpec, graded: Mapping[str, Sequence[Sta
                                             [e.name for e in spec.reward.scoring_models()]]}
     return cached_stage(store, STAGE, inputs=graded_checksums(graded, names),
                         params=params, compute=compute,
-                        label=",".join(names), progress=progress)
+                        label=",".join(names), progress=ctx.progress)
+
+
+def _has_sources(spec: StudySpec) -> bool:
+    return bool(spec.sources)
+
+
+declare(Stage(STAGE, 1, "study", run_measure, reads=("rows",), when=_has_sources))
 
 
 # The measures. Each imports its computation when called: a cached measure stage (a fully

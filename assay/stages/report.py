@@ -6,32 +6,38 @@ The run directory is written from them afterwards; nothing here depends on wall-
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from assay.errors import StoreVanishedError
-from assay.spec import StudySpec
 from assay.stages.cache import (
     StageResult,
     cached_stage,
     concat_rows,
-    define_stage,
     graded_checksums,
     load_doc,
 )
+from assay.stages.declare import RunContext, Stage, declare
 from assay.store import Store
 
-# 2: failed generations by cause; 3: model revision, sampling, judge
-STAGE = define_stage("report", 3)
+if TYPE_CHECKING:
+    from pydantic import BaseModel
+
+    from assay.models.specs import GenerateSpec
+    from assay.rows import Rows
+    from assay.sources.base import SourceSpec
+
+STAGE = "report"  # declared at the end
 
 
-def run_report(store: Store, spec: StudySpec, graded: Mapping[str, Sequence[StageResult]],
+def run_report(ctx: RunContext, graded: Mapping[str, Sequence[StageResult]],
                measured: StageResult | None, decon: StageResult | None,
-               audits: Sequence[StageResult], *, progress: Any = None) -> StageResult:
+               audits: Sequence[StageResult]) -> StageResult:
     """report.md / report.json / PNGs as stored blobs (written to the run dir afterwards)."""
     from assay.report import build_report, guard_counts
     from assay.stages.build_rows import source_info
     from assay.unjudged import unjudged_summary
 
+    store, spec = ctx.store, ctx.spec
     ups = [p.checksums for p in (measured, decon, *audits) if p is not None]
     inputs = graded_checksums(graded, list(graded)) + [ups]
     spec_doc = {"name": spec.name, "description": spec.description, "checksum": spec.checksum()}
@@ -61,16 +67,23 @@ def run_report(store: Store, spec: StudySpec, graded: Mapping[str, Sequence[Stag
         return {f"file:{k}": v for k, v in files.items()}, {"files": sorted(files)}
 
     return cached_stage(store, STAGE, inputs=inputs, params=spec_doc, compute=compute,
-                        label=spec.name, progress=progress)
+                        label=spec.name, progress=ctx.progress)
 
 
-def _scored_by(s: Any) -> str | None:
+def _scored_by(s: SourceSpec) -> str | None:
     """The model that scores a choices: or perplexity: source, or None."""
     m = s.scoring_model
-    return None if m is None else f"{m.kind} {getattr(m, 'path', None) or getattr(m, 'model', '')}"
+    return None if m is None else f"{m.kind} {_model_name(m)}"
 
 
-def generation_summary(rows: Any, gspec: Any) -> dict[str, Any]:
+def _model_name(m: BaseModel) -> str:
+    """What a model entry names (a server's model, a local path, a callable), from its fields:
+    a plugin backend's entry may have any of them."""
+    d = m.model_dump()
+    return str(d.get("model") or d.get("path") or d.get("callable") or "")
+
+
+def generation_summary(rows: Rows, gspec: GenerateSpec | None) -> dict[str, Any]:
     """Per source: the model, completions, failed requests (and by cause: ``HTTP 503``,
     ``timeout``, ``circuit breaker``, ...), the truncated share (``length`` finishes, the cut-off
     the RL selection gates on) and tokens, from the rows. Retries and requests sent are facts
@@ -113,11 +126,10 @@ def generation_summary(rows: Any, gspec: Any) -> dict[str, Any]:
     model = None
     if gspec is not None:
         m = gspec.model
-        named = (getattr(m, "model", None) or getattr(m, "path", None)
-                 or getattr(m, "callable", ""))
-        model = f"{m.kind}:{named}"
-        if getattr(m, "revision", None):
-            model += f"@{m.revision}"
+        model = f"{m.kind}:{_model_name(m)}"
+        revision = m.model_dump().get("revision")
+        if revision:
+            model += f"@{revision}"
     sampling = None
     if gspec is not None:
         from assay.nightly.under_test import sampling_label
@@ -126,7 +138,7 @@ def generation_summary(rows: Any, gspec: Any) -> dict[str, Any]:
     return {
         "model": model,
         "sampling": sampling,
-        "k": getattr(gspec, "k", None),
+        "k": gspec.k if gspec is not None else None,
         "completions": len(ok),
         "errors": len(status) - len(ok),
         "errors_by_cause": dict(sorted(causes.items())),
@@ -149,3 +161,8 @@ def report_files(store: Store, report: StageResult) -> dict[str, bytes]:
                                      "was computed")
         out[k.removeprefix("file:")] = data
     return out
+
+
+# 2: failed generations by cause; 3: model revision, sampling, judge
+declare(Stage(STAGE, 3, "study", run_report,
+              reads=("rows", "measure", "decontaminate", "score-reward-model")))

@@ -14,17 +14,22 @@ normalized, its token count and whether it is the greedy continuation.
 from __future__ import annotations
 
 import contextlib
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
 
 from assay.rows import Rows, to_json
-from assay.spec import StudySpec
-from assay.stages.cache import StageResult, cached_stage, define_stage, load_rows
-from assay.store import Store
+from assay.sources.records import RecordSourceSpec
+from assay.stages.cache import StageResult, cached_stage, load_rows
+from assay.stages.declare import RunContext, Shard, Stage, declare
+from assay.stages.slots import device_of, scoring_model_slots
 
-STAGE = define_stage("score-choices", 1)
+if TYPE_CHECKING:
+    from assay.store import Store
+
+STAGE = "score-choices"  # declared at the end
 
 
 def grade_choices(lls: list[float], choices: list[str], gold: int) -> dict[str, Any]:
@@ -54,8 +59,9 @@ def grade_choices(lls: list[float], choices: list[str], gold: int) -> dict[str, 
             "loglik_per_byte": [finite_or_none(x) for x in by_bytes]}
 
 
-def score_choice_rows(rows: Rows, model: Any, *, target_delimiter: str = " ", store: Any = None,
-                      on_done: Any = None) -> Rows:
+def score_choice_rows(rows: Rows, model: Any, *, target_delimiter: str = " ",
+                      store: Store | None = None,
+                      on_done: Callable[[int], None] | None = None) -> Rows:
     """Graded rows from choice prompt rows (``privileged`` holds ``choices`` and ``gold``, and
     may hold the ``delimiter`` that replaces ``target_delimiter``)."""
     import json
@@ -96,30 +102,29 @@ def score_choice_rows(rows: Rows, model: Any, *, target_delimiter: str = " ", st
     return Rows(table)
 
 
-def run_score_choices(store: Store, spec: StudySpec, source_name: str, filtered: StageResult,
-                      bounds: tuple[int, int], shard: int, n_shards: int, *,
-                      workers: int | None = None, progress: Any = None,
-                      device_slot: Any = None) -> StageResult:
-    """Score the choices of prompt rows[bounds] of a choice source; cached per shard.
-
-    ``device_slot(device)``: a context manager held while a local model scores (the Prefect
-    task passes the ``gpu`` slot). ``workers`` is accepted for the runners' uniform call."""
+def run_score_choices(ctx: RunContext, filtered: StageResult, shard: Shard) -> StageResult:
+    """Score the choices of prompt rows ``shard.bounds`` of choice source ``ctx.source``;
+    cached per shard. ``ctx.device_slot(device)``: a context manager held while a local model
+    scores (the Prefect task passes the ``gpu`` slot)."""
     from assay.models.loglik import shared_scorer
 
-    source: Any = spec.source(source_name)  # a record source with choices: set
+    store, spec, source_name = ctx.store, ctx.spec, ctx.source
+    device_slot = ctx.device_slot
+    source = spec.source(source_name)
+    assert isinstance(source, RecordSourceSpec) and source.choices is not None  # its mode's stage
     cspec = source.choices
-    lo, hi = bounds
+    lo, hi = shard.bounds
     part = Rows(load_rows(store, filtered).to_arrow().slice(lo, hi - lo))
     scorer = shared_scorer(cspec.model)
     params = {"target_delimiter": cspec.target_delimiter}
 
-    label = f"{source_name} shard {shard + 1}/{n_shards}"
+    label = shard.label(source_name)
 
     def compute() -> tuple[dict[str, Any], dict[str, Any]]:
         from assay.progress import track
 
-        device = str(getattr(scorer, "device", "cpu"))
-        slot = device_slot(device) if device_slot is not None else contextlib.nullcontext()
+        slot = (device_slot(device_of(scorer)) if device_slot is not None
+                else contextlib.nullcontext())
         n_choices = sum(len(r["privileged"]["choices"]) for r in part)
         with slot, track(STAGE, label, total=n_choices) as unit:
             out = score_choice_rows(part, scorer, target_delimiter=cspec.target_delimiter,
@@ -130,4 +135,8 @@ def run_score_choices(store: Store, spec: StudySpec, source_name: str, filtered:
 
     return cached_stage(store, STAGE, inputs=[part.checksum()], params=params,
                         fingerprint=scorer.identity(), compute=compute,
-                        label=label, progress=progress)
+                        label=label, progress=ctx.progress)
+
+
+declare(Stage(STAGE, 1, "shard", run_score_choices, reads=("filter-rows",),
+              slots=scoring_model_slots, device=True, asks_model=True))

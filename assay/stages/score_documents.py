@@ -8,20 +8,25 @@ document's answer is journalled, so a killed run resumes and a new checkpoint re
 from __future__ import annotations
 
 import contextlib
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
 from assay.rows import Rows
-from assay.spec import StudySpec
-from assay.stages.cache import StageResult, cached_stage, define_stage, load_rows
-from assay.store import Store
+from assay.sources.records import RecordSourceSpec
+from assay.stages.cache import StageResult, cached_stage, load_rows
+from assay.stages.declare import RunContext, Shard, Stage, declare
+from assay.stages.slots import device_of, scoring_model_slots
 
-STAGE = define_stage("score-documents", 1)
+if TYPE_CHECKING:
+    from assay.store import Store
+
+STAGE = "score-documents"  # declared at the end
 
 
-def score_document_rows(rows: Rows, model: Any, *, store: Any = None,
-                        on_done: Any = None) -> Rows:
+def score_document_rows(rows: Rows, model: Any, *, store: Store | None = None,
+                        on_done: Callable[[int], None] | None = None) -> Rows:
     """Rows with markers ``loglik``, ``tokens``, ``words`` and ``bytes`` per document."""
     from assay.models.loglik import rolling_loglikelihoods, shared_scorer
     from assay.sources.documents import count_bytes, count_words
@@ -39,30 +44,34 @@ def score_document_rows(rows: Rows, model: Any, *, store: Any = None,
     return Rows(table.set_column(i, "markers", pa.array(markers, table.schema.field(i).type)))
 
 
-def run_score_documents(store: Store, spec: StudySpec, source_name: str, filtered: StageResult,
-                        bounds: tuple[int, int], shard: int, n_shards: int, *,
-                        workers: int | None = None, progress: Any = None,
-                        device_slot: Any = None) -> StageResult:
-    """Score the documents rows[bounds] of a perplexity source; cached per shard.
-    ``device_slot`` and ``workers`` as in :func:`assay.stages.score_choices.run_score_choices`."""
+def run_score_documents(ctx: RunContext, filtered: StageResult, shard: Shard) -> StageResult:
+    """Score the documents rows ``shard.bounds`` of perplexity source ``ctx.source``; cached
+    per shard. ``ctx.device_slot`` as in :func:`assay.stages.score_choices.run_score_choices`."""
     from assay.models.loglik import shared_scorer
 
-    source: Any = spec.source(source_name)  # a record source with perplexity: set
-    lo, hi = bounds
+    store, spec, source_name = ctx.store, ctx.spec, ctx.source
+    device_slot = ctx.device_slot
+    source = spec.source(source_name)
+    assert isinstance(source, RecordSourceSpec) and source.perplexity is not None  # its mode
+    lo, hi = shard.bounds
     part = Rows(load_rows(store, filtered).to_arrow().slice(lo, hi - lo))
     scorer = shared_scorer(source.perplexity.model)
 
-    label = f"{source_name} shard {shard + 1}/{n_shards}"
+    label = shard.label(source_name)
 
     def compute() -> tuple[dict[str, Any], dict[str, Any]]:
         from assay.progress import track
 
-        device = str(getattr(scorer, "device", "cpu"))
-        slot = device_slot(device) if device_slot is not None else contextlib.nullcontext()
+        slot = (device_slot(device_of(scorer)) if device_slot is not None
+                else contextlib.nullcontext())
         with slot, track(STAGE, label, total=len(part)) as unit:
             out = score_document_rows(part, scorer, store=store, on_done=unit.advance)
         return {"rows": out}, {"rows": len(out)}
 
     return cached_stage(store, STAGE, inputs=[part.checksum()], params={},
                         fingerprint=scorer.identity(), compute=compute,
-                        label=label, progress=progress)
+                        label=label, progress=ctx.progress)
+
+
+declare(Stage(STAGE, 1, "shard", run_score_documents, reads=("filter-rows",),
+              slots=scoring_model_slots, device=True, asks_model=True))

@@ -8,15 +8,18 @@ audited views' checksums. The reward-model kinds live in ``assay.reward.kinds``.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from assay.progress import track
 from assay.spec import StudySpec
-from assay.stages.cache import StageResult, cached_stage, define_stage
-from assay.store import Store
+from assay.stages.cache import StageResult, cached_stage
+from assay.stages.declare import RunContext, Stage, declare
+from assay.stages.slots import device_of, scoring_slots
 
-STAGE = define_stage("score-reward-model", 1)
+if TYPE_CHECKING:
+    from assay.reward.auditing import Audit
+
+STAGE = "score-reward-model"  # declared at the end
 
 
 def preference_views(spec: StudySpec) -> Any:
@@ -25,15 +28,16 @@ def preference_views(spec: StudySpec) -> Any:
     return spec.reward.data.load(spec.paths)
 
 
-def run_reward_audit(store: Store, spec: StudySpec, model_name: str, *, progress: Any = None,
-                     device_slot: Any = None) -> StageResult:
+def run_reward_audit(ctx: RunContext, model_name: str) -> StageResult:
     """Audit one reward model on the diagnostic set; keyed on the model's identity (weights,
     tokenizer, template digests) and the views' checksums, never on its name.
 
-    ``device_slot(device)`` returns a context manager held while the model scores (the Prefect
-    task passes a strict ``gpu`` concurrency slot; this core library never imports Prefect)."""
+    ``ctx.device_slot(device)`` returns a context manager held while the model scores (the
+    Prefect task passes a strict ``gpu`` concurrency slot; this core library never imports
+    Prefect)."""
     from assay.report import result_doc
 
+    store, spec, device_slot = ctx.store, ctx.spec, ctx.device_slot
     assert spec.reward is not None  # the chain audits only when the spec has reward models
     mspec = next(m for m in spec.reward.models if m.name == model_name)
     loaded = preference_views(spec)
@@ -45,7 +49,7 @@ def run_reward_audit(store: Store, spec: StudySpec, model_name: str, *, progress
 
         with track(STAGE, model_name, total=sum(len(v) for v in views.values())) as unit:
             model = mspec.build(spec.paths)
-            slot = (device_slot(str(getattr(model, "device", "cpu"))) if device_slot
+            slot = (device_slot(device_of(model)) if device_slot
                     else contextlib.nullcontext())
             with slot:
                 res = audit(model, views, store=store)
@@ -59,22 +63,32 @@ def run_reward_audit(store: Store, spec: StudySpec, model_name: str, *, progress
 
     return cached_stage(store, STAGE, inputs=inputs, params={"name": model_name},
                         fingerprint=mspec.identity(spec.paths), compute=compute, label=model_name,
-                        progress=progress)
+                        progress=ctx.progress)
 
 
-def _audit_dimensions(res: Any) -> list[dict[str, Any]]:
+def _audit_dimensions(res: Audit) -> list[dict[str, Any]]:
     """Per-dimension pair accuracy (with interval and n) and baseline, for the plot."""
     from assay.report import collect_estimates
 
     out = []
-    dims = getattr(res, "dimensions", None)
-    items = dims.items() if isinstance(dims, Mapping) else (
-        [(getattr(d, "dimension", getattr(d, "name", str(i))), d) for i, d in enumerate(dims)]
-        if dims else [])
-    for name, d in items:
+    for d in res.dimensions:
+        name = d.dimension
         ests = collect_estimates(d)
         acc = next((e for e in ests if "acc" in e["name"] or "acc" in e["path"]), None)
         base = next((e for e in ests if "baseline" in e["name"] or "baseline" in e["path"]), None)
         if acc:
             out.append({**acc, "dimension": str(name), "baseline": base["value"] if base else None})
     return out
+
+
+def _audited(spec: StudySpec) -> list[str]:
+    """The reward models audited on the diagnostic set (``reward.data``): one node each."""
+    return [m.name for m in spec.reward.models] if spec.reward and spec.reward.data else []
+
+
+def _slots(spec: StudySpec, model_name: str) -> tuple[str, ...]:
+    assert spec.reward is not None
+    return scoring_slots([m for m in spec.reward.models if m.name == model_name])
+
+
+declare(Stage(STAGE, 1, "study", run_reward_audit, slots=_slots, device=True, each=_audited))

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -21,10 +21,17 @@ from assay.hashing import combine
 from assay.progress import Unit, track
 from assay.rows import MARKERS_TYPE, Rows, table_checksum
 from assay.spec import StudySpec
-from assay.stages.cache import StageResult, cached_stage, define_stage, load_rows
+from assay.stages.cache import StageResult, cached_stage, load_rows
+from assay.stages.declare import RunContext, Shard, Stage, declare
+from assay.stages.slots import device_of, model_device, scoring_slots
 from assay.store import Store
 
-STAGE = define_stage("score-rows", 1)
+if TYPE_CHECKING:
+    from assay.reward.base import RewardModel
+    from assay.reward.kinds import RewardModelEntry
+    from assay.reward.worker import ScoringWorker
+
+STAGE = "score-rows"  # declared at the end
 
 #: Bump when what a row's score means changes (which text a model sees, how conversations are
 #: passed, which rows are left unscored): it is part of every row-score cache key.
@@ -80,21 +87,22 @@ def inputs_checksum(table: pa.Table) -> str:
     return table_checksum(table.select(cols), "rmin")
 
 
-def score_inputs(model: Any, prompts: Sequence[str], responses: Sequence[str],
+def score_inputs(model: RewardModel, prompts: Sequence[str], responses: Sequence[str],
                  convs: Sequence[list[dict[str, str]] | None], ok: np.ndarray) -> np.ndarray:
     """Scores (NaN where ``ok`` is False). A model with ``score_conversations`` (a chat-template
     model) gets multi-turn conversations whole, rendered by its template once; others, and
     single-turn rows, get ``(prompt, completion)``."""
     out = np.full(len(prompts), np.nan)
     idx = np.flatnonzero(ok)
+    by_conversation = getattr(model, "score_conversations", None)  # optional on an adapter
     conv_idx = ([int(i) for i in idx if convs[int(i)] is not None]
-                if hasattr(model, "score_conversations") else [])
+                if by_conversation is not None else [])
     plain = np.setdiff1d(idx, np.asarray(conv_idx, dtype=np.int64))
     if plain.size:
         out[plain] = model.score([prompts[i] for i in plain], [responses[i] for i in plain])
-    if conv_idx:
-        out[conv_idx] = model.score_conversations([convs[i] for i in conv_idx],
-                                                  [responses[i] for i in conv_idx])
+    if conv_idx and by_conversation is not None:
+        out[conv_idx] = by_conversation([convs[i] for i in conv_idx],
+                                        [responses[i] for i in conv_idx])
     return out
 
 
@@ -104,7 +112,7 @@ def clear_model_cache() -> None:
         _MODELS.clear()
 
 
-def forget_worker(worker: Any) -> None:
+def forget_worker(worker: ScoringWorker) -> None:
     """Forget the models ``worker`` holds (it is closing: later shards build their own)."""
     from assay.reward.worker import RemoteModel
 
@@ -114,20 +122,22 @@ def forget_worker(worker: Any) -> None:
             del _MODELS[key]
 
 
-def _planned_device(mspec: Any, identity: Any) -> str:
+def _planned_device(mspec: RewardModelEntry, identity: Any) -> str:
     """Where the model is (or will be) loaded, known before loading it, so the device slot is
     held while the weights move to the GPU too: a Python function runs on the CPU."""
     built = _MODELS.get(combine("rmid", identity))
     if built is not None:
-        return str(getattr(built, "device", "cpu"))
-    if getattr(mspec, "kind", None) == "function":
+        return device_of(built)
+    device = model_device(mspec)
+    if device is None:
         return "cpu"
     from assay.reward.runtime import resolve_device
 
-    return resolve_device(str(getattr(mspec, "params", {}).get("device", "auto")))
+    return resolve_device(device)
 
 
-def _model(mspec: Any, spec: StudySpec, identity: Any, worker: Any = None) -> Any:
+def _model(mspec: RewardModelEntry, spec: StudySpec, identity: Any,
+           worker: ScoringWorker | None = None) -> Any:
     """The built adapter, loaded once per process even when a preload (:func:`preload`) and
     a shard ask for it at once: the second waits for the first's load (its waker: the loader's
     ``finally``; if that load failed, the waiter loads it itself and sees the error). With a
@@ -144,7 +154,7 @@ def _model(mspec: Any, spec: StudySpec, identity: Any, worker: Any = None) -> An
                 break
         loading.wait()
     try:
-        if worker is not None and getattr(mspec, "kind", None) != "function":
+        if worker is not None and model_device(mspec) is not None:
             built = worker.load(mspec, spec.paths)
         else:
             built = mspec.build(spec.paths)
@@ -159,7 +169,7 @@ def _model(mspec: Any, spec: StudySpec, identity: Any, worker: Any = None) -> An
         loading.set()
 
 
-def preload(spec: StudySpec, worker: Any = None) -> None:
+def preload(spec: StudySpec, worker: ScoringWorker | None = None) -> None:
     """Build the study's scoring models now (into this process's cache; in ``worker``'s
     process when given), so the first score-rows shard finds them loaded: the graph calls it on
     a background thread while the model server generates, when the cores would otherwise idle.
@@ -208,21 +218,22 @@ def attach_markers(table: pa.Table, scores: dict[str, np.ndarray], *, where: str
                             pa.array(new, type=MARKERS_TYPE))
 
 
-def run_score_rows(store: Store, spec: StudySpec, source_name: str, graded: StageResult,
-                   shard: int, n_shards: int, *, progress: Any = None,
-                   device_slot: Callable[[str], Any] | None = None) -> StageResult:
-    """One graded shard of a source, with every scoring model's ``rm:<model>`` marker added.
+def run_score_rows(ctx: RunContext, graded: StageResult, shard: Shard) -> StageResult:
+    """One graded shard of source ``ctx.source``, with every scoring model's ``rm:<model>``
+    marker added.
 
     Keyed on the shard's rows and the models' identities (weights, tokenizer, template digests
     or function source; never the name alone). Inside, each model's scores are read from the
     row-score cache when this model already scored these exact inputs, else computed (holding
-    ``device_slot(device)``, a ``gpu`` slot from the Prefect task on CUDA) and stored there.
+    ``ctx.device_slot(device)``, a ``gpu`` slot from the Prefect task on CUDA) and stored there.
     """
+    store, spec, source_name = ctx.store, ctx.spec, ctx.source
+    device_slot = ctx.device_slot
     assert spec.reward is not None
     models = spec.reward.scoring_models()
     identities = [[m.name, m.identity(spec.paths)] for m in models]
     table = load_rows(store, graded).to_arrow()
-    label = f"{source_name} shard {shard + 1}/{n_shards}" if n_shards > 1 else source_name
+    label = shard.label(source_name) if shard.count > 1 else source_name
 
     def compute() -> tuple[dict[str, Any], dict[str, Any]]:
         with track(STAGE, label, total=table.num_rows * len(models)) as unit:
@@ -258,4 +269,19 @@ def run_score_rows(store: Store, spec: StudySpec, source_name: str, graded: Stag
 
     return cached_stage(store, STAGE, inputs=[graded.checksums["rows"]],
                         params={"protocol": ROW_PROTOCOL}, fingerprint=identities,
-                        compute=compute, label=label, progress=progress)
+                        compute=compute, label=label, progress=ctx.progress)
+
+
+def _scored(spec: StudySpec, source: str) -> bool:
+    """The sources ``reward.score`` names: their rows get the markers after their mode's stages."""
+    score = spec.reward.score if spec.reward is not None else None
+    return score is not None and source in score.sources
+
+
+def _slots(spec: StudySpec, source: str) -> tuple[str, ...]:
+    return scoring_slots(spec.reward.scoring_models() if spec.reward is not None else [])
+
+
+declare(Stage(STAGE, 1, "shard", run_score_rows,
+              reads=("filter-rows", "grade", "score-choices", "score-documents"),
+              slots=_slots, device=True, applies=_scored))

@@ -24,9 +24,13 @@ import threading
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from assay.judging import Verdict
+from assay.judging import Judge, Verdict, Verifier
+
+if TYPE_CHECKING:
+    from assay.spec import StudySpec
+    from assay.store import Store
 
 #: The pregrader of each graph run in flight, by (store root, the spec's text): the generate and
 #: grade stages find it here (a Prefect task on the local runner gets the same objects).
@@ -34,13 +38,13 @@ _ACTIVE: dict[tuple[str, str], Pregrader] = {}
 _ACTIVE_LOCK = threading.Lock()
 
 
-def _run_key(store: Any, spec: Any) -> tuple[str, str]:
+def _run_key(store: Store, spec: StudySpec) -> tuple[str, str]:
     # the spec's text, not its checksum (which reads every file it names): cheap, and the same
     # for a copy of the spec object (a task runner may pass one)
-    return (str(getattr(store, "root", store)), spec.model_dump_json())
+    return (store.describe(), spec.model_dump_json())
 
 
-def active(store: Any, spec: Any) -> Pregrader | None:
+def active(store: Store, spec: StudySpec) -> Pregrader | None:
     """The pregrader of the graph run of ``spec`` on ``store`` in this process, if any."""
     if not _ACTIVE:
         return None
@@ -76,13 +80,13 @@ class Pregrader:
     #: Rows per background batch: short, so a node that needs the cores waits little.
     BATCH = 8
 
-    def __init__(self, verifiers: Callable[[str], Any] | None, workers: int | None, *,
+    def __init__(self, verifiers: Callable[[str], Verifier | None] | None, workers: int | None, *,
                  busy: Callable[[], bool]) -> None:
         self.verifiers = verifiers
         self.workers = workers
         self.busy = busy
         self.shards: dict[tuple[str, int], _Shard] = {}
-        self.judges: dict[str, Any] = {}
+        self.judges: dict[str, Judge | None] = {}
         self.cond = threading.Condition()
         self.stopped = False
         # rows graded ahead of their node, and verdicts handed to a node (facts for tests and
@@ -96,7 +100,7 @@ class Pregrader:
 
     # -- lifecycle -------------------------------------------------------------------------
 
-    def start(self, store: Any, spec: Any) -> Pregrader:
+    def start(self, store: Store, spec: StudySpec) -> Pregrader:
         """Register for ``spec``'s run on ``store`` and start the grading thread."""
         self.key = _run_key(store, spec)
         with _ACTIVE_LOCK:
@@ -144,7 +148,7 @@ class Pregrader:
 
         return on_prompt
 
-    def verifier(self, source: str) -> Any:
+    def verifier(self, source: str) -> Judge | None:
         """``source``'s judge for grading ahead, built once (None: its rows are not)."""
         with self._judges_lock:
             if source not in self.judges:

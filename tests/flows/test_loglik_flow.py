@@ -3,7 +3,6 @@ the scoring stages run as their gpu-slot tasks, and a rerun is fully cached."""
 
 from __future__ import annotations
 
-import inspect
 import json
 import sys
 from pathlib import Path
@@ -20,12 +19,13 @@ def test_choice_and_perplexity_study_as_a_flow(prefect_server: str, tmp_path: Pa
 
     from assay import stages
     from flows.study import run_spec
-    from tasks.stages import TASKS, _score_choices, _score_documents, score_choices, score_documents
+    from tasks.stages import TASKS
 
-    assert TASKS[stages.run_score_choices] is score_choices
-    assert inspect.unwrap(score_choices.fn) is _score_choices
-    assert TASKS[stages.run_score_documents] is score_documents
-    assert inspect.unwrap(score_documents.fn) is _score_documents
+    # each log-likelihood stage's task runs its stage function, holding the gpu slot
+    for name, fn in (("score-choices", stages.run_score_choices),
+                     ("score-documents", stages.run_score_documents)):
+        assert TASKS[name].name == name and stages.STAGES[name].fn is fn
+        assert stages.STAGES[name].device
     model = build_tiny_bpe_lm(tmp_path / "m")
     lines = (ROOT / "configs" / "data" / "mmlu_tiny" / "test.jsonl").read_text().splitlines()[:8]
     (tmp_path / "q.jsonl").write_text("\n".join(lines) + "\n")

@@ -5,8 +5,8 @@ Kill-and-resume with a real subprocess lives in test_flow_resume.py.
 
 from __future__ import annotations
 
-import inspect
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -168,7 +168,7 @@ def test_reward_stage_scores_inside_the_device_slot(tmp_path: Path) -> None:
 
     from assay import stages
     from assay.spec import load_spec
-    from tasks.stages import _score_reward_model, score_reward_model
+    from tasks.stages import TASKS, gpu_slot, stage_body
 
     (tmp_path / "spec.yaml").write_text(
         "name: slot\nreward:\n  models:\n    - {name: len, kind: function, "
@@ -182,11 +182,16 @@ def test_reward_stage_scores_inside_the_device_slot(tmp_path: Path) -> None:
         seen.append(device)
         yield
 
-    res = stages.run_reward_audit(Store(tmp_path / "store"), spec, "len", device_slot=slot)
+    ctx = stages.RunContext(Store(tmp_path / "store"), spec, device_slot=slot)
+    res = stages.run_reward_audit(ctx, "len")
     assert seen == ["cpu"] and res.stage == "score-reward-model"
-    assert inspect.unwrap(score_reward_model.fn) is _score_reward_model
-    # row scoring: the flow dispatches run_score_rows to the task that passes the gpu slot
-    from tasks.stages import TASKS, _score_rows, score_rows
-
-    assert TASKS[stages.run_score_rows] is score_rows
-    assert inspect.unwrap(score_rows.fn) is _score_rows
+    # the audit's and row scoring's tasks pass the gpu slot: the flow submits a node's call
+    # to its stage's task, whose body runs the stage function with ctx.device_slot = gpu_slot
+    given: list = []
+    for name in ("score-reward-model", "score-rows"):
+        stage = stages.STAGES[name]
+        assert TASKS[name].name == name and stage.device
+        given.clear()
+        body = stage_body(replace(stage, fn=lambda c, *a: given.append(c.device_slot)))
+        body(stages.RunContext(Store(tmp_path / "store"), spec), ())
+        assert given == [gpu_slot], name

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -84,10 +85,10 @@ reward:
     from assay.stages.score_rows import clear_model_cache
 
     clear_model_cache()
-    def call(fn, *args, **kwargs):  # what the Prefect task does: pass its gpu slot
+    def call(fn, ctx, *args, **kwargs):  # what the Prefect task does: pass its gpu slot
         if fn is stages.run_score_rows:
-            kwargs["device_slot"] = slot
-        return fn(*args, **kwargs)
+            ctx = replace(ctx, device_slot=slot)
+        return fn(ctx, *args, **kwargs)
 
     # `call` is the chain's hook (the graph holds its own slots): the chain shows the task's path
     again = stages.run_study(spec, Store(tmp_path / "s2"), call=call, progress=None,

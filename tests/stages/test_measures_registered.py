@@ -6,7 +6,14 @@ from __future__ import annotations
 from pathlib import Path
 
 from assay.spec import MeasureSpec, load_spec
-from assay.stages import run_build_rows, run_filter_rows, run_grade_shard, run_measure
+from assay.stages import (
+    RunContext,
+    Shard,
+    run_build_rows,
+    run_filter_rows,
+    run_grade_shard,
+    run_measure,
+)
 from assay.stages.cache import load_doc, load_rows
 from assay.stages.grade import shard_bounds
 from assay.stages.measure import MEASURES
@@ -26,10 +33,11 @@ def test_the_stage_runs_the_registered_measure(tmp_path: Path, monkeypatch) -> N
         "measure: {pass_at: {}, eval_variance: {}}\n")
     spec = load_spec(tmp_path / "s.yaml")
     store = Store(tmp_path / "store")
-    built = run_build_rows(store, spec, "s")
-    filtered = run_filter_rows(store, spec, "s", built)
+    ctx = RunContext(store, spec)
+    built = run_build_rows(ctx.on("s"))
+    filtered = run_filter_rows(ctx.on("s"), built)
     b = shard_bounds(load_rows(store, filtered), 256)
-    graded = {"s": [run_grade_shard(store, spec, "s", filtered, b[0], 0, 1)]}
+    graded = {"s": [run_grade_shard(ctx.on("s"), filtered, Shard(0, 1, b[0]))]}
     seen: list[str] = []
     real = MEASURES.get("eval_variance").obj
 
@@ -39,7 +47,7 @@ def test_the_stage_runs_the_registered_measure(tmp_path: Path, monkeypatch) -> N
 
     monkeypatch.setitem(MEASURES._kinds, "eval_variance",
                         MEASURES._kinds["eval_variance"].__class__("eval_variance", spy))
-    res = run_measure(store, spec, graded)
+    res = run_measure(ctx, graded)
     docs = load_doc(store, res, "measurements")
     assert seen == ["VarianceSpec"]
     assert [d["kind"] for d in docs] == ["pass_at", "eval_variance"]

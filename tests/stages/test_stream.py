@@ -209,7 +209,7 @@ def test_close_is_bounded_and_unregisters(tmp_path: Path) -> None:
         def model_dump_json(self) -> str:
             return "spec"
 
-    p = stream.Pregrader(lambda s: None, 1, busy=lambda: True).start(tmp_path, S())
-    assert stream.active(tmp_path, S()) is p
+    p = stream.Pregrader(lambda s: None, 1, busy=lambda: True).start(Store(tmp_path), S())
+    assert stream.active(Store(tmp_path), S()) is p
     p.close()
-    assert stream.active(tmp_path, S()) is None and not p.thread.is_alive()
+    assert stream.active(Store(tmp_path), S()) is None and not p.thread.is_alive()

@@ -1,0 +1,128 @@
+"""What a stage declares about itself (name, version, scope, what it reads, its slots, its
+function) and the typed values every stage function takes: the run context and a shard.
+
+The study graph (``assay.stages.wiring``), the one-slot order (``assay.stages.chain``) and the
+Prefect tasks (``tasks/stages.py``) are derived from :data:`STAGES`; a stage's module declares
+it once, at its end, with :func:`declare`.
+
+Example:
+    >>> from assay.stages import STAGES
+    >>> g = STAGES["grade"]
+    >>> (g.name, g.version, g.scope)
+    ('grade', 1, 'shard')
+    >>> Shard(1, 3, (8, 16)).label("a")
+    'a shard 2/3'
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Literal, Protocol
+
+from assay.stages.cache import StageResult, define_stage
+
+if TYPE_CHECKING:
+    from assay.spec import StudySpec
+    from assay.store import Store
+
+#: ``source``: once per source (its rows); ``shard``: once per shard of a source's rows;
+#: ``study``: once per study (or once per item it names, see :attr:`Stage.each`).
+Scope = Literal["source", "shard", "study"]
+
+#: Told of every stage result (started, cached, computed): the CLI's progress lines.
+Progress = Callable[[StageResult], None]
+
+
+class DeviceSlot(Protocol):
+    """``slot(device)``: a context manager held while a model works on ``device`` (the Prefect
+    task's strict ``gpu`` concurrency slot; none here: this library never imports Prefect)."""
+
+    def __call__(self, device: str, /) -> AbstractContextManager[object]: ...
+
+
+@dataclass(frozen=True)
+class RunContext:
+    """What every node of one study run shares: the store, the spec, where progress goes, the
+    grading workers and the device slot; ``source`` is the source a source or shard stage
+    works on (empty for a study stage)."""
+
+    store: Store
+    spec: StudySpec
+    progress: Progress | None = None
+    workers: int | None = None
+    device_slot: DeviceSlot | None = None
+    source: str = ""
+
+    def on(self, source: str) -> RunContext:
+        """This context for one source's nodes."""
+        return replace(self, source=source)
+
+
+@dataclass(frozen=True)
+class Shard:
+    """Shard ``index`` of ``count`` of a source's rows: rows ``bounds`` (start, stop) of the
+    stage's input (a whole shard of rows when the input is the previous shard stage's)."""
+
+    index: int
+    count: int
+    bounds: tuple[int, int]
+
+    def label(self, source: str) -> str:
+        return f"{source} shard {self.index + 1}/{self.count}"
+
+
+def _no_slots(spec: StudySpec, item: str) -> tuple[str, ...]:
+    return ()
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One stage's declaration.
+
+    ``fn`` by scope: a ``source`` stage is ``fn(ctx, *results of reads)``; a ``shard`` stage
+    ``fn(ctx, rows, shard)`` (``rows``: the output of the shard's previous stage, or the
+    source's rows cut by ``shard``; its ``reads`` names the stages it may follow, and the
+    source's mode decides which it does); a ``study`` stage
+    ``fn(ctx, [item,] *inputs)``, an input per name in ``reads``: ``rows`` (every source's
+    final rows, by source), ``graded`` (the graded rows of the sources ``sources(spec)``
+    names), or another study stage's result (None when the spec skips it; a tuple for a stage
+    with ``each``).
+
+    ``slots(spec, item)``: the resource slots a node holds (``cores``, ``gpu``; a model
+    server's connections are its own pool); ``item`` is the node's source or item.
+    ``device``: the stage puts a model on a device, so its Prefect task passes the ``gpu``
+    slot. ``asks_model``: the stage asks the model under test (the runner starts these after
+    work on rows that exist). A shard stage that no mode lists runs on the rows of the sources
+    ``applies(spec, source)`` accepts, after their mode's stages. ``rows_per_shard(spec,
+    source)``: how many input rows a shard holds when this stage cuts a source's rows.
+    ``when(spec)``: whether a study stage runs at all."""
+
+    name: str
+    version: int
+    scope: Scope
+    fn: Callable[..., StageResult]
+    reads: tuple[str, ...] = ()
+    slots: Callable[[StudySpec, str], tuple[str, ...]] = _no_slots
+    device: bool = False
+    asks_model: bool = False
+    applies: Callable[[StudySpec, str], bool] | None = None
+    rows_per_shard: Callable[[StudySpec, str], int] | None = None
+    when: Callable[[StudySpec], bool] | None = None
+    each: Callable[[StudySpec], Sequence[str]] | None = None
+    sources: Callable[[StudySpec], Sequence[str]] | None = None
+
+
+#: Every declared stage by name, in declaration order.
+STAGES: dict[str, Stage] = {}
+
+
+def declare(stage: Stage) -> Stage:
+    """Register ``stage`` (its module calls this once) and its cache version."""
+    define_stage(stage.name, stage.version)
+    STAGES[stage.name] = stage
+    return stage
+
+
+__all__ = ["STAGES", "DeviceSlot", "Progress", "RunContext", "Scope", "Shard", "Stage", "declare"]
