@@ -1,9 +1,10 @@
 """runner: ray runs the study graph on a local Ray cluster (prefect-ray) with the same rows and
 report.json as the local runner, its store on S3 (what a Ray cluster without a shared disk
-needs)."""
+needs); a model server's max_connections holds across the Ray workers."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -12,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers.cluster import local_reference, write_study
+from tests.helpers.openai_server import OpenAIServer, served_source
 from tests.helpers.seaweed import S3Server
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -31,3 +33,32 @@ def test_ray_runner_matches_the_local_runner(prefect_server: str, s3: S3Server,
     assert "grade[model shard 4/4]" in run.stderr, run.stderr[-3000:]
     for f, data in local_reference(spec, tmp_path).items():
         assert (tmp_path / "out" / f).read_bytes() == data, f
+
+
+@pytest.mark.slow
+def test_two_ray_workers_share_one_max_connections(prefect_server: str, s3: S3Server,
+                                                   tmp_path: Path) -> None:
+    """max_connections holds across the Ray cluster's worker processes (a named detached
+    actor), measured at the server: never more than 4 in flight, and 4 reached."""
+    pytest.importorskip("prefect_ray")
+    srv = OpenAIServer(["m"], latency=0.2).start()
+    try:
+        with open(tmp_path / "a.jsonl", "w") as f:
+            for i in range(48):
+                f.write(json.dumps({"id": f"t{i}", "q": f"What is {i} + {i + 1}?",
+                                    "gold": str(2 * i + 1)}) + "\n")
+        spec = tmp_path / "spec.yaml"
+        spec.write_text("name: rayslots\nsources:\n"
+                        + served_source(4, "{{kind: numeric}}").format(url=srv.base_url)
+                        + "measure:\n  pass_at: {k: 2}\n"
+                        + "execution: {runner: ray, workers: 2, shard_rows: 24}\n")
+        env = {**os.environ, "PYTHONPATH": str(ROOT), "PREFECT_API_URL": prefect_server,
+               "RAY_USAGE_STATS_ENABLED": "0"}
+        run = subprocess.run([str(Path(sys.executable).with_name("assay")), "run", str(spec),
+                              "--store", s3.url("rayslots"), "--output", str(tmp_path / "out")],
+                             cwd=tmp_path, env=env, capture_output=True, text=True, timeout=400)
+        assert run.returncode == 0, run.stderr[-4000:]
+        assert srv.count() == 96  # 48 prompts, k=2: four shards of 24 rows on two workers
+        assert srv.max_in_flight == 4, srv.max_in_flight
+    finally:
+        srv.stop()
