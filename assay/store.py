@@ -528,18 +528,42 @@ class Store:
             os.close(fd)  # closing the descriptor releases the lock (also when a process dies)
 
     def live_leases(self, kind: str | None = None) -> list[dict[str, Any]]:
-        """The unexpired leases on an object store (``kind``: "study" or "gc")."""
+        """The unexpired leases on an object store (``kind``: "study" or "gc"), each with
+        ``where`` and ``left`` (seconds until it lapses unless renewed). Judged by the store's
+        clock alone: a marker written now gives the store's "now" (see :meth:`_live`)."""
+        marker = f"leases/clock-{uuid.uuid4().hex}.json"
+        self._files.write(marker, [canonical_json({"kind": "clock"})])
+        try:
+            return self._live(kind, marker)
+        finally:
+            with contextlib.suppress(StoreError):
+                self._files.delete(marker)
+
+    def _live(self, kind: str | None, fresh: str) -> list[dict[str, Any]]:
+        # A lease's age is the store's "now" (the last-modified time the server stamped on
+        # ``fresh``, an object this process has just written) minus the last-modified time the
+        # server stamped on the lease when its holder last wrote it: both stamps come from the
+        # server's clock, so no two machines' clocks are ever compared (a holder whose clock is
+        # minutes off holds its lease exactly as long as one whose clock is right).
+        entries = self._files.list("leases")
+        now = next((e.mtime for e in entries if e.rel == fresh), None)
+        if now is None:  # not listed yet: its own read gives the stamp
+            got = self._files.read_with_mtime(fresh)
+            now = got[1] if got is not None else time.time()
         out = []
-        now = time.time()
-        for e in self._files.list("leases"):
+        for e in entries:
+            if e.rel == fresh:
+                continue
             data = self._files.read(e.rel)
             try:
                 doc = json.loads(data) if data is not None else None
             except (json.JSONDecodeError, UnicodeDecodeError):
                 continue
-            if (isinstance(doc, dict) and float(doc.get("expires", 0)) > now
-                    and (kind is None or doc.get("kind") == kind)):
-                out.append({**doc, "where": e.where})
+            if not isinstance(doc, dict) or doc.get("kind") not in ("study", "gc"):
+                continue
+            left = float(doc.get("ttl") or LEASE_S) - (now - e.mtime)
+            if left > 0 and (kind is None or doc.get("kind") == kind):
+                out.append({**doc, "where": e.where, "left": left})
         return out
 
     @contextlib.contextmanager
@@ -547,18 +571,19 @@ class Store:
                seconds: float | None = None) -> Iterator[None]:
         # Each side writes its own lease, then looks for the other's: with read-after-write
         # consistent listings (S3, GCS, Azure, SeaweedFS) two racers cannot both miss each other.
+        # The lease holds no time of its holder's clock: the server's last-modified stamp of
+        # each (re)write is its start, so expiry never depends on the machines' clocks agreeing.
         ttl = LEASE_S if seconds is None else seconds
         rel = f"leases/{kind}-{uuid.uuid4().hex}.json"
 
         def write() -> None:
-            doc = {"kind": kind, "expires": time.time() + ttl, "host": socket.gethostname(),
-                   "pid": os.getpid()}
+            doc = {"kind": kind, "ttl": ttl, "host": socket.gethostname(), "pid": os.getpid()}
             self._files.write(rel, [canonical_json(doc)])
 
         deadline = None if wait is None else time.monotonic() + wait
         while True:
             write()
-            held = self.live_leases(other)
+            held = self._live(other, rel)  # this lease, just written, is the store's "now"
             if not held:
                 break
             self._files.delete(rel)
@@ -566,7 +591,7 @@ class Store:
                 what = "a store gc" if kind == "study" else "a running study"
                 raise StoreError(
                     f"{self.location} is locked by {what} (lease {held[0]['where']}, host "
-                    f"{held[0].get('host')}, expires in {held[0]['expires'] - time.time():.0f} s);"
+                    f"{held[0].get('host')}, lapses in {held[0]['left']:.0f} s unless renewed);"
                     f" waited {wait:.0f} s: retry when it has finished")
             time.sleep(0.5)
         stop = threading.Event()
