@@ -4,7 +4,6 @@ server), and they do reach it."""
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -12,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers.cluster import dask_cluster
-from tests.helpers.openai_server import OpenAIServer, served_source
+from tests.helpers.cluster import dask_cluster, write_served_study
+from tests.helpers.openai_server import OpenAIServer
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -23,19 +22,11 @@ def test_two_workers_share_one_max_connections(prefect_server: str, s3: object,
                                                tmp_path: Path) -> None:
     srv = OpenAIServer(["m"], latency=0.2).start()
     try:
-        with open(tmp_path / "a.jsonl", "w") as f:
-            for i in range(48):
-                f.write(json.dumps({"id": f"t{i}", "q": f"What is {i} + {i + 1}?",
-                                    "gold": str(2 * i + 1)}) + "\n")
         env = {**os.environ, "PYTHONPATH": str(ROOT), "PREFECT_API_URL": prefect_server}
         with dask_cluster(2, env, cwd=tmp_path, logs=tmp_path / "cluster",
                           nthreads=2) as address:
-            spec = tmp_path / "spec.yaml"
-            spec.write_text("name: slots\nsources:\n"
-                            + served_source(4, "{{kind: numeric}}").format(url=srv.base_url)
-                            + "measure:\n  pass_at: {k: 2}\n"
-                            + f'execution: {{runner: dask, address: "{address}", '
-                            "shard_rows: 24}\n")
+            spec = write_served_study(tmp_path, "slots", srv.base_url,
+                                      f'{{runner: dask, address: "{address}", shard_rows: 24}}')
             run = subprocess.run([str(Path(sys.executable).with_name("assay")), "run", str(spec),
                                   "--store", s3.url("slots"),  # type: ignore[attr-defined]
                                   "--output", str(tmp_path / "out")],

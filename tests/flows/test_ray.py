@@ -4,7 +4,6 @@ needs); a model server's max_connections holds across the Ray workers."""
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -12,11 +11,21 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers.cluster import local_reference, write_study
-from tests.helpers.openai_server import OpenAIServer, served_source
+from tests.helpers.cluster import local_reference, write_served_study, write_study
+from tests.helpers.openai_server import OpenAIServer
 from tests.helpers.seaweed import S3Server
 
 ROOT = Path(__file__).resolve().parents[2]
+
+
+def _assay_run_on_ray(spec: Path, store: str, prefect_server: str,
+                      tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    """``assay run spec --store store`` as a user runs it (a local Ray cluster, bounded)."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "PREFECT_API_URL": prefect_server,
+           "RAY_USAGE_STATS_ENABLED": "0"}
+    return subprocess.run([str(Path(sys.executable).with_name("assay")), "run", str(spec),
+                           "--store", store, "--output", str(tmp_path / "out")],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=500)
 
 
 @pytest.mark.slow
@@ -24,11 +33,7 @@ def test_ray_runner_matches_the_local_runner(prefect_server: str, s3: S3Server,
                                              tmp_path: Path) -> None:
     pytest.importorskip("prefect_ray")
     spec = write_study(tmp_path, "raytest", "{runner: ray, shard_rows: 40}")
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "PREFECT_API_URL": prefect_server,
-           "RAY_USAGE_STATS_ENABLED": "0"}
-    run = subprocess.run([str(Path(sys.executable).with_name("assay")), "run", str(spec),
-                          "--store", s3.url("ray"), "--output", str(tmp_path / "out")],
-                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=500)
+    run = _assay_run_on_ray(spec, s3.url("ray"), prefect_server, tmp_path)
     assert run.returncode == 0, run.stderr[-4000:]
     assert "grade[model shard 4/4]" in run.stderr, run.stderr[-3000:]
     for f, data in local_reference(spec, tmp_path).items():
@@ -43,20 +48,9 @@ def test_two_ray_workers_share_one_max_connections(prefect_server: str, s3: S3Se
     pytest.importorskip("prefect_ray")
     srv = OpenAIServer(["m"], latency=0.2).start()
     try:
-        with open(tmp_path / "a.jsonl", "w") as f:
-            for i in range(48):
-                f.write(json.dumps({"id": f"t{i}", "q": f"What is {i} + {i + 1}?",
-                                    "gold": str(2 * i + 1)}) + "\n")
-        spec = tmp_path / "spec.yaml"
-        spec.write_text("name: rayslots\nsources:\n"
-                        + served_source(4, "{{kind: numeric}}").format(url=srv.base_url)
-                        + "measure:\n  pass_at: {k: 2}\n"
-                        + "execution: {runner: ray, workers: 2, shard_rows: 24}\n")
-        env = {**os.environ, "PYTHONPATH": str(ROOT), "PREFECT_API_URL": prefect_server,
-               "RAY_USAGE_STATS_ENABLED": "0"}
-        run = subprocess.run([str(Path(sys.executable).with_name("assay")), "run", str(spec),
-                              "--store", s3.url("rayslots"), "--output", str(tmp_path / "out")],
-                             cwd=tmp_path, env=env, capture_output=True, text=True, timeout=400)
+        spec = write_served_study(tmp_path, "rayslots", srv.base_url,
+                                  "{runner: ray, workers: 2, shard_rows: 24}")
+        run = _assay_run_on_ray(spec, s3.url("rayslots"), prefect_server, tmp_path)
         assert run.returncode == 0, run.stderr[-4000:]
         assert srv.count() == 96  # 48 prompts, k=2: four shards of 24 rows on two workers
         assert srv.max_in_flight == 4, srv.max_in_flight

@@ -11,6 +11,7 @@ Example::
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shlex
 import shutil
@@ -98,6 +99,23 @@ def write_study(folder: Path, name: str, execution: str) -> Path:
     shutil.copy(root / "configs" / "data" / "own_completions.jsonl", folder / "data")
     spec = folder / "spec.yaml"
     spec.write_text(STUDY.format(name=name, execution=execution))
+    return spec
+
+
+def write_served_study(folder: Path, name: str, url: str, execution: str) -> Path:
+    """``folder/spec.yaml``: 48 prompts (``folder/a.jsonl``) generated k=2 by the loopback
+    server at ``url`` with ``max_connections: 4``, graded numerically; ``execution`` a YAML
+    mapping."""
+    from tests.helpers.openai_server import served_source
+
+    with open(folder / "a.jsonl", "w") as f:
+        for i in range(48):
+            f.write(json.dumps({"id": f"t{i}", "q": f"What is {i} + {i + 1}?",
+                                "gold": str(2 * i + 1)}) + "\n")
+    spec = folder / "spec.yaml"
+    spec.write_text(f"name: {name}\nsources:\n"
+                    + served_source(4, "{{kind: numeric}}").format(url=url)
+                    + "measure:\n  pass_at: {k: 2}\n" + f"execution: {execution}\n")
     return spec
 
 
