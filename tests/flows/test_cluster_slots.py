@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers.cluster import dask_cluster, write_served_study
+from tests.helpers.cluster import dask_cluster, gpu_turns, hold_gpu, write_served_study
 from tests.helpers.openai_server import OpenAIServer
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -39,20 +39,6 @@ def test_two_workers_share_one_max_connections(prefect_server: str, s3: object,
         srv.stop()
 
 
-def _hold_gpu(log: str, name: str) -> None:
-    """On a worker: hold the ``gpu`` slot for a second, logging when it was entered and left."""
-    import time
-
-    from tasks.stages import gpu_slot
-
-    with gpu_slot("cuda:0"):
-        with open(log, "a") as f:
-            f.write(f"enter {name}\n")
-        time.sleep(1.0)
-        with open(log, "a") as f:
-            f.write(f"exit {name}\n")
-
-
 @pytest.mark.slow
 def test_the_gpu_slot_holds_across_workers(prefect_server: str, tmp_path: Path) -> None:
     from distributed import Client
@@ -62,10 +48,7 @@ def test_the_gpu_slot_holds_across_workers(prefect_server: str, tmp_path: Path) 
     with dask_cluster(2, env, cwd=tmp_path, logs=tmp_path / "cluster") as address:
         with Client(address, timeout=60) as client:
             workers = sorted(client.scheduler_info()["workers"])
-            futs = [client.submit(_hold_gpu, str(log), f"t{i}", workers=[workers[i % 2]],
+            futs = [client.submit(hold_gpu, str(log), f"t{i}", workers=[workers[i % 2]],
                                   pure=False) for i in range(4)]
             client.gather(futs)
-    lines = log.read_text().split()
-    events = [w for w in lines if w in ("enter", "exit")]
-    # one model per device: every enter is followed by its exit before the next enter
-    assert events == ["enter", "exit"] * 4, log.read_text()
+    assert gpu_turns(log) == ["enter", "exit"] * 4, log.read_text()

@@ -1,17 +1,18 @@
 """runner: ray runs the study graph on a local Ray cluster (prefect-ray) with the same rows and
 report.json as the local runner, its store on S3 (what a Ray cluster without a shared disk
-needs); a model server's max_connections holds across the Ray workers."""
+needs); a model server's max_connections and the gpu slot hold across the Ray workers."""
 
 from __future__ import annotations
 
 import os
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import pytest
 
-from tests.helpers.cluster import local_reference, write_served_study, write_study
+from tests.helpers.cluster import gpu_turns, local_reference, write_served_study, write_study
 from tests.helpers.openai_server import OpenAIServer
 from tests.helpers.seaweed import S3Server
 
@@ -56,3 +57,28 @@ def test_two_ray_workers_share_one_max_connections(prefect_server: str, s3: S3Se
         assert srv.max_in_flight == 4, srv.max_in_flight
     finally:
         srv.stop()
+
+
+@pytest.mark.slow
+def test_the_gpu_slot_holds_across_ray_workers(prefect_server: str, tmp_path: Path) -> None:
+    """The ``gpu`` slot (a Prefect global concurrency limit) holds across two Ray worker
+    processes: one holder at a time."""
+    pytest.importorskip("ray")
+    log = tmp_path / "slot.log"
+    code = textwrap.dedent(f"""
+        import os, ray
+        from tests.helpers.cluster import hold_gpu
+        ray.init(num_cpus=2, include_dashboard=False, runtime_env={{"env_vars": {{
+            "PYTHONPATH": {str(ROOT)!r}, "PREFECT_API_URL": {prefect_server!r}}}}})
+        hold = ray.remote(num_cpus=1)(lambda i: hold_gpu({str(log)!r}, f"t{{i}}-{{os.getpid()}}"))
+        ray.get([hold.remote(i) for i in range(4)], timeout=240)
+        ray.shutdown()
+        """)
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "PREFECT_API_URL": prefect_server,
+           "RAY_USAGE_STATS_ENABLED": "0"}
+    run = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-4000:]
+    assert gpu_turns(log) == ["enter", "exit"] * 4, log.read_text()
+    holders = {w.split("-")[1] for w in log.read_text().split() if w.startswith("t")}
+    assert len(holders) >= 2, log.read_text()  # worker processes took turns

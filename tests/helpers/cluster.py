@@ -102,6 +102,26 @@ def write_study(folder: Path, name: str, execution: str) -> Path:
     return spec
 
 
+def hold_gpu(log: str, name: str) -> None:
+    """On a worker: hold the ``gpu`` slot for a second, logging when it was entered and left."""
+    import time
+
+    from tasks.stages import gpu_slot
+
+    with gpu_slot("cuda:0"):
+        with open(log, "a") as f:
+            f.write(f"enter {name}\n")
+        time.sleep(1.0)
+        with open(log, "a") as f:
+            f.write(f"exit {name}\n")
+
+
+def gpu_turns(log: Path) -> list[str]:
+    """The enters and exits :func:`hold_gpu` logged, in order: one model per device means every
+    enter is followed by its exit before the next enter."""
+    return [w for w in log.read_text().split() if w in ("enter", "exit")]
+
+
 def write_served_study(folder: Path, name: str, url: str, execution: str) -> Path:
     """``folder/spec.yaml``: 48 prompts (``folder/a.jsonl``) generated k=2 by the loopback
     server at ``url`` with ``max_connections: 4``, graded numerically; ``execution`` a YAML
