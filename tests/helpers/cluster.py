@@ -20,6 +20,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from tests.helpers.ports import free_ports
 
@@ -137,6 +138,15 @@ def write_served_study(folder: Path, name: str, url: str, execution: str) -> Pat
                     + served_source(4, "{{kind: numeric}}").format(url=url)
                     + "measure:\n  pass_at: {k: 2}\n" + f"execution: {execution}\n")
     return spec
+
+
+def assert_cap_shared(run: subprocess.CompletedProcess[str], srv: Any) -> None:
+    """The served study (:func:`write_served_study`) ran, every request reached the server
+    (``srv``, an OpenAIServer), and never more than its ``max_connections: 4`` were in flight
+    there at once, though 4 were: the cap is shared by the workers and reached."""
+    assert run.returncode == 0, run.stderr[-4000:]
+    assert srv.count() == 96  # 48 prompts, k=2: four shards of 24 rows on two workers
+    assert srv.max_in_flight == 4, srv.max_in_flight
 
 
 def local_reference(spec: Path, work: Path) -> dict[str, bytes]:
