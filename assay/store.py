@@ -23,8 +23,9 @@ lock exclusively, so an entry a running study may still read is never removed.
 
 The root may be an object store (``s3://bucket/prefix``, anything ``pyarrow.fs`` serves; see
 :mod:`assay.store_files`): each write is one PUT (an object appears whole or not at all), reads
-are verified the same way, and the lock is a lease: a ``leases/<id>.json`` object with an
-expiry that its holder renews while it runs, so a dead holder stops blocking gc once it expires.
+are verified the same way, and the lock is a lease: a ``leases/<id>.json`` object that its
+holder rewrites while it runs and that lapses a set time after its last write, by the store's
+clock (the server's last-modified stamps), so a dead holder stops blocking gc once it lapses.
 While a study holds it with ``in_use(write_behind=True)``, its blob and ref PUTs are published
 behind it, several at once (see :class:`_Behind`): a ref still goes up only after every blob put
 before it, and leaving ``in_use`` (or pickling the store for another process) waits for them all.
