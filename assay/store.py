@@ -23,8 +23,12 @@ lock exclusively, so an entry a running study may still read is never removed.
 
 The root may be an object store (``s3://bucket/prefix``, anything ``pyarrow.fs`` serves; see
 :mod:`assay.store_files`): each write is one PUT (an object appears whole or not at all), reads
-are verified the same way, and the lock is a lease: a ``leases/<id>.json`` object with an
-expiry that its holder renews while it runs, so a dead holder stops blocking gc once it expires.
+are verified the same way, and the lock is a lease: a ``leases/<id>.json`` object that its
+holder rewrites while it runs and that lapses a set time after its last write, by the store's
+clock (the server's last-modified stamps), so a dead holder stops blocking gc once it lapses.
+While a study holds it with ``in_use(write_behind=True)``, its blob and ref PUTs are published
+behind it, several at once (see :class:`_Behind`): a ref still goes up only after every blob put
+before it, and leaving ``in_use`` (or pickling the store for another process) waits for them all.
 
 Example:
     >>> import tempfile, pyarrow as pa
@@ -39,6 +43,7 @@ Example:
 from __future__ import annotations
 
 import collections
+import concurrent.futures
 import contextlib
 import fcntl
 import hashlib
@@ -60,7 +65,7 @@ import pyarrow.parquet as pq
 
 from assay.errors import StoreError
 from assay.hashing import canonical_json
-from assay.store_files import Entry, LocalFiles, open_files
+from assay.store_files import Entry, Files, LocalFiles, open_files
 from assay.store_files import atomic_write as atomic_write  # re-exported: callers import it here
 
 _EXT = {"parquet", "json", "bin"}
@@ -93,6 +98,102 @@ MEMO_BYTES, MEMO_BLOB_BYTES = 128 << 20, 16 << 20
 TOUCH_AFTER_S = 3600.0
 
 
+#: PUTs one location's write-behind publishes at once, and the most bytes it holds unpublished
+#: (a writer past that waits: memory stays bounded however fast a study produces outputs)
+BEHIND_THREADS, BEHIND_BYTES = 8, 256 << 20
+
+
+class _Behind:
+    """Writes to one object-store location, published behind their callers on a few threads.
+
+    Why: an object store answers each PUT after a round trip and the server's own commit, while
+    a study's stage needs nothing back from it; so the stage goes on computing while its outputs
+    upload. What the store promises still holds: each write is one PUT (all or nothing); a ref
+    (``barrier=True``) is PUT only after every write submitted before it succeeded, so it never
+    names a blob that is not there; and until a write is published, this process reads its
+    bytes from here (a stage reads what the stage before it wrote). One per location and
+    process, shared by its ``Store`` objects (a head start's and the flow's see each other's).
+    """
+
+    def __init__(self) -> None:
+        self.lock = threading.Condition()
+        self.pending: dict[str, tuple[bytes, concurrent.futures.Future[None]]] = {}
+        self.held = 0  # bytes submitted and not yet published
+        self.depth = 0  # open ``in_use(write_behind=True)`` scopes: writes go behind while > 0
+        self.failed: BaseException | None = None
+        self.pool: concurrent.futures.ThreadPoolExecutor | None = None
+
+    def read(self, rel: str) -> bytes | None:
+        with self.lock:
+            got = self.pending.get(rel)
+        return None if got is None else got[0]
+
+    def _check(self) -> None:
+        if self.failed is not None:
+            raise StoreError(f"an earlier write to the store failed, so nothing after it was "
+                             f"published: {self.failed}")
+
+    def submit(self, files: Files, rel: str, data: bytes, *, barrier: bool = False) -> None:
+        with self.lock:
+            self._check()
+            # bounded memory: wait while others' bytes fill the budget (one write may exceed it)
+            while self.held and self.held + len(data) > BEHIND_BYTES:
+                self.lock.wait()
+                self._check()
+            if self.pool is None:
+                self.pool = concurrent.futures.ThreadPoolExecutor(
+                    BEHIND_THREADS, thread_name_prefix="assay-store-put")
+            before = [f for _, f in self.pending.values()] if barrier else []
+            self.held += len(data)
+            fut: concurrent.futures.Future[None] = self.pool.submit(
+                self._publish, files, rel, data, before)
+            self.pending[rel] = (data, fut)
+
+        def done(f: concurrent.futures.Future[None]) -> None:
+            with self.lock:
+                self.held -= len(data)
+                if self.pending.get(rel, (None, None))[1] is f:
+                    del self.pending[rel]
+                if f.exception() is not None and self.failed is None:
+                    self.failed = f.exception()
+                self.lock.notify_all()
+
+        fut.add_done_callback(done)
+
+    @staticmethod
+    def _publish(files: Files, rel: str, data: bytes,
+                 before: list[concurrent.futures.Future[None]]) -> None:
+        # the pool takes jobs in submission order, so every write in ``before`` has started on
+        # another thread: waiting on them cannot deadlock
+        for f in before:
+            if f.exception() is not None:
+                raise StoreError(f"{files.where(rel)} was not written: a write before it "
+                                 f"failed ({f.exception()})")
+        files.write(rel, [data])
+
+    def flush(self) -> None:
+        """Wait until every write submitted so far is published; raise the first failure."""
+        with self.lock:
+            futs = [f for _, f in self.pending.values()]
+        concurrent.futures.wait(futs)
+        with self.lock:
+            failed, self.failed = self.failed, None
+        if failed is not None:
+            raise StoreError(f"a write to the store failed: {failed}") from failed
+
+
+_BEHIND: dict[str, _Behind] = {}
+_BEHIND_LOCK = threading.Lock()
+
+
+def _behind_for(location: str) -> _Behind:
+    with _BEHIND_LOCK:
+        b = _BEHIND.get(location)
+        if b is None:
+            b = _BEHIND[location] = _Behind()
+        return b
+
+
 class Store:
     """A content-addressed store rooted at a directory or an object-store URL (see module
     docstring)."""
@@ -105,6 +206,7 @@ class Store:
         self._memo: collections.OrderedDict[str, bytes] = collections.OrderedDict()
         self._memo_size = 0
         self._memo_lock = threading.Lock()
+        self._behind = _behind_for(loc) if self._files.remote else None
 
     @property
     def remote(self) -> bool:
@@ -137,8 +239,29 @@ class Store:
     def __reduce__(self) -> tuple[Any, ...]:
         # a store travels to a worker as its location (no client, no credentials from the
         # environment: the worker opens it with its own); a local path goes absolute, since the
-        # worker's working folder may differ
+        # worker's working folder may differ. What this process still publishes behind goes up
+        # first: the other process reads the server.
+        self.flush()
         return (Store, (self._loc if self.remote else str(self.root.absolute()),))
+
+    def flush(self) -> None:
+        """Wait until every write this process put behind (``in_use(write_behind=True)``) on
+        this location is published; raises StoreError naming the first that failed."""
+        if self._behind is not None:
+            self._behind.flush()
+
+    def _write(self, rel: str, data: bytes, *, barrier: bool = False) -> None:
+        """One write: behind the caller while a write-behind scope is open, else now (a
+        ``barrier`` write, a ref, then after what is still pending)."""
+        b = self._behind
+        if b is None:
+            self._files.write(rel, [data])
+        elif b.depth > 0:
+            b.submit(self._files, rel, data, barrier=barrier)
+        else:
+            if barrier:
+                b.flush()
+            self._files.write(rel, [data])
 
     # -- blobs -------------------------------------------------------------------------------
     @staticmethod
@@ -165,8 +288,8 @@ class Store:
         if self.remote:
             # one PUT, no look first: checking would download the object (to verify it) and
             # cost as much as writing identical bytes again, which is harmless
-            self._files.write(rel, [data])
             self._remember(key, data)
+            self._write(rel, data)
         elif not self._verified(rel, key):
             self._files.write(rel, [data])
         return key
@@ -193,6 +316,10 @@ class Store:
         if memo and self.remote:
             with self._memo_lock:
                 hit = self._memo.get(key)
+            if hit is not None:
+                return hit
+        if self._behind is not None:
+            hit = self._behind.read(rel)  # written by this process, still being published
             if hit is not None:
                 return hit
         data = self._files.read(rel)
@@ -234,7 +361,9 @@ class Store:
             h.update(v)  # releases the GIL on large buffers
         key = f"bin:{h.hexdigest()}"
         rel = self._blob_rel(key)
-        if not self._verified(rel, key, memo=False):
+        if self.remote:  # as in _put: no look first
+            self._write(rel, b"".join(views))
+        elif not self._verified(rel, key, memo=False):
             self._files.write(rel, views, durable=durable)
         return key
 
@@ -303,13 +432,15 @@ class Store:
         if not self.has(blob):
             raise StoreError(f"set_ref({name!r}): blob {blob} is not in the store; put it first")
         doc = {"name": name, "blob": blob, "meta": meta or {}}
-        self._files.write(self._ref_rel(name), [canonical_json(doc)])
+        self._write(self._ref_rel(name), canonical_json(doc), barrier=True)
 
     def get_ref(self, name: str) -> dict[str, Any] | None:
         """``{"name", "blob", "meta"}`` for ``name``, or None when absent, unreadable, or the blob
         it names is missing or corrupt (a ref is only as good as its blob)."""
         rel = self._ref_rel(name)
-        got = self._files.read_with_mtime(rel) if self.remote else self._files.read(rel)
+        pending = self._behind.read(rel) if self._behind is not None else None
+        got = ((pending, time.time()) if pending is not None
+               else self._files.read_with_mtime(rel) if self.remote else self._files.read(rel))
         if got is None:
             return None
         data, mtime = got if isinstance(got, tuple) else (got, 0.0)
@@ -327,12 +458,15 @@ class Store:
         except StoreError:
             return None
         # the ref's time records its last use: gc keeps what the kept runs' window used
-        if not self.remote or time.time() - mtime >= TOUCH_AFTER_S:
+        if not self.remote:
             self._files.touch(rel, data)
+        elif time.time() - mtime >= TOUCH_AFTER_S:
+            self._write(rel, data)  # an object's time changes only when it is written again
         return doc
 
     def delete_ref(self, name: str) -> None:
         """Remove a ref if present."""
+        self.flush()
         self._files.delete(self._ref_rel(name))
 
     # -- raw files (journals, upkeep) --------------------------------------------------------
@@ -346,6 +480,7 @@ class Store:
 
     def delete_file(self, rel: str) -> None:
         """Remove ``rel`` under the root if present."""
+        self.flush()
         self._files.delete(rel)
 
     def where(self, rel: str) -> str:
@@ -354,6 +489,7 @@ class Store:
 
     def quarantine(self, rel: str) -> str:
         """Move ``rel`` to ``quarantine/<rel>``; returns where it went."""
+        self.flush()
         self._files.move(rel, f"quarantine/{rel}")
         return self._files.where(f"quarantine/{rel}")
 
@@ -363,6 +499,7 @@ class Store:
 
     def entries(self, sub: str) -> list[Entry]:
         """Every file under ``<root>/<sub>``, in path order."""
+        self.flush()
         return self._files.list(sub)
 
     # -- lifecycle: locks and listings (used by assay.upkeep) ------------------------------
@@ -392,18 +529,42 @@ class Store:
             os.close(fd)  # closing the descriptor releases the lock (also when a process dies)
 
     def live_leases(self, kind: str | None = None) -> list[dict[str, Any]]:
-        """The unexpired leases on an object store (``kind``: "study" or "gc")."""
+        """The unexpired leases on an object store (``kind``: "study" or "gc"), each with
+        ``where`` and ``left`` (seconds until it lapses unless renewed). Judged by the store's
+        clock alone: a marker written now gives the store's "now" (see :meth:`_live`)."""
+        marker = f"leases/clock-{uuid.uuid4().hex}.json"
+        self._files.write(marker, [canonical_json({"kind": "clock"})])
+        try:
+            return self._live(kind, marker)
+        finally:
+            with contextlib.suppress(StoreError):
+                self._files.delete(marker)
+
+    def _live(self, kind: str | None, fresh: str) -> list[dict[str, Any]]:
+        # A lease's age is the store's "now" (the last-modified time the server stamped on
+        # ``fresh``, an object this process has just written) minus the last-modified time the
+        # server stamped on the lease when its holder last wrote it: both stamps come from the
+        # server's clock, so no two machines' clocks are ever compared (a holder whose clock is
+        # minutes off holds its lease exactly as long as one whose clock is right).
+        entries = self._files.list("leases")
+        now = next((e.mtime for e in entries if e.rel == fresh), None)
+        if now is None:  # not listed yet: its own read gives the stamp
+            got = self._files.read_with_mtime(fresh)
+            now = got[1] if got is not None else time.time()
         out = []
-        now = time.time()
-        for e in self._files.list("leases"):
+        for e in entries:
+            if e.rel == fresh:
+                continue
             data = self._files.read(e.rel)
             try:
                 doc = json.loads(data) if data is not None else None
             except (json.JSONDecodeError, UnicodeDecodeError):
                 continue
-            if (isinstance(doc, dict) and float(doc.get("expires", 0)) > now
-                    and (kind is None or doc.get("kind") == kind)):
-                out.append({**doc, "where": e.where})
+            if not isinstance(doc, dict) or doc.get("kind") not in ("study", "gc"):
+                continue
+            left = float(doc.get("ttl") or LEASE_S) - (now - e.mtime)
+            if left > 0 and (kind is None or doc.get("kind") == kind):
+                out.append({**doc, "where": e.where, "left": left})
         return out
 
     @contextlib.contextmanager
@@ -411,18 +572,19 @@ class Store:
                seconds: float | None = None) -> Iterator[None]:
         # Each side writes its own lease, then looks for the other's: with read-after-write
         # consistent listings (S3, GCS, Azure, SeaweedFS) two racers cannot both miss each other.
+        # The lease holds no time of its holder's clock: the server's last-modified stamp of
+        # each (re)write is its start, so expiry never depends on the machines' clocks agreeing.
         ttl = LEASE_S if seconds is None else seconds
         rel = f"leases/{kind}-{uuid.uuid4().hex}.json"
 
         def write() -> None:
-            doc = {"kind": kind, "expires": time.time() + ttl, "host": socket.gethostname(),
-                   "pid": os.getpid()}
+            doc = {"kind": kind, "ttl": ttl, "host": socket.gethostname(), "pid": os.getpid()}
             self._files.write(rel, [canonical_json(doc)])
 
         deadline = None if wait is None else time.monotonic() + wait
         while True:
             write()
-            held = self.live_leases(other)
+            held = self._live(other, rel)  # this lease, just written, is the store's "now"
             if not held:
                 break
             self._files.delete(rel)
@@ -430,7 +592,7 @@ class Store:
                 what = "a store gc" if kind == "study" else "a running study"
                 raise StoreError(
                     f"{self.location} is locked by {what} (lease {held[0]['where']}, host "
-                    f"{held[0].get('host')}, expires in {held[0]['expires'] - time.time():.0f} s);"
+                    f"{held[0].get('host')}, lapses in {held[0]['left']:.0f} s unless renewed);"
                     f" waited {wait:.0f} s: retry when it has finished")
             time.sleep(0.5)
         stop = threading.Event()
@@ -450,11 +612,18 @@ class Store:
             with contextlib.suppress(StoreError):
                 self._files.delete(rel)
 
-    def in_use(self, wait: float | None = None) -> contextlib.AbstractContextManager[None]:
+    def in_use(self, wait: float | None = None, *,
+               write_behind: bool = False) -> contextlib.AbstractContextManager[None]:
         """Hold a shared lock while a study reads and writes this store: ``gc`` (exclusive)
         waits for every holder, and a study started during a ``gc`` waits for it to finish.
         The kernel drops the lock when the process dies, so a killed run never blocks gc (on
         an object store: a lease, which expires unless renewed).
+
+        ``write_behind`` (object stores; for a study whose nodes all run in this process): the
+        blobs and refs written meanwhile are published behind their writers, several at once
+        (refs after the blobs put before them); the block's end waits until all are published
+        and raises StoreError if one failed, before the lease goes. A store pickled for another
+        process publishes first.
 
         Example:
             >>> import tempfile
@@ -463,8 +632,29 @@ class Store:
             ...     pass
         """
         if self.remote:
-            return self._lease("study", "gc", wait)
+            return self._study_lease(wait, write_behind)
         return self._flock(fcntl.LOCK_SH, wait)
+
+    @contextlib.contextmanager
+    def _study_lease(self, wait: float | None, write_behind: bool) -> Iterator[None]:
+        with self._lease("study", "gc", wait):
+            b = self._behind
+            if not write_behind or b is None:
+                yield
+                return
+            with b.lock:
+                b.depth += 1
+            try:
+                yield
+            except BaseException:
+                with b.lock:
+                    b.depth -= 1
+                with contextlib.suppress(StoreError):  # the block's own error is the news
+                    b.flush()
+                raise
+            with b.lock:
+                b.depth -= 1
+            b.flush()
 
     def exclusive(self, wait: float | None = 0.0) -> contextlib.AbstractContextManager[None]:
         """The lock ``gc`` holds: no study is running on this store while it is held. Raises
@@ -475,7 +665,7 @@ class Store:
 
     def blob_entries(self) -> Iterator[tuple[str, Entry]]:
         """``(key, entry)`` of every blob file (verified or not), in path order."""
-        for e in self._files.list("blobs"):
+        for e in self.entries("blobs"):
             d, _, name = e.rel[len("blobs/"):].partition("/")
             hexd, _, ext = name.partition(".")
             if ext in KIND_OF_EXT and len(hexd) == 64 and d == hexd[:2]:
@@ -483,20 +673,20 @@ class Store:
 
     def ref_entries(self) -> list[Entry]:
         """Every ref file, in path order."""
-        return [e for e in self._files.list("refs")
+        return [e for e in self.entries("refs")
                 if e.rel.endswith(".json") and not e.rel.rsplit("/", 1)[-1].startswith(".")]
 
     def journal_entries(self) -> list[Entry]:
         """Every completion journal file: ``journals/<shard>.jsonl`` in a local store, one
         object per flushed segment ``journals/<shard>/<segment>.jsonl`` on an object store
         (see :mod:`assay.models.journal`), in path order."""
-        return [e for e in self._files.list("journals") if e.rel.endswith(".jsonl")
+        return [e for e in self.entries("journals") if e.rel.endswith(".jsonl")
                 and not e.rel.rsplit("/", 1)[-1].startswith(".")]
 
     def temp_entries(self) -> list[Entry]:
         """Temp files of writers (live, or killed mid-write) under blobs/ and refs/ (none on an
         object store: a PUT has no temp file)."""
-        return [e for sub in ("blobs", "refs") for e in self._files.list(sub)
+        return [e for sub in ("blobs", "refs") for e in self.entries(sub)
                 if e.rel.rsplit("/", 1)[-1].startswith(".") and e.rel.endswith(".tmp")]
 
     # local-store paths, for callers that work on files

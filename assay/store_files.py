@@ -192,6 +192,23 @@ class LocalFiles:
         return self.root.is_dir()
 
 
+def _one_put(f: Any) -> Any:
+    """``f`` (an S3 filesystem) opening its output streams lazily: a write that fits one part
+    is then one PutObject at close, not a multipart upload's three requests (create, part,
+    complete), each a round trip and a commit on the server. Rebuilt through the filesystem's
+    own pickling (its options, credentials still from the environment); other filesystems as
+    they are. A failure to open then shows at close, which ``ObjectFiles.write`` reaches in the
+    same call."""
+    from pyarrow import fs
+
+    if not isinstance(f, fs.S3FileSystem):
+        return f
+    rebuild, args = f.__reduce__()[:2]
+    if not (args and isinstance(args[0], dict) and "allow_delayed_open" in args[0]):
+        return f
+    return rebuild({**args[0], "allow_delayed_open": True})
+
+
 class ObjectFiles:
     """A bucket prefix through ``pyarrow.fs``: one PUT per write (atomic: an object appears
     whole or not at all), last-modified times from the server."""
@@ -211,6 +228,7 @@ class ObjectFiles:
                              "(credentials and endpoint from AWS_ACCESS_KEY_ID, "
                              "AWS_SECRET_ACCESS_KEY, AWS_REGION, AWS_ENDPOINT_URL)") from None
         self.base = base.rstrip("/")
+        self.fs = _one_put(self.fs)
 
     def where(self, rel: str) -> str:
         return f"{self.location}/{rel}"

@@ -186,7 +186,10 @@ def study(spec: str, output: str | None = None, store_root: str | None = None,
         head = None  # not this flow's study: run it here
     started = head.started if head is not None else time.time()
     out = s.output_dir(output)
-    with store.in_use():  # a store gc waits until this run has written its run.json
+    # a store gc waits until this run has written its run.json; a study whose nodes all run in
+    # this process publishes its writes to an object store behind them (cluster workers read
+    # the server, so there every write is published before its node ends)
+    with store.in_use(write_behind=s.execution.runner == "local"):
         if s.execution.runner != "local":
             check_workers_reach(store)
         # past execution.deadline, or stalled for execution.stall_after: RunStopped is raised
@@ -201,6 +204,7 @@ def study(spec: str, output: str | None = None, store_root: str | None = None,
             head.wait()
             if head.run is not None:
                 run = replace(run, facts=head.run.facts)
+        store.flush()  # every output is published before run.json names it
         info = finish_run(store, s, run, out, started, overrides=overrides)
     if publish:
         _publish_artifacts(s.name, stages.report_files(store, run.report))

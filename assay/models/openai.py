@@ -567,8 +567,10 @@ class OpenAIBackend:
             return
         why, cause, wait_hint = "", "", None
         await budget.acquire(cap, rank)
-        cluster = cluster_semaphore(self.spec.base_url, cap)
-        if cluster is not None:  # on a Dask worker: the cap holds across the whole cluster
+        # on a Dask worker or a Ray cluster: the cap holds across the whole cluster (a slot held
+        # past the request's timeout was left by a dead worker: Ray's actor takes it back)
+        cluster = cluster_semaphore(self.spec.base_url, cap, lease_s=self.spec.timeout_s + 60)
+        if cluster is not None:
             try:
                 await take(cluster)
             except BaseException:

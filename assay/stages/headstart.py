@@ -120,7 +120,9 @@ class HeadStart:
     def _run(self) -> None:
         ex = _RecordingExecutor(max_parallel_for(self.spec, self.max_parallel), self)
         try:
-            with self.store.in_use():  # as the flow does: a store gc waits for this run
+            # as the flow does: a store gc waits for this run; its nodes run here, so its
+            # writes to an object store are published behind them
+            with self.store.in_use(write_behind=True):
                 self.run = run_study(self.spec, self.store, executor=ex,
                                      max_parallel=self.max_parallel, capacity=self.capacity)
         except BaseException as e:  # noqa: BLE001  (the flow's task for the node re-raises it)

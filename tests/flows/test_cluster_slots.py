@@ -4,7 +4,6 @@ server), and they do reach it."""
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -12,8 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers.cluster import dask_cluster
-from tests.helpers.openai_server import OpenAIServer, served_source
+from tests.helpers.cluster import (
+    assert_cap_shared,
+    dask_cluster,
+    gpu_turns,
+    hold_gpu,
+    write_served_study,
+)
+from tests.helpers.openai_server import OpenAIServer
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -23,43 +28,19 @@ def test_two_workers_share_one_max_connections(prefect_server: str, s3: object,
                                                tmp_path: Path) -> None:
     srv = OpenAIServer(["m"], latency=0.2).start()
     try:
-        with open(tmp_path / "a.jsonl", "w") as f:
-            for i in range(48):
-                f.write(json.dumps({"id": f"t{i}", "q": f"What is {i} + {i + 1}?",
-                                    "gold": str(2 * i + 1)}) + "\n")
         env = {**os.environ, "PYTHONPATH": str(ROOT), "PREFECT_API_URL": prefect_server}
         with dask_cluster(2, env, cwd=tmp_path, logs=tmp_path / "cluster",
                           nthreads=2) as address:
-            spec = tmp_path / "spec.yaml"
-            spec.write_text("name: slots\nsources:\n"
-                            + served_source(4, "{{kind: numeric}}").format(url=srv.base_url)
-                            + "measure:\n  pass_at: {k: 2}\n"
-                            + f'execution: {{runner: dask, address: "{address}", '
-                            "shard_rows: 24}\n")
+            spec = write_served_study(tmp_path, "slots", srv.base_url,
+                                      f'{{runner: dask, address: "{address}", shard_rows: 24}}')
             run = subprocess.run([str(Path(sys.executable).with_name("assay")), "run", str(spec),
                                   "--store", s3.url("slots"),  # type: ignore[attr-defined]
                                   "--output", str(tmp_path / "out")],
                                  cwd=tmp_path, env=env, capture_output=True, text=True,
                                  timeout=400)
-        assert run.returncode == 0, run.stderr[-4000:]
-        assert srv.count() == 96  # 48 prompts, k=2: four shards of 24 rows on two workers
-        assert srv.max_in_flight == 4, srv.max_in_flight
+        assert_cap_shared(run, srv)
     finally:
         srv.stop()
-
-
-def _hold_gpu(log: str, name: str) -> None:
-    """On a worker: hold the ``gpu`` slot for a second, logging when it was entered and left."""
-    import time
-
-    from tasks.stages import gpu_slot
-
-    with gpu_slot("cuda:0"):
-        with open(log, "a") as f:
-            f.write(f"enter {name}\n")
-        time.sleep(1.0)
-        with open(log, "a") as f:
-            f.write(f"exit {name}\n")
 
 
 @pytest.mark.slow
@@ -71,10 +52,7 @@ def test_the_gpu_slot_holds_across_workers(prefect_server: str, tmp_path: Path) 
     with dask_cluster(2, env, cwd=tmp_path, logs=tmp_path / "cluster") as address:
         with Client(address, timeout=60) as client:
             workers = sorted(client.scheduler_info()["workers"])
-            futs = [client.submit(_hold_gpu, str(log), f"t{i}", workers=[workers[i % 2]],
+            futs = [client.submit(hold_gpu, str(log), f"t{i}", workers=[workers[i % 2]],
                                   pure=False) for i in range(4)]
             client.gather(futs)
-    lines = log.read_text().split()
-    events = [w for w in lines if w in ("enter", "exit")]
-    # one model per device: every enter is followed by its exit before the next enter
-    assert events == ["enter", "exit"] * 4, log.read_text()
+    assert gpu_turns(log) == ["enter", "exit"] * 4, log.read_text()

@@ -11,6 +11,7 @@ Example::
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shlex
 import shutil
@@ -19,6 +20,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from tests.helpers.ports import free_ports
 
@@ -99,6 +101,52 @@ def write_study(folder: Path, name: str, execution: str) -> Path:
     spec = folder / "spec.yaml"
     spec.write_text(STUDY.format(name=name, execution=execution))
     return spec
+
+
+def hold_gpu(log: str, name: str) -> None:
+    """On a worker: hold the ``gpu`` slot for a second, logging when it was entered and left."""
+    import time
+
+    from tasks.stages import gpu_slot
+
+    with gpu_slot("cuda:0"):
+        with open(log, "a") as f:
+            f.write(f"enter {name}\n")
+        time.sleep(1.0)
+        with open(log, "a") as f:
+            f.write(f"exit {name}\n")
+
+
+def gpu_turns(log: Path) -> list[str]:
+    """The enters and exits :func:`hold_gpu` logged, in order: one model per device means every
+    enter is followed by its exit before the next enter."""
+    return [w for w in log.read_text().split() if w in ("enter", "exit")]
+
+
+def write_served_study(folder: Path, name: str, url: str, execution: str) -> Path:
+    """``folder/spec.yaml``: 48 prompts (``folder/a.jsonl``) generated k=2 by the loopback
+    server at ``url`` with ``max_connections: 4``, graded numerically; ``execution`` a YAML
+    mapping."""
+    from tests.helpers.openai_server import served_source
+
+    with open(folder / "a.jsonl", "w") as f:
+        for i in range(48):
+            f.write(json.dumps({"id": f"t{i}", "q": f"What is {i} + {i + 1}?",
+                                "gold": str(2 * i + 1)}) + "\n")
+    spec = folder / "spec.yaml"
+    spec.write_text(f"name: {name}\nsources:\n"
+                    + served_source(4, "{{kind: numeric}}").format(url=url)
+                    + "measure:\n  pass_at: {k: 2}\n" + f"execution: {execution}\n")
+    return spec
+
+
+def assert_cap_shared(run: subprocess.CompletedProcess[str], srv: Any) -> None:
+    """The served study (:func:`write_served_study`) ran, every request reached the server
+    (``srv``, an OpenAIServer), and never more than its ``max_connections: 4`` were in flight
+    there at once, though 4 were: the cap is shared by the workers and reached."""
+    assert run.returncode == 0, run.stderr[-4000:]
+    assert srv.count() == 96  # 48 prompts, k=2: four shards of 24 rows on two workers
+    assert srv.max_in_flight == 4, srv.max_in_flight
 
 
 def local_reference(spec: Path, work: Path) -> dict[str, bytes]:

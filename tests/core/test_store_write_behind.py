@@ -1,0 +1,118 @@
+"""Writes published behind a study on a real S3 server (SeaweedFS): refs only after their blobs,
+read-your-writes meanwhile, all published when ``in_use`` ends or the store is pickled, a failed
+write fails the study and keeps its ref off the server; one request per small write."""
+
+from __future__ import annotations
+
+import pickle
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from assay import store_files
+from assay.errors import StoreError
+from assay.store import Store
+from tests.helpers.seaweed import S3Server
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _on_server(url: str, name: str) -> dict | None:
+    """The ref as another process sees it (the server's copy, nothing of this process's)."""
+    code = f"from assay.store import Store; print(Store({url!r}).get_ref({name!r}))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=60, cwd=ROOT, check=True).stdout.strip()
+    return None if out == "None" else eval(out)  # noqa: S307 (our own repr of a dict)
+
+
+def test_refs_go_up_after_their_blobs_and_all_before_in_use_ends(
+        s3: S3Server, monkeypatch: pytest.MonkeyPatch) -> None:
+    url = s3.url("behind")
+    published: list[tuple[str, float, float]] = []
+    real = store_files.ObjectFiles.write
+    gate = threading.Event()
+
+    def held_blobs(self, rel, parts, *, durable=True):  # type: ignore[no-untyped-def]
+        t0 = time.monotonic()
+        if rel.startswith("blobs/"):
+            gate.wait(30)  # uploads still running when set_ref returns (bounded)
+        real(self, rel, parts, durable=durable)
+        if not rel.startswith("leases/"):
+            published.append((rel, t0, time.monotonic()))
+
+    monkeypatch.setattr(store_files.ObjectFiles, "write", held_blobs)
+    st = Store(url)
+    with st.in_use(write_behind=True):
+        tbl = st.put_table(pa.table({"x": list(range(1000))}))
+        doc = st.put_json({"rows": tbl})
+        st.set_ref("stage:a", doc, {"stage": "demo"})
+        assert published == []  # the caller went on while nothing was uploaded yet
+        assert _on_server(url, "stage:a") is None  # no ref ahead of its blobs
+        # read your writes: this process (another Store object too) sees what is in flight
+        other = Store(url)
+        assert other.get_ref("stage:a")["blob"] == doc
+        assert other.get_table(tbl).column("x").to_pylist() == list(range(1000))
+        gate.set()
+    # in_use ended: everything is on the server, the ref strictly after both blobs
+    assert _on_server(url, "stage:a")["blob"] == doc
+    ref_start = next(start for rel, start, _ in published if rel.startswith("refs/"))
+    assert all(end <= ref_start for rel, _, end in published if rel.startswith("blobs/"))
+    assert len(published) == 3
+
+
+def test_pickling_publishes_first(s3: S3Server) -> None:
+    url = s3.url("pickled")
+    st = Store(url)
+    with st.in_use(write_behind=True):
+        st.set_ref("stage:p", st.put_json({"p": 1}))
+        # a store sent to a worker: the worker reads the server, so it must hold the writes
+        worker_side = pickle.loads(pickle.dumps(st))
+        assert _on_server(url, "stage:p") is not None
+        assert worker_side.get_ref("stage:p") is not None
+
+
+def test_a_failed_write_fails_the_study_and_keeps_its_ref_off_the_server(
+        s3: S3Server, monkeypatch: pytest.MonkeyPatch) -> None:
+    url = s3.url("failed")
+    real = store_files.ObjectFiles.write
+    gate = threading.Event()
+
+    def refuse_tables(self, rel, parts, *, durable=True):  # type: ignore[no-untyped-def]
+        if rel.endswith(".parquet"):
+            gate.wait(10)
+            raise StoreError(f"store {self.location}: writing {rel} failed: refused")
+        real(self, rel, parts, durable=durable)
+
+    monkeypatch.setattr(store_files.ObjectFiles, "write", refuse_tables)
+    st = Store(url)
+    with pytest.raises(StoreError, match="refused"):  # raised as in_use ends
+        with st.in_use(write_behind=True):
+            tbl = st.put_table(pa.table({"x": [1]}))
+            st.set_ref("stage:f", st.put_json({"rows": tbl}))
+            gate.set()
+            # the failure reaches the study's next write (so it stops there), and every one
+            # after, until in_use ends and raises it
+            deadline = time.monotonic() + 10
+            with pytest.raises(StoreError, match="failed"):
+                while time.monotonic() < deadline:
+                    st.put_json({"later": time.monotonic()})
+                    time.sleep(0.05)
+    assert _on_server(url, "stage:f") is None  # the ref never named a missing blob
+    monkeypatch.setattr(store_files.ObjectFiles, "write", real)
+    with st.in_use(write_behind=True):  # the store works again afterwards
+        st.set_ref("stage:g", st.put_json({"ok": 1}))
+    assert _on_server(url, "stage:g") is not None
+
+
+def test_a_small_write_is_one_request_and_a_large_one_still_whole(s3: S3Server) -> None:
+    st = Store(s3.url("one-put"))
+    f = st._files.fs  # type: ignore[attr-defined]
+    assert f.__reduce__()[1][0]["allow_delayed_open"] is True  # PutObject, not a multipart
+    big = bytes(range(256)) * (24 << 12)  # 24 MiB: several parts of a multipart upload
+    key = st.put_bytes(big)
+    assert Store(s3.url("one-put")).get_bytes(key) == big
