@@ -19,7 +19,7 @@ install: $(STAMP)
 demo: $(STAMP)
 	@# bytecode for the repo's own modules, as pip writes it for installed ones (this
 	@# environment sets PYTHONDONTWRITEBYTECODE, so imports would recompile them every run)
-	@$(PY) -m compileall -q assay tasks flows > /dev/null
+	@$(PY) -m compileall -q src flows tasks > /dev/null
 	$(VENV)/bin/assay run configs/quickstart.yaml --output runs/quickstart
 
 # Every core: pytest-xdist workers, one test module per worker at a time (module fixtures
@@ -40,7 +40,7 @@ test-stress: $(STAMP)
 	ASSAY_STRESS_MATRIX=1 $(PY) tests/cpu_burner.py --runs $(STRESS_RUNS) -- $(PYTEST) $(STRESS_ARGS)
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check assay tasks flows tests benchmarks configs
+	$(VENV)/bin/ruff check src flows tasks tests benchmarks configs
 	$(VENV)/bin/mypy
 
 clean:

@@ -134,8 +134,14 @@ def _refs(location: str, n: int, threads: int, tag: str) -> tuple[float, float]:
 
 
 def _old_store(rev: str) -> Any:
-    src = subprocess.run(["git", "show", f"{rev}:assay/store.py"], cwd=ROOT, check=True,
-                         capture_output=True, text=True).stdout
+    for where in ("src/assay/store.py", "assay/store.py"):  # the src layout moved the package
+        shown = subprocess.run(["git", "show", f"{rev}:{where}"], cwd=ROOT, capture_output=True,
+                               text=True)
+        if shown.returncode == 0:
+            break
+    else:
+        raise SystemExit(f"--base-rev {rev}: no store module there ({shown.stderr.strip()})")
+    src = shown.stdout
     path = Path(tempfile.mkdtemp()) / "old_store.py"
     path.write_text(src)
     spec = importlib.util.spec_from_file_location("old_store", path)

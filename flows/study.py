@@ -347,7 +347,8 @@ def run_spec(spec_path: str, output: str | None = None, store_root: str | None =
              embedded: bool = True, publish: bool = True, view: bool = True,
              overrides: list[str] | None = None,
              max_parallel: int | None = None) -> dict[str, Any]:
-    """Run a study flow with the runner its spec names (call under ``flows.embedded`` set-up)."""
+    """Run a study flow with the runner its spec names (call it under the embedded server's
+    set-up: ``flows.embedded``)."""
     spec = load_spec(spec_path, overrides or ())
     if store_root and _secret_bearing(store_root):
         # a URL carrying a key would be recorded as a flow parameter by the Prefect server:

@@ -44,8 +44,8 @@ def test_the_pre_release_result_names_are_gone(module, old, new):
 
 def test_no_result_class_carries_a_suffix():
     found = {}
-    for path in sorted((ROOT / "assay").rglob("*.py")):
-        parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    for path in sorted((ROOT / "src" / "assay").rglob("*.py")):
+        parts = list(path.relative_to(ROOT / "src").with_suffix("").parts)
         if parts[-1] == "__init__":
             parts.pop()
         mod = importlib.import_module(".".join(parts))
@@ -59,6 +59,6 @@ def test_no_result_class_carries_a_suffix():
 
 
 def test_py_typed_is_shipped():
-    assert (ROOT / "assay" / "py.typed").is_file()
+    assert (ROOT / "src" / "assay" / "py.typed").is_file()
     data = tomllib.loads((ROOT / "pyproject.toml").read_text())
     assert "py.typed" in data["tool"]["setuptools"]["package-data"]["assay"]

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-DATA_DIR = Path(__file__).resolve().parents[2] / "assay" / "data" / "builtin" / "diagnostic_v3"
+DATA_DIR = (Path(__file__).resolve().parents[2] / "src" / "assay" / "data" / "builtin"
+            / "diagnostic_v3")
 PAIR_DIMS = ("helpfulness", "safety", "verbosity", "sycophancy", "formatting", "confidence",
              "correctness")
 LENGTH_DEFINED = {"verbosity"}  # the axis is defined by length, so it is exempt from balance

@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-DATA_DIR = Path(__file__).resolve().parents[2] / "assay" / "data" / "builtin" / "diagnostic_v3"
+DATA_DIR = (Path(__file__).resolve().parents[2] / "src" / "assay" / "data" / "builtin"
+            / "diagnostic_v3")
 
 PAIR_DIMENSIONS = (
     "refusal_quality",

@@ -81,12 +81,14 @@ def test_deployment_definition_offline() -> None:
     root = Path(__file__).resolve().parents[2]
     cfg = yaml.safe_load((root / "deployments" / "prefect.yaml").read_text())
     deps = {d["name"]: d for d in cfg["deployments"]}
-    assert deps["nightly"]["entrypoint"] == "flows/nightly.py:nightly"
-    assert deps["store-upkeep"]["entrypoint"] == "flows/upkeep.py:store_upkeep"
+    # module paths: Prefect imports the installed module once (a file path loads it again)
+    assert deps["nightly"]["entrypoint"] == "assay.flows.nightly.nightly"
+    assert deps["store-upkeep"]["entrypoint"] == "assay.flows.upkeep.store_upkeep"
     for dep in deps.values():
         assert dep["schedules"][0]["cron"] and dep["schedules"][0]["timezone"]
         assert dep["concurrency_limit"] == 1 and dep["work_pool"]["name"]
-        path, name = dep["entrypoint"].split(":")
-        assert set(dep["parameters"]) <= _params(root / path, name), dep["name"]
+        package, module, name = dep["entrypoint"].rsplit(".", 2)
+        assert package == "assay.flows", dep["name"]  # the repository's flows/ folder
+        assert set(dep["parameters"]) <= _params(root / "flows" / f"{module}.py", name), dep["name"]
     for spec in deps["nightly"]["parameters"]["specs"]:
         assert (root / spec).is_file()

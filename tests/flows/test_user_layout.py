@@ -1,6 +1,9 @@
-"""A user's own ``tasks.py`` and ``flows/`` (beside their spec, and in the working directory)
-never replace assay's: ``assay run``, the Python API and the nightly deployment's entrypoint
-all run with them present. The user's files raise on import, so a mix-up cannot pass."""
+"""A user's own ``tasks.py`` and ``flows/`` are theirs: assay's orchestration is ``assay.tasks``
+and ``assay.flows``, so a grader beside the spec imports the user's ``tasks`` inside ``assay run``,
+the Python API and the nightly deployment's entrypoint, and assay never imports those names.
+
+The user's ``tasks.py`` carries a mark the grader checks (another module named ``tasks`` fails the
+run); their ``flows/`` raises on import (assay importing it fails the run)."""
 
 from __future__ import annotations
 
@@ -13,7 +16,6 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 
 SPEC = """
@@ -30,14 +32,24 @@ execution: {workers: 1}
 
 
 def _user_folder(d: Path) -> Path:
-    """A spec folder holding the user's own tasks.py and flows/ (each raises if imported)."""
+    """A spec folder holding the user's own tasks.py (used by their grader) and flows/ (raises
+    if imported)."""
     d.mkdir(parents=True, exist_ok=True)
-    (d / "tasks.py").write_text("raise RuntimeError('the user tasks.py was imported')\n")
+    (d / "tasks.py").write_text(textwrap.dedent("""
+        OWNER = "user"
+
+        def expected(reference):
+            return reference
+        """))
     (d / "flows").mkdir(exist_ok=True)
     (d / "flows" / "__init__.py").write_text("raise RuntimeError('the user flows/ was imported')\n")
     (d / "my_grader.py").write_text(textwrap.dedent("""
+        import tasks  # the user's own module beside the spec
+
         def grade(completion, reference):
-            return float(completion == reference)
+            if getattr(tasks, "OWNER", None) != "user":
+                raise RuntimeError(f"'import tasks' gave {tasks.__file__}, not the user's")
+            return float(completion == tasks.expected(reference))
         """))
     with open(d / "data.jsonl", "w") as f:
         for i in range(4):
@@ -46,54 +58,60 @@ def _user_folder(d: Path) -> Path:
     return d
 
 
-def _env(extra_path: Path | None = None) -> dict[str, str]:
-    env = dict(os.environ)
-    parts = [str(extra_path)] if extra_path else []
-    env["PYTHONPATH"] = os.pathsep.join([*parts, str(ROOT), env.get("PYTHONPATH", "")])
+def _env(first: Path | None = None) -> dict[str, str]:
+    """No PYTHONPATH of the caller's: assay is found where it is installed; ``first`` goes first
+    on the path (a worker started in the user's folder, a spec's folder)."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    if first is not None:
+        env["PYTHONPATH"] = str(first)
     return env
 
 
 @pytest.mark.slow
-def test_assay_run_with_a_user_tasks_py_and_flows_beside_the_spec_and_in_cwd(tmp_path):
+def test_assay_run_grades_with_the_users_own_tasks_module(tmp_path):
     user = _user_folder(tmp_path / "study")
+    # run from another folder: the spec's folder alone puts the user's modules on the path
     out = subprocess.run(
-        [str(BIN / "assay"), "run", "spec.yaml", "--output", str(tmp_path / "out"),
+        [str(BIN / "assay"), "run", str(user / "spec.yaml"), "--output", str(tmp_path / "out"),
          "--store", str(tmp_path / "store"), "--prefect-home", str(tmp_path / "prefect")],
-        cwd=user, env=_env(), capture_output=True, text=True, timeout=600)
+        cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-2000:]
     report = json.loads((tmp_path / "out" / "report.json").read_text())
     assert report["sources"][0]["rows"] == 4
+    (est,) = [e for m in report["measurements"] for e in m["estimates"] if e["name"] == "pass@1"]
+    assert est["value"] == 0.5  # the user's grader ran on every row: two of four answers are "1"
 
 
-def test_python_api_with_a_user_tasks_py_and_flows_in_cwd(tmp_path):
+def test_python_api_grades_with_the_users_own_tasks_module(tmp_path):
     user = _user_folder(tmp_path / "study")
     code = textwrap.dedent("""
+        import sys
         from assay import stages
         from assay.spec import load_spec
         from assay.store import Store
         run = stages.run_study(load_spec("spec.yaml"), Store("store"), progress=None)
         rows = stages.concat_rows(Store("store"), run.graded["m"])
-        print(sorted(r["reward"] for r in rows))
+        print(sorted(r["reward"] for r in rows), sys.modules["tasks"].OWNER)
         """)
     out = subprocess.run([sys.executable, "-c", code], cwd=user, env=_env(),
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
-    assert out.stdout.strip() == "[0.0, 0.0, 1.0, 1.0]"
+    assert out.stdout.strip() == "[0.0, 0.0, 1.0, 1.0] user"
 
 
-def test_the_deployment_entrypoint_loads_with_user_packages_first_on_the_path(tmp_path):
+def test_the_deployment_entrypoint_imports_the_installed_flow_once(tmp_path):
     user = _user_folder(tmp_path / "study")
     code = textwrap.dedent("""
-        import sys
+        import importlib, sys
         from prefect.flows import load_flow_from_entrypoint
-        f = load_flow_from_entrypoint("flows/nightly.py:nightly")
-        print(f.name, sys.modules["tasks"].__file__, sys.modules["flows"].__file__)
+        f = load_flow_from_entrypoint("assay.flows.nightly.nightly")
+        assert f is importlib.import_module("assay.flows.nightly").nightly  # one module object
+        import tasks
+        print(f.name, "flows" in sys.modules, tasks.OWNER)
         """)
-    # the user's folder first on sys.path, as a worker started there (or a spec folder) puts it
-    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=_env(user),
+    # the user's folder first on sys.path and as the working directory, as a Prefect worker
+    # started there has it
+    out = subprocess.run([sys.executable, "-c", code], cwd=user, env=_env(user),
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
-    name, tasks_file, flows_file = out.stdout.split()
-    assert name == "assay-nightly"
-    assert Path(tasks_file) == ROOT / "tasks" / "__init__.py"
-    assert Path(flows_file) == ROOT / "flows" / "__init__.py"
+    assert out.stdout.split() == ["assay-nightly", "False", "user"]
