@@ -359,14 +359,14 @@ def overhead_bench(tmp: Path, home: Path, args: argparse.Namespace) -> None:
     ospec = Path(args.overhead_spec) if args.overhead_spec else tmp / "overhead.yaml"
     if not args.overhead_spec:
         ospec.write_text(OVERHEAD_SPEC)
-    from flows.embedded import apply_local_settings, embedded_server
+    from assay.flows.embedded import apply_local_settings, embedded_server
 
     apply_local_settings(home)
     with embedded_server() as server:
         from assay import stages
+        from assay.flows.study import run_spec
         from assay.spec import load_spec
         from assay.store import Store
-        from flows.study import run_spec
 
         if server is not None:
             os.environ["ASSAY_EMBEDDED_API"] = "1"

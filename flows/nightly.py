@@ -33,7 +33,13 @@ from prefect.states import Failed
 
 from assay import stop
 from assay.errors import AssayError, SpecError
-from assay.layout import bind_own_packages
+from assay.flows.study import (
+    _slug,
+    generation_line,
+    study,
+    task_runner_for,
+    write_page,
+)
 from assay.nightly.gates import (
     evaluate_night,
     new_history_text,
@@ -57,17 +63,6 @@ from assay.report import write_run_dir
 from assay.spec import load_spec
 from assay.store import atomic_write
 from assay.watchdog import RunStopped
-
-# A deployment loads this file by path: `flows` must be ours even where a user's flows/ is first
-# on sys.path (the worker's working directory, a spec's folder).
-bind_own_packages()
-from flows.study import (  # noqa: E402
-    _slug,
-    generation_line,
-    study,
-    task_runner_for,
-    write_page,
-)
 
 
 class NightlyRegression(AssayError):

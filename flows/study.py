@@ -25,18 +25,15 @@ from prefect import flow
 from prefect.task_runners import ThreadPoolTaskRunner
 
 from assay import stages, stop
-from assay.layout import bind_own_packages
+from assay.flows.embedded import OrchestrationError, require_real_server
+from assay.flows.progress_ui import progress_artifacts
 from assay.spec import load_spec
 from assay.stages import headstart
 from assay.stages.finish import finish_run
 from assay.stages.plan import LOCAL_CAPACITY
 from assay.store import Store
+from assay.tasks.stages import store_canary, task_for
 from assay.watchdog import guard
-from flows.embedded import OrchestrationError, require_real_server
-from flows.progress_ui import progress_artifacts
-
-bind_own_packages()  # `tasks` is ours even where the working directory holds a user's tasks.py
-from tasks.stages import store_canary, task_for  # noqa: E402
 
 
 def _slug(text: str) -> str:
@@ -348,7 +345,7 @@ def run_spec(spec_path: str, output: str | None = None, store_root: str | None =
              overrides: list[str] | None = None,
              max_parallel: int | None = None) -> dict[str, Any]:
     """Run a study flow with the runner its spec names (call it under the embedded server's
-    set-up: ``flows.embedded``)."""
+    set-up: ``assay.flows.embedded``)."""
     spec = load_spec(spec_path, overrides or ())
     if store_root and _secret_bearing(store_root):
         # a URL carrying a key would be recorded as a flow parameter by the Prefect server:

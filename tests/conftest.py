@@ -22,7 +22,7 @@ BIN = Path(sys.executable).parent
 @pytest.fixture(scope="session")
 def prefect_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """API URL of a real Prefect server (own PREFECT_HOME, free port), stopped at session end."""
-    from flows.embedded import local_settings, wait_for
+    from assay.flows.embedded import local_settings, wait_for
     from tests.helpers.ports import free_port
 
     if "prefect" in sys.modules and not os.environ.get("PREFECT_API_URL"):

@@ -88,7 +88,7 @@ def test_schema_check(tmp_path: Path) -> None:
 def test_run_refuses_dask_without_a_real_server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                 capsys: pytest.CaptureFixture[str]) -> None:
     """runner: dask needs PREFECT_API_URL: a clear error before any Prefect start-up."""
-    from flows.embedded import OrchestrationError, require_real_server
+    from assay.flows.embedded import OrchestrationError, require_real_server
 
     monkeypatch.delenv("PREFECT_API_URL", raising=False)
     with pytest.raises(OrchestrationError, match="needs a real Prefect server"):
@@ -105,7 +105,7 @@ def test_run_refuses_dask_without_a_real_server(tmp_path: Path, monkeypatch: pyt
     # The command says so and exits 2 (the embedded server it launched is stopped again).
     spec = tmp_path / "s.yaml"
     spec.write_text("name: x\nsources: [{name: a, kind: humaneval}]\nexecution: {runner: dask}\n")
-    from flows.embedded import local_settings
+    from assay.flows.embedded import local_settings
 
     for k in [*local_settings(tmp_path), "PREFECT_API_URL", "ASSAY_STORE"]:
         monkeypatch.delenv(k, raising=False)  # restored after the test, whatever run sets

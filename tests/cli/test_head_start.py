@@ -112,7 +112,7 @@ def test_a_new_folder_starts_from_the_template(tmp_path: Path) -> None:
     code = """
 import os, sys
 from pathlib import Path
-from flows.embedded import EmbeddedServer, apply_local_settings, template_path
+from assay.flows.embedded import EmbeddedServer, apply_local_settings, template_path
 home = Path(sys.argv[1])
 os.environ["PREFECT_HOME"] = str(home)
 apply_local_settings(home)
@@ -140,7 +140,7 @@ def test_the_embedded_servers_port_is_held_from_the_moment_it_is_made(tmp_path: 
     import errno
     import socket
 
-    from flows.embedded import EmbeddedServer
+    from assay.flows.embedded import EmbeddedServer
 
     monkeypatch.setenv("PREFECT_HOME", str(tmp_path / ".prefect"))
     s = EmbeddedServer()

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2] / "assay"
+ROOT = Path(__file__).resolve().parents[2] / "src" / "assay"
 
 #: module -> why its examples cannot run in the suite. Each entry is checked to still exist.
 CANNOT_RUN: dict[str, str] = {}

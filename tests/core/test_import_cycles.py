@@ -28,7 +28,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2] / "assay"
+ROOT = Path(__file__).resolve().parents[2] / "src" / "assay"
 
 
 def module_name(path: Path, root: Path = ROOT) -> str:

@@ -23,10 +23,10 @@ execution: {runner: dask, workers: 2, shard_rows: 4}
 @pytest.mark.slow
 def test_dask_local_cluster_matches_local_runner(prefect_server: str, tmp_path: Path) -> None:
     from assay import stages
+    from assay.flows.study import run_spec
     from assay.rows import Rows
     from assay.spec import load_spec
     from assay.store import Store
-    from flows.study import run_spec
 
     spec = tmp_path / "spec.yaml"
     spec.write_text(SPEC)

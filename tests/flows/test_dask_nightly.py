@@ -50,8 +50,8 @@ execution: {{runner: {runner}, workers: 2, shard_rows: 4{address}}}
 @pytest.mark.slow
 def test_nightly_grades_function_and_code_exec_on_a_dask_cluster(
         prefect_server: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from assay.flows.nightly import nightly
     from assay.rows import Rows
-    from flows.nightly import nightly
 
     calls = tmp_path / "calls"
     (tmp_path / "daskplug.py").write_text(PLUGIN.format(calls=str(calls)))
@@ -93,7 +93,7 @@ def test_function_verifier_on_dask_worker_processes(
         prefect_server: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The same on a cluster an operator starts: `dask scheduler` and `dask worker` (nanny
     workers, daemonic), reached by ``execution.address``."""
-    from flows.nightly import nightly
+    from assay.flows.nightly import nightly
 
     calls = tmp_path / "calls"
     (tmp_path / "daskplug.py").write_text(PLUGIN.format(calls=str(calls)))

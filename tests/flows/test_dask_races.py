@@ -30,10 +30,10 @@ def test_the_repro_on_a_two_thread_dask_worker(cluster: str, tmp_path: Path) -> 
     from distributed import Client
 
     from assay import stages
+    from assay.flows.study import run_spec
     from assay.rows import Rows
     from assay.spec import load_spec
     from assay.store import Store
-    from flows.study import run_spec
 
     data = race_specs.build(tmp_path / "data")
     parts = race_specs.REPROS["hf_dataset_and_model"]

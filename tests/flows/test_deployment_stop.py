@@ -65,7 +65,7 @@ def project(prefect_server: str, tmp_path_factory: pytest.TempPathFactory
     proj.mkdir()
     (proj / "flows").symlink_to(ROOT / "flows")
     cfg = yaml.safe_load((ROOT / "deployments" / "prefect.yaml").read_text())
-    (dep,) = [d for d in cfg["deployments"] if d["entrypoint"] == "flows/nightly.py:nightly"]
+    (dep,) = [d for d in cfg["deployments"] if d["entrypoint"] == "assay.flows.nightly.nightly"]
     dep["name"] = DEPLOYMENT.split("/")[1]
     dep["work_pool"]["name"] = POOL
     dep["schedules"] = []  # the test triggers its runs

@@ -17,7 +17,7 @@ def test_requests_retries_and_failures_reach_run_json_the_report_and_the_task_ru
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterType
 
-    from flows.study import run_spec
+    from assay.flows.study import run_spec
 
     srv = OpenAIServer(["tiny-ckpt"]).start()
     seen: set = set()

@@ -18,8 +18,8 @@ def test_choice_and_perplexity_study_as_a_flow(prefect_server: str, tmp_path: Pa
     from helpers.tiny_bpe import build_tiny_bpe_lm
 
     from assay import stages
-    from flows.study import run_spec
-    from tasks.stages import TASKS
+    from assay.flows.study import run_spec
+    from assay.tasks.stages import TASKS
 
     # each log-likelihood stage's task runs its stage function, holding the gpu slot
     for name, fn in (("score-choices", stages.run_score_choices),

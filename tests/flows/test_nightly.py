@@ -33,7 +33,7 @@ def test_nightly_flags_regression_against_previous_night(prefect_server: str,
                                                          tmp_path: Path) -> None:
     import pytest
 
-    from flows.nightly import NightlyRegression, nightly
+    from assay.flows.nightly import NightlyRegression, nightly
 
     root, store = tmp_path / "nights", str(tmp_path / "store")
     good = lambda i, j: (i + j) % 5 != 0  # noqa: E731  ~80% pass

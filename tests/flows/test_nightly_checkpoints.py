@@ -78,7 +78,7 @@ measure:
 
 def night(spec: Path, tmp: Path, date: str, **kw: Any) -> dict[str, Any]:
     """One night through the flow; the summary, also when the night regressed."""
-    from flows.nightly import NightlyRegression, nightly
+    from assay.flows.nightly import NightlyRegression, nightly
 
     try:
         return nightly(specs=[str(spec)], root=str(tmp / "nights"), night=date,

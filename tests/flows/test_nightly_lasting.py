@@ -33,7 +33,7 @@ def _answers(tmp: Path, right: bool) -> None:
 @pytest.mark.slow
 @pytest.mark.parametrize("baseline", ["previous", "last_good"])
 def test_lasting_regression(prefect_server: str, tmp_path: Path, baseline: str) -> None:
-    from flows.nightly import nightly
+    from assay.flows.nightly import nightly
 
     verdicts: list[tuple[bool, Any]] = []
     with webhook_receiver() as hook:

@@ -114,7 +114,7 @@ def test_three_nights_gate_alert_and_history(prefect_server: str, tmp_path: Path
     assert main(["store", "gc", "--store", str(store), "--runs", str(root), "--keep-nights", "1",
                  "--grace", "0"]) == 0
     assert main(["store", "verify", "--store", str(store)]) == 0
-    from flows.study import run_spec
+    from assay.flows.study import run_spec
 
     again = run_spec(str(tmp_path / "spec.yaml"), str(tmp_path / "rerun"), str(store),
                      embedded=False, publish=False)
@@ -127,7 +127,7 @@ def test_three_nights_gate_alert_and_history(prefect_server: str, tmp_path: Path
 def test_alert_through_a_prefect_notification_block(prefect_server: str, tmp_path: Path) -> None:
     from prefect.blocks.notifications import CustomWebhookNotificationBlock
 
-    from flows.nightly import NightlyRegression, nightly
+    from assay.flows.nightly import NightlyRegression, nightly
 
     with webhook_receiver() as hook:
         CustomWebhookNotificationBlock(
@@ -146,7 +146,7 @@ def test_alert_through_a_prefect_notification_block(prefect_server: str, tmp_pat
     assert msg["text"].startswith("assay nightly 2026-12-02: 1 regression (gated)")
     assert "gated/model/pass@1: delta -" in msg["text"]
     # the weekly upkeep flow (deployments/prefect.yaml) on these nights: keeps the last one
-    from flows.upkeep import store_upkeep
+    from assay.flows.upkeep import store_upkeep
 
     res = store_upkeep(runs=[str(tmp_path / "n")], keep_nights=1,
                        store_root=str(tmp_path / "store"), grace=0.0)
@@ -193,7 +193,7 @@ def test_two_processes_one_spec_one_store(prefect_server: str, tmp_path: Path) -
         assert (a / f).read_bytes() == (b / f).read_bytes(), f
     assert main(["store", "verify", "--store", str(store)]) == 0
     # and they equal a run alone on a fresh store
-    from flows.study import run_spec
+    from assay.flows.study import run_spec
 
     run_spec(str(tmp_path / "spec.yaml"), str(tmp_path / "alone"), str(tmp_path / "store2"),
              embedded=False, publish=False)

@@ -71,8 +71,8 @@ def test_partial_night_fails_loudly_and_is_not_compared(
         prefect_server: str, tmp_path: Path, server: Any,
         capsys: pytest.CaptureFixture[str]) -> None:
     from assay.cli import main
+    from assay.flows.nightly import nightly
     from assay.nightly.partial import NOT_COMPARED
-    from flows.nightly import nightly
 
     srv, failing = server
     with webhook_receiver() as hook:

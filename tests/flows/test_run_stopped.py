@@ -42,8 +42,8 @@ def _folder(tmp_path: Path, nightly: str = "") -> Path:
 
 
 def test_stalled_study_flow_run_is_failed(prefect_server: str, tmp_path: Path) -> None:
+    from assay.flows.study import study
     from assay.watchdog import RunStopped
-    from flows.study import study
 
     spec = _folder(tmp_path)
     state = study(spec=str(spec), output=str(tmp_path / "out"), store_root=str(tmp_path / "st"),
@@ -56,8 +56,8 @@ def test_stalled_study_flow_run_is_failed(prefect_server: str, tmp_path: Path) -
 
 
 def test_nightly_alerts_a_stopped_run(prefect_server: str, tmp_path: Path) -> None:
+    from assay.flows.nightly import nightly
     from assay.watchdog import RunStopped
-    from flows.nightly import nightly
 
     with webhook_receiver() as hook:
         spec = _folder(tmp_path, nightly=f"nightly: {{notify: '{hook['url']}'}}\n")
@@ -79,7 +79,7 @@ def test_progress_artifacts_follow_a_unit(prefect_server: str) -> None:
     from prefect.runtime import flow_run
 
     from assay import progress
-    from flows.progress_ui import progress_artifacts
+    from assay.flows.progress_ui import progress_artifacts
 
     @flow
     def work() -> str:

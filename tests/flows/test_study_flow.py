@@ -51,7 +51,7 @@ def write_study(tmp: Path, spec: str = SPEC) -> Path:
 
 
 def run(spec: Path, out: Path, store: Path) -> dict:
-    from flows.study import run_spec
+    from assay.flows.study import run_spec
 
     return run_spec(str(spec), str(out), str(store), embedded=True)
 
@@ -150,7 +150,7 @@ def test_gpu_slot_is_strict_and_only_on_cuda(prefect_server: str) -> None:
 
     from prefect.client.orchestration import get_client
 
-    from tasks.stages import gpu_slot
+    from assay.tasks.stages import gpu_slot
 
     assert isinstance(gpu_slot("cpu"), contextlib.nullcontext)
     with gpu_slot("cuda:0"):
@@ -163,12 +163,12 @@ def test_gpu_slot_is_strict_and_only_on_cuda(prefect_server: str) -> None:
 
 def test_reward_stage_scores_inside_the_device_slot(tmp_path: Path) -> None:
     """run_reward_audit holds ``device_slot(device)`` while the model scores; the Prefect task
-    passes tasks.stages.gpu_slot (strict on CUDA, a no-op on CPU)."""
+    passes assay.tasks.stages.gpu_slot (strict on CUDA, a no-op on CPU)."""
     import contextlib
 
     from assay import stages
     from assay.spec import load_spec
-    from tasks.stages import TASKS, gpu_slot, stage_body
+    from assay.tasks.stages import TASKS, gpu_slot, stage_body
 
     (tmp_path / "spec.yaml").write_text(
         "name: slot\nreward:\n  models:\n    - {name: len, kind: function, "

@@ -16,7 +16,7 @@ from helpers.openai_server import OpenAIServer, scripted_policy, served_source
 
 def test_the_flow_grades_finished_prompts_while_the_shard_generates(
         prefect_server: str, tmp_path: Path) -> None:
-    from flows.study import run_spec
+    from assay.flows.study import run_spec
 
     log = tmp_path / "graded.log"
     held: list[bool] = []

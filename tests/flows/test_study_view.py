@@ -39,7 +39,7 @@ def write_study(tmp: Path, view: str = "") -> Path:
 def test_run_writes_the_page_and_links_it(prefect_server: str, tmp_path: Path) -> None:
     from prefect.client.orchestration import get_client
 
-    from flows.study import run_spec
+    from assay.flows.study import run_spec
 
     spec = write_study(tmp_path)
     run_spec(str(spec), str(tmp_path / "run1"), str(tmp_path / "store"), embedded=True)

@@ -107,7 +107,7 @@ def hold_gpu(log: str, name: str) -> None:
     """On a worker: hold the ``gpu`` slot for a second, logging when it was entered and left."""
     import time
 
-    from tasks.stages import gpu_slot
+    from assay.tasks.stages import gpu_slot
 
     with gpu_slot("cuda:0"):
         with open(log, "a") as f:

@@ -108,7 +108,7 @@ def test_a_declared_stage_has_its_prefect_task() -> None:
     # a fresh interpreter: prefect is imported only under the prefect_server fixture here
     code = ("from assay.stages import Stage, declare; "
             "declare(Stage('late', 1, 'study', lambda ctx: None)); "
-            "from tasks.stages import task_for; t = task_for('late'); "
+            "from assay.tasks.stages import task_for; t = task_for('late'); "
             "print(t.name, t.fn.__name__, task_for('grade').name)")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
                          text=True, timeout=120)

@@ -224,8 +224,8 @@ def _serve_cached(args: argparse.Namespace, t0: float) -> bool:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    from assay.flows.embedded import apply_local_settings, embedded_server, require_real_server
     from assay.spec import check_files, load_spec
-    from flows.embedded import apply_local_settings, embedded_server, require_real_server
 
     global _EMBEDDED_RUN_DONE
     t0 = time.perf_counter()
@@ -261,7 +261,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         with _head_start(args, spec, overrides):
             try:
                 # Prefect imports while the server starts (and the head start works)
-                from flows.study import capture_logs, prewarm, run_spec
+                from assay.flows.study import capture_logs, prewarm, run_spec
 
                 # Prefect's records (a failure's come with tracebacks) go to the run's log file;
                 # the terminal gets progress and one line per error (see main)
@@ -336,9 +336,9 @@ def add_override_flags(p: argparse.ArgumentParser) -> None:
 def cmd_nightly(args: argparse.Namespace) -> int:
     import datetime as dt
 
+    from assay.flows.embedded import apply_local_settings, embedded_server
     from assay.nightly.spec import night_date, specs_timezone
     from assay.spec import check_files, load_spec
-    from flows.embedded import apply_local_settings, embedded_server
 
     if args.night is not None:
         try:
@@ -382,8 +382,8 @@ def cmd_nightly(args: argparse.Namespace) -> int:
         if server is not None:
             os.environ["ASSAY_EMBEDDED_API"] = "1"
         try:
-            from flows.nightly import NightlyRegression, nightly
-            from flows.study import _quiet_local, capture_logs, prewarm
+            from assay.flows.nightly import NightlyRegression, nightly
+            from assay.flows.study import _quiet_local, capture_logs, prewarm
 
             with capture_logs(log_path, echo=debug):
                 if server is not None:
@@ -620,9 +620,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     unexpected exception (its stage and the log file holding the traceback); 5: stopped by
     execution.deadline or stall_after; 130: interrupted (Ctrl-C); 143: terminated (SIGTERM).
     """
-    from assay.layout import bind_own_packages
-
-    bind_own_packages()  # a user's tasks.py or flows/ beside the spec must not replace ours
     args = build_parser().parse_args(argv)
     _RUN.clear()
     term = intr = None
@@ -823,7 +820,7 @@ def _flush_prefect_logs() -> None:
     """Send Prefect's buffered log records to its server, when a run imported Prefect."""
     if "prefect" not in sys.modules:
         return
-    from flows.embedded import flush_prefect_logs
+    from assay.flows.embedded import flush_prefect_logs
 
     flush_prefect_logs()
 

@@ -75,7 +75,7 @@ class HeadStart:
     def __init__(self, spec: StudySpec, store: Store, *, max_parallel: int | None = None,
                  capacity: Mapping[str, int] | None = None, key: tuple[str, ...] = ()) -> None:
         self.spec, self.store = spec, store
-        #: what the flow that records this run checks it against (flows.study.head_key)
+        #: what the flow that records this run checks it against (assay.flows.study.head_key)
         self.key = key
         #: the run's start (run.json's ``started``): now, not when the flow run began
         self.started = time.time()
