@@ -744,8 +744,11 @@ def _stop_line(reason: str) -> tuple[str, int]:
         return ("terminated (SIGTERM); rerun the same command to resume from the cached "
                 "stages"), 128 + 15
     if reason.startswith("stopped by execution."):
-        return (f"{reason}; what was committed is kept: rerun the same command to resume",
-                EXIT_STOPPED)
+        from assay.watchdog import stopped_where
+
+        where = stopped_where(reason)  # the same line whichever thread saw the stop first
+        return (f"{where + ': ' if where else ''}{reason}; what was committed is kept: rerun "
+                "the same command to resume", EXIT_STOPPED)
     return "interrupted; rerun the same command to resume from the cached stages", EXIT_INTERRUPTED
 
 

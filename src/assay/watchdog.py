@@ -175,6 +175,9 @@ class Watchdog:
             # not when the guarded thread gets to unwind (assay.stop says why one mechanism)
             from assay import stop as stops
 
+            # recorded before the trigger: a node's cancellation can reach the main thread
+            # first, and the line it prints still names the stage (``stopped_where``)
+            StopRun.pending = stop
             stops.trigger(str(stop))
             self._interrupt(stop)
             # the guarded thread unwinds (its finally blocks stop workers and sandboxes); if it
@@ -212,6 +215,15 @@ def _hard_exit(stop: RunStopped) -> None:
     reaper.kill_descendants()
     os._exit(EXIT_STOPPED)
 
+
+
+def stopped_where(reason: str) -> str | None:
+    """The stage a watchdog stop named (``grade (m)``) when ``reason`` is that stop's message
+    (as :func:`assay.stop.trigger` recorded it), else None."""
+    pending = StopRun.pending
+    if pending is not None and str(pending) == reason:
+        return pending.where
+    return None
 
 @contextlib.contextmanager
 def guard(deadline: str | float | None = None, stall_after: str | float | None = None, *,

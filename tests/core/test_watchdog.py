@@ -209,3 +209,19 @@ def test_a_thread_no_stop_reaches_gets_the_hard_exit() -> None:
     t.join()
     assert len(called) == 1 and called[0].reason == "stall"
     assert len(got) == 1 and isinstance(got[0], RunStopped)
+
+
+def test_the_stop_line_names_the_stage_whichever_thread_saw_the_stop_first(monkeypatch):
+    """A watchdog's stop can reach the main thread as a node's cancellation (a
+    KeyboardInterrupt) before its RunStopped does: the line printed then is the same one,
+    naming the stage that stopped progressing, with the same status."""
+    from assay import cli
+    from assay.watchdog import RunStopped, StopRun
+
+    stop = RunStopped("stopped by execution.stall_after (20s): no progress for 20.3s", "stall",
+                      "[grade] m shard 1/1: 0/3 done", "grade (m)")
+    monkeypatch.setattr(StopRun, "pending", stop)
+    line, rc = cli._stop_line(str(stop))
+    assert line.startswith("grade (m): stopped by execution.stall_after (20s): ") and rc == 5
+    line, _ = cli._stop_line("stopped by execution.deadline (1s): another run's stop")
+    assert line.startswith("stopped by execution.deadline")  # not this stop: no stage to name

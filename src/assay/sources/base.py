@@ -10,7 +10,7 @@ Example:
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from pydantic import Field, field_validator
 
@@ -29,6 +29,31 @@ if TYPE_CHECKING:
 #: ``generate`` completions asked of the model under test, then graded; ``choices`` and
 #: ``perplexity`` scored by a model's log-likelihoods (no completions, no verifier).
 Mode = Literal["scores", "verify", "generate", "choices", "perplexity"]
+
+
+class LoglikScoring(Protocol):
+    """A log-likelihood mode's scoring entry (``choices:`` / ``perplexity:`` of any source kind
+    in that mode): the model that scores, and the text between a context and each choice."""
+
+    @property
+    def model(self) -> Any: ...
+
+    @property
+    def target_delimiter(self) -> str: ...
+
+
+class ChoicesSource(Protocol):
+    """A source in ``choices`` mode, as the score-choices stage reads it."""
+
+    @property
+    def choices(self) -> LoglikScoring | None: ...
+
+
+class PerplexitySource(Protocol):
+    """A source in ``perplexity`` mode, as the score-documents stage reads it."""
+
+    @property
+    def perplexity(self) -> Any: ...
 
 
 class SourceSpec(SpecModel):

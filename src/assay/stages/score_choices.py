@@ -15,13 +15,13 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import pyarrow as pa
 
 from assay.rows import Rows, to_json
-from assay.sources.records import RecordSourceSpec
+from assay.sources.base import ChoicesSource
 from assay.stages.cache import StageResult, cached_stage, load_rows
 from assay.stages.declare import RunContext, Shard, Stage, declare
 from assay.stages.slots import device_of, scoring_model_slots
@@ -111,8 +111,10 @@ def run_score_choices(ctx: RunContext, filtered: StageResult, shard: Shard) -> S
     store, spec, source_name = ctx.store, ctx.spec, ctx.source
     device_slot = ctx.device_slot
     source = spec.source(source_name)
-    assert isinstance(source, RecordSourceSpec) and source.choices is not None  # its mode's stage
-    cspec = source.choices
+    # the mode table (assay.stages.modes) runs this stage for sources in choices mode only
+    assert source.mode == "choices", source.mode
+    cspec = cast(ChoicesSource, source).choices
+    assert cspec is not None
     lo, hi = shard.bounds
     part = Rows(load_rows(store, filtered).to_arrow().slice(lo, hi - lo))
     scorer = shared_scorer(cspec.model)

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import pyarrow as pa
 
 from assay.rows import Rows
-from assay.sources.records import RecordSourceSpec
+from assay.sources.base import PerplexitySource
 from assay.stages.cache import StageResult, cached_stage, load_rows
 from assay.stages.declare import RunContext, Shard, Stage, declare
 from assay.stages.slots import device_of, scoring_model_slots
@@ -51,11 +51,13 @@ def run_score_documents(ctx: RunContext, filtered: StageResult, shard: Shard) ->
 
     store, spec, source_name = ctx.store, ctx.spec, ctx.source
     device_slot = ctx.device_slot
+    # the mode table (assay.stages.modes) runs this stage for sources in perplexity mode only
     source = spec.source(source_name)
-    assert isinstance(source, RecordSourceSpec) and source.perplexity is not None  # its mode
+    assert source.mode == "perplexity", source.mode
+    ppl = cast(PerplexitySource, source).perplexity
     lo, hi = shard.bounds
     part = Rows(load_rows(store, filtered).to_arrow().slice(lo, hi - lo))
-    scorer = shared_scorer(source.perplexity.model)
+    scorer = shared_scorer(ppl.model)
 
     label = shard.label(source_name)
 
