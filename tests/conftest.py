@@ -75,3 +75,17 @@ def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
                     os.environ.pop(k, None)
                 else:
                     os.environ[k] = v
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Modules with the most slow tests first: pytest-xdist hands each worker whole modules in this
+    order (--dist loadscope), so the long ones start early and the short ones fill in at the
+    end, instead of one worker finishing a long module alone (the suite's wall, not its work)."""
+    from collections import Counter
+
+    def module(item: pytest.Item) -> str:
+        return item.nodeid.split("::", 1)[0]
+
+    slow = Counter(module(item) for item in items if item.get_closest_marker("slow") is not None
+                   and item.get_closest_marker("skip") is None)
+    items.sort(key=lambda item: -slow[module(item)])  # stable: a module's tests stay together

@@ -17,7 +17,6 @@ from tests.helpers.cluster import (
     gpu_turns,
     local_reference,
     write_served_study,
-    write_study,
 )
 from tests.helpers.openai_server import OpenAIServer
 from tests.helpers.seaweed import S3Server
@@ -36,22 +35,12 @@ def _assay_run_on_ray(spec: Path, store: str, prefect_server: str,
 
 
 @pytest.mark.slow
-def test_ray_runner_matches_the_local_runner(prefect_server: str, s3: S3Server,
-                                             tmp_path: Path) -> None:
-    pytest.importorskip("prefect_ray")
-    spec = write_study(tmp_path, "raytest", "{runner: ray, shard_rows: 40}")
-    run = _assay_run_on_ray(spec, s3.url("ray"), prefect_server, tmp_path)
-    assert run.returncode == 0, run.stderr[-4000:]
-    assert "grade[model shard 4/4]" in run.stderr, run.stderr[-3000:]
-    for f, data in local_reference(spec, tmp_path).items():
-        assert (tmp_path / "out" / f).read_bytes() == data, f
-
-
-@pytest.mark.slow
-def test_two_ray_workers_share_one_max_connections(prefect_server: str, s3: S3Server,
-                                                   tmp_path: Path) -> None:
-    """max_connections holds across the Ray cluster's worker processes (a named detached
-    actor), measured at the server: never more than 4 in flight, and 4 reached."""
+def test_ray_runner_matches_the_local_runner_and_shares_max_connections(
+        prefect_server: str, s3: S3Server, tmp_path: Path) -> None:
+    """A served study on two Ray workers, its store on S3: max_connections holds across the
+    worker processes (a named detached actor), measured at the server (never more than 4 in
+    flight, and 4 reached), and the rows and report.json equal the local runner's byte for
+    byte (one Ray cluster for both checks: each start costs the suite tens of seconds)."""
     pytest.importorskip("prefect_ray")
     srv = OpenAIServer(["m"], latency=0.2).start()
     try:
@@ -59,6 +48,11 @@ def test_two_ray_workers_share_one_max_connections(prefect_server: str, s3: S3Se
                                   "{runner: ray, workers: 2, shard_rows: 24}")
         run = _assay_run_on_ray(spec, s3.url("rayslots"), prefect_server, tmp_path)
         assert_cap_shared(run, srv)
+        assert "grade[a shard 4/4]" in run.stderr, run.stderr[-3000:]
+        want = local_reference(spec, tmp_path)  # asks the (deterministic) server again
+        assert set(want) == {"report.json", "rows/a.parquet"}
+        for f, data in want.items():
+            assert (tmp_path / "out" / f).read_bytes() == data, f
     finally:
         srv.stop()
 

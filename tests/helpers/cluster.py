@@ -150,8 +150,8 @@ def assert_cap_shared(run: subprocess.CompletedProcess[str], srv: Any) -> None:
 
 
 def local_reference(spec: Path, work: Path) -> dict[str, bytes]:
-    """report.json and rows/model.parquet of the same study run by the local runner in this
-    process (fresh store under ``work``)."""
+    """report.json and every source's rows/<source>.parquet of the same study run by the local
+    runner in this process (fresh store under ``work``)."""
     from assay import stages
     from assay.spec import load_spec
     from assay.stages.finish import finish_run
@@ -160,5 +160,7 @@ def local_reference(spec: Path, work: Path) -> dict[str, bytes]:
     store = Store(work / "local-store")
     run = stages.run_study(load_spec(spec), store, progress=None)
     finish_run(store, load_spec(spec), run, work / "local-out", 0.0)
-    return {f: (work / "local-out" / f).read_bytes()
-            for f in ("report.json", "rows/model.parquet")}
+    out = work / "local-out"
+    return {f: (out / f).read_bytes()
+            for f in ["report.json", *sorted(str(p.relative_to(out))
+                                            for p in (out / "rows").glob("*.parquet"))]}
