@@ -140,9 +140,12 @@ def ray_slot_actor(name: str, limit: int) -> Any:
 
 
 def _ray_semaphore(server: str, max_connections: int, lease_s: float | None) -> Any | None:
-    import ray
-
-    if not ray.is_initialized():
+    # Read from sys.modules, never imported here: a Ray worker has Ray imported before any
+    # task runs, while a process that merely has some thread importing Ray right now would
+    # get a half-initialised module from an import on this thread (the import system hands
+    # one out to break a lock cycle between threads); neither is a Ray cluster's process.
+    is_initialized = getattr(sys.modules.get("ray"), "is_initialized", None)
+    if is_initialized is None or not is_initialized():
         return None
     key = ("ray", server)
     with _LOCK:
