@@ -42,6 +42,18 @@ class StoreVanishedError(StoreError):
     internal = True
 
 
+class StoreIOError(StoreError):
+    """A write the object store took mid-run failed, or was never answered. Not an input
+    problem (the store answered when the run began): exit 1, naming the node and the log."""
+
+    internal = True
+
+
+class StoreTimeoutError(StoreIOError):
+    """The object store stopped answering mid-run: none of the writes handed to it finished
+    within the bound (``ASSAY_STORE_PUT_WAIT_S``)."""
+
+
 class DataError(AssayError, ValueError):
     """Bad preference data (empty text, chosen == rejected, missing seed id, bad cell)."""
 

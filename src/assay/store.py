@@ -28,7 +28,8 @@ holder rewrites while it runs and that lapses a set time after its last write, b
 clock (the server's last-modified stamps), so a dead holder stops blocking gc once it lapses.
 While a study holds it with ``in_use(write_behind=True)``, its blob and ref PUTs are published
 behind it, several at once (see :class:`_Behind`): a ref still goes up only after every blob put
-before it, and leaving ``in_use`` (or pickling the store for another process) waits for them all.
+before it, and leaving ``in_use`` (or pickling the store for another process) waits for them all;
+a failed or unanswered PUT (none finishing for ``PUT_WAIT_S``) fails the study: StoreIOError.
 
 Example:
     >>> import tempfile, pyarrow as pa
@@ -56,14 +57,14 @@ import threading
 import time
 import uuid
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from assay.errors import StoreError
+from assay.errors import StoreError, StoreIOError, StoreTimeoutError
 from assay.hashing import canonical_json
 from assay.store_files import Entry, Files, LocalFiles, open_files
 from assay.store_files import atomic_write as atomic_write  # re-exported: callers import it here
@@ -101,6 +102,10 @@ TOUCH_AFTER_S = 3600.0
 #: PUTs one location's write-behind publishes at once, and the most bytes it holds unpublished
 #: (a writer past that waits: memory stays bounded however fast a study produces outputs)
 BEHIND_THREADS, BEHIND_BYTES = 8, 256 << 20
+#: the longest a writer (waiting for memory) or a flush waits while none of the pending PUTs
+#: finishes: the object store has stopped answering, and the run fails naming it rather than
+#: wait on its client's own timeouts (which a filesystem other than S3 may not have)
+PUT_WAIT_S = float(os.environ.get("ASSAY_STORE_PUT_WAIT_S") or 300)
 
 
 class _Behind:
@@ -115,13 +120,15 @@ class _Behind:
     process, shared by its ``Store`` objects (a head start's and the flow's see each other's).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, where: str) -> None:
+        self.where = where  # the location, for messages (no secrets)
         self.lock = threading.Condition()
         self.pending: dict[str, tuple[bytes, concurrent.futures.Future[None]]] = {}
         self.held = 0  # bytes submitted and not yet published
         self.depth = 0  # open ``in_use(write_behind=True)`` scopes: writes go behind while > 0
         self.failed: BaseException | None = None
         self.pool: concurrent.futures.ThreadPoolExecutor | None = None
+        self.finished = 0  # PUTs finished (either way): a wait's progress, its bound's reset
 
     def read(self, rel: str) -> bytes | None:
         with self.lock:
@@ -130,16 +137,15 @@ class _Behind:
 
     def _check(self) -> None:
         if self.failed is not None:
-            raise StoreError(f"an earlier write to the store failed, so nothing after it was "
+            raise StoreIOError(f"an earlier write to the store failed, so nothing after it was "
                              f"published: {self.failed}")
 
     def submit(self, files: Files, rel: str, data: bytes, *, barrier: bool = False) -> None:
         with self.lock:
             self._check()
             # bounded memory: wait while others' bytes fill the budget (one write may exceed it)
-            while self.held and self.held + len(data) > BEHIND_BYTES:
-                self.lock.wait()
-                self._check()
+            self._wait(lambda: not (self.held and self.held + len(data) > BEHIND_BYTES),
+                       f"room to write {rel}")
             if self.pool is None:
                 self.pool = concurrent.futures.ThreadPoolExecutor(
                     BEHIND_THREADS, thread_name_prefix="assay-store-put")
@@ -151,6 +157,7 @@ class _Behind:
 
         def done(f: concurrent.futures.Future[None]) -> None:
             with self.lock:
+                self.finished += 1
                 self.held -= len(data)
                 if self.pending.get(rel, (None, None))[1] is f:
                     del self.pending[rel]
@@ -167,30 +174,60 @@ class _Behind:
         # another thread: waiting on them cannot deadlock
         for f in before:
             if f.exception() is not None:
-                raise StoreError(f"{files.where(rel)} was not written: a write before it "
+                raise StoreIOError(f"{files.where(rel)} was not written: a write before it "
                                  f"failed ({f.exception()})")
         files.write(rel, [data])
 
+    def _wait(self, ready: Callable[[], bool], what: str, *, check: bool = True) -> None:
+        """Wait (holding ``self.lock``) until ``ready()``, woken by each PUT's end (``check``:
+        raising an earlier failure at once). Raises StoreTimeoutError once PUT_WAIT_S pass in
+        which none of the pending PUTs finished."""
+        seen, deadline = self.finished, time.monotonic() + PUT_WAIT_S
+        while not ready():
+            if check:
+                self._check()
+            if self.finished != seen:  # progress: the store answers, if slowly
+                seen, deadline = self.finished, time.monotonic() + PUT_WAIT_S
+            left = deadline - time.monotonic()
+            if left <= 0:
+                stuck = sorted(self.pending)
+                err = StoreTimeoutError(
+                    f"store {self.where}: waited {PUT_WAIT_S:g} s for {what} and none of the "
+                    f"{len(stuck)} writes in flight finished (the first: "
+                    f"{stuck[0] if stuck else '-'}): the object store stopped answering; check "
+                    "the server, then rerun (what was published is kept). "
+                    "ASSAY_STORE_PUT_WAIT_S sets this bound")
+                if self.failed is None:
+                    self.failed = err  # nothing later may be published ahead of these
+                raise err
+            self.lock.wait(left)
+
     def flush(self) -> None:
-        """Wait until every write submitted so far is published; raise the first failure."""
+        """Wait until every write submitted so far is published; raise the first failure
+        (StoreTimeoutError when the store stops answering: see PUT_WAIT_S)."""
         with self.lock:
-            futs = [f for _, f in self.pending.values()]
-        concurrent.futures.wait(futs)
-        with self.lock:
-            failed, self.failed = self.failed, None
+            try:
+                if not isinstance(self.failed, StoreTimeoutError):  # else: waited its bound
+                    futs = [f for _, f in self.pending.values()]
+                    self._wait(lambda: all(f.done() for f in futs), "the pending writes",
+                               check=False)
+            finally:
+                failed, self.failed = self.failed, None  # told once: the store may recover
+        if isinstance(failed, StoreTimeoutError):
+            raise failed
         if failed is not None:
-            raise StoreError(f"a write to the store failed: {failed}") from failed
+            raise StoreIOError(f"a write to the store failed: {failed}") from failed
 
 
 _BEHIND: dict[str, _Behind] = {}
 _BEHIND_LOCK = threading.Lock()
 
 
-def _behind_for(location: str) -> _Behind:
+def _behind_for(location: str, where: str) -> _Behind:
     with _BEHIND_LOCK:
         b = _BEHIND.get(location)
         if b is None:
-            b = _BEHIND[location] = _Behind()
+            b = _BEHIND[location] = _Behind(where)
         return b
 
 
@@ -206,7 +243,7 @@ class Store:
         self._memo: collections.OrderedDict[str, bytes] = collections.OrderedDict()
         self._memo_size = 0
         self._memo_lock = threading.Lock()
-        self._behind = _behind_for(loc) if self._files.remote else None
+        self._behind = _behind_for(loc, self._files.location) if self._files.remote else None
 
     @property
     def remote(self) -> bool:

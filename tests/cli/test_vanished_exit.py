@@ -1,5 +1,6 @@
-"""A stage output gone from the store after its node computed it is an internal failure: exit 1
-naming the node and run.log, never exit 2 ("a problem in the inputs") with "rerun"."""
+"""A stage output gone from the store after its node computed it, or an object store failing a
+write mid-run, is an internal failure: exit 1 naming the node and run.log, never exit 2 ("a
+problem in the inputs") with "rerun"."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from assay.cli import main
+from tests.helpers.seaweed import S3Server
 
 
 @pytest.mark.slow
@@ -32,3 +34,31 @@ def test_an_output_that_vanished_exits_1_naming_the_log(
     line = next(ln for ln in err.splitlines() if ln.startswith("error: "))
     assert "vanished from" in line and str(tmp_path / "out" / "run.log") in line, line
     assert "StoreVanishedError" in line
+
+
+@pytest.mark.slow
+def test_an_object_store_failing_mid_run_exits_1_naming_the_log(
+        prefect_server: str, s3: S3Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    from assay import store_files
+    from assay.errors import StoreError
+
+    (tmp_path / "d.jsonl").write_text("".join(
+        json.dumps({"prompt": f"p{i}", "completion": "x", "r": i % 2}) + "\n" for i in range(6)))
+    spec = tmp_path / "s.yaml"
+    spec.write_text("name: refused\nsources:\n  - {name: m, kind: file, path: d.jsonl, fields: "
+                    "{reward: r}}\n")
+    real = store_files.ObjectFiles.write
+
+    def refuse_tables(self, rel, parts, *, durable=True):  # type: ignore[no-untyped-def]
+        if rel.endswith(".parquet"):  # the store answered the canary; a stage's PUT fails
+            raise StoreError(f"store {self.location}: writing {rel} failed: 503 SlowDown")
+        real(self, rel, parts, durable=durable)
+
+    monkeypatch.setattr(store_files.ObjectFiles, "write", refuse_tables)
+    rc = main(["run", str(spec), "--store", s3.url("refused"), "--output",
+               str(tmp_path / "out"), "--no-view"])
+    err = capsys.readouterr().err
+    assert rc == 1, err[-3000:]  # not "a problem in the inputs"
+    line = next(ln for ln in err.splitlines() if ln.startswith("error: "))
+    assert "503 SlowDown" in line and str(tmp_path / "out" / "run.log") in line, line

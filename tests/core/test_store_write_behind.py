@@ -14,8 +14,8 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from assay import store_files
-from assay.errors import StoreError
+from assay import store, store_files
+from assay.errors import StoreError, StoreTimeoutError
 from assay.store import Store
 from tests.helpers.seaweed import S3Server
 
@@ -116,3 +116,55 @@ def test_a_small_write_is_one_request_and_a_large_one_still_whole(s3: S3Server) 
     big = bytes(range(256)) * (24 << 12)  # 24 MiB: several parts of a multipart upload
     key = st.put_bytes(big)
     assert Store(s3.url("one-put")).get_bytes(key) == big
+
+
+def _hang_blobs(monkeypatch: pytest.MonkeyPatch) -> threading.Event:
+    """Blob PUTs that never answer (until the returned event is set): a frozen object store."""
+    real = store_files.ObjectFiles.write
+    gate = threading.Event()
+
+    def frozen(self, rel, parts, *, durable=True):  # type: ignore[no-untyped-def]
+        if rel.startswith("blobs/"):
+            gate.wait(120)  # longer than any test: without the bound, nothing fails
+        real(self, rel, parts, durable=durable)
+
+    monkeypatch.setattr(store_files.ObjectFiles, "write", frozen)
+    return gate
+
+
+def test_a_store_that_stops_answering_fails_the_study_at_the_bound(
+        s3: S3Server, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(store, "PUT_WAIT_S", 0.3)
+    gate = _hang_blobs(monkeypatch)
+    url = s3.url("frozen")
+    try:
+        st = Store(url)
+        with pytest.raises(StoreTimeoutError) as caught:
+            with st.in_use(write_behind=True):
+                st.set_ref("stage:z", st.put_json({"z": 1}))
+        msg = str(caught.value)
+        assert "stopped answering" in msg and "ASSAY_STORE_PUT_WAIT_S" in msg
+        assert st.location in msg and "blobs/" in msg  # where, and which write
+        assert caught.value.internal  # not the user's input: exit 1 naming the node and log
+        assert _on_server(url, "stage:z") is None  # the ref never went up ahead of its blob
+        gate.set()  # the store answers again: the same process can use it (told once)
+        with st.in_use(write_behind=True):
+            st.set_ref("stage:y", st.put_json({"y": 1}))
+        assert _on_server(url, "stage:y") is not None
+    finally:
+        gate.set()
+
+
+def test_a_writer_waiting_for_memory_on_a_frozen_store_is_bounded_too(
+        s3: S3Server, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(store, "PUT_WAIT_S", 0.3)
+    monkeypatch.setattr(store, "BEHIND_BYTES", 64)  # the first blob fills the budget
+    gate = _hang_blobs(monkeypatch)
+    try:
+        st = Store(s3.url("frozen-budget"))
+        with pytest.raises(StoreTimeoutError, match="room to write blobs/"):
+            with st.in_use(write_behind=True):
+                st.put_bytes(b"a" * 64)
+                st.put_bytes(b"b" * 64)  # waits for room the frozen PUT never frees
+    finally:
+        gate.set()
