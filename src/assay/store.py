@@ -27,9 +27,10 @@ are verified the same way, and the lock is a lease: a ``leases/<id>.json`` objec
 holder rewrites while it runs and that lapses a set time after its last write, by the store's
 clock (the server's last-modified stamps), so a dead holder stops blocking gc once it lapses.
 While a study holds it with ``in_use(write_behind=True)``, its blob and ref PUTs are published
-behind it, several at once (see :class:`_Behind`): a ref still goes up only after every blob put
-before it, and leaving ``in_use`` (or pickling the store for another process) waits for them all;
-a failed or unanswered PUT (none finishing for ``PUT_WAIT_S``) fails the study: StoreIOError.
+behind it, several at once as a backlog builds (see :class:`_Behind`): a ref still goes up only
+after every blob put before it, and leaving ``in_use`` (or pickling the store for another
+process) waits for them all; a failed or unanswered PUT (none finishing for ``PUT_WAIT_S``)
+fails the study: StoreIOError.
 
 Example:
     >>> import tempfile, pyarrow as pa
@@ -99,9 +100,15 @@ MEMO_BYTES, MEMO_BLOB_BYTES = 128 << 20, 16 << 20
 TOUCH_AFTER_S = 3600.0
 
 
-#: PUTs one location's write-behind publishes at once, and the most bytes it holds unpublished
-#: (a writer past that waits: memory stays bounded however fast a study produces outputs)
+#: PUTs one location's write-behind publishes at once at most, and the most bytes it holds
+#: unpublished (a writer past that waits: memory stays bounded however fast a study produces
+#: outputs)
 BEHIND_THREADS, BEHIND_BYTES = 8, 256 << 20
+#: writes waiting per PUT in flight before the write-behind adds another: it publishes one at a
+#: time while that keeps up, since each PUT costs client CPU the study's own stages need (on a
+#: small machine more threads made the study slower: benchmarks/store_s3.py), and widens to
+#: BEHIND_THREADS as a backlog builds (a slow or distant store)
+BEHIND_BACKLOG = int(os.environ.get("ASSAY_STORE_BACKLOG") or 4)
 #: the longest a writer (waiting for memory) or a flush waits while none of the pending PUTs
 #: finishes: the object store has stopped answering, and the run fails naming it rather than
 #: wait on its client's own timeouts (which a filesystem other than S3 may not have)
@@ -114,21 +121,25 @@ class _Behind:
     Why: an object store answers each PUT after a round trip and the server's own commit, while
     a study's stage needs nothing back from it; so the stage goes on computing while its outputs
     upload. What the store promises still holds: each write is one PUT (all or nothing); a ref
-    (``barrier=True``) is PUT only after every write submitted before it succeeded, so it never
-    names a blob that is not there; and until a write is published, this process reads its
-    bytes from here (a stage reads what the stage before it wrote). One per location and
-    process, shared by its ``Store`` objects (a head start's and the flow's see each other's).
+    (``barrier=True``) is PUT only after every blob submitted before it succeeded, so it never
+    names a blob that is not there (refs do not wait for each other); and until a write is
+    published, this process reads its bytes from here (a stage reads what the stage before it
+    wrote). One per location and process, shared by its ``Store`` objects (a head start's and
+    the flow's see each other's). It publishes one PUT at a time while that keeps up and
+    widens as a backlog builds (``BEHIND_BACKLOG``).
     """
 
     def __init__(self, where: str) -> None:
         self.where = where  # the location, for messages (no secrets)
         self.lock = threading.Condition()
-        self.pending: dict[str, tuple[bytes, concurrent.futures.Future[None]]] = {}
+        # rel -> (bytes, its PUT, whether it is a barrier write: a ref)
+        self.pending: dict[str, tuple[bytes, concurrent.futures.Future[None], bool]] = {}
         self.held = 0  # bytes submitted and not yet published
         self.depth = 0  # open ``in_use(write_behind=True)`` scopes: writes go behind while > 0
         self.failed: BaseException | None = None
         self.pool: concurrent.futures.ThreadPoolExecutor | None = None
         self.finished = 0  # PUTs finished (either way): a wait's progress, its bound's reset
+        self.active = 0  # PUTs on the wire now (at most ``_width()``)
 
     def read(self, rel: str) -> bytes | None:
         with self.lock:
@@ -147,19 +158,24 @@ class _Behind:
             self._wait(lambda: not (self.held and self.held + len(data) > BEHIND_BYTES),
                        f"room to write {rel}")
             if self.pool is None:
+                # twice the PUTs on the wire: a ref waiting for its blobs holds a thread, and
+                # must not keep the blobs after it off the wire (``_width`` caps the PUTs)
                 self.pool = concurrent.futures.ThreadPoolExecutor(
-                    BEHIND_THREADS, thread_name_prefix="assay-store-put")
-            before = [f for _, f in self.pending.values()] if barrier else []
+                    2 * BEHIND_THREADS, thread_name_prefix="assay-store-put")
+            # a ref waits for the blobs put before it (what it names, and what that names),
+            # not for earlier refs: refs go up side by side
+            before = [f for _, f, ref in self.pending.values() if not ref] if barrier else []
             self.held += len(data)
             fut: concurrent.futures.Future[None] = self.pool.submit(
                 self._publish, files, rel, data, before)
-            self.pending[rel] = (data, fut)
+            self.pending[rel] = (data, fut, barrier)
+            self.lock.notify_all()  # a longer backlog may widen the wire for writes waiting
 
         def done(f: concurrent.futures.Future[None]) -> None:
             with self.lock:
                 self.finished += 1
                 self.held -= len(data)
-                if self.pending.get(rel, (None, None))[1] is f:
+                if self.pending.get(rel, (None, None, None))[1] is f:
                     del self.pending[rel]
                 if f.exception() is not None and self.failed is None:
                     self.failed = f.exception()
@@ -167,16 +183,31 @@ class _Behind:
 
         fut.add_done_callback(done)
 
-    @staticmethod
-    def _publish(files: Files, rel: str, data: bytes,
+    def _width(self) -> int:
+        """PUTs allowed on the wire: one, plus one per BEHIND_BACKLOG writes waiting."""
+        waiting = len(self.pending) - self.active
+        return max(1, min(BEHIND_THREADS, 1 + waiting // max(1, BEHIND_BACKLOG)))
+
+    def _publish(self, files: Files, rel: str, data: bytes,
                  before: list[concurrent.futures.Future[None]]) -> None:
         # the pool takes jobs in submission order, so every write in ``before`` has started on
-        # another thread: waiting on them cannot deadlock
+        # another thread: waiting on them cannot deadlock (nor can the width below: this job
+        # holds no place on the wire while it waits for them)
         for f in before:
             if f.exception() is not None:
                 raise StoreIOError(f"{files.where(rel)} was not written: a write before it "
-                                 f"failed ({f.exception()})")
-        files.write(rel, [data])
+                                   f"failed ({f.exception()})")
+        with self.lock:
+            # woken by each PUT's end; bounded by them (each ends by its client's timeouts)
+            while self.active >= self._width():
+                self.lock.wait()
+            self.active += 1
+        try:
+            files.write(rel, [data])
+        finally:
+            with self.lock:
+                self.active -= 1
+                self.lock.notify_all()
 
     def _wait(self, ready: Callable[[], bool], what: str, *, check: bool = True) -> None:
         """Wait (holding ``self.lock``) until ``ready()``, woken by each PUT's end (``check``:
@@ -208,7 +239,7 @@ class _Behind:
         with self.lock:
             try:
                 if not isinstance(self.failed, StoreTimeoutError):  # else: waited its bound
-                    futs = [f for _, f in self.pending.values()]
+                    futs = [f for _, f, _ in self.pending.values()]
                     self._wait(lambda: all(f.done() for f in futs), "the pending writes",
                                check=False)
             finally:

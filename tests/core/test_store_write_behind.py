@@ -168,3 +168,86 @@ def test_a_writer_waiting_for_memory_on_a_frozen_store_is_bounded_too(
                 st.put_bytes(b"b" * 64)  # waits for room the frozen PUT never frees
     finally:
         gate.set()
+
+
+class _Wire:
+    """Files whose PUTs hold until released: counts the PUTs on the wire at once."""
+
+    remote, location = True, "mem://wire"
+
+    def __init__(self) -> None:
+        self.cv = threading.Condition()
+        self.inflight = self.most = 0
+        self.held: set[str] = set()  # rels whose PUT stays open until released
+        self.hold_all = True
+        self.done: list[str] = []
+
+    def where(self, rel: str) -> str:
+        return f"{self.location}/{rel}"
+
+    def write(self, rel: str, parts, *, durable: bool = True) -> None:  # type: ignore[no-untyped-def]
+        with self.cv:
+            self.inflight += 1
+            self.most = max(self.most, self.inflight)
+            self.cv.notify_all()
+            assert self.cv.wait_for(lambda: not (self.hold_all or rel in self.held), 30)
+            self.inflight -= 1
+            self.done.append(rel)
+            self.cv.notify_all()
+
+    def wait_for(self, ready, what: str) -> None:  # type: ignore[no-untyped-def]
+        with self.cv:
+            assert self.cv.wait_for(ready, 30), what
+
+
+def test_the_write_behind_widens_with_its_backlog_and_never_past_its_cap() -> None:
+    b = store._Behind("mem://wire")
+    wire = _Wire()
+    # one write waiting: one PUT at a time (each costs the study's CPU)
+    b.pending = {f"blobs/{i}": (b"", None, False) for i in range(3)}  # type: ignore[misc]
+    assert b._width() == 1
+    b.pending = {f"blobs/{i}": (b"", None, False) for i in range(40)}  # type: ignore[misc]
+    assert b._width() == store.BEHIND_THREADS
+    b.pending = {}
+    try:
+        for i in range(40):  # a backlog on a slow store: the wire fills to the cap
+            b.submit(wire, f"blobs/{i}", b"x")
+        wire.wait_for(lambda: wire.inflight == store.BEHIND_THREADS, "widened to the cap")
+    finally:
+        with wire.cv:
+            wire.hold_all = False
+            wire.cv.notify_all()
+    b.flush()
+    assert len(wire.done) == 40 and wire.most == store.BEHIND_THREADS
+
+
+def test_a_ref_waits_for_the_blobs_before_it_not_for_other_refs(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(store, "BEHIND_BACKLOG", 1)  # a PUT on the wire per write waiting
+    b = store._Behind("mem://wire")
+    wire = _Wire()
+    wire.hold_all = False
+    wire.held = {"refs/a", "blobs/c"}
+    try:
+        b.submit(wire, "blobs/a", b"a")
+        b.submit(wire, "refs/a", b"ra", barrier=True)  # its PUT hangs (a slow request)
+        wire.wait_for(lambda: "blobs/a" in wire.done and wire.inflight == 1, "ref a on the wire")
+        b.submit(wire, "blobs/b", b"b")
+        b.submit(wire, "refs/b", b"rb", barrier=True)
+        # ref b goes up beside the hanging ref a (it needs blob b, not ref a)
+        wire.wait_for(lambda: "refs/b" in wire.done, "ref b published")
+        assert "refs/a" not in wire.done
+        b.submit(wire, "blobs/c", b"c")  # held
+        b.submit(wire, "refs/c", b"rc", barrier=True)
+        wire.wait_for(lambda: wire.inflight == 2, "blob c on the wire")
+        assert "refs/c" not in wire.done  # a ref still waits for its blob
+        with wire.cv:
+            wire.held.discard("blobs/c")
+            wire.cv.notify_all()
+        wire.wait_for(lambda: "refs/c" in wire.done, "ref c published")
+        assert wire.done.index("blobs/c") < wire.done.index("refs/c")
+    finally:
+        with wire.cv:
+            wire.held.clear()
+            wire.cv.notify_all()
+    b.flush()
