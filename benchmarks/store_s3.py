@@ -20,6 +20,9 @@ Run: ``.venv/bin/python benchmarks/store_s3.py [--repeats 5] [--prompts 1500] [-
 4. local: put + set_ref + get_ref of ``--refs`` entries on a local store with this revision's
    store and with ``--base-rev``'s (default: the last revision before the object store),
    alternated: the local path must not slow down.
+5. far: SeaweedFS behind a relay that delays each chunk (``--rtt-ms``, default 10: an object
+   store a network away, which loopback hides): the study on S3 / local, and a fully cached
+   rerun with its nodes looked up one at a time vs side by side.
 Medians of ``--repeats``.
 """
 
@@ -148,6 +151,46 @@ def _refs(location: str, n: int, threads: int, tag: str,
     return rates[0], rates[1]
 
 
+def _far(spec: Path, s3: Any, work: Path, repeats: int, rtt_ms: float) -> None:
+    """Section 5: the server ``rtt_ms`` away (a relay delaying each chunk half that, each way):
+    a cold study, S3 / local; and a fully cached rerun (``serve_cached``, in this process),
+    its nodes looked up one at a time (the inline path) vs side by side (what it does)."""
+    from urllib.parse import urlsplit
+
+    from assay.spec import load_spec
+    from assay.stages import plan
+    from assay.store import Store
+    from benchmarks.latency_proxy import LatencyProxy
+
+    med = statistics.median
+    u = urlsplit(s3.endpoint)
+    assert u.hostname is not None and u.port is not None
+    direct = os.environ["AWS_ENDPOINT_URL"]
+    with LatencyProxy(u.hostname, u.port, rtt_ms / 2000) as proxy:
+        os.environ["AWS_ENDPOINT_URL"] = f"http://127.0.0.1:{proxy.port}"
+        try:
+            local_t, far_t, one_t, side_t = [], [], [], []
+            for r in range(repeats):
+                local_t.append(_study(spec, str(work / f"far-local-{r}"))[0])
+                far_t.append(_study(spec, s3.url(f"far-{r}"))[0])
+            for _ in range(repeats):
+                for readers, acc in ((1, one_t), (plan.CACHED_READERS, side_t)):
+                    was, plan.CACHED_READERS = plan.CACHED_READERS, readers
+                    try:
+                        t0 = time.perf_counter()
+                        assert plan.serve_cached(load_spec(spec), Store(s3.url("far-0")),
+                                                 progress=None) is not None
+                        acc.append(time.perf_counter() - t0)
+                    finally:
+                        plan.CACHED_READERS = was
+        finally:
+            os.environ["AWS_ENDPOINT_URL"] = direct
+    print(f"S3 {rtt_ms:g} ms away: study local {med(local_t):.2f} s, S3 {med(far_t):.2f} s, "
+          f"ratio {med(far_t) / med(local_t):.2f}x; fully cached rerun (in process): nodes one "
+          f"at a time {med(one_t):.2f} s, side by side {med(side_t):.2f} s, "
+          f"{med(one_t) / med(side_t):.1f}x faster")
+
+
 def _old_store(rev: str) -> Any:
     for where in ("src/assay/store.py", "assay/store.py"):  # the src layout moved the package
         shown = subprocess.run(["git", "show", f"{rev}:{where}"], cwd=ROOT, capture_output=True,
@@ -182,6 +225,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--prompts", type=int, default=1500)
     ap.add_argument("--refs", type=int, default=400)
+    ap.add_argument("--rtt-ms", type=float, default=10.0)  # section 5's distance to the server
     ap.add_argument("--base-rev", default="d189629")  # the store before it moved behind pyarrow.fs
     args = ap.parse_args()
     from tests.helpers.seaweed import seaweed
@@ -229,6 +273,7 @@ def main() -> None:
               f"{med(local_c):.2f} s, S3 {med(s3_c):.2f} s")
         print(f"cached rerun against S3 (assay run, fast path): {med(cached_t):.2f} s "
               f"{sorted(round(x, 2) for x in cached_t)} (goal < 3 s); CPU {med(cached_c):.2f} s")
+        _far(spec, s3, work, args.repeats, args.rtt_ms)
         for one_put in (False, True):
             for threads in (1, 8):
                 rate = med([_raw_puts(s3.url(f"raw-{one_put}-{r}"), args.refs, threads, one_put)

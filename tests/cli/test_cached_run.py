@@ -9,11 +9,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from assay import stages
 from assay.rows import Rows
 from assay.spec import load_spec
 from assay.stages.plan import serve_cached
 from assay.store import Store
+from tests.helpers.seaweed import S3Server
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests" / "flows"))
@@ -64,3 +67,45 @@ def test_anything_missing_is_not_served_and_the_probe_changes_nothing(tmp_path: 
     assert serve_cached(load_spec(changed), store) is None
     assert sorted(p.name for p in store.root.rglob("*")) == before
     assert serve_cached(load_spec(spec_path), store, progress=None) is not None
+
+
+def test_on_an_object_store_nodes_are_looked_up_side_by_side_and_still_compute_nothing(
+        s3: S3Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from assay import libguard
+    from assay.stages import plan
+
+    spec_path = write_study(tmp_path)
+    spec = load_spec(spec_path)
+    assert not libguard.spec_imports(spec)  # a spec the side-by-side path takes
+    store = Store(s3.url("cached"))
+    with store.in_use(write_behind=True):
+        ref = stages.run_study(spec, store, progress=None)
+    used: list[tuple[str, int]] = []
+    real = plan.run_graph
+
+    def spy(graph, executor, **kw):  # type: ignore[no-untyped-def]
+        used.append((type(executor).__name__, kw["max_parallel"]))
+        return real(graph, executor, **kw)
+
+    monkeypatch.setattr(plan, "run_graph", spy)
+    side = serve_cached(spec, store, progress=None)
+    monkeypatch.setattr(plan, "CACHED_READERS", 1)  # one node at a time: the reference
+    one = serve_cached(spec, store, progress=None)
+    assert used == [("_InContext", 8), ("_InContext", 1)]
+    assert side is not None and one is not None
+    assert [(r.label, r.key, r.outputs) for r in side.results] == \
+        [(r.label, r.key, r.outputs) for r in one.results] == \
+        [(r.label, r.key, r.outputs) for r in ref.results]
+    # a node on another thread still only reads: a changed measure is not computed there
+    changed = tmp_path / "changed.yaml"
+    changed.write_text(SPEC.replace("pass_at: {k: 2}", "pass_at: {k: 3}"))
+    before = [e.rel for e in store.entries("")]
+    monkeypatch.setattr(plan, "CACHED_READERS", 8)
+    assert serve_cached(load_spec(changed), store, progress=None) is None
+    assert [e.rel for e in store.entries("")] == before
+    # a local store answers in microseconds: inline
+    local = Store(tmp_path / "local")
+    stages.run_study(spec, local, progress=None)
+    used.clear()
+    assert serve_cached(spec, local, progress=None) is not None
+    assert used == [("InlineExecutor", 1)]
