@@ -22,7 +22,8 @@ Run: ``.venv/bin/python benchmarks/store_s3.py [--repeats 5] [--prompts 1500] [-
    alternated: the local path must not slow down.
 5. far: SeaweedFS behind a relay that delays each chunk (``--rtt-ms``, default 10: an object
    store a network away, which loopback hides): the study on S3 / local, and a fully cached
-   rerun with its nodes looked up one at a time vs side by side.
+   rerun with its nodes looked up one at a time vs side by side; ``store verify`` of that
+   store with one request at a time vs side by side.
 Medians of ``--repeats``.
 """
 
@@ -157,6 +158,7 @@ def _far(spec: Path, s3: Any, work: Path, repeats: int, rtt_ms: float) -> None:
     its nodes looked up one at a time (the inline path) vs side by side (what it does)."""
     from urllib.parse import urlsplit
 
+    from assay import store, upkeep
     from assay.spec import load_spec
     from assay.stages import plan
     from assay.store import Store
@@ -183,12 +185,24 @@ def _far(spec: Path, s3: Any, work: Path, repeats: int, rtt_ms: float) -> None:
                         acc.append(time.perf_counter() - t0)
                     finally:
                         plan.CACHED_READERS = was
+            one_v, side_v = [], []
+            for _ in range(repeats):
+                for threads, acc in ((1, one_v), (store.READ_THREADS, side_v)):
+                    was, store.READ_THREADS = store.READ_THREADS, threads
+                    try:
+                        t0 = time.perf_counter()
+                        assert not upkeep.verify(Store(s3.url("far-0"))).corrupt
+                        acc.append(time.perf_counter() - t0)
+                    finally:
+                        store.READ_THREADS = was
         finally:
             os.environ["AWS_ENDPOINT_URL"] = direct
     print(f"S3 {rtt_ms:g} ms away: study local {med(local_t):.2f} s, S3 {med(far_t):.2f} s, "
           f"ratio {med(far_t) / med(local_t):.2f}x; fully cached rerun (in process): nodes one "
           f"at a time {med(one_t):.2f} s, side by side {med(side_t):.2f} s, "
-          f"{med(one_t) / med(side_t):.1f}x faster")
+          f"{med(one_t) / med(side_t):.1f}x faster; `store verify` of that study's store: one "
+          f"request at a time {med(one_v):.2f} s, side by side {med(side_v):.2f} s, "
+          f"{med(one_v) / med(side_v):.1f}x faster")
 
 
 def _old_store(rev: str) -> Any:

@@ -60,7 +60,7 @@ import uuid
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -71,6 +71,7 @@ from assay.store_files import Entry, Files, LocalFiles, open_files
 from assay.store_files import atomic_write as atomic_write  # re-exported: callers import it here
 
 _EXT = {"parquet", "json", "bin"}
+_T = TypeVar("_T")
 #: file suffix -> key kind (the inverse of ``Store._blob_path``'s table).
 KIND_OF_EXT = {"parquet": "tbl", "json": "doc", "bin": "bin"}
 
@@ -109,6 +110,9 @@ BEHIND_THREADS, BEHIND_BYTES = 8, 256 << 20
 #: small machine more threads made the study slower: benchmarks/store_s3.py), and widens to
 #: BEHIND_THREADS as a backlog builds (a slow or distant store)
 BEHIND_BACKLOG = int(os.environ.get("ASSAY_STORE_BACKLOG") or 4)
+#: requests a bulk walk of an object store (``Store.each``: upkeep's du, verify, gc) keeps in
+#: flight: each read or delete is a round trip, and a store for months holds thousands
+READ_THREADS = 16
 #: the longest a writer (waiting for memory) or a flush waits while none of the pending PUTs
 #: finishes: the object store has stopped answering, and the run fails naming it rather than
 #: wait on its client's own timeouts (which a filesystem other than S3 may not have)
@@ -538,6 +542,22 @@ class Store:
         self._files.delete(self._ref_rel(name))
 
     # -- raw files (journals, upkeep) --------------------------------------------------------
+    def each(self, fn: Callable[[str], _T], rels: Sequence[str]) -> list[_T]:
+        """``[fn(rel) for rel in rels]``, in order: on an object store up to READ_THREADS calls
+        at once (each is a round trip or more), on a local folder one after another (a file
+        read there is microseconds). The first exception ``fn`` raises is raised.
+
+        Example:
+            >>> import tempfile
+            >>> Store(tempfile.mkdtemp()).each(len, ["a", "bb"])
+            [1, 2]
+        """
+        if not self.remote or len(rels) < 2:
+            return [fn(r) for r in rels]
+        with concurrent.futures.ThreadPoolExecutor(
+                min(READ_THREADS, len(rels)), thread_name_prefix="assay-store-read") as ex:
+            return list(ex.map(fn, rels))
+
     def read_file(self, rel: str) -> bytes | None:
         """The bytes of ``rel`` under the root (unverified), or None when absent."""
         return self._files.read(rel)

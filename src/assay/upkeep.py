@@ -133,24 +133,51 @@ def _ref_rel(store: Store, name: str) -> str:
     return store._ref_rel(name)
 
 
-def closure(store: Store, keys: Iterable[str], seen: set[str] | None = None) -> set[str]:
-    """Every blob key reachable from ``keys``: JSON documents are scanned for store keys."""
-    seen = set() if seen is None else seen
-    todo = [k for k in keys if k not in seen]
-    while todo:
-        k = todo.pop()
-        if k in seen:
-            continue
-        seen.add(k)
-        if k.startswith("doc:"):
+def _read_quiet(store: Store, rel: str) -> bytes | None:
+    try:
+        return store.read_file(rel)
+    except (OSError, StoreError):
+        return None
+
+
+class _Docs:
+    """The JSON documents of one walk, each read once; a level of the walk's new documents is
+    read side by side (``Store.each``: on an object store each read is a round trip)."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.data: dict[str, bytes | None] = {}
+
+    def fetch(self, keys: Iterable[str]) -> None:
+        new = sorted({k for k in keys if k.startswith("doc:") and k not in self.data})
+
+        def read(k: str) -> bytes | None:
             try:
-                data = store.read_file(store._blob_rel(k))
-            except (OSError, StoreError):
-                continue
-            if data is None:
-                continue
-            todo += [m for m in _KEY_RE.findall(data.decode("utf-8", "replace")) if m not in seen]
-    return seen
+                rel = self.store._blob_rel(k)
+            except StoreError:
+                return None
+            return _read_quiet(self.store, rel)
+
+        self.data.update(zip(new, self.store.each(read, new), strict=True))
+
+    def keys_in(self, k: str) -> list[str]:
+        data = self.data.get(k)
+        return [] if data is None else _KEY_RE.findall(data.decode("utf-8", "replace"))
+
+    def closure(self, keys: Iterable[str], seen: set[str] | None = None) -> set[str]:
+        seen = set() if seen is None else seen
+        level = {k for k in keys if k not in seen}
+        while level:
+            seen |= level
+            self.fetch(level)
+            level = {m for k in level for m in self.keys_in(k) if m not in seen}
+        return seen
+
+
+def closure(store: Store, keys: Iterable[str], seen: set[str] | None = None) -> set[str]:
+    """Every blob key reachable from ``keys``: JSON documents are scanned for store keys (a
+    level of new documents read side by side on an object store)."""
+    return _Docs(store).closure(keys, seen)
 
 
 _JOURNAL_RE = re.compile(r"journals/([0-9a-f]{16,64}\.jsonl)")
@@ -163,20 +190,16 @@ def _journal_name(rel: str) -> str:
     return parts[1] if len(parts) == 2 else parts[1] + ".jsonl"
 
 
-def _journals_named(store: Store, keys: Iterable[str]) -> set[str]:
+def _journals_named(docs: _Docs, keys: Iterable[str]) -> set[str]:
     """File names of the journals the documents among ``keys`` name (a generate stage's
     summary names the journal its completions are in)."""
+    keys = [k for k in keys if k.startswith("doc:")]
+    docs.fetch(keys)
     out: set[str] = set()
     for k in keys:
-        if not k.startswith("doc:"):
-            continue
-        try:
-            data = store.read_file(store._blob_rel(k))
-        except (OSError, StoreError):
-            continue
-        if data is None:
-            continue
-        out.update(_JOURNAL_RE.findall(data.decode("utf-8", "replace")))
+        data = docs.data.get(k)
+        if data is not None:
+            out.update(_JOURNAL_RE.findall(data.decode("utf-8", "replace")))
     return out
 
 
@@ -239,12 +262,13 @@ def du(store: Store, runs: Sequence[RunDir] = ()) -> Usage:
     by_stage: dict[str, int] = {}
     owned: set[str] = set()
     refs = store.ref_entries()
-    for p in refs:
-        doc = _ref_doc(store, p.rel)
-        if doc is None or not isinstance(doc.get("blob"), str):
-            continue
+    docs = _Docs(store)
+    ref_docs = store.each(lambda rel: _ref_doc(store, rel), [p.rel for p in refs])
+    pointed = [d for d in ref_docs if d is not None and isinstance(d.get("blob"), str)]
+    docs.closure([d["blob"] for d in pointed])  # every document read once, side by side
+    for doc in pointed:  # then attributed ref by ref, in path order, from memory
         owner = _owner(doc["name"], doc.get("meta") or {})
-        for k in sorted(closure(store, [doc["blob"]])):
+        for k in sorted(docs.closure([doc["blob"]])):
             if k in sizes and k not in owned:
                 owned.add(k)
                 by_stage[owner] = by_stage.get(owner, 0) + sizes[k]
@@ -253,10 +277,10 @@ def du(store: Store, runs: Sequence[RunDir] = ()) -> Usage:
         if not _same_store(r, store) or r.stage_keys is None:
             continue
         reach = by_study.setdefault(r.study, set())
-        for key in r.stage_keys:
-            doc = _ref_doc(store, _ref_rel(store, STAGE_REF_PREFIX + key))
-            if doc and isinstance(doc.get("blob"), str):
-                closure(store, [doc["blob"]], reach)
+        rels = [_ref_rel(store, STAGE_REF_PREFIX + key) for key in r.stage_keys]
+        for found in store.each(lambda rel: _ref_doc(store, rel), rels):
+            if found and isinstance(found.get("blob"), str):
+                docs.closure([found["blob"]], reach)
     journals = [e.size for e in store.journal_entries()]
     return Usage(
         total_bytes=sum(sizes.values()) + sum(journals), n_blobs=len(sizes), n_refs=len(refs),
@@ -328,9 +352,9 @@ def verify(store: Store) -> Verification:
     refs = store.ref_entries()
     out = Verification(len(blobs), len(refs))
     present_blobs = {k for k, _ in blobs}
-    for key, e in blobs:
+    shas = store.each(lambda rel: _sha_of(store, rel), [e.rel for _, e in blobs])
+    for (key, e), got in zip(blobs, shas, strict=True):
         want = key.split(":", 1)[1]
-        got = _sha_of(store, e.rel)
         if got is None or got == want:
             continue
         moved = store.quarantine(e.rel)
@@ -341,8 +365,8 @@ def verify(store: Store) -> Verification:
         present_blobs.discard(key)
         out.corrupt.append({"key": key, "path": e.where, "moved_to": moved,
                             "reason": f"sha256 {got[:12]}... != name, {e.size} bytes"})
-    for e in refs:
-        doc = _ref_doc(store, e.rel)
+    ref_docs = store.each(lambda rel: _ref_doc(store, rel), [e.rel for e in refs])
+    for e, doc in zip(refs, ref_docs, strict=True):
         if doc is None:
             moved = store.quarantine(e.rel)
             out.corrupt.append({"key": "ref", "path": e.where, "moved_to": moved,
@@ -351,9 +375,11 @@ def verify(store: Store) -> Verification:
         blob = doc.get("blob")
         if not (isinstance(blob, str) and blob in present_blobs):
             out.dangling.append({"ref": doc["name"], "blob": str(blob), "path": e.where})
-    for e in store.journal_entries():
+    journals = store.journal_entries()
+    damage = store.each(lambda rel: _journal_damage(store.read_file(rel)),
+                        [e.rel for e in journals])
+    for e, (bad, torn_last) in zip(journals, damage, strict=True):
         out.n_journals += 1
-        bad, torn_last = _journal_damage(store.read_file(e.rel))
         if bad:  # kept in place: its intact lines still serve, the bad ones are asked again
             out.corrupt.append({"key": "journal", "path": e.where, "moved_to": "(kept)",
                                 "reason": f"{bad} corrupt line(s) before its end (skipped on "
@@ -375,6 +401,11 @@ def _journal_damage(data: bytes | None) -> tuple[int, bool]:
 
 
 # ------------------------------------------------------------------------------- gc
+
+
+def _remove(store: Store, rels: Sequence[str], dry_run: bool) -> None:
+    if not dry_run:
+        store.each(store.delete_file, rels)
 
 
 @dataclass
@@ -434,23 +465,26 @@ def gc(store: Store, runs: Sequence[RunDir], *, keep_nights: int | None = None,
         for e in all_refs:
             if e.mtime >= since or e.mtime >= young:
                 live_refs.add(e.rel)
-        roots: list[str] = []
-        for rel in sorted(live_refs):
-            doc = _ref_doc(store, rel)
-            if doc and isinstance(doc.get("blob"), str):
-                roots.append(doc["blob"])
-        live = closure(store, roots)
-        named = _journals_named(store, live)
+        roots = [doc["blob"] for doc in store.each(lambda rel: _ref_doc(store, rel),
+                                                   sorted(live_refs))
+                 if doc and isinstance(doc.get("blob"), str)]
+        docs = _Docs(store)
+        live = docs.closure(roots)
+        named = _journals_named(docs, live)
         res = Collection([str(r.path) for r in keep],
                          [str(r.path) for r in mine if r not in keep], 0, 0, 0, 0, 0, 0, 0, dry_run)
+        # each kind's removals side by side (``Store.each``: on an object store each is a
+        # request), refs before the blobs they name: a ref never outlives its blob
+        doomed: list[str] = []
         for e in all_refs:
             if e.rel in live_refs:
                 res.kept_refs += 1
                 continue
             res.removed_refs += 1
             res.removed_bytes += e.size
-            if not dry_run:
-                store.delete_file(e.rel)
+            doomed.append(e.rel)
+        _remove(store, doomed, dry_run)
+        doomed, gone = [], []
         for key, e in store.blob_entries():
             if key in live or e.mtime >= young:
                 res.kept_blobs += 1
@@ -458,9 +492,13 @@ def gc(store: Store, runs: Sequence[RunDir], *, keep_nights: int | None = None,
                 continue
             res.removed_blobs += 1
             res.removed_bytes += e.size
-            if not dry_run:
-                store.delete_file(e.rel)
+            doomed.append(e.rel)
+            gone.append(key)
+        _remove(store, doomed, dry_run)
+        if not dry_run:
+            for key in gone:
                 store.forget(key)
+        doomed = []
         for e in store.journal_entries():
             # kept: named by a live generate stage, or written since the oldest kept run began
             # (judge calls and in-progress generations are named by no stage)
@@ -470,14 +508,10 @@ def gc(store: Store, runs: Sequence[RunDir], *, keep_nights: int | None = None,
                 continue
             res.removed_journals += 1
             res.removed_bytes += e.size
-            if not dry_run:
-                store.delete_file(e.rel)
-        for e in store.temp_entries():
-            if e.mtime >= young:
-                continue
-            res.removed_temp += 1
-            res.removed_bytes += e.size
-            if not dry_run:
-                store.delete_file(e.rel)
+            doomed.append(e.rel)
+        stale = [e for e in store.temp_entries() if e.mtime < young]
+        res.removed_temp = len(stale)
+        res.removed_bytes += sum(e.size for e in stale)
+        _remove(store, doomed + [e.rel for e in stale], dry_run)
     return res
 

@@ -223,3 +223,39 @@ def test_a_lease_holds_off_gc_until_released_or_expired(s3: S3Server, tmp_path: 
     with st.in_use(wait=0):  # released leases leave nothing live behind
         pass
     assert st.live_leases() == []
+
+
+def test_bulk_walks_of_an_object_store_go_side_by_side_in_order(s3: S3Server,
+                                                               tmp_path: Path) -> None:
+    def calls(both: threading.Barrier):  # type: ignore[no-untyped-def]
+        def call(rel: str) -> str:
+            if rel in ("a", "b"):
+                both.wait()  # passes only when both calls are in flight at once
+            return rel.upper()
+        return call
+
+    # upkeep's walks (du, verify, gc) read and delete through ``each``
+    got = Store(s3.url("each")).each(calls(threading.Barrier(2, timeout=30)), ["a", "b", "c"])
+    assert got == ["A", "B", "C"]
+    with pytest.raises(threading.BrokenBarrierError):  # a local folder: one after another
+        Store(tmp_path / "local").each(calls(threading.Barrier(2, timeout=0.5)), ["a", "b"])
+
+
+def test_verify_on_an_object_store_reads_blobs_side_by_side(
+        s3: S3Server, monkeypatch: pytest.MonkeyPatch) -> None:
+    from assay import store_files
+
+    st = Store(s3.url("verify-each"))
+    keys = [st.put_json({"i": i}) for i in range(4)]
+    real = store_files.ObjectFiles.read_with_mtime
+    both = threading.Barrier(2, timeout=30)
+    first_two = {st._blob_rel(k) for k in sorted(keys)[:2]}
+
+    def read(self, rel):  # type: ignore[no-untyped-def]
+        if rel in first_two:
+            both.wait()  # one read at a time never gets past this
+        return real(self, rel)
+
+    monkeypatch.setattr(store_files.ObjectFiles, "read_with_mtime", read)
+    found = upkeep.verify(Store(s3.url("verify-each")))
+    assert found.n_blobs == 4 and not found.corrupt
