@@ -144,6 +144,7 @@ class _Behind:
         self.pool: concurrent.futures.ThreadPoolExecutor | None = None
         self.finished = 0  # PUTs finished (either way): a wait's progress, its bound's reset
         self.active = 0  # PUTs on the wire now (at most ``_width()``)
+        self.flushing = 0  # callers waiting in ``flush``
 
     def read(self, rel: str) -> bytes | None:
         with self.lock:
@@ -188,7 +189,10 @@ class _Behind:
         fut.add_done_callback(done)
 
     def _width(self) -> int:
-        """PUTs allowed on the wire: one, plus one per BEHIND_BACKLOG writes waiting."""
+        """PUTs allowed on the wire: one, plus one per BEHIND_BACKLOG writes waiting; all of
+        BEHIND_THREADS while a flush waits (its caller computes nothing meanwhile)."""
+        if self.flushing:
+            return BEHIND_THREADS
         waiting = len(self.pending) - self.active
         return max(1, min(BEHIND_THREADS, 1 + waiting // max(1, BEHIND_BACKLOG)))
 
@@ -241,12 +245,15 @@ class _Behind:
         """Wait until every write submitted so far is published; raise the first failure
         (StoreTimeoutError when the store stops answering: see PUT_WAIT_S)."""
         with self.lock:
+            self.flushing += 1
+            self.lock.notify_all()  # the wire widens for the writes waiting
             try:
                 if not isinstance(self.failed, StoreTimeoutError):  # else: waited its bound
                     futs = [f for _, f, _ in self.pending.values()]
                     self._wait(lambda: all(f.done() for f in futs), "the pending writes",
                                check=False)
             finally:
+                self.flushing -= 1
                 failed, self.failed = self.failed, None  # told once: the store may recover
         if isinstance(failed, StoreTimeoutError):
             raise failed

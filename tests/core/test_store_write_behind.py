@@ -251,3 +251,21 @@ def test_a_ref_waits_for_the_blobs_before_it_not_for_other_refs(
             wire.held.clear()
             wire.cv.notify_all()
     b.flush()
+
+
+def test_a_flush_puts_every_write_waiting_on_the_wire() -> None:
+    b = store._Behind("mem://wire")
+    wire = _Wire()
+    for i in range(3):  # a short backlog: one PUT at a time while the study computes
+        b.submit(wire, f"blobs/{i}", b"x")
+    wire.wait_for(lambda: wire.inflight == 1, "one on the wire")
+    flusher = threading.Thread(target=b.flush)  # the study is done: nothing else needs CPU
+    flusher.start()
+    try:
+        wire.wait_for(lambda: wire.inflight == 3, "all three on the wire while flushing")
+    finally:
+        with wire.cv:
+            wire.hold_all = False
+            wire.cv.notify_all()
+        flusher.join(30)
+    assert not flusher.is_alive() and sorted(wire.done) == [f"blobs/{i}" for i in range(3)]
