@@ -13,17 +13,23 @@ from assay.cli import main
 from tests.helpers.seaweed import S3Server
 
 
+def _study(folder: Path, name: str) -> Path:
+    """A six-row study of given completions and rewards, its spec in ``folder``."""
+    (folder / "d.jsonl").write_text("".join(
+        json.dumps({"prompt": f"p{i}", "completion": "x", "r": i % 2}) + "\n" for i in range(6)))
+    spec = folder / "s.yaml"
+    spec.write_text(f"name: {name}\nsources:\n  - {{name: m, kind: file, path: d.jsonl, "
+                    "fields: {reward: r}}\n")
+    return spec
+
+
 @pytest.mark.slow
 def test_an_output_that_vanished_exits_1_naming_the_log(
         prefect_server: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str]) -> None:
     from assay.store import Store
 
-    (tmp_path / "d.jsonl").write_text("".join(
-        json.dumps({"prompt": f"p{i}", "completion": "x", "r": i % 2}) + "\n" for i in range(6)))
-    spec = tmp_path / "s.yaml"
-    spec.write_text("name: gone\nsources:\n  - {name: m, kind: file, path: d.jsonl, fields: "
-                    "{reward: r}}\n")
+    spec = _study(tmp_path, "gone")
     # every table a stage wrote reads back as missing: what a worker writing into a store the
     # driver cannot see looked like
     monkeypatch.setattr(Store, "get_table", lambda self, key: None)
@@ -43,11 +49,7 @@ def test_an_object_store_failing_mid_run_exits_1_naming_the_log(
     from assay import store_files
     from assay.errors import StoreError
 
-    (tmp_path / "d.jsonl").write_text("".join(
-        json.dumps({"prompt": f"p{i}", "completion": "x", "r": i % 2}) + "\n" for i in range(6)))
-    spec = tmp_path / "s.yaml"
-    spec.write_text("name: refused\nsources:\n  - {name: m, kind: file, path: d.jsonl, fields: "
-                    "{reward: r}}\n")
+    spec = _study(tmp_path, "refused")
     real = store_files.ObjectFiles.write
 
     def refuse_tables(self, rel, parts, *, durable=True):  # type: ignore[no-untyped-def]
