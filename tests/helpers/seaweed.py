@@ -75,30 +75,41 @@ def seaweed(workdir: Path, *, timeout: float = 90.0) -> Iterator[S3Server]:
     workdir.mkdir(parents=True, exist_ok=True)
     data = workdir / "weed-data"
     data.mkdir(exist_ok=True)
-    ports = dict(zip(_PORT_FLAGS, free_ports(len(_PORT_FLAGS)), strict=True))
     env = {**os.environ, "AWS_ACCESS_KEY_ID": KEY, "AWS_SECRET_ACCESS_KEY": SECRET}
     log = workdir / "weed.log"
-    cmd = [weed_binary(), "mini", f"-dir={data}", f"-bucket={BUCKET}", "-ip=127.0.0.1",
-           "-ip.bind=127.0.0.1", "-master.telemetry=false",
-           *(f"-{k}={v}" for k, v in ports.items())]
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env,
-                                cwd=workdir, start_new_session=True)
-    endpoint = f"http://127.0.0.1:{ports['s3.port']}"
-    std = {"AWS_ACCESS_KEY_ID": KEY, "AWS_SECRET_ACCESS_KEY": SECRET,
-           "AWS_ENDPOINT_URL": endpoint, "AWS_REGION": "us-east-1"}
-    try:
-        deadline = time.monotonic() + timeout
-        while not _ready(endpoint, std, BUCKET):
-            if proc.poll() is not None:
-                raise RuntimeError(f"weed mini exited ({proc.returncode}): "
-                                   + log.read_text(errors="replace")[-2000:])
+    deadline = time.monotonic() + timeout
+    for attempt in range(3):
+        ports = dict(zip(_PORT_FLAGS, free_ports(len(_PORT_FLAGS)), strict=True))
+        cmd = [weed_binary(), "mini", f"-dir={data}", f"-bucket={BUCKET}", "-ip=127.0.0.1",
+               "-ip.bind=127.0.0.1", "-master.telemetry=false",
+               *(f"-{k}={v}" for k, v in ports.items())]
+        with open(log, "wb") as out:
+            proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env,
+                                    cwd=workdir, start_new_session=True)
+        endpoint = f"http://127.0.0.1:{ports['s3.port']}"
+        std = {"AWS_ACCESS_KEY_ID": KEY, "AWS_SECRET_ACCESS_KEY": SECRET,
+               "AWS_ENDPOINT_URL": endpoint, "AWS_REGION": "us-east-1"}
+        while not _ready(endpoint, std, BUCKET) and proc.poll() is None:
             if time.monotonic() > deadline:
+                _kill(proc)
                 raise RuntimeError(f"weed mini not serving S3 after {timeout:.0f} s: "
                                    + log.read_text(errors="replace")[-2000:])
             time.sleep(0.3)
+        if proc.poll() is None:
+            break
+        said = log.read_text(errors="replace")
+        # a port free when chosen, taken before weed bound it (another test session on this
+        # machine picks from the same slice): choose again
+        taken = "Port allocation failed" in said or "address already in use" in said
+        if not taken or attempt == 2:
+            raise RuntimeError(f"weed mini exited ({proc.returncode}): {said[-2000:]}")
+    try:
         yield S3Server(endpoint, BUCKET, proc, log, std)
     finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=30)
+        _kill(proc)
+
+
+def _kill(proc: subprocess.Popen[bytes]) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=30)
