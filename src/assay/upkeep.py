@@ -129,6 +129,11 @@ def _ref_doc(store: Store, rel: str) -> dict[str, Any] | None:
     return doc if isinstance(doc, dict) and isinstance(doc.get("name"), str) else None
 
 
+def _ref_docs(store: Store, rels: Sequence[str]) -> list[dict[str, Any] | None]:
+    """:func:`_ref_doc` of each of ``rels``, in order (side by side on an object store)."""
+    return store.each(lambda rel: _ref_doc(store, rel), rels)
+
+
 def _ref_rel(store: Store, name: str) -> str:
     return store._ref_rel(name)
 
@@ -263,7 +268,7 @@ def du(store: Store, runs: Sequence[RunDir] = ()) -> Usage:
     owned: set[str] = set()
     refs = store.ref_entries()
     docs = _Docs(store)
-    ref_docs = store.each(lambda rel: _ref_doc(store, rel), [p.rel for p in refs])
+    ref_docs = _ref_docs(store, [p.rel for p in refs])
     pointed = [d for d in ref_docs if d is not None and isinstance(d.get("blob"), str)]
     docs.closure([d["blob"] for d in pointed])  # every document read once, side by side
     for doc in pointed:  # then attributed ref by ref, in path order, from memory
@@ -278,7 +283,7 @@ def du(store: Store, runs: Sequence[RunDir] = ()) -> Usage:
             continue
         reach = by_study.setdefault(r.study, set())
         rels = [_ref_rel(store, STAGE_REF_PREFIX + key) for key in r.stage_keys]
-        for found in store.each(lambda rel: _ref_doc(store, rel), rels):
+        for found in _ref_docs(store, rels):
             if found and isinstance(found.get("blob"), str):
                 docs.closure([found["blob"]], reach)
     journals = [e.size for e in store.journal_entries()]
@@ -365,7 +370,7 @@ def verify(store: Store) -> Verification:
         present_blobs.discard(key)
         out.corrupt.append({"key": key, "path": e.where, "moved_to": moved,
                             "reason": f"sha256 {got[:12]}... != name, {e.size} bytes"})
-    ref_docs = store.each(lambda rel: _ref_doc(store, rel), [e.rel for e in refs])
+    ref_docs = _ref_docs(store, [e.rel for e in refs])
     for e, doc in zip(refs, ref_docs, strict=True):
         if doc is None:
             moved = store.quarantine(e.rel)
@@ -465,8 +470,7 @@ def gc(store: Store, runs: Sequence[RunDir], *, keep_nights: int | None = None,
         for e in all_refs:
             if e.mtime >= since or e.mtime >= young:
                 live_refs.add(e.rel)
-        roots = [doc["blob"] for doc in store.each(lambda rel: _ref_doc(store, rel),
-                                                   sorted(live_refs))
+        roots = [doc["blob"] for doc in _ref_docs(store, sorted(live_refs))
                  if doc and isinstance(doc.get("blob"), str)]
         docs = _Docs(store)
         live = docs.closure(roots)

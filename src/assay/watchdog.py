@@ -216,7 +216,6 @@ def _hard_exit(stop: RunStopped) -> None:
     os._exit(EXIT_STOPPED)
 
 
-
 def stopped_where(reason: str) -> str | None:
     """The stage a watchdog stop named (``grade (m)``) when ``reason`` is that stop's message
     (as :func:`assay.stop.trigger` recorded it), else None."""
@@ -224,6 +223,7 @@ def stopped_where(reason: str) -> str | None:
     if pending is not None and str(pending) == reason:
         return pending.where
     return None
+
 
 @contextlib.contextmanager
 def guard(deadline: str | float | None = None, stall_after: str | float | None = None, *,

@@ -84,14 +84,16 @@ def test_on_an_object_store_nodes_are_looked_up_side_by_side_and_still_compute_n
     real = plan.run_graph
 
     def spy(graph, executor, **kw):  # type: ignore[no-untyped-def]
-        used.append((type(executor).__name__, kw["max_parallel"]))
+        how = "threads in context" if getattr(executor, "in_context", False) else \
+            type(executor).__name__
+        used.append((how, kw["max_parallel"]))
         return real(graph, executor, **kw)
 
     monkeypatch.setattr(plan, "run_graph", spy)
     side = serve_cached(spec, store, progress=None)
     monkeypatch.setattr(plan, "CACHED_READERS", 1)  # one node at a time: the reference
     one = serve_cached(spec, store, progress=None)
-    assert used == [("_InContext", 8), ("_InContext", 1)]
+    assert used == [("threads in context", 8), ("threads in context", 1)]
     assert side is not None and one is not None
     assert [(r.label, r.key, r.outputs) for r in side.results] == \
         [(r.label, r.key, r.outputs) for r in one.results] == \

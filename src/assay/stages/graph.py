@@ -18,6 +18,7 @@ Example:
 
 from __future__ import annotations
 
+import contextvars
 import queue
 import threading
 from collections.abc import Callable, Mapping, Sequence
@@ -136,14 +137,19 @@ class Executor(Protocol):
 
 class ThreadExecutor:
     """Nodes on a pool of threads (stage work releases the GIL: HTTP waits, worker processes,
-    Arrow, torch)."""
+    Arrow, torch). ``in_context``: each node runs in a copy of the submitting thread's context
+    (its context variables, e.g. ``cached_only``, hold there too)."""
 
-    def __init__(self, max_workers: int) -> None:
+    def __init__(self, max_workers: int, *, in_context: bool = False) -> None:
         self.pool = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="assay-node")
+        self.in_context = in_context
 
     def submit(self, node: Node, args: tuple[Any, ...], kwargs: dict[str, Any],
                waits: list[Any], done: Callable[[], None]) -> Future[Any]:
-        f = self.pool.submit(node.fn, *args, **kwargs)
+        if self.in_context:
+            f = self.pool.submit(contextvars.copy_context().run, node.fn, *args, **kwargs)
+        else:
+            f = self.pool.submit(node.fn, *args, **kwargs)
         f.add_done_callback(lambda _: done())
         return f
 

@@ -16,7 +16,6 @@ Example:
 
 from __future__ import annotations
 
-import contextvars
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import replace
@@ -293,17 +292,6 @@ def _pregrader(spec: StudySpec, store: Store, graph: Graph, workers: int | None
 CACHED_READERS = 8
 
 
-class _InContext(ThreadExecutor):
-    """Nodes on threads, each in a copy of the submitting thread's context (``cached_only``
-    is a context variable: a plain pool thread would not see it, and would compute)."""
-
-    def submit(self, node: Node, args: tuple[Any, ...], kwargs: dict[str, Any],
-               waits: list[Any], done: Callable[[], None]) -> Any:
-        f = self.pool.submit(contextvars.copy_context().run, node.fn, *args, **kwargs)
-        f.add_done_callback(lambda _: done())
-        return f
-
-
 def serve_cached(spec: StudySpec, store: Store, *,
                  progress: Progress | None = print_progress
                  ) -> StudyRun | None:
@@ -316,7 +304,9 @@ def serve_cached(spec: StudySpec, store: Store, *,
     # inline. Only for specs whose kinds import nothing heavy: this path never warms imports
     # (assay.libguard), and nodes on threads must not meet a half-done one.
     side_by_side = store.remote and not libguard.spec_imports(spec)
-    ex: Executor = _InContext(CACHED_READERS) if side_by_side else InlineExecutor()
+    # in_context: cached_only is a context variable, which a plain pool thread would not see
+    ex: Executor = (ThreadExecutor(CACHED_READERS, in_context=True) if side_by_side
+                    else InlineExecutor())
     with cached_only():
         run = run_graph(graph, ex, max_parallel=CACHED_READERS if side_by_side else 1,
                         raise_first=False)
