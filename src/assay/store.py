@@ -202,13 +202,18 @@ class _Behind:
         # another thread: waiting on them cannot deadlock (nor can the width below: this job
         # holds no place on the wire while it waits for them)
         for f in before:
-            if f.exception() is not None:
+            try:
+                failed = f.exception(timeout=PUT_WAIT_S)
+            except concurrent.futures.TimeoutError:
+                failed = StoreTimeoutError(f"a write before it was not answered in "
+                                           f"{PUT_WAIT_S:g} s (ASSAY_STORE_PUT_WAIT_S)")
+            if failed is not None:
                 raise StoreIOError(f"{files.where(rel)} was not written: a write before it "
-                                   f"failed ({f.exception()})")
+                                   f"failed ({failed})")
         with self.lock:
-            # woken by each PUT's end; bounded by them (each ends by its client's timeouts)
-            while self.active >= self._width():
-                self.lock.wait()
+            # woken by each PUT's end (and by submit and flush, which may widen the wire)
+            self._wait(lambda: self.active < self._width(), f"a place on the wire for {rel}",
+                       check=False)
             self.active += 1
         try:
             files.write(rel, [data])
