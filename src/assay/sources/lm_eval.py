@@ -214,42 +214,41 @@ def task_requests(source: LmEvalSource, paths: Paths) -> tuple[Any, list[tuple[i
     inc = source._include(paths)
     if inc is not None and not inc.exists():
         raise SpecError(f"{where}: include_path {inc} does not exist")
+    from assay.sources.lm_eval_index import task_code, task_entry, task_manager, yaml_config
+    from assay.sources.lm_eval_metrics import config_refusal, output_type, task_refusal
+
+    want = "multiple_choice" if source.choices is not None else "loglikelihood_rolling"
     # lm-eval loads data through datasets' loaders: one at a time in this process (libguard)
     with libguard.datasets():
-        from lm_eval.tasks import TaskManager
-
-        folder = source._folder(paths)
-        tm = TaskManager(include_path=None if folder is None else str(folder),
-                         include_defaults=folder is None)
-        try:
+        with task_code(where, "index the tasks"):
+            tm = task_manager(source._folder(paths))
+        # what the index says decides before any data loads: groups, output type, metrics
+        cfg = yaml_config(task_entry(tm, source.task, where))
+        if cfg is not None:
+            _refuse_output_type(output_type(cfg), want, where)
+            why = config_refusal(cfg)
+            if why is not None:
+                raise SpecError(f"{where}: {why}; refused")
+        with task_code(where, "load the task"):
             loaded = tm.load([source.task])
-        except Exception as e:  # lm-eval's own errors: unknown task, bad YAML, missing data
-            raise SpecError(f"{where}: lm-eval could not load the task: {type(e).__name__}: "
-                            f"{e}") from None
         tasks = loaded.get("tasks") or {}
         if loaded.get("groups") or len(tasks) != 1:
             raise SpecError(f"{where}: {source.task!r} is a group or tag of {len(tasks)} tasks "
                             f"({sorted(tasks)[:6]}); give one source per task")
         task = next(iter(tasks.values()))
-        out = task.get_config("output_type")
-        want = "multiple_choice" if source.choices is not None else "loglikelihood_rolling"
-        if out != want:
-            hint = ("a generate_until task needs generated answers: use a file or hf_dataset "
-                    "source with generate: and a verifier" if out == "generate_until" else
-                    "choices: {model: ...} scores multiple_choice tasks, perplexity: {model: ...}"
-                    " loglikelihood_rolling ones; other output types are not supported")
-            raise SpecError(f"{where}: the task's output_type is {out!r}, not {want!r}; {hint}")
+        with task_code(where, "read the task's metrics"):
+            _refuse_output_type(task.get_config("output_type"), want, where)
+            why = task_refusal(task)
+        if why is not None:
+            raise SpecError(f"{where}: {why}; refused")
         # simple_evaluate's order: num_fewshot (a task's explicit 0 stands), then the seed
         if source.num_fewshot is not None and task.get_config("num_fewshot") != 0:
             task.set_config(key="num_fewshot", value=source.num_fewshot)
         elif task.get_config("num_fewshot") is None:
             task.set_config(key="num_fewshot", value=0)
         task.set_fewshot_seed(seed=source.fewshot_seed)
-        try:
+        with task_code(where, "build the requests"):
             task.build_all_requests(limit=source.limit, rank=0, world_size=1)
-        except Exception as e:
-            raise SpecError(f"{where}: lm-eval could not build the requests: "
-                            f"{type(e).__name__}: {e}") from None
     by_doc: dict[int, list[Any]] = {}
     for inst in task.instances:
         by_doc.setdefault(inst.doc_id, []).append(inst)
@@ -258,6 +257,15 @@ def task_requests(source: LmEvalSource, paths: Paths) -> tuple[Any, list[tuple[i
     if not docs:
         raise SpecError(f"{where}: the task has no documents")
     return task, docs
+
+
+def _refuse_output_type(out: Any, want: str, where: str) -> None:
+    if out != want:
+        hint = ("a generate_until task needs generated answers: use a file or hf_dataset "
+                "source with generate: and a verifier" if out == "generate_until" else
+                "choices: {model: ...} scores multiple_choice tasks, perplexity: {model: ...} "
+                "loglikelihood_rolling ones; other output types are not supported")
+        raise SpecError(f"{where}: the task's output_type is {out!r}, not {want!r}; {hint}")
 
 
 def _meta(doc: Any) -> dict[str, Any] | None:
@@ -276,6 +284,7 @@ def choice_rows_of(task: Any, docs: list[tuple[int, Any, list]], where: str) -> 
 
     from assay.builder import rows
     from assay.rows import Rows, to_json
+    from assay.sources.lm_eval_index import task_code
 
     delim = task.config.target_delimiter
     prompts, privileged, tids, metas = [], [], [], []
@@ -285,11 +294,12 @@ def choice_rows_of(task: Any, docs: list[tuple[int, Any, list]], where: str) -> 
         if len({a[0] for a in args}) != 1:
             raise SpecError(f"{at}: the choices have different contexts (a multiple-input task "
                             "such as winogrande); not supported")
-        choices = [str(c) for c in task.doc_to_choice(doc)]
+        with task_code(at, "read the document's choices and answer"):
+            choices = [str(c) for c in task.doc_to_choice(doc)]
+            gold = task.doc_to_target(doc)
         if [a[1] for a in args] != [delim + c for c in choices]:
             raise SpecError(f"{at}: the requests are not the target delimiter + each choice "
                             "(acc_mutual_info adds unconditional requests); not supported")
-        gold = task.doc_to_target(doc)
         if isinstance(gold, str) and gold in choices:
             gold = choices.index(gold)
         if isinstance(gold, list) or not isinstance(gold, int) or not 0 <= gold < len(choices):
@@ -314,6 +324,8 @@ def document_rows_of(task: Any, docs: list[tuple[int, Any, list]], where: str) -
     words and bytes its ``process_results`` counts (wikitext counts the raw page)."""
     from assay.builder import rows
     from assay.sources.documents import count_bytes, count_words
+    from assay.sources.lm_eval_index import task_code
+    from assay.sources.lm_eval_metrics import rolling_counts
 
     texts, tids, metas, markers = [], [], [], []
     for doc_id, doc, insts in docs:
@@ -321,8 +333,14 @@ def document_rows_of(task: Any, docs: list[tuple[int, Any, list]], where: str) -
         if not isinstance(text, str) or not text:
             raise SpecError(f"{where} document {doc_id}: lm-eval's request is {text!r:.40}, "
                             "not a non-empty text")
-        # a log-likelihood of 0 makes process_results hand back just its counts
-        counted = task.process_results(doc, (0.0,))
+        # a log-likelihood of 0 makes process_results hand back just its counts; a second one
+        # checks they are lm-eval's (log-likelihood, count) pairs, as assay's perplexity reads
+        with task_code(f"{where} document {doc_id}", "count the document's words and bytes"):
+            counted = task.process_results(doc, (0.0,))
+            again = task.process_results(doc, (-1.5,))
+        why = rolling_counts(counted, again, -1.5)
+        if why is not None:
+            raise SpecError(f"{where} document {doc_id}: {why}; refused")
         words = counted.get("word_perplexity", (0.0, count_words(text)))[1]
         nbytes = counted.get("byte_perplexity", counted.get("bits_per_byte",
                                                              (0.0, count_bytes(text))))[1]
