@@ -215,3 +215,35 @@ def test_task_code_calling_exit_is_one_error(world: Path, task: str) -> None:
     assert p.returncode == 2, (p.returncode, p.stderr[-2000:])
     assert p.stderr.count("error:") == 1 and "Traceback" not in p.stderr, p.stderr[-2000:]
     assert f"source 's0' (lm-eval task {task!r}): the task's own code called exit(" in p.stderr
+
+
+@pytest.mark.slow  # lm-eval's whole index (13,000 YAMLs)
+def test_lm_eval_own_truthfulqa_mc2_and_cola_are_refused(tmp_path: Path) -> None:
+    """lm-eval's shipped truthfulqa_mc2 (its own process_results) and cola (mcc), and the mmlu
+    group: refused from the index, offline (no data is fetched for a refused task); an
+    installed multiple-choice task with acc only is not refused by the index."""
+    import os
+
+    from assay.errors import SpecError
+    from assay.sources.lm_eval_index import task_entry, task_manager, yaml_config
+    from assay.sources.lm_eval_metrics import config_refusal
+
+    os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+    def refusal(task: str) -> str:
+        from assay.spec import parse_spec
+
+        spec = parse_spec(yaml.safe_dump({"version": 1, "name": "x", "sources": [
+            {"name": "s", "kind": "lm_eval", "task": task,
+             "choices": {"model": {"kind": "hf", "path": "m"}}}]}),
+            source="x.yaml", base_dir=str(tmp_path))
+        with pytest.raises(SpecError) as e:
+            spec.sources[0].build(spec.paths)
+        return str(e.value)
+
+    assert "its own process_results" in refusal("truthfulqa_mc2")
+    assert "asks for 'mcc'" in refusal("cola")
+    assert "is an lm-eval group of" in refusal("mmlu")
+    tm = task_manager(None)
+    assert config_refusal(yaml_config(task_entry(tm, "arc_easy", "x"))) is None
