@@ -9,8 +9,12 @@ become assay rows: a ``multiple_choice`` task gives one prompt row per document 
 score-choices stage (declare ``choices: {model: ...}``), a ``loglikelihood_rolling`` task one
 document row for the score-documents stage (``perplexity: {model: ...}``) with the words and
 bytes lm-eval's own ``process_results`` counts. Other output types are refused with what to use
-instead (``generate_until``: a ``generate:`` source with a verifier). lm-eval is an optional
-dependency of this kind only (``pip install 'assay[lm_eval]'``).
+instead (``generate_until``: a ``generate:`` source with a verifier). A task whose reported
+number assay would not reproduce (its own ``process_results``, a metric such as f1 or mcc) is
+refused (:mod:`assay.sources.lm_eval_metrics`); the index, shared by every source of the process,
+refuses groups and tags before any data loads, and task code's ``exit()`` is one spec error
+(:mod:`assay.sources.lm_eval_index`). lm-eval is an optional dependency of this kind only
+(``pip install 'assay[lm_eval]'``).
 
 Example:
     >>> s = LmEvalSource.model_validate({"name": "mmlu", "kind": "lm_eval", "task": "mmlu_anatomy",
