@@ -408,8 +408,7 @@ metric_list: [{{metric: exact_match}}]
         return spec.sources[0], spec.paths
 
     src, paths = source("lmx_gen")
-    with pytest.raises(SpecError, match="output_type is 'generate_until'.*generate: and a "
-                       "verifier"):
+    with pytest.raises(SpecError, match="output_type is 'generate_until'.*give generate: "):
         src.build(paths)
     spec = parse_spec(yaml.safe_dump({"version": 1, "name": "x", "sources": [
         {"name": "s", "kind": "lm_eval", "task": "lmx_gen", "include_path": "tasks/gen.yaml",

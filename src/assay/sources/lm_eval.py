@@ -80,24 +80,51 @@ class LmEvalSource(SourceSpec):
         None, description="a multiple_choice task: the model scoring each choice")
     perplexity: LmEvalScoring | None = Field(
         None, description="a loglikelihood_rolling task: the model scoring each document")
+    gen_kwargs: dict[str, str | int | float | bool | list[str]] = Field(
+        default_factory=dict, description="a generate_until task: override its "
+        "generation_kwargs (as simple_evaluate's gen_kwargs, e.g. {max_gen_toks: 64}); "
+        "generate.params must then equal them")
 
     @model_validator(mode="after")
     def _one_mode(self) -> LmEvalSource:
-        if (self.choices is None) == (self.perplexity is None):
-            raise ValueError("give choices: {model: ...} for a multiple_choice task or "
-                             "perplexity: {model: ...} for a loglikelihood_rolling one")
-        if self.generate is not None or self.verifier is not None:
-            raise ValueError("an lm_eval source is scored by its model's log-likelihoods; drop "
-                             "generate and verifier (a generate_until task: use a file or "
-                             "hf_dataset source with generate: and a verifier)")
+        if sum(x is not None for x in (self.choices, self.perplexity, self.generate)) != 1:
+            raise ValueError("give choices: {model: ...} for a multiple_choice task, "
+                             "perplexity: {model: ...} for a loglikelihood_rolling one or "
+                             "generate: {model: ..., api: completions, params: ...} for a "
+                             "generate_until one")
+        if self.generate is None and self.verifier is not None:
+            raise ValueError("an lm_eval source in choices or perplexity mode is scored by its "
+                             "model's log-likelihoods; drop verifier")
+        if self.generate is not None:
+            # the task's own filters and metrics grade it: lm-eval's numbers, not a verifier's
+            want = {"kind": "lm_eval", "params": self._verifier_params()}
+            if self.verifier is not None and self.verifier.model_dump(
+                    include={"kind", "params"}) != want:
+                raise ValueError("a generate_until lm_eval source is graded by the task's own "
+                                 "filters and metrics (verifier kind lm_eval, set for you); "
+                                 "drop verifier")
+            from assay.verify.spec import VerifierSpec
+
+            object.__setattr__(self, "verifier", VerifierSpec.model_validate(want))
+        if self.gen_kwargs and self.generate is None:
+            raise ValueError("gen_kwargs: only for a generate_until task (generate:)")
         return self
+
+    def _verifier_params(self) -> dict[str, Any]:
+        """What the lm_eval verifier needs to load the task again (its filters and metrics)."""
+        return {"task": self.task, "include_path": self.include_path,
+                "gen_kwargs": dict(self.gen_kwargs)}
 
     @property
     def mode(self) -> Mode:
+        if self.generate is not None:
+            return "generate"
         return "choices" if self.choices is not None else "perplexity"
 
     @property
     def scoring_model(self) -> Any:
+        if self.generate is not None:
+            return None
         return (self.choices or self.perplexity).model  # type: ignore[union-attr]  # one is set
 
     def _where(self) -> str:
@@ -141,6 +168,8 @@ class LmEvalSource(SourceSpec):
             else:
                 ident[mode] = {}
         ident.pop("include_path", None)
+        if not ident.get("gen_kwargs"):  # unset: the identity of the sources before it existed
+            ident.pop("gen_kwargs", None)
         # contents, not places: moving the folder changes nothing, editing a file does
         folder = self._folder(paths)
         ident["files"] = sorted(
@@ -169,6 +198,17 @@ class LmEvalSource(SourceSpec):
 
     def build_rows(self, paths: Paths) -> Rows:
         task, docs = task_requests(self, paths)
+        if self.generate is not None:
+            from assay.sources.lm_eval_generate import (
+                check_declared,
+                generate_rows_of,
+                sampling_of,
+            )
+
+            check_declared(self.generate,
+                           sampling_of(task.get_config("generation_kwargs"), self._where()),
+                           self._where())
+            return generate_rows_of(task, docs, self._where())
         if self.choices is not None:
             return choice_rows_of(task, docs, self._where())
         return document_rows_of(task, docs, self._where())
@@ -221,7 +261,8 @@ def task_requests(source: LmEvalSource, paths: Paths) -> tuple[Any, list[tuple[i
     from assay.sources.lm_eval_index import task_code, task_entry, task_manager, yaml_config
     from assay.sources.lm_eval_metrics import config_refusal, output_type, task_refusal
 
-    want = "multiple_choice" if source.choices is not None else "loglikelihood_rolling"
+    want = ("generate_until" if source.generate is not None else
+            "multiple_choice" if source.choices is not None else "loglikelihood_rolling")
     # lm-eval loads data through datasets' loaders: one at a time in this process (libguard)
     with libguard.datasets():
         with task_code(where, "index the tasks"):
@@ -251,6 +292,8 @@ def task_requests(source: LmEvalSource, paths: Paths) -> tuple[Any, list[tuple[i
         elif task.get_config("num_fewshot") is None:
             task.set_config(key="num_fewshot", value=0)
         task.set_fewshot_seed(seed=source.fewshot_seed)
+        if source.gen_kwargs:  # simple_evaluate's gen_kwargs: an update of the task's
+            task.set_config(key="generation_kwargs", value=dict(source.gen_kwargs), update=True)
         with task_code(where, "build the requests"):
             task.build_all_requests(limit=source.limit, rank=0, world_size=1)
     by_doc: dict[int, list[Any]] = {}
@@ -265,10 +308,12 @@ def task_requests(source: LmEvalSource, paths: Paths) -> tuple[Any, list[tuple[i
 
 def _refuse_output_type(out: Any, want: str, where: str) -> None:
     if out != want:
-        hint = ("a generate_until task needs generated answers: use a file or hf_dataset "
-                "source with generate: and a verifier" if out == "generate_until" else
+        hint = ("a generate_until task needs generated answers: give generate: {model: ..., "
+                "api: completions, params: ...} instead (its own filters and metrics grade them)"
+                if out == "generate_until" else
                 "choices: {model: ...} scores multiple_choice tasks, perplexity: {model: ...} "
-                "loglikelihood_rolling ones; other output types are not supported")
+                "loglikelihood_rolling ones, generate: {model: ...} generate_until ones; other "
+                "output types are not supported")
         raise SpecError(f"{where}: the task's output_type is {out!r}, not {want!r}; {hint}")
 
 

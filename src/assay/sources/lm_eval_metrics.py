@@ -5,7 +5,9 @@ loads, then on lm-eval's loaded ``Task`` object (Python task classes, the aggreg
 
 Why refuse rather than report acc anyway: a number under a task's name must be the number
 lm-eval gives for it (truthfulqa_mc2's own ``process_results`` gives 0.533 where plain acc gives
-0.267). A later output type (``generate_until``) extends :data:`COMPUTED` and the checks here.
+0.267). A ``generate_until`` task's per-document metrics are lm-eval's own (its filters and
+``process_results``, run by :mod:`assay.verify.lm_eval_metric`); what is refused there is a
+number that is not their mean (repeats, corpus-level aggregations).
 
 Example:
     >>> config_refusal({"task": "t", "output_type": "multiple_choice",
@@ -32,6 +34,10 @@ COMPUTED: dict[str, dict[str, tuple[str, ...]]] = {
 }
 #: lm-eval's TaskConfig default
 DEFAULT_OUTPUT_TYPE = "generate_until"
+#: a generate_until task's metrics are whatever lm-eval's own filters and ``process_results``
+#: give per document (assay runs them, :mod:`assay.verify.lm_eval_metric`); assay's number is
+#: their mean over documents, so only these aggregations (registry names) are lm-eval's number
+GENERATE_AGGREGATIONS = ("mean",)
 
 
 def output_type(cfg: Mapping[str, Any]) -> str:
@@ -52,9 +58,11 @@ def _computed(out: str) -> str:
 
 def config_refusal(cfg: Mapping[str, Any]) -> str | None:
     """Why assay cannot give lm-eval's numbers for a task config (lm-eval's index entry, its
-    ``!function`` tags unresolved), or None. Only the multiple-choice and rolling output types
-    are judged here; the caller refuses the others by output type."""
+    ``!function`` tags unresolved), or None. The multiple-choice, rolling and generate_until
+    output types are judged here; the caller refuses the others by output type."""
     out = output_type(cfg)
+    if out == "generate_until":
+        return _generate_refusal(cfg)
     if out not in COMPUTED:
         return None
     if cfg.get("process_results") is not None and out == "multiple_choice":
@@ -90,6 +98,8 @@ def task_refusal(task: Any) -> str | None:
     from lm_eval.api.task import ConfigurableTask
 
     out = str(task.get_config("output_type") or DEFAULT_OUTPUT_TYPE)
+    if out == "generate_until":
+        return _generate_task_refusal(task)
     if out not in COMPUTED:
         return None
     c = task.config
@@ -109,6 +119,43 @@ def task_refusal(task: Any) -> str | None:
         if not any(agg is get_aggregation(a) for a in computed[name]):
             return (f"its metric {name!r} is aggregated by {_name(agg)!r}; assay's {name} is "
                     f"lm-eval's {' / '.join(computed[name])}")
+    return None
+
+
+def _generate_refusal(cfg: Mapping[str, Any]) -> str | None:
+    """A generate_until config: one completion per document (a per-row grade cannot vote
+    across samples) and every metric averaged by lm-eval's mean (corpus-level metrics such as
+    bleu are not a mean of per-document numbers)."""
+    repeats = cfg.get("repeats")
+    if repeats is not None and repeats != 1:
+        return (f"it asks for repeats: {repeats} completions per document (filters such as "
+                "majority_vote over them); assay grades one completion per document")
+    for m in cfg.get("metric_list") or ():
+        if not isinstance(m, Mapping) or "metric" not in m:
+            return f"its metric_list entry {m!r:.60} names no metric"
+        agg = m.get("aggregation")
+        if agg is not None and _name(agg) not in GENERATE_AGGREGATIONS:
+            return (f"its metric {_name(m['metric'])!r} is aggregated by {_name(agg)!r}; assay "
+                    f"reports a generate_until task's metrics as lm-eval's "
+                    f"{' / '.join(GENERATE_AGGREGATIONS)} over documents")
+    return None
+
+
+def _generate_task_refusal(task: Any) -> str | None:
+    """:func:`_generate_refusal` on a loaded generate_until ``Task``, plus the aggregation
+    functions lm-eval itself chose for every metric it reports (compared by identity)."""
+    from lm_eval.api.registry import get_aggregation
+
+    c = task.config
+    why = _generate_refusal({"repeats": c.repeats, "metric_list": c.metric_list})
+    if why is not None:
+        return why
+    allowed = [get_aggregation(a) for a in GENERATE_AGGREGATIONS]
+    for name, agg in task.aggregation().items():
+        if not any(agg is a for a in allowed):
+            return (f"its metric {name!r} is aggregated by {_name(agg)!r}; assay reports a "
+                    "generate_until task's metrics as lm-eval's "
+                    f"{' / '.join(GENERATE_AGGREGATIONS)} over documents")
     return None
 
 

@@ -19,6 +19,7 @@ from assay.verify.code import CodeExec, extract_code
 from assay.verify.combine import All, Any, Weighted
 from assay.verify.function import FunctionVerifier
 from assay.verify.judge import JudgeVerifier, parse_grade
+from assay.verify.lm_eval_metric import LmEvalMetric
 from assay.verify.numeric import Numeric, extract_number
 from assay.verify.spec import VerifierSpec
 from assay.verify.symbolic import MathEqual
@@ -27,6 +28,7 @@ from assay.verify.trust import JudgeTrust, cohen_kappa, judge_trust
 
 __all__ = [
     "All", "Any", "CodeExec", "ExactMatch", "FunctionVerifier", "JudgeTrust", "JudgeVerifier",
+    "LmEvalMetric",
     "MathEqual", "MultipleChoice", "Numeric", "Verdict", "Verifier", "VerifierSpec", "Weighted",
     "cohen_kappa", "extract_choice",
     "extract_code", "extract_number", "judge_trust", "normalize", "parse_grade",

@@ -1,0 +1,102 @@
+"""A ``generate_until`` lm-eval task as prompt rows for assay's generate stage: lm-eval's
+contexts, and its ``generation_kwargs`` as the sampling parameters the source must declare.
+
+Why declared and checked rather than filled in: the generate stage keys each completion on the
+spec's ``generate.params``, which exist before any task loads; the task's kwargs (read through
+lm-eval's own ``normalize_gen_kwargs``) must equal them, else the source is refused with the
+exact ``params:`` to write, so no completion is ever cached under settings it was not made with.
+
+Example:
+    >>> sampling_of({"until": ["Question:"], "do_sample": False, "temperature": 0.0}, "t")
+    {'temperature': 0.0, 'top_p': 1.0, 'max_tokens': 256, 'stop': ['Question:']}
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from assay.errors import SpecError
+
+if TYPE_CHECKING:
+    from assay.rows import Rows
+
+#: HFLM's default ``max_gen_toks`` (lm-eval 0.4), used when a task sets none
+DEFAULT_MAX_GEN_TOKS = 256
+
+
+def sampling_of(gen_kwargs: Any, where: str) -> dict[str, Any]:
+    """The ``generate.params`` that give lm-eval's decoding for a task's ``generation_kwargs``:
+    ``until`` -> ``stop``, ``max_gen_toks`` (or its aliases) -> ``max_tokens``, greedy
+    (``do_sample: false`` or temperature 0) -> ``temperature: 0``; a kwarg assay's backends
+    do not take (``top_k``, ``num_beams``...) is a :class:`SpecError`."""
+    from lm_eval.models.utils import normalize_gen_kwargs
+
+    if gen_kwargs is None:
+        gen_kwargs = {}
+    if not isinstance(gen_kwargs, dict):
+        raise SpecError(f"{where}: its generation_kwargs are {gen_kwargs!r:.60}, not a mapping")
+    try:
+        kw = dict(normalize_gen_kwargs(dict(gen_kwargs), DEFAULT_MAX_GEN_TOKS))
+    except Exception as e:  # noqa: BLE001 (lm-eval's own validation of the task's kwargs)
+        raise SpecError(f"{where}: lm-eval refuses its generation_kwargs: {e}") from None
+    until = kw.pop("until", [])
+    until = [until] if isinstance(until, str) else list(until or [])
+    # HFLM stops at the tokenizer's eos as well; assay's backends always do
+    stop = [u for u in until if u]
+    do_sample = bool(kw.pop("do_sample", False))
+    temperature = float(kw.pop("temperature", 0.0) or 0.0)
+    top_p = float(kw.pop("top_p", 1.0) if do_sample else 1.0)
+    max_tokens = int(kw.pop("max_gen_toks"))
+    left = sorted(k for k in kw if k != "top_p")
+    if left:
+        raise SpecError(f"{where}: its generation_kwargs set {left}, which assay's generate "
+                        "stage does not pass (it samples with temperature, top_p, max_tokens "
+                        "and stop); refused")
+    return {"temperature": temperature if do_sample else 0.0, "top_p": top_p,
+            "max_tokens": max_tokens, "stop": stop}
+
+
+def check_declared(gspec: Any, want: dict[str, Any], where: str) -> None:
+    """Refuse a ``generate:`` entry whose API or params are not the task's (``want``, from
+    :func:`sampling_of`): lm-eval sends the context as one text, decoded as the task says."""
+    got = gspec.params.model_dump(mode="json")
+    diff = {k: got[k] for k in want if got[k] != want[k]}
+    extra = {k: got[k] for k in ("presence_penalty", "frequency_penalty", "extra")
+             if got[k] not in (0.0, {})}
+    if gspec.api != "completions" or diff or extra or gspec.k != 1:
+        import json
+
+        raise SpecError(
+            f"{where}: generate: must decode as the task's generation_kwargs do; write "
+            f"generate: {{api: completions, k: 1, params: {json.dumps(want)}}} (got api "
+            f"{gspec.api!r}, k {gspec.k}"
+            + (f", {json.dumps(diff)}" if diff else "")
+            + (f", {json.dumps(extra)}" if extra else "")
+            + "); change the task's decoding with gen_kwargs:")
+
+
+def generate_rows_of(task: Any, docs: list[tuple[int, Any, list]], where: str) -> Rows:
+    """One prompt row per document: lm-eval's context (few-shot examples as its sampler drew
+    them), its target as the reference, and the document id the lm_eval verifier grades by."""
+    from assay.builder import rows
+    from assay.sources.lm_eval import _meta
+    from assay.sources.lm_eval_index import task_code
+
+    prompts, refs, tids, metas = [], [], [], []
+    for doc_id, doc, insts in docs:
+        at = f"{where} document {doc_id}"
+        if len(insts) != 1:
+            raise SpecError(f"{at}: lm-eval made {len(insts)} requests for it (repeats); "
+                            "assay grades one completion per document")
+        context = insts[0].arguments[0]
+        if not isinstance(context, str):
+            raise SpecError(f"{at}: lm-eval's context is {type(context).__name__} (a chat "
+                            "or multimodal request); not supported")
+        with task_code(at, "read the document's target"):
+            target = task.doc_to_target(doc)
+        prompts.append(context)
+        refs.append(target if isinstance(target, str) else str(target))
+        tids.append(str(doc_id))
+        metas.append(_meta(doc))
+    return rows(prompts, [""] * len(prompts), None, references=refs, task_ids=tids, meta=metas,
+                record_names=lambda i: f"document {tids[i]}")
