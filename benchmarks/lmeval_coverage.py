@@ -7,11 +7,12 @@ extra; no data is downloaded: only the YAML configs are read).
 Each indexed task's config (includes merged, ``!function`` unresolved) goes through the same
 checks a source runs before loading data (:mod:`assay.sources.lm_eval_index`,
 :mod:`assay.sources.lm_eval_metrics`): its output type, its own ``process_results``, its
-``metric_list`` and aggregations, a ``filter_list``. "runs" means the index check passes; a task
-can still be refused once its documents are read (a multiple-input task such as winogrande,
-multiple gold targets, a rolling ``process_results`` that is not lm-eval's pairs, an
-unreachable dataset). Python task classes are only judged once loaded: counted apart. Also
-timed: building the index, and getting it again from assay's per-process cache.
+``metric_list`` and aggregations, a ``filter_list``; a ``generate_until`` task's ``repeats``,
+its aggregations (a mean over documents) and its ``generation_kwargs``. "runs" means the
+index check passes; a task can still be refused once its documents are read (a multiple-input
+task such as winogrande, multiple gold targets, a rolling ``process_results`` that is not
+lm-eval's pairs, an unreachable dataset). Python task classes are only judged once loaded:
+counted apart. Also timed: building the index, and getting it again from assay's per-process cache.
 """
 
 from __future__ import annotations
@@ -38,10 +39,24 @@ def _reason(why: str) -> str:
     for key, label in (("process_results", "own process_results"),
                        ("aggregated by", "aggregation assay does not compute"),
                        ("filter_list", "filter_list"), ("hf_evaluate", "HF evaluate metric"),
-                       ("names no metric", "metric_list entry without metric")):
+                       ("names no metric", "metric_list entry without metric"),
+                       ("repeats", "repeats > 1 (votes over samples)"),
+                       ("generation_kwargs", "generation kwargs assay does not pass")):
         if key in why:
             return label
     return why
+
+
+def _decoding_refusal(cfg: dict[str, Any]) -> str | None:
+    """A generate_until task's generation_kwargs that assay's generate stage cannot pass."""
+    from assay.errors import SpecError
+    from assay.sources.lm_eval_generate import sampling_of
+
+    try:
+        sampling_of(cfg.get("generation_kwargs"), "task")
+    except SpecError as e:
+        return str(e)
+    return None
 
 
 def survey() -> dict[str, Any]:
@@ -74,10 +89,12 @@ def survey() -> dict[str, Any]:
             by_type["(unreadable config)"]["refused: unreadable config"] += 1
             continue
         out = output_type(cfg)
-        if out not in COMPUTED:
+        if out not in COMPUTED and out != "generate_until":
             by_type[out][f"refused: output type {out}"] += 1
             continue
         why = config_refusal(cfg)
+        if why is None and out == "generate_until":
+            why = _decoding_refusal(cfg)
         if why is None:
             own = " (own process_results, checked per document)" \
                 if cfg.get("process_results") is not None else ""

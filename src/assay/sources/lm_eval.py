@@ -8,8 +8,11 @@ sampler is seeded with ``fewshot_seed`` (lm-eval's ``fewshot_random_seed``) and 
 become assay rows: a ``multiple_choice`` task gives one prompt row per document for the
 score-choices stage (declare ``choices: {model: ...}``), a ``loglikelihood_rolling`` task one
 document row for the score-documents stage (``perplexity: {model: ...}``) with the words and
-bytes lm-eval's own ``process_results`` counts. Other output types are refused with what to use
-instead (``generate_until``: a ``generate:`` source with a verifier). A task whose reported
+bytes lm-eval's own ``process_results`` counts, a ``generate_until`` task one prompt row per
+document for the generate stage (``generate: {model: ..., api: completions, params: ...}``,
+params equal to the task's ``generation_kwargs``: :mod:`assay.sources.lm_eval_generate`), graded
+by the task's own filters and metrics (verifier kind ``lm_eval``). Other output types are
+refused. A task whose reported
 number assay would not reproduce (its own ``process_results``, a metric such as f1 or mcc) is
 refused (:mod:`assay.sources.lm_eval_metrics`); the index, shared by every source of the process,
 refuses groups and tags before any data loads, and task code's ``exit()`` is one spec error
