@@ -38,7 +38,8 @@ def _err(msg: str) -> None:
 def cmd_validate(args: argparse.Namespace) -> int:
     from assay.spec import check_data, check_files, load_spec
 
-    spec = load_spec(args.spec)
+    # the overrides `assay run` takes: what is checked is the study that command would run
+    spec = load_spec(args.spec, spec_overrides(args))
     problems = [] if args.no_files else check_files(spec)
     warnings: list[str] = []
     if not args.no_files and not problems:  # the files are there: read them
@@ -496,6 +497,7 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("spec")
     v.add_argument("--no-files", action="store_true",
                    help="skip the files it names (their presence and every record in them)")
+    add_override_flags(v)
     v.set_defaults(func=cmd_validate)
     r = sub.add_parser("run", help="run a study spec as a Prefect flow")
     r.add_argument("spec")
