@@ -4,7 +4,8 @@ Only ``run`` and ``nightly`` import Prefect (lazily). Exit codes (``assay.errors
 1 an unexpected exception during ``run`` (the stage and OUTPUT/run.log named); 2 a usage, spec
 or data error; 3 the check found a problem (``nightly``: a gated metric regressed; ``store
 verify``: a corrupt entry); 4 ``run`` or ``nightly`` finished but some samples failed
-(gen_error rows: the numbers cover fewer samples; a partial night is not a pass); 5 stopped
+(gen_error rows: the numbers cover fewer samples; a partial night is not a pass), or ``run``
+finished with a source no row of which could be judged (run.json ``nothing_judged``); 5 stopped
 by the spec's deadline or stall detector; 130 interrupted; 143 terminated.
 
 Example:
@@ -175,10 +176,10 @@ SERVED_NOTE = ("none: every stage node was already in the store, so no Prefect s
                "started and no flow run was recorded (--no-fast-path records one)")
 
 
-def _serve_cached(args: argparse.Namespace, t0: float) -> bool:
+def _serve_cached(args: argparse.Namespace, t0: float) -> dict[str, Any] | None:
     """Serve a run whose every node is cached straight from the store, before any Prefect
-    start-up (seconds of the embedded server for nothing new). False when anything is
-    missing or the spec has problems: the orchestrated run then computes, or reports them."""
+    start-up (seconds of the embedded server for nothing new); its run.json. None when anything
+    is missing or the spec has problems: the orchestrated run then computes, or reports them."""
     from assay.spec import check_files, load_spec
     from assay.stages.cache import print_progress, summarize
     from assay.stages.finish import finish_run
@@ -190,19 +191,19 @@ def _serve_cached(args: argparse.Namespace, t0: float) -> bool:
         overrides = spec_overrides(args)
         spec = load_spec(args.spec, overrides)
         if check_files(spec):
-            return False
+            return None
         store = Store(args.store)
         with store.in_use():
             run = serve_cached(spec, store, progress=None)
             if run is None:
-                return False
+                return None
             out = spec.output_dir(args.output)
             for r in run.results:
                 print_progress(r)
             info = finish_run(store, spec, run, out, started, note=SERVED_NOTE,
                               overrides=overrides)
     except Exception:  # noqa: BLE001  (the flow meets it again and reports it properly)
-        return False
+        return None
     (out / "run.log").write_text(f"served from the store: {SERVED_NOTE}\n", encoding="utf-8")
     if spec.execution.view and not args.no_view:
         from assay.view import write_view
@@ -221,7 +222,7 @@ def _serve_cached(args: argparse.Namespace, t0: float) -> bool:
           file=sys.stderr, flush=True)
     print(f"done in {time.perf_counter() - t0:.1f} s: {len(info['cached'])} stage(s) cached, "
           f"0 computed; report in {out}/report.md", file=sys.stderr)
-    return True
+    return info
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -237,8 +238,10 @@ def cmd_run(args: argparse.Namespace) -> int:
 
         os.environ["ASSAY_STORE"] = absolute(args.store)
     _RUN["debug"] = bool(args.debug)
-    if not args.no_fast_path and _serve_cached(args, t0):
-        return 0
+    if not args.no_fast_path:
+        served = _serve_cached(args, t0)
+        if served is not None:  # a cached study that judged nothing is still partial
+            return _outcome(served)
     # The embedded server is launched first: its start-up overlaps loading the spec and
     # importing Prefect here. A bad spec stops it again before Prefect is imported.
     overrides = spec_overrides(args)
@@ -290,14 +293,18 @@ def cmd_run(args: argparse.Namespace) -> int:
     print(f"{head} in {time.perf_counter() - t0:.1f} s: {len(result['cached'])} stage(s) cached, "
           f"{len(result['computed'])} computed; report in {result['output']}/report.md",
           file=sys.stderr)
-    if failed:
-        what = "; ".join(f"{src}: {f['samples']} sample(s) of {f['tasks']} task(s)"
-                         for src, f in sorted(failed.items()))
-        print(f"partial: the model gave no completion for {what} (gen_error rows, listed in "
-              "run.json failed_samples); the numbers leave them out; rerun to ask them again "
-              f"(exit {EXIT_PARTIAL})", file=sys.stderr)
-        return EXIT_PARTIAL
-    return EXIT_OK
+    return _outcome(result)
+
+
+def _outcome(info: dict[str, Any]) -> int:
+    """Print what the finished run leaves out (failed samples, sources nothing judged); its
+    exit status."""
+    from assay.stages.finish import outcome
+
+    lines, status = outcome(info)
+    for line in lines:
+        print(line, file=sys.stderr)
+    return status
 
 
 def _head_start(args: argparse.Namespace, spec: Any,
