@@ -48,16 +48,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
     for w in warnings:
         print(f"warning: {args.spec}: {w}", file=sys.stderr)
     if problems:
-        import yaml
-
-        from assay.spec import locate
-
-        root = yaml.compose(Path(args.spec).read_text(encoding="utf-8"))
-        counted = (" (records and lines count from 1)" if any("record " in p for p in problems)
-                   else "")
-        _err(f"{args.spec} has {len(problems)} problem(s){counted}:\n  "
-             + "\n  ".join(locate(p, root, args.spec).replace("\n", "\n    ")
-                            for p in problems))
+        _err(_problems_text(args.spec, problems))
         return 2
     stages = [f"sources: {', '.join(s.name for s in spec.sources) or '-'}"]
     if spec.decontaminate:
@@ -68,6 +59,34 @@ def cmd_validate(args: argparse.Namespace) -> int:
     if not args.no_files:
         print(f"checksum: {spec.checksum()}")
     return 0
+
+
+def _problems_text(spec_path: str, problems: list[str]) -> str:
+    """The spec's problems, each at its line of the spec file (``validate``'s report)."""
+    import yaml
+
+    from assay.spec import locate
+
+    root = yaml.compose(Path(spec_path).read_text(encoding="utf-8-sig"))
+    counted = (" (records and lines count from 1)" if any("record " in p for p in problems)
+               else "")
+    return (f"{spec_path} has {len(problems)} problem(s){counted}:\n  "
+            + "\n  ".join(locate(p, root, spec_path).replace("\n", "\n    ")
+                           for p in problems))
+
+
+def _local_data_problems(spec: Any) -> list[str]:
+    """What ``validate`` finds in the records of the spec's local data files (``kind: file``:
+    a bad JSON line, a field the records lack), for ``run`` to say before Prefect starts (a
+    second or two) rather than from the build-rows node (seconds of start-up later). Hub and
+    plugin sources are left to the run: checking them may need the network."""
+    from assay.sources.file import FileSource
+
+    problems = []
+    for i, s in enumerate(spec.sources):
+        if isinstance(s, FileSource):
+            problems += [f"sources[{i}].{p}" for p in s.check(spec.paths)[0]]
+    return problems
 
 
 def cmd_report(args: argparse.Namespace) -> int:
@@ -250,6 +269,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         problems = check_files(spec)
         if problems:
             _err(f"{args.spec}: " + "; ".join(problems))
+            return 2
+        problems = _local_data_problems(spec)  # the data's lines, as validate reads them
+        if problems:
+            _err(_problems_text(args.spec, problems))
             return 2
         require_real_server(spec.execution.runner, embedded=server is not None)
         _RUN["debug"] = debug = bool(args.debug) or spec.execution.log_level == "debug"
