@@ -4,7 +4,8 @@ Only ``run`` and ``nightly`` import Prefect (lazily). Exit codes (``assay.errors
 1 an unexpected exception during ``run`` (the stage and OUTPUT/run.log named); 2 a usage, spec
 or data error; 3 the check found a problem (``nightly``: a gated metric regressed; ``store
 verify``: a corrupt entry); 4 ``run`` or ``nightly`` finished but some samples failed
-(gen_error rows: the numbers cover fewer samples; a partial night is not a pass); 5 stopped
+(gen_error rows: the numbers cover fewer samples; a partial night is not a pass), or ``run``
+finished with a source no row of which could be judged (run.json ``nothing_judged``); 5 stopped
 by the spec's deadline or stall detector; 130 interrupted; 143 terminated.
 
 Example:
@@ -38,7 +39,8 @@ def _err(msg: str) -> None:
 def cmd_validate(args: argparse.Namespace) -> int:
     from assay.spec import check_data, check_files, load_spec
 
-    spec = load_spec(args.spec)
+    # the overrides `assay run` takes: what is checked is the study that command would run
+    spec = load_spec(args.spec, spec_overrides(args))
     problems = [] if args.no_files else check_files(spec)
     warnings: list[str] = []
     if not args.no_files and not problems:  # the files are there: read them
@@ -46,16 +48,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
     for w in warnings:
         print(f"warning: {args.spec}: {w}", file=sys.stderr)
     if problems:
-        import yaml
-
-        from assay.spec import locate
-
-        root = yaml.compose(Path(args.spec).read_text(encoding="utf-8"))
-        counted = (" (records and lines count from 1)" if any("record " in p for p in problems)
-                   else "")
-        _err(f"{args.spec} has {len(problems)} problem(s){counted}:\n  "
-             + "\n  ".join(locate(p, root, args.spec).replace("\n", "\n    ")
-                            for p in problems))
+        _err(_problems_text(args.spec, problems))
         return 2
     stages = [f"sources: {', '.join(s.name for s in spec.sources) or '-'}"]
     if spec.decontaminate:
@@ -66,6 +59,34 @@ def cmd_validate(args: argparse.Namespace) -> int:
     if not args.no_files:
         print(f"checksum: {spec.checksum()}")
     return 0
+
+
+def _problems_text(spec_path: str, problems: list[str]) -> str:
+    """The spec's problems, each at its line of the spec file (``validate``'s report)."""
+    import yaml
+
+    from assay.spec import locate
+
+    root = yaml.compose(Path(spec_path).read_text(encoding="utf-8-sig"))
+    counted = (" (records and lines count from 1)" if any("record " in p for p in problems)
+               else "")
+    return (f"{spec_path} has {len(problems)} problem(s){counted}:\n  "
+            + "\n  ".join(locate(p, root, spec_path).replace("\n", "\n    ")
+                           for p in problems))
+
+
+def _local_data_problems(spec: Any) -> list[str]:
+    """What ``validate`` finds in the records of the spec's local data files (``kind: file``:
+    a bad JSON line, a field the records lack), for ``run`` to say before Prefect starts (a
+    second or two) rather than from the build-rows node (seconds of start-up later). Hub and
+    plugin sources are left to the run: checking them may need the network."""
+    from assay.sources.file import FileSource
+
+    problems = []
+    for i, s in enumerate(spec.sources):
+        if isinstance(s, FileSource):
+            problems += [f"sources[{i}].{p}" for p in s.check(spec.paths)[0]]
+    return problems
 
 
 def cmd_report(args: argparse.Namespace) -> int:
@@ -174,10 +195,10 @@ SERVED_NOTE = ("none: every stage node was already in the store, so no Prefect s
                "started and no flow run was recorded (--no-fast-path records one)")
 
 
-def _serve_cached(args: argparse.Namespace, t0: float) -> bool:
+def _serve_cached(args: argparse.Namespace, t0: float) -> dict[str, Any] | None:
     """Serve a run whose every node is cached straight from the store, before any Prefect
-    start-up (seconds of the embedded server for nothing new). False when anything is
-    missing or the spec has problems: the orchestrated run then computes, or reports them."""
+    start-up (seconds of the embedded server for nothing new); its run.json. None when anything
+    is missing or the spec has problems: the orchestrated run then computes, or reports them."""
     from assay.spec import check_files, load_spec
     from assay.stages.cache import print_progress, summarize
     from assay.stages.finish import finish_run
@@ -189,19 +210,19 @@ def _serve_cached(args: argparse.Namespace, t0: float) -> bool:
         overrides = spec_overrides(args)
         spec = load_spec(args.spec, overrides)
         if check_files(spec):
-            return False
+            return None
         store = Store(args.store)
         with store.in_use():
             run = serve_cached(spec, store, progress=None)
             if run is None:
-                return False
+                return None
             out = spec.output_dir(args.output)
             for r in run.results:
                 print_progress(r)
             info = finish_run(store, spec, run, out, started, note=SERVED_NOTE,
                               overrides=overrides)
     except Exception:  # noqa: BLE001  (the flow meets it again and reports it properly)
-        return False
+        return None
     (out / "run.log").write_text(f"served from the store: {SERVED_NOTE}\n", encoding="utf-8")
     if spec.execution.view and not args.no_view:
         from assay.view import write_view
@@ -220,7 +241,7 @@ def _serve_cached(args: argparse.Namespace, t0: float) -> bool:
           file=sys.stderr, flush=True)
     print(f"done in {time.perf_counter() - t0:.1f} s: {len(info['cached'])} stage(s) cached, "
           f"0 computed; report in {out}/report.md", file=sys.stderr)
-    return True
+    return info
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -236,8 +257,10 @@ def cmd_run(args: argparse.Namespace) -> int:
 
         os.environ["ASSAY_STORE"] = absolute(args.store)
     _RUN["debug"] = bool(args.debug)
-    if not args.no_fast_path and _serve_cached(args, t0):
-        return 0
+    if not args.no_fast_path:
+        served = _serve_cached(args, t0)
+        if served is not None:  # a cached study that judged nothing is still partial
+            return _outcome(served)
     # The embedded server is launched first: its start-up overlaps loading the spec and
     # importing Prefect here. A bad spec stops it again before Prefect is imported.
     overrides = spec_overrides(args)
@@ -246,6 +269,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         problems = check_files(spec)
         if problems:
             _err(f"{args.spec}: " + "; ".join(problems))
+            return 2
+        problems = _local_data_problems(spec)  # the data's lines, as validate reads them
+        if problems:
+            _err(_problems_text(args.spec, problems))
             return 2
         require_real_server(spec.execution.runner, embedded=server is not None)
         _RUN["debug"] = debug = bool(args.debug) or spec.execution.log_level == "debug"
@@ -289,14 +316,18 @@ def cmd_run(args: argparse.Namespace) -> int:
     print(f"{head} in {time.perf_counter() - t0:.1f} s: {len(result['cached'])} stage(s) cached, "
           f"{len(result['computed'])} computed; report in {result['output']}/report.md",
           file=sys.stderr)
-    if failed:
-        what = "; ".join(f"{src}: {f['samples']} sample(s) of {f['tasks']} task(s)"
-                         for src, f in sorted(failed.items()))
-        print(f"partial: the model gave no completion for {what} (gen_error rows, listed in "
-              "run.json failed_samples); the numbers leave them out; rerun to ask them again "
-              f"(exit {EXIT_PARTIAL})", file=sys.stderr)
-        return EXIT_PARTIAL
-    return EXIT_OK
+    return _outcome(result)
+
+
+def _outcome(info: dict[str, Any]) -> int:
+    """Print what the finished run leaves out (failed samples, sources nothing judged); its
+    exit status."""
+    from assay.stages.finish import outcome
+
+    lines, status = outcome(info)
+    for line in lines:
+        print(line, file=sys.stderr)
+    return status
 
 
 def _head_start(args: argparse.Namespace, spec: Any,
@@ -496,6 +527,7 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("spec")
     v.add_argument("--no-files", action="store_true",
                    help="skip the files it names (their presence and every record in them)")
+    add_override_flags(v)
     v.set_defaults(func=cmd_validate)
     r = sub.add_parser("run", help="run a study spec as a Prefect flow")
     r.add_argument("spec")

@@ -29,7 +29,8 @@ def iter_jsonl(path: str | os.PathLike[str], *, error: type[Exception] = ValueEr
     """
     where = where or str(path)
     bad: list[str] = []
-    with open(path, encoding="utf-8") as fh:
+    # utf-8-sig: a BOM (Windows editors, Excel exports) is read past, not refused as JSON
+    with open(path, encoding="utf-8-sig") as fh:
         for no, line in enumerate(fh, 1):
             if not line.strip():
                 continue

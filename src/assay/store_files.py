@@ -18,7 +18,6 @@ import calendar
 import contextlib
 import os
 import re
-import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -27,6 +26,7 @@ from typing import Any, Protocol
 from urllib.parse import unquote, urlsplit, urlunsplit
 
 from assay.errors import StoreError
+from assay.filemode import create_temp
 
 _URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 
@@ -73,7 +73,7 @@ def atomic_write(path: Path, data: bytes | Sequence[Any], *, durable: bool = Tru
     fsync: after a power loss the file may be lost or torn (the store's verified reads then
     treat it as missing), for data that is cheaper to rebuild than to sync."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    fd, tmp = create_temp(path.parent, f".{path.name}.", ".tmp")  # the umask, not 0600
     try:
         with os.fdopen(fd, "wb") as f:
             parts: Sequence[Any] = (

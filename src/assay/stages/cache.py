@@ -206,8 +206,10 @@ def print_progress(res: StageResult, stream: Any = None) -> None:
     elif res.cached:
         line = f"[{res.stage}] {res.label}: cached"
     elif n:
-        rate = n / res.seconds if res.seconds > 0 else float("inf")
-        line = f"[{res.stage}] {res.label}: {n} rows in {res.seconds:.1f} s ({rate:,.0f} rows/s)"
+        from assay.rates import rate_text  # below 1 row/s: "3.59 s/row", not "0 rows/s"
+
+        line = (f"[{res.stage}] {res.label}: {n} rows in {res.seconds:.1f} s "
+                f"({rate_text(n, res.seconds)})")
     else:
         line = f"[{res.stage}] {res.label}: done in {res.seconds:.1f} s"
     with _PRINT_LOCK:  # nodes run concurrently: one write per line, never two half-lines

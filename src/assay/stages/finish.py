@@ -14,6 +14,7 @@ from assay.spec import StudySpec
 from assay.stages.cache import concat_rows, load_rows
 from assay.stages.chain import StudyRun
 from assay.stages.generate import generation_facts
+from assay.stages.measure import nothing_judged
 from assay.stages.report import report_files
 from assay.store import Store
 from assay.unjudged import failed_samples
@@ -46,6 +47,9 @@ def finish_run(store: Store, spec: StudySpec, run: StudyRun, out: Path,
     failed = failed_samples({x.name: rows[x.name] for x in spec.sources if x.name in rows})
     if failed:  # gen_error rows: the numbers cover fewer samples; `assay run` exits EXIT_PARTIAL
         info["failed_samples"] = failed
+    unjudged = nothing_judged(spec, rows)
+    if unjudged:  # not one row of these could be judged: `assay run` exits EXIT_PARTIAL too
+        info["nothing_judged"] = unjudged
     made = [r for r in run.results if r.stage == "generate"]
     if made:  # requests sent this run and their latency: wall-clock facts, not the report's
         # a stage served from the cache sent nothing this run, whatever its first run sent
@@ -64,3 +68,33 @@ def finish_run(store: Store, spec: StudySpec, run: StudyRun, out: Path,
         info["under_test"] = records_of(tested, info.get("generation", {}).get("shards", {}))
     write_run_dir(out, files, rows, info)
     return info
+
+
+def outcome(info: dict[str, Any]) -> tuple[list[str], int]:
+    """What ``assay run`` says after its ``done`` line about a finished run (from its run.json),
+    and its exit status: ``EXIT_PARTIAL`` when samples failed or a source had no row judged.
+
+    Example:
+        >>> outcome({"nothing_judged": {"m": {"rows": 8, "reasons": [["no_verdict", 8]]}}})[1]
+        4
+        >>> outcome({})
+        ([], 0)
+    """
+    from assay.errors import EXIT_OK, EXIT_PARTIAL
+
+    lines = []
+    failed = info.get("failed_samples") or {}
+    if failed:
+        what = "; ".join(f"{src}: {f['samples']} sample(s) of {f['tasks']} task(s)"
+                         for src, f in sorted(failed.items()))
+        lines.append(f"partial: the model gave no completion for {what} (gen_error rows, listed "
+                     "in run.json failed_samples); the numbers leave them out; rerun to ask them "
+                     f"again (exit {EXIT_PARTIAL})")
+    for src, u in sorted((info.get("nothing_judged") or {}).items()):
+        why = "; ".join(f"{r} ({n})" for r, n in u["reasons"])
+        lines.append(f"partial: no row of {src} could be judged ({u['rows']} rows; {why}); its "
+                     "measurements say 'not measured'; the rows and their reasons are in the "
+                     f"run's rows/{src}.parquet and view; fix the verifier and rerun "
+                     f"(exit {EXIT_PARTIAL})")
+    return lines, EXIT_PARTIAL if lines else EXIT_OK
+

@@ -60,11 +60,17 @@ def run_measure(ctx: RunContext, graded: Mapping[str, Sequence[StageResult]]) ->
     def compute() -> tuple[dict[str, Any], dict[str, Any]]:
         rows = {n: concat_rows(store, graded[n]) for n in names}
         ctx = MeasureContext(spec, names, rows, {})
+        # a source none of whose rows could be judged has nothing to measure: its measurements
+        # say why instead of failing the study (its report, rows and view are still written)
+        skip = nothing_judged(spec, rows)
         docs: list[dict[str, Any]] = []
         for name, entry in m:  # the spec's fields in order: report.json's order
             for e in entry if isinstance(entry, list) else [] if entry is None else [entry]:
-                docs += MEASURES.get(name).obj(e, ctx)
-        docs += reward_row_docs(spec, rows)
+                kept, left_out = without_sources(name, e, skip, ctx)
+                docs += [not_measured_doc(name, src, skip[src]) for src in left_out]
+                if kept is not None:
+                    docs += MEASURES.get(name).obj(kept, ctx)
+        docs += reward_row_docs(spec, {n: r for n, r in rows.items() if n not in skip})
         return {**ctx.outputs, "measurements": docs}, {"rows": sum(len(r) for r in rows.values())}
 
     params = m.model_dump(mode="json")
@@ -74,6 +80,63 @@ def run_measure(ctx: RunContext, graded: Mapping[str, Sequence[StageResult]]) ->
     return cached_stage(store, STAGE, inputs=graded_checksums(graded, names),
                         params=params, compute=compute,
                         label=",".join(names), progress=ctx.progress)
+
+
+def nothing_judged(spec: StudySpec, rows: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """The sources graded by a verifier of which no row got a reward (a judge that never
+    answers in its format, a grader returning NaN), each with :func:`unjudged_summary`."""
+    from assay.unjudged import unjudged_summary
+
+    out = {}
+    for s in spec.sources:
+        r = rows.get(s.name)
+        if s.verifier is None or r is None or not len(r):
+            continue
+        summary = unjudged_summary(r)
+        if summary["rows"] == len(r):
+            out[s.name] = summary
+    return out
+
+
+#: The measures' defaults for an entry without ``sources``: every source, or those of a mode.
+_MODE_OF = {"choice_accuracy": "choices", "perplexity": "perplexity"}
+
+
+def without_sources(name: str, e: Any, skip: Mapping[str, Any],
+                    ctx: MeasureContext) -> tuple[Any, list[str]]:
+    """The entry ``e`` of measure ``name`` without the sources in ``skip``, and those it left
+    out: ``(None, left out)`` when nothing is left to measure. An entry that reads one source
+    by field (``compare``'s before/after, ``select``'s source, ``holdout_size``) is left out
+    whole; an entry with ``sources`` keeps the others."""
+    if not skip:
+        return e, []
+    if hasattr(e, "sources"):
+        wanted = list(e.sources or (ctx.sources_in_mode(_MODE_OF[name]) if name in _MODE_OF
+                                    else ctx.names))
+        gone = [n for n in wanted if n in skip]
+        if not gone:
+            return e, []
+        kept = [n for n in wanted if n not in skip]
+        return (e.model_copy(update={"sources": kept}) if kept else None), gone
+    named = [getattr(e, f, None) for f in ("source", "before", "after")]
+    gone = list(dict.fromkeys(n for n in named if isinstance(n, str) and n in skip))
+    return (None, gone) if gone else (e, [])
+
+
+def not_measured_doc(measure: str, source: str, unjudged: Mapping[str, Any]) -> dict[str, Any]:
+    """The stored document standing for a measurement that had no judged row to read.
+
+    Example:
+        >>> d = not_measured_doc("pass_at", "m", {"rows": 8, "reasons": [["invalid_result", 8]]})
+        >>> d["text"]
+        'not measured: no row of m was judged (8 rows; invalid_result (8))'
+    """
+    why = "; ".join(f"{r} ({n})" for r, n in unjudged["reasons"])
+    text = f"not measured: no row of {source} was judged ({unjudged['rows']} rows; {why})"
+    return {"kind": "not_measured", "measure": measure, "label": f"{measure}[{source}]",
+            "text": text, "report": text + "\nfix the verifier (or the judge's prompt and "
+            "format) and rerun: the graded rows and their reasons are in rows/" + source
+            + ".parquet and the view", "data": None, "estimates": [], "source": source}
 
 
 def _has_sources(spec: StudySpec) -> bool:

@@ -125,11 +125,12 @@
           (META.against ? "run " + META.against.run : "the baseline") + "." : "")),
       el("p", {class: "muted"}, "spec checksum ", el("code", {}, study.checksum || "-"))));
     if (META.nightly) main.append(verdictBanner(META.nightly));
-    const heads = {};
+    const heads = {}, headWarns = {};
     for (const m of rep.measurements || []) {
+      if (m.kind === "not_measured") headWarns[m.source] = [m.text];
       if (m.kind !== "pass_at") continue;
       const e = (m.estimates || []).find((x) => String(x.name).startsWith("pass@1"));
-      if (e) heads[m.source || m.label] = e;
+      if (e) { heads[m.source || m.label] = e; headWarns[m.source || m.label] = warningsOf(m); }
     }
     if ((rep.sources || []).length) {
       main.append(section("Sources",
@@ -141,9 +142,14 @@
             const g = s.guard_stopped || {};
             const nGuard = Object.values(g).reduce((a, b) => a + b, 0);
             return [el("a", {href: "#samples/" + (srcIndex(s.name) ?? "")}, s.name), s.tasks, s.rows,
-              s.verifier, fmt(e.value), ci(e), e.n ?? "-", nGuard ? nGuard + " (" +
-              Object.entries(g).map(([k, v]) => k + ": " + v).join(", ") + ")" : "0"];
-          }), "grid sources")));
+              s.verifier, el("span", {}, fmt(e.value), warnMark(headWarns[s.name])), ci(e), e.n ?? "-",
+              nGuard ? nGuard + " (" + Object.entries(g).map(([k, v]) => k + ": " + v).join(", ") +
+              ")" : "0"];
+          }), "grid sources"),
+        warnList(rep.sources.filter((s) => s.unjudged && s.unjudged.rows).map((s) =>
+          s.name + ": " + s.unjudged.rows + " of " + s.rows + " rows unjudged (no reward; left " +
+          "out of the measurements); top reasons: " +
+          s.unjudged.reasons.map(([why, n]) => why + " (" + n + ")").join("; ")))));
     }
     const gen = (rep.sources || []).filter((s) => s.generation);
     if (gen.length) {
@@ -164,6 +170,7 @@
       for (const m of ms) {
         const ests = m.estimates || [];
         kids.push(el("h3", {}, m.label));
+        kids.push(warnList(warningsOf(m)));  // beside the numbers they qualify, never only in the text
         if (ests.length) kids.push(table(["estimate", "value", "95% CI", "n", "unit", "note"],
           ests.map((e) => [estName(m, e), fmt(e.value), ci(e), e.n ?? "-", e.unit || "", e.note || ""])));
         if (m.kind === "pass_at_by" && (m.categories || []).length) {
@@ -180,7 +187,7 @@
       const docs = rep[key] || [];
       if (!docs.length) continue;
       main.append(section(title, ...docs.map((c) => el("div", {}, el("h3", {}, c.label),
-        table(["estimate", "value", "95% CI", "n"], (c.estimates || []).map((e) =>
+        warnList(warningsOf(c)), table(["estimate", "value", "95% CI", "n"], (c.estimates || []).map((e) =>
           [e.name, fmt(e.value), ci(e), e.n ?? "-"])),
         c.report ? el("details", {}, el("summary", {}, "report text"), el("pre", {}, c.report)) : null))));
     }
@@ -188,6 +195,24 @@
       main.append(section("Plots", el("div", {class: "plots"}, META.plots.map((p) =>
         el("figure", {}, el("img", {src: "plots/" + p, alt: p}), el("figcaption", {}, p))))));
     }
+  }
+
+  // The warnings of a measurement: every "warning:" line of its report text (report.md shows
+  // that text, so the page shows every warning report.md does), or why it was not measured.
+  function warningsOf(m) {
+    if (m.kind === "not_measured") return [m.text];
+    return String(m.report || "").split("\n").map((l) => /^\s*warning:\s*(.*)$/.exec(l))
+      .filter((x) => x && x[1]).map((x) => x[1]);
+  }
+
+  function warnList(ws) {
+    return ws && ws.length ? el("ul", {class: "warnings"}, ...ws.map((w) => el("li", {}, w))) : null;
+  }
+
+  // A mark beside a number that carries warnings: the warnings are its title (hover).
+  function warnMark(ws) {
+    return ws && ws.length ? el("span", {class: "warn-mark", title: ws.join("\n")},
+      " \u26a0 " + ws.length + " warning" + (ws.length > 1 ? "s" : "")) : null;
   }
 
   // An estimate of a per-category result is named with its category ("algebra: pass@1").
