@@ -204,6 +204,11 @@ def nightly(specs: list[str], root: str = "runs/nightly", night: str | None = No
     (``generate.model.base_url=...``)."""
     from prefect import get_run_logger
 
+    from assay.outstreams import guard_output
+
+    # run by a worker, stdout is a pipe to it: a killed or restarted worker must not end the
+    # night through a log line (rich turns the broken pipe into SystemExit)
+    guard_output()
     log = get_run_logger()
     sets = all_overrides(model, revision, overrides)
     if night is not None:

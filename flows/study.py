@@ -27,6 +27,7 @@ from prefect.task_runners import ThreadPoolTaskRunner
 from assay import stages, stop
 from assay.flows.embedded import OrchestrationError, require_real_server
 from assay.flows.progress_ui import progress_artifacts
+from assay.outstreams import guard_output
 from assay.spec import load_spec
 from assay.stages import headstart
 from assay.stages.finish import finish_run
@@ -176,6 +177,7 @@ def study(spec: str, output: str | None = None, store_root: str | None = None,
     that nightly night (completions of an unproven model identity are keyed to it). The stages
     are a graph (``assay.stages.plan``): every node whose inputs exist runs, at most
     ``max_parallel`` at once (default: the spec's ``execution.max_parallel``)."""
+    guard_output()  # deployed, its stdout is a pipe to a worker that may die before it ends
     s = load_spec(spec, overrides or ()).for_night(night)
     # the flag's parser, for a deployment's parameter and ASSAY_STORE too: never a folder `s3:`
     store = Store(store_from(store_root, field="store_root"))

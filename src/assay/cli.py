@@ -635,8 +635,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         import signal
         import threading
 
+        from assay.outstreams import guard_output
         from assay.progressbar import printing
 
+        # a reader that goes away (a closed pipe, a killed worker) drops lines, not the study
+        guard_output()
         if threading.current_thread() is threading.main_thread():
             term = signal.signal(signal.SIGTERM, _on_sigterm)
             intr = signal.signal(signal.SIGINT, _on_sigint)
