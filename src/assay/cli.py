@@ -662,7 +662,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             if _RUN.get("debug"):
                 traceback.print_exc()
             _err(str(e))
-            return 2
+            return int(getattr(e, "exit_status", 2))  # 1: an outage, e.g. no Prefect API
         rc = _internal_failure(e)
         if rc is None:
             raise
