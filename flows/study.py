@@ -178,6 +178,7 @@ def study(spec: str, output: str | None = None, store_root: str | None = None,
     are a graph (``assay.stages.plan``): every node whose inputs exist runs, at most
     ``max_parallel`` at once (default: the spec's ``execution.max_parallel``)."""
     guard_output()  # deployed, its stdout is a pipe to a worker that may die before it ends
+    _mark_process()
     s = load_spec(spec, overrides or ()).for_night(night)
     # the flag's parser, for a deployment's parameter and ASSAY_STORE too: never a folder `s3:`
     store = Store(store_from(store_root, field="store_root"))
@@ -335,6 +336,19 @@ def prewarm() -> None:
     import prefect.client.orchestration  # noqa: F401
     import prefect.flow_engine  # noqa: F401
     import prefect.task_engine  # noqa: F401
+
+
+def _mark_process() -> None:
+    """Tag this flow run with its process; a top-level study also marks Crashed the runs that
+    killed runs left Running (a night's subflows are its nightly flow's to reap)."""
+    from prefect.context import FlowRunContext
+
+    from assay.flows.crashed import reap_crashed, tag_this_run
+
+    tag_this_run()
+    ctx = FlowRunContext.get()
+    if ctx is not None and ctx.flow_run is not None and ctx.flow_run.parent_task_run_id is None:
+        reap_crashed()
 
 
 def run_spec(spec_path: str, output: str | None = None, store_root: str | None = None, *,
