@@ -35,9 +35,9 @@ def _argv(name: str, sp: argparse.ArgumentParser, store: str) -> list[str]:
     return [name, *pos, "--store", store]
 
 
-def test_the_commands_with_a_store_are_the_ones_we_expect() -> None:
-    # a new command with --store is covered by the tests below without change; this names them
-    assert sorted(_store_commands()) == ["nightly", "run", "store"]
+def test_the_commands_with_a_store_include_run_nightly_and_store() -> None:
+    # a command that gains --store later (validate, say) is covered by the tests below as is
+    assert {"nightly", "run", "store"} <= set(_store_commands())
 
 
 @pytest.mark.parametrize("given,expect", [
