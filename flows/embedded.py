@@ -35,6 +35,18 @@ class OrchestrationError(AssayError, RuntimeError):
     """Prefect could not be set up (the API server did not start, a runner needs a server)."""
 
 
+class PrefectUnreachable(OrchestrationError):
+    """``PREFECT_API_URL`` names a server that does not answer: not the user's spec, but not a
+    crash either; ``assay`` prints the one line and exits 1 before anything runs."""
+
+    exit_status = 1
+
+
+#: Seconds the check of a given ``PREFECT_API_URL`` keeps trying (a server just restarting
+#: refuses connections for a moment); ``ASSAY_PREFECT_CHECK_S`` sets another bound.
+API_CHECK_S = 10.0
+
+
 def local_settings(prefect_home: str | os.PathLike[str],
                    log_level: str = "warning") -> dict[str, str]:
     """Environment for quiet, offline, project-local Prefect runs.
@@ -266,6 +278,9 @@ def embedded_server() -> Iterator[EmbeddedServer | None]:
     spawns talk to the same server.
     """
     if os.environ.get("PREFECT_API_URL"):
+        # before the study's graph starts (a head start asks the model at once): a server that
+        # is not there is found by one request, not after the model has answered hundreds
+        check_api(os.environ["PREFECT_API_URL"])
         yield None
         return
     server = EmbeddedServer().start()
@@ -288,6 +303,44 @@ def wait_for(server_url: str, timeout: float = 90.0) -> None:
         except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
             time.sleep(0.05)
     raise OrchestrationError(f"Prefect API at {server_url} is not healthy after {timeout:.0f} s")
+
+
+def check_api(api_url: str, timeout: float | None = None) -> None:
+    """One ``GET {api_url}/health`` (repeated on a refused connection for up to ``timeout`` s,
+    default :data:`API_CHECK_S`): any HTTP answer means a server is there (an auth error is
+    Prefect's to report); no answer raises :class:`PrefectUnreachable` naming the URL.
+
+    Example:
+        >>> try:
+        ...     check_api("http://127.0.0.1:9/api", timeout=0.2)
+        ... except PrefectUnreachable as e:
+        ...     print(str(e)[:62])
+        PREFECT_API_URL http://127.0.0.1:9/api: no Prefect API answers
+    """
+    if timeout is None:
+        try:
+            timeout = float(os.environ.get("ASSAY_PREFECT_CHECK_S") or API_CHECK_S)
+        except ValueError:
+            timeout = API_CHECK_S
+    deadline = time.monotonic() + timeout
+    why: BaseException | None = None
+    while True:
+        left = deadline - time.monotonic()
+        try:
+            with urllib.request.urlopen(f"{api_url.rstrip('/')}/health",
+                                        timeout=max(0.1, min(5.0, left))):
+                return
+        except urllib.error.HTTPError:
+            return  # a server answered (401 from a cloud workspace, 404 behind a proxy)
+        except (urllib.error.URLError, ConnectionError, TimeoutError, OSError, ValueError) as e:
+            why = getattr(e, "reason", None) or e
+        if time.monotonic() + 0.25 >= deadline:
+            break
+        time.sleep(0.25)
+    raise PrefectUnreachable(
+        f"PREFECT_API_URL {api_url}: no Prefect API answers ({type(why).__name__}: {why}; "
+        f"tried {timeout:g} s); start it (`prefect server start`) or unset PREFECT_API_URL "
+        "to run on an embedded server; nothing was run")
 
 
 def require_real_server(runner: str, *, embedded: bool | None = None) -> None:

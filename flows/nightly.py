@@ -204,6 +204,17 @@ def nightly(specs: list[str], root: str = "runs/nightly", night: str | None = No
     (``generate.model.base_url=...``)."""
     from prefect import get_run_logger
 
+    from assay.outstreams import guard_output
+
+    # run by a worker, stdout is a pipe to it: a killed or restarted worker must not end the
+    # night through a log line (rich turns the broken pipe into SystemExit)
+    guard_output()
+    from assay.flows.crashed import reap_crashed, tag_this_run
+
+    # tagged with this process, so a later start can tell if it was killed; and the runs an
+    # earlier killed night left Running (its subflows too) are marked Crashed and alerted
+    tag_this_run()
+    reap_crashed()
     log = get_run_logger()
     sets = all_overrides(model, revision, overrides)
     if night is not None:

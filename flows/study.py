@@ -27,11 +27,13 @@ from prefect.task_runners import ThreadPoolTaskRunner
 from assay import stages, stop
 from assay.flows.embedded import OrchestrationError, require_real_server
 from assay.flows.progress_ui import progress_artifacts
+from assay.outstreams import guard_output
 from assay.spec import load_spec
 from assay.stages import headstart
 from assay.stages.finish import finish_run
 from assay.stages.plan import LOCAL_CAPACITY
 from assay.store import Store
+from assay.store_url import secret_bearing, store_from
 from assay.tasks.stages import store_canary, task_for
 from assay.watchdog import guard
 
@@ -175,8 +177,11 @@ def study(spec: str, output: str | None = None, store_root: str | None = None,
     that nightly night (completions of an unproven model identity are keyed to it). The stages
     are a graph (``assay.stages.plan``): every node whose inputs exist runs, at most
     ``max_parallel`` at once (default: the spec's ``execution.max_parallel``)."""
+    guard_output()  # deployed, its stdout is a pipe to a worker that may die before it ends
+    _mark_process()
     s = load_spec(spec, overrides or ()).for_night(night)
-    store = Store(store_root)
+    # the flag's parser, for a deployment's parameter and ASSAY_STORE too: never a folder `s3:`
+    store = Store(store_from(store_root, field="store_root"))
     head = headstart.current()
     if head is not None and (night is not None
                              or head.key != headstart.key_for(spec, overrides, store)):
@@ -333,11 +338,17 @@ def prewarm() -> None:
     import prefect.task_engine  # noqa: F401
 
 
-def _secret_bearing(location: str) -> bool:
-    """Whether a store location is a URL with a password or query (which may hold keys)."""
-    from assay.store_files import is_url, redact
+def _mark_process() -> None:
+    """Tag this flow run with its process; a top-level study also marks Crashed the runs that
+    killed runs left Running (a night's subflows are its nightly flow's to reap)."""
+    from prefect.context import FlowRunContext
 
-    return is_url(location) and redact(location) != location
+    from assay.flows.crashed import reap_crashed, tag_this_run
+
+    tag_this_run()
+    ctx = FlowRunContext.get()
+    if ctx is not None and ctx.flow_run is not None and ctx.flow_run.parent_task_run_id is None:
+        reap_crashed()
 
 
 def run_spec(spec_path: str, output: str | None = None, store_root: str | None = None, *,
@@ -347,7 +358,7 @@ def run_spec(spec_path: str, output: str | None = None, store_root: str | None =
     """Run a study flow with the runner its spec names (call it under the embedded server's
     set-up: ``assay.flows.embedded``)."""
     spec = load_spec(spec_path, overrides or ())
-    if store_root and _secret_bearing(store_root):
+    if store_root and secret_bearing(store_root):
         # a URL carrying a key would be recorded as a flow parameter by the Prefect server:
         # the flow opens it from the environment instead
         os.environ["ASSAY_STORE"] = store_root

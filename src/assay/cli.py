@@ -252,10 +252,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     user_level = os.environ.get("PREFECT_LOGGING_LEVEL")
     apply_local_settings(Path(args.prefect_home or ".prefect").resolve())
-    if args.store:
-        from assay.store_files import absolute
-
-        os.environ["ASSAY_STORE"] = absolute(args.store)
+    if args.store:  # already one location (main: _parse_store_args): workers see the same
+        os.environ["ASSAY_STORE"] = args.store
     _RUN["debug"] = bool(args.debug)
     if not args.no_fast_path:
         served = _serve_cached(args, t0)
@@ -379,9 +377,13 @@ def cmd_nightly(args: argparse.Namespace) -> int:
             return 2
     user_level = os.environ.get("PREFECT_LOGGING_LEVEL")
     apply_local_settings(Path(args.prefect_home or ".prefect").resolve())
-    store = str(Path(args.store).resolve()) if args.store else None
+    store = args.store  # one location already (main: _parse_store_args), URL or absolute path
     if store:
         os.environ["ASSAY_STORE"] = store
+        from assay.store_url import secret_bearing
+
+        if secret_bearing(store):  # a key in the URL must not become a flow parameter
+            store = None
     overrides = spec_overrides(args)
     # Every spec is checked before a server starts: a cron job with a typo fails in a second.
     specs = [load_spec(p, overrides) for p in args.spec]
@@ -654,14 +656,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     args = build_parser().parse_args(argv)
     _RUN.clear()
+    try:
+        _parse_store_args(args)
+    except AssayError as e:
+        _err(str(e))
+        return 2
     term = intr = None
     ticker: Any = contextlib.nullcontext()
     if args.func in (cmd_run, cmd_nightly):
         import signal
         import threading
 
+        from assay.outstreams import guard_output
         from assay.progressbar import printing
 
+        # a reader that goes away (a closed pipe, a killed worker) drops lines, not the study
+        guard_output()
         if threading.current_thread() is threading.main_thread():
             term = signal.signal(signal.SIGTERM, _on_sigterm)
             intr = signal.signal(signal.SIGINT, _on_sigint)
@@ -684,7 +694,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             if _RUN.get("debug"):
                 traceback.print_exc()
             _err(str(e))
-            return 2
+            return int(getattr(e, "exit_status", 2))  # 1: an outage, e.g. no Prefect API
         rc = _internal_failure(e)
         if rc is None:
             raise
@@ -707,6 +717,15 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             signal.signal(signal.SIGTERM, term)
             signal.signal(signal.SIGINT, intr)
+
+
+def _parse_store_args(args: argparse.Namespace) -> None:
+    """Every command with ``--store`` reads it (or ``ASSAY_STORE``) through one parser: a URL
+    stays a URL, a path becomes absolute, anything else is an input error naming the flag."""
+    if hasattr(args, "store"):
+        from assay.store_url import store_from
+
+        args.store = store_from(args.store)
 
 
 def _internal_failure(e: BaseException) -> int | None:

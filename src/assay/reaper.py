@@ -1,4 +1,6 @@
-"""Leave no process behind: stop what this process started (its descendants) before it exits.
+"""Leave no process behind: stop what this process started (its descendants) before it exits;
+and name a process by tags a later start can check (:func:`process_gone`), so the flow runs of a
+SIGKILLed run are found and marked Crashed (``assay.flows.crashed``).
 
 Used on the ways out that skip normal teardown: SIGTERM, a deadline's hard exit, ``os._exit``.
 
@@ -87,4 +89,63 @@ def watch_parent(interval_s: float = 0.25) -> threading.Thread:
     return t
 
 
-__all__ = ["descendants", "kill_descendants", "watch_parent"]
+#: Tag prefixes a flow run carries so a later start can tell whether its process still lives:
+#: the machine (hostname and PID namespace: a container sharing the hostname is another
+#: machine here) and the process (pid and start time: a reused pid is another process).
+HOST_TAG, PROC_TAG = "assay-host:", "assay-proc:"
+
+
+def _pid_namespace() -> str:
+    try:
+        return str(os.stat("/proc/self/ns/pid").st_ino)
+    except OSError:
+        return "-"
+
+
+def host_tag() -> str:
+    """This machine's tag (:data:`HOST_TAG`): only runs with it are judged here."""
+    import socket
+
+    return f"{HOST_TAG}{socket.gethostname()}/{_pid_namespace()}"
+
+
+def process_tag(pid: int | None = None) -> str:
+    """The tag naming process ``pid`` (default this one) by pid and start time.
+
+    Example:
+        >>> process_tag().startswith("assay-proc:"), process_gone(process_tag())
+        (True, False)
+    """
+    import psutil
+
+    p = psutil.Process(pid)
+    return f"{PROC_TAG}{p.pid}@{p.create_time():.2f}"
+
+
+def process_gone(tag: str) -> bool:
+    """Whether the process a :func:`process_tag` names (on this machine) is no longer running:
+    its pid is free, or taken by a process started at another time. A malformed tag is not
+    judged (False): a run is only ever marked Crashed on evidence.
+
+    Example:
+        >>> process_gone("assay-proc:999999999@1.00"), process_gone("assay-proc:junk")
+        (True, False)
+    """
+    import psutil
+
+    try:
+        pid_text, started = tag.removeprefix(PROC_TAG).split("@")
+        pid, t0 = int(pid_text), float(started)
+    except ValueError:
+        return False
+    try:
+        p = psutil.Process(pid)
+        return p.status() == psutil.STATUS_ZOMBIE or abs(p.create_time() - t0) > 0.011
+    except psutil.NoSuchProcess:
+        return True
+    except psutil.Error:
+        return False
+
+
+__all__ = ["HOST_TAG", "PROC_TAG", "descendants", "host_tag", "kill_descendants",
+           "process_gone", "process_tag", "watch_parent"]

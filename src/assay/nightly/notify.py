@@ -63,7 +63,8 @@ def stopped_alert(study: str, night: str, message: str,
     """
     subject = f"assay nightly {night}: {what} ({study})"
     body = f"{study}: {message}"
-    key = {"run failed": "failed", "partial night": "partial"}.get(what, "stopped")
+    key = {"run failed": "failed", "partial night": "partial", "run crashed": "crashed"}.get(
+        what, "stopped")
     return subject, body, {"text": f"{subject}\n{body}", "subject": subject,
                            key: {"study": study, "night": night, "message": message}}
 
