@@ -156,10 +156,15 @@ class _Behind:
         self.flushing = 0  # callers waiting in ``flush``
         self.scopes = 0  # open ``Store.in_use`` scopes (any): a run is on; a failure poisons
         self.answered = False  # a request to this location succeeded in this process
+        self.epoch = 0  # runs begun (scopes from 0): a write of an earlier run failing late
+        # (abandoned when it was poisoned) does not poison the next
 
     def enter(self) -> None:
         """A study's ``in_use`` begins (see the class docstring)."""
         with self.lock:
+            if self.scopes == 0:  # a new run: what an earlier one's writes did is told
+                self.epoch += 1
+                self.failed = None
             self.scopes += 1
 
     def leave(self) -> None:
@@ -271,6 +276,7 @@ class _Behind:
                 self._publish, files, rel, data, before)
             self.pending[rel] = (data, fut, barrier)
             self.lock.notify_all()  # a longer backlog may widen the wire for writes waiting
+            epoch = self.epoch
 
         def done(f: concurrent.futures.Future[None]) -> None:
             with self.lock:
@@ -278,7 +284,8 @@ class _Behind:
                 self.held -= len(data)
                 if self.pending.get(rel, (None, None, None))[1] is f:
                     del self.pending[rel]
-                if f.exception() is not None and self.failed is None:
+                if (f.exception() is not None and self.failed is None
+                        and self.epoch == epoch):  # not a late failure of an earlier run's
                     self.failed = f.exception()
                 self.lock.notify_all()
 

@@ -142,3 +142,43 @@ def test_unpickling_an_object_store_asks_nothing_and_needs_no_credentials(
                          timeout=60, cwd=ROOT, env=env)
     assert out.returncode == 0, out.stderr.decode()[-2000:]
     assert out.stdout.decode().split() == [url, "True"]
+
+
+class _Held:
+    """Files whose PUTs wait until released, then fail (a write abandoned by a failed run)."""
+
+    remote, location = True, "mem://held"
+
+    def __init__(self) -> None:
+        self.release = threading.Event()
+
+    def where(self, rel: str) -> str:
+        return f"{self.location}/{rel}"
+
+    def write(self, rel: str, parts, *, durable: bool = True) -> None:  # type: ignore[no-untyped-def]
+        assert self.release.wait(30)
+        raise StoreError(f"store {self.location}: writing {rel} failed: reset")
+
+
+def test_a_write_of_an_earlier_run_failing_late_does_not_poison_the_next() -> None:
+    b = store._Behind("mem://held")
+    held = _Held()
+    b.enter()
+    b.depth = 1
+    b.submit(held, "blobs/old", b"x")  # the first run ends before its write does
+    b.depth = 0
+    b.leave()
+    b.enter()  # the next run, in the same process
+    try:
+        held.release.set()  # now the old write fails
+        with b.lock:
+            assert b.lock.wait_for(lambda: "blobs/old" not in b.pending, 30)
+        b.submit(_Ok(), "blobs/new", b"y")  # not refused for the earlier run's failure
+        b.flush()
+    finally:
+        b.leave()
+
+
+class _Ok(_Held):
+    def write(self, rel: str, parts, *, durable: bool = True) -> None:  # type: ignore[no-untyped-def]
+        pass
