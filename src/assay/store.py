@@ -30,7 +30,11 @@ While a study holds it with ``in_use(write_behind=True)``, its blob and ref PUTs
 behind it, several at once as a backlog builds (see :class:`_Behind`): a ref still goes up only
 after every blob put before it, and leaving ``in_use`` (or pickling the store for another
 process) waits for them all; a failed or unanswered PUT (none finishing for ``PUT_WAIT_S``)
-fails the study: StoreIOError.
+fails the study: StoreIOError. Every other request to an object store (reads, listings, journal
+segments, leases) is bounded by ``PUT_WAIT_S`` too, and while a study holds ``in_use`` the first
+failure poisons the store for the rest of the run: later requests raise the same error at once
+(exit 1, naming the store), so no node goes on asking models for answers it cannot keep. A store
+unpickled in another process opens its client on first use (no request, no credentials before).
 
 Example:
     >>> import tempfile, pyarrow as pa
