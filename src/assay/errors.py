@@ -54,6 +54,12 @@ class StoreTimeoutError(StoreIOError):
     within the bound (``ASSAY_STORE_PUT_WAIT_S``)."""
 
 
+class StoreFullError(StoreIOError):
+    """The store's disk is full (ENOSPC) or its quota spent (EDQUOT): a write failed part way.
+    The message names the store and the file; free space, then rerun (what was committed is
+    kept, and a journal's torn last line is skipped)."""
+
+
 class DataError(AssayError, ValueError):
     """Bad preference data (empty text, chosen == rejected, missing seed id, bad cell)."""
 

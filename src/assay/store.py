@@ -30,7 +30,11 @@ While a study holds it with ``in_use(write_behind=True)``, its blob and ref PUTs
 behind it, several at once as a backlog builds (see :class:`_Behind`): a ref still goes up only
 after every blob put before it, and leaving ``in_use`` (or pickling the store for another
 process) waits for them all; a failed or unanswered PUT (none finishing for ``PUT_WAIT_S``)
-fails the study: StoreIOError.
+fails the study: StoreIOError. Every other request to an object store (reads, listings, journal
+segments, leases) is bounded by ``PUT_WAIT_S`` too, and while a study holds ``in_use`` the first
+failure poisons the store for the rest of the run: later requests raise the same error at once
+(exit 1, naming the store), so no node goes on asking models for answers it cannot keep. A store
+unpickled in another process opens its client on first use (no request, no credentials before).
 
 Example:
     >>> import tempfile, pyarrow as pa
@@ -67,7 +71,7 @@ import pyarrow.parquet as pq
 
 from assay.errors import StoreError, StoreIOError, StoreTimeoutError
 from assay.hashing import canonical_json
-from assay.store_files import Entry, Files, LocalFiles, open_files
+from assay.store_files import Entry, Files, LocalFiles, ObjectFiles, is_url, open_files
 from assay.store_files import atomic_write as atomic_write  # re-exported: callers import it here
 
 _EXT = {"parquet", "json", "bin"}
@@ -113,9 +117,11 @@ BEHIND_BACKLOG = int(os.environ.get("ASSAY_STORE_BACKLOG") or 4)
 #: requests a bulk walk of an object store (``Store.each``: upkeep's du, verify, gc) keeps in
 #: flight: each read or delete is a round trip, and a store for months holds thousands
 READ_THREADS = 16
-#: the longest a writer (waiting for memory) or a flush waits while none of the pending PUTs
-#: finishes: the object store has stopped answering, and the run fails naming it rather than
-#: wait on its client's own timeouts (which a filesystem other than S3 may not have)
+#: the longest any wait on an object store lasts: a request made in the caller's thread (a
+#: read, a listing, a journal segment, a lease), and a writer (waiting for memory) or a flush
+#: while none of the pending PUTs finishes. Then the object store has stopped answering, and
+#: the run fails naming it rather than wait on its client's own timeouts (pyarrow's S3 client
+#: ignores its request timeout on Linux; other filesystems may have none)
 PUT_WAIT_S = float(os.environ.get("ASSAY_STORE_PUT_WAIT_S") or 300)
 
 
@@ -131,6 +137,13 @@ class _Behind:
     wrote). One per location and process, shared by its ``Store`` objects (a head start's and
     the flow's see each other's). It publishes one PUT at a time while that keeps up and
     widens as a backlog builds (``BEHIND_BACKLOG``).
+
+    It is also the location's health within a run: while a study holds ``in_use`` (``scopes``
+    > 0), the first request that fails or goes unanswered for PUT_WAIT_S "poisons" the
+    location (``failed``), and every later request of this process raises the same error at
+    once, so nodes fail at their first store access instead of each waiting out the bound
+    (and sending model requests meanwhile). The last scope's end clears it: a later run asks
+    the store again.
     """
 
     def __init__(self, where: str) -> None:
@@ -145,6 +158,90 @@ class _Behind:
         self.finished = 0  # PUTs finished (either way): a wait's progress, its bound's reset
         self.active = 0  # PUTs on the wire now (at most ``_width()``)
         self.flushing = 0  # callers waiting in ``flush``
+        self.scopes = 0  # open ``Store.in_use`` scopes (any): a run is on; a failure poisons
+        self.answered = False  # a request to this location succeeded in this process
+        self.epoch = 0  # runs begun (scopes from 0): a write of an earlier run failing late
+        # (abandoned when it was poisoned) does not poison the next
+
+    def enter(self) -> None:
+        """A study's ``in_use`` begins (see the class docstring)."""
+        with self.lock:
+            if self.scopes == 0:  # a new run: what an earlier one's writes did is told
+                self.epoch += 1
+                self.failed = None
+            self.scopes += 1
+
+    def leave(self) -> None:
+        """A study's ``in_use`` ended: after the last, the store is asked again (a failure was
+        told by the scope's flush or its own error)."""
+        with self.lock:
+            self.scopes -= 1
+            if self.scopes == 0:
+                self.failed = None
+
+    def _wake(self, _f: object = None) -> None:
+        with self.lock:
+            self.lock.notify_all()
+
+    def _fail(self, err: BaseException) -> None:
+        """Record the first failure while a run is on (call holding ``self.lock``)."""
+        if self.scopes and self.failed is None:
+            self.failed = err
+        self.lock.notify_all()
+
+    def call(self, fn: Callable[[], _T], what: str) -> _T:
+        """``fn()``, one request to the store, bounded: it runs on a daemon thread (a request
+        the store never answers is abandoned, and holds no exit) and the caller waits at most
+        PUT_WAIT_S, or until the location is poisoned. While a run is on, any failure poisons
+        the location and is a StoreIOError (exit 1: the store answered earlier in this process,
+        so the failure is an outage, not the user's settings)."""
+        with self.lock:
+            if self.scopes:
+                self._check()
+        fut: concurrent.futures.Future[_T] = concurrent.futures.Future()
+
+        def run() -> None:
+            try:
+                fut.set_result(fn())
+            except BaseException as e:  # noqa: BLE001  (re-raised in the caller's thread)
+                fut.set_exception(e)
+
+        fut.add_done_callback(self._wake)
+        threading.Thread(target=run, name="assay-store-call", daemon=True).start()
+        try:
+            out = self._await(fut, what, bound=True)
+        except StoreIOError:
+            raise
+        except StoreError as e:
+            with self.lock:
+                if not (self.scopes and self.answered):
+                    self._fail(e)
+                    raise
+                err = StoreIOError(f"{e} (mid-run: the store answered earlier in this run)")
+                self._fail(err)
+            raise err from None
+        with self.lock:
+            self.answered = True
+        return out
+
+    def _await(self, fut: concurrent.futures.Future[_T], what: str, *, bound: bool) -> _T:
+        """The result of ``fut`` (whose end wakes ``self.lock``); raises the poison at once
+        when the location fails meanwhile, and StoreTimeoutError after PUT_WAIT_S (``bound``)."""
+        with self.lock:
+            deadline = time.monotonic() + PUT_WAIT_S
+            while not fut.done():
+                if self.scopes:
+                    self._check()
+                left = deadline - time.monotonic()
+                if bound and left <= 0:
+                    err = StoreTimeoutError(
+                        f"store {self.where}: {what} was not answered in {PUT_WAIT_S:g} s: the "
+                        "object store stopped answering; check the server, then rerun (what "
+                        "was published is kept). ASSAY_STORE_PUT_WAIT_S sets this bound")
+                    self._fail(err)
+                    raise err
+                self.lock.wait(left if bound else None)
+        return fut.result()
 
     def read(self, rel: str) -> bytes | None:
         with self.lock:
@@ -152,9 +249,16 @@ class _Behind:
         return None if got is None else got[0]
 
     def _check(self) -> None:
-        if self.failed is not None:
-            raise StoreIOError(f"an earlier write to the store failed, so nothing after it was "
-                             f"published: {self.failed}")
+        """Raise the location's poison (the first failure of this run), as its own kind."""
+        f = self.failed
+        if f is None:
+            return
+        kind = StoreTimeoutError if isinstance(f, StoreTimeoutError) else StoreIOError
+        text = str(f)
+        if not text.startswith(f"store {self.where}"):
+            text = f"store {self.where}: {text}"
+        raise kind(f"an earlier request to the store failed, so this run asks nothing more "
+                   f"of it: {text}")
 
     def submit(self, files: Files, rel: str, data: bytes, *, barrier: bool = False) -> None:
         with self.lock:
@@ -169,12 +273,14 @@ class _Behind:
                     2 * BEHIND_THREADS, thread_name_prefix="assay-store-put")
             # a ref waits for the blobs put before it (what it names, and what that names),
             # not for earlier refs: refs go up side by side
-            before = [f for _, f, ref in self.pending.values() if not ref] if barrier else []
+            before = ([(r, f) for r, (_, f, ref) in self.pending.items() if not ref]
+                      if barrier else [])
             self.held += len(data)
             fut: concurrent.futures.Future[None] = self.pool.submit(
                 self._publish, files, rel, data, before)
             self.pending[rel] = (data, fut, barrier)
             self.lock.notify_all()  # a longer backlog may widen the wire for writes waiting
+            epoch = self.epoch
 
         def done(f: concurrent.futures.Future[None]) -> None:
             with self.lock:
@@ -182,7 +288,8 @@ class _Behind:
                 self.held -= len(data)
                 if self.pending.get(rel, (None, None, None))[1] is f:
                     del self.pending[rel]
-                if f.exception() is not None and self.failed is None:
+                if (f.exception() is not None and self.failed is None
+                        and self.epoch == epoch):  # not a late failure of an earlier run's
                     self.failed = f.exception()
                 self.lock.notify_all()
 
@@ -197,26 +304,45 @@ class _Behind:
         return max(1, min(BEHIND_THREADS, 1 + waiting // max(1, BEHIND_BACKLOG)))
 
     def _publish(self, files: Files, rel: str, data: bytes,
-                 before: list[concurrent.futures.Future[None]]) -> None:
+                 before: list[tuple[str, concurrent.futures.Future[None]]]) -> None:
         # the pool takes jobs in submission order, so every write in ``before`` has started on
         # another thread: waiting on them cannot deadlock (nor can the width below: this job
         # holds no place on the wire while it waits for them)
-        for f in before:
+        for blob, f in before:
             try:
                 failed = f.exception(timeout=PUT_WAIT_S)
             except concurrent.futures.TimeoutError:
-                failed = StoreTimeoutError(f"a write before it was not answered in "
-                                           f"{PUT_WAIT_S:g} s (ASSAY_STORE_PUT_WAIT_S)")
-            if failed is not None:
-                raise StoreIOError(f"{files.where(rel)} was not written: a write before it "
-                                   f"failed ({failed})")
+                failed = StoreTimeoutError(
+                    f"store {self.where}: waited {PUT_WAIT_S:g} s for the write of {blob} and "
+                    "it was not answered: the object store stopped answering; check the "
+                    "server, then rerun (what was published is kept). ASSAY_STORE_PUT_WAIT_S "
+                    "sets this bound")
+            if failed is not None:  # an outage stays one (the run's exit names it so)
+                kind = StoreTimeoutError if isinstance(failed, StoreTimeoutError) else StoreIOError
+                raise kind(f"{files.where(rel)} was not written: the write of {blob} before it "
+                           f"failed ({failed})")
         with self.lock:
             # woken by each PUT's end (and by submit and flush, which may widen the wire)
             self._wait(lambda: self.active < self._width(), f"a place on the wire for {rel}",
                        check=False)
+            if self.scopes:
+                self._check()  # the run has failed: nothing more goes up
             self.active += 1
         try:
-            files.write(rel, [data])
+            # on a daemon thread: a PUT the store never answers is abandoned once the location
+            # is poisoned (the pool's threads hold the process's exit; a daemon does not)
+            fut: concurrent.futures.Future[None] = concurrent.futures.Future()
+
+            def put() -> None:
+                try:
+                    files.write(rel, [data])
+                    fut.set_result(None)
+                except BaseException as e:  # noqa: BLE001  (raised by _await below)
+                    fut.set_exception(e)
+
+            fut.add_done_callback(self._wake)
+            threading.Thread(target=put, name="assay-store-put", daemon=True).start()
+            self._await(fut, f"the write of {rel}", bound=False)
         finally:
             with self.lock:
                 self.active -= 1
@@ -259,15 +385,63 @@ class _Behind:
                                check=False)
             finally:
                 self.flushing -= 1
-                failed, self.failed = self.failed, None  # told once: the store may recover
+                failed = self.failed
+                if not self.scopes:  # told once: the store may recover (in a run: poisoned
+                    self.failed = None  # until its last scope ends, see ``leave``)
         if isinstance(failed, StoreTimeoutError):
             raise failed
         if failed is not None:
             raise StoreIOError(f"a write to the store failed: {failed}") from failed
 
 
+class _Bounded:
+    """An object store's files with every request bounded and poisoned through the location's
+    :class:`_Behind` (``call``); anything else (``fs``, ``base``) is the files' own."""
+
+    remote = True
+
+    def __init__(self, files: Files, behind: _Behind) -> None:
+        self.files, self.behind = files, behind
+        self.location = files.location
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.files, name)
+
+    def where(self, rel: str) -> str:
+        return self.files.where(rel)
+
+    def read(self, rel: str) -> bytes | None:
+        return self.behind.call(lambda: self.files.read(rel), f"reading {rel}")
+
+    def read_with_mtime(self, rel: str) -> tuple[bytes, float] | None:
+        return self.behind.call(lambda: self.files.read_with_mtime(rel), f"reading {rel}")
+
+    def write(self, rel: str, parts: Sequence[Any], *, durable: bool = True) -> None:
+        self.behind.call(lambda: self.files.write(rel, parts, durable=durable), f"writing {rel}")
+
+    def delete(self, rel: str) -> None:
+        self.behind.call(lambda: self.files.delete(rel), f"deleting {rel}")
+
+    def touch(self, rel: str, data: bytes) -> None:
+        self.behind.call(lambda: self.files.touch(rel, data), f"rewriting {rel}")
+
+    def list(self, prefix: str) -> list[Entry]:
+        return self.behind.call(lambda: self.files.list(prefix), f"listing {prefix}/")
+
+    def move(self, rel: str, dest: str) -> None:
+        self.behind.call(lambda: self.files.move(rel, dest), f"moving {rel}")
+
+    def exists(self) -> bool:
+        return self.behind.call(self.files.exists, "checking the store")
+
+
 _BEHIND: dict[str, _Behind] = {}
 _BEHIND_LOCK = threading.Lock()
+
+
+def _unpickled(location: str) -> Store:
+    """A store sent to another process (``Store.__reduce__``): its client is made on first use."""
+    return Store(location, connect=False)
 
 
 def _behind_for(location: str, where: str) -> _Behind:
@@ -282,15 +456,22 @@ class Store:
     """A content-addressed store rooted at a directory or an object-store URL (see module
     docstring)."""
 
-    def __init__(self, root: str | os.PathLike[str] | None = None) -> None:
+    def __init__(self, root: str | os.PathLike[str] | None = None, *,
+                 connect: bool = True) -> None:
+        """``connect=False``: an object store's client is made on its first request, not here
+        (what a store unpickled on a worker does: no request, no credentials until used)."""
         loc = os.fspath(root) if root is not None else default_location()
         self._loc = loc
-        self._files = open_files(loc)
+        raw = ObjectFiles(loc, connect=connect) if is_url(loc) else open_files(loc)
         # object stores only: verified blob bytes by key (content-named, so never stale)
         self._memo: collections.OrderedDict[str, bytes] = collections.OrderedDict()
         self._memo_size = 0
         self._memo_lock = threading.Lock()
-        self._behind = _behind_for(loc, self._files.location) if self._files.remote else None
+        self._behind = _behind_for(loc, raw.location) if raw.remote else None
+        #: the files as they are (the write-behind's PUTs, bounded by it), and as every other
+        #: request goes: bounded, and poisoned after a failure mid-run (see ``_Behind``)
+        self._raw: Files = raw
+        self._files: Files = raw if self._behind is None else _Bounded(raw, self._behind)
 
     @property
     def remote(self) -> bool:
@@ -326,7 +507,23 @@ class Store:
         # worker's working folder may differ. What this process still publishes behind goes up
         # first: the other process reads the server.
         self.flush()
-        return (Store, (self._loc if self.remote else str(self.root.absolute()),))
+        if self.remote:  # made lazily there: unpickling asks nothing of the store
+            return (_unpickled, (self._loc,))
+        return (Store, (str(self.root.absolute()),))
+
+    def check(self) -> None:
+        """Raise at once (no request) when this run's requests to the store already failed
+        (see :class:`_Behind`): a writer that keeps its data in memory for a while (a
+        journal's lines) stops with the run instead of going on until its next request.
+
+        Example:
+            >>> import tempfile
+            >>> Store(tempfile.mkdtemp()).check()  # a local store has no such state
+        """
+        if self._behind is not None:
+            with self._behind.lock:
+                if self._behind.scopes:
+                    self._behind._check()
 
     def flush(self) -> None:
         """Wait until every write this process put behind (``in_use(write_behind=True)``) on
@@ -341,7 +538,7 @@ class Store:
         if b is None:
             self._files.write(rel, [data])
         elif b.depth > 0:
-            b.submit(self._files, rel, data, barrier=barrier)
+            b.submit(self._raw, rel, data, barrier=barrier)
         else:
             if barrier:
                 b.flush()
@@ -539,6 +736,8 @@ class Store:
         try:
             if not self.has(doc.get("blob") or ""):
                 return None
+        except StoreIOError:
+            raise  # the store failed: not a miss (that would recompute, asking models again)
         except StoreError:
             return None
         # the ref's time records its last use: gc keeps what the kept runs' window used
@@ -737,24 +936,29 @@ class Store:
 
     @contextlib.contextmanager
     def _study_lease(self, wait: float | None, write_behind: bool) -> Iterator[None]:
-        with self._lease("study", "gc", wait):
-            b = self._behind
-            if not write_behind or b is None:
-                yield
-                return
-            with b.lock:
-                b.depth += 1
-            try:
-                yield
-            except BaseException:
+        b = self._behind
+        assert b is not None  # an object store's
+        b.enter()  # a failure from here on poisons the location until the scope's end
+        try:
+            with self._lease("study", "gc", wait):
+                if not write_behind:
+                    yield
+                    return
+                with b.lock:
+                    b.depth += 1
+                try:
+                    yield
+                except BaseException:
+                    with b.lock:
+                        b.depth -= 1
+                    with contextlib.suppress(StoreError):  # the block's own error is the news
+                        b.flush()
+                    raise
                 with b.lock:
                     b.depth -= 1
-                with contextlib.suppress(StoreError):  # the block's own error is the news
-                    b.flush()
-                raise
-            with b.lock:
-                b.depth -= 1
-            b.flush()
+                b.flush()
+        finally:
+            b.leave()
 
     def exclusive(self, wait: float | None = 0.0) -> contextlib.AbstractContextManager[None]:
         """The lock ``gc`` holds: no study is running on this store while it is held. Raises

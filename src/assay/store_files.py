@@ -16,8 +16,10 @@ from __future__ import annotations
 
 import calendar
 import contextlib
+import errno
 import os
 import re
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -25,7 +27,7 @@ from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import unquote, urlsplit, urlunsplit
 
-from assay.errors import StoreError
+from assay.errors import StoreError, StoreFullError
 from assay.filemode import create_temp
 
 _URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
@@ -90,6 +92,27 @@ def atomic_write(path: Path, data: bytes | Sequence[Any], *, durable: bool = Tru
         except FileNotFoundError:
             pass
         raise
+
+
+#: what a full disk (or a spent quota) says
+_FULL = {errno.ENOSPC, errno.EDQUOT}
+
+
+def full_error(store: str, path: str | os.PathLike[str], e: OSError) -> StoreFullError | None:
+    """The error for a write that ``e`` (an OSError) ended, naming the store and the file, when
+    ``e`` says the disk is full; None for any other OSError (the caller re-raises it).
+
+    Example:
+        >>> err = full_error("/st", "/st/blobs/x.json", OSError(errno.ENOSPC, "No space left"))
+        >>> str(err).split(";")[0]
+        'store /st: writing /st/blobs/x.json failed: the disk is full (No space left)'
+    """
+    if e.errno not in _FULL:
+        return None
+    why = "the disk is full" if e.errno == errno.ENOSPC else "the disk quota is spent"
+    return StoreFullError(f"store {store}: writing {os.fspath(path)} failed: {why} "
+                          f"({e.strerror or e}); free space on it, then rerun (what was "
+                          "committed is kept)")
 
 
 def is_url(location: str) -> bool:
@@ -161,7 +184,13 @@ class LocalFiles:
         return None if data is None else (data, time.time())
 
     def write(self, rel: str, parts: Sequence[Any], *, durable: bool = True) -> None:
-        atomic_write(self.root / rel, parts, durable=durable)
+        try:
+            atomic_write(self.root / rel, parts, durable=durable)
+        except OSError as e:
+            full = full_error(self.location, self.root / rel, e)
+            if full is None:
+                raise
+            raise full from e
 
     def delete(self, rel: str) -> None:
         (self.root / rel).unlink(missing_ok=True)
@@ -215,20 +244,47 @@ class ObjectFiles:
 
     remote = True
 
-    def __init__(self, url: str) -> None:
-        from pyarrow import fs
-
+    def __init__(self, url: str, *, connect: bool = True) -> None:
         self.url = url
         self.location = redact(url).rstrip("/")
-        try:
-            self.fs, base = fs.FileSystem.from_uri(url)
-        except (OSError, ValueError, TypeError) as e:
-            raise StoreError(f"store {self.location}: cannot open it ({e}); give a local path, "
-                             "a file:// URL or an object-store URL such as s3://bucket/prefix "
-                             "(credentials and endpoint from AWS_ACCESS_KEY_ID, "
-                             "AWS_SECRET_ACCESS_KEY, AWS_REGION, AWS_ENDPOINT_URL)") from None
-        self.base = base.rstrip("/")
-        self.fs = _one_put(self.fs)
+        self._fs: Any = None
+        self._base = ""
+        self._open_lock = threading.Lock()
+        if connect:
+            self._open()
+
+    def _open(self) -> None:
+        # from_uri may ask the server (an S3 bucket's region) and reads the credentials: a
+        # store unpickled on a worker (``connect=False``) does this on its first request, there
+        from pyarrow import fs
+
+        with self._open_lock:
+            if self._fs is not None:
+                return
+            try:
+                got, base = fs.FileSystem.from_uri(self.url)
+            except (OSError, ValueError, TypeError) as e:
+                raise StoreError(f"store {self.location}: cannot open it ({e}); give a local "
+                                 "path, a file:// URL or an object-store URL such as "
+                                 "s3://bucket/prefix (credentials and endpoint from "
+                                 "AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_REGION, "
+                                 "AWS_ENDPOINT_URL)") from None
+            self._base = base.rstrip("/")
+            self._fs = _one_put(got)
+
+    @property
+    def fs(self) -> Any:
+        """The ``pyarrow.fs`` filesystem (made on first use when built with connect=False)."""
+        if self._fs is None:
+            self._open()
+        return self._fs
+
+    @property
+    def base(self) -> str:
+        """The store's path within its filesystem (the bucket and prefix)."""
+        if self._fs is None:
+            self._open()
+        return self._base
 
     def where(self, rel: str) -> str:
         return f"{self.location}/{rel}"

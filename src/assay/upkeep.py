@@ -323,8 +323,9 @@ class Verification:
             lines.append(f"  dangling ref {d['ref']} -> {d['blob']} (a miss: the next run "
                          "recomputes it)")
         for t in self.torn:
-            lines.append(f"  torn last line in {t['path']} (a killed run's last write; that "
-                         "completion is asked again)")
+            lines.append(f"  {t['lines']} torn line(s) in {t['path']} (a write cut short by a "
+                         "kill or a full disk; skipped on read, those completions are asked "
+                         "again)")
         return "\n".join(lines)
 
     def to_dict(self) -> dict[str, Any]:
@@ -383,26 +384,39 @@ def verify(store: Store) -> Verification:
     journals = store.journal_entries()
     damage = store.each(lambda rel: _journal_damage(store.read_file(rel)),
                         [e.rel for e in journals])
-    for e, (bad, torn_last) in zip(journals, damage, strict=True):
+    for e, (bad, torn) in zip(journals, damage, strict=True):
         out.n_journals += 1
         if bad:  # kept in place: its intact lines still serve, the bad ones are asked again
             out.corrupt.append({"key": "journal", "path": e.where, "moved_to": "(kept)",
-                                "reason": f"{bad} corrupt line(s) before its end (skipped on "
-                                "read; those completions are asked again)"})
-        elif torn_last:
-            out.torn.append({"path": e.where})
+                                "reason": f"{bad} corrupt line(s) (skipped on read; those "
+                                "completions are asked again)"})
+        if torn:  # not corruption: a write cut short, skipped on read (left as it is: a
+            # writer may be appending to the file now, and the next one starts a new line)
+            out.torn.append({"path": e.where, "lines": str(torn)})
     return out
 
 
-def _journal_damage(data: bytes | None) -> tuple[int, bool]:
-    """(corrupt lines before the last one, whether the last line is torn) of a journal."""
-    from assay.models.journal import line_ok
+def _journal_damage(data: bytes | None) -> tuple[int, int]:
+    """(corrupt lines, torn lines) of a journal: a torn line is a write cut short (the last
+    line when the file does not end in a newline, or a cut piece a later writer ended with
+    one); a corrupt one is a whole line that fails its checksum."""
+    from assay.models.journal import line_state
 
     if data is None:
-        return 0, False
-    lines = [ln for ln in data.split(b"\n") if ln]
-    ok = [line_ok(ln) for ln in lines]
-    return sum(not x for x in ok[:-1]), bool(ok) and not ok[-1]
+        return 0, 0
+    lines = data.split(b"\n")
+    bad = torn = 0
+    for i, ln in enumerate(lines):
+        if not ln:
+            continue
+        state = line_state(ln)[0]
+        if state == "ok":
+            continue
+        if state == "torn" or i == len(lines) - 1:  # the last, unended line: cut short
+            torn += 1
+        else:
+            bad += 1
+    return bad, torn
 
 
 # ------------------------------------------------------------------------------- gc

@@ -45,7 +45,8 @@ def test_du_verify_and_gc_see_the_journals(tmp_path: Path) -> None:
     stray.append({"key": "k2", "status": "ok", "completion": "y"})
     stray.close()
     lines = stray.path.read_bytes().split(b"\n")
-    stray.path.write_bytes(lines[0][:-3] + b"!!}\n" + lines[1] + b"\n")  # damage line 1 of 2
+    # damage line 1 of 2 (a flipped letter: a whole line that fails its checksum)
+    stray.path.write_bytes(lines[0].replace(b'"x"', b'"X"') + b"\n" + lines[1] + b"\n")
 
     u = upkeep.du(store)
     jbytes = used.stat().st_size + stray.path.stat().st_size
@@ -67,3 +68,53 @@ def test_du_verify_and_gc_see_the_journals(tmp_path: Path) -> None:
     # what the kept run used is all still there: the rerun computes nothing
     again = stages.run_study(load_spec(tmp_path / "s.yaml"), store, progress=None, workers=1)
     assert again.computed_stages == []
+
+
+def _journal(store: Store, *keys: str) -> Journal:
+    j = Journal(store, "gshard:" + "cd" * 32)
+    for k in keys:
+        j.append({"key": k, "status": "ok", "completion": k.upper()})
+    j.close()
+    return j
+
+
+def test_a_torn_tail_is_not_corruption_and_the_next_append_starts_a_new_line(
+        tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    from assay.cli import main
+
+    store = Store(tmp_path / "store")
+    j = _journal(store, "k1", "k2")
+    whole = j.path.read_bytes()
+    j.path.write_bytes(whole[:-20])  # the last write cut short (a kill, a full disk)
+    _journal(store, "k3")  # the rerun appends
+    v = upkeep.verify(store)
+    assert v.corrupt == [] and [t["lines"] for t in v.torn] == ["1"]
+    assert "1 torn line(s)" in v.table()
+    assert main(["store", "verify", "--store", str(tmp_path / "store")]) == 0
+    assert sorted(Journal(store, "gshard:" + "cd" * 32).load()) == ["k1", "k3"]
+    # corruption in the middle is still reported beside the torn line
+    lines = j.path.read_bytes().split(b"\n")
+    lines[0] = lines[0].replace(b'"K1"', b'"KX"')
+    j.path.write_bytes(b"\n".join(lines))
+    v = upkeep.verify(store)
+    assert [c["reason"][:17] for c in v.corrupt] == ["1 corrupt line(s)"] and len(v.torn) == 1
+    assert main(["store", "verify", "--store", str(tmp_path / "store")]) == 3
+    capsys.readouterr()
+
+
+def test_a_line_glued_to_a_torn_one_by_an_older_writer_is_read(tmp_path: Path) -> None:
+    store = Store(tmp_path / "store")
+    j = _journal(store, "k1", "k2")
+    whole = j.path.read_bytes()
+    j.path.write_bytes(whole[:-20])
+    with open(j.path, "ab") as f:  # what a writer before the fix did: no new line first
+        f.write(_line_of({"key": "k3", "status": "ok"}))
+    assert sorted(Journal(store, "gshard:" + "cd" * 32).load()) == ["k1", "k3"]
+    v = upkeep.verify(store)
+    assert v.corrupt == [] and len(v.torn) == 1
+
+
+def _line_of(rec: dict) -> bytes:  # type: ignore[type-arg]
+    from assay.models.journal import _line
+
+    return _line(rec)

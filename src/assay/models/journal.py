@@ -7,8 +7,10 @@ A shard is one generation config (model identity, backend, API, parameters); its
 a checksum of the line, written with one ``write`` on an ``O_APPEND`` descriptor as the answer
 arrives; the file is fsynced at most every ``FSYNC_EVERY_S`` seconds and when the run ends, so a
 killed process loses nothing the kernel got, and a power loss at most the last second. A torn
-last line (checksum mismatch or bad JSON) is skipped on read. A later line for a key supersedes an
-earlier one, which is how a retried error row becomes a completion.
+line (a write cut short by a kill or a full disk) is skipped on read, and a writer that finds
+the file not ending in a newline starts its first line on a new one, so the torn piece stays a
+line of its own (:func:`line_state` tells it from corruption). A later line for a key supersedes
+an earlier one, which is how a retried error row becomes a completion.
 
 On an object store (no append there) the lines gather in memory and go out as one new object per
 flush, ``journals/<shard hex>/<time>-<writer>.jsonl``, at most every ``FSYNC_EVERY_S`` seconds
@@ -38,6 +40,7 @@ from typing import Any
 
 from assay.hashing import canonical_json, content_hash
 from assay.store import CorruptEntryWarning, Store
+from assay.store_files import full_error
 
 FSYNC_EVERY_S = 1.0
 
@@ -71,6 +74,14 @@ def _line(record: dict[str, Any]) -> bytes:
             + b"}\n")
 
 
+def _write_all(fd: int, data: bytes) -> None:
+    """Write all of ``data``: a write the disk cuts short (it fills up) returns a short count,
+    and the rest is written again (raising ENOSPC) instead of being dropped unnoticed."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
 def line_ok(raw: bytes) -> bool:
     """Whether one journal line is intact (parses, and its checksum matches its record)."""
     try:
@@ -78,6 +89,52 @@ def line_ok(raw: bytes) -> bool:
         return hashlib.sha256(canonical_json(doc["rec"])).hexdigest()[:16] == doc["sum"]
     except (ValueError, KeyError, TypeError):
         return False
+
+
+_HEAD = b'{"sum":"'
+#: JSON literals (and a number's sign) a cut can leave half written
+_LITERALS = ("true", "false", "null", "-")
+
+
+def _cut_short(raw: bytes) -> bool:
+    """Whether ``raw`` is the beginning of a journal line that was cut off (its bytes end before
+    the line does), as opposed to a whole line that was damaged."""
+    if not raw or raw[:len(_HEAD)] != _HEAD[:len(raw)]:
+        return False
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:  # cut inside a character: only its last bytes are missing
+        if e.end < len(raw) or len(raw) - e.start > 3:
+            return False
+        text = raw[:e.start].decode("utf-8")
+    try:
+        json.loads(text)
+    except json.JSONDecodeError as e:
+        rest = text[e.pos:]
+        return (e.pos >= len(text) or e.msg.startswith("Unterminated string")
+                or (e.msg.startswith("Expecting value")
+                    and any(lit.startswith(rest) for lit in _LITERALS)))
+    return False  # whole JSON: a damaged line, not a cut one
+
+
+def line_state(raw: bytes) -> tuple[str, bytes | None]:
+    """What one journal line is: ``("ok", raw)``; ``("torn", intact)``: a write cut short
+    (``intact``: a whole line glued after it by a writer before torn tails were ended with a
+    newline, else None); or ``("corrupt", None)``: a whole line that fails its checksum.
+
+    Example:
+        >>> good = _line({"key": "k"}).rstrip()
+        >>> line_state(good)[0], line_state(good[:20])[0], line_state(good[:20] + good)[0]
+        ('ok', 'torn', 'torn')
+        >>> line_state(good.replace(b'"k"', b'"K"'))
+        ('corrupt', None)
+    """
+    if line_ok(raw):
+        return "ok", raw
+    i = raw.rfind(_HEAD)
+    if i > 0 and line_ok(raw[i:]) and _cut_short(raw[:i]):
+        return "torn", raw[i:]
+    return ("torn", None) if _cut_short(raw) else ("corrupt", None)
 
 
 class Journal:
@@ -111,15 +168,12 @@ class Journal:
         for raw in data.split(b"\n"):
             if not raw:
                 continue
-            try:
-                doc = json.loads(raw)
-                rec = doc["rec"]
-                ok = hashlib.sha256(canonical_json(rec)).hexdigest()[:16] == doc["sum"]
-            except (ValueError, KeyError, TypeError):
-                ok = False
-            if not ok:
+            state, whole = line_state(raw)
+            if state != "ok":
                 bad += 1
+            if whole is None:
                 continue
+            rec = json.loads(whole)["rec"]
             out[rec["key"]] = rec
         if bad:
             warnings.warn(f"journal {self.path}: {bad} torn or corrupt line(s) skipped (a killed "
@@ -132,28 +186,52 @@ class Journal:
         line = _line(record)
         with self._lock:
             if self.store.remote:
+                self.store.check()  # the run's store failed: this answer cannot be kept
                 self._pending.append(line)
                 if time.monotonic() - self._synced >= FSYNC_EVERY_S:
                     self._flush()
                 return
-            if self._fd is None:
-                path = self.store.root / self.rel
-                path.parent.mkdir(parents=True, exist_ok=True)
-                self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-            os.write(self._fd, line)
-            now = time.monotonic()
-            if now - self._synced >= FSYNC_EVERY_S:
-                os.fsync(self._fd)
-                self._synced = now
+            path = self.store.root / self.rel
+            try:
+                if self._fd is None:
+                    path.parent.mkdir(parents=True, exist_ok=True)
+                    self._fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+                    end = os.fstat(self._fd).st_size
+                    if end and os.pread(self._fd, 1, end - 1) != b"\n":
+                        # a torn last line (a kill, a full disk): ours starts on a new line,
+                        # so neither is glued to the other
+                        line = b"\n" + line
+                _write_all(self._fd, line)
+                now = time.monotonic()
+                if now - self._synced >= FSYNC_EVERY_S:
+                    os.fsync(self._fd)
+                    self._synced = now
+            except OSError as e:
+                self._drop()  # reopened (and its tail checked) by the next append
+                full = full_error(self.store.location, path, e)
+                if full is None:
+                    raise
+                raise full from e
 
     def close(self) -> None:
         """Fsync and close (idempotent)."""
         with self._lock:
             self._flush()
             if self._fd is not None:
-                os.fsync(self._fd)
-                os.close(self._fd)
-                self._fd = None
+                try:
+                    os.fsync(self._fd)  # a full disk may show here first
+                except OSError as e:
+                    full = full_error(self.store.location, self.store.root / self.rel, e)
+                    if full is None:
+                        raise
+                    raise full from e
+                finally:
+                    self._drop()
+
+    def _drop(self) -> None:
+        if self._fd is not None:
+            fd, self._fd = self._fd, None
+            os.close(fd)
 
     def _flush(self) -> None:
         """Object store: write the pending lines as one new segment (call under the lock)."""
