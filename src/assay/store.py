@@ -90,8 +90,14 @@ def default_root() -> Path:
 
 
 def default_location() -> str:
-    """``$ASSAY_STORE`` when set (a path or a URL), else ``.assay``."""
-    return os.environ.get("ASSAY_STORE") or ".assay"
+    """``$ASSAY_STORE`` when set (a URL, or a path made absolute: read by
+    :func:`assay.store_url.parse_store`, as every ``--store`` flag is), else ``.assay``."""
+    env = os.environ.get("ASSAY_STORE")
+    if not env:
+        return ".assay"
+    from assay.store_url import parse_store  # a malformed URL is the user's error, not a folder
+
+    return parse_store(env)
 
 
 #: seconds a lease on an object store lasts unless renewed (its holder renews it every third)

@@ -34,6 +34,20 @@ def test_default_root_from_env(tmp_path, monkeypatch):
     assert str(Store().root) == ".assay"
 
 
+def test_a_malformed_store_url_in_the_env_is_refused_not_made_a_folder(tmp_path, monkeypatch):
+    """``Store()`` reads ``ASSAY_STORE`` with the flags' parser: ``s3:bucket`` is an input error
+    naming the variable, never a local folder named ``s3:bucket`` (what a library call made)."""
+    from assay.errors import SpecError
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("ASSAY_STORE", "s3:bucket/prefix")
+    with pytest.raises(SpecError, match="ASSAY_STORE 's3:bucket/prefix': not a store URL"):
+        Store()
+    assert list(tmp_path.iterdir()) == []
+    monkeypatch.setenv("ASSAY_STORE", "st")  # a relative folder is the same folder, made absolute
+    assert Store().root == tmp_path / "st"
+
+
 def test_bad_keys_are_clear_errors(tmp_path):
     with pytest.raises(StoreError, match="not a store key"):
         Store(tmp_path).get_table("rows:abc")
