@@ -212,12 +212,12 @@ class HFScorer:
                 for wi, a in zip(widx, ans):
                     got[wi] = a
             sums = {i: [0.0, True, 0] for i in idx}
-            for wi, w in enumerate(got):  # in window order: the same float sum in any run
-                assert w is not None  # _score_tokens answers every window
+            for wi, win in enumerate(got):  # in window order: the same float sum in any run
+                assert win is not None  # _score_tokens answers every window
                 s = sums[owner[wi]]
-                s[0] += w.logprob
-                s[1] = s[1] and w.is_greedy
-                s[2] += w.tokens
+                s[0] += win.logprob
+                s[1] = s[1] and win.is_greedy
+                s[2] += win.tokens
             yield idx, [Loglik(float(sums[i][0]), bool(sums[i][1]), int(sums[i][2])) for i in idx]
 
     def _score_tokens(self, toks: Sequence[tuple[list[int], list[int]]]
