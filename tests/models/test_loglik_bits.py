@@ -115,3 +115,19 @@ def test_a_fresh_single_thread_process_gives_the_same_bits(lm: Path, threads: No
                        capture_output=True, text=True, env=env, timeout=300)
     assert p.returncode == 0, p.stderr[-2000:]
     assert json.loads(p.stdout.splitlines()[-1]) == here
+
+
+def test_the_thread_count_is_in_the_identity_and_checked(lm: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Answers at another ASSAY_LOGLIK_THREADS are another cache key, never mixed into one
+    journal; a value that is not a count is one error naming the variable."""
+    from assay.errors import SpecError
+
+    monkeypatch.delenv("ASSAY_LOGLIK_THREADS", raising=False)
+    sc = _scorer(lm)
+    assert sc.identity()["cpu_threads"] == 1
+    monkeypatch.setenv("ASSAY_LOGLIK_THREADS", "4")
+    assert sc.identity()["cpu_threads"] == 4
+    monkeypatch.setenv("ASSAY_LOGLIK_THREADS", "all")
+    with pytest.raises(SpecError, match="ASSAY_LOGLIK_THREADS='all'"):
+        sc.identity()

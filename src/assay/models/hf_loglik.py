@@ -5,7 +5,7 @@ Tokenization (lm-eval ``TemplateLM._encode_pair``): trailing spaces of the conte
 start of the continuation, the whole text is encoded once and the continuation's tokens are what
 follows the context's own encoding, so a boundary space lands in the same token as there. An
 empty context is replaced by the prefix token (BOS, else EOS). The input is
-``(context + continuation)[-(max_length + 1):][:-1]``, right-padded; the continuation's
+``(context + continuation)[-(max_length + 1):][:-1]``; the continuation's
 log-probabilities are read off the last ``len(continuation)`` positions.
 
 One computation per request, whatever else is scored (issue 52): requests whose model inputs
@@ -17,7 +17,7 @@ only (transformers' ``logits_to_keep``; the output layer is most of a small mode
 keeping the logits of the union of several requests' positions changes the last bits of a
 log-likelihood at float32 (CPU GEMM blocking depends on the matrix shapes), so the bits of an
 answer would depend on its neighbours, on what a resumed run found in its journal, on the order.
-On CPU each pass also runs at a fixed number of intra-op threads (:data:`CPU_THREADS`, under one
+On CPU each pass also runs at a fixed number of intra-op threads (:func:`cpu_threads`, under one
 process-wide lock), since a GEMV's reduction order depends on the thread count (measured: 3
 threads differ from 1 at ``[1, 4096] x [4096, 32000]``). ``batch_tokens`` only bounds how many
 input tokens one commit (one yield of :meth:`HFScorer.score_batches`) covers. The cost, measured
@@ -38,22 +38,33 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from assay.errors import GenerationError
+from assay.errors import GenerationError, SpecError
 from assay.models.scorers import Loglik, register_scorer
 
 _TOKENIZER_INFINITY = 1000000000000000019884624838656
 
-#: Intra-op threads of every CPU forward pass (``ASSAY_LOGLIK_THREADS``, default 1: the one count
-#: whose reduction order no library splits); part of the scorer's identity, so answers computed
-#: at another count are never mixed into one journal.
-CPU_THREADS = max(1, int(os.environ.get("ASSAY_LOGLIK_THREADS", "1") or 1))
+def cpu_threads() -> int:
+    """Intra-op threads of every CPU forward pass: ``ASSAY_LOGLIK_THREADS``, default 1 (the one
+    count whose reduction order no library splits). Part of the scorer's identity, so answers
+    computed at another count are never mixed into one journal.
+
+    Example:
+        >>> cpu_threads() >= 1
+        True
+    """
+    raw = os.environ.get("ASSAY_LOGLIK_THREADS", "").strip() or "1"
+    if not raw.isdigit() or int(raw) < 1:
+        raise SpecError(f"ASSAY_LOGLIK_THREADS={raw!r}: expected a whole number of threads >= 1")
+    return int(raw)
+
+
 # torch.set_num_threads is process-wide (MKL's count is global): one pass at a time sets it
 _THREADS_LOCK = threading.Lock()
 
 
 @contextmanager
 def fixed_threads(device_type: str) -> Iterator[None]:
-    """On CPU: hold the process-wide lock and run at :data:`CPU_THREADS` intra-op threads,
+    """On CPU: hold the process-wide lock and run at :func:`cpu_threads` intra-op threads,
     restoring the caller's count after; elsewhere nothing (a GPU kernel's order does not follow
     the CPU thread count).
 
@@ -61,7 +72,7 @@ def fixed_threads(device_type: str) -> Iterator[None]:
         >>> import torch
         >>> before = torch.get_num_threads()
         >>> with fixed_threads("cpu"):
-        ...     torch.get_num_threads() == CPU_THREADS
+        ...     torch.get_num_threads() == cpu_threads()
         True
         >>> torch.get_num_threads() == before
         True
@@ -71,14 +82,15 @@ def fixed_threads(device_type: str) -> Iterator[None]:
         return
     import torch
 
+    n = cpu_threads()
     with _THREADS_LOCK:
         before = torch.get_num_threads()
-        if before != CPU_THREADS:
-            torch.set_num_threads(CPU_THREADS)
+        if before != n:
+            torch.set_num_threads(n)
         try:
             yield
         finally:
-            if before != CPU_THREADS:
+            if before != n:
                 torch.set_num_threads(before)
 
 
@@ -132,7 +144,7 @@ class HFScorer:
         # /2: one unpadded pass per input (issue 52); /1's batched bits are not mixed in
         ident = {**self.backend.identity(), "scorer": "hf-loglik/2"}
         if self.device.type == "cpu":
-            ident["cpu_threads"] = CPU_THREADS
+            ident["cpu_threads"] = cpu_threads()
         if self.backend.spec.max_length is not None:  # unset: existing caches keep their key
             ident["max_length"] = self.backend.spec.max_length
         return ident
