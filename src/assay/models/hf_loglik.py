@@ -5,16 +5,23 @@ Tokenization (lm-eval ``TemplateLM._encode_pair``): trailing spaces of the conte
 start of the continuation, the whole text is encoded once and the continuation's tokens are what
 follows the context's own encoding, so a boundary space lands in the same token as there. An
 empty context is replaced by the prefix token (BOS, else EOS). The input is
-``(context + continuation)[-(max_length + 1):][:-1]``, right-padded; the continuation's
+``(context + continuation)[-(max_length + 1):][:-1]``; the continuation's
 log-probabilities are read off the last ``len(continuation)`` positions.
 
-Batching: requests whose model inputs are equal share one row (a multiple-choice question with
-one-token choices " A".." D" is one forward pass, as lm-eval's ``logits_cache`` does); rows are
-sorted longest first and cut into batches of at most ``batch_tokens`` padded tokens. Only the
-continuation positions get logits at all (transformers' ``logits_to_keep``; the output layer is
-most of a small model's cost on CPU) and go through ``log_softmax`` in float32, never the whole
-``[batch, length, vocab]`` tensor. Right padding under a causal mask leaves every real position
-unchanged, so the numbers do not depend on the batch size (tested at float32).
+One computation per request, whatever else is scored (issue 52): requests whose model inputs
+and continuation lengths are equal share one forward pass (a multiple-choice question with
+one-token choices " A".." D" is one pass, as lm-eval's ``logits_cache``), and every pass is that
+input alone: a batch of one row, unpadded, the logits of its last ``len(continuation)`` positions
+only (transformers' ``logits_to_keep``; the output layer is most of a small model's cost on CPU),
+``log_softmax`` in float32 over those. Batching rows of different requests, padding them, or
+keeping the logits of the union of several requests' positions changes the last bits of a
+log-likelihood at float32 (CPU GEMM blocking depends on the matrix shapes), so the bits of an
+answer would depend on its neighbours, on what a resumed run found in its journal, on the order.
+On CPU each pass also runs at a fixed number of intra-op threads (:func:`cpu_threads`, under one
+process-wide lock), since a GEMV's reduction order depends on the thread count (measured: 3
+threads differ from 1 at ``[1, 4096] x [4096, 32000]``). ``batch_tokens`` only bounds how many
+input tokens one commit (one yield of :meth:`HFScorer.score_batches`) covers. The cost, measured
+(docs/concurrency.md): the log-likelihood section.
 
 Perplexity windows (lm-eval ``loglikelihood_rolling``): the document's tokens, the prefix token
 in front, cut into disjoint windows of ``max_length`` predictions, each with as much preceding
@@ -25,13 +32,66 @@ model entry sets ``max_length`` (lm-eval's ``model_args=max_length=...``).
 
 from __future__ import annotations
 
+import os
+import threading
 from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
-from assay.errors import GenerationError
+from assay.errors import GenerationError, SpecError
 from assay.models.scorers import Loglik, register_scorer
 
 _TOKENIZER_INFINITY = 1000000000000000019884624838656
+
+def cpu_threads() -> int:
+    """Intra-op threads of every CPU forward pass: ``ASSAY_LOGLIK_THREADS``, default 1 (the one
+    count whose reduction order no library splits). Part of the scorer's identity, so answers
+    computed at another count are never mixed into one journal.
+
+    Example:
+        >>> cpu_threads() >= 1
+        True
+    """
+    raw = os.environ.get("ASSAY_LOGLIK_THREADS", "").strip() or "1"
+    if not raw.isdigit() or int(raw) < 1:
+        raise SpecError(f"ASSAY_LOGLIK_THREADS={raw!r}: expected a whole number of threads >= 1")
+    return int(raw)
+
+
+# torch.set_num_threads is process-wide (MKL's count is global): one pass at a time sets it
+_THREADS_LOCK = threading.Lock()
+
+
+@contextmanager
+def fixed_threads(device_type: str) -> Iterator[None]:
+    """On CPU: hold the process-wide lock and run at :func:`cpu_threads` intra-op threads,
+    restoring the caller's count after; elsewhere nothing (a GPU kernel's order does not follow
+    the CPU thread count).
+
+    Example:
+        >>> import torch
+        >>> before = torch.get_num_threads()
+        >>> with fixed_threads("cpu"):
+        ...     torch.get_num_threads() == cpu_threads()
+        True
+        >>> torch.get_num_threads() == before
+        True
+    """
+    if device_type != "cpu":
+        yield
+        return
+    import torch
+
+    n = cpu_threads()
+    with _THREADS_LOCK:
+        before = torch.get_num_threads()
+        if before != n:
+            torch.set_num_threads(n)
+        try:
+            yield
+        finally:
+            if before != n:
+                torch.set_num_threads(before)
 
 
 def rolling_windows(tokens: list[int], prefix: int, max_len: int
@@ -81,7 +141,10 @@ class HFScorer:
         self.stats = {"forward_rows": 0, "batches": 0, "padded_tokens": 0}
 
     def identity(self) -> dict[str, Any]:
-        ident = {**self.backend.identity(), "scorer": "hf-loglik/1"}
+        # /2: one unpadded pass per input (issue 52); /1's batched bits are not mixed in
+        ident = {**self.backend.identity(), "scorer": "hf-loglik/2"}
+        if self.device.type == "cpu":
+            ident["cpu_threads"] = cpu_threads()
         if self.backend.spec.max_length is not None:  # unset: existing caches keep their key
             ident["max_length"] = self.backend.spec.max_length
         return ident
@@ -156,72 +219,75 @@ class HFScorer:
                 for w in rolling_windows(self.encode(texts[i]), self.prefix_id, self.max_length):
                     windows.append(w)
                     owner.append(i)
-            sums = {i: [0.0, True, 0] for i in idx}
+            got: list[Loglik | None] = [None] * len(windows)
             for widx, ans in self._score_tokens(windows):
                 for wi, a in zip(widx, ans):
-                    s = sums[owner[wi]]
-                    s[0] += a.logprob
-                    s[1] = s[1] and a.is_greedy
-                    s[2] += a.tokens
+                    got[wi] = a
+            sums = {i: [0.0, True, 0] for i in idx}
+            for wi, win in enumerate(got):  # in window order: the same float sum in any run
+                assert win is not None  # _score_tokens answers every window
+                s = sums[owner[wi]]
+                s[0] += win.logprob
+                s[1] = s[1] and win.is_greedy
+                s[2] += win.tokens
             yield idx, [Loglik(float(sums[i][0]), bool(sums[i][1]), int(sums[i][2])) for i in idx]
 
     def _score_tokens(self, toks: Sequence[tuple[list[int], list[int]]]
                       ) -> Iterator[tuple[list[int], list[Loglik]]]:
+        """``(indices, answers)`` per commit group; each answer from the pass of its own input
+        alone (module docstring), so it has the same bits in any call, order and process."""
         import inspect
-
-        import torch
 
         model = self.backend.model
         self._keep_arg = "logits_to_keep" in inspect.signature(model.forward).parameters
         L = self.max_length
-        rows: dict[tuple[int, ...], list[int]] = {}  # model input -> requests reading it
+        # (model input, positions read) -> the requests reading exactly those logits
+        rows: dict[tuple[tuple[int, ...], int], list[int]] = {}
         for i, (ctx, cont) in enumerate(toks):
             if len(cont) > L:
                 raise GenerationError(f"request {i}: the continuation has {len(cont)} tokens, "
                                       f"more than the model's context of {L}")
             inp = tuple((ctx + cont)[-(L + 1):][:-1])
-            rows.setdefault(inp, []).append(i)
-        order = sorted(rows, key=lambda t: (-len(t), t))
-        batches: list[list[tuple[int, ...]]] = []
-        for inp in order:
-            if batches and len(batches[-1][0]) * (len(batches[-1]) + 1) <= self.batch_tokens:
-                batches[-1].append(inp)
-            else:
-                batches.append([inp])
-        pad = self.backend.pad_id
-        for batch in batches:
-            width = len(batch[0])
-            ids = torch.full((len(batch), width), pad, dtype=torch.long)
-            for r, inp in enumerate(batch):
-                ids[r, :len(inp)] = torch.tensor(inp, dtype=torch.long)
-            # the logits of the positions some continuation reads, not of every position: for
-            # MMLU-style one-token choices that is one in hundreds (the lm_head dominates on CPU)
-            need = sorted({p for inp in batch for i in rows[inp]
-                           for p in range(len(inp) - len(toks[i][1]), len(inp))})
-            at = {p: j for j, p in enumerate(need)}
-            kw: dict[str, Any] = {}
-            if self._keep_arg:
-                kw["logits_to_keep"] = torch.tensor(need, dtype=torch.long, device=self.device)
-            else:
-                at = {p: p for p in need}
-            with torch.inference_mode():
-                logits = model(ids.to(self.device), use_cache=False, **kw).logits
-            self.stats["forward_rows"] += len(batch)
+            rows.setdefault((inp, len(cont)), []).append(i)
+        # longest first: a pass that does not fit in memory fails at once
+        order = sorted(rows, key=lambda r: (-len(r[0]), r))
+        idx: list[int] = []
+        ans: list[Loglik] = []
+        tokens = 0
+        for key in order:
+            for i, a in zip(rows[key], self._one_pass(key[0], [toks[i][1] for i in rows[key]])):
+                idx.append(i)
+                ans.append(a)
+            tokens += len(key[0])
+            if tokens >= self.batch_tokens:
+                self.stats["batches"] += 1
+                yield idx, ans
+                idx, ans, tokens = [], [], 0
+        if idx:
             self.stats["batches"] += 1
-            self.stats["padded_tokens"] += len(batch) * width
-            idx, ans = [], []
-            for r, inp in enumerate(batch):
-                for i in rows[inp]:
-                    cont = toks[i][1]
-                    n = len(inp)
-                    pos = [at[p] for p in range(n - len(cont), n)]
-                    lp = torch.log_softmax(logits[r, pos].float(), dim=-1)
-                    target = torch.tensor(cont, dtype=torch.long, device=lp.device)
-                    total = lp.gather(1, target[:, None]).sum().item()
-                    greedy = bool((lp.argmax(dim=-1) == target).all().item())
-                    idx.append(i)
-                    ans.append(Loglik(float(total), greedy, len(cont)))
             yield idx, ans
+
+    def _one_pass(self, inp: tuple[int, ...], conts: list[list[int]]) -> list[Loglik]:
+        """The answers of continuations ``conts`` (all of one length) that read input ``inp``:
+        one forward pass of ``inp`` alone, the logits of its last ``len(conts[0])`` positions."""
+        import torch
+
+        k = len(conts[0])
+        ids = torch.tensor([inp], dtype=torch.long, device=self.device)
+        kw: dict[str, Any] = {"logits_to_keep": k} if self._keep_arg else {}
+        out = []
+        with fixed_threads(self.device.type), torch.inference_mode():
+            logits = self.backend.model(ids, use_cache=False, **kw).logits[0, -k:]
+            lp = torch.log_softmax(logits.float(), dim=-1)
+            greedy_ids = lp.argmax(dim=-1)
+            for cont in conts:
+                target = torch.tensor(cont, dtype=torch.long, device=lp.device)
+                total = lp.gather(1, target[:, None]).sum().item()
+                greedy = bool((greedy_ids == target).all().item())
+                out.append(Loglik(float(total), greedy, k))
+        self.stats["forward_rows"] += 1
+        self.stats["padded_tokens"] += len(inp)
+        return out
 
     def close(self) -> None:
         self.backend.close()
