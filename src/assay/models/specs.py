@@ -105,7 +105,10 @@ class HFSpec(QuietSpecModel):
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
         "auto", description="auto: bfloat16 on CUDA, float32 on CPU")
     device: str | None = Field(None, description="cuda / cpu / cuda:1; default cuda when available")
-    batch_tokens: int = Field(8192, ge=1, description="generation: padded tokens (prompt + new) per batch; log-likelihood scoring (one input per pass, for bit-identical answers): tokens scored between journal commits")
+    batch_tokens: int = Field(
+        8192, ge=1, description="generation: padded tokens (prompt + new) per batch; "
+        "log-likelihood scoring (one input per pass, for bit-identical answers): tokens scored "
+        "between journal commits")
     max_length: int | None = Field(
         None, ge=2, description="log-likelihood scoring: the context window in tokens (lm-eval's "
         "model_args max_length); default: the model config's")
