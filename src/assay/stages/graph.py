@@ -23,9 +23,9 @@ import heapq
 import itertools
 import queue
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 GROUP = "group:"
@@ -74,7 +74,7 @@ class Node:
     resources: tuple[str, ...] = ()
     order: tuple[Any, ...] = ()
     groups: tuple[str, ...] = ()
-    expand: Callable[[Any], Sequence[Node]] | None = None
+    expand: Callable[[Any], Iterable[Node]] | None = None
     label: str = ""
     ready: Callable[[], bool] | None = None
     priority: tuple[Any, ...] | None = None
@@ -100,7 +100,12 @@ class Graph:
     released: Callable[[], None] | None = None
     #: called with each node as it is added (the runner's policy: e.g. a gate on a model load)
     on_add: Callable[[Node], None] | None = None
+    #: node id -> (the ids of the nodes its expansion added, what it raised or None), kept by
+    #: :func:`run_graph` under ``_grow``: what a :meth:`follower` reads
+    expansions: dict[str, tuple[list[str], BaseException | None]] = field(default_factory=dict)
     _wake: Callable[[], None] | None = None
+    _grow: threading.Condition = field(default_factory=threading.Condition, repr=False)
+    _grown: bool = False  # no expansion will be recorded any more
 
     def wake(self) -> None:
         """Make the runner look again at nodes held back by ``ready()`` (from any thread)."""
@@ -122,6 +127,63 @@ class Graph:
         """Declare group ``name``, complete once node ``sealed_by`` and every member ran."""
         self.groups[name] = (sealed_by, [])
         return GROUP + name
+
+    def follower(self, adapt: Callable[[Node], Node] | None = None) -> Graph:
+        """A graph of this one's nodes for a second run that records this graph's run (the
+        flow that records ``assay run``'s head start): its nodes are copies of these (no
+        ``ready`` gate; ``adapt`` may change each copy), and a node's expansion is the one
+        this graph's run made, waited for, not computed again. Where this graph's run never
+        expands the node (it ended first), the copy expands it itself. Bounded: this graph is
+        run, or :meth:`stop_growing` is called, by whoever made it.
+
+        Example:
+            >>> g = Graph()
+            >>> g.add(Node("a", "a", lambda get: ((), {}), fn=lambda: 1,
+            ...            expand=lambda r: [Node("b", "b", lambda get: ((), {}), fn=lambda: r)]))
+            >>> f = g.follower()
+            >>> sorted(run_graph(g, ThreadExecutor(1)).results)
+            ['a', 'b']
+            >>> sorted(run_graph(f, ThreadExecutor(1)).results)  # "b" as g's run made it
+            ['a', 'b']
+        """
+        with self._grow:
+            grown = {i for ids, _ in self.expansions.values() for i in ids}
+            f = Graph(groups={name: (sealer, []) for name, (sealer, _) in self.groups.items()})
+            for n in list(self.nodes.values()):
+                if n.id not in grown:
+                    f.add(self._copy(n, adapt))
+        return f
+
+    def _copy(self, n: Node, adapt: Callable[[Node], Node] | None) -> Node:
+        c = replace(n, ready=None,
+                    expand=None if n.expand is None else self._expansion(n, adapt))
+        return adapt(c) if adapt is not None else c
+
+    def _expansion(self, n: Node, adapt: Callable[[Node], Node] | None
+                   ) -> Callable[[Any], Iterable[Node]]:
+        def expand(result: Any) -> Iterator[Node]:
+            with self._grow:  # woken when this graph's run records an expansion or ends
+                while n.id not in self.expansions and not self._grown:
+                    self._grow.wait()
+                made = self.expansions.get(n.id)
+                copies = None if made is None else [self._copy(self.nodes[i], adapt)
+                                                    for i in made[0]]
+            if made is None:  # never expanded there: expand here
+                assert n.expand is not None
+                for c in n.expand(result):
+                    yield adapt(c) if adapt is not None else c
+                return
+            yield from copies or ()
+            if made[1] is not None:  # it failed there after adding these: here too
+                raise made[1]
+        return expand
+
+    def stop_growing(self) -> None:
+        """No expansion will be recorded any more (this graph's run ended, or never starts):
+        a :meth:`follower` still waiting expands for itself."""
+        with self._grow:
+            self._grown = True
+            self._grow.notify_all()
 
 
 class Executor(Protocol):
@@ -429,6 +491,25 @@ def _gate_key(n: Node) -> Any:
     return n.ready
 
 
+def _expand(graph: Graph, node: Node, result: Any) -> None:
+    """Add what ``node`` expands into and record it for followers (a failure too: what was
+    added before it stays in the graph, and runs)."""
+    assert node.expand is not None
+    with graph._grow:
+        added: list[str] = []
+        try:
+            for new in node.expand(result):
+                graph.add(new)
+                added.append(new.id)
+        except Exception as e:
+            graph.expansions[node.id] = (added, e)
+            raise
+        else:
+            graph.expansions[node.id] = (added, None)
+        finally:
+            graph._grow.notify_all()
+
+
 def run_graph(graph: Graph, executor: Executor, *, max_parallel: int = 8,
               capacity: Mapping[str, int] | None = None, raise_first: bool = True,
               poll_s: float = 1.0) -> GraphRun:
@@ -502,9 +583,7 @@ def run_graph(graph: Graph, executor: Executor, *, max_parallel: int = 8,
             try:
                 res = executor.result(handle)
                 if node.expand is not None:
-                    # what it added before a failure stays in the graph (and runs)
-                    for new in node.expand(res):
-                        graph.add(new)
+                    _expand(graph, node, res)
             except Exception as e:  # it failed, or its output could not be split
                 failed[nid] = e
             else:
@@ -515,6 +594,7 @@ def run_graph(graph: Graph, executor: Executor, *, max_parallel: int = 8,
             raise NodeFailed(f"graph: nodes {left} wait on inputs that never came")
         cancel = False
     finally:
+        graph.stop_growing()
         executor.close(cancel)
     run = GraphRun(graph, results, failed, skipped)
     if failed and raise_first:
