@@ -517,7 +517,8 @@ def run_graph(graph: Graph, executor: Executor, *, max_parallel: int = 8,
     at most ``capacity[r]`` holding resource ``r``. Ready nodes start in ``order``. A failure
     skips its dependents; the rest of the graph still runs. Then, with ``raise_first``, the
     first failure (in ``order``) is raised with ``assay_stage`` naming its node and a note
-    listing what was not run."""
+    listing what was not run. Scheduling costs O(log n) per node, not a rescan of the graph
+    after each event (:class:`_Book`)."""
     capacity = dict(capacity or {})
     results: dict[str, Any] = {}
     failed: dict[str, BaseException] = {}
