@@ -201,7 +201,9 @@ def study(spec: str, output: str | None = None, store_root: str | None = None,
                                    executor=PrefectExecutor(s.execution.runner != "local", head),
                                    max_parallel=max_parallel, capacity=capacity_for(s),
                                    # the head start preloads and grades ahead, if anyone
-                                   preload=head is None and s.execution.runner == "local")
+                                   preload=head is None and s.execution.runner == "local",
+                                   # one graph per run: the head start's, its shards cut once
+                                   graph=head.follower(s, store) if head is not None else None)
         if head is not None:  # every node recorded: its run has ended or is ending
             head.wait()
             if head.run is not None:

@@ -25,10 +25,10 @@ from concurrent.futures import Future
 from typing import Any
 
 from assay.spec import StudySpec
-from assay.stages.cache import StageResult
+from assay.stages.cache import StageResult, print_progress
 from assay.stages.chain import StudyRun
-from assay.stages.graph import Node, ThreadExecutor
-from assay.stages.plan import max_parallel_for, run_study
+from assay.stages.graph import Graph, Node, ThreadExecutor
+from assay.stages.plan import follower, max_parallel_for, run_study, study_graph
 from assay.stages.slots import model_device, on_cpu
 from assay.store import Store
 
@@ -87,6 +87,9 @@ class HeadStart:
         self._lock = threading.Lock()
         self._ended = threading.Event()
         self._thread: threading.Thread | None = None
+        #: the run's one graph: the flow that records this run follows it (:meth:`follower`)
+        self.graph = study_graph(spec, store, progress=print_progress,
+                                 workers=spec.execution.workers)
 
     @staticmethod
     def wanted(spec: StudySpec) -> bool:
@@ -124,15 +127,22 @@ class HeadStart:
             # writes to an object store are published behind them
             with self.store.in_use(write_behind=True):
                 self.run = run_study(self.spec, self.store, executor=ex,
-                                     max_parallel=self.max_parallel, capacity=self.capacity)
+                                     max_parallel=self.max_parallel, capacity=self.capacity,
+                                     graph=self.graph)
         except BaseException as e:  # noqa: BLE001  (the flow's task for the node re-raises it)
             self.error = e
         finally:
+            self.graph.stop_growing()  # a follower waiting on an expansion makes its own
             with self._lock:
                 self._ended.set()
                 for f in self._outcomes.values():
                     if not f.done():
                         f.set_result(NOT_RUN)
+
+    def follower(self, spec: StudySpec, store: Store) -> Graph:
+        """The graph for the flow that records this run (its spec and store): this run's
+        graph, its shards as this run cuts them (:func:`assay.stages.plan.follower`)."""
+        return follower(self.graph, spec, store)
 
     def result(self, node_id: str) -> Any:
         """The head start's result for the node (waits while it runs), or :data:`NOT_RUN`.

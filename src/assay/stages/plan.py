@@ -47,8 +47,8 @@ DEFAULT_MAX_PARALLEL = 8
 #: A model server needs no slot here: its ``max_connections`` is its own pool.
 LOCAL_CAPACITY = {"cores": 1, "gpu": 1}
 
-__all__ = ["DEFAULT_MAX_PARALLEL", "LOCAL_CAPACITY", "Preloader", "max_parallel_for",
-           "run_study", "serve_cached", "study_graph"]
+__all__ = ["DEFAULT_MAX_PARALLEL", "LOCAL_CAPACITY", "Preloader", "follower",
+           "max_parallel_for", "run_study", "serve_cached", "study_graph"]
 
 
 def _grading_workers(workers: int | None, loader: Preloader | None) -> int | None:
@@ -189,14 +189,15 @@ def run_study(spec: StudySpec, store: Store, *, call: Call = direct_call,
               workers: int | None = None, mode: str = "graph", executor: Executor | None = None,
               max_parallel: int | None = None,
               capacity: Mapping[str, int] | None = None, preload: bool = True,
-              stream: bool | None = None) -> StudyRun:
+              stream: bool | None = None, graph: Graph | None = None) -> StudyRun:
     """Run the study: as a graph (default; on ``executor``, threads unless given) or, with
     ``mode="chain"``, the same graph one node at a time, each through ``call`` (the reference
     the concurrent run is compared against). Results come back in the chain's order.
     ``preload``: load row-scoring models during generation (:class:`Preloader`); ``stream``
     (default: as ``preload``): grade each generated prompt as it finishes
     (:class:`~assay.stages.stream.Pregrader`). Both only for executors that run nodes in this
-    process (not a cluster's workers)."""
+    process (not a cluster's workers). ``graph``: the study's graph when the caller built it
+    (a head start's, or a :func:`follower` of it), else it is built here."""
     if mode == "chain":
         return run_chain(spec, store, call=call, progress=progress, workers=workers)
     if mode != "graph":
@@ -206,21 +207,22 @@ def run_study(spec: StudySpec, store: Store, *, call: Call = direct_call,
     with stop.run():
         return _run_graph(spec, store, executor=executor, progress=progress, workers=workers,
                           max_parallel=max_parallel, capacity=capacity, preload=preload,
-                          stream=stream)
+                          stream=stream, graph=graph)
 
 
 def _run_graph(spec: StudySpec, store: Store, *, executor: Executor | None,
                progress: Progress | None,
                workers: int | None, max_parallel: int | None,
                capacity: Mapping[str, int] | None, preload: bool,
-               stream: bool | None) -> StudyRun:
+               stream: bool | None, graph: Graph | None) -> StudyRun:
     workers = workers or spec.execution.workers
     cap = max_parallel_for(spec, max_parallel)
     loader = Preloader(spec) if preload and Preloader.wanted(spec) else None
     # every heavy import the nodes make here, done before they run side by side (why: see
     # assay.libguard); the preloaded scoring models load in their own process
     libguard.prepare(spec, loader.remote_models() if loader is not None else ())
-    graph = study_graph(spec, store, progress=progress, workers=workers)
+    if graph is None:
+        graph = study_graph(spec, store, progress=progress, workers=workers)
     if loader is not None:
         graph.on_add = _while_loading(loader)  # shard nodes are added as their rows exist
         loader.wake = graph.wake
@@ -260,6 +262,23 @@ def _run_graph(spec: StudySpec, store: Store, *, executor: Executor | None,
         facts["graded_ahead"] = {"rows": ahead.graded, "used": ahead.used}
     return StudyRun(spec.checksum(), tuple(run.ordered()), graded, run.results["report"],
                     facts)
+
+
+def follower(leader: Graph, spec: StudySpec, store: Store) -> Graph:
+    """The study graph of a run that records ``leader``'s run (the flow recording a head
+    start): ``leader``'s nodes and, as its run makes them, its shards (one graph per ``assay
+    run``: the rows are cut once), each node called with this run's spec and store (the
+    ones its recorded task shows, and computes with where the leader never ran it)."""
+    def adapt(node: Node) -> Node:
+        inner = node.args
+
+        def args(get: Callable[[str], Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
+            a, kw = inner(get)
+            if a and isinstance(a[0], RunContext):
+                a = (replace(a[0], spec=spec, store=store), *a[1:])
+            return a, kw
+        return replace(node, args=args)
+    return leader.follower(adapt)
 
 
 def _pregrader(spec: StudySpec, store: Store, graph: Graph, workers: int | None
