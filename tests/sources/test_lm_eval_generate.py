@@ -161,3 +161,107 @@ def test_gsm8k_filters_and_exact_match_options(world: dict[str, Any]) -> None:
         assert (got.markers["exact_match,strict-match"],
                 got.markers["exact_match,flexible-extract"]) == (strict, flexible), text
         assert got.reward == strict
+
+
+#: written answers per test document: (text, strict-match, flexible-extract) by gsm8k's YAML
+CANNED = {0: "#### 12", 1: "it is 1,250", 2: "we get 3", 3: "so\n#### 7", 4: "costs $40",
+          5: "#### 1"}
+
+CANNED_MODULE = '''
+import re
+
+CANNED = {canned!r}
+
+
+def answer(prompts):
+    # the question asked last in lm-eval's context (after the few-shot example) names the doc
+    return [CANNED[int(re.findall(r"water (\\d+) \\+", p)[-1])] for p in prompts]
+'''
+
+
+def test_report_has_every_lm_eval_metric_and_stderr(world: dict[str, Any], tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same written answers through simple_evaluate (a canned lm-eval LM) and through a
+    study (a canned function model): report.json carries both gsm8k metrics under lm-eval's
+    names, each mean and stderr equal to lm-eval's (strict 2/6, flexible 4/6: they differ), with
+    an interval over the 6 documents."""
+    import re
+
+    from lm_eval import simple_evaluate
+    from lm_eval.api.model import LM
+    from lm_eval.tasks import TaskManager
+
+    from assay.spec import parse_spec
+    from assay.stages import report_files, run_study
+    from assay.store import Store
+
+    class Canned(LM):  # type: ignore[misc]  # lm-eval's LM base class is untyped
+        def generate_until(self, requests: list[Any], disable_tqdm: bool = False) -> list[str]:
+            return [CANNED[int(re.findall(r"water (\d+) \+", r.args[0])[-1])]
+                    for r in requests]
+
+        def loglikelihood(self, requests: Any, disable_tqdm: bool = False) -> Any:
+            raise NotImplementedError
+
+        def loglikelihood_rolling(self, requests: Any, disable_tqdm: bool = False) -> Any:
+            raise NotImplementedError
+
+    res = simple_evaluate(model=Canned(), tasks=["gsm8k"], num_fewshot=SHOTS,
+                          gen_kwargs={"max_gen_toks": MAX_GEN},
+                          task_manager=TaskManager(include_path=str(world["tasks"]),
+                                                   include_defaults=False),
+                          fewshot_random_seed=1234)["results"]["gsm8k"]
+    assert res["exact_match,strict-match"] == pytest.approx(2 / 6)
+    assert res["exact_match,flexible-extract"] == pytest.approx(4 / 6)
+
+    (tmp_path / "gsm_canned.py").write_text(CANNED_MODULE.format(canned=CANNED))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    src = _source(world)
+    src["generate"] = {**src["generate"],
+                       "model": {"kind": "function", "callable": "gsm_canned:answer"}}
+    spec = parse_spec(yaml.safe_dump({"version": 1, "name": "gsm", "sources": [src],
+                                      "measure": {"pass_at": {}}}),
+                      source="gsm.yaml", base_dir=str(world["base"]))
+    store = Store(tmp_path / "store")
+    files = report_files(store, run_study(spec, store, progress=None).report)
+    report = json.loads(files["report.json"])
+    docs = [m for m in report["measurements"] if m["kind"] == "lm_eval_metrics"]
+    assert [d["source"] for d in docs] == ["gsm"]
+    doc = docs[0]
+    ests = {e["name"]: e for e in doc["estimates"]}
+    assert list(ests) == ["exact_match,strict-match", "exact_match,flexible-extract"]
+    for i, (k, e) in enumerate(ests.items()):
+        metric, flt = k.split(",")
+        assert e["value"] == pytest.approx(res[k], abs=1e-12), k
+        assert e["n"] == 6 and e["unit"] == "documents", k
+        assert e["low"] < e["value"] < e["high"], k
+        stderr = res[f"{metric}_stderr,{flt}"]
+        assert stderr > 0 and doc["data"]["stderr"][i] == pytest.approx(stderr, abs=1e-12), k
+        assert f"lm-eval stderr {stderr:.4f}" in doc["report"], k
+    md = files["report.md"]
+    assert "exact_match,flexible-extract" in (md if isinstance(md, str) else md.decode())
+
+
+def test_lm_eval_means_by_hand() -> None:
+    """Means, n and stderr (sample sd / sqrt(n), as statistics computes it) per metric marker;
+    a reward model's rm: marker is not a metric; an ungraded row is left out with a warning."""
+    import math
+    import statistics
+
+    pytest.importorskip("lm_eval")
+    from assay.measure.lm_eval_means import lm_eval_means
+
+    strict, flexible = [1, 0, 0, 1, 0], [1, 1, 0, 1, 1]
+    rows = [{"task_id": str(i), "reward": float(s),
+             "markers": {"exact_match,strict-match": float(s),
+                         "exact_match,flexible-extract": float(f), "rm:m": 3.0}}
+            for i, (s, f) in enumerate(zip(strict, flexible))]
+    rows.append({"task_id": "5", "reward": None, "markers": {}})
+    r = lm_eval_means(rows)
+    assert [e.name for e in r.metrics] == ["exact_match,strict-match",
+                                           "exact_match,flexible-extract"]
+    for e, se, vals in zip(r.metrics, r.stderr, (strict, flexible)):
+        assert (e.value, e.n, e.n_rows) == (pytest.approx(sum(vals) / 5), 5, 5)
+        assert se == pytest.approx(statistics.stdev(vals) / math.sqrt(5), abs=1e-12)
+    assert r.n_tasks == 5 and r.n_rows == 6
+    assert any("1 rows without it" in w for w in r.warnings)

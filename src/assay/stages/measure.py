@@ -71,12 +71,15 @@ def run_measure(ctx: RunContext, graded: Mapping[str, Sequence[StageResult]]) ->
                 if kept is not None:
                     docs += MEASURES.get(name).obj(kept, ctx)
         docs += reward_row_docs(spec, {n: r for n, r in rows.items() if n not in skip})
+        docs += lm_eval_docs(spec, {n: r for n, r in rows.items() if n not in skip})
         return {**ctx.outputs, "measurements": docs}, {"rows": sum(len(r) for r in rows.values())}
 
     params = m.model_dump(mode="json")
     if spec.reward is not None and spec.reward.score is not None:
         params = {**params, "reward_rows": [spec.reward.score.sources,
                                             [e.name for e in spec.reward.scoring_models()]]}
+    if lm_eval_generate_sources(spec):  # keyed only where measured: other studies' keys stay
+        params = {**params, "lm_eval_metrics": lm_eval_generate_sources(spec)}
     return cached_stage(store, STAGE, inputs=graded_checksums(graded, names),
                         params=params, compute=compute,
                         label=",".join(names), progress=ctx.progress)
@@ -245,6 +248,24 @@ def reward_row_docs(spec: StudySpec, rows: Mapping[str, Any]) -> list[dict[str, 
             docs.append(result_doc("reward_rows", f"reward_rows[{n}, {mk}]",
                                    reward_rows(rows[n], mk), source=n, model=e.name, marker=mk))
     return docs
+
+
+def lm_eval_generate_sources(spec: StudySpec) -> list[str]:
+    """The ``kind: lm_eval`` sources with ``generate:`` (a generate_until task): each gets
+    every metric lm-eval reports, whatever ``measure:`` asks for."""
+    return [s.name for s in spec.sources
+            if getattr(s, "kind", None) == "lm_eval" and s.mode == "generate"]
+
+
+def lm_eval_docs(spec: StudySpec, rows: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Per lm_eval generate source: each ``metric,filter`` lm-eval reports, under its name,
+    with assay's interval over documents and lm-eval's stderr
+    (:func:`assay.measure.lm_eval_means.lm_eval_means`); pass@1 alone is the first metric."""
+    from assay.measure.lm_eval_means import lm_eval_means
+    from assay.report import result_doc
+
+    return [result_doc("lm_eval_metrics", f"lm_eval_metrics[{n}]", lm_eval_means(rows[n]),
+                       source=n) for n in lm_eval_generate_sources(spec) if n in rows]
 
 
 def _by_doc(res: Any, source: str) -> dict[str, Any]:

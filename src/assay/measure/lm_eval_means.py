@@ -1,0 +1,116 @@
+"""Every metric an lm-eval generate_until task reports (``exact_match,flexible-extract`` ...),
+under lm-eval's name, as assay's mean over documents with its interval, beside lm-eval's stderr.
+
+Why beside lm-eval's stderr: a user moving from lm-eval compares assay's figure with the one
+lm-eval printed; lm-eval's ``stderr_for_metric(mean)`` (the sample standard deviation over
+documents / sqrt(n)) is that figure, computed by lm-eval's own function. The interval is assay's
+(clustered Wilson over tasks, here documents), the same as pass@1's.
+
+Example:
+    >>> rows = [{"task_id": str(i), "reward": 1.0 * (i < 2),
+    ...          "markers": {"exact_match,strict-match": 1.0 * (i < 2),
+    ...                      "exact_match,flexible-extract": 1.0 * (i < 3)}} for i in range(4)]
+    >>> r = lm_eval_means(rows)
+    >>> [(e.name, e.value) for e in r.metrics]
+    [('exact_match,strict-match', 0.5), ('exact_match,flexible-extract', 0.75)]
+    >>> round(r.stderr[1], 4)
+    0.25
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from assay.errors import MeasureError
+from assay.intervals import TASK_METHOD, task_interval
+from assay.results import Estimate, Result
+
+#: simple_evaluate's default ``bootstrap_iters``: with it ``stderr_for_metric(mean)`` is
+#: lm-eval's closed-form ``mean_stderr`` (mean is not bootstrapped)
+BOOTSTRAP_ITERS = 100000
+
+
+@dataclass(frozen=True)
+class LmEvalMeans(Result):
+    """Each ``metric,filter`` marker's mean over documents (lm-eval's order), its interval,
+    and lm-eval's stderr for it (None below 2 documents, where lm-eval prints N/A)."""
+
+    metrics: tuple[Estimate, ...]
+    stderr: tuple[float | None, ...]
+    n_tasks: int
+    n_rows: int
+    warnings: tuple[str, ...] = ()
+
+    def __str__(self) -> str:
+        return " | ".join(map(str, self.metrics))
+
+    def _headline(self) -> Estimate:
+        return self.metrics[0]  # the task's first metric, the rows' reward
+
+    def report(self) -> str:
+        lines = [str(e) for e in self.metrics]
+        lines.append(f"{self.n_rows} rows over {self.n_tasks} documents; intervals: "
+                     f"{TASK_METHOD}; stderr: lm-eval's")
+        lines += [f"warning: {w}" for w in self.warnings]
+        return "\n".join(lines)
+
+
+def metric_markers(markers: list[Any]) -> list[str]:
+    """lm-eval's ``metric,filter`` marker names among the rows' markers, first seen first
+    (reward models' ``rm:`` markers and others have no comma)."""
+    names: dict[str, None] = {}
+    for mk in markers:
+        for k in dict(mk or []):
+            if "," in k and not k.startswith("rm:"):
+                names.setdefault(k)
+    return list(names)
+
+
+def lm_eval_means(rows: Any, *, level: float = 0.95) -> LmEvalMeans:
+    """The mean, interval, n and lm-eval stderr of every ``metric,filter`` marker (module
+    docstring); a row without the marker (a completion the verifier could not grade) is left
+    out of that metric, with a warning."""
+    from lm_eval.api.metrics import mean, stderr_for_metric
+
+    from assay.rows import as_table
+
+    table = as_table(rows, require=())
+    if table.num_rows == 0:
+        raise MeasureError("lm_eval_metrics: no rows")
+    markers = table.column("markers").to_pylist()
+    names = metric_markers(markers)
+    if not names:
+        raise MeasureError("lm_eval_metrics: no row has an lm-eval metric marker "
+                           "(metric,filter); grade with the lm_eval verifier")
+    tids = table.column("task_id").to_pylist()
+    stderr_fn = stderr_for_metric(mean, BOOTSTRAP_ITERS)
+    ests, errs, warnings = [], [], []
+    all_tasks: set[Any] = set()
+    for name in names:
+        per: dict[Any, list[float]] = {}
+        for t, mk in zip(tids, markers):
+            v = dict(mk or []).get(name)
+            if v is not None:
+                per.setdefault(t, []).append(float(v))
+        all_tasks |= set(per)
+        # one completion per document (k: 1), so a task's mean is lm-eval's per-document value
+        vals = np.array([float(np.mean(per[t])) for t in sorted(per, key=str)])
+        n_rows = sum(len(v) for v in per.values())
+        if n_rows < table.num_rows:
+            warnings.append(f"{name}: {table.num_rows - n_rows} rows without it (not graded) "
+                            "left out")
+        in_unit = bool(len(vals)) and bool(np.all((vals >= 0) & (vals <= 1)))
+        iv = task_interval(vals, floor=1.0, level=level) if in_unit else None
+        se = float(stderr_fn(list(vals))) if stderr_fn is not None and len(vals) > 1 else None
+        note = f"lm-eval stderr {se:.4f}" if se is not None and math.isfinite(se) else None
+        ests.append(Estimate(name, float(vals.mean()) if len(vals) else float("nan"), iv,
+                             len(vals), unit="documents", n_rows=n_rows, note=note))
+        errs.append(se)
+    if len(all_tasks) < 10:
+        warnings.append(f"only {len(all_tasks)} documents: intervals are wide")
+    return LmEvalMeans(tuple(ests), tuple(errs), len(all_tasks), table.num_rows,
+                       tuple(warnings))
