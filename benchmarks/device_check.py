@@ -93,8 +93,12 @@ def build_models(root: Path, s: dict[str, int]) -> tuple[Path, Path]:
     """A LlamaForSequenceClassification reward model and a LlamaForCausalLM, random weights
     with spread output layers (so scores vary and greedy argmaxes are far from ties)."""
     import torch
-    from transformers import (GenerationConfig, LlamaConfig, LlamaForCausalLM,
-                              LlamaForSequenceClassification)
+    from transformers import (
+        GenerationConfig,
+        LlamaConfig,
+        LlamaForCausalLM,
+        LlamaForSequenceClassification,
+    )
 
     tok = word_tokenizer()
     out = []
