@@ -692,6 +692,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--inject", action="append", default=[], choices=["reward-hf", "loglik"],
                     help="add a difference to the first device's numbers (proves a failing "
                          "check fails the run)")
+    ap.add_argument("--sizes", choices=sorted(SIZES), help="default: cpu with --cpu, else full "
+                    "(--cpu --sizes full times the device sizes on the CPU alone)")
     ap.add_argument("--pack", type=Path, help="write what travels to the device here and exit")
     ap.add_argument("--python-version", default=DEVICE_PYTHON, help="--pack: the device's")
     args = ap.parse_args(argv)
@@ -711,7 +713,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         print("error: --cpu not given and torch sees no CUDA device", file=sys.stderr)
         return 2
-    s = SIZES["cpu" if args.cpu else "full"]
+    s = SIZES[args.sizes or ("cpu" if args.cpu else "full")]
     t = Table("cuda" if a == "cuda" else "cpu(a)")
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="assay-device-check-") as d:
