@@ -550,18 +550,31 @@ def run_one_study(folder: Path, side: str, device: str, s: dict[str, int]) -> di
 
 
 RM_KEY = re.compile(r"rm:|reward|proxy|best.of|rank|concordance", re.I)
+#: the fields that say what a report entry is (a measurement's kind and label, a plot's file)
+NAMING = ("kind", "label", "name", "path", "marker", "model", "file", "caption")
+
+
+def comparable(report: dict[str, Any]) -> Any:
+    """What of two devices' report.json must be equal: all but the entries computed from
+    reward-model scores (:func:`strip_rm`) and the spec's checksum (the specs name their
+    devices)."""
+    study = {k: v for k, v in report.get("study", {}).items() if k != "checksum"}
+    return strip_rm({**report, "study": study})
+
+
+def _from_rm(entry: Any) -> bool:
+    return isinstance(entry, dict) and any(
+        isinstance(entry.get(f), str) and RM_KEY.search(entry[f]) for f in NAMING)
 
 
 def strip_rm(doc: Any) -> Any:
-    """The report with every entry computed from reward-model scores left out (those may differ
-    within bf16 rounding); what remains must be equal."""
+    """``doc`` without the entries its keys or naming fields mark as computed from
+    reward-model scores (those may differ within bf16 rounding); everything else stays."""
     if isinstance(doc, dict):
         return {k: strip_rm(v) for k, v in doc.items()
-                if not RM_KEY.search(str(k)) and not RM_KEY.search(str(v)[:200])
-                or k in ("name", "version")}
+                if not RM_KEY.search(str(k)) and not _from_rm(v)}
     if isinstance(doc, list):
-        return [strip_rm(v) for v in doc if not (isinstance(v, (dict, str))
-                                                 and RM_KEY.search(str(v)[:200]))]
+        return [strip_rm(v) for v in doc if not _from_rm(v)]
     return doc
 
 
@@ -586,7 +599,7 @@ def check_study(t: Table, a: str, rm: Path, lm: Path, s: dict[str, int], greedy:
     scale = 1.0 + float(np.nanmax(np.abs(mb))) if len(mb) else 1.0
     tol = (1e-4 if a == "cpu" else 5e-2) * scale
     mdiff = float(np.max(np.abs(ma - mb))) if len(ma) and len(ma) == len(mb) else float("inf")
-    same_report = strip_rm(res["a"]["report"]) == strip_rm(res["b"]["report"])
+    same_report = comparable(res["a"]["report"]) == comparable(res["b"]["report"])
     exact_report = res["a"]["report"] == res["b"]["report"]
     passes = [int(x) for x in rb.column("reward").to_pylist() if x is not None]
     out = {side: {k: v for k, v in r.items() if k not in ("rows", "report")}

@@ -127,3 +127,17 @@ def test_minilm_travel_copy_scores_like_the_bundled_model(tmp_path: Path, dc: Mo
     got = EmbeddingRewardModel(restored, device="cpu").score(prompts, answers)
     assert float(np.max(np.abs(got - ref))) < 0.02
     assert list(np.argsort(got)) == list(np.argsort(ref))
+
+
+def test_reports_compare_outside_reward_numbers_and_spec_checksum(dc: ModuleType) -> None:
+    def report(pass1: float, rm: float, checksum: str) -> dict:
+        return {"study": {"name": "s", "checksum": checksum},
+                "measurements": [
+                    {"kind": "pass_at", "estimates": [{"name": "pass@1", "value": pass1}]},
+                    {"kind": "reward_rows", "label": "rm:rm", "value": rm}]}
+
+    base = report(0.5, 0.25, "spec:1")
+    # a CUDA run: bf16 reward numbers and a spec naming another device
+    assert dc.comparable(base) == dc.comparable(report(0.5, 0.2501, "spec:2"))
+    assert dc.comparable(base) != dc.comparable(report(0.4, 0.25, "spec:1"))
+    assert dc.comparable(base)["measurements"][0]["estimates"][0]["value"] == 0.5
