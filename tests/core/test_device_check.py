@@ -86,7 +86,10 @@ def test_cpu_mode_passes_with_only_what_travels(tmp_path: Path, dc: ModuleType) 
     assert set(doc["imports"]) <= allowed | {"assay"}
     checks = doc["checks"]
     assert checks["reward_minilm"]["model"].startswith("the travel copy")
-    assert checks["reward_hf"]["a"]["batch_sizes"] and checks["generate"]["tokens_equal"]
+    # the timed call's batches alone hold every distinct item once (chosen and rejected)
+    assert sum(checks["reward_hf"]["a"]["batch_sizes"]) == 2 * doc["sizes"]["pairs"]
+    assert sum(checks["reward_minilm"]["a"]["batch_sizes"]) >= doc["sizes"]["pairs"]
+    assert checks["generate"]["tokens_equal"]
     assert checks["study"]["a"]["max_at_once"] == 1
     assert checks["study"]["a"]["calls"]["HFBackend"] >= 2  # several generate shards ran
     assert 0 < checks["study"]["passed_rows"] < checks["study"]["rows"]  # mixed verdicts
