@@ -730,22 +730,36 @@ def main(argv: list[str] | None = None) -> int:
     s = SIZES[args.sizes or ("cpu" if args.cpu else "full")]
     t = Table("cuda" if a == "cuda" else "cpu(a)")
     t0 = time.perf_counter()
+    inject = set(args.inject)
+
+    def save(complete: bool) -> dict[str, Any]:
+        # after every check: a run stopped at its time limit still leaves what it measured
+        doc = {"device": torch.cuda.get_device_name(0) if a == "cuda" else "cpu",
+               "torch": torch.__version__, "python": sys.version.split()[0], "sizes": s,
+               "mode": "cpu" if args.cpu else "cuda", "inject": sorted(inject),
+               "complete": complete, "seconds": time.perf_counter() - t0,
+               "passed": t.passed and complete, "table": t.rows, "checks": t.sections,
+               "imports": imported_distributions()}
+        args.out.write_text(json.dumps(doc, indent=1, default=str) + "\n")
+        return doc
+
     with tempfile.TemporaryDirectory(prefix="assay-device-check-") as d:
         tmp = Path(d)
         rm, lm = build_models(tmp / "models", s)
         mini, where = minilm_dir(args.minilm, tmp)
-        inject = set(args.inject)
-        check_reward_hf(t, a, rm, s, inject)
-        check_reward_minilm(t, a, mini, where, s)
-        greedy = check_generate(t, a, lm, s, tmp / "gen")
-        check_loglik(t, a, lm, s, inject)
-        check_study(t, a, rm, lm, s, greedy, tmp)
-    doc = {"device": torch.cuda.get_device_name(0) if a == "cuda" else "cpu",
-           "torch": torch.__version__, "python": sys.version.split()[0], "sizes": s,
-           "mode": "cpu" if args.cpu else "cuda", "inject": sorted(inject),
-           "seconds": time.perf_counter() - t0, "passed": t.passed, "table": t.rows,
-           "checks": t.sections, "imports": imported_distributions()}
-    args.out.write_text(json.dumps(doc, indent=1, default=str) + "\n")
+        steps: list[tuple[str, Callable[[], Any]]] = [
+            ("reward hf", lambda: check_reward_hf(t, a, rm, s, inject)),
+            ("reward minilm", lambda: check_reward_minilm(t, a, mini, where, s)),
+            ("generate", lambda: check_generate(t, a, lm, s, tmp / "gen")),
+            ("loglik", lambda: check_loglik(t, a, lm, s, inject)),
+            ("study", lambda: check_study(t, a, rm, lm, s, t.sections["generate"]["completions"],
+                                          tmp)),
+        ]
+        for name, step in steps:
+            _, sec = timed(step)
+            print(f"[device-check] {name}: {sec:.1f} s", file=sys.stderr, flush=True)
+            save(complete=False)
+    doc = save(complete=True)
     print(f"wrote {args.out} ({doc['seconds']:.1f} s on {doc['device']})")
     print(t.render())
     return 0 if t.passed else 1
