@@ -222,6 +222,20 @@ def sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
+def release() -> int:
+    """Free what earlier checks left (the spies make reference cycles) and return the CUDA
+    bytes still allocated (0 without CUDA)."""
+    import gc
+
+    import torch
+
+    gc.collect()
+    if not torch.cuda.is_available():
+        return 0
+    torch.cuda.empty_cache()
+    return int(torch.cuda.memory_allocated())
+
+
 def rank_tau(a: np.ndarray, b: np.ndarray) -> float:
     from scipy.stats import kendalltau
 
@@ -545,6 +559,7 @@ def run_one_study(folder: Path, side: str, device: str, s: dict[str, int]) -> di
     (folder / "spec.yaml").write_text(STUDY.format(device=device, new=s["new_tokens"],
                                                    shard=max(2, s["study_prompts"] // 3)))
     clear_model_cache()
+    before = release()
     watch = SlotWatch()
     with watch.patched():
         run, sec = timed(lambda: stages.run_study(load_spec(folder / "spec.yaml"),
@@ -555,9 +570,10 @@ def run_one_study(folder: Path, side: str, device: str, s: dict[str, int]) -> di
     rows = {name: stages.concat_rows(Store(folder / f"store-{side}"), parts).to_arrow()
             for name, parts in run.graded.items()}
     clear_model_cache()
+    release()  # the reward model; the generator stays in the process's shared backends
     return {"seconds": sec, "report": json.loads(files["report.json"]), "rows": rows["a"],
             "max_at_once": watch.max_at_once, "calls": watch.calls,
-            "cuda_bytes_at_batch_start": watch.cuda_bytes,
+            "cuda_bytes_before": before, "cuda_bytes_at_batch_start": watch.cuda_bytes,
             "stages": [f"{r.stage}[{r.label}]" for r in run.results]}
 
 
