@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: demo test test-stress install lint bench clean
+.PHONY: demo test test-stress install lint bench clean device-wheels
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -42,6 +42,12 @@ test-stress: $(STAMP)
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src flows tasks tests benchmarks configs
 	$(VENV)/bin/mypy
+
+# What the GPU device check needs there (no network): the wheels the device image lacks, for its
+# Python (3.12), and an int8 copy of the bundled MiniLM, in dist/device; prints the sizes and
+# fails over the 64 MiB that travel (benchmarks/README.md, "Device check"). Needs an index.
+device-wheels: $(STAMP)
+	$(PY) benchmarks/device_check.py --pack dist/device
 
 clean:
 	rm -rf $(VENV) .assay .prefect runs
