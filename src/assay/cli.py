@@ -268,14 +268,21 @@ def cmd_run(args: argparse.Namespace) -> int:
         if problems:
             _err(f"{args.spec}: " + "; ".join(problems))
             return 2
+        out = spec.output_dir(args.output)
+        _RUN["log"] = log_path = out / "run.log"
         problems = _local_data_problems(spec)  # the data's lines, as validate reads them
         if problems:
-            _err(_problems_text(args.spec, problems))
+            text = _problems_text(args.spec, problems)
+            # what a failed run leaves, before Prefect starts: the log says why, and a report
+            # from an earlier run is marked stale (the data it was made from changed)
+            out.mkdir(parents=True, exist_ok=True)
+            log_path.write_text(f"assay run {args.spec} failed before the study started:\n"
+                                f"{text}\n", encoding="utf-8")
+            mark_stale(out, f"failed: SpecError: {problems[0]}")
+            _err(text)
             return 2
         require_real_server(spec.execution.runner, embedded=server is not None)
         _RUN["debug"] = debug = bool(args.debug) or spec.execution.log_level == "debug"
-        out = spec.output_dir(args.output)
-        _RUN["log"] = log_path = out / "run.log"
         if user_level is None:
             os.environ["PREFECT_LOGGING_LEVEL"] = spec.execution.log_level.upper()
         if server is not None:

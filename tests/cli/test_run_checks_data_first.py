@@ -52,4 +52,6 @@ def test_run_names_the_bad_line_before_prefect(tmp_path: Path, bad: str) -> None
     assert run.stderr == validate.stderr
     assert run.stderr.startswith("error: s.yaml has 1 problem(s)")
     assert "d.jsonl:2" in run.stderr or "record 2" in run.stderr
-    assert not (tmp_path / "out").exists()
+    # nothing of a study: only run.log, saying why (as any failed run leaves it)
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["run.log"]
+    assert "problem(s)" in (tmp_path / "out" / "run.log").read_text()

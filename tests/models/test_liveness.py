@@ -185,7 +185,11 @@ def test_a_4xx_ends_the_call_at_once_without_a_double_commit(server, store, fast
     server.faults = []
     before = server.count()
     g = run(server, store)
-    assert not g.errors and server.count() - before == N - len(lines) == g.sent
+    assert not g.errors and g.sent == N - len(lines)
+    # at the server: the rerun's requests, plus at most the first call's cancelled ones (one per
+    # connection) whose bytes were on the wire when it ended and that the server read only after
+    # `before` was taken (when they arrive depends on the scheduler, not on assay)
+    assert g.sent <= server.count() - before <= g.sent + 8
 
 
 def test_the_limit_cut_to_1_comes_back_to_max_connections(server, store, fast_backoff):

@@ -28,8 +28,6 @@ Example:
 
 from __future__ import annotations
 
-import math
-from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
 
@@ -320,15 +318,6 @@ def _refuse_output_type(out: Any, want: str, where: str) -> None:
         raise SpecError(f"{where}: the task's output_type is {out!r}, not {want!r}; {hint}")
 
 
-def _meta(doc: Any) -> dict[str, Any] | None:
-    """The document's scalar fields (for ``by:`` and ``where``)."""
-    if not isinstance(doc, Mapping):
-        return None
-    out = {str(k): v for k, v in doc.items()
-           if isinstance(v, str | int | bool) or (isinstance(v, float) and math.isfinite(v))}
-    return out or None
-
-
 def choice_rows_of(task: Any, docs: list[tuple[int, Any, list]], where: str) -> Rows:
     """One prompt row per document: lm-eval's context, its choices and gold index, and the
     task's target delimiter (``privileged.delimiter``) the score-choices stage scores with."""
@@ -336,7 +325,7 @@ def choice_rows_of(task: Any, docs: list[tuple[int, Any, list]], where: str) -> 
 
     from assay.builder import rows
     from assay.rows import Rows, to_json
-    from assay.sources.lm_eval_index import task_code
+    from assay.sources.lm_eval_index import doc_meta, task_code
 
     delim = task.config.target_delimiter
     prompts, privileged, tids, metas = [], [], [], []
@@ -361,7 +350,7 @@ def choice_rows_of(task: Any, docs: list[tuple[int, Any, list]], where: str) -> 
         privileged.append({"reference": choices[gold], "choices": choices, "gold": gold,
                            "delimiter": delim})
         tids.append(str(doc_id))
-        metas.append(_meta(doc))
+        metas.append(doc_meta(doc))
     built = rows(prompts, [""] * len(prompts), None,
                  references=[p["reference"] for p in privileged], task_ids=tids, meta=metas,
                  record_names=lambda i: f"document {tids[i]}")
@@ -376,7 +365,7 @@ def document_rows_of(task: Any, docs: list[tuple[int, Any, list]], where: str) -
     words and bytes its ``process_results`` counts (wikitext counts the raw page)."""
     from assay.builder import rows
     from assay.sources.documents import count_bytes, count_words
-    from assay.sources.lm_eval_index import task_code
+    from assay.sources.lm_eval_index import doc_meta, task_code
     from assay.sources.lm_eval_metrics import rolling_counts
 
     texts, tids, metas, markers = [], [], [], []
@@ -398,7 +387,7 @@ def document_rows_of(task: Any, docs: list[tuple[int, Any, list]], where: str) -
                                                              (0.0, count_bytes(text))))[1]
         texts.append(text)
         tids.append(str(doc_id))
-        metas.append(_meta(doc))
+        metas.append(doc_meta(doc))
         markers.append({"words": float(words), "bytes": float(nbytes)})
     return rows(texts, [""] * len(texts), None, task_ids=tids, meta=metas, markers=markers,
                 record_names=lambda i: f"document {tids[i]}")

@@ -79,8 +79,7 @@ def generate_rows_of(task: Any, docs: list[tuple[int, Any, list]], where: str) -
     """One prompt row per document: lm-eval's context (few-shot examples as its sampler drew
     them), its target as the reference, and the document id the lm_eval verifier grades by."""
     from assay.builder import rows
-    from assay.sources.lm_eval import _meta
-    from assay.sources.lm_eval_index import task_code
+    from assay.sources.lm_eval_index import doc_meta, task_code
 
     prompts, refs, tids, metas = [], [], [], []
     for doc_id, doc, insts in docs:
@@ -97,6 +96,6 @@ def generate_rows_of(task: Any, docs: list[tuple[int, Any, list]], where: str) -
         prompts.append(context)
         refs.append(target if isinstance(target, str) else str(target))
         tids.append(str(doc_id))
-        metas.append(_meta(doc))
+        metas.append(doc_meta(doc))
     return rows(prompts, [""] * len(prompts), None, references=refs, task_ids=tids, meta=metas,
                 record_names=lambda i: f"document {tids[i]}")

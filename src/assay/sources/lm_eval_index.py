@@ -122,3 +122,15 @@ def task_code(where: str, what: str) -> Iterator[None]:
     except BaseException as e:  # noqa: BLE001 (task code is user code: any failure is its own)
         raise SpecError(f"{where}: lm-eval could not {what}: "
                         f"{type(e).__name__}: {e}") from None
+
+
+def doc_meta(doc: Any) -> dict[str, Any] | None:
+    """A document's scalar fields, kept as the row's ``meta`` (for ``by:`` and ``where``)."""
+    import math
+    from collections.abc import Mapping
+
+    if not isinstance(doc, Mapping):
+        return None
+    out = {str(k): v for k, v in doc.items()
+           if isinstance(v, str | int | bool) or (isinstance(v, float) and math.isfinite(v))}
+    return out or None
