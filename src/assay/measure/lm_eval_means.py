@@ -53,8 +53,9 @@ class LmEvalMeans(Result):
 
     def report(self) -> str:
         lines = [str(e) for e in self.metrics]
+        methods = dict.fromkeys(e.interval.method for e in self.metrics if e.interval)
         lines.append(f"{self.n_rows} rows over {self.n_tasks} documents; intervals: "
-                     f"{TASK_METHOD}; stderr: lm-eval's")
+                     f"{'; '.join(methods) or TASK_METHOD}; stderr: lm-eval's")
         lines += [f"warning: {w}" for w in self.warnings]
         return "\n".join(lines)
 
@@ -114,3 +115,93 @@ def lm_eval_means(rows: Any, *, level: float = 0.95) -> LmEvalMeans:
         warnings.append(f"only {len(all_tasks)} documents: intervals are wide")
     return LmEvalMeans(tuple(ests), tuple(errs), len(all_tasks), table.num_rows,
                        tuple(warnings))
+
+
+#: lm-eval's bootstrap draws assay reproduces for a corpus metric's stderr (f1, mcc, nanmean):
+#: one of lm-eval's chunks, seeded 0 as lm-eval seeds its first, so the figure equals
+#: ``simple_evaluate(bootstrap_iters=1000)``'s; lm-eval's default 100,000 draws take minutes
+LM_EVAL_DRAWS = 1000
+#: assay's own interval for a corpus metric: a percentile bootstrap over documents, fixed seed
+DOC_BOOTSTRAP = 1000
+DOC_BOOTSTRAP_METHOD = f"percentile bootstrap over documents ({DOC_BOOTSTRAP} resamples, seed 0)"
+
+
+def lm_eval_mc_means(rows: Any, *, level: float = 0.95) -> LmEvalMeans:
+    """Every metric a multiple_choice lm-eval task reports (``acc,none``, ``mcc,none``...)
+    from the per-document items its own ``process_results`` gave (``judge_meta["lm_eval"]``,
+    :mod:`assay.sources.lm_eval_mc`), aggregated by lm-eval's own function over the documents
+    in lm-eval's order, beside lm-eval's stderr: closed form for a mean; for a corpus metric
+    lm-eval's bootstrap over its first :data:`LM_EVAL_DRAWS` draws (noted).
+
+    Example:
+        >>> meta = lambda g, p: {"lm_eval": {
+        ...     "items": {"mcc,none": [g, p], "acc,none": 1.0 * (g == p)},
+        ...     "aggregation": [["mcc,none", "matthews_corrcoef"], ["acc,none", "mean"]]}}
+        >>> rows = [{"task_id": str(i), "reward": 0.0, "judge_meta": meta(i % 2, int(i < 3))}
+        ...         for i in range(6)]
+        >>> [(e.name, round(e.value, 4)) for e in lm_eval_mc_means(rows).metrics]
+        [('mcc,none', -0.3333), ('acc,none', 0.3333)]
+    """
+    import json
+
+    from lm_eval.api import metrics as lm
+    from lm_eval.api.registry import get_aggregation
+
+    from assay.results import Interval
+    from assay.rows import as_table
+
+    table = as_table(rows, require=())
+    if table.num_rows == 0:
+        raise MeasureError("lm_eval_metrics: no rows")
+    per_doc: dict[int, dict[str, Any]] = {}
+    for tid, meta in zip(table.column("task_id").to_pylist(),
+                         table.column("judge_meta").to_pylist()):
+        g = json.loads(meta) if isinstance(meta, str) else dict(meta or {})
+        if "lm_eval" not in g:
+            raise MeasureError(f"lm_eval_metrics: document {tid} has no lm-eval items (rows "
+                               "scored before assay ran the task's process_results: rerun)")
+        per_doc[int(tid)] = g["lm_eval"]
+    docs = [per_doc[d] for d in sorted(per_doc)]  # lm-eval's order: its bootstrap depends on it
+    aggs = docs[0]["aggregation"]
+    ests, errs = [], []
+    for name, agg_name in aggs:
+        fn = get_aggregation(agg_name)
+        items = [tuple(d["items"][name]) if isinstance(d["items"][name], list)
+                 else d["items"][name] for d in docs]
+        value = float(fn(items))
+        n = len(items)
+        if agg_name == "mean":
+            vals = np.asarray(items, dtype=np.float64)
+            in_unit = bool(np.all((vals >= 0) & (vals <= 1)))
+            iv = task_interval(vals, floor=1.0, level=level) if in_unit else None
+            se = float(lm.mean_stderr(items)) if n > 1 else None
+            note = f"lm-eval stderr {se:.4f}" if se is not None else None
+        else:
+            # lm-eval's own draws (its chunk 0: random.Random(0).choices, as its pool's first)
+            se = float(lm.sample_stddev(lm._bootstrap_internal(fn, LM_EVAL_DRAWS)((0, items)))) \
+                if n > 1 else None
+            iv = _doc_bootstrap(fn, items, level, Interval) if n > 1 else None
+            note = (f"lm-eval bootstrap stderr {se:.4f} ({LM_EVAL_DRAWS} draws: "
+                    f"simple_evaluate(bootstrap_iters={LM_EVAL_DRAWS})'s)"
+                    if se is not None and math.isfinite(se) else None)
+        ests.append(Estimate(name, value, iv, n, unit="documents", n_rows=n, note=note))
+        errs.append(se)
+    warnings = (f"only {len(docs)} documents: intervals are wide",) if len(docs) < 10 else ()
+    return LmEvalMeans(tuple(ests), tuple(errs), len(docs), table.num_rows, warnings)
+
+
+def _doc_bootstrap(fn: Any, items: list[Any], level: float, interval: Any) -> Any:
+    """lm-eval's aggregation ``fn`` over :data:`DOC_BOOTSTRAP` resamples of the documents
+    (numpy, seed 0): the percentile interval; None when a resample gives no finite value."""
+    import warnings as _w
+
+    rng = np.random.default_rng(0)
+    idx = rng.integers(0, len(items), size=(DOC_BOOTSTRAP, len(items)))
+    with _w.catch_warnings():  # sklearn warns on a resample with one class: mcc is then 0
+        _w.simplefilter("ignore")
+        stats = np.array([float(fn([items[i] for i in row])) for row in idx])
+    if not np.all(np.isfinite(stats)):
+        return None
+    a = (1 - level) / 2
+    lo, hi = np.quantile(stats, [a, 1 - a])
+    return interval(float(lo), float(hi), level, DOC_BOOTSTRAP_METHOD)

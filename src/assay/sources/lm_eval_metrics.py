@@ -5,14 +5,19 @@ loads, then on lm-eval's loaded ``Task`` object (Python task classes, the aggreg
 
 Why refuse rather than report acc anyway: a number under a task's name must be the number
 lm-eval gives for it (truthfulqa_mc2's own ``process_results`` gives 0.533 where plain acc gives
-0.267). A ``generate_until`` task's per-document metrics are lm-eval's own (its filters and
-``process_results``, run by :mod:`assay.verify.lm_eval_metric`); what is refused there is a
-number that is not their mean (repeats, corpus-level aggregations).
+0.267). A ``multiple_choice`` task's metrics are lm-eval's own (its ``process_results`` per
+document, f1 and mcc over the corpus: :mod:`assay.sources.lm_eval_mc`) aggregated by one of
+lm-eval's mean, nanmean, f1, matthews_corrcoef; a ``generate_until`` task's per-document metrics
+are lm-eval's own (its filters and ``process_results``, run by :mod:`assay.verify.lm_eval_metric`);
+what is refused there is a number that is not their mean (repeats, corpus-level aggregations).
 
 Example:
     >>> config_refusal({"task": "t", "output_type": "multiple_choice",
-    ...                 "metric_list": [{"metric": "acc"}, {"metric": "mcc"}]})
-    "its metric_list asks for 'mcc', which assay does not compute (for a multiple_choice ...)"
+    ...                 "metric_list": [{"metric": "acc"}, {"metric": "brier_score"}]})
+    "its metric_list asks for 'brier_score', which assay does not compute (for a ...)"
+    >>> config_refusal({"task": "t", "output_type": "multiple_choice",
+    ...                 "metric_list": [{"metric": "mcc"}]}) is None
+    True
     >>> config_refusal({"task": "t", "output_type": "multiple_choice"}) is None
     True
 """
@@ -27,7 +32,9 @@ from typing import Any
 #: names) that give assay's number (acc cannot be NaN, so nanmean is mean)
 COMPUTED: dict[str, dict[str, tuple[str, ...]]] = {
     "multiple_choice": {"acc": ("mean", "nanmean"), "acc_norm": ("mean", "nanmean"),
-                        "acc_bytes": ("mean", "nanmean")},
+                        "acc_bytes": ("mean", "nanmean"), "exact_match": ("mean", "nanmean"),
+                        # corpus-level: lm-eval's aggregation over every document's (gold, pred)
+                        "f1": ("f1",), "mcc": ("matthews_corrcoef",)},
     "loglikelihood_rolling": {"word_perplexity": ("weighted_perplexity",),
                               "byte_perplexity": ("weighted_perplexity",),
                               "bits_per_byte": ("bits_per_byte",)},
@@ -38,6 +45,10 @@ DEFAULT_OUTPUT_TYPE = "generate_until"
 #: give per document (assay runs them, :mod:`assay.verify.lm_eval_metric`); assay's number is
 #: their mean over documents, so only these aggregations (registry names) are lm-eval's number
 GENERATE_AGGREGATIONS = ("mean",)
+#: a multiple_choice task with its own ``process_results`` (truthfulqa_mc2) reports whatever
+#: metrics it returns: assay runs it per document (:mod:`assay.sources.lm_eval_mc`) and
+#: aggregates with lm-eval's own function, one of these (registry names)
+OWN_MC_AGGREGATIONS = ("mean", "nanmean", "f1", "matthews_corrcoef")
 
 
 def output_type(cfg: Mapping[str, Any]) -> str:
@@ -65,12 +76,10 @@ def config_refusal(cfg: Mapping[str, Any]) -> str | None:
         return _generate_refusal(cfg)
     if out not in COMPUTED:
         return None
-    if cfg.get("process_results") is not None and out == "multiple_choice":
-        return (f"it computes its metrics with its own process_results "
-                f"({_name(cfg['process_results'])}), which assay does not run; assay's acc "
-                "would not be the task's number")
-    # a rolling task's own process_results is allowed: each document's result is checked to be
-    # lm-eval's (log-likelihood, count) pairs (rolling_counts)
+    # a task's own process_results is allowed: a multiple_choice one's is run per document
+    # (lm_eval_mc), a rolling one's result is checked to be lm-eval's (log-likelihood, count)
+    # pairs (rolling_counts)
+    own = cfg.get("process_results") is not None and out == "multiple_choice"
     if cfg.get("filter_list"):
         return "it has a filter_list, which assay does not apply to log-likelihoods"
     computed = COMPUTED[out]
@@ -78,12 +87,17 @@ def config_refusal(cfg: Mapping[str, Any]) -> str | None:
         if not isinstance(m, Mapping) or "metric" not in m:
             return f"its metric_list entry {m!r:.60} names no metric"
         name = _name(m["metric"])
-        if name not in computed:
+        if name not in computed and not own:
             return (f"its metric_list asks for {name!r}, which assay does not compute (for a "
                     f"{out} task it computes {_computed(out)})")
         if m.get("hf_evaluate"):
             return f"its metric {name!r} is Hugging Face evaluate's, which assay does not run"
         agg = m.get("aggregation")
+        if own:  # its own metric: whatever it is called, lm-eval's aggregation decides
+            if agg is not None and _name(agg) not in OWN_MC_AGGREGATIONS:
+                return (f"its metric {name!r} is aggregated by {_name(agg)!r}; assay computes "
+                        f"lm-eval's {' / '.join(OWN_MC_AGGREGATIONS)}")
+            continue
         if agg is not None and _name(agg) not in computed[name]:
             return (f"its metric {name!r} is aggregated by {_name(agg)!r}; assay's {name} is "
                     f"lm-eval's {' / '.join(computed[name])}")
@@ -112,6 +126,8 @@ def task_refusal(task: Any) -> str | None:
         return (f"its Python class {type(task).__name__} computes its metrics with its own "
                 "process_results, which assay does not run")
     computed = COMPUTED[out]
+    if out == "multiple_choice" and callable(c.process_results):
+        computed = {name: OWN_MC_AGGREGATIONS for name in task.aggregation()}
     for name, agg in task.aggregation().items():
         if name not in computed:
             return (f"it reports {name!r}, which assay does not compute (for a {out} task it "

@@ -80,6 +80,8 @@ def run_measure(ctx: RunContext, graded: Mapping[str, Sequence[StageResult]]) ->
                                             [e.name for e in spec.reward.scoring_models()]]}
     if lm_eval_generate_sources(spec):  # keyed only where measured: other studies' keys stay
         params = {**params, "lm_eval_metrics": lm_eval_generate_sources(spec)}
+    if lm_eval_choice_sources(spec):
+        params = {**params, "lm_eval_mc_metrics": lm_eval_choice_sources(spec)}
     return cached_stage(store, STAGE, inputs=graded_checksums(graded, names),
                         params=params, compute=compute,
                         label=",".join(names), progress=ctx.progress)
@@ -257,15 +259,26 @@ def lm_eval_generate_sources(spec: StudySpec) -> list[str]:
             if getattr(s, "kind", None) == "lm_eval" and s.mode == "generate"]
 
 
+def lm_eval_choice_sources(spec: StudySpec) -> list[str]:
+    """The ``kind: lm_eval`` sources with ``choices:`` (a multiple_choice task): each gets
+    every metric lm-eval reports (mcc, f1, a task's own), whatever ``measure:`` asks for."""
+    return [s.name for s in spec.sources
+            if getattr(s, "kind", None) == "lm_eval" and s.mode == "choices"]
+
+
 def lm_eval_docs(spec: StudySpec, rows: Mapping[str, Any]) -> list[dict[str, Any]]:
     """Per lm_eval generate source: each ``metric,filter`` lm-eval reports, under its name,
     with assay's interval over documents and lm-eval's stderr
-    (:func:`assay.measure.lm_eval_means.lm_eval_means`); pass@1 alone is the first metric."""
-    from assay.measure.lm_eval_means import lm_eval_means
+    (:func:`assay.measure.lm_eval_means.lm_eval_means`); pass@1 alone is the first metric.
+    Per lm_eval choices source: each metric the task's own items give, aggregated by lm-eval's
+    functions (:func:`assay.measure.lm_eval_means.lm_eval_mc_means`)."""
+    from assay.measure.lm_eval_means import lm_eval_mc_means, lm_eval_means
     from assay.report import result_doc
 
     return [result_doc("lm_eval_metrics", f"lm_eval_metrics[{n}]", lm_eval_means(rows[n]),
-                       source=n) for n in lm_eval_generate_sources(spec) if n in rows]
+                       source=n) for n in lm_eval_generate_sources(spec) if n in rows] + \
+        [result_doc("lm_eval_metrics", f"lm_eval_metrics[{n}]", lm_eval_mc_means(rows[n]),
+                    source=n) for n in lm_eval_choice_sources(spec) if n in rows]
 
 
 def _by_doc(res: Any, source: str) -> dict[str, Any]:

@@ -8,7 +8,8 @@ Each row's completion is the choice with the highest log-likelihood; ``reward`` 
 the gold one (lm-eval's ``acc``); markers ``acc_norm`` and ``acc_bytes`` grade the choice with
 the highest log-likelihood per character and per UTF-8 byte of the choice text (lm-eval's
 ``acc_norm`` and ``acc_bytes``). ``judge_meta`` keeps every choice's log-likelihood, raw and
-normalized, its token count and whether it is the greedy continuation.
+normalized, its token count and whether it is the greedy continuation; an lm_eval source's rows
+also get the task's own per-document metric items (:mod:`assay.sources.lm_eval_mc`).
 """
 
 from __future__ import annotations
@@ -118,7 +119,11 @@ def run_score_choices(ctx: RunContext, filtered: StageResult, shard: Shard) -> S
     lo, hi = shard.bounds
     part = Rows(load_rows(store, filtered).to_arrow().slice(lo, hi - lo))
     scorer = shared_scorer(cspec.model)
-    params = {"target_delimiter": cspec.target_delimiter}
+    params: dict[str, Any] = {"target_delimiter": cspec.target_delimiter}
+    lm_eval = getattr(source, "kind", None) == "lm_eval"
+    if lm_eval:  # keyed on the task's files: an edited process_results recomputes the items
+        ident = source.identity(spec.paths)
+        params["lm_eval_items"] = [ident.get("files"), ident.get("lm_eval")]
 
     label = shard.label(source_name)
 
@@ -131,6 +136,10 @@ def run_score_choices(ctx: RunContext, filtered: StageResult, shard: Shard) -> S
         with slot, track(STAGE, label, total=n_choices) as unit:
             out = score_choice_rows(part, scorer, target_delimiter=cspec.target_delimiter,
                                     store=store, on_done=unit.advance)
+        if lm_eval:  # the task's own metric items (lm-eval's process_results) per document
+            from assay.sources.lm_eval_mc import add_lm_eval_items
+
+            out = add_lm_eval_items(out, source, spec.paths)
         acc = out.to_arrow().column("reward").to_pylist()
         return {"rows": out}, {"rows": len(out), "choices": n_choices,
                                "acc": round(float(np.mean(acc)), 6)}
