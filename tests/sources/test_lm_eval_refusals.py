@@ -1,5 +1,5 @@
-"""kind: lm_eval never reports a number lm-eval would not give: a task's own process_results, a
-metric or aggregation assay does not compute, a group or tag, task code that exits — each one
+"""kind: lm_eval never reports a number lm-eval would not give: a metric or aggregation assay
+does not compute, a filter, a group or tag, task code that exits — each one
 error naming the source and the task, before any data loads where the index already says so;
 and lm-eval's task index is built once per process for every source that shares it."""
 
@@ -66,6 +66,9 @@ TASKS = {  # name: (the templated head, what follows it)
     "lmx_cola": (MC, "metric_list: [{metric: mcc}]\n"),
     "lmx_f1": (MC, "metric_list: [{metric: acc}, {metric: f1}]\n"),
     "lmx_median": (MC, "metric_list: [{metric: acc, aggregation: median}]\n"),
+    "lmx_brier": (MC, "metric_list: [{metric: acc}, {metric: brier_score}]\n"),
+    "lmx_mc2_median": (MC, "process_results: !function utils.mc2\n"
+                       "metric_list: [{metric: acc, aggregation: median}]\n"),
     "lmx_filtered": (MC, "filter_list: [{name: x, filter: [{function: take_first}]}]\n"),
     "lmx_rolling_own": (ROLLING, "process_results: !function utils.own_counts\n"
                         "metric_list: [{metric: word_perplexity}, {metric: bits_per_byte}]\n"),
@@ -119,20 +122,29 @@ def _problem(base: Path, task: str, mode: str = "choices") -> str:
 
 
 @pytest.mark.parametrize(("task", "why"), [
-    ("lmx_mc2", r"its own process_results \(.*utils.mc2\)"),
-    ("lmx_cola", "asks for 'mcc', which assay does not compute"),
-    ("lmx_f1", "asks for 'f1', which assay does not compute"),
+    ("lmx_brier", "asks for 'brier_score', which assay does not compute"),
     ("lmx_median", "'acc' is aggregated by 'median'"),
+    ("lmx_mc2_median", "'acc' is aggregated by 'median'"),
     ("lmx_filtered", "filter_list"),
 ])
 def test_refuses_what_it_would_not_compute(world: Path, task: str, why: str) -> None:
-    """truthfulqa_mc2's own process_results, cola's mcc, f1, a median, a filter: refused by
-    check (what validate runs), naming the source, the task and the metric; the same tasks'
-    data loads fine, so before this each silently gave acc under the task's name."""
+    """A metric assay does not compute (brier_score), a median (of lm-eval's or of a task's
+    own process_results), a filter: refused by check (what validate runs), naming the source,
+    the task and the metric; the same tasks' data loads fine, so before this each silently
+    gave acc under the task's name."""
     import re
 
     assert re.search(why, _problem(world, task))
     assert _spec(world, "lmx_ok").sources[0].check(_spec(world, "lmx_ok").paths) == ([], [])
+
+
+@pytest.mark.parametrize("task", ["lmx_mc2", "lmx_cola", "lmx_f1"])
+def test_own_process_results_mcc_and_f1_are_computed(world: Path, task: str) -> None:
+    """A task's own process_results (truthfulqa_mc2's shape), mcc and f1: computed now
+    (tests/sources/test_lm_eval_mc.py checks the numbers against lm-eval), so check passes;
+    before, each was refused."""
+    spec = _spec(world, task)
+    assert spec.sources[0].check(spec.paths) == ([], [])
 
 
 def test_refusal_by_the_index_needs_no_data(world: Path) -> None:
@@ -140,11 +152,11 @@ def test_refusal_by_the_index_needs_no_data(world: Path) -> None:
     cannot load (no data is read for a task that will be refused)."""
     from assay.errors import SpecError
 
-    text = (world / "tasks" / "lmx_cola.yaml").read_text()
-    (world / "tasks" / "lmx_cola.yaml").write_text(
+    text = (world / "tasks" / "lmx_brier.yaml").read_text()
+    (world / "tasks" / "lmx_brier.yaml").write_text(
         text.replace(str(world / "d.jsonl"), str(world / "gone.jsonl")))
-    spec = _spec(world, "lmx_cola")
-    with pytest.raises(SpecError, match="'mcc'"):
+    spec = _spec(world, "lmx_brier")
+    with pytest.raises(SpecError, match="'brier_score'"):
         spec.sources[0].build(spec.paths)
 
 
@@ -218,10 +230,10 @@ def test_task_code_calling_exit_is_one_error(world: Path, task: str) -> None:
 
 
 @pytest.mark.slow  # lm-eval's whole index (13,000 YAMLs)
-def test_lm_eval_own_truthfulqa_mc2_and_cola_are_refused(tmp_path: Path) -> None:
-    """lm-eval's shipped truthfulqa_mc2 (its own process_results) and cola (mcc), and the mmlu
-    group: refused from the index, offline (no data is fetched for a refused task); an
-    installed multiple-choice task with acc only is not refused by the index."""
+def test_lm_eval_own_truthfulqa_mc2_and_cola_pass_the_index(tmp_path: Path) -> None:
+    """lm-eval's shipped truthfulqa_mc2 (its own process_results) and cola (mcc) pass the
+    index's checks now (they were refused); the mmlu group is refused from the index, offline
+    (no data is fetched for a refused task); arc_easy (acc only) passes too."""
     import os
 
     from assay.errors import SpecError
@@ -242,8 +254,7 @@ def test_lm_eval_own_truthfulqa_mc2_and_cola_are_refused(tmp_path: Path) -> None
             spec.sources[0].build(spec.paths)
         return str(e.value)
 
-    assert "its own process_results" in refusal("truthfulqa_mc2")
-    assert "asks for 'mcc'" in refusal("cola")
     assert "is an lm-eval group of" in refusal("mmlu")
     tm = task_manager(None)
-    assert config_refusal(yaml_config(task_entry(tm, "arc_easy", "x"))) is None
+    for task in ("arc_easy", "truthfulqa_mc2", "cola"):
+        assert config_refusal(yaml_config(task_entry(tm, task, "x"))) is None, task
