@@ -28,6 +28,8 @@ from typing import Any
 COMPUTED: dict[str, dict[str, tuple[str, ...]]] = {
     "multiple_choice": {"acc": ("mean", "nanmean"), "acc_norm": ("mean", "nanmean"),
                         "acc_bytes": ("mean", "nanmean")},
+    # each document's process_results is checked to give lm-eval's (lm_eval_loglik)
+    "loglikelihood": {"perplexity": ("perplexity",), "acc": ("mean", "nanmean")},
     "loglikelihood_rolling": {"word_perplexity": ("weighted_perplexity",),
                               "byte_perplexity": ("weighted_perplexity",),
                               "bits_per_byte": ("bits_per_byte",)},

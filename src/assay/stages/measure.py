@@ -260,12 +260,21 @@ def lm_eval_generate_sources(spec: StudySpec) -> list[str]:
 def lm_eval_docs(spec: StudySpec, rows: Mapping[str, Any]) -> list[dict[str, Any]]:
     """Per lm_eval generate source: each ``metric,filter`` lm-eval reports, under its name,
     with assay's interval over documents and lm-eval's stderr
-    (:func:`assay.measure.lm_eval_means.lm_eval_means`); pass@1 alone is the first metric."""
+    (:func:`assay.measure.lm_eval_means.lm_eval_means`); pass@1 alone is the first metric.
+    Per lm_eval loglikelihood source: its perplexity and acc as lm-eval aggregates them
+    (:func:`assay.measure.lm_eval_loglik.lm_eval_loglik_means`)."""
+    from assay.measure.lm_eval_loglik import is_loglik_rows, lm_eval_loglik_means
     from assay.measure.lm_eval_means import lm_eval_means
     from assay.report import result_doc
 
-    return [result_doc("lm_eval_metrics", f"lm_eval_metrics[{n}]", lm_eval_means(rows[n]),
+    docs = [result_doc("lm_eval_metrics", f"lm_eval_metrics[{n}]", lm_eval_means(rows[n]),
                        source=n) for n in lm_eval_generate_sources(spec) if n in rows]
+    # a loglikelihood task (lambada) is a choices source whose rows say so: perplexity is
+    # corpus-level, so it gets its own aggregation
+    return docs + [result_doc("lm_eval_metrics", f"lm_eval_metrics[{s.name}]",
+                              lm_eval_loglik_means(rows[s.name]), source=s.name)
+                   for s in spec.sources if getattr(s, "kind", None) == "lm_eval"
+                   and s.mode == "choices" and s.name in rows and is_loglik_rows(rows[s.name])]
 
 
 def _by_doc(res: Any, source: str) -> dict[str, Any]:
