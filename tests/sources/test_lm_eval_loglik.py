@@ -126,7 +126,8 @@ def _run(world: dict[str, Any], tmp_path: Path, task: str, **over: Any) -> tuple
     src = {"name": "s", "kind": "lm_eval", "task": task, "include_path": str(world["tasks"]),
            "choices": {"model": {"kind": "hf", "path": str(world["model"]),
                                  "dtype": "float32"}}, **over}
-    spec = parse_spec(yaml.safe_dump({"version": 1, "name": "ll", "sources": [src]}),
+    spec = parse_spec(yaml.safe_dump({"version": 1, "name": "ll", "sources": [src],
+                                      "measure": {"choice_accuracy": {}}}),
                       source="ll.yaml", base_dir=str(tmp_path))
     store = Store(tmp_path / "store")
     run = run_study(spec, store, progress=None)
@@ -161,6 +162,8 @@ def test_lambada_equals_simple_evaluate(world: dict[str, Any], tmp_path: Path) -
     accs = [r["reward"] for r in rows]
     assert 0 < np.mean(accs) < 1  # both kinds of document
     want = world["res"]["lambada_openai"]["results"]["lambada_openai"]
+    # choice_accuracy's default sources leave it out: one continuation is no choice
+    assert not [m for m in report["measurements"] if m["kind"] == "choice_accuracy"]
     doc, = [m for m in report["measurements"] if m["kind"] == "lm_eval_metrics"]
     assert doc["source"] == "s"
     ests = {e["name"]: (e, se) for e, se in zip(doc["estimates"], doc["data"]["stderr"])}
@@ -181,7 +184,7 @@ def test_lambada_equals_simple_evaluate(world: dict[str, Any], tmp_path: Path) -
 def test_winogrande_equals_simple_evaluate(world: dict[str, Any], tmp_path: Path) -> None:
     """winogrande (2-shot): each choice's own context and the shared continuation equal
     lm-eval's requests, every log-likelihood (1.5e-5), per-document acc and the mean."""
-    rows, _ = _run(world, tmp_path, "winogrande", num_fewshot=2)
+    rows, report = _run(world, tmp_path, "winogrande", num_fewshot=2)
     samples = _samples(world, "winogrande")
     assert len(rows) == len(samples) == 8
     for r, s in zip(rows, samples):
@@ -197,6 +200,10 @@ def test_winogrande_equals_simple_evaluate(world: dict[str, Any], tmp_path: Path
         assert r["reward"] == s["acc"], d
     want = world["res"]["winogrande"]["results"]["winogrande"]["acc,none"]
     assert np.mean([r["reward"] for r in rows]) == pytest.approx(want, abs=1e-12)
+    doc, = [m for m in report["measurements"] if m["kind"] == "choice_accuracy"]
+    assert doc["estimates"][0]["name"] == "acc"
+    assert doc["estimates"][0]["value"] == pytest.approx(want, abs=1e-12)
+    assert not [m for m in report["measurements"] if m["kind"] == "lm_eval_metrics"]
 
 
 def test_perplexity_stderr_is_lm_evals_bootstrap(monkeypatch: pytest.MonkeyPatch) -> None:

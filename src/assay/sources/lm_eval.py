@@ -80,7 +80,8 @@ class LmEvalSource(SourceSpec):
     fewshot_seed: int = Field(1234, description="lm-eval's fewshot_random_seed")
     limit: int | None = Field(None, ge=1, description="the first N documents (lm-eval's limit)")
     choices: LmEvalScoring | None = Field(
-        None, description="a multiple_choice task: the model scoring each choice")
+        None, description="a multiple_choice task: the model scoring each choice (a "
+        "loglikelihood task: its one continuation)")
     perplexity: LmEvalScoring | None = Field(
         None, description="a loglikelihood_rolling task: the model scoring each document")
     gen_kwargs: dict[str, str | int | float | bool | list[str]] = Field(

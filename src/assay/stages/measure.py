@@ -169,11 +169,15 @@ def _pass_at(e: Any, ctx: MeasureContext) -> list[dict[str, Any]]:
 @MEASURES.register("choice_accuracy")
 def _choice_accuracy(e: Any, ctx: MeasureContext) -> list[dict[str, Any]]:
     from assay.measure.choices import choice_accuracy
+    from assay.measure.lm_eval_loglik import is_loglik_rows
     from assay.report import result_doc
 
+    # by default not a loglikelihood task's rows (one continuation: no choice to be accurate
+    # on; lm_eval_metrics reports them)
     return [result_doc("choice_accuracy", f"choice_accuracy[{n}]" + (f" by {e.by}" if e.by else ""),
                        choice_accuracy(ctx.rows[n], by=e.by), source=n)
-            for n in e.sources or ctx.sources_in_mode("choices")]
+            for n in e.sources or [m for m in ctx.sources_in_mode("choices")
+                                   if not is_loglik_rows(ctx.rows[m])]]
 
 
 @MEASURES.register("perplexity")
