@@ -118,7 +118,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 
 def _run(world: dict[str, Any], tmp_path: Path, task: str, **over: Any) -> tuple[list, dict]:
     """A study with one lm_eval source on ``task``: its graded rows (document order) and
-    report.json."""
+    report.json (report.md's text under ``_md``)."""
     from assay.spec import parse_spec
     from assay.stages import concat_rows, report_files, run_study
     from assay.store import Store
@@ -132,7 +132,11 @@ def _run(world: dict[str, Any], tmp_path: Path, task: str, **over: Any) -> tuple
     store = Store(tmp_path / "store")
     run = run_study(spec, store, progress=None)
     rows = sorted(concat_rows(store, run.graded["s"]), key=lambda r: int(r["task_id"]))
-    return rows, json.loads(report_files(store, run.report)["report.json"])
+    files = report_files(store, run.report)
+    md = files["report.md"]
+    report = json.loads(files["report.json"])
+    report["_md"] = md if isinstance(md, str) else md.decode()
+    return rows, report
 
 
 def _samples(world: dict[str, Any], task: str) -> list[dict[str, Any]]:
@@ -178,6 +182,7 @@ def test_lambada_equals_simple_evaluate(world: dict[str, Any], tmp_path: Path) -
     assert acc_se == pytest.approx(want["acc_stderr,none"], abs=1e-12)
     assert acc["n"] == ppl["n"] == 8 and acc["low"] < acc["value"] < acc["high"]
     assert f"lm-eval stderr {want['acc_stderr,none']:.4f}" in doc["report"]
+    assert "perplexity,none" in report["_md"] and "acc,none" in report["_md"]
 
 
 @pytest.mark.slow

@@ -5,8 +5,9 @@ its scored rows, aggregated as lm-eval aggregates them, beside lm-eval's own std
 ``mean_stderr``); ``perplexity`` is lm-eval's corpus-level ``exp(-mean log-likelihood)`` (no
 interval: it is not a mean of [0, 1] verdicts) with lm-eval's bootstrap stderr: 100,000
 resamples drawn by Python's ``random.Random(i)`` per chunk of 1,000 as lm-eval draws them,
-replayed here with numpy's Mersenne Twister in the same state (the same indices, seconds
-instead of minutes on lambada's 5,153 documents).
+replayed here with numpy's Mersenne Twister in the same state (the same indices; on
+lambada's 5,153 documents 16-20 s on a loaded 2-core VM, where lm-eval's single-process loop
+takes about 115 s).
 
 Example:
     >>> rows = [{"task_id": str(i), "reward": float(i < 2),
