@@ -218,7 +218,7 @@ class LmEvalSource(SourceSpec):
                 from assay.sources.lm_eval_loglik import loglik_rows_of
 
                 return loglik_rows_of(task, docs, self._where())
-            if task.multiple_input:  # winogrande: a context per choice
+            if getattr(task, "multiple_input", 0):  # winogrande: a context per choice
                 from assay.sources.lm_eval_winogrande import multi_input_rows_of
 
                 return multi_input_rows_of(task, docs, self._where())
