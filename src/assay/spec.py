@@ -339,7 +339,8 @@ class StudySpec(SpecModel):
     @property
     def lm_eval_groups(self) -> list[dict[str, Any]]:
         """Each ``lm_eval`` source whose task was an lm-eval group or tag, expanded into its
-        member sources when the spec was parsed (:func:`assay.sources.lm_eval_group.expand_groups`)."""
+        member sources when the spec was parsed
+        (:func:`assay.sources.lm_eval_group.expand_groups`)."""
         return self._lm_eval_groups
 
     def source(self, name: str) -> SourceSpec:
