@@ -1,5 +1,5 @@
 """kind: lm_eval never reports a number lm-eval would not give: a task's own process_results, a
-metric or aggregation assay does not compute, a group or tag, task code that exits — each one
+metric or aggregation assay does not compute, task code that exits — each one
 error naming the source and the task, before any data loads where the index already says so;
 and lm-eval's task index is built once per process for every source that shares it."""
 
@@ -162,15 +162,14 @@ def test_rolling_task_with_counts_not_lm_eval_pairs(world: Path) -> None:
     assert "document 0: its process_results returns 'bits_per_byte'" in p
 
 
-@pytest.mark.parametrize(("task", "kind", "n"), [("lmx_group", "group", 2),
-                                                  ("lmx_lost_tag", "tag", 2)])
-def test_groups_and_tags_refused_before_any_data_loads(world: Path, task: str, kind: str,
-                                                       n: int) -> None:
-    """A group or tag whose members' data does not exist: refused as a group from the index
-    (before, lm-eval loaded every member first and failed on the missing data)."""
-    p = _problem(world, task)
-    assert f"{task!r} is an lm-eval {kind} of {n} tasks (lmx_lost_a, lmx_lost_b)" in p
-    assert "no-such" not in p
+@pytest.mark.parametrize("task", ["lmx_group", "lmx_lost_tag"])
+def test_groups_and_tags_expand_before_any_data_loads(world: Path, task: str) -> None:
+    """A group or tag whose members' data does not exist: expanded from the index into one
+    source per member at parse (before, lm-eval loaded every member first and failed on the
+    missing data); tests/sources/test_lm_eval_group.py has the rest."""
+    spec = _spec(world, task)
+    assert [(s.name, s.task) for s in spec.sources] == [("s0.lmx_lost_a", "lmx_lost_a"),
+                                                        ("s0.lmx_lost_b", "lmx_lost_b")]
 
 
 def test_unknown_task_suggests_close_names(world: Path) -> None:
@@ -244,6 +243,7 @@ def test_lm_eval_own_truthfulqa_mc2_and_cola_are_refused(tmp_path: Path) -> None
 
     assert "its own process_results" in refusal("truthfulqa_mc2")
     assert "asks for 'mcc'" in refusal("cola")
-    assert "is an lm-eval group of" in refusal("mmlu")
     tm = task_manager(None)
+    with pytest.raises(SpecError, match="is an lm-eval group of"):  # a spec expands it
+        task_entry(tm, "mmlu", "x")
     assert config_refusal(yaml_config(task_entry(tm, "arc_easy", "x"))) is None

@@ -70,7 +70,8 @@ class LmEvalSource(SourceSpec):
     WARM_IMPORTS: ClassVar[tuple[str, ...]] = ("datasets", "lm_eval.tasks", "lm_eval.api.task")
 
     kind: Literal["lm_eval"]
-    task: str = Field(description="the lm-eval task name (one task, not a group)")
+    task: str = Field(description="the lm-eval task name; a group or tag expands into one "
+                      "source per task, named <name>.<task> (assay.sources.lm_eval_group)")
     include_path: str | None = Field(
         None, description="a folder of task YAMLs, or one task YAML (then its folder is what "
         "lm-eval indexes), defining the task (relative to the spec file); unset: lm-eval's "

@@ -72,6 +72,7 @@ def run_measure(ctx: RunContext, graded: Mapping[str, Sequence[StageResult]]) ->
                     docs += MEASURES.get(name).obj(kept, ctx)
         docs += reward_row_docs(spec, {n: r for n, r in rows.items() if n not in skip})
         docs += lm_eval_docs(spec, {n: r for n, r in rows.items() if n not in skip})
+        docs += lm_eval_group_docs(spec, {n: r for n, r in rows.items() if n not in skip})
         return {**ctx.outputs, "measurements": docs}, {"rows": sum(len(r) for r in rows.values())}
 
     params = m.model_dump(mode="json")
@@ -80,6 +81,8 @@ def run_measure(ctx: RunContext, graded: Mapping[str, Sequence[StageResult]]) ->
                                             [e.name for e in spec.reward.scoring_models()]]}
     if lm_eval_generate_sources(spec):  # keyed only where measured: other studies' keys stay
         params = {**params, "lm_eval_metrics": lm_eval_generate_sources(spec)}
+    if spec.lm_eval_groups:
+        params = {**params, "lm_eval_groups": spec.lm_eval_groups}
     return cached_stage(store, STAGE, inputs=graded_checksums(graded, names),
                         params=params, compute=compute,
                         label=",".join(names), progress=ctx.progress)
@@ -279,6 +282,43 @@ def lm_eval_docs(spec: StudySpec, rows: Mapping[str, Any]) -> list[dict[str, Any
                               lm_eval_loglik_means(rows[s.name]), source=s.name)
                    for s in spec.sources if getattr(s, "kind", None) == "lm_eval"
                    and s.mode == "choices" and s.name in rows and is_loglik_rows(rows[s.name])]
+
+
+def lm_eval_group_docs(spec: StudySpec, rows: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Per lm_eval source that named a group or tag, one entry per group in its tree (the group
+    and each subgroup): lm-eval's aggregate over its leaf members' rows
+    (:func:`assay.measure.lm_eval_means.lm_eval_group`), or members only, saying why."""
+    from assay.measure.lm_eval_means import lm_eval_group, member_metrics
+    from assay.report import result_doc
+    from assay.sources.lm_eval_group import GroupNode
+
+    docs = []
+    for g in spec.lm_eval_groups:
+        members: dict[str, str] = g["members"]
+        measured = {t: member_metrics(rows[n], g["mode"], g["metrics"].get(t))
+                    for t, n in members.items() if n in rows}
+        absent = [members[t] for t in members if t not in measured]
+        for node in GroupNode.from_dict(g["tree"]).nodes():
+            leaves = [t for t in node.leaves() if t in measured]
+            agg, note = node.aggregate, None
+            if node.kind == "tag":
+                agg, note = None, "an lm-eval tag: lm-eval reports no aggregate for a tag"
+            elif agg is None:
+                note = "lm-eval gives no aggregate for this group (no aggregate_metric_list)"
+            elif g["mode"] == "perplexity":
+                agg, note = None, ("a perplexity group: lm-eval's aggregate is a mean of "
+                                   "perplexities, which assay does not report")
+            elif any(t not in measured for t in node.leaves()):
+                agg, note = None, ("not aggregated: no row of " + ", ".join(absent)
+                                   + " was judged")
+            if note is not None:
+                note += "; members only"
+            n_rows = sum(len(rows[members[t]]) for t in leaves)
+            res = lm_eval_group(node.name, agg, {t: measured[t][0] for t in leaves},
+                                {t: measured[t][1] for t in leaves}, n_rows=n_rows, note=note)
+            docs.append(result_doc("lm_eval_group", f"lm_eval_group[{g['source']}: {node.name}]",
+                                   res, source=g["source"], group=node.name))
+    return docs
 
 
 def _by_doc(res: Any, source: str) -> dict[str, Any]:
