@@ -1,16 +1,21 @@
-"""Completion keys, per-sample seeds, and the per-shard journal completions are committed to.
+"""Completion keys, per-sample seeds, and the journals completions are committed to and found in.
 
 A journal is an append-only JSON-lines file in the store; a SIGKILL loses only requests in flight.
 
-A shard is one generation config (model identity, backend, API, parameters); its journal lives at
-``<store root>/journals/<shard hex>.jsonl``. Each line is one completion record with its key and
-a checksum of the line, written with one ``write`` on an ``O_APPEND`` descriptor as the answer
-arrives; the file is fsynced at most every ``FSYNC_EVERY_S`` seconds and when the run ends, so a
-killed process loses nothing the kernel got, and a power loss at most the last second. A torn
-line (a write cut short by a kill or a full disk) is skipped on read, and a writer that finds
-the file not ending in a newline starts its first line on a new one, so the torn piece stays a
-line of its own (:func:`line_state` tells it from corruption). A later line for a key supersedes
-an earlier one, which is how a retried error row becomes a completion.
+A journal holds one generation config (model identity, backend, API, parameters): it lives at
+``<store root>/journals/<config hex>.jsonl``, whatever rows or shards asked, so a completion is
+found by its own key (:func:`completion_key`) however the data around it changed. A process reads
+a journal once and then only what was appended since (:meth:`Journal.lookup`); a key missing
+there is looked up in every other journal of the store (:func:`find_elsewhere`), which is how
+journals written per shard by earlier versions keep serving. Each line is one completion record
+with its key and a checksum of the line, written with one ``write`` on an ``O_APPEND``
+descriptor as the answer arrives (two shards appending at once never interleave a line); the
+file is fsynced at most every ``FSYNC_EVERY_S`` seconds and when the run ends, so a killed
+process loses nothing the kernel got, and a power loss at most the last second. A torn line (a
+write cut short by a kill or a full disk) is skipped on read, and a writer that finds the file
+not ending in a newline starts its first line on a new one, so the torn piece stays a line of its
+own (:func:`line_state` tells it from corruption). A later line for a key supersedes an earlier
+one, which is how a retried error row becomes a completion.
 
 On an object store (no append there) the lines gather in memory and go out as one new object per
 flush, ``journals/<shard hex>/<time>-<writer>.jsonl``, at most every ``FSYNC_EVERY_S`` seconds
@@ -31,10 +36,12 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import threading
 import time
 import uuid
 import warnings
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -181,6 +188,30 @@ class Journal:
                           CorruptEntryWarning, stacklevel=2)
         return out
 
+    def lookup(self, keys: Iterable[str]) -> dict[str, dict[str, Any]]:
+        """The committed records of those of ``keys`` this journal holds (an ``ok`` record is
+        never superseded by a later error for its key). The first call in a process reads the
+        journal; later calls read only what was appended since, so the shards of a study that
+        share a journal do not each parse it whole.
+
+        Example:
+            >>> import tempfile
+            >>> from assay.store import Store
+            >>> j = Journal(Store(tempfile.mkdtemp()), "gshard:abc")
+            >>> j.append({"key": "gen:1", "status": "ok"}); j.close()
+            >>> sorted(j.lookup(["gen:1", "gen:2"]))
+            ['gen:1']
+        """
+        seen = _seen(self.store, self.rel)
+        with seen.lock:
+            bad = _catch_up(self.store, self.rel, seen)
+            out = {k: seen.records[k] for k in keys if k in seen.records}
+        if bad:
+            warnings.warn(f"journal {self.path}: {bad} torn or corrupt line(s) skipped (a killed "
+                          "run's last write); those completions are asked again",
+                          CorruptEntryWarning, stacklevel=2)
+        return out
+
     def append(self, record: dict[str, Any]) -> None:
         """Commit one record: one write on an O_APPEND descriptor, fsynced at most every second."""
         line = _line(record)
@@ -199,8 +230,12 @@ class Journal:
                     end = os.fstat(self._fd).st_size
                     if end and os.pread(self._fd, 1, end - 1) != b"\n":
                         # a torn last line (a kill, a full disk): ours starts on a new line,
-                        # so neither is glued to the other
+                        # so neither is glued to the other. Readers skip an unended last line
+                        # silently (it may be a write in flight), so the torn one is told here
                         line = b"\n" + line
+                        warnings.warn(f"journal {path}: 1 torn line (a killed run's last write) "
+                                      "skipped; its completion is asked again",
+                                      CorruptEntryWarning, stacklevel=2)
                 _write_all(self._fd, line)
                 now = time.monotonic()
                 if now - self._synced >= FSYNC_EVERY_S:
@@ -241,3 +276,213 @@ class Journal:
         seg = f"{self.rel[:-len('.jsonl')]}/{time.time_ns():020d}-{self._writer}.jsonl"
         self.store.write_file(seg, b"".join(self._pending))
         self._pending = []
+
+
+# ---------------------------------------------------------------- what this process has read
+
+class _Seen:
+    """The records this process has read of one journal, and how far it read: a local file's
+    inode and byte offset (up to its last newline), or an object store's segment names."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.reset()
+
+    def reset(self, ino: int | None = None) -> None:
+        self.records: dict[str, dict[str, Any]] = {}
+        self.offset = 0
+        self.ino = ino
+        self.segments: set[str] = set()
+
+
+_SEEN: dict[tuple[str, str], _Seen] = {}
+_SEEN_LOCK = threading.Lock()
+
+
+def _seen(store: Store, rel: str) -> _Seen:
+    with _SEEN_LOCK:
+        return _SEEN.setdefault((store.describe(), rel), _Seen())
+
+
+def _merge(records: dict[str, dict[str, Any]], rec: dict[str, Any]) -> None:
+    """A later line for a key wins, except an error over an ok record: two shards that share a
+    prompt may both ask it, and one's failure must not hide the other's completion."""
+    prev = records.get(rec["key"])
+    if prev is None or prev.get("status") != "ok" or rec.get("status") == "ok":
+        records[rec["key"]] = rec
+
+
+def _parse_into(data: bytes, records: dict[str, dict[str, Any]]) -> int:
+    """Merge the whole lines of ``data`` into ``records``; how many were torn or corrupt."""
+    bad = 0
+    for raw in data.split(b"\n"):
+        if not raw:
+            continue
+        state, whole = line_state(raw)
+        if state != "ok":
+            bad += 1
+        if whole is not None:
+            _merge(records, json.loads(whole)["rec"])
+    return bad
+
+
+def _read_from(path: Path, offset: int, seen: _Seen | None = None) -> tuple[int, bytes] | None:
+    """(inode, bytes from ``offset`` to the end) of a local file, None when it is absent; from 0
+    when it is another file than ``seen`` read (recreated) or shorter than ``offset``."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if seen is not None and (st.st_ino != seen.ino or st.st_size < seen.offset):
+            seen.reset(st.st_ino)
+            offset = 0
+        chunks, at = [], offset
+        while at < st.st_size:  # pread returns at most 2 GiB at a time
+            got = os.pread(fd, st.st_size - at, at)
+            if not got:
+                break
+            chunks.append(got)
+            at += len(got)
+        return st.st_ino, b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def _catch_up(store: Store, rel: str, seen: _Seen) -> int:
+    """Read what was committed to journal ``rel`` since ``seen`` last read it (call under its
+    lock); how many torn or corrupt lines that held."""
+    if store.remote:
+        segs = [e.rel for e in store.entries(rel[:-len(".jsonl")]) if e.rel.endswith(".jsonl")]
+        if not seen.segments <= set(segs):  # a segment went (gc): read them all again
+            seen.reset()
+        new = [r for r in segs if r not in seen.segments]
+        # a segment's name starts with its flush time: read in name order, later wins
+        parts = store.each(lambda r: store.read_file(r) or b"", new)
+        bad = sum(_parse_into(d, seen.records) for d in parts)
+        seen.segments.update(new)
+        return bad
+    got = _read_from(store.root / rel, seen.offset, seen)
+    if got is None:
+        seen.reset()
+        return 0
+    data = got[1]
+    end = data.rfind(b"\n") + 1
+    bad = _parse_into(data[:end], seen.records)
+    seen.offset += end
+    # an unended last line: a write in flight, or torn by a kill (whoever appends next ends it
+    # and says so). Kept unread, so the next look reads it again; if whole, it counts now
+    if data[end:] and line_ok(data[end:]):
+        _merge(seen.records, json.loads(data[end:])["rec"])
+    return bad
+
+
+# ------------------------------------------------------------- a key in every other journal
+
+#: the record key and an ok status as the canonical JSON of a journal line writes them: a quote
+#: inside a string is always escaped, so neither matches inside a completion's text
+_KEY_RE = re.compile(rb'[{,]"key":"([^"\\]*)"')
+_OK = re.compile(rb'[{,]"status":"ok"[,}]')
+
+
+class _Index:
+    """Where the ok records of a store's journals are, by key: (file, line start, line end),
+    and how far each file was read (local: inode and offset; object store: segment names)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.where: dict[str, tuple[str, int, int]] = {}
+        self.read: dict[str, tuple[int, int]] = {}
+        self.segments: set[str] = set()
+
+
+_INDEX: dict[str, _Index] = {}
+
+
+def _index_lines(index: _Index, rel: str, data: bytes, base: int) -> int:
+    """Index the whole lines of ``data`` (at byte ``base`` of ``rel``); the bytes indexed."""
+    end = data.rfind(b"\n") + 1
+    for m in _KEY_RE.finditer(data, 0, end):
+        lo = data.rfind(b"\n", 0, m.start()) + 1
+        hi = data.find(b"\n", m.end())
+        if _OK.search(data, lo, hi):
+            index.where[m.group(1).decode()] = (rel, base + lo, base + hi)
+    return end
+
+
+def _refresh(store: Store, index: _Index, skip: str) -> None:
+    """Index what every journal but ``skip`` gained since the last look (call under the lock)."""
+    stem = skip[:-len(".jsonl")] + "/"
+    rels = [e.rel for e in store.journal_entries() if e.rel != skip and not e.rel.startswith(stem)]
+    if store.remote:  # segments never change once written
+        new = [r for r in rels if r not in index.segments]
+        for r, data in zip(new, store.each(lambda r: store.read_file(r) or b"", new), strict=True):
+            _index_lines(index, r, data, 0)
+            index.segments.add(r)
+        return
+    for r in rels:
+        ino, offset = index.read.get(r, (-1, 0))
+        got = _read_from(store.root / r, offset)
+        if got is None:
+            continue
+        if got[0] != ino and offset:  # another file under the same name: from its start
+            got = _read_from(store.root / r, 0)
+            if got is None:
+                continue
+            offset = 0
+        index.read[r] = (got[0], offset + _index_lines(index, r, got[1], offset))
+
+
+def _read_line(path: Path, lo: int, hi: int) -> bytes:
+    """Bytes ``lo:hi`` of a local file (b"" when it is gone)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return b""
+    try:
+        return os.pread(fd, hi - lo, lo)
+    finally:
+        os.close(fd)
+
+
+def find_elsewhere(store: Store, keys: Iterable[str], skip: str) -> dict[str, dict[str, Any]]:
+    """The ok records of those of ``keys`` committed to any journal of ``store`` but ``skip``
+    (a journal's store-relative path): journals an earlier assay wrote per shard of rows, or
+    under a caller's ``journal=`` name. A key is the request's own checksum (config, prompt,
+    seed, index), so any journal's record of it is the answer. The journals are indexed once
+    per process, then only what they gained: one look answers all of a call's keys.
+
+    Example:
+        >>> import tempfile
+        >>> from assay.store import Store
+        >>> st = Store(tempfile.mkdtemp())
+        >>> old = Journal(st, "gshard:ab"); old.append({"key": "gen:1", "status": "ok"})
+        >>> old.close(); list(find_elsewhere(st, ["gen:1", "gen:2"], skip="journals/cd.jsonl"))
+        ['gen:1']
+    """
+    keys = list(keys)
+    if not keys:
+        return {}
+    with _SEEN_LOCK:
+        index = _INDEX.setdefault(store.describe(), _Index())
+    with index.lock:
+        _refresh(store, index, skip)
+        stem = skip[:-len(".jsonl")] + "/"
+        hits = {k: index.where[k] for k in keys
+                if k in index.where and index.where[k][0] != skip
+                and not index.where[k][0].startswith(stem)}
+    by_file: dict[str, list[str]] = {}
+    for k, (rel, _, _) in hits.items():
+        by_file.setdefault(rel, []).append(k)
+    out: dict[str, dict[str, Any]] = {}
+    for rel, ks in by_file.items():
+        data = (store.read_file(rel) or b"") if store.remote else None  # a segment: small
+        for k in ks:
+            _, lo, hi = hits[k]
+            raw = data[lo:hi] if data is not None else _read_line(store.root / rel, lo, hi)
+            if line_ok(raw):  # else damaged since indexed: asked again
+                rec = json.loads(raw)["rec"]
+                if rec.get("key") == k and rec.get("status") == "ok":
+                    out[k] = rec
+    return out
