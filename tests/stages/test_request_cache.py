@@ -216,3 +216,21 @@ def test_find_elsewhere_ignores_error_records_and_a_key_quoted_in_a_completion(s
     assert list(find_elsewhere(store, ["gen:a", "gen:b", "gen:c"], skip=mine)) == ["gen:b"]
     # the journal being skipped is not read
     assert find_elsewhere(store, ["gen:b"], skip=old.rel) == {}
+
+
+def test_on_an_object_store_segments_are_looked_up_by_key(s3):
+    """No append there: each flush is a segment. A reader reads only new segments, and a key in
+    another journal's segments serves a call that writes elsewhere."""
+    st = Store(s3.url("request-cache"))
+    a, b = Journal(st, "gshard:" + "ab" * 32), Journal(Store(s3.url("request-cache")),
+                                                       "gshard:" + "ab" * 32)
+    a.append({"key": "gen:1", "status": "ok", "completion": "x"})
+    a.close()
+    assert list(b.lookup(["gen:1", "gen:2"])) == ["gen:1"]
+    a.append({"key": "gen:2", "status": "ok", "completion": "y"})
+    a.close()
+    assert sorted(b.lookup(["gen:1", "gen:2"])) == ["gen:1", "gen:2"]
+    model = {"kind": "function", "callable": "assay.models.function:echo"}
+    assert generate(["a", "b"], model, k=2, store=st, journal="one").sent == 4
+    again = generate(["b", "a"], model, k=2, store=Store(s3.url("request-cache")))
+    assert again.sent == 0 and again.completions == [["b", "b"], ["a", "a"]]
