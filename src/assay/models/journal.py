@@ -399,10 +399,33 @@ class _Index:
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
-        self.where: dict[str, tuple[str, int, int]] = {}
+        #: a key's short form (:func:`_short`) -> file number << 80 | line start << 40 | end:
+        #: about 150 bytes a record in memory, where strings and tuples took twice that
+        self.where: dict[bytes, int] = {}
+        self.files: list[str] = []
+        self.file_no: dict[str, int] = {}
         #: a local file: (inode, offset read to, its size and mtime as listed then)
         self.read: dict[str, tuple[int, int, int, float]] = {}
         self.segments: set[str] = set()
+
+    def put(self, key: bytes, rel: str, lo: int, hi: int) -> None:
+        no = self.file_no.get(rel)
+        if no is None:
+            no = self.file_no[rel] = len(self.files)
+            self.files.append(rel)
+        self.where[_short(key)] = no << 80 | lo << 40 | hi
+
+    def get(self, key: str) -> tuple[str, int, int] | None:
+        at = self.where.get(_short(key.encode()))
+        if at is None:
+            return None
+        return self.files[at >> 80], (at >> 40) & (1 << 40) - 1, at & (1 << 40) - 1
+
+
+def _short(key: bytes) -> bytes:
+    """12 bytes of a key's hash (a collision only loses a hit: the line read is checked
+    against the whole key, and the request is asked again)."""
+    return hashlib.blake2b(key, digest_size=12).digest()
 
 
 _INDEX: dict[str, _Index] = {}
@@ -415,7 +438,7 @@ def _index_lines(index: _Index, rel: str, data: bytes, base: int) -> int:
         lo = data.rfind(b"\n", 0, m.start()) + 1
         hi = data.find(b"\n", m.end())
         if _OK.search(data, lo, hi):
-            index.where[m.group(1).decode()] = (rel, base + lo, base + hi)
+            index.put(m.group(1), rel, base + lo, base + hi)
     return end
 
 
@@ -498,9 +521,9 @@ def find_elsewhere(store: Store, keys: Iterable[str], skip: str) -> dict[str, di
     with index.lock:
         _refresh(store, index, skip)
         stem = skip[:-len(".jsonl")] + "/"
-        hits = {k: index.where[k] for k in keys
-                if k in index.where and index.where[k][0] != skip
-                and not index.where[k][0].startswith(stem)}
+        found = {k: index.get(k) for k in keys}
+        hits = {k: at for k, at in found.items()
+                if at is not None and at[0] != skip and not at[0].startswith(stem)}
     by_file: dict[str, list[str]] = {}
     for k, (rel, _, _) in hits.items():
         by_file.setdefault(rel, []).append(k)
