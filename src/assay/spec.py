@@ -262,6 +262,8 @@ class StudySpec(SpecModel):
     nightly: NightlySpec | None = None
     _base_dir: str | None = PrivateAttr(None)
     _night: str | None = PrivateAttr(None)
+    #: the lm_eval sources that named a group or tag, as expanded (assay.sources.lm_eval_group)
+    _lm_eval_groups: list[dict[str, Any]] = PrivateAttr(default_factory=list)
 
     @model_validator(mode="after")
     def _references(self) -> StudySpec:
@@ -333,6 +335,13 @@ class StudySpec(SpecModel):
                     raise ValueError(f"measure.compare[{i}].proxy: {marker} is not scored on "
                                      f"{missing}; add them to reward.score.sources")
         return self
+
+    @property
+    def lm_eval_groups(self) -> list[dict[str, Any]]:
+        """Each ``lm_eval`` source whose task was an lm-eval group or tag, expanded into its
+        member sources when the spec was parsed
+        (:func:`assay.sources.lm_eval_group.expand_groups`)."""
+        return self._lm_eval_groups
 
     def source(self, name: str) -> SourceSpec:
         """The source called ``name``, or a SpecError listing the sources."""
@@ -591,6 +600,15 @@ def parse_spec(text: str, *, source: str = "spec", base_dir: str | None = None,
         from assay.overrides import apply_overrides
 
         doc = apply_overrides(doc, overrides)
+    # an lm-eval group becomes its member tasks' sources, from the index, before any data loads
+    from assay.sources.lm_eval_group import expand_groups
+
+    try:
+        doc, groups = expand_groups(doc, base_dir)
+    except SpecError as e:
+        problems = [locate(p, root, source) for p in str(e).splitlines()]
+        raise SpecError(f"{source} has {len(problems)} problem{'s' * (len(problems) != 1)}:\n  "
+                        + "\n  ".join(problems)) from None
     try:
         spec = StudySpec.model_validate(doc)
     except ValidationError as e:
@@ -600,6 +618,7 @@ def parse_spec(text: str, *, source: str = "spec", base_dir: str | None = None,
         raise SpecError(f"{source} has {len(problems)} problem{'s' * (len(problems) != 1)}:\n  "
                         + "\n  ".join(problems) + note) from None
     spec._base_dir = base_dir
+    spec._lm_eval_groups = groups
     spec.bind_spec_dir(base_dir)  # a model's `path: ./lm` resolves from the spec's folder too
     return spec
 

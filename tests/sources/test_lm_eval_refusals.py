@@ -1,5 +1,5 @@
 """kind: lm_eval never reports a number lm-eval would not give: a metric or aggregation assay
-does not compute, a filter, a group or tag, task code that exits — each one
+does not compute, a filter, task code that exits — each one
 error naming the source and the task, before any data loads where the index already says so;
 and lm-eval's task index is built once per process for every source that shares it."""
 
@@ -174,15 +174,14 @@ def test_rolling_task_with_counts_not_lm_eval_pairs(world: Path) -> None:
     assert "document 0: its process_results returns 'bits_per_byte'" in p
 
 
-@pytest.mark.parametrize(("task", "kind", "n"), [("lmx_group", "group", 2),
-                                                  ("lmx_lost_tag", "tag", 2)])
-def test_groups_and_tags_refused_before_any_data_loads(world: Path, task: str, kind: str,
-                                                       n: int) -> None:
-    """A group or tag whose members' data does not exist: refused as a group from the index
-    (before, lm-eval loaded every member first and failed on the missing data)."""
-    p = _problem(world, task)
-    assert f"{task!r} is an lm-eval {kind} of {n} tasks (lmx_lost_a, lmx_lost_b)" in p
-    assert "no-such" not in p
+@pytest.mark.parametrize("task", ["lmx_group", "lmx_lost_tag"])
+def test_groups_and_tags_expand_before_any_data_loads(world: Path, task: str) -> None:
+    """A group or tag whose members' data does not exist: expanded from the index into one
+    source per member at parse (before, lm-eval loaded every member first and failed on the
+    missing data); tests/sources/test_lm_eval_group.py has the rest."""
+    spec = _spec(world, task)
+    assert [(s.name, s.task) for s in spec.sources] == [("s0.lmx_lost_a", "lmx_lost_a"),
+                                                        ("s0.lmx_lost_b", "lmx_lost_b")]
 
 
 def test_unknown_task_suggests_close_names(world: Path) -> None:
@@ -230,10 +229,10 @@ def test_task_code_calling_exit_is_one_error(world: Path, task: str) -> None:
 
 
 @pytest.mark.slow  # lm-eval's whole index (13,000 YAMLs)
-def test_lm_eval_own_truthfulqa_mc2_and_cola_pass_the_index(tmp_path: Path) -> None:
+def test_lm_eval_own_truthfulqa_mc2_and_cola_pass_the_index() -> None:
     """lm-eval's shipped truthfulqa_mc2 (its own process_results) and cola (mcc) pass the
-    index's checks now (they were refused); the mmlu group is refused from the index, offline
-    (no data is fetched for a refused task); arc_easy (acc only) passes too."""
+    index's checks now (they were refused), offline; the mmlu group is one for a spec to
+    expand; arc_easy (acc only) passes too."""
     import os
 
     from assay.errors import SpecError
@@ -243,18 +242,8 @@ def test_lm_eval_own_truthfulqa_mc2_and_cola_pass_the_index(tmp_path: Path) -> N
     os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-    def refusal(task: str) -> str:
-        from assay.spec import parse_spec
-
-        spec = parse_spec(yaml.safe_dump({"version": 1, "name": "x", "sources": [
-            {"name": "s", "kind": "lm_eval", "task": task,
-             "choices": {"model": {"kind": "hf", "path": "m"}}}]}),
-            source="x.yaml", base_dir=str(tmp_path))
-        with pytest.raises(SpecError) as e:
-            spec.sources[0].build(spec.paths)
-        return str(e.value)
-
-    assert "is an lm-eval group of" in refusal("mmlu")
     tm = task_manager(None)
+    with pytest.raises(SpecError, match="is an lm-eval group of"):  # a spec expands it
+        task_entry(tm, "mmlu", "x")
     for task in ("arc_easy", "truthfulqa_mc2", "cola"):
         assert config_refusal(yaml_config(task_entry(tm, task, "x"))) is None, task

@@ -117,6 +117,180 @@ def lm_eval_means(rows: Any, *, level: float = 0.95) -> LmEvalMeans:
                        tuple(warnings))
 
 
+@dataclass(frozen=True)
+class LmEvalGroup(Result):
+    """One lm-eval group's aggregate, each metric of its ``aggregate_metric_list`` as lm-eval's
+    ``Group.aggregate`` computes it (with lm-eval's own functions), with lm-eval's stderr (None:
+    its "N/A") and, for a size-weighted mean, assay's interval over the pooled documents; and
+    each member's value. ``metrics`` is empty where lm-eval gives no aggregate (``note`` says
+    why: a tag, no aggregate_metric_list)."""
+
+    group: str
+    metrics: tuple[Estimate, ...]
+    stderr: tuple[float | None, ...]
+    members: tuple[Estimate, ...]
+    n_rows: int
+    note: str | None = None
+    warnings: tuple[str, ...] = ()
+
+    def __str__(self) -> str:
+        return (" | ".join(map(str, self.metrics)) if self.metrics
+                else f"{self.group}: members only ({len(self.members)} member values)")
+
+    def _headline(self) -> Estimate:
+        return (self.metrics or self.members)[0]
+
+    def report(self) -> str:
+        lines = [str(e) for e in self.metrics]
+        if self.note:
+            lines.append(self.note)
+        lines.append("members:")
+        lines += [f"  {e}" for e in self.members]
+        lines.append(f"{self.n_rows} rows; intervals: {TASK_METHOD} over documents (a "
+                     "size-weighted mean's over the pooled documents); stderr: lm-eval's")
+        lines += [f"warning: {w}" for w in self.warnings]
+        return "\n".join(lines)
+
+
+def member_metrics(rows: Any, mode: str | None, metrics: Any = None
+                   ) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    """One member task's graded rows as lm-eval reports the task: ``{"acc,none": mean,
+    "acc_stderr,none": stderr or "N/A", ..., "sample_len": documents}`` (lm-eval's
+    ``stderr_for_metric(mean)``, "N/A" below 2 documents, as lm-eval), and each metric's
+    per-document values. ``mode`` ``choices``: acc (the reward), acc_norm and acc_bytes
+    (markers); otherwise every ``metric,filter`` marker; ``metrics``: only these (the task's
+    ``metric_list``; None: all).
+
+    Example:
+        >>> rows = [{"task_id": str(i), "reward": 1.0 * (i < 1), "markers": {"acc_norm": 1.0}}
+        ...         for i in range(4)]
+        >>> m, docs = member_metrics(rows, "choices")
+        >>> m["acc,none"], m["acc_norm,none"], m["sample_len"], round(m["acc_stderr,none"], 4)
+        (0.25, 1.0, 4, 0.25)
+    """
+    from lm_eval.api.metrics import mean, stderr_for_metric
+
+    from assay.rows import as_table
+
+    table = as_table(rows, require=())
+    tids = table.column("task_id").to_pylist()
+    markers = [dict(mk or []) for mk in table.column("markers").to_pylist()]
+    # a multiple_choice task's own per-document items (lm_eval_mc) are its lm-eval metrics
+    # (truthfulqa_mc2's acc is its mc2 mass); corpus ones (mcc, f1) have no per-document value
+    if mode == "choices" and not metric_markers(markers):
+        rewards = table.column("reward").to_pylist()
+        got = {"acc,none": rewards}
+        for m in ("acc_norm", "acc_bytes"):
+            if any(m in mk for mk in markers):
+                got[f"{m},none"] = [mk.get(m) for mk in markers]
+    else:
+        got = {k: [mk.get(k) for mk in markers] for k in metric_markers(markers)}
+    if metrics is not None:
+        got = {k: v for k, v in got.items() if k.partition(",")[0] in metrics}
+    stderr_fn = stderr_for_metric(mean, BOOTSTRAP_ITERS)
+    out: dict[str, Any] = {}
+    docs: dict[str, np.ndarray] = {}
+    n_docs: set[Any] = set()
+    for key, vals in got.items():
+        per: dict[Any, list[float]] = {}
+        for t, v in zip(tids, vals):
+            if v is not None:
+                per.setdefault(t, []).append(float(v))
+        if not per:
+            continue
+        arr = np.array([float(np.mean(per[t])) for t in sorted(per, key=str)])
+        metric, _, filt = key.partition(",")
+        out[key] = float(mean(list(arr)))
+        out[f"{metric}_stderr,{filt}"] = (float(stderr_fn(list(arr)))
+                                          if stderr_fn is not None and len(arr) > 1 else "N/A")
+        docs[key] = arr
+        n_docs |= set(per)
+    out["sample_len"] = len(n_docs)
+    return out, docs
+
+
+def lm_eval_group(group: str, aggregate: Any, task_metrics: Any, per_doc: Any, *,
+                  n_rows: int = 0, note: str | None = None, level: float = 0.95) -> LmEvalGroup:
+    """The group's aggregate over its leaf tasks (``task_metrics``: ``{task: member_metrics'
+    first value}`` in lm-eval's leaf order; ``per_doc``: their second) for each entry of
+    ``aggregate`` (the group's ``aggregate_metric_list``; None: members only), computed as
+    lm-eval's ``Group.aggregate``: ``aggregate_subtask_metrics`` (size-weighted when
+    ``weight_by_size``, else the plain mean of the members), and ``pooled_sample_stderr`` or
+    ``unweighted_mean_stderr`` when every member has a stderr.
+
+    Example:
+        >>> tm = {"a": {"acc,none": 1.0, "acc_stderr,none": 0.0, "sample_len": 2},
+        ...       "b": {"acc,none": 0.0, "acc_stderr,none": 0.0, "sample_len": 6}}
+        >>> docs = {"a": {"acc,none": np.ones(2)}, "b": {"acc,none": np.zeros(6)}}
+        >>> g = lm_eval_group("g", [{"metric": "acc"}], tm, docs)
+        >>> g.metrics[0].name, g.metrics[0].value, g.metrics[0].n
+        ('acc,none', 0.25, 8)
+        >>> lm_eval_group("g", [{"metric": "acc", "weight_by_size": False}], tm, docs).value
+        0.5
+    """
+    from lm_eval.api.metrics import (
+        aggregate_subtask_metrics,
+        pooled_sample_stderr,
+        unweighted_mean_stderr,
+    )
+    from lm_eval.config.group import AggMetricConfig
+
+    ests: list[Estimate] = []
+    errs: list[float | None] = []
+    warnings: list[str] = []
+    for raw in aggregate or ():
+        cfg = AggMetricConfig(**{k: v for k, v in dict(raw).items()
+                                 if k in ("metric", "filter_list", "aggregation",
+                                          "weight_by_size")})
+        filters = cfg.filter_list
+        if filters is None:  # lm-eval's discovery: every filter a member reports the metric by
+            filters = sorted({k[len(cfg.metric) + 1:] for m in task_metrics.values() for k in m
+                              if k.startswith(f"{cfg.metric},") and "_stderr" not in k})
+        for filt in filters:
+            key, skey = f"{cfg.metric},{filt}", f"{cfg.metric}_stderr,{filt}"
+            have = [t for t, m in task_metrics.items() if key in m]
+            if not have:
+                warnings.append(f"{key}: no member reports it; not aggregated")
+                continue
+            if len(have) < len(task_metrics):
+                warnings.append(f"{key}: missing in {len(task_metrics) - len(have)} of "
+                                f"{len(task_metrics)} members (left out, as lm-eval does)")
+            values = [task_metrics[t][key] for t in have]
+            sizes = [task_metrics[t].get("sample_len", 0) for t in have]
+            stderrs = [task_metrics[t].get(skey) for t in have]
+            value = float(aggregate_subtask_metrics(values, sizes, cfg.weight_by_size))
+            se: float | None = None
+            if all(s is not None and s != "N/A" for s in stderrs):
+                se = float(pooled_sample_stderr(stderrs, sizes) if cfg.weight_by_size
+                           else unweighted_mean_stderr(stderrs))
+            pooled = np.concatenate([per_doc[t][key] for t in have])
+            in_unit = bool(np.all((pooled >= 0) & (pooled <= 1)))
+            # the size-weighted mean is the pooled documents' mean: its interval is theirs; a
+            # plain mean of members weighs documents unequally, which that interval does not
+            iv = (task_interval(pooled, floor=1.0, level=level)
+                  if cfg.weight_by_size and in_unit else None)
+            how = ("size-weighted" if cfg.weight_by_size
+                   else f"unweighted mean of {len(have)} tasks, no interval")
+            err = f"lm-eval stderr {se:.4f}" if se is not None and math.isfinite(se) else \
+                "lm-eval stderr N/A"
+            ests.append(Estimate(key, value, iv, int(sum(sizes)), unit="documents",
+                                 n_rows=None, note=f"{how}; {err}"))
+            errs.append(se)
+    members = []
+    for t, m in task_metrics.items():
+        for key in [k for k in m if "," in k and "_stderr," not in k]:
+            vals = per_doc[t][key]
+            in_unit = bool(np.all((vals >= 0) & (vals <= 1)))
+            se_m = m.get(f"{key.partition(',')[0]}_stderr,{key.partition(',')[2]}")
+            members.append(Estimate(
+                f"{t}: {key}", float(m[key]),
+                task_interval(vals, floor=1.0, level=level) if in_unit else None, len(vals),
+                unit="documents", note=None if not isinstance(se_m, float)
+                else f"lm-eval stderr {se_m:.4f}"))
+    return LmEvalGroup(group, tuple(ests), tuple(errs), tuple(members), n_rows, note,
+                       tuple(warnings))
+
+
 #: lm-eval's bootstrap draws assay reproduces for a corpus metric's stderr (f1, mcc, nanmean):
 #: one of lm-eval's chunks, seeded 0 as lm-eval seeds its first, so the figure equals
 #: ``simple_evaluate(bootstrap_iters=1000)``'s; lm-eval's default 100,000 draws take minutes

@@ -26,7 +26,13 @@ import pyarrow as pa
 from assay import stop
 from assay.errors import GenerationError, RowsError
 from assay.models.base import Request, RunStats, to_messages
-from assay.models.journal import Journal, completion_key, sample_seed, shard_id
+from assay.models.journal import (
+    Journal,
+    completion_key,
+    find_elsewhere,
+    sample_seed,
+    shard_id,
+)
 from assay.models.registry import BACKENDS
 from assay.models.rejection import RequestRejected
 from assay.models.specs import GenerateSpec, SamplingParams, backend_spec
@@ -187,9 +193,10 @@ def generate(prompts: Sequence[Any], model: Any, *, k: int = 1,
         seed: per-sample seeds derive from it, the rendered prompt and the sample index;
         api: ``chat`` or ``completions``; system: a system prompt put first (chat only);
         max_connections: concurrent requests (``openai``); store: where the journal lives
-            (default ``$ASSAY_STORE`` or ``./.assay``); journal: a name for this call's journal
-            within the config's (the generate stage passes its shard's checksum, so a shard
-            reads only its own journal); keys do not depend on it.
+            (default ``$ASSAY_STORE`` or ``./.assay``); journal: a name for the journal this
+            call writes to within the config's (default: the config's own, which the generate
+            stage uses too); keys do not depend on it, and a completion committed to any
+            journal of the store is found by its key.
         label, stage: the live progress unit this call advances (``track(stage, label)`` of
             :mod:`assay.progress`): one per committed sample, ``errors`` for an error record,
             ``retries`` per retried request.
@@ -232,7 +239,6 @@ def _generate(prompts: Sequence[Any], model: Any, *, k: int,
     if scope is not None:
         config["scope"] = scope
     log = Journal(store, shard_id(config if journal is None else {**config, "journal": journal}))
-    done = log.load()
     requests: list[Request] = []
     seen: set[str] = set()
     for i, rp in enumerate(rendered):
@@ -240,6 +246,15 @@ def _generate(prompts: Sequence[Any], model: Any, *, k: int,
             s = sample_seed(gspec.seed, rp, j)
             key = completion_key(config, rp, s, j)
             requests.append(Request(key, i, j, s, rp))
+    # one batched look per call: this config's journal, then (for what it lacks) every other
+    # journal of the store, e.g. one an earlier assay wrote per shard of rows. What is found
+    # elsewhere is copied here, so the next look finds it at once
+    done = log.lookup(r.key for r in requests)
+    missing = {r.key for r in requests if (done.get(r.key) or {}).get("status") != "ok"}
+    for key, rec in find_elsewhere(store, missing, skip=log.rel).items():
+        log.append(rec)
+        done[key] = rec
+    log.close()  # synced now (a later append reopens it): nothing is held open if a step fails
     todo = []
     for r in requests:
         prev = done.get(r.key)

@@ -6,7 +6,9 @@ is defined, else among lm-eval's installed tasks. lm-eval's ``TaskManager`` load
 sampler is seeded with ``fewshot_seed`` (lm-eval's ``fewshot_random_seed``) and its
 ``build_all_requests`` makes the requests, exactly as ``simple_evaluate`` would; the requests then
 become assay rows: a ``multiple_choice`` task gives one prompt row per document for the
-score-choices stage (declare ``choices: {model: ...}``), a ``loglikelihood_rolling`` task one
+score-choices stage (declare ``choices: {model: ...}``; a ``loglikelihood`` task's one
+continuation is its one choice: :mod:`assay.sources.lm_eval_loglik`; winogrande's context per
+choice: :mod:`assay.sources.lm_eval_winogrande`), a ``loglikelihood_rolling`` task one
 document row for the score-documents stage (``perplexity: {model: ...}``) with the words and
 bytes lm-eval's own ``process_results`` counts, a ``generate_until`` task one prompt row per
 document for the generate stage (``generate: {model: ..., api: completions, params: ...}``,
@@ -68,7 +70,8 @@ class LmEvalSource(SourceSpec):
     WARM_IMPORTS: ClassVar[tuple[str, ...]] = ("datasets", "lm_eval.tasks", "lm_eval.api.task")
 
     kind: Literal["lm_eval"]
-    task: str = Field(description="the lm-eval task name (one task, not a group)")
+    task: str = Field(description="the lm-eval task name; a group or tag expands into one "
+                      "source per task, named <name>.<task> (assay.sources.lm_eval_group)")
     include_path: str | None = Field(
         None, description="a folder of task YAMLs, or one task YAML (then its folder is what "
         "lm-eval indexes), defining the task (relative to the spec file); unset: lm-eval's "
@@ -78,7 +81,8 @@ class LmEvalSource(SourceSpec):
     fewshot_seed: int = Field(1234, description="lm-eval's fewshot_random_seed")
     limit: int | None = Field(None, ge=1, description="the first N documents (lm-eval's limit)")
     choices: LmEvalScoring | None = Field(
-        None, description="a multiple_choice task: the model scoring each choice")
+        None, description="a multiple_choice task: the model scoring each choice (a "
+        "loglikelihood task: its one continuation)")
     perplexity: LmEvalScoring | None = Field(
         None, description="a loglikelihood_rolling task: the model scoring each document")
     gen_kwargs: dict[str, str | int | float | bool | list[str]] = Field(
@@ -211,6 +215,14 @@ class LmEvalSource(SourceSpec):
                            self._where())
             return generate_rows_of(task, docs, self._where())
         if self.choices is not None:
+            if task.get_config("output_type") == "loglikelihood":
+                from assay.sources.lm_eval_loglik import loglik_rows_of
+
+                return loglik_rows_of(task, docs, self._where())
+            if getattr(task, "multiple_input", 0):  # winogrande: a context per choice
+                from assay.sources.lm_eval_winogrande import multi_input_rows_of
+
+                return multi_input_rows_of(task, docs, self._where())
             return choice_rows_of(task, docs, self._where())
         return document_rows_of(task, docs, self._where())
 
@@ -308,11 +320,13 @@ def task_requests(source: LmEvalSource, paths: Paths) -> tuple[Any, list[tuple[i
 
 
 def _refuse_output_type(out: Any, want: str, where: str) -> None:
-    if out != want:
+    # a loglikelihood task's one continuation is scored as a choice (lm_eval_loglik)
+    if out != want and (want, out) != ("multiple_choice", "loglikelihood"):
         hint = ("a generate_until task needs generated answers: give generate: {model: ..., "
                 "api: completions, params: ...} instead (its own filters and metrics grade them)"
                 if out == "generate_until" else
-                "choices: {model: ...} scores multiple_choice tasks, perplexity: {model: ...} "
+                "choices: {model: ...} scores multiple_choice and loglikelihood tasks, "
+                "perplexity: {model: ...} "
                 "loglikelihood_rolling ones, generate: {model: ...} generate_until ones; other "
                 "output types are not supported")
         raise SpecError(f"{where}: the task's output_type is {out!r}, not {want!r}; {hint}")

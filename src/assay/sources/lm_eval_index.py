@@ -1,6 +1,7 @@
 """lm-eval's task index, built once per process and shared by every ``lm_eval`` source; the
-lookup that refuses groups, tags and unknown names before any data loads; and the guard that
-turns whatever a task's own Python code raises (``exit()`` included) into one spec error.
+lookup that refuses unknown names (and a group or tag a spec did not expand) before any data
+loads; and the guard that turns whatever a task's own Python code raises (``exit()`` included)
+into one spec error.
 
 Why one per process: a ``TaskManager`` walks and parses every YAML it indexes (52-54 s over
 lm-eval's installed tasks); a spec with one source per MMLU subject paid that 57 times.
@@ -72,7 +73,8 @@ def forget() -> None:
 
 def task_entry(tm: Any, name: str, where: str) -> Any:
     """The index entry of one task named ``name``; a group, a tag or an unknown name is a
-    :class:`SpecError` naming ``where`` — read from the index, before any task loads data."""
+    :class:`SpecError` naming ``where`` — read from the index, before any task loads data (a
+    spec has already expanded a group into its members: :mod:`assay.sources.lm_eval_group`)."""
     from lm_eval.tasks._index import Kind
 
     entry = tm.task_index.get(name)
@@ -91,7 +93,8 @@ def task_entry(tm: Any, name: str, where: str) -> Any:
         kind = "group" if entry.kind == Kind.GROUP else "tag"
         raise SpecError(f"{where}: {name!r} is an lm-eval {kind} of {len(members)} tasks "
                         f"({', '.join(map(str, members[:6]))}{', ...' if len(members) > 6 else ''}"
-                        "); give one source per task")
+                        "): a spec expands it into one source per task (read the spec with "
+                        "assay.load_spec or assay validate)")
     return entry
 
 

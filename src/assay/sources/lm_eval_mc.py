@@ -116,6 +116,8 @@ def add_lm_eval_items(rows: Rows, source: Any, paths: Any) -> Rows:
     task's own ``acc`` where it reports one (truthfulqa_mc2's is its mc2 mass, not the
     argmax: a choice_accuracy over these rows is lm-eval's acc)."""
     task = loaded_task(source, paths)
+    if task.get_config("output_type") != "multiple_choice":
+        return rows  # a loglikelihood task's rows are graded by lm_eval_loglik
     where = source._where()
     aggs = aggregation_names(task)
     table = rows.to_arrow()

@@ -35,6 +35,8 @@ COMPUTED: dict[str, dict[str, tuple[str, ...]]] = {
                         "acc_bytes": ("mean", "nanmean"), "exact_match": ("mean", "nanmean"),
                         # corpus-level: lm-eval's aggregation over every document's (gold, pred)
                         "f1": ("f1",), "mcc": ("matthews_corrcoef",)},
+    # each document's process_results is checked to give lm-eval's (lm_eval_loglik)
+    "loglikelihood": {"perplexity": ("perplexity",), "acc": ("mean", "nanmean")},
     "loglikelihood_rolling": {"word_perplexity": ("weighted_perplexity",),
                               "byte_perplexity": ("weighted_perplexity",),
                               "bits_per_byte": ("bits_per_byte",)},

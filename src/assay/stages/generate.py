@@ -1,6 +1,6 @@
 """The generate stage: k completions per prompt row from the model under test, one shard at a time.
 
-Keyed on the shard's prompt rows, the generate settings and the model's identity; resumable within.
+Each completion is cached by its own request key, whatever shard holds it; a shard only schedules.
 
 A source with ``generate:`` builds prompt rows (one per prompt, completion empty); its steps
 filter those prompts, then this stage replaces each shard of them by ``k`` generated rows. The
@@ -8,11 +8,15 @@ stage's cache key holds the backend's identity (for a server: its URL, the model
 pinned ``revision``; for a local model: the weights' checksum, so a new checkpoint in the same
 folder recomputes). A server's ``/v1/models`` answer is recorded in the summary, not keyed: it
 proves nothing about the weights, and a server that loads on demand lists the model only while
-it is loaded. Inside a shard
-every completion is committed to the store's journal as it arrives: a killed run's rerun asks
-only for what is missing (:func:`assay.models.generate`). Failed requests become ``gen_error``
-rows that are never graded and are asked again by the next run; a cached shard with error rows
-is therefore not served from the stage cache.
+it is loaded. The
+stage's output (the shard's completion rows, with their references and metadata) is cached per
+shard; the completions themselves are not: each is committed, as it arrives, to the journal of the
+generation config (model identity, API, parameters), under the key of its request (rendered
+prompt, parameters, seed, sample index) (:func:`assay.models.generate`). A killed run's rerun,
+a changed reference or metadata field, a record inserted, removed or moved (which shifts every
+later shard's rows) all re-run shards that ask only for prompts never asked. Failed requests
+become ``gen_error`` rows that are never graded and are asked again by the next run; a cached
+shard with error rows is therefore not served from the stage cache.
 """
 
 from __future__ import annotations
@@ -59,12 +63,18 @@ def generate_params(gspec: GenerateSpec) -> dict[str, Any]:
     return gspec.model_dump(mode="json", exclude={"model", "max_connections", "reuse"})
 
 
-def journal_file(config: dict[str, Any], name: str) -> str:
+def journal_file(config: dict[str, Any], name: str | None = None) -> str:
     """The store-relative path of the journal :func:`assay.models.generate` wrote for a call
-    with ``config`` and ``journal=name``."""
+    with ``config`` and ``journal=name`` (None: the config's own, which the stage writes).
+
+    Example:
+        >>> journal_file({"api": "chat"}) != journal_file({"api": "chat"}, "x")
+        True
+    """
     from assay.models.journal import shard_id
 
-    return f"journals/{shard_id({**config, 'journal': name}).split(':', 1)[1]}.jsonl"
+    sid = shard_id(config if name is None else {**config, "journal": name})
+    return f"journals/{sid.split(':', 1)[1]}.jsonl"
 
 
 def prompts_per_shard(shard_rows: int, k: int) -> int:
@@ -123,7 +133,7 @@ def run_generate_shard(ctx: RunContext, filtered: StageResult, shard: Shard) -> 
             g = generate(msgs, backend, k=gspec.k, params=gspec.params, seed=gspec.seed,
                          api=gspec.api, system=gspec.system,
                          max_connections=gspec.max_connections, store=store,
-                         journal=part.checksum(), label=label, scope=scope, on_prompt=hook)
+                         label=label, scope=scope, on_prompt=hook)
         rows = g.rows(task_ids=task_ids, privileged=privileged, meta=meta)
         ok = [r for r in g.records if r["status"] == "ok"]
         lat = [r["latency_s"] for r in g.records if r["latency_s"] is not None]
@@ -143,7 +153,7 @@ def run_generate_shard(ctx: RunContext, filtered: StageResult, shard: Shard) -> 
                    "served": (backend.listing() if g.sent and hasattr(backend, "listing")
                               else None),
                    # the journal holding these completions: `assay store gc` keeps it with the stage
-                   "journal": journal_file(g.config, part.checksum()),
+                   "journal": journal_file(g.config),
                    # facts of this run (run.json reads them; the report, kept the same for the
                    # same rows, does not): HTTP requests, retries by cause, gave-ups, breaker
                    **g.stats}

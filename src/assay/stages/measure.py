@@ -72,6 +72,7 @@ def run_measure(ctx: RunContext, graded: Mapping[str, Sequence[StageResult]]) ->
                     docs += MEASURES.get(name).obj(kept, ctx)
         docs += reward_row_docs(spec, {n: r for n, r in rows.items() if n not in skip})
         docs += lm_eval_docs(spec, {n: r for n, r in rows.items() if n not in skip})
+        docs += lm_eval_group_docs(spec, {n: r for n, r in rows.items() if n not in skip})
         return {**ctx.outputs, "measurements": docs}, {"rows": sum(len(r) for r in rows.values())}
 
     params = m.model_dump(mode="json")
@@ -82,6 +83,8 @@ def run_measure(ctx: RunContext, graded: Mapping[str, Sequence[StageResult]]) ->
         params = {**params, "lm_eval_metrics": lm_eval_generate_sources(spec)}
     if lm_eval_choice_sources(spec):
         params = {**params, "lm_eval_mc_metrics": lm_eval_choice_sources(spec)}
+    if spec.lm_eval_groups:
+        params = {**params, "lm_eval_groups": spec.lm_eval_groups}
     return cached_stage(store, STAGE, inputs=graded_checksums(graded, names),
                         params=params, compute=compute,
                         label=",".join(names), progress=ctx.progress)
@@ -171,11 +174,15 @@ def _pass_at(e: Any, ctx: MeasureContext) -> list[dict[str, Any]]:
 @MEASURES.register("choice_accuracy")
 def _choice_accuracy(e: Any, ctx: MeasureContext) -> list[dict[str, Any]]:
     from assay.measure.choices import choice_accuracy
+    from assay.measure.lm_eval_loglik import is_loglik_rows
     from assay.report import result_doc
 
+    # by default not a loglikelihood task's rows (one continuation: no choice to be accurate
+    # on; lm_eval_metrics reports them)
     return [result_doc("choice_accuracy", f"choice_accuracy[{n}]" + (f" by {e.by}" if e.by else ""),
                        choice_accuracy(ctx.rows[n], by=e.by), source=n)
-            for n in e.sources or ctx.sources_in_mode("choices")]
+            for n in e.sources or [m for m in ctx.sources_in_mode("choices")
+                                   if not is_loglik_rows(ctx.rows[m])]]
 
 
 @MEASURES.register("perplexity")
@@ -270,15 +277,62 @@ def lm_eval_docs(spec: StudySpec, rows: Mapping[str, Any]) -> list[dict[str, Any
     """Per lm_eval generate source: each ``metric,filter`` lm-eval reports, under its name,
     with assay's interval over documents and lm-eval's stderr
     (:func:`assay.measure.lm_eval_means.lm_eval_means`); pass@1 alone is the first metric.
-    Per lm_eval choices source: each metric the task's own items give, aggregated by lm-eval's
+    Per lm_eval loglikelihood source: its perplexity and acc as lm-eval aggregates them
+    (:func:`assay.measure.lm_eval_loglik.lm_eval_loglik_means`). Per other lm_eval choices
+    source (multiple_choice): each metric the task's own items give, aggregated by lm-eval's
     functions (:func:`assay.measure.lm_eval_means.lm_eval_mc_means`)."""
+    from assay.measure.lm_eval_loglik import is_loglik_rows, lm_eval_loglik_means
     from assay.measure.lm_eval_means import lm_eval_mc_means, lm_eval_means
     from assay.report import result_doc
 
-    return [result_doc("lm_eval_metrics", f"lm_eval_metrics[{n}]", lm_eval_means(rows[n]),
-                       source=n) for n in lm_eval_generate_sources(spec) if n in rows] + \
-        [result_doc("lm_eval_metrics", f"lm_eval_metrics[{n}]", lm_eval_mc_means(rows[n]),
-                    source=n) for n in lm_eval_choice_sources(spec) if n in rows]
+    docs = [result_doc("lm_eval_metrics", f"lm_eval_metrics[{n}]", lm_eval_means(rows[n]),
+                       source=n) for n in lm_eval_generate_sources(spec) if n in rows]
+    # a loglikelihood task (lambada) is a choices source whose rows say so: perplexity is
+    # corpus-level, so it gets its own aggregation
+    for n in lm_eval_choice_sources(spec):
+        if n not in rows:
+            continue
+        res = lm_eval_loglik_means(rows[n]) if is_loglik_rows(rows[n]) else \
+            lm_eval_mc_means(rows[n])
+        docs.append(result_doc("lm_eval_metrics", f"lm_eval_metrics[{n}]", res, source=n))
+    return docs
+
+
+def lm_eval_group_docs(spec: StudySpec, rows: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Per lm_eval source that named a group or tag, one entry per group in its tree (the group
+    and each subgroup): lm-eval's aggregate over its leaf members' rows
+    (:func:`assay.measure.lm_eval_means.lm_eval_group`), or members only, saying why."""
+    from assay.measure.lm_eval_means import lm_eval_group, member_metrics
+    from assay.report import result_doc
+    from assay.sources.lm_eval_group import GroupNode
+
+    docs = []
+    for g in spec.lm_eval_groups:
+        members: dict[str, str] = g["members"]
+        measured = {t: member_metrics(rows[n], g["mode"], g["metrics"].get(t))
+                    for t, n in members.items() if n in rows}
+        absent = [members[t] for t in members if t not in measured]
+        for node in GroupNode.from_dict(g["tree"]).nodes():
+            leaves = [t for t in node.leaves() if t in measured]
+            agg, note = node.aggregate, None
+            if node.kind == "tag":
+                agg, note = None, "an lm-eval tag: lm-eval reports no aggregate for a tag"
+            elif agg is None:
+                note = "lm-eval gives no aggregate for this group (no aggregate_metric_list)"
+            elif g["mode"] == "perplexity":
+                agg, note = None, ("a perplexity group: lm-eval's aggregate is a mean of "
+                                   "perplexities, which assay does not report")
+            elif any(t not in measured for t in node.leaves()):
+                agg, note = None, ("not aggregated: no row of " + ", ".join(absent)
+                                   + " was judged")
+            if note is not None:
+                note += "; members only"
+            n_rows = sum(len(rows[members[t]]) for t in leaves)
+            res = lm_eval_group(node.name, agg, {t: measured[t][0] for t in leaves},
+                                {t: measured[t][1] for t in leaves}, n_rows=n_rows, note=note)
+            docs.append(result_doc("lm_eval_group", f"lm_eval_group[{g['source']}: {node.name}]",
+                                   res, source=g["source"], group=node.name))
+    return docs
 
 
 def _by_doc(res: Any, source: str) -> dict[str, Any]:

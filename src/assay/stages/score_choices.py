@@ -7,9 +7,13 @@ checksum): a new checkpoint under the same path recomputes, a killed run resumes
 Each row's completion is the choice with the highest log-likelihood; ``reward`` is 1 when it is
 the gold one (lm-eval's ``acc``); markers ``acc_norm`` and ``acc_bytes`` grade the choice with
 the highest log-likelihood per character and per UTF-8 byte of the choice text (lm-eval's
-``acc_norm`` and ``acc_bytes``). ``judge_meta`` keeps every choice's log-likelihood, raw and
-normalized, its token count and whether it is the greedy continuation; an lm_eval source's rows
-also get the task's own per-document metric items (:mod:`assay.sources.lm_eval_mc`).
+``acc_norm`` and ``acc_bytes``); a row with ``privileged.loglikelihood`` (an lm-eval loglikelihood
+task's one continuation) is graded by whether that continuation is greedy, and one with
+``privileged.contexts`` (a multiple-input task) scores each choice's context with the shared
+``privileged.continuation``. ``judge_meta`` keeps every choice's log-likelihood, raw and
+normalized, its token count and whether it is the greedy continuation; an lm_eval source's
+multiple_choice rows also get the task's own per-document metric items
+(:mod:`assay.sources.lm_eval_mc`).
 """
 
 from __future__ import annotations
@@ -78,17 +82,27 @@ def score_choice_rows(rows: Rows, model: Any, *, target_delimiter: str = " ",
         spans.append((len(pairs), len(pairs) + len(p["choices"])))
         # an lm_eval source's rows carry their task's own delimiter
         delim = p.get("delimiter", target_delimiter)
-        pairs += [(ctx, delim + c) for c in p["choices"]]
+        if "contexts" in p:  # a multiple-input task (winogrande): a context per choice
+            pairs += [(c, delim + p["continuation"]) for c in p["contexts"]]
+        else:
+            pairs += [(ctx, delim + c) for c in p["choices"]]
     scorer = shared_scorer(model)
     got = loglikelihoods(pairs, scorer, store=store, on_done=on_done)
-    texts, rewards, markers, metas = [], [], [], []
+    texts, rewards, metas = [], [], []
+    markers: list[list[tuple[str, float]]] = []
     for (lo, hi), p in zip(spans, priv):
         g = grade_choices([a.logprob for a in got[lo:hi]], p["choices"], p["gold"])
         g["is_greedy"] = [a.is_greedy for a in got[lo:hi]]
         g["tokens"] = [a.tokens for a in got[lo:hi]]
         texts.append(p["choices"][g["pred"]])
+        if "loglikelihood" in p:  # an lm-eval loglikelihood request: acc is is_greedy
+            g = {k: g[k] for k in ("loglik", "is_greedy", "tokens")}
+            g["acc"] = float(g["is_greedy"][0])
+            g["loglikelihood"] = p["loglikelihood"]
+            markers.append([])
+        else:
+            markers.append([("acc_norm", g["acc_norm"]), ("acc_bytes", g["acc_bytes"])])
         rewards.append(g["acc"])
-        markers.append([("acc_norm", g["acc_norm"]), ("acc_bytes", g["acc_bytes"])])
         metas.append(to_json(g, "score-choices"))
     n = len(texts)
     ident = scorer.identity()
