@@ -203,6 +203,9 @@ def test_study_reports_lm_evals_mc2_and_mcc(world: dict[str, Any], tmp_path: Pat
     argmax = np.mean([float(np.argmax(r["judge_meta"]["loglik"]) == 0) for r in rows])
     assert abs(ca - argmax) > 1e-3  # the number assay reported before differs
 
+    # cola's number is mcc: no accuracy under its name, the report says where its number is
+    assert docs["choice_accuracy[cola]"]["kind"] == "not_measured"
+    assert "lm-eval reports mcc,none" in docs["choice_accuracy[cola]"]["text"]
     co = docs["lm_eval_metrics[cola]"]
     est = {e["name"]: e for e in co["estimates"]}
     assert list(est) == ["mcc,none"]

@@ -179,10 +179,43 @@ def _choice_accuracy(e: Any, ctx: MeasureContext) -> list[dict[str, Any]]:
 
     # by default not a loglikelihood task's rows (one continuation: no choice to be accurate
     # on; lm_eval_metrics reports them)
+    names = e.sources or [m for m in ctx.sources_in_mode("choices")
+                          if not is_loglik_rows(ctx.rows[m])]
     return [result_doc("choice_accuracy", f"choice_accuracy[{n}]" + (f" by {e.by}" if e.by else ""),
                        choice_accuracy(ctx.rows[n], by=e.by), source=n)
-            for n in e.sources or [m for m in ctx.sources_in_mode("choices")
-                                   if not is_loglik_rows(ctx.rows[m])]]
+            if _lm_eval_acc(ctx.rows[n]) else _not_lm_evals_doc(n, ctx.rows[n]) for n in names]
+
+
+def _lm_eval_metric_names(rows: Any) -> list[str] | None:
+    """The metrics lm-eval reports for a multiple_choice lm_eval source's rows (their
+    ``judge_meta["lm_eval"]``), or None for other rows."""
+    import json
+
+    from assay.rows import as_table
+
+    t = as_table(rows, require=())
+    if t.num_rows == 0 or "judge_meta" not in t.column_names:
+        return None
+    meta = t.column("judge_meta")[0].as_py()
+    g = json.loads(meta) if isinstance(meta, str) else meta
+    got = (g or {}).get("lm_eval") if isinstance(g, dict) else None
+    return None if got is None else [k for k, _ in got["aggregation"]]
+
+
+def _lm_eval_acc(rows: Any) -> bool:
+    """Whether an accuracy over these rows is a number lm-eval reports under the task's name:
+    any rows but an lm-eval task's that does not report ``acc`` (cola reports only mcc)."""
+    names = _lm_eval_metric_names(rows)
+    return names is None or "acc,none" in names
+
+
+def _not_lm_evals_doc(source: str, rows: Any) -> dict[str, Any]:
+    names = ", ".join(_lm_eval_metric_names(rows) or [])
+    text = (f"not measured: lm-eval reports {names} for {source}'s task, not acc; see "
+            f"lm_eval_metrics[{source}]")
+    return {"kind": "not_measured", "measure": "choice_accuracy",
+            "label": f"choice_accuracy[{source}]", "text": text, "report": text, "data": None,
+            "estimates": [], "source": source}
 
 
 @MEASURES.register("perplexity")
