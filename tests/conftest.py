@@ -18,6 +18,13 @@ from tests.helpers.seaweed import S3Server
 
 BIN = Path(sys.executable).parent
 
+# What assay derives once per machine (assay.sources.lm_eval_group.cache_dir) goes to a folder of
+# this test process's own, never the user's ~/.cache: a test never reads another run's records.
+if "ASSAY_CACHE_DIR" not in os.environ:
+    import tempfile
+
+    os.environ["ASSAY_CACHE_DIR"] = tempfile.mkdtemp(prefix="assay-test-cache-")
+
 
 @pytest.fixture(scope="session")
 def prefect_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
