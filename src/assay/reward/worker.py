@@ -209,6 +209,10 @@ class ScoringWorker:
 
 def main(fd: int) -> None:
     """The worker process's entry (see :meth:`ScoringWorker._start`): serve on socket ``fd``."""
+    import signal
     from multiprocessing.connection import Connection
 
+    # Ctrl-C reaches the whole process group: the parent stops this worker itself (close), so
+    # the worker prints no KeyboardInterrupt traceback of its own beside the run's error line
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     _serve(Connection(fd))
