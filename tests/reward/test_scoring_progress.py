@@ -148,3 +148,24 @@ def test_audit_advances_per_batch(tmp_path: Path, tiny_rm_dir: Path) -> None:  #
 
     audit(model, views, store=tmp_path / "st", unit=Again())  # read from the store: per view
     assert cached == [10, 10]
+
+
+def test_scoring_worker_ignores_ctrl_c(capfd) -> None:  # noqa: ANN001 - pytest's fixture
+    """Ctrl-C reaches the whole process group; the parent stops its scoring worker itself, so
+    the worker neither dies of it nor prints a KeyboardInterrupt traceback (issue 47)."""
+    import os
+    import signal
+
+    from assay.paths import SpecPaths
+    from assay.reward.kinds import FunctionModel
+    from assay.reward.worker import ScoringWorker
+
+    entry = FunctionModel(name="len", kind="function",
+                          function="assay.reward.function:length_rewards")
+    with ScoringWorker() as w:
+        rm = w.load(entry, SpecPaths())  # the worker is up and serving
+        os.kill(w._proc.pid, signal.SIGINT)
+        for _ in range(3):  # served after the signal: the worker took it without dying
+            assert rm.score(["Q"], ["four"]).tolist() == [4.0]
+        assert w._proc.poll() is None
+    assert "KeyboardInterrupt" not in capfd.readouterr().err
