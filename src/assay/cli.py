@@ -216,6 +216,7 @@ def _serve_cached(args: argparse.Namespace, t0: float) -> dict[str, Any] | None:
             run = serve_cached(spec, store, progress=None)
             if run is None:
                 return None
+            _say_store(args)
             out = spec.output_dir(args.output)
             for r in run.results:
                 print_progress(r)
@@ -280,6 +281,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             mark_stale(out, f"failed: SpecError: {problems[0]}")
             _err(text)
             return 2
+        _say_store(args)
         require_real_server(spec.execution.runner, embedded=server is not None)
         _RUN["debug"] = debug = bool(args.debug) or spec.execution.log_level == "debug"
         if user_level is None:
@@ -406,6 +408,7 @@ def cmd_nightly(args: argparse.Namespace) -> int:
             _err(f"{path}: execution.runner {spec.execution.runner} needs a real Prefect server "
                  "(set PREFECT_API_URL); without one `assay nightly` runs runner: local only")
             return 2
+    _say_store(args)
     # Prefect's records (a failed alert's come with a traceback) go to the night's run.log;
     # the terminal gets one line per study and per problem
     root = Path(args.root)
@@ -743,15 +746,22 @@ def _parse_store_args(args: argparse.Namespace) -> None:
 
 
 def _locate(args: argparse.Namespace, specs: Sequence[str]) -> Path:
-    """Choose the run's store (``args.store``) and Prefect home (returned) from the specs'
-    folder (:func:`assay.store_url.locate`), and print the ``store:`` line before any work."""
+    """Choose the run's store (``args.store``, its line ``args.store_line``) and Prefect home
+    (returned) from the specs' folder (:func:`assay.store_url.locate`)."""
     from assay.store_url import locate
 
     loc = locate(args.store, [Path(specs[0]).parent] if specs else [],
                  given_by=args.store_given_by, prefect_home=args.prefect_home)
-    args.store = loc.store
-    print(loc.line(), file=sys.stderr, flush=True)
+    args.store, args.store_line = loc.store, loc.line()
     return loc.prefect_home
+
+
+def _say_store(args: argparse.Namespace) -> None:
+    """Print the ``store:`` line once, when the work starts: after the input checks, so a bad
+    spec still answers with its one ``error:`` line."""
+    if not _RUN.get("store_said"):
+        _RUN["store_said"] = True
+        print(args.store_line, file=sys.stderr, flush=True)
 
 
 def _internal_failure(e: BaseException) -> int | None:

@@ -73,7 +73,7 @@ def parse_store(value: str, *, field: str = ENV) -> str:
 def store_from(flag: str | None, environ: Mapping[str, str] | None = None, *,
                field: str = "--store") -> str | None:
     """The store a command uses: ``flag`` when given, else ``ASSAY_STORE``, each through
-    :func:`parse_store`; None when neither is set (the store's own default, ``./.assay``).
+    :func:`parse_store`; None when neither is set (then :func:`locate` finds the run's).
 
     Example:
         >>> store_from(None, {"ASSAY_STORE": "s3://b/nightly"}), store_from(None, {})

@@ -157,3 +157,30 @@ def test_the_suite_never_uses_the_real_user_cache() -> None:
     real = Path(os.path.expanduser("~")) / ".cache" / "assay"
     assert user_cache_dir() != real.resolve()
     assert "pytest" in str(user_cache_dir())
+
+
+
+@pytest.mark.slow
+def test_nightly_prints_its_store_and_a_bad_spec_only_its_error(tmp_path: Path) -> None:
+    project = tmp_path / "proj"
+    (project / ".assay").mkdir(parents=True)
+    (project / "nights").mkdir()
+    (project / "nights" / "d.jsonl").write_text("".join(
+        json.dumps({"prompt": f"p{i}", "completion": "x", "r": i % 2}) + "\n" for i in range(6)))
+    spec = project / "nights" / "n.yaml"
+    spec.write_text("name: n\nsources:\n  - {name: m, kind: file, path: d.jsonl, "
+                    "fields: {reward: r}}\n")
+    bad = project / "nights" / "bad.yaml"
+    bad.write_text("name: n\nsources: []\nbogus_field: 1\n")
+    env = _user(tmp_path)
+    nightly = [str(BIN / "assay"), "nightly", "--night", "2026-11-01", "--root", "nights"]
+    p = subprocess.run([*nightly, str(spec)], cwd=tmp_path, env=env, capture_output=True,
+                       text=True, timeout=600)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert (project / ".assay" / "refs").exists()  # the project's store, found from tmp_path
+    assert p.stderr.splitlines()[0] == (f"store: {project / '.assay'} (the project's, found "
+                                        "above the spec; --store to choose another)"), p.stderr
+    p = subprocess.run([*nightly, str(bad)], cwd=tmp_path, env=env, capture_output=True,
+                       text=True, timeout=120)
+    assert p.returncode == 2 and p.stderr.startswith("error:"), p.stderr
+    assert "store:" not in p.stderr
