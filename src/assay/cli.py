@@ -408,7 +408,6 @@ def cmd_nightly(args: argparse.Namespace) -> int:
             _err(f"{path}: execution.runner {spec.execution.runner} needs a real Prefect server "
                  "(set PREFECT_API_URL); without one `assay nightly` runs runner: local only")
             return 2
-    _say_store(args)
     # Prefect's records (a failed alert's come with a traceback) go to the night's run.log;
     # the terminal gets one line per study and per problem
     root = Path(args.root)
@@ -417,7 +416,8 @@ def cmd_nightly(args: argparse.Namespace) -> int:
     _RUN["log"] = log_path
     debug = bool(getattr(args, "debug", False))
     _RUN["debug"] = debug
-    with embedded_server() as server:
+    with embedded_server() as server:  # a given PREFECT_API_URL that is down: its one line
+        _say_store(args)
         if user_level is None:
             os.environ["PREFECT_LOGGING_LEVEL"] = specs[0].execution.log_level.upper()
         if server is not None:
