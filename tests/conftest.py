@@ -92,7 +92,13 @@ def _own_user_cache(tmp_path_factory: pytest.TempPathFactory,
     for db in shared.glob("prefect-*-empty.db"):
         shutil.copyfile(db, own / db.name)
     monkeypatch.setenv("ASSAY_CACHE_DIR", str(own))
+    store = os.environ.get("ASSAY_STORE")
     yield own
+    # an in-process `assay run`/`nightly` exports its store for its workers: not to the next test
+    if store is None:
+        os.environ.pop("ASSAY_STORE", None)
+    else:
+        os.environ["ASSAY_STORE"] = store
     for db in own.glob("prefect-*-empty.db"):
         if not (shared / db.name).exists():
             tmp = shared / f".{db.name}.tmp"

@@ -508,7 +508,8 @@ def cmd_store(args: argparse.Namespace) -> int:
     from assay.store_url import locate
 
     # the store a run of a spec in this folder would use (no spec here: walk up from cwd)
-    store = Store(locate(args.store, ["."], given_by=args.store_given_by).store)
+    given_by = getattr(args, "store_given_by", "--store")
+    store = Store(locate(args.store, ["."], given_by=given_by).store)
     if not store.exists():
         _err(f"{store.location}: no store there (give --store DIR or URL, or set ASSAY_STORE)")
         return 2
@@ -751,7 +752,8 @@ def _locate(args: argparse.Namespace, specs: Sequence[str]) -> Path:
     from assay.store_url import locate
 
     loc = locate(args.store, [Path(specs[0]).parent] if specs else [],
-                 given_by=args.store_given_by, prefect_home=args.prefect_home)
+                 given_by=getattr(args, "store_given_by", "--store"),
+                 prefect_home=args.prefect_home)
     args.store, args.store_line = loc.store, loc.line()
     return loc.prefect_home
 
