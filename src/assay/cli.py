@@ -467,7 +467,8 @@ def cmd_nightly(args: argparse.Namespace) -> int:
                     or "first night")
             print(f"{name}: no gated regression ({base}); {st['output']}/nightly.md")
         if st.get("partial"):
-            print(f"{name}: PARTIAL night {night} (failed samples or nothing judged: not a pass):", file=sys.stderr)
+            print(f"{name}: PARTIAL night {night} (failed samples or nothing judged: not a "
+                  "pass):", file=sys.stderr)
             for line in st["partial"]:
                 print(f"  {line}", file=sys.stderr)
             print(f"  report: {st['output']}/nightly.md", file=sys.stderr)
