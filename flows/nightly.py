@@ -66,8 +66,8 @@ from assay.watchdog import RunStopped
 
 
 class NightlyRegression(AssayError):
-    """A gated metric regressed tonight, or the night is partial (failed samples): the flow
-    run's final state carries this, with the night's summary."""
+    """A gated metric regressed tonight, or the night is partial (failed samples, or a source
+    nothing judged): the flow run's final state carries this, with the night's summary."""
 
     def __init__(self, message: str, summary: dict[str, Any]) -> None:
         super().__init__(message)
@@ -301,7 +301,8 @@ def nightly(specs: list[str], root: str = "runs/nightly", night: str | None = No
         if summary["regressions"]:
             parts.append(f"gated metric regressed: {', '.join(summary['regressions'])}")
         if summary["partial"]:
-            parts.append(f"partial night (failed samples): {', '.join(summary['partial'])}")
+            parts.append("partial night (failed samples or nothing judged): "
+                         + ", ".join(summary["partial"]))
         msg = f"night {night}: " + "; ".join(parts)
         if summary["alerts_failed"]:
             msg += "; alert not delivered: " + "; ".join(summary["alerts_failed"])

@@ -256,28 +256,67 @@ def generation_line(info: dict[str, Any]) -> str:
     return out + f"; {n} rows in all"
 
 
+#: Loggers of Prefect's background services: the EventsWorker (its failures are logged by
+#: ``prefect._internal.concurrency``, a 1.7 KB line holding the whole event) and the events
+#: client. They go on logging after the run's block ends, while the embedded server stops or
+#: the process exits, so :func:`capture_logs` keeps them on the run's log file, not the terminal.
+BACKGROUND_LOGGERS = ("prefect._internal", "prefect.events")
+
+
+class _AfterRun(logging.FileHandler):
+    """The last run's log, appended to by :data:`BACKGROUND_LOGGERS` after its block ended;
+    ``propagate``: the logger's own setting, given back when the next run's block starts."""
+
+    def __init__(self, path: str | os.PathLike[str], propagate: bool) -> None:
+        super().__init__(path, mode="a", encoding="utf-8", delay=True)
+        self.setFormatter(_log_format())
+        self.propagate = propagate
+
+    def handleError(self, record: logging.LogRecord) -> None:
+        """A record the last run's folder no longer takes (deleted since) is dropped: printing
+        logging's own error report would be the terminal noise this handler keeps away."""
+
+
+def _log_format() -> logging.Formatter:
+    return logging.Formatter("%(asctime)s | %(levelname)-7s | %(name)s - %(message)s")
+
+
+def _release_background(logger: logging.Logger) -> None:
+    for h in [h for h in logger.handlers if isinstance(h, _AfterRun)]:
+        logger.removeHandler(h)
+        logger.propagate = h.propagate
+        h.close()
+
+
+def _terminal(h: logging.Handler) -> bool:
+    """Whether ``h`` writes to the terminal (a stream handler on stderr or stdout)."""
+    return (isinstance(h, logging.StreamHandler) and not isinstance(h, logging.FileHandler)
+            and getattr(h, "stream", None) in (sys.stderr, sys.stdout, sys.__stderr__,
+                                               sys.__stdout__))
+
+
 @contextlib.contextmanager
 def capture_logs(path: str | os.PathLike[str], *, echo: bool = False) -> Iterator[logging.Handler]:
     """While the block runs, send Prefect's (and every other library's) terminal log records to
     ``path`` instead; with ``echo`` the terminal keeps them too. Yields the file handler; the
-    handlers are restored on exit.
+    handlers are restored on exit, but for :data:`BACKGROUND_LOGGERS`, whose records go on to
+    ``path`` (appended) until the next block: without ``echo`` nothing reaches the terminal
+    before or after the run's one ``error:`` line.
 
     A failing run otherwise prints Prefect's task and flow failure records, each with a
     traceback, above the one line that says what to fix."""
     from prefect.logging.configuration import ensure_logging_setup
 
     ensure_logging_setup()
+    for name in BACKGROUND_LOGGERS:  # an earlier run's log no longer takes them
+        _release_background(logging.getLogger(name))
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     handler = logging.FileHandler(path, mode="w", encoding="utf-8")
-    handler.setFormatter(logging.Formatter("%(asctime)s | %(levelname)-7s | %(name)s - "
-                                           "%(message)s"))
+    handler.setFormatter(_log_format())
     changed: list[tuple[logging.Logger, list[logging.Handler]]] = []
     for logger in [logging.getLogger(), *(lg for lg in logging.root.manager.loggerDict.values()
                                           if isinstance(lg, logging.Logger))]:
-        terminal = [h for h in logger.handlers if isinstance(h, logging.StreamHandler)
-                    and not isinstance(h, logging.FileHandler)
-                    and getattr(h, "stream", None) in (sys.stderr, sys.stdout, sys.__stderr__,
-                                                       sys.__stdout__)]
+        terminal = [h for h in logger.handlers if _terminal(h)]
         if not terminal:
             continue
         removed = [] if echo else terminal
@@ -290,9 +329,19 @@ def capture_logs(path: str | os.PathLike[str], *, echo: bool = False) -> Iterato
     finally:
         for logger, removed in changed:
             logger.removeHandler(handler)
-            for h in removed:
-                logger.addHandler(h)
+            if echo or logger.name not in BACKGROUND_LOGGERS:
+                for h in removed:
+                    logger.addHandler(h)
         handler.close()
+        if not echo:
+            # the EventsWorker fails to send the run's last events when the embedded server
+            # stops (or a real one is away) after this block: run.log gets them, not the user
+            for name in BACKGROUND_LOGGERS:
+                bg = logging.getLogger(name)
+                for h in [h for h in bg.handlers if _terminal(h)]:
+                    bg.removeHandler(h)
+                bg.addHandler(_AfterRun(path, bg.propagate))
+                bg.propagate = False  # the root's terminal handler is back: not through it
 
 
 def task_runner_for(spec: Any, max_parallel: int | None = None) -> Any:

@@ -18,6 +18,13 @@ from tests.helpers.seaweed import S3Server
 
 BIN = Path(sys.executable).parent
 
+# What assay derives once per machine (assay.sources.lm_eval_group.cache_dir) goes to a folder of
+# this test process's own, never the user's ~/.cache: a test never reads another run's records.
+if "ASSAY_CACHE_DIR" not in os.environ:
+    import tempfile
+
+    os.environ["ASSAY_CACHE_DIR"] = tempfile.mkdtemp(prefix="assay-test-cache-")
+
 
 @pytest.fixture(scope="session")
 def prefect_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
@@ -75,6 +82,35 @@ def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
                     os.environ.pop(k, None)
                 else:
                     os.environ[k] = v
+
+
+@pytest.fixture(autouse=True)
+def _own_user_cache(tmp_path_factory: pytest.TempPathFactory,
+                    monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """Each test its own user cache (``ASSAY_CACHE_DIR``: the default store and Prefect home of
+    a run outside a project, and the Prefect template), never the real ``~/.cache/assay``.
+    The template migrated by one test is handed to the next (a fresh database migrates for
+    seconds); nothing else is shared, so no test sees another's cached stages."""
+    import shutil
+
+    shared = tmp_path_factory.getbasetemp() / "shared-user-cache"
+    shared.mkdir(exist_ok=True)
+    own = tmp_path_factory.mktemp("user-cache")
+    for db in shared.glob("prefect-*-empty.db"):
+        shutil.copyfile(db, own / db.name)
+    monkeypatch.setenv("ASSAY_CACHE_DIR", str(own))
+    store = os.environ.get("ASSAY_STORE")
+    yield own
+    # an in-process `assay run`/`nightly` exports its store for its workers: not to the next test
+    if store is None:
+        os.environ.pop("ASSAY_STORE", None)
+    else:
+        os.environ["ASSAY_STORE"] = store
+    for db in own.glob("prefect-*-empty.db"):
+        if not (shared / db.name).exists():
+            tmp = shared / f".{db.name}.tmp"
+            shutil.copyfile(db, tmp)
+            os.replace(tmp, shared / db.name)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -216,6 +216,7 @@ def _serve_cached(args: argparse.Namespace, t0: float) -> dict[str, Any] | None:
             run = serve_cached(spec, store, progress=None)
             if run is None:
                 return None
+            _say_store(args)
             out = spec.output_dir(args.output)
             for r in run.results:
                 print_progress(r)
@@ -251,9 +252,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     global _EMBEDDED_RUN_DONE
     t0 = time.perf_counter()
     user_level = os.environ.get("PREFECT_LOGGING_LEVEL")
-    apply_local_settings(Path(args.prefect_home or ".prefect").resolve())
-    if args.store:  # already one location (main: _parse_store_args): workers see the same
-        os.environ["ASSAY_STORE"] = args.store
+    apply_local_settings(_locate(args, [args.spec]))
+    os.environ["ASSAY_STORE"] = args.store  # one location (_locate): workers see the same
     _RUN["debug"] = bool(args.debug)
     if not args.no_fast_path:
         served = _serve_cached(args, t0)
@@ -281,6 +281,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             mark_stale(out, f"failed: SpecError: {problems[0]}")
             _err(text)
             return 2
+        _say_store(args)
         require_real_server(spec.execution.runner, embedded=server is not None)
         _RUN["debug"] = debug = bool(args.debug) or spec.execution.log_level == "debug"
         if user_level is None:
@@ -383,14 +384,13 @@ def cmd_nightly(args: argparse.Namespace) -> int:
             _err(f"--night {args.night!r}: give a date YYYY-MM-DD")
             return 2
     user_level = os.environ.get("PREFECT_LOGGING_LEVEL")
-    apply_local_settings(Path(args.prefect_home or ".prefect").resolve())
-    store = args.store  # one location already (main: _parse_store_args), URL or absolute path
-    if store:
-        os.environ["ASSAY_STORE"] = store
-        from assay.store_url import secret_bearing
+    apply_local_settings(_locate(args, args.spec))
+    store = args.store  # one location (_locate), URL or absolute path
+    os.environ["ASSAY_STORE"] = store
+    from assay.store_url import secret_bearing
 
-        if secret_bearing(store):  # a key in the URL must not become a flow parameter
-            store = None
+    if secret_bearing(store):  # a key in the URL must not become a flow parameter
+        store = None
     overrides = spec_overrides(args)
     # Every spec is checked before a server starts: a cron job with a typo fails in a second.
     specs = [load_spec(p, overrides) for p in args.spec]
@@ -416,7 +416,8 @@ def cmd_nightly(args: argparse.Namespace) -> int:
     _RUN["log"] = log_path
     debug = bool(getattr(args, "debug", False))
     _RUN["debug"] = debug
-    with embedded_server() as server:
+    with embedded_server() as server:  # a given PREFECT_API_URL that is down: its one line
+        _say_store(args)
         if user_level is None:
             os.environ["PREFECT_LOGGING_LEVEL"] = specs[0].execution.log_level.upper()
         if server is not None:
@@ -466,7 +467,8 @@ def cmd_nightly(args: argparse.Namespace) -> int:
                     or "first night")
             print(f"{name}: no gated regression ({base}); {st['output']}/nightly.md")
         if st.get("partial"):
-            print(f"{name}: PARTIAL night {night} (failed samples: not a pass):", file=sys.stderr)
+            print(f"{name}: PARTIAL night {night} (failed samples or nothing judged: not a "
+                  "pass):", file=sys.stderr)
             for line in st["partial"]:
                 print(f"  {line}", file=sys.stderr)
             print(f"  report: {st['output']}/nightly.md", file=sys.stderr)
@@ -492,13 +494,23 @@ def cmd_history(args: argparse.Namespace) -> int:
     return 0
 
 
+#: ``--store``/``--prefect-home`` of ``run`` and ``nightly`` (the rule: ``store_url.locate``).
+STORE_HELP = ("content store root, a folder or a URL (default: $ASSAY_STORE, else a .assay folder "
+              "in the spec's folder or above, else ~/.cache/assay/store; printed as `store:`)")
+PREFECT_HOME_HELP = ("PREFECT_HOME for the embedded server (default: .prefect beside the "
+                     "project's .assay, else ~/.cache/assay/prefect)")
+
+
 def cmd_store(args: argparse.Namespace) -> int:
     import json
 
     from assay import upkeep
     from assay.store import Store
+    from assay.store_url import locate
 
-    store = Store(args.store)
+    # the store a run of a spec in this folder would use (no spec here: walk up from cwd)
+    given_by = getattr(args, "store_given_by", "--store")
+    store = Store(locate(args.store, ["."], given_by=given_by).store)
     if not store.exists():
         _err(f"{store.location}: no store there (give --store DIR or URL, or set ASSAY_STORE)")
         return 2
@@ -542,9 +554,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("spec")
     r.add_argument("--output", "-o",
                    help="run directory (default: the spec's output, or runs/<name>)")
-    r.add_argument("--store", help="content store root (default: $ASSAY_STORE or ./.assay)")
-    r.add_argument("--prefect-home",
-                   help="PREFECT_HOME for the embedded server (default ./.prefect)")
+    r.add_argument("--store", help=STORE_HELP)
+    r.add_argument("--prefect-home", help=PREFECT_HOME_HELP)
     r.add_argument("--debug", action="store_true",
                    help="print Prefect's log and any traceback here too (always in OUTPUT/run.log)")
     r.add_argument("--no-view", action="store_true",
@@ -584,9 +595,8 @@ def build_parser() -> argparse.ArgumentParser:
     n.add_argument("--night", help="the night's date YYYY-MM-DD: a backfill or a rerun of that "
                    "night (default: today in nightly.timezone, else local time)")
     n.add_argument("--root", default="runs/nightly", help="nightly root (default runs/nightly)")
-    n.add_argument("--store", help="content store root (default: $ASSAY_STORE or ./.assay)")
-    n.add_argument("--prefect-home",
-                   help="PREFECT_HOME for the embedded server (default ./.prefect)")
+    n.add_argument("--store", help=STORE_HELP)
+    n.add_argument("--prefect-home", help=PREFECT_HOME_HELP)
     n.add_argument("--debug", action="store_true",
                    help="print Prefect's log here too (always in the night's run.log)")
     add_override_flags(n)
@@ -597,7 +607,8 @@ def build_parser() -> argparse.ArgumentParser:
     h.set_defaults(func=cmd_history)
     st = sub.add_parser("store", help="store upkeep: du, verify, gc (no Prefect)")
     st.add_argument("action", choices=["du", "verify", "gc"])
-    st.add_argument("--store", help="content store root (default: $ASSAY_STORE or ./.assay)")
+    st.add_argument("--store", help="content store root (default: $ASSAY_STORE, else a .assay "
+                    "folder here or above, else ~/.cache/assay/store: where `assay run` looks)")
     st.add_argument("--runs", nargs="+", help="folders holding run directories (gc: required)")
     st.add_argument("--keep-nights", type=int, help="gc: keep the newest N runs of each folder")
     st.add_argument("--older-than", type=float, metavar="DAYS",
@@ -730,9 +741,30 @@ def _parse_store_args(args: argparse.Namespace) -> None:
     """Every command with ``--store`` reads it (or ``ASSAY_STORE``) through one parser: a URL
     stays a URL, a path becomes absolute, anything else is an input error naming the flag."""
     if hasattr(args, "store"):
-        from assay.store_url import store_from
+        from assay.store_url import ENV, store_from
 
+        args.store_given_by = "--store" if args.store is not None else ENV
         args.store = store_from(args.store)
+
+
+def _locate(args: argparse.Namespace, specs: Sequence[str]) -> Path:
+    """Choose the run's store (``args.store``, its line ``args.store_line``) and Prefect home
+    (returned) from the specs' folder (:func:`assay.store_url.locate`)."""
+    from assay.store_url import locate
+
+    loc = locate(args.store, [Path(specs[0]).parent] if specs else [],
+                 given_by=getattr(args, "store_given_by", "--store"),
+                 prefect_home=args.prefect_home)
+    args.store, args.store_line = loc.store, loc.line()
+    return loc.prefect_home
+
+
+def _say_store(args: argparse.Namespace) -> None:
+    """Print the ``store:`` line once, when the work starts: after the input checks, so a bad
+    spec still answers with its one ``error:`` line."""
+    if not _RUN.get("store_said"):
+        _RUN["store_said"] = True
+        print(args.store_line, file=sys.stderr, flush=True)
 
 
 def _internal_failure(e: BaseException) -> int | None:

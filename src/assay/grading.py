@@ -202,6 +202,7 @@ def _worker(judge: Judge | None, conn: Any) -> None:
     judge the worker was forked with), sending one (index, Verdict) per row; None stops."""
     from assay.reaper import watch_parent
 
+    quiet_signals()
     watch_parent()  # a SIGKILLed parent leaves no worker (other workers hold our pipe's end)
     judges: dict[Any, Judge | None] = {None: judge}
     while True:
@@ -231,6 +232,28 @@ def _worker(judge: Judge | None, conn: Any) -> None:
             except Exception as e:  # an unpicklable meta/markers value
                 conn.send((i, Verdict(None, "invalid_result",
                                       f"verdict could not be sent back: {e}")))
+
+
+def quiet_signals() -> None:
+    """In a worker process: SIGTERM ends it at once and silently (the default action), and
+    Ctrl-C's SIGINT, which the terminal sends the whole process group, is ignored: the parent
+    stops its workers itself. A forked worker otherwise inherits ``assay run``'s handlers,
+    whose exception prints a multiprocessing traceback per worker beside the run's one
+    ``error:`` line.
+
+    Example:
+        >>> import multiprocessing, os, signal
+        >>> def child() -> None:
+        ...     quiet_signals()
+        ...     os.kill(os.getpid(), signal.SIGTERM)
+        >>> p = multiprocessing.get_context("fork").Process(target=child)
+        >>> p.start(); p.join(); p.exitcode == -signal.SIGTERM
+        True
+    """
+    import signal
+
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def _start_child(proc: Any) -> None:

@@ -47,11 +47,15 @@ class UnitState:
     started: float  # monotonic
     last: float  # monotonic time of its last advance (or its start)
     finished: bool
+    #: what the unit is doing before its counted work (e.g. "loading model rm"), else None
+    phase: str | None = None
+    #: monotonic time its counted work began (after a loading phase); None: at ``started``
+    working_since: float | None = None
 
     @property
     def rate(self) -> float:
-        """Units of work per second since the unit started (0 before the first)."""
-        dt = self.last - self.started
+        """Units of work per second since its counted work began (0 before the first)."""
+        dt = self.last - (self.started if self.working_since is None else self.working_since)
         return self.done / dt if dt > 0 and self.done else 0.0
 
     @property
@@ -74,6 +78,8 @@ class Unit:
     counts: dict[str, int] = field(default_factory=dict)
     last: float = 0.0
     finished: bool = False
+    phase: str | None = None
+    working_since: float | None = None
 
     def advance(self, n: int = 1, **counts: int) -> None:
         """``n`` more pieces of work committed (plus any named counts, e.g. ``errors=1``)."""
@@ -92,6 +98,31 @@ class Unit:
             for k, v in counts.items():
                 self.counts[k] = self.counts.get(k, 0) + v
 
+    def set_phase(self, phase: str | None) -> None:
+        """Say what the unit does before (or between) its counted work, e.g. ``"loading model
+        rm"``; ``None`` ends the phase, and rate and ETA count from then, so a minute of model
+        loading does not read as a slow rate. A phase change is activity: it moves the stall
+        clock as opening a unit does.
+
+        Example:
+            >>> with track("score-rows", "demo", total=2) as unit:
+            ...     unit.set_phase("loading model rm")
+            ...     loading = unit.state().phase
+            ...     unit.set_phase(None)
+            ...     s = unit.state()
+            >>> loading, s.phase, s.working_since is not None
+            ('loading model rm', None, True)
+        """
+        global _LAST
+        with _LOCK:
+            now = time.monotonic()
+            if phase is None and self.phase is not None:
+                self.working_since = now
+            self.phase = phase
+            _LAST = now
+            state = self._state()
+        _notify(state)
+
     def set_total(self, total: int | None) -> None:
         with _LOCK:
             self.total = total
@@ -102,7 +133,8 @@ class Unit:
 
     def _state(self) -> UnitState:
         return UnitState(self.stage, self.label, self.done, self.total, dict(self.counts),
-                         self.started, self.last or self.started, self.finished)
+                         self.started, self.last or self.started, self.finished, self.phase,
+                         self.working_since)
 
 
 def _notify(state: UnitState) -> None:
@@ -241,7 +273,8 @@ def describe(states: list[UnitState] | None = None) -> str:
     for s in snapshot() if states is None else states:
         tot = f"/{s.total}" if s.total is not None else ""
         extra = "".join(f", {k} {v}" for k, v in sorted(s.counts.items()) if v)
-        parts.append(f"[{s.stage}] {s.label}: {s.done}{tot} done{extra}")
+        doing = f" ({s.phase})" if s.phase else ""  # e.g. stalled while loading a model
+        parts.append(f"[{s.stage}] {s.label}: {s.done}{tot} done{extra}{doing}")
     return "; ".join(parts) or "nothing in flight"
 
 

@@ -31,9 +31,17 @@ def format_state(s: UnitState, now: float | None = None) -> str:
     Example:
         >>> format_state(UnitState("decontaminate", "a", 0, None, {}, 0.0, 0.0, False), now=4.0)
         '[decontaminate] a: 0 done, 0/s, retries 0, errors 0, ETA ?'
+        >>> format_state(UnitState("score-rows", "m", 0, 364, {}, 0.0, 0.0, False,
+        ...                        "loading model rm"), now=42.0)
+        '[score-rows] m: loading model rm (42s), 0/364'
     """
     now = time.monotonic() if now is None else now
-    dt = now - s.started
+    if s.phase is not None:  # loading a model: no rate or ETA to tell yet, say what it does
+        done = f"{s.done}/{s.total}" if s.total is not None else f"{s.done} done"
+        return (f"[{s.stage}] {s.label}: {s.phase} ({format_duration(max(0.0, now - s.started))})"
+                f", {done}")
+    # rate and ETA over the counted work only, not the loading phase before it
+    dt = now - (s.started if s.working_since is None else s.working_since)
     rate = s.done / dt if dt > 0 else 0.0
     if s.total is not None:
         pct = f" ({100 * s.done / s.total:.0f}%)" if s.total else ""

@@ -19,14 +19,16 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
 from assay.errors import SpecError
+from assay.paths import PREFECT_DIR, find_upward, user_cache_dir
 from assay.store_files import is_url, redact
 
-__all__ = ["ENV", "SCHEMES", "parse_store", "secret_bearing", "store_from"]
+__all__ = ["ENV", "SCHEMES", "Located", "locate", "parse_store", "secret_bearing", "store_from"]
 
 #: The variable a store location comes from when no flag gives one.
 ENV = "ASSAY_STORE"
@@ -71,7 +73,7 @@ def parse_store(value: str, *, field: str = ENV) -> str:
 def store_from(flag: str | None, environ: Mapping[str, str] | None = None, *,
                field: str = "--store") -> str | None:
     """The store a command uses: ``flag`` when given, else ``ASSAY_STORE``, each through
-    :func:`parse_store`; None when neither is set (the store's own default, ``./.assay``).
+    :func:`parse_store`; None when neither is set (then :func:`locate` finds the run's).
 
     Example:
         >>> store_from(None, {"ASSAY_STORE": "s3://b/nightly"}), store_from(None, {})
@@ -94,3 +96,58 @@ def secret_bearing(location: str) -> bool:
         (True, False)
     """
     return is_url(location) and redact(location) != location
+
+
+@dataclass(frozen=True)
+class Located:
+    """Where a run keeps its content store and its embedded Prefect home, and why there."""
+
+    store: str
+    prefect_home: Path
+    why: str
+
+    def line(self) -> str:
+        """The one line every ``run``/``nightly`` prints before its work (a key in a URL
+        redacted)."""
+        return f"store: {redact(self.store) if is_url(self.store) else self.store} ({self.why})"
+
+
+def locate(given: str | None, spec_dirs: Sequence[str | os.PathLike[str]], *,
+           given_by: str = "--store", prefect_home: str | None = None,
+           environ: Mapping[str, str] | None = None) -> Located:
+    """The store and Prefect home of a run of the specs in ``spec_dirs``. The store: ``given``
+    (``--store`` or ``ASSAY_STORE``, already through :func:`store_from`), else a ``.assay``
+    folder in the first spec's folder or one above it (a project's own store, found as git
+    finds ``.git``), else this user's ``<cache>/store`` (:func:`assay.paths.user_cache_dir`).
+    Why: a run from another working folder must find the completions it already paid for.
+    The Prefect home: ``prefect_home``, else ``.prefect`` beside the project's ``.assay``, else
+    ``<cache>/prefect``: one Prefect database wherever the run starts from.
+
+    Example:
+        >>> import tempfile
+        >>> proj = Path(tempfile.mkdtemp()).resolve()
+        >>> (proj / ".assay").mkdir(); (proj / "study").mkdir()
+        >>> loc = locate(None, [proj / "study"], environ={"XDG_CACHE_HOME": "/c"})
+        >>> loc.store == str(proj / ".assay"), loc.prefect_home == proj / ".prefect"
+        (True, True)
+        >>> loc = locate(None, ["/"], environ={"XDG_CACHE_HOME": "/c"})
+        >>> loc.store, loc.prefect_home.as_posix()
+        ('/c/assay/store', '/c/assay/prefect')
+        >>> locate("s3://b/p", ["/"], environ={}).line()
+        'store: s3://b/p (given by --store)'
+    """
+    project = find_upward(spec_dirs[0]) if spec_dirs else None
+    cache = user_cache_dir(environ)
+    if given:
+        store, why = given, f"given by {given_by}"
+    elif project is not None:
+        store, why = str(project), "the project's, found above the spec; --store to choose another"
+    else:
+        store, why = str(cache / "store"), "this user's; --store or ASSAY_STORE to choose another"
+    if prefect_home:
+        home = Path(os.path.expanduser(prefect_home)).resolve()
+    elif project is not None:
+        home = project.parent / PREFECT_DIR
+    else:
+        home = cache / "prefect"
+    return Located(store, home, why)

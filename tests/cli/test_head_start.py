@@ -77,7 +77,8 @@ def test_first_request_before_the_flow_run_and_the_run_is_recorded(tmp_path: Pat
     finally:
         srv.stop()
     assert sent == 24  # 12 prompts x k=2, each asked once: no node ran twice
-    with sqlite3.connect(tmp_path / ".prefect" / "prefect.db") as db:
+    # no project .assay above the spec: the user's Prefect home (issue 49)
+    with sqlite3.connect(tmp_path / "user-cache" / "prefect" / "prefect.db") as db:
         runs = db.execute("SELECT id, state_type, start_time FROM flow_run").fetchall()
         assert len(runs) == 1 and runs[0][1] == "COMPLETED", runs
         run_id, _, start = runs[0]

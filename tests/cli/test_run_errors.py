@@ -51,7 +51,7 @@ def _terminal_noise(stderr: str) -> list[str]:
     return [ln for ln in stderr.splitlines()
             if not ln.startswith(("[prefect] embedded API server", "[build-rows]", "[filter-rows]",
                                   "[grade]", "[measure]", "[report]", "[score-reward-model]",
-                                  "error: "))]
+                                  "error: ", "store: "))]
 
 
 @pytest.mark.slow

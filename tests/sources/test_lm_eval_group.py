@@ -94,6 +94,42 @@ def test_group_expands_from_the_index_without_data(tmp_path: Path, fresh_index: 
     assert [s.name for s in _parse(tmp_path, "lmg_a").sources] == ["g"]
 
 
+def test_reading_the_spec_again_builds_no_index(tmp_path: Path, fresh_index: None,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """What a source's task is (a plain task, a group and its members) is remembered on disk by
+    the index's fingerprint: a second process reading the spec (a cached rerun) builds no
+    TaskManager; a group YAML that changes is read from the index again."""
+    import lm_eval.tasks
+
+    from assay.sources import lm_eval_index
+
+    monkeypatch.setenv("ASSAY_CACHE_DIR", str(tmp_path / "cache"))
+    built: list[object] = []
+    real = lm_eval.tasks.TaskManager
+
+    def counting(*a: Any, **kw: Any) -> Any:
+        built.append(kw.get("include_path"))
+        return real(*a, **kw)
+
+    monkeypatch.setattr(lm_eval.tasks, "TaskManager", counting)
+    _tasks(tmp_path, data=False)
+    assert [s.task for s in _parse(tmp_path, "lmg_sized").sources] == ["lmg_a", "lmg_b", "lmg_c"]
+    assert [s.name for s in _parse(tmp_path, "lmg_a").sources] == ["g"]
+    assert len(built) == 1
+    lm_eval_index.forget()  # as a new process: nothing in memory
+    again = _parse(tmp_path, "lmg_sized")
+    assert [s.task for s in again.sources] == ["lmg_a", "lmg_b", "lmg_c"]
+    assert again.lm_eval_groups[0]["tree"]["aggregate"][0]["metric"] == "acc"
+    assert [s.name for s in _parse(tmp_path, "lmg_a").sources] == ["g"]
+    assert len(built) == 1  # both answers came from the records, not from an index
+    # the group loses a member: its YAML's size changes, so its fingerprint does
+    g = dict(GROUPS["lmg_sized"], task=["lmg_a", "lmg_c"])
+    (tmp_path / "tasks" / "lmg_sized.yaml").write_text(yaml.safe_dump(g))
+    lm_eval_index.forget()
+    assert [s.task for s in _parse(tmp_path, "lmg_sized").sources] == ["lmg_a", "lmg_c"]
+    assert len(built) == 2
+
+
 def test_members_refused_before_any_data_loads(tmp_path: Path, fresh_index: None) -> None:
     """Every refused member is named with its reason, at parse, though no data exists."""
     from assay.errors import SpecError

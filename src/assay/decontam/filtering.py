@@ -54,7 +54,9 @@ def _load_eval(source: Any) -> Any:
         import json
 
         out = []
-        with open(source, encoding="utf-8") as fh:
+        # utf-8-sig, as every other data reader: a BOM from a Windows editor or an Excel export
+        # is read past instead of failing the first line as invalid JSON
+        with open(source, encoding="utf-8-sig") as fh:
             for lineno, line in enumerate(fh):
                 if line.strip():
                     try:

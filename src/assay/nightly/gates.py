@@ -29,7 +29,7 @@ import numpy as np
 from scipy import special
 
 from assay.errors import MeasureError, SpecError
-from assay.nightly.partial import NOT_COMPARED, PARTIAL_WHY, partial_text
+from assay.nightly.partial import NOT_COMPARED, PARTIAL_WHY, nothing_judged_record, partial_text
 from assay.nightly.spec import NightlySpec
 from assay.results import Estimate, Interval, finite_or_none
 
@@ -245,33 +245,43 @@ def evaluate_night(out: str | os.PathLike[str], *, study: str, night: str, sourc
         doc["new_history"] = {"previous_night": last.name, "previous_definition": last_def,
                               "changed": (definition_diff(prev, definition)
                                           if prev is not None and definition is not None else None)}
+    # the study's own verdict (finish_run, the one `assay run` exits 4 on): a source none of
+    # whose rows was judged is partial too, not a crash of the gate on a pass@1 without rewards
+    unjudged = (read_json(out / "run.json") or {}).get("nothing_judged") or {}
     for src in sources:
         path = out / "rows" / f"{src}.parquet"
         if not path.is_file():
             continue
         rows = Rows.read_parquet(path)
-        partial = _partial(rows, gates.allow_partial)
+        partial = (nothing_judged_record(unjudged[src],
+                                         [str(t) for t in rows.to_arrow().column("task_id")
+                                          .to_pylist()])
+                   if src in unjudged else _partial(rows, gates.allow_partial))
         if partial is not None and partial["compared"]:
             rows = _without_tasks(rows, set(partial["left_out"]))
-        markers = _markers(rows)
+        # no judged row: no frame to read markers from; each gated metric is shown without a value
+        markers = _markers(rows) if src not in unjudged else []
         present = {"pass@1", *(f"marker:{m}" for m in markers)}
         missing = [g for g in gated if g not in present]
-        if missing:
+        if missing and src not in unjudged:
             raise SpecError(f"nightly.must_not_regress: source {src!r} has no metric "
                             f"{[m.removeprefix('marker:') for m in missing]}; it has pass@1 and "
                             f"markers {markers or 'none'} (check the spelling)")
         metrics: dict[str, dict[str, Any]] = {}
         for m in [*gated, *sorted(present - set(gated), key=lambda x: (x != "pass@1", x))]:
             try:
-                est = metric_estimate(rows, m)
+                est: dict[str, Any] = _est_doc(metric_estimate(rows, m))
             except MeasureError:
-                if m in gated:
+                if m in gated and src in unjudged:  # no reward to estimate it from: no value
+                    est = {"value": None, "low": None, "high": None, "n": 0}
+                elif m in gated:
                     raise
-                continue  # e.g. pass@1 of a source with partial scores only: nothing to report
+                else:
+                    continue  # e.g. pass@1 of a source with partial scores only: nothing to say
             way = gates.direction(m)  # a rise in truncation, errors, refusals is worse
             metrics[m] = {"metric": m, "gated": m in gated, "direction": way,
                           "higher_is_better": None if way is None else way == "higher",
-                          **_est_doc(est), "baseline_value": None, "delta": None,
+                          **est, "baseline_value": None, "delta": None,
                           "delta_low": None, "delta_high": None, "n_paired": 0,
                           "p_adjusted": None, "verdict": NO_BASELINE, "regression": False}
         first = gated[0] if gated else "pass@1"

@@ -23,6 +23,7 @@ import pyarrow as pa
 from assay.errors import DataError
 from assay.results import Estimate, Result, _fmt
 from assay.reward.base import RewardModel
+from assay.reward.batching import RowAdvance, on_batches
 from assay.reward.scoring import score_view
 from assay.reward.stats import (
     best_order_agreement,
@@ -431,7 +432,7 @@ def default_views() -> dict[str, Any]:
 
 def audit(model: RewardModel, views: Mapping[str, Any] | Any | None = None, *,
           store: Store | str | os.PathLike[str] | None = None, cache: bool = True,
-          tie_tol: float = 0.0, level: float = 0.95) -> Audit:
+          tie_tol: float = 0.0, level: float = 0.95, unit: Any = None) -> Audit:
     """Audit a reward model per dimension (default: the built-in diagnostic set, 14 dimensions).
 
     ``views`` maps a dimension name to a DataView (a single DataView is one dimension named
@@ -440,7 +441,8 @@ def audit(model: RewardModel, views: Mapping[str, Any] | Any | None = None, *,
     baseline (prefer the longer response), a length-bias statistic (Spearman of score margin
     with length difference over seeds, with interval), the 2x2 interaction of Quadruples
     (sycophancy) and the agreement with Tournament outcomes. Scores come from
-    :func:`score_view`, cached in ``store``.
+    :func:`score_view`, cached in ``store``. ``unit`` (a progress unit, anything with
+    ``advance(n)``) advances by each view's items as the model scores its batches.
 
     Example:
         >>> import tempfile
@@ -469,7 +471,13 @@ def audit(model: RewardModel, views: Mapping[str, Any] | Any | None = None, *,
     all_margin, all_dl, all_seed, all_w = [], [], [], []
     truncated = 0
     for name, view in views.items():
-        table = score_view(model, view, store=st, cache=cache)
+        if unit is None:
+            table = score_view(model, view, store=st, cache=cache)
+        else:  # the bar moves per scored batch, mapped onto this view's items
+            adv = RowAdvance(unit, len(view))
+            with on_batches(adv):
+                table = score_view(model, view, store=st, cache=cache)
+            adv.finish()
         d = audit_dimension(str(name), table, view, tie_tol=tie_tol, level=level)
         dims.append(d)
         truncated += d.truncated

@@ -6,16 +6,87 @@ Why: a transformer forward costs roughly ``batch size x longest sequence`` (padd
 Sorting by length makes the sequences of a batch about equally long, so little compute goes to
 padding, and a token budget (instead of a fixed batch size) lets short sequences travel in big
 batches and long ones in small batches, so memory use stays flat.
+
+Each scored batch is told to this context's listener (:func:`on_batches`): progress bars move
+per batch, the scoring worker relays them to its caller.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import contextlib
+import contextvars
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from assay.errors import MeasureError
+
+#: Who hears each scored batch of this context: ``fn(done, total)``, items of one scoring pass.
+_ON_BATCH: contextvars.ContextVar[Callable[[int, int], None] | None] = contextvars.ContextVar(
+    "assay_on_batch", default=None)
+
+
+@contextlib.contextmanager
+def on_batches(fn: Callable[[int, int], None]) -> Iterator[None]:
+    """Call ``fn(done, total)`` after every batch a reward model scores in this block (this
+    thread or task): ``done`` of ``total`` items of its scoring pass. Progress reads it, so a
+    shard's bar moves per batch instead of once at the shard's end.
+
+    Example:
+        >>> seen = []
+        >>> with on_batches(lambda d, t: seen.append((d, t))):
+        ...     _ = run_plan([2, 5, 3], 8, lambda idx: idx * 1.0)
+        >>> seen
+        [(1, 3), (3, 3)]
+    """
+    token = _ON_BATCH.set(fn)
+    try:
+        yield
+    finally:
+        _ON_BATCH.reset(token)
+
+
+def batch_scored(done: int, total: int) -> None:
+    """Tell this context's listener (:func:`on_batches`) that ``done`` of ``total`` items are
+    scored; a listener's error never fails the scoring it watches."""
+    fn = _ON_BATCH.get()
+    if fn is not None:
+        with contextlib.suppress(Exception):
+            fn(done, total)
+
+
+class RowAdvance:
+    """Maps a scoring pass's batches onto ``rows`` rows of a progress ``unit`` (anything with
+    ``advance(n)``): after ``done`` of ``total`` items, ``rows * done // total`` rows are
+    advanced (items can be fewer than rows: duplicates are scored once). :meth:`finish` adds
+    what is left, so the unit ends at exactly ``rows`` however the model batched.
+
+    Example:
+        >>> class U:
+        ...     done = 0
+        ...     def advance(self, n: int) -> None: self.done += n
+        >>> u = U(); a = RowAdvance(u, 10)
+        >>> a(1, 4); u.done
+        2
+        >>> a(4, 4); a.finish(); u.done
+        10
+    """
+
+    def __init__(self, unit: Any, rows: int) -> None:
+        self.unit, self.rows, self.advanced = unit, int(rows), 0
+
+    def __call__(self, done: int, total: int) -> None:
+        target = min(self.rows, self.rows * done // total) if total > 0 else 0
+        if target > self.advanced:
+            self.unit.advance(target - self.advanced)
+            self.advanced = target
+
+    def finish(self) -> None:
+        if self.rows > self.advanced:
+            self.unit.advance(self.rows - self.advanced)
+            self.advanced = self.rows
 
 
 def plan_batches(lengths: Sequence[int] | np.ndarray, batch_tokens: int,
@@ -137,6 +208,7 @@ def run_plan(lengths: Sequence[int] | np.ndarray, batch_tokens: int,
         if vals.shape[0] != len(idx):
             raise MeasureError(f"forward returned {vals.shape[0]} scores for a batch of {len(idx)}")
         out[idx] = vals
+        batch_scored(start + len(idx), n)
         run.n_batches += 1
         run.largest_batch = max(run.largest_batch, len(idx))
         run.n_padded_tokens += len(idx) * longest

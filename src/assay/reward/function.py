@@ -21,6 +21,7 @@ from assay.reward.base import (
     check_scores,
     check_texts,
 )
+from assay.reward.batching import batch_scored
 
 
 class FunctionRewardModel:
@@ -108,6 +109,7 @@ class FunctionRewardModel:
                         "function returns one number per (prompt, response)"
                     )
                 raw.extend(part)
+                batch_scored(len(raw), len(prompts))
         else:
             raw = []
             for i, (p, r) in enumerate(zip(prompts, responses)):
@@ -118,6 +120,7 @@ class FunctionRewardModel:
                         "reward function must return a number")
                 raw.append(v)
                 n_calls += 1
+                batch_scored(len(raw), len(prompts))
         self.calls += len(prompts)
         scores = check_scores(raw, len(prompts), self.name)
         self._last_run = ScoreRun(n_items=len(prompts), n_scored=len(prompts),

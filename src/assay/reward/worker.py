@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 
 from assay.reward.base import RewardModelError
+from assay.reward.batching import batch_scored, on_batches
 
 _BUILT: dict[int, Any] = {}  # in the worker: model id -> built adapter
 
@@ -43,7 +44,8 @@ def _serve(conn: Any) -> None:
     entries' classes unpickle here), ``("warm", modules)`` (imported, no reply), then
     ``("load", id, entry, paths)``, ``("score", id,
     prompts, responses)``, ``("score_conversations", id, convs, responses)``; None stops. Each
-    but the first gets ``("ok", value)`` or ``("err", exception)`` back."""
+    but the first gets ``("ok", value)`` or ``("err", exception)`` back, a score call first
+    ``("batch", done, total)`` per scored batch."""
     from assay.reaper import watch_parent
 
     watch_parent()  # a SIGKILLed parent leaves no worker
@@ -71,7 +73,10 @@ def _serve(conn: Any) -> None:
                               "device": str(getattr(built, "device", "cpu")),
                               "conversations": hasattr(built, "score_conversations")}
             else:
-                value = np.asarray(getattr(_BUILT[mid], kind)(*args), dtype=np.float64)
+                # each scored batch goes back as it is done: the parent's progress moves per
+                # batch, not once when the whole shard's scores come back
+                with on_batches(lambda done, total: conn.send(("batch", done, total))):
+                    value = np.asarray(getattr(_BUILT[mid], kind)(*args), dtype=np.float64)
             reply: tuple[str, Any] = ("ok", value)
         except Exception as e:  # noqa: BLE001 - sent back whole, raised there
             reply = ("err", e)
@@ -148,15 +153,18 @@ class ScoringWorker:
                 self._start()
             try:
                 self._conn.send(msg)
-                status, value = self._conn.recv()
+                status, *value = self._conn.recv()
+                while status == "batch":  # a batch scored there: tell this thread's listener
+                    batch_scored(*value)
+                    status, *value = self._conn.recv()
             except (EOFError, OSError):
                 code = self._proc.wait(5)
                 raise RewardModelError(
                     f"the scoring worker process died (exit code {code}) while "
                     f"running {msg[0]!r}: out of memory? run again to resume") from None
         if status == "err":
-            raise value
-        return value
+            raise value[0]
+        return value[0]
 
     def warm(self, modules: Sequence[str]) -> None:
         """Start the worker now and have it import ``modules`` (torch's import is most of a
@@ -201,6 +209,10 @@ class ScoringWorker:
 
 def main(fd: int) -> None:
     """The worker process's entry (see :meth:`ScoringWorker._start`): serve on socket ``fd``."""
+    import signal
     from multiprocessing.connection import Connection
 
+    # Ctrl-C reaches the whole process group: the parent stops this worker itself (close), so
+    # the worker prints no KeyboardInterrupt traceback of its own beside the run's error line
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     _serve(Connection(fd))

@@ -15,6 +15,10 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
+import json
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -158,11 +162,11 @@ def expand_groups(doc: dict[str, Any], base_dir: str | None
     groups: list[dict[str, Any]] = []
     problems: list[str] = []
     for i, src in enumerate(sources):
-        found = _expand_one(src, base_dir, f"sources[{i}].task")
+        found = _expanded(src, base_dir, f"sources[{i}].task")
         if found is None:
             new.append(src)
             continue
-        tree, refused = found
+        tree, refused, metrics = found
         if refused:
             problems += refused
             new.append(src)
@@ -170,7 +174,7 @@ def expand_groups(doc: dict[str, Any], base_dir: str | None
         members = {t: member_name(src["name"], t) for t in tree.leaves()}
         new += [{**src, "name": members[t], "task": t} for t in tree.leaves()]
         groups.append({"source": src["name"], "mode": _mode_of(src), "tree": tree.to_dict(),
-                       "members": members, "metrics": _metric_names(base_dir, src, tree)})
+                       "members": members, "metrics": metrics})
     if problems:
         raise SpecError("\n".join(problems))
     if not groups:
@@ -205,16 +209,82 @@ def _metric_names(base_dir: str | None, src: dict[str, Any], tree: GroupNode
     return out
 
 
-def _index_of(base_dir: str | None, src: dict[str, Any]) -> Any:
+def _folder_of(base_dir: str | None, src: dict[str, Any]) -> Path | None:
     from assay.paths import SpecPaths
-    from assay.sources.lm_eval_index import task_manager
 
     inc = src.get("include_path")
-    folder: Path | None = None
-    if isinstance(inc, str):
-        p = SpecPaths(base_dir).resolve(inc)
-        folder = p.parent if p.is_file() else p
-    return task_manager(folder)
+    if not isinstance(inc, str):
+        return None
+    p = SpecPaths(base_dir).resolve(inc)
+    return p.parent if p.is_file() else p
+
+
+def _index_of(base_dir: str | None, src: dict[str, Any]) -> Any:
+    from assay.sources.lm_eval_index import task_manager
+
+    return task_manager(_folder_of(base_dir, src))
+
+
+#: bump when what :func:`_expanded` records changes (older records are then never read)
+_MEMO_VERSION = 1
+
+
+def cache_dir() -> Path:
+    """Where assay keeps what it derived once per machine and may derive again at will:
+    ``$ASSAY_CACHE_DIR``, else ``$XDG_CACHE_HOME/assay``, else ``~/.cache/assay``."""
+    env = os.environ.get("ASSAY_CACHE_DIR")
+    if env:
+        return Path(env)
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return (Path(xdg) if xdg else Path.home() / ".cache") / "assay"
+
+
+def _memo_path(base_dir: str | None, src: dict[str, Any], where_field: str) -> Path | None:
+    """The file recording one source's expansion, named by everything it depends on: the
+    index's fingerprint (lm-eval's version, or every YAML's name, size and time under the
+    source's folder), the task, the source's name and mode; None when the index has none."""
+    from assay.sources.lm_eval_index import fingerprint
+
+    folder = _folder_of(base_dir, src)
+    seen = fingerprint(folder)
+    if seen is None:
+        return None
+    key = json.dumps([_MEMO_VERSION, None if folder is None else str(folder.resolve()), seen,
+                      src["task"], src["name"], _mode_of(src), where_field], default=str)
+    digest = hashlib.sha256(key.encode()).hexdigest()
+    return cache_dir() / "lm-eval-groups" / f"{digest}.json"
+
+
+def _expanded(src: Any, base_dir: str | None, where_field: str
+              ) -> tuple[GroupNode, list[str], dict[str, list[str] | None]] | None:
+    """:func:`_expand_one` and the members' metric names, remembered on disk: reading a spec
+    whose ``lm_eval`` task is a plain task (the usual case) or a group seen before costs a file
+    read, not lm-eval's index (seconds to build: a fully cached rerun would pay it at every
+    start). A group that is refused, or an index that raises, is not remembered."""
+    if not (isinstance(src, dict) and src.get("kind") == "lm_eval"
+            and isinstance(src.get("task"), str) and isinstance(src.get("name"), str)):
+        return None
+    memo = None
+    with contextlib.suppress(Exception):  # lm-eval missing, a folder gone: _expand_one says
+        memo = _memo_path(base_dir, src, where_field)
+    if memo is not None:
+        with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+            rec = json.loads(memo.read_text(encoding="utf-8"))
+            if rec["tree"] is None:
+                return None
+            return GroupNode.from_dict(rec["tree"]), [], rec["metrics"]
+    found = _expand_one(src, base_dir, where_field)
+    tree, refused = found if found is not None else (None, [])
+    metrics = (_metric_names(base_dir, src, tree) if tree is not None and not refused
+               else {})
+    if memo is not None and not refused:
+        rec = {"tree": None if tree is None else tree.to_dict(), "metrics": metrics}
+        with contextlib.suppress(OSError):  # a read-only home: derived again next time
+            from assay.store_files import atomic_write
+
+            memo.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write(memo, json.dumps(rec, sort_keys=True).encode(), durable=False)
+    return None if tree is None else (tree, refused, metrics)
 
 
 def _set(doc: dict[str, Any], path: tuple[str, ...], value: Any) -> None:

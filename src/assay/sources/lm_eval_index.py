@@ -29,7 +29,7 @@ _LOCK = threading.Lock()
 _MANAGERS: dict[str | None, tuple[Any, Any]] = {}
 
 
-def _fingerprint(folder: Path | None) -> Any:
+def fingerprint(folder: Path | None) -> Any:
     """What the index was built from: lm-eval's version for its installed tasks; the name,
     size and time of every YAML under a user's folder (a task added or renamed re-indexes; a
     task's contents lm-eval re-reads on each load anyway)."""
@@ -52,7 +52,7 @@ def task_manager(folder: Path | None) -> Any:
     """The process's ``TaskManager`` over ``folder`` alone (None: lm-eval's installed tasks),
     built on first use and whenever the folder's YAML files changed."""
     key = None if folder is None else str(folder)
-    seen = _fingerprint(folder)
+    seen = fingerprint(folder)
     with _LOCK:
         have = _MANAGERS.get(key)
         if have is not None and have[0] == seen:

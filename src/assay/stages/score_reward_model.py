@@ -48,12 +48,15 @@ def run_reward_audit(ctx: RunContext, model_name: str) -> StageResult:
         from assay.reward import audit
 
         with track(STAGE, model_name, total=sum(len(v) for v in views.values())) as unit:
-            model = mspec.build(spec.paths)
+            unit.set_phase(f"loading reward model {model_name}")  # not "0/N, ETA ?"
+            try:
+                model = mspec.build(spec.paths)
+            finally:
+                unit.set_phase(None)
             slot = (device_slot(device_of(model)) if device_slot
                     else contextlib.nullcontext())
             with slot:
-                res = audit(model, views, store=store)
-            unit.advance(unit.total or 0)  # one batch: the whole diagnostic set scored
+                res = audit(model, views, store=store, unit=unit)  # advances per batch
         notes = loaded.notes()
         doc = result_doc("reward_audit", model_name, res, dimensions=_audit_dimensions(res),
                          fingerprint=model.fingerprint, notes=notes)

@@ -19,6 +19,7 @@ import pyarrow as pa
 from assay.errors import RowsError
 from assay.hashing import combine
 from assay.progress import Unit, track
+from assay.reward.batching import RowAdvance, on_batches
 from assay.rows import MARKERS_TYPE, Rows, table_checksum
 from assay.spec import StudySpec
 from assay.stages.cache import StageResult, cached_stage, load_rows
@@ -88,21 +89,43 @@ def inputs_checksum(table: pa.Table) -> str:
 
 
 def score_inputs(model: RewardModel, prompts: Sequence[str], responses: Sequence[str],
-                 convs: Sequence[list[dict[str, str]] | None], ok: np.ndarray) -> np.ndarray:
+                 convs: Sequence[list[dict[str, str]] | None], ok: np.ndarray,
+                 unit: Unit | None = None) -> np.ndarray:
     """Scores (NaN where ``ok`` is False). A model with ``score_conversations`` (a chat-template
     model) gets multi-turn conversations whole, rendered by its template once; others, and
-    single-turn rows, get ``(prompt, completion)``."""
+    single-turn rows, get ``(prompt, completion)``. With a progress ``unit``, it advances per
+    batch the model scores, by ``len(prompts)`` rows in all (unscorable rows at the end).
+
+    Example:
+        >>> from assay.reward.function import FunctionRewardModel
+        >>> m = FunctionRewardModel(lambda prompt, completion: float(len(completion)), name="len")
+        >>> score_inputs(m, ["Q", "Q"], ["ab", " "], [None, None], np.array([True, False]))
+        array([ 2., nan])
+    """
     out = np.full(len(prompts), np.nan)
     idx = np.flatnonzero(ok)
     by_conversation = getattr(model, "score_conversations", None)  # optional on an adapter
     conv_idx = ([int(i) for i in idx if convs[int(i)] is not None]
                 if by_conversation is not None else [])
     plain = np.setdiff1d(idx, np.asarray(conv_idx, dtype=np.int64))
+
+    def scored(rows: int, fn: Any, *args: Any) -> np.ndarray:
+        if unit is None:
+            return fn(*args)
+        adv = RowAdvance(unit, rows)  # the model's batches, mapped onto these rows
+        with on_batches(adv):
+            got = fn(*args)
+        adv.finish()
+        return got
+
     if plain.size:
-        out[plain] = model.score([prompts[i] for i in plain], [responses[i] for i in plain])
+        out[plain] = scored(int(plain.size), model.score, [prompts[i] for i in plain],
+                            [responses[i] for i in plain])
     if conv_idx and by_conversation is not None:
-        out[conv_idx] = by_conversation([convs[i] for i in conv_idx],
-                                        [responses[i] for i in conv_idx])
+        out[conv_idx] = scored(len(conv_idx), by_conversation, [convs[i] for i in conv_idx],
+                               [responses[i] for i in conv_idx])
+    if unit is not None and len(prompts) > idx.size:
+        unit.advance(len(prompts) - int(idx.size))  # empty completions: nothing to score
     return out
 
 
@@ -251,8 +274,13 @@ def run_score_rows(ctx: RunContext, graded: StageResult, shard: Shard) -> StageR
                 slot = (device_slot(_planned_device(mspec, ident)) if device_slot
                         else contextlib.nullcontext())
                 with slot:  # held while the model loads and scores
-                    model = _model(mspec, spec, ident)
-                    got = score_inputs(model, prompts, responses, convs, ok)
+                    # a load takes seconds to minutes: the bar says so instead of "0/N, ETA ?"
+                    unit.set_phase(f"loading reward model {mspec.name}")
+                    try:
+                        model = _model(mspec, spec, ident)
+                    finally:
+                        unit.set_phase(None)
+                    got = score_inputs(model, prompts, responses, convs, ok, unit)
                 blob = store.put_table(pa.table({"score": pa.array(got, pa.float64(),
                                                                    from_pandas=True)}))
                 store.set_ref(f"assay-rowscores/{key}", blob,
@@ -261,8 +289,8 @@ def run_score_rows(ctx: RunContext, graded: StageResult, shard: Shard) -> StageR
                 how[marker_name(mspec.name)] = "computed"
             else:
                 how[marker_name(mspec.name)] = "cached"
+                unit.advance(len(prompts))  # read whole from the row-score cache
             scores[marker_name(mspec.name)] = got
-            unit.advance(len(prompts))  # one batch: this model's scores of the shard
         out = attach_markers(table, scores, where=f"source {source_name!r}")
         return {"rows": Rows(out)}, {"rows": len(out), "scores": how,
                                      "unscored": int((~ok).sum())}
