@@ -39,7 +39,8 @@ def _reason(why: str) -> str:
         return f"metric {name}" if "/" not in name else "metric: a !function"
     for key, label in (("process_results", "own process_results"),
                        ("aggregated by", "aggregation assay does not compute"),
-                       ("filter_list", "filter_list"), ("Hugging Face evaluate", "HF evaluate metric"),
+                       ("filter_list", "filter_list"),
+                       ("Hugging Face evaluate", "HF evaluate metric"),
                        ("names no metric", "metric_list entry without metric"),
                        ("repeats", "repeats > 1 (votes over samples)"),
                        ("generation_kwargs", "generation kwargs assay does not pass")):
