@@ -14,10 +14,11 @@ bytes lm-eval's own ``process_results`` counts, a ``generate_until`` task one pr
 document for the generate stage (``generate: {model: ..., api: completions, params: ...}``,
 params equal to the task's ``generation_kwargs``: :mod:`assay.sources.lm_eval_generate`), graded
 by the task's own filters and metrics (verifier kind ``lm_eval``). Other output types are
-refused. A task whose reported
-number assay would not reproduce (its own ``process_results``, a metric such as f1 or mcc) is
-refused (:mod:`assay.sources.lm_eval_metrics`); the index, shared by every source of the process,
-refuses groups and tags before any data loads, and task code's ``exit()`` is one spec error
+refused. A task whose reported number assay would not reproduce (a metric or aggregation it
+does not compute, a filter) is refused (:mod:`assay.sources.lm_eval_metrics`); a
+multiple_choice task's own ``process_results``, f1 and mcc are lm-eval's
+(:mod:`assay.sources.lm_eval_mc`); the index, shared by every source of the process, refuses
+groups and tags before any data loads, and task code's ``exit()`` is one spec error
 (:mod:`assay.sources.lm_eval_index`). lm-eval is an optional dependency of this kind only
 (``pip install 'assay[lm_eval]'``).
 
