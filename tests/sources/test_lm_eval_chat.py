@@ -260,3 +260,51 @@ def test_chat_options_key_the_rows(world: dict[str, Any]) -> None:
     (copy / "tokenizer_config.json").write_text(json.dumps(cfg))
     (copy / "chat_template.jinja").unlink(missing_ok=True)
     assert ident(moved)["chat"] != base["chat"]
+
+
+@pytest.mark.slow  # a second tiny model and one simple_evaluate run
+def test_template_with_bos_is_not_given_a_second_one(world: dict[str, Any],
+                                                     tmp_path: Path) -> None:
+    """A tokenizer that adds BOS and a template that starts with it (as Llama 3's): lm-eval's
+    HFLM adds no second BOS to the rendered text, and neither does assay (the responses and the
+    prompt token counts equal HFLM's)."""
+    from helpers.tiny_chat import CHAT_TEMPLATE, build_tiny_chat_lm
+    from lm_eval import simple_evaluate
+    from lm_eval.models.huggingface import HFLM
+    from lm_eval.tasks import TaskManager
+    from tokenizers import processors
+    from transformers import AutoTokenizer
+
+    from assay.stages import concat_rows, run_study
+    from assay.store import Store
+
+    model = build_tiny_chat_lm(tmp_path / "bos")
+    tok = AutoTokenizer.from_pretrained(model)
+    bos = tok.bos_token
+    tok._tokenizer.post_processor = processors.TemplateProcessing(
+        single=f"{bos} $A", pair=f"{bos} $A {bos} $B", special_tokens=[(bos, tok.bos_token_id)])
+    tok.chat_template = "{{ bos_token }}" + CHAT_TEMPLATE
+    tok.save_pretrained(model)
+    tok = AutoTokenizer.from_pretrained(model)
+    assert tok("x")["input_ids"][0] == tok.bos_token_id  # the tokenizer adds BOS itself
+
+    lm = HFLM(pretrained=str(model), dtype="float32", batch_size=4, device="cpu")
+    res = simple_evaluate(model=lm, tasks=["gsm8k"], log_samples=True, bootstrap_iters=0,
+                          task_manager=TaskManager(include_path=str(world["tasks"]),
+                                                   include_defaults=False),
+                          fewshot_random_seed=1234, apply_chat_template=True,
+                          num_fewshot=SHOTS, gen_kwargs={"max_gen_toks": MAX_GEN})
+    by = _samples(res, "gsm8k")
+    src = _gsm(world, system_instruction=None)
+    src["generate"] = {**src["generate"], "model": {"kind": "hf", "path": str(model),
+                                                    "dtype": "float32"}}
+    store = Store(tmp_path / "store")
+    run = run_study(_spec(world, src), store, progress=None)
+    rows = sorted(concat_rows(store, run.graded["gsm"]), key=lambda r: int(r["task_id"]))
+    assert len(rows) == 5
+    for r in rows:
+        s = by[int(r["task_id"])]
+        assert r["prompt"] == s["arguments"][0][0] and r["prompt"].startswith(bos)
+        assert r["markers"]["prompt_tokens"] == len(tok(r["prompt"], add_special_tokens=False)
+                                                   ["input_ids"]), r["task_id"]
+        assert r["final_text"] == s["resps"][0][0], r["task_id"]
