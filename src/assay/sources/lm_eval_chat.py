@@ -1,5 +1,5 @@
-"""lm-eval's chat options for ``kind: lm_eval`` (``apply_chat_template``, ``system_instruction``,
-``fewshot_as_multiturn``): the ``chat_template`` callable lm-eval's own request builder renders with.
+"""lm-eval's chat options for ``kind: lm_eval`` (apply_chat_template, system_instruction,
+fewshot_as_multiturn): the ``chat_template`` callable lm-eval's own request builder renders with.
 
 lm-eval builds every chat context itself (``Task.fewshot_context``); what the model decides is
 only the callable that turns its message list into the request: for ``kind: hf`` the tokenizer's
@@ -61,15 +61,17 @@ def hf_template(model: Any, where: str) -> Callable[..., str]:
         raise SpecError(f"{where}: apply_chat_template: the tokenizer of model.path "
                         f"{model.path!r} has no chat template; drop apply_chat_template")
 
+    def text(history: list[dict[str, str]], gen: bool) -> str:
+        return str(tok.apply_chat_template(history, tokenize=False, add_generation_prompt=gen,
+                                           continue_final_message=not gen))
+
     def render(chat_history: list[dict[str, str]], add_generation_prompt: bool = True) -> str:
-        kw = {"tokenize": False, "add_generation_prompt": add_generation_prompt,
-              "continue_final_message": not add_generation_prompt}
         try:
-            return str(tok.apply_chat_template(chat_history, **kw))
+            return text(chat_history, add_generation_prompt)
         except jinja2.exceptions.TemplateError:
             # HFLM's own fallback: a template without a system role renders the rest
             rest = [m for m in chat_history if m["role"] != "system"]
-            return str(tok.apply_chat_template(rest, **kw))
+            return text(rest, add_generation_prompt)
 
     return render
 
