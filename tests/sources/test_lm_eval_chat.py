@@ -146,11 +146,16 @@ def test_gsm8k_chat_equals_simple_evaluate(world: dict[str, Any], tmp_path: Path
     assert rows[0]["prompt"] != _samples(other, "gsm8k")[0]["arguments"][0][0]
 
 
-def test_openai_chat_gets_lm_evals_messages(world: dict[str, Any]) -> None:
-    """kind: openai with api: chat: each row's messages are the list lm-eval's chat-completions
-    model sends (its JsonChatStr, decoded), system instruction and shots as turns."""
+def test_openai_chat_gets_lm_evals_messages(world: dict[str, Any], tmp_path: Path) -> None:
+    """kind: openai with api: chat: each row's messages, and each request the server receives,
+    are the list lm-eval's chat-completions model sends (its JsonChatStr, decoded), system
+    instruction and shots as turns; the task's own metrics grade the answers."""
+    from helpers.openai_server import OpenAIServer
     from lm_eval.models.api_models import TemplateAPI
     from lm_eval.tasks import TaskManager
+
+    from assay.stages import concat_rows, run_study
+    from assay.store import Store
 
     # what lm-eval's local-chat-completions renders (no tokenizer: the JSON of the messages)
     holder = type("Holder", (), {"tokenizer_backend": None, "tokenized_requests": False})()
@@ -164,15 +169,26 @@ def test_openai_chat_gets_lm_evals_messages(world: dict[str, Any]) -> None:
                                 holder, h, **kw))
     want = {i.doc_id: json.loads(i.arguments[0].prompt) for i in task.instances}
 
-    src = _gsm(world)
-    src["generate"] = {**src["generate"], "api": "chat",
-                       "model": {"kind": "openai", "model": "m",
-                                 "base_url": "http://127.0.0.1:9/v1"}}
-    spec = _spec(world, src)
-    rows, _ = spec.sources[0].build(spec.paths)
-    got = {int(r["task_id"]): r["messages"] for r in rows}
-    assert got == want and len(got) == 5
-    assert [m["role"] for m in got[0]] == ["system"] + ["user", "assistant"] * SHOTS + ["user"]
+    server = OpenAIServer(models=["m"]).start()
+    try:
+        src = _gsm(world)
+        src["generate"] = {**src["generate"], "api": "chat",
+                           "model": {"kind": "openai", "model": "m",
+                                     "base_url": server.base_url}}
+        spec = _spec(world, src)
+        rows, _ = spec.sources[0].build(spec.paths)
+        got = {int(r["task_id"]): r["messages"] for r in rows}
+        assert got == want and len(got) == 5
+        assert [m["role"] for m in got[0]] == (["system"] + ["user", "assistant"] * SHOTS
+                                               + ["user"])
+        store = Store(tmp_path / "store")
+        graded = concat_rows(store, run_study(spec, store, progress=None).graded["gsm"])
+    finally:
+        server.stop()
+    sent = sorted((r["messages"] for r in server.requests), key=lambda m: m[-1]["content"])
+    assert sent == sorted(want.values(), key=lambda m: m[-1]["content"])
+    assert all(r["_path"] == "/v1/chat/completions" for r in server.requests)
+    assert len(graded) == 5 and all("exact_match,strict-match" in r["markers"] for r in graded)
 
 
 @pytest.mark.slow  # lm-eval's log-likelihoods and assay's over the MMLU-shaped task
@@ -223,6 +239,10 @@ def test_chat_options_validated(world: dict[str, Any]) -> None:
                                                     "base_url": "http://127.0.0.1:9/v1"}}
     spec = _spec(world, srv)  # api: completions to a server: lm-eval would send messages
     with pytest.raises(SpecError, match="a chat server with generate: \\{api: chat\\}"):
+        spec.sources[0].build(spec.paths)
+    srv["generate"] = {**srv["generate"], "api": "chat", "system": "be brief"}
+    spec = _spec(world, srv)  # the system prompt is lm-eval's (system_instruction)
+    with pytest.raises(SpecError, match='write generate: \\{api: chat.*"system": "be brief"'):
         spec.sources[0].build(spec.paths)
     with pytest.raises(Exception, match="loglikelihood_rolling task scores documents"):
         _spec(world, {"name": "w", "kind": "lm_eval", "task": "gsm8k",
