@@ -13,8 +13,10 @@ document row for the score-documents stage (``perplexity: {model: ...}``) with t
 bytes lm-eval's own ``process_results`` counts, a ``generate_until`` task one prompt row per
 document for the generate stage (``generate: {model: ..., api: completions, params: ...}``,
 params equal to the task's ``generation_kwargs``: :mod:`assay.sources.lm_eval_generate`), graded
-by the task's own filters and metrics (verifier kind ``lm_eval``). Other output types are
-refused. A task whose reported
+by the task's own filters and metrics (verifier kind ``lm_eval``). ``apply_chat_template``,
+``system_instruction`` and ``fewshot_as_multiturn`` are ``simple_evaluate``'s: lm-eval builds the
+chat contexts, rendered by the model's template (:mod:`assay.sources.lm_eval_chat`). Other output
+types are refused. A task whose reported
 number assay would not reproduce (its own ``process_results``, a metric such as f1 or mcc) is
 refused (:mod:`assay.sources.lm_eval_metrics`); the index, shared by every source of the process,
 refuses groups and tags before any data loads, and task code's ``exit()`` is one spec error
