@@ -191,8 +191,11 @@ class HFBackend:
                                   "top_p, max_tokens and stop")
         if not requests:
             return
-        add_special = api == "completions"  # a rendered chat template already has its BOS
-        ids = [self.tok(r.rendered, add_special_tokens=add_special)["input_ids"] for r in requests]
+        # a rendered chat template already has its BOS; so has a text that starts with it (an
+        # lm-eval context rendered by a template that writes bos_token: HFLM adds none then)
+        bos = self.tok.bos_token
+        ids = [self.tok(r.rendered, add_special_tokens=api == "completions" and not (
+            bos and r.rendered.startswith(bos)))["input_ids"] for r in requests]
         for batch in self._batches(ids, params.max_tokens):
             t0 = time.monotonic()
             outs = self._decode([ids[i] for i in batch], [requests[i].seed for i in batch], params)

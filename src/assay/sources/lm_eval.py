@@ -13,9 +13,11 @@ document row for the score-documents stage (``perplexity: {model: ...}``) with t
 bytes lm-eval's own ``process_results`` counts, a ``generate_until`` task one prompt row per
 document for the generate stage (``generate: {model: ..., api: completions, params: ...}``,
 params equal to the task's ``generation_kwargs``: :mod:`assay.sources.lm_eval_generate`), graded
-by the task's own filters and metrics (verifier kind ``lm_eval``). Other output types are
-refused. A task whose reported number assay would not reproduce (a metric or aggregation it
-does not compute, a filter) is refused (:mod:`assay.sources.lm_eval_metrics`); a
+by the task's own filters and metrics (verifier kind ``lm_eval``). ``apply_chat_template``,
+``system_instruction`` and ``fewshot_as_multiturn`` are ``simple_evaluate``'s: lm-eval builds the
+chat contexts, rendered by the model's template (:mod:`assay.sources.lm_eval_chat`). Other output
+types are refused. A task whose reported number assay would not reproduce (a metric or
+aggregation it does not compute, a filter) is refused (:mod:`assay.sources.lm_eval_metrics`); a
 multiple_choice task's own ``process_results``, f1 and mcc are lm-eval's
 (:mod:`assay.sources.lm_eval_mc`); the index, shared by every source of the process, refuses
 groups and tags before any data loads, and task code's ``exit()`` is one spec error
@@ -90,6 +92,18 @@ class LmEvalSource(SourceSpec):
         default_factory=dict, description="a generate_until task: override its "
         "generation_kwargs (as simple_evaluate's gen_kwargs, e.g. {max_gen_toks: 64}); "
         "generate.params must then equal them")
+    apply_chat_template: bool = Field(
+        False, description="as simple_evaluate's: lm-eval builds each context as chat messages, "
+        "rendered by the model's chat template (kind: hf: its tokenizer's, sent with api: "
+        "completions; a chat server: the messages, with generate: {api: chat}) "
+        "(assay.sources.lm_eval_chat)")
+    system_instruction: str | None = Field(
+        None, description="as simple_evaluate's: a system instruction before the context (a "
+        "system message under apply_chat_template, else text)")
+    fewshot_as_multiturn: bool | None = Field(
+        None, description="as simple_evaluate's: the few-shot examples as user/assistant turns "
+        "(true) or one user turn (false); unset: true under apply_chat_template (lm-eval's "
+        "default); needs apply_chat_template")
 
     @model_validator(mode="after")
     def _one_mode(self) -> LmEvalSource:
@@ -114,7 +128,24 @@ class LmEvalSource(SourceSpec):
             object.__setattr__(self, "verifier", VerifierSpec.model_validate(want))
         if self.gen_kwargs and self.generate is None:
             raise ValueError("gen_kwargs: only for a generate_until task (generate:)")
+        if self.fewshot_as_multiturn and not self.apply_chat_template:
+            raise ValueError("fewshot_as_multiturn: needs apply_chat_template: true (as lm-eval)")
+        if self.perplexity is not None and (self.apply_chat_template or
+                                            self.system_instruction is not None):
+            raise ValueError("apply_chat_template / system_instruction: a loglikelihood_rolling "
+                             "task scores documents without a context; drop them")
         return self
+
+    @property
+    def multiturn(self) -> bool:
+        """lm-eval's fewshot_as_multiturn as simple_evaluate passes it (unset: true)."""
+        return self.fewshot_as_multiturn is not False and self.apply_chat_template
+
+    def _chat_model(self) -> tuple[Any, str | None]:
+        """The model whose chat template renders the contexts, and its API (None: scoring)."""
+        if self.generate is not None:
+            return self.generate.model, self.generate.api
+        return self.scoring_model, None
 
     def _verifier_params(self) -> dict[str, Any]:
         """What the lm_eval verifier needs to load the task again (its filters and metrics)."""
@@ -176,6 +207,16 @@ class LmEvalSource(SourceSpec):
         ident.pop("include_path", None)
         if not ident.get("gen_kwargs"):  # unset: the identity of the sources before it existed
             ident.pop("gen_kwargs", None)
+        # unset: the identity of the sources before the chat options existed
+        for k in ("apply_chat_template", "system_instruction", "fewshot_as_multiturn"):
+            ident.pop(k, None)
+        if self.system_instruction is not None:
+            ident["system_instruction"] = self.system_instruction
+        if self.apply_chat_template:  # the rendered contexts depend on the model's template
+            from assay.sources.lm_eval_chat import template_identity
+
+            ident["chat"] = {"multiturn": self.multiturn,
+                             **template_identity(*self._chat_model())}
         # contents, not places: moving the folder changes nothing, editing a file does
         folder = self._folder(paths)
         ident["files"] = sorted(
@@ -213,9 +254,14 @@ class LmEvalSource(SourceSpec):
 
             check_declared(self.generate,
                            sampling_of(task.get_config("generation_kwargs"), self._where()),
-                           self._where())
-            return generate_rows_of(task, docs, self._where())
+                           self._where(), chat=self.apply_chat_template)
+            return generate_rows_of(task, docs, self._where(), chat=self.apply_chat_template)
         if self.choices is not None:
+            if self.apply_chat_template and (task.get_config("output_type") == "loglikelihood"
+                                             or getattr(task, "multiple_input", 0)):
+                raise SpecError(f"{self._where()}: apply_chat_template: supported for "
+                                "multiple_choice tasks with one context (and generate_until "
+                                "ones); not for a loglikelihood or multiple-input task")
             if task.get_config("output_type") == "loglikelihood":
                 from assay.sources.lm_eval_loglik import loglik_rows_of
 
@@ -224,7 +270,7 @@ class LmEvalSource(SourceSpec):
                 from assay.sources.lm_eval_winogrande import multi_input_rows_of
 
                 return multi_input_rows_of(task, docs, self._where())
-            return choice_rows_of(task, docs, self._where())
+            return choice_rows_of(task, docs, self._where(), chat=self.apply_chat_template)
         return document_rows_of(task, docs, self._where())
 
 
@@ -308,8 +354,18 @@ def task_requests(source: LmEvalSource, paths: Paths) -> tuple[Any, list[tuple[i
         task.set_fewshot_seed(seed=source.fewshot_seed)
         if source.gen_kwargs:  # simple_evaluate's gen_kwargs: an update of the task's
             task.set_config(key="generation_kwargs", value=dict(source.gen_kwargs), update=True)
+        chat = None
+        if source.apply_chat_template:  # lm-eval renders through the model's template
+            from assay.sources.lm_eval_chat import chat_template_for
+
+            chat = chat_template_for(*source._chat_model(), where)
         with task_code(where, "build the requests"):
-            task.build_all_requests(limit=source.limit, rank=0, world_size=1)
+            # simple_evaluate's arguments: the template only when apply_chat_template is set
+            task.build_all_requests(limit=source.limit, rank=0, world_size=1,
+                                    system_instruction=source.system_instruction,
+                                    apply_chat_template=source.apply_chat_template,
+                                    fewshot_as_multiturn=source.multiturn,
+                                    chat_template=chat)
     by_doc: dict[int, list[Any]] = {}
     for inst in task.instances:
         by_doc.setdefault(inst.doc_id, []).append(inst)
@@ -333,16 +389,19 @@ def _refuse_output_type(out: Any, want: str, where: str) -> None:
         raise SpecError(f"{where}: the task's output_type is {out!r}, not {want!r}; {hint}")
 
 
-def choice_rows_of(task: Any, docs: list[tuple[int, Any, list]], where: str) -> Rows:
+def choice_rows_of(task: Any, docs: list[tuple[int, Any, list]], where: str, *,
+                   chat: bool = False) -> Rows:
     """One prompt row per document: lm-eval's context, its choices and gold index, and the
-    task's target delimiter (``privileged.delimiter``) the score-choices stage scores with."""
+    delimiter lm-eval's requests put before each choice (``privileged.delimiter``: the task's
+    target delimiter, none under a chat template) the score-choices stage scores with."""
     import pyarrow as pa
 
     from assay.builder import rows
     from assay.rows import Rows, to_json
+    from assay.sources.lm_eval_chat import request_delimiter
     from assay.sources.lm_eval_index import doc_meta, task_code
 
-    delim = task.config.target_delimiter
+    delim = request_delimiter(task, chat)
     prompts, privileged, tids, metas = [], [], [], []
     for doc_id, doc, insts in docs:
         at = f"{where} document {doc_id}"

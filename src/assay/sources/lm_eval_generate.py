@@ -56,29 +56,39 @@ def sampling_of(gen_kwargs: Any, where: str) -> dict[str, Any]:
             "max_tokens": max_tokens, "stop": stop}
 
 
-def check_declared(gspec: Any, want: dict[str, Any], where: str) -> None:
+def check_declared(gspec: Any, want: dict[str, Any], where: str, *, chat: bool = False) -> None:
     """Refuse a ``generate:`` entry whose API or params are not the task's (``want``, from
-    :func:`sampling_of`): lm-eval sends the context as one text, decoded as the task says."""
+    :func:`sampling_of`): lm-eval sends the context as one text (``api: completions``), or
+    under ``chat`` (apply_chat_template) to a chat server as messages (``api: chat``; kind: hf
+    renders its template into the text), decoded as the task says; ``system:`` is never set
+    (the context, system instruction included, is lm-eval's)."""
+    api = "chat" if chat and getattr(gspec.model, "kind", None) != "hf" else "completions"
     got = gspec.params.model_dump(mode="json")
     diff = {k: got[k] for k in want if got[k] != want[k]}
     extra = {k: got[k] for k in ("presence_penalty", "frequency_penalty", "extra")
              if got[k] not in (0.0, {})}
-    if gspec.api != "completions" or diff or extra or gspec.k != 1:
+    if gspec.system is not None:
+        extra["system"] = gspec.system
+    if gspec.api != api or diff or extra or gspec.k != 1:
         import json
 
         raise SpecError(
             f"{where}: generate: must decode as the task's generation_kwargs do; write "
-            f"generate: {{api: completions, k: 1, params: {json.dumps(want)}}} (got api "
+            f"generate: {{api: {api}, k: 1, params: {json.dumps(want)}}} (got api "
             f"{gspec.api!r}, k {gspec.k}"
             + (f", {json.dumps(diff)}" if diff else "")
             + (f", {json.dumps(extra)}" if extra else "")
-            + "); change the task's decoding with gen_kwargs:")
+            + "); change the task's decoding with gen_kwargs:, its system prompt with "
+            "system_instruction:")
 
 
-def generate_rows_of(task: Any, docs: list[tuple[int, Any, list]], where: str) -> Rows:
+def generate_rows_of(task: Any, docs: list[tuple[int, Any, list]], where: str, *,
+                     chat: bool = False) -> Rows:
     """One prompt row per document: lm-eval's context (few-shot examples as its sampler drew
-    them), its target as the reference, and the document id the lm_eval verifier grades by."""
+    them; under ``chat`` a message list is the row's messages), its target as the reference,
+    and the document id the lm_eval verifier grades by."""
     from assay.builder import rows
+    from assay.sources.lm_eval_chat import is_messages
     from assay.sources.lm_eval_index import doc_meta, task_code
 
     prompts, refs, tids, metas = [], [], [], []
@@ -88,7 +98,8 @@ def generate_rows_of(task: Any, docs: list[tuple[int, Any, list]], where: str) -
             raise SpecError(f"{at}: lm-eval made {len(insts)} requests for it (repeats); "
                             "assay grades one completion per document")
         context = insts[0].arguments[0]
-        if not isinstance(context, str):
+        # a chat server's context is lm-eval's message list (assay.sources.lm_eval_chat)
+        if not isinstance(context, str) and not (chat and is_messages(context)):
             raise SpecError(f"{at}: lm-eval's context is {type(context).__name__} (a chat "
                             "or multimodal request); not supported")
         with task_code(at, "read the document's target"):
