@@ -35,7 +35,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from assay.errors import RowsError, RowsTypeError
-from assay.hashing import content_hash, digest_bytes, digest_parts
+from assay.hashing import content_hash, digest_parts
 
 ROWS_SCHEMA_VERSION = 1
 
@@ -363,7 +363,8 @@ def table_checksum(table: pa.Table, prefix: str) -> str:
     The hashed bytes are the canonical JSON ``{name: [type, values], ...}`` (sorted keys,
     compact, UTF-8, strings NFC-normalized, maps as sorted pairs): ids key the store's cache, so
     they never change. They are built and hashed one column at a time, never as one string:
-    string columns encode each distinct value once (a prompt repeats for each of its samples),
+    in tables of 2,048 rows and more, string columns encode each distinct value once (a prompt
+    repeats for each of its samples),
     numbers go through numpy, lists of string structs (``messages``) are written from their
     flattened fields; any other column goes through Python values and ``json.dumps``.
 
@@ -375,19 +376,14 @@ def table_checksum(table: pa.Table, prefix: str) -> str:
         True
     """
     cols = {n: table.column(n) for n in table.column_names}
-    if table.num_rows < _BIG:  # a grading shard: one json.dumps has the fewest calls
-        data = json.dumps({n: [str(c.type), _values(c)] for n, c in cols.items()},
-                          sort_keys=True, separators=(",", ":"), ensure_ascii=False,
-                          allow_nan=False)
-        return digest_bytes(data.encode("utf-8"), prefix)
+    big = table.num_rows >= _BIG
 
     def parts() -> Iterator[bytes]:
         for i, name in enumerate(sorted(cols)):
             col = cols[name]
             head = "{" if i == 0 else ","
-            yield (f"{head}{_enc(name)}:[{_enc(str(col.type))},").encode()
-            yield _column_json(col).encode("utf-8")
-            yield b"]"
+            yield (f"{head}{_enc(name)}:[{_enc(str(col.type))},{_column_json(col, big)}]"
+                   ).encode()
         yield b"}" if cols else b"{}"
 
     return digest_parts(parts(), prefix)
@@ -397,19 +393,20 @@ def table_checksum(table: pa.Table, prefix: str) -> str:
 _enc: Any = json.encoder.encode_basestring  # type: ignore[attr-defined]  # not in the stubs
 
 
-#: Rows from which a table is hashed column by column (strings and messages through Arrow,
-#: each distinct value once); below it a few Arrow calls per column cost more than they save.
+#: Rows from which strings are encoded through Arrow's dictionary, each distinct value once;
+#: below it (a grading shard) the Arrow calls cost more than they save.
 _BIG = 2048
 
 
-def _column_json(col: pa.ChunkedArray) -> str:
+def _column_json(col: pa.ChunkedArray, big: bool) -> str:
     """The JSON array of one column's values, as ``json.dumps(values, sort_keys=True,
-    separators=(",", ":"), ensure_ascii=False, allow_nan=False)`` writes it (strings NFC)."""
+    separators=(",", ":"), ensure_ascii=False, allow_nan=False)`` writes it (strings NFC).
+    ``big``: encode strings through Arrow's dictionary (each distinct value once)."""
     typ = col.type
-    if pa.types.is_string(typ) or pa.types.is_large_string(typ):
+    if big and (pa.types.is_string(typ) or pa.types.is_large_string(typ)):
         return "[" + ",".join(_encoded(pc.utf8_normalize(col, "NFC"))) + "]"
     if _string_struct_list(typ) and not _nulls_inside(col):
-        return _struct_list_json(col)
+        return _struct_list_json(col, big)
     return json.dumps(_values(col), sort_keys=True, separators=(",", ":"), ensure_ascii=False,
                       allow_nan=False)
 
@@ -449,9 +446,11 @@ def _nulls_inside(col: pa.ChunkedArray) -> bool:
     return False
 
 
-def _encoded(arr: pa.Array | pa.ChunkedArray) -> list[str]:
-    """Each string of ``arr`` as JSON writes it (``null`` for a null), each distinct value
-    encoded once (a prompt repeats for each of its samples)."""
+def _encoded(arr: pa.Array | pa.ChunkedArray, big: bool = True) -> list[str]:
+    """Each string of ``arr`` as JSON writes it (``null`` for a null); when ``big``, each
+    distinct value encoded once (a prompt repeats for each of its samples)."""
+    if not big:
+        return [("null" if v is None else _enc(v)) for v in arr.to_pylist()]
     enc = pc.dictionary_encode(arr, null_encoding="encode")
     if isinstance(enc, pa.ChunkedArray):
         enc = enc.combine_chunks()
@@ -459,7 +458,7 @@ def _encoded(arr: pa.Array | pa.ChunkedArray) -> list[str]:
     return [uniq[i] for i in enc.indices.to_numpy().tolist()]
 
 
-def _struct_list_json(col: pa.ChunkedArray) -> str:
+def _struct_list_json(col: pa.ChunkedArray, big: bool) -> str:
     """A null-free list-of-string-structs column as JSON: each struct an object with sorted
     keys, written from the flattened fields (no Python dict per item). Nested strings are not
     NFC-normalized: the ids never normalized them (only top-level string columns)."""
@@ -476,7 +475,7 @@ def _struct_list_json(col: pa.ChunkedArray) -> str:
         for n, k in enumerate(order):
             head = ("{" if n == 0 else ",") + _enc(names[k]) + ":"
             tail = "}" if n == len(order) - 1 else ""
-            pieces.append([head + v + tail for v in _encoded(fields[k])])
+            pieces.append([head + v + tail for v in _encoded(fields[k], big)])
         objs = list(map("".join, zip(*pieces))) if len(pieces) > 1 else pieces[0]
         offsets = chunk.offsets.to_numpy()
         offsets = (offsets - offsets[0]).tolist()

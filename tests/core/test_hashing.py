@@ -182,8 +182,8 @@ def test_table_checksum_equals_the_previous_ids(table):
     rows = sys.modules["assay.rows"]  # assay.rows is also the name of a function
 
     want = _reference_table_checksum(table, "rows")
-    assert table_checksum(table, "rows") == want  # a small table: one json.dumps
-    with mock.patch.object(rows, "_BIG", 0):  # the column-by-column path of large tables
+    assert table_checksum(table, "rows") == want  # a small table (a grading shard)
+    with mock.patch.object(rows, "_BIG", 0):  # the dictionary-encoded path of large tables
         assert table_checksum(table, "rows") == want
 
 
