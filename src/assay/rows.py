@@ -363,10 +363,10 @@ def table_checksum(table: pa.Table, prefix: str) -> str:
     The hashed bytes are the canonical JSON ``{name: [type, values], ...}`` (sorted keys,
     compact, UTF-8, strings NFC-normalized, maps as sorted pairs): ids key the store's cache, so
     they never change. They are built and hashed one column at a time, never as one string:
-    in tables of 2,048 rows and more, string columns encode each distinct value once (a prompt
-    repeats for each of its samples),
-    numbers go through numpy, lists of string structs (``messages``) are written from their
-    flattened fields; any other column goes through Python values and ``json.dumps``.
+    lists of string structs (``messages``) are written from their flattened fields, numbers go
+    through numpy, and from 2,048 rows string columns encode each distinct value once (a prompt
+    repeats for each of its samples); any other column goes through Python values and
+    ``json.dumps``.
 
     Example:
         >>> from assay.hashing import digest_bytes
