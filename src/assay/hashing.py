@@ -30,7 +30,7 @@ import json
 import math
 import os
 import unicodedata
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -122,6 +122,23 @@ def digest_bytes(data: bytes, prefix: str) -> str:
     h = hashlib.sha256()
     h.update(f"assay-hash-v{HASH_SCHEMA}\x00{prefix}\x00".encode())
     h.update(data)
+    return f"{prefix}:{h.hexdigest()[:DIGEST_HEX]}"
+
+
+def digest_parts(parts: Iterable[bytes], prefix: str) -> str:
+    """:func:`digest_bytes` of the concatenated ``parts``, hashed as they come: the same id,
+    without holding the whole serialization in memory at once.
+
+    Example:
+        >>> digest_parts([b"ab", b"c"], "x") == digest_bytes(b"abc", "x")
+        True
+    """
+    if not prefix or ":" in prefix:
+        raise HashError(f"id prefix must be a non-empty word without ':', got {prefix!r}")
+    h = hashlib.sha256()
+    h.update(f"assay-hash-v{HASH_SCHEMA}\x00{prefix}\x00".encode())
+    for part in parts:
+        h.update(part)
     return f"{prefix}:{h.hexdigest()[:DIGEST_HEX]}"
 
 

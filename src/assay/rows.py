@@ -35,7 +35,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from assay.errors import RowsError, RowsTypeError
-from assay.hashing import content_hash, digest_bytes
+from assay.hashing import content_hash, digest_parts
 
 ROWS_SCHEMA_VERSION = 1
 
@@ -360,21 +360,130 @@ class Rows(Sequence):
 def table_checksum(table: pa.Table, prefix: str) -> str:
     """Content id of an Arrow table: column names, types and values, in order.
 
-    Vectorized: string columns are NFC-normalized in Arrow, then every column is serialized
-    as canonical JSON in one C-level ``json.dumps`` call.
+    The hashed bytes are the canonical JSON ``{name: [type, values], ...}`` (sorted keys,
+    compact, UTF-8, strings NFC-normalized, maps as sorted pairs): ids key the store's cache, so
+    they never change. They are built and hashed one column at a time, never as one string:
+    lists of string structs (``messages``) are written from their flattened fields, numbers go
+    through numpy, and from 2,048 rows string columns encode each distinct value once (a prompt
+    repeats for each of its samples); any other column goes through Python values and
+    ``json.dumps``.
+
+    Example:
+        >>> from assay.hashing import digest_bytes
+        >>> t = pa.table({"a": ["x", "x", None], "n": [1, 2, 3]})
+        >>> table_checksum(t, "t") == digest_bytes(
+        ...     b'{"a":["string",["x","x",null]],"n":["int64",[1,2,3]]}', "t")
+        True
     """
-    cols: dict[str, Any] = {}
-    for name in table.column_names:
-        col = table.column(name)
-        if pa.types.is_string(col.type) or pa.types.is_large_string(col.type):
-            col = pc.utf8_normalize(col, "NFC")
-        values = col.to_pylist()
-        if pa.types.is_map(col.type):
-            values = [None if v is None else sorted(v) for v in values]
-        cols[name] = [str(col.type), values]
-    data = json.dumps(cols, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
+    cols = {n: table.column(n) for n in table.column_names}
+    big = table.num_rows >= _BIG
+
+    def parts() -> Iterator[bytes]:
+        for i, name in enumerate(sorted(cols)):
+            col = cols[name]
+            head = "{" if i == 0 else ","
+            yield (f"{head}{_enc(name)}:[{_enc(str(col.type))},{_column_json(col, big)}]"
+                   ).encode()
+        yield b"}" if cols else b"{}"
+
+    return digest_parts(parts(), prefix)
+
+
+#: JSON's own string encoder (what ``json.dumps(..., ensure_ascii=False)`` calls per string).
+_enc: Any = json.encoder.encode_basestring  # type: ignore[attr-defined]  # not in the stubs
+
+
+#: Rows from which strings are encoded through Arrow's dictionary, each distinct value once;
+#: below it (a grading shard) the Arrow calls cost more than they save.
+_BIG = 2048
+
+
+def _column_json(col: pa.ChunkedArray, big: bool) -> str:
+    """The JSON array of one column's values, as ``json.dumps(values, sort_keys=True,
+    separators=(",", ":"), ensure_ascii=False, allow_nan=False)`` writes it (strings NFC).
+    ``big``: encode strings through Arrow's dictionary (each distinct value once)."""
+    typ = col.type
+    if big and (pa.types.is_string(typ) or pa.types.is_large_string(typ)):
+        return "[" + ",".join(_encoded(pc.utf8_normalize(col, "NFC"))) + "]"
+    if _string_struct_list(typ) and not _nulls_inside(col):
+        return _struct_list_json(col, big)
+    return json.dumps(_values(col), sort_keys=True, separators=(",", ":"), ensure_ascii=False,
                       allow_nan=False)
-    return digest_bytes(data.encode("utf-8"), prefix)
+
+
+def _values(col: pa.ChunkedArray) -> list[Any]:
+    """A column's values as the canonical JSON takes them: strings NFC, maps as sorted pairs."""
+    typ = col.type
+    if pa.types.is_string(typ) or pa.types.is_large_string(typ):
+        return pc.utf8_normalize(col, "NFC").to_pylist()
+    if (pa.types.is_integer(typ) or pa.types.is_floating(typ)) and not col.null_count \
+            and not pa.types.is_float16(typ):
+        return col.to_numpy().tolist()  # the same Python numbers, without Arrow scalars
+    values = col.to_pylist()
+    if pa.types.is_map(typ):
+        values = [None if v is None else sorted(v) for v in values]
+    return values
+
+
+def _string_struct_list(typ: pa.DataType) -> bool:
+    """A list of structs whose fields are all strings (``messages``)."""
+    if not pa.types.is_list(typ) or not pa.types.is_struct(typ.value_type):
+        return False
+    st = typ.value_type
+    names = [st.field(i).name for i in range(st.num_fields)]
+    return bool(names) and len(set(names)) == len(names) and all(
+        pa.types.is_string(st.field(i).type) for i in range(st.num_fields))
+
+
+def _nulls_inside(col: pa.ChunkedArray) -> bool:
+    """Whether a list-of-structs column has a null anywhere (lists, structs or fields)."""
+    if col.null_count:
+        return True
+    for chunk in col.chunks:
+        items = chunk.flatten()
+        if items.null_count or any(f.null_count for f in items.flatten()):
+            return True
+    return False
+
+
+def _encoded(arr: pa.Array | pa.ChunkedArray, big: bool = True) -> list[str]:
+    """Each string of ``arr`` as JSON writes it (``null`` for a null); when ``big``, each
+    distinct value encoded once (a prompt repeats for each of its samples)."""
+    if not big:
+        return [("null" if v is None else _enc(v)) for v in arr.to_pylist()]
+    enc = pc.dictionary_encode(arr, null_encoding="encode")
+    if isinstance(enc, pa.ChunkedArray):
+        enc = enc.combine_chunks()
+    uniq = [("null" if v is None else _enc(v)) for v in enc.dictionary.to_pylist()]
+    return [uniq[i] for i in enc.indices.to_numpy().tolist()]
+
+
+def _struct_list_json(col: pa.ChunkedArray, big: bool) -> str:
+    """A null-free list-of-string-structs column as JSON: each struct an object with sorted
+    keys, written from the flattened fields (no Python dict per item). Nested strings are not
+    NFC-normalized: the ids never normalized them (only top-level string columns)."""
+    st = col.type.value_type
+    names = [st.field(i).name for i in range(st.num_fields)]
+    order = sorted(range(len(names)), key=names.__getitem__)
+    rows: list[str] = []
+    for chunk in col.chunks:
+        if not len(chunk):
+            continue
+        fields = chunk.flatten().flatten()  # the items' fields, the chunk's slice applied
+        # '{"content":' + value, ',"role":' + value + '}': one list per field, then zipped
+        pieces = []
+        for n, k in enumerate(order):
+            head = ("{" if n == 0 else ",") + _enc(names[k]) + ":"
+            tail = "}" if n == len(order) - 1 else ""
+            pieces.append([head + v + tail for v in _encoded(fields[k], big)])
+        objs = list(map("".join, zip(*pieces))) if len(pieces) > 1 else pieces[0]
+        offsets = chunk.offsets.to_numpy()
+        offsets = (offsets - offsets[0]).tolist()
+        if len(objs) == len(chunk) and offsets == list(range(len(chunk) + 1)):
+            rows += ["[" + o + "]" for o in objs]  # one item per row (a one-turn prompt)
+        else:
+            rows += ["[" + ",".join(objs[a:b]) + "]" for a, b in zip(offsets, offsets[1:])]
+    return "[" + ",".join(rows) + "]"
 
 
 def table_to_records(table: pa.Table) -> list[dict[str, Any]]:

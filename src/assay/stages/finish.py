@@ -5,36 +5,71 @@ Written the same way whether the graph ran as a Prefect flow or was served from 
 
 from __future__ import annotations
 
+import io
+import json
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from assay.report import write_run_dir
+import pyarrow as pa
+import pyarrow.parquet as pq
+
 from assay.spec import StudySpec
-from assay.stages.cache import concat_rows, load_rows
+from assay.stages.cache import StageResult, concat_rows, load_rows
 from assay.stages.chain import StudyRun
 from assay.stages.generate import generation_facts
 from assay.stages.measure import nothing_judged
 from assay.stages.report import report_files
 from assay.store import Store
+from assay.store_files import atomic_write
 from assay.unjudged import failed_samples
+from assay.written import Manifest
 
 
 def finish_run(store: Store, spec: StudySpec, run: StudyRun, out: Path,
                started: float | None = None, note: str | None = None,
                overrides: list[str] | None = None) -> dict[str, Any]:
     """Write the run directory (report files, rows Parquet, run.json) and return run.json.
-    run.json lists the stage keys the run used: ``assay store gc`` keeps what kept runs list."""
+    run.json lists the stage keys the run used: ``assay store gc`` keeps what kept runs list.
+
+    A file the directory already holds for exactly these results (its manifest, ``.written.json``,
+    records what each file was made from and its sha256) is neither rebuilt nor rewritten: an
+    unchanged rerun loads no rows and writes only run.json; a missing or edited file is
+    written again."""
     assert run.report is not None  # every study run ends with its report stage
+    out.mkdir(parents=True, exist_ok=True)
+    written = Manifest.load(out)
     files = report_files(store, run.report)
-    rows = {name: concat_rows(store, parts) for name, parts in run.graded.items()}
-    measured = next((r for r in run.results if r.stage == "measure"), None)
-    if measured is not None and "selected" in measured.outputs and spec.measure.select:
-        # the rows select(mode="rl") kept: the training export carries only what a trainer may
-        # see; the same rows with their references and verdict details stay under .graded
-        selected = load_rows(store, measured, "selected")
-        rows[f"selected-{spec.measure.select.source}"] = selected.training_table()
-        rows[f"selected-{spec.measure.select.source}.graded"] = selected
+    for name, data in files.items():  # small: compared with what is there, written if not it
+        written.write(out, name, data, ["report", run.report.key])
+    outputs = _row_outputs(store, spec, run)
+    rows: dict[str, Any] = {}  # loaded only when a file or a fact below needs them
+
+    def loaded(name: str) -> Any:
+        if name not in rows:
+            rows[name] = outputs[name][1]()
+        return rows[name]
+
+    for name, (identity, _) in outputs.items():
+        rel = f"rows/{name}.parquet"
+        if not written.kept(rel, identity):
+            r = loaded(name)
+            buf = io.BytesIO()
+            pq.write_table(r if isinstance(r, pa.Table) else r.to_arrow(), buf,
+                           compression="zstd")
+            written.write(out, rel, buf.getvalue(), identity)
+    # run.json's facts read the sources' rows: kept beside the files, under the identity of
+    # the rows they were read from, so an unchanged rerun does not load the rows for them
+    sources = [x.name for x in spec.sources if x.name in outputs]
+    facts_of = [run.spec_checksum, {n: outputs[n][0] for n in sources}]
+    facts = written.fact("run_facts", facts_of)
+    if facts is None:
+        src_rows = {n: loaded(n) for n in sources}
+        # as JSON reads them back, so a first run and a rerun hand on the same values
+        facts = json.loads(json.dumps({"failed_samples": failed_samples(src_rows),
+                                       "nothing_judged": nothing_judged(spec, src_rows)}))
+        written.set_fact("run_facts", facts_of, facts)
     info: dict[str, Any] = {"study": spec.name, "spec_checksum": run.spec_checksum,
             "spec_definition": spec.definition_checksum(),
             "study_definition": spec.definition_content(),
@@ -44,10 +79,10 @@ def finish_run(store: Store, spec: StudySpec, run: StudyRun, out: Path,
             "started": started if started is not None else time.time()}
     if note:  # e.g. served from the store without a Prefect flow run
         info["orchestration"] = note
-    failed = failed_samples({x.name: rows[x.name] for x in spec.sources if x.name in rows})
+    failed = facts["failed_samples"]
     if failed:  # gen_error rows: the numbers cover fewer samples; `assay run` exits EXIT_PARTIAL
         info["failed_samples"] = failed
-    unjudged = nothing_judged(spec, rows)
+    unjudged = facts["nothing_judged"]
     if unjudged:  # not one row of these could be judged: `assay run` exits EXIT_PARTIAL too
         info["nothing_judged"] = unjudged
     made = [r for r in run.results if r.stage == "generate"]
@@ -66,8 +101,38 @@ def finish_run(store: Store, spec: StudySpec, run: StudyRun, out: Path,
         from assay.nightly.under_test import records_of
 
         info["under_test"] = records_of(tested, info.get("generation", {}).get("shards", {}))
-    write_run_dir(out, files, rows, info)
+    written.save(out)
+    # as assay.report.write_run_dir writes it; always: it holds this run's own facts (times)
+    atomic_write(out / "run.json", (json.dumps(info, indent=2, sort_keys=True) + "\n").encode())
     return info
+
+
+#: What a rows file's identity adds to its content checksums: the writer (its bytes depend on
+#: pyarrow's Parquet writer, which names its version in the file).
+_WRITER = ["parquet-zstd", pa.__version__]
+
+
+def _row_outputs(store: Store, spec: StudySpec, run: StudyRun
+                 ) -> dict[str, tuple[list[Any], Callable[[], Any]]]:
+    """``{name: (identity, load)}`` of every ``rows/<name>.parquet``: the identity is what the
+    file is made from (content checksums), ``load`` reads its rows from the store."""
+    def rows_of(parts: list[StageResult]) -> Callable[[], Any]:
+        return lambda: concat_rows(store, parts)
+
+    outs: dict[str, tuple[list[Any], Callable[[], Any]]] = {
+        name: ([*_WRITER, "graded", [p.checksums["rows"] for p in parts]], rows_of(list(parts)))
+        for name, parts in run.graded.items()}
+    measured = next((r for r in run.results if r.stage == "measure"), None)
+    if measured is not None and "selected" in measured.outputs and spec.measure.select:
+        # the rows select(mode="rl") kept: the training export carries only what a trainer may
+        # see; the same rows with their references and verdict details stay under .graded
+        sel = [measured.outputs["selected"], measured.checksums.get("selected")]
+        src = spec.measure.select.source
+        outs[f"selected-{src}"] = ([*_WRITER, "training", sel], lambda: load_rows(
+            store, measured, "selected").training_table())
+        outs[f"selected-{src}.graded"] = ([*_WRITER, "selected", sel],
+                                          lambda: load_rows(store, measured, "selected"))
+    return outs
 
 
 def outcome(info: dict[str, Any]) -> tuple[list[str], int]:

@@ -35,6 +35,7 @@ from assay.view.compare import (
     night_doc,
 )
 from assay.view.data import CHUNK_ROWS, ViewError, js_call, read_rows, task_docs, write_source
+from assay.written import MANIFEST, Manifest, sha256_file
 
 __all__ = ["ViewError", "resolve_run", "write_view"]
 
@@ -100,12 +101,20 @@ def write_view(run_dir: str | os.PathLike[str], against: str | os.PathLike[str] 
     """Write ``RUN/view/`` (index.html, assets, data, plots) and return the index.html path.
 
     ``against``: another run (or nightly root) to compare with; for a night with a baseline
-    the baseline is the default. The folder is replaced whole, so no stale chunk survives.
+    the baseline is the default. The folder is replaced whole, so no stale chunk survives;
+    when it already holds the page of exactly these inputs (its ``.written.json`` lists every
+    file with its sha256), nothing is written.
     """
     run = resolve_run(run_dir)
     report = _report(run)
     other = resolve_against(run, against) if against is not None else baseline_dir(run)
     out = run / "view"
+    # nothing here depends on where the run lies or when it ran (the page of identical results
+    # is identical); the page names a plain run by its folder, read from its own address
+    nightly = night_doc(run)
+    identity = _page_identity(run, other, nightly, chunk_rows)
+    if _page_kept(out, identity):  # the page of exactly these inputs is there, every file intact
+        return out / "index.html"
     tmp = run / ".view.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
     (tmp / "data").mkdir(parents=True)
@@ -127,18 +136,60 @@ def write_view(run_dir: str | os.PathLike[str], against: str | os.PathLike[str] 
         tasks = task_docs(table, by)
         sources.append(write_source(tmp / "data", i, name, table, by, chunk_rows, tasks))
         docs[name] = (i, tasks, by)
-    # nothing here depends on where the run lies or when it ran (the page of identical results
-    # is identical); the page names a plain run by its folder, read from its own address
-    nightly = night_doc(run)
     meta: dict[str, Any] = {"run": nightly["night"] if nightly else None, "report": report,
                             "plots": plots, "sources": sources, "against": None,
                             "nightly": nightly}
     if other is not None:
         meta["against"] = _write_diff(tmp / "data", run, other, docs)
     (tmp / "data" / "meta.js").write_text(js_call("meta", meta), encoding="ascii")
+    written = Manifest(tmp, {})
+    for f in _page_files(tmp):
+        written.files[f] = {"identity": identity, "sha256": sha256_file(tmp / f)}
+    written.save(tmp)
     shutil.rmtree(out, ignore_errors=True)
     tmp.rename(out)
     return out / "index.html"
+
+
+def _page_identity(run: Path, other: Path | None, nightly: Any, chunk_rows: int) -> str:
+    """What the page is made from, as one sha256: this code and its static files, the run's
+    report.json, plots and rows files (and the compared run's), the nightly section. Reading
+    them costs a hash of each file, not a rebuild."""
+    import hashlib
+
+    from assay.hashing import code_checksum
+
+    def run_files(r: Path) -> dict[str, str | None]:
+        names = ["report.json", *(str(n) for n in _report(r).get("plots", []) if "/" not in
+                                  str(n))]
+        rows = r / "rows"
+        if rows.is_dir():
+            names += [f"rows/{p.name}" for p in sorted(rows.glob("*.parquet"))
+                      if not p.stem.startswith(_SKIP_PREFIX)]
+        return {n: sha256_file(r / n) for n in names}
+
+    static = resources.files("assay.view") / "static"
+    doc = {"version": 1, "code": [code_checksum(m) for m in (
+               "assay.view", "assay.view.data", "assay.view.compare")],
+           "static": [hashlib.sha256((static / n).read_bytes()).hexdigest() for n in STATIC],
+           "chunk_rows": chunk_rows, "run": run_files(run), "nightly": nightly,
+           "against": None if other is None else [other.name, run_files(other)]}
+    return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()
+
+
+def _page_files(folder: Path) -> list[str]:
+    return sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*")
+                  if p.is_file() and p.name != MANIFEST)
+
+
+def _page_kept(out: Path, identity: str) -> bool:
+    """Whether ``out`` holds the page of ``identity``: exactly the files its manifest lists
+    (no stale chunk beside them), each made from that identity and still those bytes."""
+    written = Manifest.load(out)
+    if not written.files or sorted(written.files) != _page_files(out):
+        return False
+    return all(e.get("identity") == identity and sha256_file(out / f) == e.get("sha256")
+               for f, e in written.files.items())
 
 
 def _write_diff(data: Path, run: Path, other: Path, docs: dict[str, Any]) -> dict[str, Any]:
