@@ -332,15 +332,15 @@ def _generate(prompts: Sequence[Any], model: Any, *, k: int,
             return got
 
         kw = {"stats": stats} if _takes_stats(backend) else {}
-        pending, listed = list(todo), False
+        rest, listed = list(todo), False
         try:
-            while pending:
-                mine = set(claims.claim(r.key for r in pending))
+            while rest:
+                mine = set(claims.claim(r.key for r in rest))
                 # a claimant that answered and released between our first look and our claim
                 # (its journal lines precede its release, so this look finds them)
                 fresh = answered(mine)
-                send = [r for r in pending if r.key in mine and r.key not in fresh]
-                wait = {r.key: r for r in pending if r.key not in mine}
+                send = [r for r in rest if r.key in mine and r.key not in fresh]
+                wait = {r.key: r for r in rest if r.key not in mine}
                 if send:
                     if not listed and hasattr(backend, "listing"):
                         # what a server says of the model, recorded before its first request
@@ -360,7 +360,7 @@ def _generate(prompts: Sequence[Any], model: Any, *, k: int,
                         log.close()  # published before the claim goes (object store)
                     asked += len(send)
                 claims.release()
-                pending = _await_others(claims, wait, answered, store, epoch)
+                rest = _await_others(claims, wait, answered, store, epoch)
         finally:
             log.close()
             claims.release()
