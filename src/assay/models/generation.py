@@ -15,9 +15,10 @@ Example:
 from __future__ import annotations
 
 import inspect
+import random
 import sys
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,6 +27,7 @@ import pyarrow as pa
 from assay import stop
 from assay.errors import GenerationError, RowsError
 from assay.models.base import Request, RunStats, to_messages
+from assay.models.claims import Claims, poll_s
 from assay.models.journal import (
     Journal,
     completion_key,
@@ -282,8 +284,19 @@ def _generate(prompts: Sequence[Any], model: Any, *, k: int,
             if n == 0:  # every sample already journalled (a resumed shard)
                 finished(i)
     committed: set[str] = set()
+    # another run on this store (a second cron entry, a deployment beside a CLI run) may be
+    # asking the same requests right now: a claim makes each request asked once, and the
+    # other waits for its answer (assay.models.claims)
+    claims = Claims(store, log.rel)
+    asked = 0
     with track(stage, label or stage, total=len(todo)) as unit:
         stats = RunStats(unit)
+
+        def settle(key: str) -> None:
+            for i in waiting.pop(key, ()):
+                left[i] -= 1
+                if left[i] == 0:
+                    finished(i)
 
         def commit(req: Request, result: dict[str, Any]) -> None:
             # an abandoned backend thread (stop.call) must not write after a stop, nor into
@@ -303,27 +316,56 @@ def _generate(prompts: Sequence[Any], model: Any, *, k: int,
                 unit.advance(1)
             else:
                 unit.advance(1, errors=1)
-            for i in waiting.pop(req.key, ()):
-                left[i] -= 1
-                if left[i] == 0:
-                    finished(i)
+            settle(req.key)
+
+        def answered(keys: Collection[str]) -> dict[str, dict[str, Any]]:
+            """The ok records another run journalled for ``keys`` (kept here: done, progress,
+            and a copy in this config's journal when found in another)."""
+            got = {k: r for k, r in log.lookup(keys).items() if r.get("status") == "ok"}
+            for k, rec in find_elsewhere(store, set(keys) - set(got), skip=log.rel).items():
+                log.append(rec)
+                got[k] = rec
+            for k, rec in got.items():
+                done[k] = rec
+                unit.advance(1)
+                settle(k)
+            return got
 
         kw = {"stats": stats} if _takes_stats(backend) else {}
-        if todo and hasattr(backend, "listing"):
-            # what a server says of the model, recorded before its first request (a server
-            # that is down fails here, at once); a call with nothing to ask asks nothing
-            stop.call(backend.listing)
+        rest, listed = list(todo), False
         try:
-            # on a daemon thread, abandoned at a stop: a local model's loop or a plugin backend
-            # has no waker of its own (the openai backend also cancels its requests itself)
-            stop.call(backend.run, todo, gspec.params, api=gspec.api,
-                      max_connections=gspec.max_connections, commit=commit, **kw)
-        except RequestRejected as e:  # which field of the spec sets what the server refused
-            raise e.for_stage(stage) from None
+            while rest:
+                mine = set(claims.claim(r.key for r in rest))
+                # a claimant that answered and released between our first look and our claim
+                # (its journal lines precede its release, so this look finds them)
+                fresh = answered(mine)
+                send = [r for r in rest if r.key in mine and r.key not in fresh]
+                wait = {r.key: r for r in rest if r.key not in mine}
+                if send:
+                    if not listed and hasattr(backend, "listing"):
+                        # what a server says of the model, recorded before its first request
+                        # (a server that is down fails here, at once); a call with nothing to
+                        # ask asks nothing
+                        stop.call(backend.listing)
+                        listed = True
+                    try:
+                        # on a daemon thread, abandoned at a stop: a local model's loop or a
+                        # plugin backend has no waker of its own (the openai backend also
+                        # cancels its requests itself)
+                        stop.call(backend.run, send, gspec.params, api=gspec.api,
+                                  max_connections=gspec.max_connections, commit=commit, **kw)
+                    except RequestRejected as e:  # which field of the spec the server refused
+                        raise e.for_stage(stage) from None
+                    finally:
+                        log.close()  # published before the claim goes (object store)
+                    asked += len(send)
+                claims.release()
+                rest = _await_others(claims, wait, answered, store, epoch)
         finally:
             log.close()
+            claims.release()
         if not kw:  # a local backend: one request per sample asked, no retries
-            stats.requests = len(todo)
+            stats.requests = asked
     records = [_record(r, done.get(r.key)) for r in requests]
     if gspec.params.temperature == 0 and gspec.k > 1:
         n = differing_prompts(records, gspec.k)
@@ -332,7 +374,31 @@ def _generate(prompts: Sequence[Any], model: Any, *, k: int,
                   f"{len(prompts)} prompts differ: the server does not decode greedily (batching "
                   "or non-deterministic kernels); the report notes it", file=sys.stderr,
                   flush=True)
-    return Generations(prompts, messages, gspec.k, records, len(todo), config, stats.as_dict())
+    return Generations(prompts, messages, gspec.k, records, asked, config, stats.as_dict())
+
+
+def _await_others(claims: Claims, wait: dict[str, Request],
+                  answered: Callable[[Collection[str]], dict[str, dict[str, Any]]],
+                  store: Store, epoch: int) -> list[Request]:
+    """Wait until another run's answers to the requests in ``wait`` are journalled; the ones
+    whose claim went without an ok answer (its holder died: its lease lapsed; it released an
+    error; or both runs yielded a key to each other) are returned, to be claimed again.
+
+    The claim listing comes before the journal look: a claimant journals before it releases,
+    so a key unclaimed at the listing and unanswered at the look was never answered."""
+    while wait:
+        held = claims.held_by_others(wait)
+        for k in answered(list(wait)):
+            del wait[k]
+        free = [k for k in wait if k not in held]
+        if free:
+            # a random pause: two runs that each yielded a key to the other do not meet again
+            stop.wait(random.uniform(0, poll_s(store)))
+            stop.check(epoch)
+            return list(wait.values())
+        if stop.wait(poll_s(store)):
+            stop.check(epoch)
+    return []
 
 
 def differing_prompts(records: Sequence[Mapping[str, Any]], k: int) -> int:

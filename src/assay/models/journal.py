@@ -18,9 +18,12 @@ own (:func:`line_state` tells it from corruption). A later line for a key supers
 one, which is how a retried error row becomes a completion.
 
 On an object store (no append there) the lines gather in memory and go out as one new object per
-flush, ``journals/<shard hex>/<time>-<writer>.jsonl``, at most every ``FSYNC_EVERY_S`` seconds
-and at close; a reader joins the segments in name order. A killed writer loses its unflushed
-lines, which are asked again.
+flush, ``journals/<shard hex>/<time>-<writer>.jsonl``; a reader joins the segments in name order.
+An answer is flushed at most ``FSYNC_EVERY_S`` seconds after it was appended (by the next append
+or by a timer, whichever comes first) and at close, so a killed writer loses at most the last
+``FSYNC_EVERY_S`` seconds of answers (plus a PUT in flight, bounded by the store's
+``PUT_WAIT_S``), which are asked again; a store that stops answering fails the run at the next
+append or flush, and the answers since the last published segment are lost with it.
 
 Example:
     >>> import tempfile
@@ -165,6 +168,9 @@ class Journal:
         self._writer = uuid.uuid4().hex[:12]
         self._lock = threading.Lock()
         self._synced = time.monotonic()
+        #: object store: the pending timer's flush, and its failure until raised
+        self._timer: threading.Timer | None = None
+        self._failed: Exception | None = None
 
     def load(self) -> dict[str, dict[str, Any]]:
         """Every committed record by key (the last line per key wins); torn lines skipped."""
@@ -225,9 +231,17 @@ class Journal:
         with self._lock:
             if self.store.remote:
                 self.store.check()  # the run's store failed: this answer cannot be kept
+                if self._failed is not None:  # the timer's flush failed: say so here
+                    raise self._failed
                 self._pending.append(line)
                 if time.monotonic() - self._synced >= FSYNC_EVERY_S:
                     self._flush()
+                elif self._timer is None:
+                    # a quiet spell after this answer (a slow request, the last answers of a
+                    # shard) must not keep it unpublished: a timer flushes it within the bound
+                    self._timer = threading.Timer(FSYNC_EVERY_S, self._flush_later)
+                    self._timer.daemon = True
+                    self._timer.start()
                 return
             path = self.store.root / self.rel
             try:
@@ -258,6 +272,9 @@ class Journal:
     def close(self) -> None:
         """Fsync and close (idempotent)."""
         with self._lock:
+            if self._failed is not None:
+                failed, self._failed = self._failed, None
+                raise failed
             self._flush()
             if self._fd is not None:
                 try:
@@ -275,8 +292,20 @@ class Journal:
             fd, self._fd = self._fd, None
             os.close(fd)
 
+    def _flush_later(self) -> None:
+        """The timer's flush: what was appended since the last flush goes out now."""
+        with self._lock:
+            self._timer = None
+            try:
+                self._flush()
+            except Exception as e:  # kept for the next append or close, which raise it
+                self._failed = e
+
     def _flush(self) -> None:
         """Object store: write the pending lines as one new segment (call under the lock)."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
         self._synced = time.monotonic()
         if not self._pending:
             return
