@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import select
 import ssl
 import zlib
 from collections.abc import Callable, Mapping
@@ -141,6 +142,12 @@ class _Protocol(asyncio.Protocol):
             self.waiter.set_exception(RemoteProtocolError(
                 "server disconnected without sending a whole answer"
                 + (f" ({type(exc).__name__}: {exc})" if exc else "")))
+
+    def readable(self) -> bool:
+        """Whether the idle socket has bytes or an EOF the event loop has not read yet (a
+        server that answered, then closed: its FIN lands after the answer was taken)."""
+        sock = self.transport.get_extra_info("socket") if self.transport else None
+        return sock is not None and bool(select.select([sock], [], [], 0)[0])
 
     def close(self) -> None:
         self.closed = True
@@ -279,6 +286,8 @@ class Connection:
         """POST ``body`` (JSON bytes) to the base URL's path + ``path``; ``on_write`` is called
         just before the request's bytes go to the socket (nothing yields from there on)."""
         p = self._proto
+        if p is not None and not p.closed and p.readable():
+            p.close()  # a close (or junk) from the server still unread: it would eat this request
         if p is None or p.closed:
             self._proto = None
             p = self._proto = await self._connect()
