@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import gzip
 import json
+import shutil
 import socket
+import ssl
+import subprocess
 import sys
 import threading
 from collections.abc import Callable
@@ -39,8 +42,9 @@ class RawServer:
     writes what ``answer(n, body)`` returns: bytes, or (seconds to wait, bytes), or None to
     close the connection without an answer. ``close_after``: answers per connection."""
 
-    def __init__(self, answer: Callable[[int, bytes], Any], close_after: int = 0) -> None:
-        self.answer, self.close_after = answer, close_after
+    def __init__(self, answer: Callable[[int, bytes], Any], close_after: int = 0,
+                 tls: ssl.SSLContext | None = None) -> None:
+        self.answer, self.close_after, self.tls = answer, close_after, tls
         self.seen: list[tuple[str, dict[str, str], bytes]] = []
         self.on_close: Callable[[], None] = lambda: None  # called once a connection is closed
         self.connections = 0
@@ -62,6 +66,11 @@ class RawServer:
 
     def _serve(self, conn: socket.socket) -> None:
         buf, served = b"", 0
+        if self.tls is not None:
+            try:
+                conn = self.tls.wrap_socket(conn, server_side=True)
+            except OSError:
+                return
         with conn:
             while True:
                 while b"\r\n\r\n" not in buf:
@@ -106,8 +115,9 @@ class RawServer:
 def raw():
     servers: list[RawServer] = []
 
-    def make(answer: Callable[[int, bytes], Any], close_after: int = 0) -> RawServer:
-        servers.append(RawServer(answer, close_after))
+    def make(answer: Callable[[int, bytes], Any], close_after: int = 0,
+             tls: ssl.SSLContext | None = None) -> RawServer:
+        servers.append(RawServer(answer, close_after, tls))
         return servers[-1]
     yield make
     for s in servers:
@@ -252,3 +262,29 @@ def test_the_generate_path_keeps_the_api_key_header(raw, monkeypatch, tmp_path):
                           "api_key_env": "WIRE_KEY"}, store=Store(tmp_path / "s"))
     assert g.completions == [["k"]]
     assert {h.get("authorization") for _, h, _ in srv.seen} == {"Bearer sk-test"}
+
+
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl CLI for a cert")
+def test_https_with_a_verified_certificate_and_keep_alive(raw, tmp_path):
+    import asyncio
+
+    from assay.models.http1 import ConnectError, Connection
+
+    key, cert = tmp_path / "k.pem", tmp_path / "c.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
+                    "-subj", "/CN=localhost", "-addext", "subjectAltName=DNS:localhost",
+                    "-keyout", str(key), "-out", str(cert)], check=True, capture_output=True)
+    server_ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    server_ctx.load_cert_chain(cert, key)
+    srv = raw(lambda n, body: ok(completion(f"t{n}")), tls=server_ctx)
+    url = srv.url.replace("http://127.0.0.1", "https://localhost")
+
+    async def ask(ctx: ssl.SSLContext) -> list[str]:
+        async with Connection(url, {"Content-Type": "application/json"}, ctx) as c:
+            return [(await c.post(b"/chat/completions", b"{}")).json()["choices"][0]
+                    ["message"]["content"] for _ in range(3)]
+
+    assert asyncio.run(ask(ssl.create_default_context(cafile=str(cert)))) == ["t0", "t1", "t2"]
+    assert srv.connections == 1  # kept alive over TLS
+    with pytest.raises(ConnectError, match="CERTIFICATE_VERIFY_FAILED"):
+        asyncio.run(ask(ssl.create_default_context()))  # a certificate nobody vouches for

@@ -11,6 +11,12 @@ sets it (:mod:`assay.models.rejection`; a bad request will not get better); a re
 retries run out becomes an error record (``status: "error"``, ``completion: None``) that the
 next run asks again.
 
+The wire: each lane holds one keep-alive connection for the whole call; where no proxy
+variable is set and the base URL is plain http(s), that is a :class:`assay.models.http1.Connection`
+(one write per request, ~40 us of CPU per request; httpx's client took ~0.5 ms, which left a
+20 ms, 32-connection server half idle from a 2-core machine), otherwise an ``httpx.AsyncClient``.
+Both send the same body bytes and count a request as sent at the same point.
+
 Liveness (why every call ends, and who wakes each waiter):
 
 - A call runs ``min(max_connections, len(requests))`` lanes (asyncio tasks) that take work
@@ -493,6 +499,7 @@ class OpenAIBackend:
 
         def client() -> httpx.AsyncClient | http1.Connection:
             if lean:
+                # the User-Agent httpx sent: a gateway that filters on it sees no change
                 return http1.Connection(self.spec.base_url, self.headers, verify,
                                         user_agent=f"python-httpx/{httpx.__version__}")
             return httpx.AsyncClient(base_url=self.spec.base_url, headers=self.headers,
@@ -591,7 +598,8 @@ class OpenAIBackend:
         stats.limited(budget.allowed(cap))
         t0 = time.monotonic()
         status: int | str | None = None
-        # counted as sent once httpcore starts writing the body (its trace says when): from
+        # counted as sent once httpcore starts writing the body (its trace says when; a lean
+        # connection calls wrote() just before its one write of headers and body): from
         # there to the socket nothing yields, so a timeout cannot cancel it, while a timeout
         # waiting for a connection, connecting, or between the headers and the body sends the
         # server no request it can read. ("complete" would miss a request cancelled while the
