@@ -66,7 +66,7 @@ def _env(tmp: Path) -> dict[str, str]:
 def _noise(stderr: str) -> list[str]:
     """The lines that are neither the run's progress nor its one error line."""
     return [ln for ln in stderr.splitlines()
-            if not (ln.startswith(("error: ", "[prefect] embedded API server on "))
+            if not (ln.startswith(("error: ", "store: ", "[prefect] embedded API server on "))
                     or (ln.startswith("[") and "] " in ln and "|" not in ln))]
 
 
