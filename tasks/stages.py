@@ -93,8 +93,9 @@ def _log_generation(res: StageResult) -> None:
     log_generation(res, get_run_logger())
 
 
-#: What a stage's task does with its result on the task run, beyond returning it (optional).
-AFTER: Mapping[str, Callable[[StageResult], None]] = {"generate": _log_generation}
+#: What a stage's task does with its result on the task run, beyond returning it, by the role
+#: its declaration gives its results (``Stage.results_role``; optional).
+AFTER: Mapping[str, Callable[[StageResult], None]] = {"completions": _log_generation}
 
 
 def stage_body(stage: Stage) -> Callable[[RunContext, tuple[Any, ...]], StageResult]:
@@ -107,7 +108,7 @@ def stage_body(stage: Stage) -> Callable[[RunContext, tuple[Any, ...]], StageRes
         if stage.device:
             ctx = replace(ctx, device_slot=gpu_slot)
         res = joined(stage.fn, ctx, *inputs)
-        after = AFTER.get(stage.name)
+        after = AFTER.get(stage.results_role or "")
         if after is not None:
             after(res)
         return res

@@ -13,7 +13,7 @@ from typing import Any
 
 from assay.spec import StudySpec
 from assay.stages.cache import StageResult, print_progress
-from assay.stages.declare import Progress
+from assay.stages.declare import Progress, the_stage
 from assay.stages.graph import Node, run_graph
 from assay.stages.wiring import study_graph
 from assay.store import Store
@@ -83,4 +83,5 @@ def run_chain(spec: StudySpec, store: Store, *, call: Call = direct_call,
                         workers=workers or spec.execution.workers)
     run = run_graph(graph, InlineExecutor(call), max_parallel=1)
     graded = {s.name: run.group(f"final:{s.name}") for s in spec.sources}
-    return StudyRun(spec.checksum(), tuple(run.ordered()), graded, run.results["report"])
+    return StudyRun(spec.checksum(), tuple(run.ordered()), graded,
+                    run.results[the_stage("report")])

@@ -34,6 +34,9 @@ Scope = Literal["source", "shard", "study"]
 #: Told of every stage result (started, cached, computed): the CLI's progress lines.
 Progress = Callable[[StageResult], None]
 
+#: What a run looks a stage's results up as (see :attr:`Stage.results_role`).
+Role = Literal["completions", "measurements", "report"]
+
 
 class DeviceSlot(Protocol):
     """``slot(device)``: a context manager held while a model works on ``device`` (the Prefect
@@ -97,7 +100,19 @@ class Stage:
     work on rows that exist). A shard stage that no mode lists runs on the rows of the sources
     ``applies(spec, source)`` accepts, after their mode's stages. ``rows_per_shard(spec,
     source)``: how many input rows a shard holds when this stage cuts a source's rows.
-    ``when(spec)``: whether a study stage runs at all."""
+    ``when(spec)``: whether a study stage runs at all.
+
+    The runner's policy (``assay.stages.plan``, ``finish``, ``tasks/stages.py``) reads these,
+    never a stage's name: ``results_role`` says what the run looks the stage's results up as
+    (:data:`Role`: ``completions`` are logged per task run, start the row-scoring preload and
+    give run.json's generation facts; ``measurements`` give the selected-rows export;
+    ``report`` is the run's report). ``loads_models``: its models are the ones the runner
+    loads ahead, during generation (its nodes wait for that load). ``grades_ahead``: its rows
+    may be graded while the previous (completions) stage still streams them.
+    ``warm_imports``: heavy imports the runner may do early, off the critical path, once new
+    completions mean the stage will compute. ``order``: where a shard stage that follows a
+    mode's stages goes among the others that do (lower first; ties, as between any stages
+    that are ready together, by name)."""
 
     name: str
     version: int
@@ -112,6 +127,11 @@ class Stage:
     when: Callable[[StudySpec], bool] | None = None
     each: Callable[[StudySpec], Sequence[str]] | None = None
     sources: Callable[[StudySpec], Sequence[str]] | None = None
+    results_role: Role | None = None
+    loads_models: bool = False
+    grades_ahead: bool = False
+    warm_imports: tuple[str, ...] = ()
+    order: int = 0
 
 
 #: Every declared stage by name, in declaration order.
@@ -125,4 +145,21 @@ def declare(stage: Stage) -> Stage:
     return stage
 
 
-__all__ = ["STAGES", "DeviceSlot", "Progress", "RunContext", "Scope", "Shard", "Stage", "declare"]
+def with_role(role: Role) -> tuple[str, ...]:
+    """The names of the declared stages whose results are ``role``'s.
+
+    Example:
+        >>> with_role("report")
+        ('report',)
+    """
+    return tuple(n for n, s in STAGES.items() if s.results_role == role)
+
+
+def the_stage(role: Role) -> str:
+    """The one declared stage whose results are ``role``'s (the report, the measurements)."""
+    (name,) = with_role(role)
+    return name
+
+
+__all__ = ["STAGES", "DeviceSlot", "Progress", "Role", "RunContext", "Scope", "Shard", "Stage",
+           "declare", "the_stage", "with_role"]

@@ -18,6 +18,7 @@ import pyarrow.parquet as pq
 from assay.spec import StudySpec
 from assay.stages.cache import StageResult, concat_rows, load_rows
 from assay.stages.chain import StudyRun
+from assay.stages.declare import the_stage, with_role
 from assay.stages.generate import generation_facts
 from assay.stages.measure import nothing_judged
 from assay.stages.report import report_files
@@ -85,7 +86,7 @@ def finish_run(store: Store, spec: StudySpec, run: StudyRun, out: Path,
     unjudged = facts["nothing_judged"]
     if unjudged:  # not one row of these could be judged: `assay run` exits EXIT_PARTIAL too
         info["nothing_judged"] = unjudged
-    made = [r for r in run.results if r.stage == "generate"]
+    made = [r for r in run.results if r.stage in with_role("completions")]
     if made:  # requests sent this run and their latency: wall-clock facts, not the report's
         # a stage served from the cache sent nothing this run, whatever its first run sent
         info["generation"] = generation_facts(made)
@@ -122,7 +123,7 @@ def _row_outputs(store: Store, spec: StudySpec, run: StudyRun
     outs: dict[str, tuple[list[Any], Callable[[], Any]]] = {
         name: ([*_WRITER, "graded", [p.checksums["rows"] for p in parts]], rows_of(list(parts)))
         for name, parts in run.graded.items()}
-    measured = next((r for r in run.results if r.stage == "measure"), None)
+    measured = next((r for r in run.results if r.stage == the_stage("measurements")), None)
     if measured is not None and "selected" in measured.outputs and spec.measure.select:
         # the rows select(mode="rl") kept: the training export carries only what a trainer may
         # see; the same rows with their references and verdict details stay under .graded

@@ -215,4 +215,5 @@ def _slots(spec: StudySpec, source: str) -> tuple[str, ...]:
 
 
 declare(Stage(STAGE, 1, "shard", run_generate_shard, reads=("filter-rows",), slots=_slots,
-              device=True, asks_model=True, rows_per_shard=_prompts_per_shard))
+              device=True, asks_model=True, rows_per_shard=_prompts_per_shard,
+              results_role="completions"))

@@ -104,4 +104,4 @@ def _cores(spec: StudySpec, item: str) -> tuple[str, ...]:
 
 
 declare(Stage(STAGE, 1, "shard", run_grade_shard, reads=("filter-rows", "generate"),
-              slots=_cores))
+              slots=_cores, grades_ahead=True))

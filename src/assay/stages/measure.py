@@ -151,7 +151,8 @@ def _has_sources(spec: StudySpec) -> bool:
     return bool(spec.sources)
 
 
-declare(Stage(STAGE, 1, "study", run_measure, reads=("rows",), when=_has_sources))
+declare(Stage(STAGE, 1, "study", run_measure, reads=("rows",), when=_has_sources,
+              results_role="measurements", warm_imports=WARM_IMPORTS))
 
 
 # The measures. Each imports its computation when called: a cached measure stage (a fully

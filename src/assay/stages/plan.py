@@ -24,14 +24,13 @@ from typing import Any
 from assay import libguard, stop
 from assay import progress as live
 from assay.judging import Verifier
-from assay.report import WARM_IMPORTS as REPORT_IMPORTS
+from assay.sources.base import Mode
 from assay.spec import StudySpec
 from assay.stages.cache import cached_only, print_progress
 from assay.stages.chain import Call, InlineExecutor, StudyRun, direct_call, run_chain
-from assay.stages.declare import Progress, RunContext
+from assay.stages.declare import STAGES, Progress, RunContext, the_stage, with_role
 from assay.stages.graph import Executor, Graph, Node, ThreadExecutor, run_graph
-from assay.stages.measure import WARM_IMPORTS as MEASURE_IMPORTS
-from assay.stages.score_rows import STAGE as SCORE_ROWS
+from assay.stages.modes import MODE_STAGES
 from assay.stages.score_rows import preload
 from assay.stages.slots import model_device, scoring_slots
 from assay.stages.stream import Pregrader
@@ -69,7 +68,7 @@ def _while_loading(loader: Preloader) -> Callable[[Node], None]:
     nodes wait for the load (holding no slot: not the cores grading needs), and shard nodes
     that grade on the cores leave one to the load while it runs."""
     def on_add(node: Node) -> None:
-        if node.stage == SCORE_ROWS:
+        if STAGES[node.stage].loads_models:
             node.ready = loader.idle
         elif node.scope == "shard" and "cores" in node.resources:
             inner = node.args
@@ -133,9 +132,9 @@ class Preloader:
             if self.wake is not None:
                 self.wake()
         # New completions mean new measurements and a new report, the run's last two nodes:
-        # their imports (scipy's, matplotlib's) are done here, off the critical
-        # path, not at the very end. A failing import is left for its stage to raise.
-        libguard.warm(MEASURE_IMPORTS + REPORT_IMPORTS)
+        # the imports the stages declare (scipy's, matplotlib's) are done here, off the
+        # critical path, not at the very end. A failing import is left for its stage to raise.
+        libguard.warm(_warm_imports())
 
     @staticmethod
     def wanted(spec: StudySpec) -> bool:
@@ -149,7 +148,8 @@ class Preloader:
         return bool(served) and bool(models) and "cores" in scoring_slots(models)
 
     def __call__(self, state: live.UnitState) -> None:
-        if state.stage != "generate" or not state.total or self.thread is not None:
+        if self.thread is not None or not state.total \
+                or state.stage not in with_role("completions"):
             return
         with self._lock:
             if self.thread is None:
@@ -169,6 +169,23 @@ class Preloader:
 
         forget_worker(self.worker)
         self.worker.close()
+
+
+def _warm_imports() -> list[str]:
+    """What the study stages declare to import early (``Stage.warm_imports``), in the order the
+    graph runs them."""
+    from assay.stages.wiring import in_order
+
+    study = in_order(s for s in STAGES.values() if s.scope == "study")
+    return [m for s in study for m in s.warm_imports]
+
+
+def _grades_ahead(source_mode: Mode) -> bool:
+    """Whether a mode's shards make completions that a later stage of theirs may grade ahead
+    (``Stage.results_role``, ``Stage.grades_ahead``)."""
+    roles = [STAGES[n] for n in MODE_STAGES[source_mode]]
+    return any(a.results_role == "completions" and any(b.grades_ahead for b in roles[i + 1:])
+               for i, a in enumerate(roles))
 
 
 def max_parallel_for(spec: StudySpec, override: int | None = None) -> int:
@@ -260,8 +277,8 @@ def _run_graph(spec: StudySpec, store: Store, *, executor: Executor | None,
         # rows graded while their shard still generated, and how many their grade nodes took
         # (fewer: a batch no node waited for, e.g. its shard's generation failed)
         facts["graded_ahead"] = {"rows": ahead.graded, "used": ahead.used}
-    return StudyRun(spec.checksum(), tuple(run.ordered()), graded, run.results["report"],
-                    facts)
+    return StudyRun(spec.checksum(), tuple(run.ordered()), graded,
+                    run.results[the_stage("report")], facts)
 
 
 def follower(leader: Graph, spec: StudySpec, store: Store) -> Graph:
@@ -288,7 +305,7 @@ def _pregrader(spec: StudySpec, store: Store, graph: Graph, workers: int | None
     earlier, each shard's grade node overlaps later shards' generation anyway, and grading
     ahead there only took CPU from the clients keeping the server busy (on a small machine
     the server's slots stood less full and the run was slower)."""
-    if not any(s.generate is not None and s.verifier is not None for s in spec.sources):
+    if not any(_grades_ahead(s.mode) and s.verifier is not None for s in spec.sources):
         return None
 
     def verifier(name: str) -> Verifier | None:
@@ -329,11 +346,12 @@ def serve_cached(spec: StudySpec, store: Store, *,
     with cached_only():
         run = run_graph(graph, ex, max_parallel=CACHED_READERS if side_by_side else 1,
                         raise_first=False)
-    if run.failed or run.skipped or "report" not in run.results:
+    report = the_stage("report")
+    if run.failed or run.skipped or report not in run.results:
         return None
     results = run.ordered()
     if progress is not None:
         for r in results:
             progress(r)
     graded = {s.name: run.group(f"final:{s.name}") for s in spec.sources}
-    return StudyRun(spec.checksum(), tuple(results), graded, run.results["report"])
+    return StudyRun(spec.checksum(), tuple(results), graded, run.results[report])

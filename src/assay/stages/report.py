@@ -9,6 +9,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from assay.errors import StoreVanishedError
+from assay.report import WARM_IMPORTS
 from assay.stages.cache import (
     StageResult,
     cached_stage,
@@ -165,4 +166,5 @@ def report_files(store: Store, report: StageResult) -> dict[str, bytes]:
 
 # 2: failed generations by cause; 3: model revision, sampling, judge
 declare(Stage(STAGE, 3, "study", run_report,
-              reads=("rows", "measure", "decontaminate", "score-reward-model")))
+              reads=("rows", "measure", "decontaminate", "score-reward-model"),
+              results_role="report", warm_imports=WARM_IMPORTS))

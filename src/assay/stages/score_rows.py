@@ -312,4 +312,4 @@ def _slots(spec: StudySpec, source: str) -> tuple[str, ...]:
 
 declare(Stage(STAGE, 1, "shard", run_score_rows,
               reads=("filter-rows", "grade", "score-choices", "score-documents"),
-              slots=_slots, device=True, applies=_scored))
+              slots=_slots, device=True, applies=_scored, loads_models=True))

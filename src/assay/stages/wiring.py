@@ -34,12 +34,14 @@ Args = Callable[[Get], tuple[tuple[Any, ...], dict[str, Any]]]
 
 
 def in_order(stages: Iterable[Stage]) -> list[Stage]:
-    """``stages`` so that each comes after the ones it reads (ties by name): the order their
-    results are listed in."""
+    """``stages`` so that each comes after the ones it reads (ties by their declared ``order``,
+    then name): the order their results are listed in, and the order of the shard stages that
+    follow a mode's."""
     todo = {s.name: s for s in stages}
     out: list[Stage] = []
     while todo:
-        ready = sorted(n for n, s in todo.items() if not any(r in todo for r in s.reads))
+        ready = sorted((n for n, s in todo.items() if not any(r in todo for r in s.reads)),
+                       key=lambda n: (todo[n].order, n))
         if not ready:
             raise ValueError(f"stages read each other in a cycle: {sorted(todo)}")
         out += [todo.pop(n) for n in ready[:1]]
