@@ -149,8 +149,8 @@ def with_role(role: Role) -> tuple[str, ...]:
     """The names of the declared stages whose results are ``role``'s.
 
     Example:
-        >>> with_role("report")
-        ('report',)
+        >>> with_role("report"), the_stage("measurements")
+        (('report',), 'measure')
     """
     return tuple(n for n, s in STAGES.items() if s.results_role == role)
 
