@@ -78,7 +78,7 @@ def test_finished_prompts_are_graded_while_the_shard_generates(
         assert ahead.graded >= 2 and ahead.used == ahead.graded  # each one found by its node
         assert graph.facts == {"graded_ahead": {"rows": ahead.graded, "used": ahead.graded}}
         assert ahead.thread is not None and not ahead.thread.is_alive()
-        assert stream._ACTIVE == {}  # unregistered at the end
+        assert ahead.state is not None and ahead.state.pregrader is None  # left the run
         counts = logged_grader.graded(log)
         assert len(counts) == 16 and set(counts.values()) == {1}, counts  # each row once
 
@@ -204,12 +204,11 @@ def test_a_background_call_yields_the_workers_and_a_foreground_one_waits_for_it(
     assert [v.reward for v in out] == [1.0] * 4 and sum(forks) == 0
 
 
-def test_close_is_bounded_and_unregisters(tmp_path: Path) -> None:
-    class S:
-        def model_dump_json(self) -> str:
-            return "spec"
+def test_close_is_bounded_and_leaves_the_run() -> None:
+    from assay.stages.declare import RunState
 
-    p = stream.Pregrader(lambda s: None, 1, busy=lambda: True).start(Store(tmp_path), S())
-    assert stream.active(Store(tmp_path), S()) is p
+    state = RunState()
+    p = stream.Pregrader(lambda s: None, 1, busy=lambda: True).start(state)
+    assert state.pregrader is p
     p.close()
-    assert stream.active(Store(tmp_path), S()) is None and not p.thread.is_alive()
+    assert state.pregrader is None and not p.thread.is_alive()

@@ -158,6 +158,19 @@ def cached_only() -> Iterator[None]:
         _CACHED_ONLY.reset(token)
 
 
+def is_cached_only() -> bool:
+    """Whether this thread is inside :func:`cached_only` (a stage would raise, not compute).
+
+    Example:
+        >>> with cached_only():
+        ...     is_cached_only()
+        True
+        >>> is_cached_only()
+        False
+    """
+    return _CACHED_ONLY.get()
+
+
 def cached_stage(store: Store, stage: str, *, inputs: Sequence[Any], params: Any,
                  compute: Callable[[], tuple[Mapping[str, Any], Mapping[str, Any]]],
                  fingerprint: Any = None, label: str | None = None,
@@ -177,7 +190,7 @@ def cached_stage(store: Store, stage: str, *, inputs: Sequence[Any], params: Any
         if progress:
             progress(res)
         return res
-    if _CACHED_ONLY.get():
+    if is_cached_only():
         raise NotCached(f"{label}: not in the store")
     if progress:  # long stages (a reward model, a big shard) say they started
         progress(StageResult(stage, label, key, {}, {}, {"state": "running"}))

@@ -1,5 +1,6 @@
 """What a stage declares about itself (name, version, scope, what it reads, its slots, its
-function) and the typed values every stage function takes: the run context and a shard.
+function) and the typed values every stage function takes: the run context (with its run's live
+state) and a shard.
 
 The study graph (``assay.stages.wiring``), the one-slot order (``assay.stages.chain``) and the
 Prefect tasks (``tasks/stages.py``) are derived from :data:`STAGES`; a stage's module declares
@@ -12,19 +13,24 @@ Example:
     ('grade', 1, 'shard')
     >>> Shard(1, 3, (8, 16)).label("a")
     'a shard 2/3'
+    >>> ctx = RunContext(None, None)
+    >>> ctx.on("a").state is ctx.state, ctx.pregrader, ctx.cached_only
+    (True, None, False)
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Literal, Protocol
 
-from assay.stages.cache import StageResult, define_stage
+from assay.stages.cache import StageResult, define_stage, is_cached_only
 
 if TYPE_CHECKING:
     from assay.spec import StudySpec
+    from assay.stages.stream import Pregrader
     from assay.store import Store
 
 #: ``source``: once per source (its rows); ``shard``: once per shard of a source's rows;
@@ -45,11 +51,47 @@ class DeviceSlot(Protocol):
     def __call__(self, device: str, /) -> AbstractContextManager[object]: ...
 
 
+class RunState:
+    """The live state of one run of a study graph, one object shared by every context of the
+    run (:meth:`RunContext.on` and ``dataclasses.replace`` keep it): its background grader
+    (:class:`~assay.stages.stream.Pregrader`) while one runs.
+
+    Per run, not per spec: two runs of one spec on one store side by side in a process each
+    have their own. It holds threads of this process, so a pickled copy (a node sent to a
+    cluster worker) arrives empty: that process grades nothing ahead."""
+
+    __slots__ = ("_lock", "_pregrader")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._pregrader: Pregrader | None = None
+
+    @property
+    def pregrader(self) -> Pregrader | None:
+        """The run's background grader, while one runs (None: every row is graded by its
+        grade node)."""
+        return self._pregrader
+
+    def attach(self, pregrader: Pregrader) -> None:
+        """Make ``pregrader`` the run's background grader (:meth:`Pregrader.start`)."""
+        with self._lock:
+            self._pregrader = pregrader
+
+    def detach(self, pregrader: Pregrader) -> None:
+        """Forget ``pregrader`` if it is still the run's (:meth:`Pregrader.close`)."""
+        with self._lock:
+            if self._pregrader is pregrader:
+                self._pregrader = None
+
+    def __reduce__(self) -> tuple[type[RunState], tuple[()]]:
+        return (RunState, ())  # threads and locks stay in this process (see the docstring)
+
+
 @dataclass(frozen=True)
 class RunContext:
     """What every node of one study run shares: the store, the spec, where progress goes, the
-    grading workers and the device slot; ``source`` is the source a source or shard stage
-    works on (empty for a study stage)."""
+    grading workers, the device slot and the run's live :class:`RunState`; ``source`` is the
+    source a source or shard stage works on (empty for a study stage)."""
 
     store: Store
     spec: StudySpec
@@ -57,10 +99,25 @@ class RunContext:
     workers: int | None = None
     device_slot: DeviceSlot | None = None
     source: str = ""
+    # not compared: two contexts of one run are equal whatever their run holds right now
+    state: RunState = field(default_factory=RunState, compare=False, repr=False)
 
     def on(self, source: str) -> RunContext:
-        """This context for one source's nodes."""
+        """This context for one source's nodes (the same run state)."""
         return replace(self, source=source)
+
+    @property
+    def pregrader(self) -> Pregrader | None:
+        """The run's background grader, if one runs (:attr:`RunState.pregrader`)."""
+        return self.state.pregrader
+
+    @property
+    def cached_only(self) -> bool:
+        """Whether this node runs inside :func:`~assay.stages.cache.cached_only` (a probe of
+        a fully cached run: a stage that would compute raises
+        :class:`~assay.stages.cache.NotCached` instead). A context variable, not a field: every
+        stage's :func:`~assay.stages.cache.cached_stage` obeys it, with or without a context."""
+        return is_cached_only()
 
 
 @dataclass(frozen=True)
@@ -161,5 +218,5 @@ def the_stage(role: Role) -> str:
     return name
 
 
-__all__ = ["STAGES", "DeviceSlot", "Progress", "Role", "RunContext", "Scope", "Shard", "Stage",
-           "declare", "the_stage", "with_role"]
+__all__ = ["STAGES", "DeviceSlot", "Progress", "Role", "RunContext", "RunState", "Scope", "Shard",
+           "Stage", "declare", "the_stage", "with_role"]

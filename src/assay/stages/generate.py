@@ -34,9 +34,7 @@ from assay.models.specs import GenerateSpec
 from assay.progress import track
 from assay.rows import Rows
 from assay.spec import StudySpec
-from assay.stages import stream
 from assay.stages.cache import (
-    _CACHED_ONLY,
     NotCached,
     StageResult,
     _ref_name,
@@ -110,7 +108,7 @@ def run_generate_shard(ctx: RunContext, filtered: StageResult, shard: Shard) -> 
     key = stage_key(STAGE, [part.checksum()], params, fingerprint)
     doc = lookup(store, key)
     if doc is not None and doc["summary"].get("errors"):
-        if _CACHED_ONLY.get():  # a probe changes nothing: the real run retries them
+        if ctx.cached_only:  # a probe changes nothing: the real run retries them
             raise NotCached(f"{label}: has failed requests")
         store.delete_ref(_ref_name(key))  # retry the failed requests (the rest is journalled)
 
@@ -122,7 +120,7 @@ def run_generate_shard(ctx: RunContext, filtered: StageResult, shard: Shard) -> 
         privileged, meta = [r["privileged"] for r in part], [r["meta"] for r in part]
         # the graph's grading ahead (assay.stages.stream), when this run has one: each prompt
         # is graded as its last sample arrives, not after the shard's last request
-        ahead = stream.active(store, spec)
+        ahead = ctx.pregrader
         hook = ahead.feed(source_name, shard.index, k=gspec.k, task_ids=task_ids,
                           messages=[to_messages(m, system=gspec.system, i=i)
                                     for i, m in enumerate(msgs)],

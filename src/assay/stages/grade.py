@@ -11,7 +11,6 @@ from assay.hashing import code_checksum
 from assay.progress import track
 from assay.rows import Rows
 from assay.spec import StudySpec
-from assay.stages import stream
 from assay.stages.cache import StageResult, cached_stage, load_rows
 from assay.stages.declare import RunContext, Shard, Stage, declare
 from assay.verify.spec import VerifierSpec
@@ -87,7 +86,7 @@ def run_grade_shard(ctx: RunContext, rows: StageResult, shard: Shard) -> StageRe
 
     # The shard's own content is its input, so a filter that keeps this shard's rows as they
     # were (e.g. a longer slice) does not re-grade it.
-    ahead = stream.active(store, spec)
+    ahead = ctx.pregrader  # the run's, if it grades ahead (a copy of ctx carries the same)
     try:
         return cached_stage(store, STAGE, inputs=[part.checksum()],
                             params={"verifier": verifier_fingerprint(vspec, spec)},

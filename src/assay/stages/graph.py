@@ -28,6 +28,8 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
+from assay.stages.declare import RunState
+
 GROUP = "group:"
 _WAKE = ""  # no node has an empty id
 
@@ -103,6 +105,9 @@ class Graph:
     #: node id -> (the ids of the nodes its expansion added, what it raised or None), kept by
     #: :func:`run_graph` under ``_grow``: what a :meth:`follower` reads
     expansions: dict[str, tuple[list[str], BaseException | None]] = field(default_factory=dict)
+    #: the live state of the run of this graph, shared by its nodes' contexts (the study
+    #: graph's: ``assay.stages.wiring``); the runner starts the run's background grader on it
+    state: RunState = field(default_factory=RunState)
     _wake: Callable[[], None] | None = None
     _grow: threading.Condition = field(default_factory=threading.Condition, repr=False)
     _grown: bool = False  # no expansion will be recorded any more
@@ -148,7 +153,8 @@ class Graph:
         """
         with self._grow:
             grown = {i for ids, _ in self.expansions.values() for i in ids}
-            f = Graph(groups={name: (sealer, []) for name, (sealer, _) in self.groups.items()})
+            f = Graph(groups={name: (sealer, []) for name, (sealer, _) in self.groups.items()},
+                      state=self.state)  # the copies' contexts are this run's
             for n in list(self.nodes.values()):
                 if n.id not in grown:
                     f.add(self._copy(n, adapt))

@@ -321,7 +321,7 @@ def _pregrader(spec: StudySpec, store: Store, graph: Graph, workers: int | None
 
     ahead = Pregrader(verifier, workers, busy=busy)
     graph.released = ahead.poke
-    return ahead.start(store, spec)
+    return ahead.start(graph.state)
 
 
 #: nodes a fully cached rerun on an object store looks up at once

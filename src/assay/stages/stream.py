@@ -1,17 +1,18 @@
 """Streaming generation into grading: a generate shard's finished prompts are graded while the
 rest of the shard is still being asked for, so its grade node finds most verdicts ready.
 
-:class:`Pregrader` (one per graph run, in this process) takes each prompt as its last sample
-arrives (:func:`assay.models.generate`'s ``on_prompt``), builds that prompt's rows exactly as the
-generate stage will, and grades them on the warm grading workers whenever no node holds the
-``cores``: it yields to every node that needs them (a batch is a few rows; it never forks
-workers of its own). The grade node then grades only what is missing. Verdicts are memoized on
-the whole record the grade node would judge, so a row built differently is simply graded again:
-results, rows and cache keys are the chain's byte for byte.
+:class:`Pregrader` (one per graph run, in this process, held by the run's
+:class:`~assay.stages.declare.RunState`: the stages find it as ``ctx.pregrader``) takes each
+prompt as its last sample arrives (:func:`assay.models.generate`'s ``on_prompt``), builds that
+prompt's rows exactly as the generate stage will, and grades them on the warm grading workers
+whenever no node holds the ``cores``: it yields to every node that needs them (a batch is a few
+rows; it never forks workers of its own). The grade node then grades only what is missing.
+Verdicts are memoized on the whole record the grade node would judge, so a row built differently
+is simply graded again: results, rows and cache keys are the chain's byte for byte.
 
 Example:
     >>> p = Pregrader(None, None, busy=lambda: False)
-    >>> p.feed("left", 0) is None  # nothing registered: generation streams nowhere
+    >>> p.feed("left", 0) is None  # no source streamed: generation streams nowhere
     True
 """
 
@@ -29,26 +30,7 @@ from typing import TYPE_CHECKING, Any
 from assay.judging import Judge, Verdict, Verifier
 
 if TYPE_CHECKING:
-    from assay.spec import StudySpec
-    from assay.store import Store
-
-#: The pregrader of each graph run in flight, by (store root, the spec's text): the generate and
-#: grade stages find it here (a Prefect task on the local runner gets the same objects).
-_ACTIVE: dict[tuple[str, str], Pregrader] = {}
-_ACTIVE_LOCK = threading.Lock()
-
-
-def _run_key(store: Store, spec: StudySpec) -> tuple[str, str]:
-    # the spec's text, not its checksum (which reads every file it names): cheap, and the same
-    # for a copy of the spec object (a task runner may pass one)
-    return (store.describe(), spec.model_dump_json())
-
-
-def active(store: Store, spec: StudySpec) -> Pregrader | None:
-    """The pregrader of the graph run of ``spec`` on ``store`` in this process, if any."""
-    if not _ACTIVE:
-        return None
-    return _ACTIVE.get(_run_key(store, spec))
+    from assay.stages.declare import RunState
 
 
 def record_key(record: Mapping[str, Any]) -> bytes:
@@ -94,27 +76,27 @@ class Pregrader:
         self.graded = 0
         self.used = 0
         self.thread: threading.Thread | None = None
-        self.key: tuple[str, str] | None = None
+        self.state: RunState | None = None
         self._judges_lock = threading.Lock()
         self._backoff = False  # the workers were taken under a batch: wait before retrying
 
     # -- lifecycle -------------------------------------------------------------------------
 
-    def start(self, store: Store, spec: StudySpec) -> Pregrader:
-        """Register for ``spec``'s run on ``store`` and start the grading thread."""
-        self.key = _run_key(store, spec)
-        with _ACTIVE_LOCK:
-            _ACTIVE[self.key] = self
+    def start(self, state: RunState) -> Pregrader:
+        """Become the background grader of the run whose live state is ``state`` (its generate
+        and grade nodes find it on their context) and start the grading thread."""
+        self.state = state
+        state.attach(self)
         self.thread = threading.Thread(target=self._loop, name="assay-pregrade", daemon=True)
         self.thread.start()
         return self
 
     def close(self) -> None:
-        """Stop: unregister, wake the thread and wait for it (a batch in flight is a few rows,
-        each bounded by the verifier's hard limit; an interrupted run's is cancelled)."""
-        with _ACTIVE_LOCK:
-            if self.key is not None and _ACTIVE.get(self.key) is self:
-                del _ACTIVE[self.key]
+        """Stop: leave the run's state, wake the thread and wait for it (a batch in flight is
+        a few rows, each bounded by the verifier's hard limit; an interrupted run's is
+        cancelled)."""
+        if self.state is not None:
+            self.state.detach(self)
         with self.cond:
             self.stopped = True
             self.cond.notify_all()

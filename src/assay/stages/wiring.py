@@ -58,7 +58,7 @@ def study_graph(spec: StudySpec, store: Store | None, *,
     """The study's nodes (shards are added when a source's filtered rows exist)."""
     # a listing needs no store (the shards are cut only when the graph runs)
     ctx = RunContext(store, spec, progress, workers)  # type: ignore[arg-type]
-    g = Graph()
+    g = Graph(state=ctx.state)  # the run's live state: where its nodes find the run's grader
     by_scope = {scope: in_order(s for s in STAGES.values() if s.scope == scope)
                 for scope in ("source", "shard", "study")}
     for si, src in enumerate(spec.sources):
