@@ -31,6 +31,8 @@ from assay.errors import StoreError, StoreFullError
 from assay.filemode import create_temp
 
 _URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+#: reads of one object on an object store before its failure is the store's (see read_with_mtime)
+READ_ATTEMPTS = 3
 
 
 @dataclass(frozen=True)
@@ -298,14 +300,20 @@ class ObjectFiles:
                           "AWS_SECRET_ACCESS_KEY, AWS_REGION)")
 
     def read_with_mtime(self, rel: str) -> tuple[bytes, float] | None:
-        try:
-            with self.fs.open_input_stream(self._path(rel)) as f:
-                data = f.read()
-                meta = f.metadata()
-        except FileNotFoundError:
-            return None
-        except OSError as e:
-            raise self._err("reading", rel, e) from None
+        for attempt in range(READ_ATTEMPTS):
+            try:
+                with self.fs.open_input_stream(self._path(rel)) as f:
+                    data = f.read()
+                    meta = f.metadata()
+                break
+            except FileNotFoundError:
+                return None
+            except OSError as e:
+                # an object replaced or removed while it streams (another process renewing or
+                # releasing a small document: SeaweedFS cuts the response) reads whole, or
+                # absent, the next time; pyarrow's own retries stop at the response's headers
+                if attempt == READ_ATTEMPTS - 1:
+                    raise self._err("reading", rel, e) from None
         stamp = meta.get(b"Last-Modified") or meta.get("Last-Modified")
         mtime = time.time()
         if stamp:
