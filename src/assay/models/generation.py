@@ -374,8 +374,9 @@ def _generate(prompts: Sequence[Any], model: Any, *, k: int,
                     finally:
                         log.close()  # published before the claim goes (object store)
                     asked += len(send)
-                # waiters may ask what was not answered; this batch stays claimed
-                claims.drop(r.key for r in send)
+                # its requests are journalled (or were answered before): free for waiters;
+                # the batch stays claimed until this call has settled it
+                claims.drop(k for k in mine if k not in own)
                 claims.claim([])
                 rest = _await_others(claims, wait, answered, store, epoch)
             if not kw:  # a local backend: one request per sample asked, no retries
