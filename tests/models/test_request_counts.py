@@ -129,3 +129,65 @@ def test_taken_over_counts_add_up_by_cause() -> None:
     out = _with_taken(mine, [dead, dead])
     assert out["requests"] == 14 and out["recovered"] == 10 and out["completions"] == 11
     assert out["retries"] == {"429": 2, "503": 5} and out["failures"] == {"HTTP 503": 1}
+
+
+def test_a_live_runs_answers_are_not_counted_by_the_run_waiting_on_them(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two runs on one store asking the same samples: the one waiting on the other's answers
+    finds them journalled before the other settled them, and must not count them (no double
+    count): the two runs' reports add up to what reached the server."""
+    import threading
+    import time
+
+    from helpers.openai_server import Fault
+
+    monkeypatch.setenv("ASSAY_CLAIM_POLL_S", "0.02")
+    gate = threading.Event()
+    server = OpenAIServer(latency=0.01).start()
+    # the first 5 answers at once; the rest once the waiting run has found those 5
+    server.faults = lambda n, body: None if n < 5 else Fault(None, until=gate.is_set, until_s=60)
+    store = Store(tmp_path / "store")
+    model = {"kind": "openai", "base_url": server.base_url, "model": "tiny-ckpt",
+             "max_retries": 0, "timeout_s": 90}
+    qs = QS[:5]
+    got: dict[str, object] = {}
+    second_done, finished = threading.Event(), []
+
+    def hold_last(i: int, records: list) -> None:
+        # the first run, its last answer journalled, stays alive and unsettled until the
+        # second has ended: the second sees its answers and its live claim
+        finished.append(i)
+        if len(finished) == len(qs):
+            second_done.wait(60)
+
+    def ask(name: str) -> None:
+        try:
+            got[name] = generate(qs, model, k=2, params=PARAMS, store=store,
+                                 on_prompt=hold_last if name == "first" else None)
+        finally:
+            if name == "second":
+                second_done.set()
+
+    first = threading.Thread(target=ask, args=("first",))
+    second = threading.Thread(target=ask, args=("second",))
+    try:
+        first.start()
+        journals = tmp_path / "store" / "journals"
+        while sum(len(p.read_bytes().splitlines()) for p in journals.glob("*.jsonl")) < 5:
+            assert first.is_alive()
+            time.sleep(0.01)
+        second.start()
+        while len(list((tmp_path / "store" / "claims").rglob("*.json"))) < 2:
+            assert second.is_alive()
+            time.sleep(0.01)
+        gate.set()
+        first.join(120)
+        second.join(120)
+        total = server.settle()
+    finally:
+        gate.set()
+        second_done.set()
+        server.stop()
+    a, b = got["first"].stats, got["second"].stats  # type: ignore[attr-defined]
+    assert b["requests"] == 0 and b["recovered"] == 0 and a["recovered"] == 0
+    assert a["requests"] + b["requests"] == total == 10
