@@ -459,7 +459,7 @@ def _tally(stats: Mapping[str, Any], requests: int | None) -> dict[str, Any]:
     out = {k: stats[k] for k in (*_COUNTS, *_BY_CAUSE)}
     if requests is not None:
         out["requests"] = requests
-    return out
+    return {k: v for k, v in out.items() if v}  # on every journal line: zeros left out
 
 
 def _untallied(rec: Mapping[str, Any]) -> dict[str, Any]:
