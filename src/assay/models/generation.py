@@ -18,6 +18,7 @@ import inspect
 import random
 import sys
 import threading
+import uuid
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -63,7 +64,9 @@ class Generations:
     ``sent``: completions asked of the model in this call (the rest came from the journal);
     ``records[i]["status"]`` is ``ok`` or ``error`` (``completion`` None, ``reason`` why);
     ``stats``: facts of this call (:class:`assay.models.base.RunStats`: HTTP requests sent,
-    retries by cause, requests that gave up, not sent by an open circuit breaker)."""
+    retries by cause, requests that gave up, not sent by an open circuit breaker), with those of
+    an earlier call that was killed before it reported them (``recovered``: its HTTP requests
+    counted here; see :func:`_take_over`)."""
 
     prompts: list[Any]
     messages: list[list[dict[str, str]]]
@@ -254,6 +257,7 @@ def _generate(prompts: Sequence[Any], model: Any, *, k: int,
     done = log.lookup(r.key for r in requests)
     missing = {r.key for r in requests if (done.get(r.key) or {}).get("status") != "ok"}
     for key, rec in find_elsewhere(store, missing, skip=log.rel).items():
+        rec = _untallied(rec)  # its counts are its own journal's to report
         log.append(rec)
         done[key] = rec
     log.close()  # synced now (a later append reopens it): nothing is held open if a step fails
@@ -289,6 +293,11 @@ def _generate(prompts: Sequence[Any], model: Any, *, k: int,
     # other waits for its answer (assay.models.claims)
     claims = Claims(store, log.rel)
     asked = 0
+    # this call's answers carry its batch id and running counts; it settles them as it returns
+    # them (_settle), and a killed call's are taken over by a later call (_take_over)
+    batch = uuid.uuid4().hex[:12]
+    tally_lock = threading.Lock()
+    found = [r for r in done.values() if r.get("batch")]  # answers of earlier calls
     with track(stage, label or stage, total=len(todo)) as unit:
         stats = RunStats(unit)
 
@@ -309,9 +318,11 @@ def _generate(prompts: Sequence[Any], model: Any, *, k: int,
             rec = {f: result.get(f) for f in RECORD_FIELDS}
             rec.update(key=req.key, seed=req.seed, sample_index=req.sample_index)
             rec.pop("prompt_index")
-            log.append(rec)
+            with tally_lock:  # counts only grow: a reader takes the largest it finds
+                stats.committed(rec)
+                tally = _tally(stats.as_dict(), None if kw else len(committed))
+            log.append({**rec, "batch": batch, "tally": tally})
             done[req.key] = rec
-            stats.committed(rec)
             if rec["status"] == "ok":
                 unit.advance(1)
             else:
@@ -323,6 +334,7 @@ def _generate(prompts: Sequence[Any], model: Any, *, k: int,
             and a copy in this config's journal when found in another)."""
             got = {k: r for k, r in log.lookup(keys).items() if r.get("status") == "ok"}
             for k, rec in find_elsewhere(store, set(keys) - set(got), skip=log.rel).items():
+                rec = _untallied(rec)
                 log.append(rec)
                 got[k] = rec
             for k, rec in got.items():
@@ -333,9 +345,12 @@ def _generate(prompts: Sequence[Any], model: Any, *, k: int,
 
         kw = {"stats": stats} if _takes_stats(backend) else {}
         rest, listed = list(todo), False
+        # held while this call runs, in the same lease as its requests: a later call takes over
+        # this batch's counts only once it is dead (its lease lapsed) and never settled
+        own = [f"adopt:{batch}"] if todo else []
         try:
             while rest:
-                mine = set(claims.claim(r.key for r in rest))
+                mine = set(claims.claim([*own, *(r.key for r in rest)]))
                 # a claimant that answered and released between our first look and our claim
                 # (its journal lines precede its release, so this look finds them)
                 fresh = answered(mine)
@@ -359,13 +374,20 @@ def _generate(prompts: Sequence[Any], model: Any, *, k: int,
                     finally:
                         log.close()  # published before the claim goes (object store)
                     asked += len(send)
-                claims.release()
+                # its requests are journalled (or were answered before): free for waiters;
+                # the batch stays claimed until this call has settled it
+                claims.drop(k for k in mine if k not in own)
+                claims.claim([])
                 rest = _await_others(claims, wait, answered, store, epoch)
+            if not kw:  # a local backend: one request per sample asked, no retries
+                stats.requests = asked
+            found += [r for r in done.values() if r.get("batch")]
+            taken = _take_over(store, log, claims, found, batch)
+            if committed:
+                _settle(store, log, batch, batch)
         finally:
             log.close()
             claims.release()
-        if not kw:  # a local backend: one request per sample asked, no retries
-            stats.requests = asked
     records = [_record(r, done.get(r.key)) for r in requests]
     if gspec.params.temperature == 0 and gspec.k > 1:
         n = differing_prompts(records, gspec.k)
@@ -374,7 +396,8 @@ def _generate(prompts: Sequence[Any], model: Any, *, k: int,
                   f"{len(prompts)} prompts differ: the server does not decode greedily (batching "
                   "or non-deterministic kernels); the report notes it", file=sys.stderr,
                   flush=True)
-    return Generations(prompts, messages, gspec.k, records, asked, config, stats.as_dict())
+    return Generations(prompts, messages, gspec.k, records, asked, config,
+                       _with_taken(stats.as_dict(), taken))
 
 
 def _await_others(claims: Claims, wait: dict[str, Request],
@@ -424,6 +447,96 @@ def _record(r: Request, rec: Mapping[str, Any] | None) -> dict[str, Any]:
                "reason": "the backend returned no result for this request", "seed": r.seed}
     return {**{f: rec.get(f) for f in RECORD_FIELDS}, "prompt_index": r.prompt_index,
             "sample_index": r.sample_index}
+
+
+_COUNTS = ("requests", "completions", "gave_up", "not_sent")
+_BY_CAUSE = ("retries", "failures")
+
+
+def _tally(stats: Mapping[str, Any], requests: int | None) -> dict[str, Any]:
+    """The counts a journalled answer carries: its call's so far (``requests``: given for a
+    local backend, one per sample committed)."""
+    out = {k: stats[k] for k in (*_COUNTS, *_BY_CAUSE)}
+    if requests is not None:
+        out["requests"] = requests
+    return {k: v for k, v in out.items() if v}  # on every journal line: zeros left out
+
+
+def _untallied(rec: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in rec.items() if k not in ("batch", "tally")}
+
+
+def _settled(log: Journal, batch: str) -> str:
+    """Where the mark that ``batch``'s counts were handed on lives (beside the journal, not in
+    it: a journal holds one line per answer)."""
+    return f"settled/{log.rel.rsplit('/', 1)[-1].removesuffix('.jsonl')}/{batch}.json"
+
+
+def _settle(store: Store, log: Journal, batch: str, by: str) -> None:
+    store.write_file(_settled(log, batch), f'{{"by":"{by}"}}'.encode())
+
+
+def _take_over(store: Store, log: Journal, claims: Claims, found: Sequence[Mapping[str, Any]],
+               batch: str) -> list[dict[str, Any]]:
+    """The counts of the requests of earlier calls that answered some of this call's
+    samples and never settled them (killed: no run reported their counts), one per batch;
+    settled here, so no later call counts them again.
+
+    A batch's counts are the largest its journalled answers carry (counts only grow), so
+    requests it sent after its last journalled answer, answered or not, are not counted. A batch
+    whose claim is held is alive (another run, still going): left to report its own counts."""
+    best: dict[str, dict[str, Any]] = {}
+    for rec in found:
+        b, t = rec.get("batch"), rec.get("tally")
+        if b == batch or not isinstance(b, str) or not isinstance(t, dict):
+            continue
+        acc = best.setdefault(b, {k: 0 for k in _COUNTS} | {k: {} for k in _BY_CAUSE})
+        for k in _COUNTS:
+            acc[k] = max(acc[k], int(t.get(k) or 0))
+        for k in _BY_CAUSE:
+            for cause, n in (t.get(k) or {}).items():
+                acc[k][cause] = max(acc[k].get(cause, 0), int(n))
+    if not best:
+        return []
+
+    def unsettled(bs: Collection[str]) -> list[str]:
+        return [b for b in bs if store.read_file(_settled(log, b)) is None]
+
+    # the claim makes two runs never take over one batch; the look after it sees what a taker
+    # that just released settled
+    open_ = unsettled(list(best))
+    if not open_:
+        return []
+    mine = [k.removeprefix("adopt:") for k in claims.claim(f"adopt:{b}" for b in open_)]
+    taken = unsettled(mine)
+    for b in taken:
+        _settle(store, log, b, batch)
+    return [best[b] for b in taken]
+
+
+def _with_taken(stats: dict[str, Any], taken: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """``stats`` (:meth:`RunStats.as_dict`) plus the counts taken over from killed calls, and
+    ``recovered``: how many of its ``requests`` those were.
+
+    Example:
+        >>> s = {"requests": 3, "completions": 3, "gave_up": 0, "not_sent": 0, "retries": {},
+        ...      "failures": {}}
+        >>> t = {"requests": 2, "completions": 1, "gave_up": 0, "not_sent": 0,
+        ...      "retries": {"429": 1}, "failures": {}}
+        >>> r = _with_taken(s, [t]); r["requests"], r["recovered"], r["retries"]
+        (5, 2, {'429': 1})
+    """
+    out = {**stats, "recovered": 0}
+    for t in taken:
+        out["recovered"] += t["requests"]
+        for k in _COUNTS:
+            out[k] += t[k]
+        for k in _BY_CAUSE:
+            merged = dict(out[k])
+            for cause, n in t[k].items():
+                merged[cause] = merged.get(cause, 0) + n
+            out[k] = dict(sorted(merged.items()))
+    return out
 
 
 def _takes_stats(backend: Any) -> bool:

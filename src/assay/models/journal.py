@@ -15,7 +15,9 @@ process loses nothing the kernel got, and a power loss at most the last second. 
 write cut short by a kill or a full disk) is skipped on read, and a writer that finds the file
 not ending in a newline starts its first line on a new one, so the torn piece stays a line of its
 own (:func:`line_state` tells it from corruption). A later line for a key supersedes an earlier
-one, which is how a retried error row becomes a completion.
+one, which is how a retried error row becomes a completion. A record :func:`assay.models.generate`
+writes also carries ``batch`` (the call that asked it) and ``tally`` (that call's request counts
+so far): a killed call never reports its counts, and a later call counts them from these.
 
 On an object store (no append there) the lines gather in memory and go out as one new object per
 flush, ``journals/<shard hex>/<time>-<writer>.jsonl``; a reader joins the segments in name order.

@@ -633,6 +633,10 @@ class OpenAIBackend:
                 written[0] = True
                 status = code = resp.status_code
                 if code < 400:
+                    # counted before its commit: the journalled tally (assay.models.generation)
+                    # then holds this request, so a worker killed after the commit loses nothing
+                    written[0] = False
+                    stats.sent()
                     commit(req, self._record(resp, api, time.monotonic() - t0, job.attempt,
                                              job.body.get("stop")))
                     return

@@ -166,8 +166,10 @@ def generation_facts(made: list[StageResult]) -> dict[str, Any]:
     """run.json's ``generation``: per generate shard, what this run asked (a cached shard asked
     nothing: its summary's request counts are another run's), and the total over shards: samples
     asked (``sent``), HTTP requests that reached the server, completions received and failures
-    by cause this run, retries by cause, requests that gave up, not sent (circuit breaker), error
-    rows, completions whose stop string was cut, prompts whose samples differ at temperature 0.
+    by cause this run (with those of a killed earlier run whose answers this run found in the
+    journal: ``recovered`` says how many of the requests were theirs), retries by cause,
+    requests that gave up, not sent (circuit breaker), error rows, completions whose stop string
+    was cut, prompts whose samples differ at temperature 0.
 
     Example:
         >>> r = StageResult("generate", "s shard 1/1", "k", {}, {}, {"rows": 2, "errors": 1,
@@ -175,11 +177,11 @@ def generation_facts(made: list[StageResult]) -> dict[str, Any]:
         >>> generation_facts([r])["total"]["retries"]
         {'429': 3}
     """
-    runs = ("sent", "requests", "completions", "gave_up", "not_sent")
+    runs = ("sent", "requests", "completions", "gave_up", "not_sent", "recovered")
     shards: dict[str, Any] = {}
-    total: dict[str, Any] = {"sent": 0, "requests": 0, "completions": 0, "failures": {},
-                             "retries": {}, "gave_up": 0, "not_sent": 0, "errors": 0,
-                             "stop_trimmed": 0, "differ_at_t0": 0, "breaker": []}
+    total: dict[str, Any] = {"sent": 0, "requests": 0, "recovered": 0, "completions": 0,
+                             "failures": {}, "retries": {}, "gave_up": 0, "not_sent": 0,
+                             "errors": 0, "stop_trimmed": 0, "differ_at_t0": 0, "breaker": []}
     for r in made:
         doc = {**r.summary, "cached": r.cached}
         if r.cached:
