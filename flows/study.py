@@ -224,7 +224,8 @@ def study(spec: str, output: str | None = None, store_root: str | None = None,
 def generation_line(info: dict[str, Any]) -> str:
     """``generation: 0 requests sent, all 256 completions from the cache``, or what this run
     asked, each count its own number: samples asked, completions received, failures by cause,
-    HTTP requests that reached the server, retries by cause.
+    HTTP requests that reached the server (with those of an earlier run that was stopped or
+    killed before it could report them), retries by cause.
 
     Example:
         >>> line = generation_line({"sent": 160, "completions": 160, "generation": {"total": {
@@ -250,9 +251,10 @@ def generation_line(info: dict[str, Any]) -> str:
     out = (f"generation: {sent} samples asked: {t.get('completions', sent - failed)} "
            f"completions, {failed} failed" + (f" ({by(fails)})" if fails else ""))
     if "requests" in t:
-        n_retries = sum(retries.values())
-        out += (f"; {t['requests']} HTTP requests"
-                + (f" ({n_retries} retries: {by(retries)})" if retries else ""))
+        notes = [f"{sum(retries.values())} retries: {by(retries)}"] if retries else []
+        if t.get("recovered"):  # counted from the journal of a run that never reported them
+            notes.append(f"{t['recovered']} sent by an earlier run that was stopped or killed")
+        out += f"; {t['requests']} HTTP requests" + (f" ({', '.join(notes)})" if notes else "")
     return out + f"; {n} rows in all"
 
 

@@ -243,10 +243,14 @@ def test_ctrl_c_and_sigterm_stop_at_once_the_rerun_asks_only_the_rest_then_nothi
     out, _ = again.communicate(timeout=240)
     assert again.returncode == 0, out
     facts = json.loads((tmp_path / "out" / "run.json").read_text())["generation"]["total"]
-    assert facts["requests"] == N - answered  # only the rest was asked
+    # only the rest was asked; the stopped run's requests are counted from its journal
+    assert facts["requests"] - facts["recovered"] == N - answered
+    rec = facts["recovered"]
+    assert 0 < rec <= answered  # what the interrupted runs journalled before they stopped
     rest = N - answered  # the summary line: each count its own number, as the server saw them
-    assert (f"generation: {rest} samples asked: {rest} completions, 0 failed; {rest} HTTP "
-            f"requests; {N} rows in all") in out, out
+    assert (f"generation: {rest} samples asked: {rest} completions, 0 failed; {rest + rec} HTTP "
+            f"requests ({rec} sent by an earlier run that was stopped or killed); {N} rows in all"
+            ) in out, out
     until(lambda: pinned.seen(CHAT) - posts == N - answered, 10, "the rerun's requests")
     # everything cached: no request at all, not even the listing
     gets = pinned.seen("GET /v1/models")

@@ -515,8 +515,9 @@ def _take_over(store: Store, log: Journal, claims: Claims, found: Sequence[Mappi
 
 
 def _with_taken(stats: dict[str, Any], taken: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """``stats`` (:meth:`RunStats.as_dict`) plus the counts taken over from killed calls, and
-    ``recovered``: how many of its ``requests`` those were.
+    """``stats`` (:meth:`RunStats.as_dict`) plus the counts taken over from killed calls (their
+    requests, retries, failures, gave up and not sent; not their completions, which this call
+    served from the journal), and ``recovered``: how many of its ``requests`` those were.
 
     Example:
         >>> s = {"requests": 3, "completions": 3, "gave_up": 0, "not_sent": 0, "retries": {},
@@ -529,8 +530,11 @@ def _with_taken(stats: dict[str, Any], taken: Sequence[Mapping[str, Any]]) -> di
     out = {**stats, "recovered": 0}
     for t in taken:
         out["recovered"] += t["requests"]
+        # what reached the server is counted; a completion it received is a journalled row
+        # this run served (not one it received): ``completions`` stays this run's own
         for k in _COUNTS:
-            out[k] += t[k]
+            if k != "completions":
+                out[k] += t[k]
         for k in _BY_CAUSE:
             merged = dict(out[k])
             for cause, n in t[k].items():

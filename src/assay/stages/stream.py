@@ -25,12 +25,9 @@ import threading
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from assay.judging import Judge, Verdict, Verifier
-
-if TYPE_CHECKING:
-    from assay.stages.declare import RunState
 
 
 def record_key(record: Mapping[str, Any]) -> bytes:
@@ -51,6 +48,15 @@ class _Shard:
         self.queue: deque[tuple[bytes, dict[str, Any]]] = deque()
         self.memo: dict[bytes, Future[Verdict]] = {}
         self.claimed = False
+
+
+class RunHolder(Protocol):
+    """What a background grader is attached to: the run's state
+    (:class:`assay.stages.declare.RunState`, which the stages read as ``ctx.pregrader``)."""
+
+    def attach(self, pregrader: Pregrader) -> None: ...
+
+    def detach(self, pregrader: Pregrader) -> None: ...
 
 
 class Pregrader:
@@ -76,13 +82,13 @@ class Pregrader:
         self.graded = 0
         self.used = 0
         self.thread: threading.Thread | None = None
-        self.state: RunState | None = None
+        self.state: RunHolder | None = None
         self._judges_lock = threading.Lock()
         self._backoff = False  # the workers were taken under a batch: wait before retrying
 
     # -- lifecycle -------------------------------------------------------------------------
 
-    def start(self, state: RunState) -> Pregrader:
+    def start(self, state: RunHolder) -> Pregrader:
         """Become the background grader of the run whose live state is ``state`` (its generate
         and grade nodes find it on their context) and start the grading thread."""
         self.state = state
