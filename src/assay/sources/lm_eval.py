@@ -394,12 +394,9 @@ def choice_rows_of(task: Any, docs: list[tuple[int, Any, list]], where: str, *,
     """One prompt row per document: lm-eval's context, its choices and gold index, and the
     delimiter lm-eval's requests put before each choice (``privileged.delimiter``: the task's
     target delimiter, none under a chat template) the score-choices stage scores with."""
-    import pyarrow as pa
-
-    from assay.builder import rows
-    from assay.rows import Rows, to_json
     from assay.sources.lm_eval_chat import request_delimiter
     from assay.sources.lm_eval_index import doc_meta, task_code
+    from assay.sources.lm_eval_loglik import prompt_rows
 
     delim = request_delimiter(task, chat)
     prompts, privileged, tids, metas = [], [], [], []
@@ -425,13 +422,7 @@ def choice_rows_of(task: Any, docs: list[tuple[int, Any, list]], where: str, *,
                            "delimiter": delim})
         tids.append(str(doc_id))
         metas.append(doc_meta(doc))
-    built = rows(prompts, [""] * len(prompts), None,
-                 references=[p["reference"] for p in privileged], task_ids=tids, meta=metas,
-                 record_names=lambda i: f"document {tids[i]}")
-    t = built.to_arrow()
-    col = pa.array([to_json(p, f"{where} document {tids[i]}") for i, p in enumerate(privileged)],
-                   pa.string())
-    return Rows(t.set_column(t.schema.get_field_index("privileged"), "privileged", col))
+    return prompt_rows(prompts, privileged, tids, metas, where)
 
 
 def document_rows_of(task: Any, docs: list[tuple[int, Any, list]], where: str) -> Rows:
