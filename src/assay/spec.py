@@ -722,8 +722,9 @@ def check_data(spec: StudySpec) -> tuple[list[str], list[str]]:
         for n in m.pass_at.sources or names:
             check_by(m.pass_at.by, n, "measure.pass_at.by")
     if m.choice_accuracy is not None and m.choice_accuracy.by is not None:
-        for n in m.choice_accuracy.sources or [s.name for s in spec.sources
-                                               if getattr(s, "choices", None) is not None]:
+        from assay.stages.modes import default_sources  # the stages import this module
+
+        for n in m.choice_accuracy.sources or default_sources(spec, "choice_accuracy"):
             check_by(m.choice_accuracy.by, n, "measure.choice_accuracy.by")
     for j, c in enumerate(m.compare):
         if c.by is not None:
@@ -741,6 +742,8 @@ def _check_gate_metrics(spec: StudySpec, fields_of: dict[str, set[str] | None]) 
     night runs. Sources whose rows' markers only the run can tell (a plugin source, a user's
     verifier that may return markers) are not judged."""
     import difflib
+
+    from assay.stages.modes import needs_model  # the stages import this module
 
     if spec.nightly is None:
         return []
@@ -764,7 +767,7 @@ def _check_gate_metrics(spec: StudySpec, fields_of: dict[str, set[str] | None]) 
                     open_ended = True
                     break
                 have |= {f.removeprefix("markers.") for f in fields if f.startswith("markers.")}
-                if getattr(s, "generate", None) is not None:
+                if needs_model(s, "generate"):
                     have |= set(GENERATION_MARKERS)
             if open_ended or marker in have:
                 continue

@@ -13,6 +13,7 @@ from assay.rows import Rows
 from assay.spec import StudySpec
 from assay.stages.cache import StageResult, cached_stage, load_rows
 from assay.stages.declare import RunContext, Shard, Stage, declare
+from assay.stages.declare import shard_bounds as shard_bounds  # cut by the shard: re-exported
 from assay.verify.spec import VerifierSpec
 
 STAGE = "grade"  # declared at the end
@@ -35,25 +36,6 @@ def verifier_fingerprint(vspec: VerifierSpec, spec: StudySpec | None = None) -> 
     if callable(own):
         fp["own"] = own(vspec, base)
     return fp
-
-
-def shard_bounds(rows: Rows, shard_rows: int) -> list[tuple[int, int]]:
-    """Row ranges of shards of about ``shard_rows`` rows that never split a task (rows of a task
-    are contiguous after build-rows). Shards are the grading stage's resume unit.
-
-    Example:
-        >>> import assay
-        >>> r = assay.rows(["a", "b", "c"], [["x", "y"], ["z", "w"], ["v"]], [[1, 0], [1, 1], [0]])
-        >>> shard_bounds(r, 3)
-        [(0, 4), (4, 5)]
-    """
-    ids = rows.to_arrow().column("task_id").to_pylist()
-    bounds, start = [], 0
-    for i in range(1, len(ids) + 1):
-        if i == len(ids) or (i - start >= shard_rows and ids[i] != ids[i - 1]):
-            bounds.append((start, i))
-            start = i
-    return bounds
 
 
 def run_grade_shard(ctx: RunContext, rows: StageResult, shard: Shard) -> StageResult:

@@ -20,6 +20,7 @@ from assay.stages.cache import (
     graded_checksums,
 )
 from assay.stages.declare import RunContext, Stage, declare
+from assay.stages.modes import default_sources, row_of
 
 STAGE = "measure"  # declared at the end
 
@@ -40,8 +41,10 @@ class MeasureContext:
     rows: Mapping[str, Any]
     outputs: dict[str, Any]
 
-    def sources_in_mode(self, mode: str) -> list[str]:
-        return [s.name for s in self.spec.sources if s.mode == mode]
+    def default_sources(self, measure: str) -> list[str]:
+        """The sources an entry of ``measure`` without ``sources:`` reads (the mode table's
+        :func:`~assay.stages.modes.default_sources`)."""
+        return default_sources(self.spec, measure)
 
 
 #: A measure: ``fn(entry, ctx) -> [documents]`` for the spec's ``measure.<name>`` entry (a
@@ -106,10 +109,6 @@ def nothing_judged(spec: StudySpec, rows: Mapping[str, Any]) -> dict[str, dict[s
     return out
 
 
-#: The measures' defaults for an entry without ``sources``: every source, or those of a mode.
-_MODE_OF = {"choice_accuracy": "choices", "perplexity": "perplexity"}
-
-
 def without_sources(name: str, e: Any, skip: Mapping[str, Any],
                     ctx: MeasureContext) -> tuple[Any, list[str]]:
     """The entry ``e`` of measure ``name`` without the sources in ``skip``, and those it left
@@ -119,8 +118,7 @@ def without_sources(name: str, e: Any, skip: Mapping[str, Any],
     if not skip:
         return e, []
     if hasattr(e, "sources"):
-        wanted = list(e.sources or (ctx.sources_in_mode(_MODE_OF[name]) if name in _MODE_OF
-                                    else ctx.names))
+        wanted = list(e.sources or ctx.default_sources(name))
         gone = [n for n in wanted if n in skip]
         if not gone:
             return e, []
@@ -180,7 +178,7 @@ def _choice_accuracy(e: Any, ctx: MeasureContext) -> list[dict[str, Any]]:
 
     # by default not a loglikelihood task's rows (one continuation: no choice to be accurate
     # on; lm_eval_metrics reports them)
-    names = e.sources or [m for m in ctx.sources_in_mode("choices")
+    names = e.sources or [m for m in ctx.default_sources("choice_accuracy")
                           if not is_loglik_rows(ctx.rows[m])]
     return [result_doc("choice_accuracy", f"choice_accuracy[{n}]" + (f" by {e.by}" if e.by else ""),
                        choice_accuracy(ctx.rows[n], by=e.by), source=n)
@@ -225,7 +223,7 @@ def _perplexity(e: Any, ctx: MeasureContext) -> list[dict[str, Any]]:
     from assay.report import result_doc
 
     return [result_doc("perplexity", f"perplexity[{n}]", perplexity(ctx.rows[n]), source=n)
-            for n in e.sources or ctx.sources_in_mode("perplexity")]
+            for n in e.sources or ctx.default_sources("perplexity")]
 
 
 @MEASURES.register("compare")
@@ -296,15 +294,15 @@ def reward_row_docs(spec: StudySpec, rows: Mapping[str, Any]) -> list[dict[str, 
 def lm_eval_generate_sources(spec: StudySpec) -> list[str]:
     """The ``kind: lm_eval`` sources with ``generate:`` (a generate_until task): each gets
     every metric lm-eval reports, whatever ``measure:`` asks for."""
-    return [s.name for s in spec.sources
-            if getattr(s, "kind", None) == "lm_eval" and s.mode == "generate"]
+    return [n for n in default_sources(spec, "lm_eval_metrics")
+            if getattr(spec.source(n), "kind", None) == "lm_eval"]
 
 
 def lm_eval_choice_sources(spec: StudySpec) -> list[str]:
     """The ``kind: lm_eval`` sources with ``choices:`` (a multiple_choice task): each gets
     every metric lm-eval reports (mcc, f1, a task's own), whatever ``measure:`` asks for."""
-    return [s.name for s in spec.sources
-            if getattr(s, "kind", None) == "lm_eval" and s.mode == "choices"]
+    return [n for n in default_sources(spec, "lm_eval_mc_metrics")
+            if getattr(spec.source(n), "kind", None) == "lm_eval"]
 
 
 def lm_eval_docs(spec: StudySpec, rows: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -353,7 +351,7 @@ def lm_eval_group_docs(spec: StudySpec, rows: Mapping[str, Any]) -> list[dict[st
                 agg, note = None, "an lm-eval tag: lm-eval reports no aggregate for a tag"
             elif agg is None:
                 note = "lm-eval gives no aggregate for this group (no aggregate_metric_list)"
-            elif g["mode"] == "perplexity":
+            elif not row_of(g["mode"]).group_mean:
                 agg, note = None, ("a perplexity group: lm-eval's aggregate is a mean of "
                                    "perplexities, which assay does not report")
             elif any(t not in measured for t in node.leaves()):

@@ -1,39 +1,148 @@
-"""Each source mode's per-shard stages: the one table the study graph (and so the one-slot order
-and the Prefect flow) reads, so nothing probes a source's optional fields to find out what it is.
+"""The mode table: per source mode, everything the mode decides (its per-shard stages, how its
+rows are cut into shards, the measures that read its sources by default, which model it needs).
 
-A mode's stages run shard by shard, each on the previous one's output (the first on the
-source's filtered rows, cut by its ``rows_per_shard``); a mode with none keeps the filtered
-rows as they are (``scores``: given verdicts).
+The study graph, the measure and report stages and the spec's checks read a source's row here
+instead of comparing its mode with a string, so adding a source mode is its row
+(:func:`declare_mode`) plus its stages. A mode's stages run shard by shard, each on the previous
+one's output (the first on the source's filtered rows, cut by ``cut``); a mode with no stages
+keeps the filtered rows whole (``scores``: given verdicts).
 
 Example:
-    >>> MODE_STAGES["generate"], MODE_STAGES["scores"]
-    (('generate', 'grade'), ())
-    >>> sorted(LOGLIK_STAGES)
-    ['choices', 'perplexity']
+    >>> MODES["generate"].stages, MODES["scores"].stages, MODES["choices"].model
+    (('generate', 'grade'), (), 'scorer')
+    >>> sorted(LOGLIK_STAGES), MODE_STAGES["verify"]
+    (['choices', 'perplexity'], ('grade',))
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal
 
-from assay.sources.base import Mode
-from assay.stages import generate, grade, score_choices, score_documents  # noqa: F401 (declared)
 from assay.stages.cache import StageResult
-from assay.stages.declare import STAGES
+from assay.stages.declare import STAGES, shard_bounds
 
-#: mode -> the names of its per-shard stages, in the order they run on a shard.
-MODE_STAGES: Mapping[Mode, tuple[str, ...]] = {
-    "scores": (),
-    "verify": ("grade",),
-    "generate": ("generate", "grade"),
-    "choices": ("score-choices",),
-    "perplexity": ("score-documents",),
+if TYPE_CHECKING:
+    from assay.rows import Rows
+    from assay.spec import StudySpec
+
+#: Which model a mode's stages need: the model under test asked for completions
+#: (``generate``: ``generate.model``), a model scoring the records' log-likelihoods
+#: (``scorer``: the source's ``scoring_model``), or none.
+ModelSlot = Literal["generate", "scorer"] | None
+
+#: ``cut(rows, rows_per_shard)``: the (start, stop) row ranges of a source's shards.
+Cut = Callable[["Rows", int], list[tuple[int, int]]]
+
+
+@dataclass(frozen=True)
+class ModeRow:
+    """One mode's row. ``stages``: the names of its per-shard stages, in the order they run on
+    a shard. ``cut``: how its filtered rows are cut into shards (None: whole, one unsharded
+    node per following stage); the first stage's ``rows_per_shard`` says how many rows.
+    ``measures``: the measures (and the lm-eval metric sets) whose entries without
+    ``sources:`` read this mode's sources; a measure no row lists reads every source.
+    ``model``: the model its stages need (:data:`ModelSlot`). ``group_mean``: whether a mean
+    of its tasks' scores is a score (not for perplexity: a corpus-level ratio)."""
+
+    stages: tuple[str, ...]
+    cut: Cut | None = shard_bounds
+    measures: tuple[str, ...] = ()
+    model: ModelSlot = None
+    group_mean: bool = True
+
+
+#: mode -> its row. ``lm_eval_metrics`` / ``lm_eval_mc_metrics``: every metric lm-eval reports,
+#: for a ``kind: lm_eval`` source's generate_until / multiple_choice task.
+MODES: dict[str, ModeRow] = {
+    "scores": ModeRow((), cut=None),
+    "verify": ModeRow(("grade",)),
+    "generate": ModeRow(("generate", "grade"), measures=("lm_eval_metrics",), model="generate"),
+    "choices": ModeRow(("score-choices",), measures=("choice_accuracy", "lm_eval_mc_metrics"),
+                       model="scorer"),
+    "perplexity": ModeRow(("score-documents",), measures=("perplexity",), model="scorer",
+                          group_mean=False),
 }
 
-#: Modes whose rows a model scores by log-likelihood, shard by shard, in place of generate and
-#: grade: the mode's scoring stage function.
-LOGLIK_STAGES: Mapping[str, Callable[..., StageResult]] = {
-    mode: STAGES[names[0]].fn for mode, names in MODE_STAGES.items()
-    if mode in ("choices", "perplexity")}
 
-__all__ = ["LOGLIK_STAGES", "MODE_STAGES"]
+def declare_mode(mode: str, row: ModeRow) -> ModeRow:
+    """Add source mode ``mode`` (a source kind whose ``mode`` says it; its stages declared
+    with :func:`~assay.stages.declare.declare`)."""
+    MODES[mode] = row
+    return row
+
+
+def row_of(mode: str) -> ModeRow:
+    """``mode``'s row; an unknown mode names the table (a kind whose mode has no row)."""
+    try:
+        return MODES[mode]
+    except KeyError:
+        raise ValueError(f"source mode {mode!r} has no row in the mode table "
+                         f"(assay.stages.modes.MODES: {sorted(MODES)}); declare_mode it") from None
+
+
+def default_sources(spec: StudySpec, measure: str) -> list[str]:
+    """The sources an entry of ``measure`` without ``sources:`` reads: those whose mode lists
+    it, or every source when no mode does.
+
+    Example:
+        >>> from assay.spec import parse_spec
+        >>> spec = parse_spec("{name: d, sources: [{name: a, kind: file, path: a.jsonl, "
+        ...                   "fields: {prompt: q, completion: c, reward: r}}]}")
+        >>> default_sources(spec, "pass_at"), default_sources(spec, "perplexity")
+        (['a'], [])
+    """
+    if not any(measure in r.measures for r in MODES.values()):
+        return [s.name for s in spec.sources]
+    return [s.name for s in spec.sources if measure in row_of(s.mode).measures]
+
+
+def needs_model(source: object, slot: Literal["generate", "scorer"]) -> bool:
+    """Whether ``source``'s mode needs a model of ``slot`` (:attr:`ModeRow.model`)."""
+    return row_of(getattr(source, "mode")).model == slot
+
+
+class _StageFns(Mapping[str, Callable[..., StageResult]]):
+    """mode -> its scoring stage's function, for the modes whose model is a ``scorer``; read
+    from :data:`STAGES` when asked, so this module need not import the stage modules to have
+    them registered (``assay.stages`` imports every one)."""
+
+    def _modes(self) -> list[str]:
+        return [m for m, r in MODES.items() if r.model == "scorer"]
+
+    def __getitem__(self, mode: str) -> Callable[..., StageResult]:
+        if mode not in self._modes():
+            raise KeyError(mode)
+        return STAGES[MODES[mode].stages[0]].fn
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._modes())
+
+    def __len__(self) -> int:
+        return len(self._modes())
+
+
+class _Stages(Mapping[str, tuple[str, ...]]):
+    """mode -> its stage names (:attr:`ModeRow.stages`), a view of :data:`MODES`."""
+
+    def __getitem__(self, mode: str) -> tuple[str, ...]:
+        return MODES[mode].stages
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(MODES)
+
+    def __len__(self) -> int:
+        return len(MODES)
+
+
+#: mode -> the names of its per-shard stages (a view of :data:`MODES`).
+MODE_STAGES: Mapping[str, tuple[str, ...]] = _Stages()
+
+#: Modes whose rows a model scores by log-likelihood, shard by shard, in place of generate and
+#: grade: the mode's scoring stage function (a view of :data:`MODES`).
+LOGLIK_STAGES: Mapping[str, Callable[..., StageResult]] = _StageFns()
+
+
+__all__ = ["LOGLIK_STAGES", "MODES", "MODE_STAGES", "ModeRow", "ModelSlot", "declare_mode",
+           "default_sources", "needs_model", "row_of"]

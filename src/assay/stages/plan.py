@@ -30,7 +30,7 @@ from assay.stages.cache import cached_only, print_progress
 from assay.stages.chain import Call, InlineExecutor, StudyRun, direct_call, run_chain
 from assay.stages.declare import STAGES, Progress, RunContext, the_stage, with_role
 from assay.stages.graph import Executor, Graph, Node, ThreadExecutor, run_graph
-from assay.stages.modes import MODE_STAGES
+from assay.stages.modes import row_of
 from assay.stages.score_rows import preload
 from assay.stages.slots import model_device, scoring_slots
 from assay.stages.stream import Pregrader
@@ -183,7 +183,7 @@ def _warm_imports() -> list[str]:
 def _grades_ahead(source_mode: Mode) -> bool:
     """Whether a mode's shards make completions that a later stage of theirs may grade ahead
     (``Stage.results_role``, ``Stage.grades_ahead``)."""
-    roles = [STAGES[n] for n in MODE_STAGES[source_mode]]
+    roles = [STAGES[n] for n in row_of(source_mode).stages]
     return any(a.results_role == "completions" and any(b.grades_ahead for b in roles[i + 1:])
                for i, a in enumerate(roles))
 

@@ -18,6 +18,7 @@ from assay.stages.cache import (
     load_doc,
 )
 from assay.stages.declare import RunContext, Stage, declare
+from assay.stages.modes import needs_model
 from assay.store import Store
 
 if TYPE_CHECKING:
@@ -49,8 +50,9 @@ def run_report(ctx: RunContext, graded: Mapping[str, Sequence[StageResult]],
             r = concat_rows(store, graded[s.name])
             entry = {"name": s.name, "rows": len(r),
                      "tasks": len(set(r.to_arrow().column("task_id").to_pylist())),
-                     "verifier": (s.verifier.label() if s.verifier else "given scores")
-                     if _scored_by(s) is None else f"log-likelihood ({_scored_by(s)})",
+                     "verifier": f"log-likelihood ({_scored_by(s)})"
+                     if needs_model(s, "scorer")
+                     else s.verifier.label() if s.verifier else "given scores",
                      "guard_stopped": guard_counts(r)}
             if s.verifier is not None:
                 entry["unjudged"] = unjudged_summary(r)

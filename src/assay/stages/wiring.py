@@ -1,5 +1,5 @@
 """The study as a graph of stage nodes, derived from the stage declarations (:data:`STAGES`) and
-the modes table (:data:`MODE_STAGES`): no stage is named here.
+the mode table (:data:`~assay.stages.modes.MODES`): no stage or mode is named here.
 
 Per source: its ``source`` stages (build-rows -> filter-rows), then, once its filtered rows
 exist, per shard its mode's stages and the ``shard`` stages that apply to it (score-rows);
@@ -21,9 +21,8 @@ from typing import TYPE_CHECKING, Any
 
 from assay.stages.cache import StageResult, load_rows, print_progress
 from assay.stages.declare import STAGES, Progress, RunContext, Shard, Stage
-from assay.stages.grade import shard_bounds
 from assay.stages.graph import GROUP, Graph, Node
-from assay.stages.modes import MODE_STAGES
+from assay.stages.modes import ModeRow, row_of
 
 if TYPE_CHECKING:
     from assay.spec import StudySpec
@@ -71,7 +70,8 @@ def _add_source(g: Graph, ctx: RunContext, si: int, source_stages: Sequence[Stag
                 shard_stages: Sequence[Stage]) -> None:
     """A source's ``source`` nodes, the last of which cuts its rows into shards."""
     spec, name = ctx.spec, ctx.source
-    mode = [STAGES[n] for n in MODE_STAGES[spec.source(name).mode]]
+    row = row_of(spec.source(name).mode)
+    mode = [STAGES[n] for n in row.stages]
     after = [s for s in shard_stages if s not in mode and s.applies is not None
              and s.applies(spec, name)]
     last = f"{source_stages[-1].name}[{name}]"
@@ -84,7 +84,7 @@ def _add_source(g: Graph, ctx: RunContext, si: int, source_stages: Sequence[Stag
         g.add(Node(nid, st.name, _source_args(ctx, deps), st.fn, deps=deps,
                    resources=st.slots(spec, name), order=(0, si, step), label=name,
                    scope="source",
-                   expand=_shards(ctx, si, len(source_stages), mode, after)
+                   expand=_shards(ctx, si, len(source_stages), row, mode, after)
                    if is_last else None,
                    groups=((graded,) if is_last and not mode else ())
                    + ((final,) if is_last and not mode and not after else ())))
@@ -94,20 +94,22 @@ def _source_args(ctx: RunContext, deps: tuple[str, ...]) -> Args:
     return lambda get: ((ctx, *(get(d) for d in deps)), {})
 
 
-def _shards(ctx: RunContext, si: int, step0: int, mode: Sequence[Stage],
+def _shards(ctx: RunContext, si: int, step0: int, row: ModeRow, mode: Sequence[Stage],
             after: Sequence[Stage]) -> Callable[[StageResult], list[Node]]:
     """A source's shard nodes, made once its filtered rows exist: its mode's stages, then the
-    ones that apply to it, each on the previous one's output of the same shard."""
+    ones that apply to it, each on the previous one's output of the same shard; the rows cut
+    as the mode's row says."""
     spec, name = ctx.spec, ctx.source
     chain = [*mode, *after]
 
     def expand(filtered: StageResult) -> list[Node]:
         if not chain:
             return []
-        if mode:  # cut where the first stage says (a generate shard: prompts for ~shard_rows)
+        if row.cut is not None:  # as many rows as the first stage says (a generate shard:
+            # prompts for ~shard_rows completions)
             per = chain[0].rows_per_shard
             rows = load_rows(ctx.store, filtered)
-            cuts = shard_bounds(rows, per(spec, name) if per else spec.execution.shard_rows)
+            cuts = row.cut(rows, per(spec, name) if per else spec.execution.shard_rows)
             labels = [Shard(i, len(cuts), b).label(name) for i, b in enumerate(cuts)]
         else:  # the given rows, whole
             cuts, labels = [(0, int(filtered.summary["rows"]))], [name]
