@@ -163,7 +163,7 @@ def _pass_at(e: Any, ctx: MeasureContext) -> list[dict[str, Any]]:
     from assay.report import result_doc
 
     docs = []
-    for n in e.sources or ctx.names:
+    for n in e.sources or ctx.default_sources("pass_at"):
         docs.append(result_doc("pass_at", f"pass_at[{n}]", pass_at(ctx.rows[n], k=e.k), source=n))
         if e.by is not None:
             docs.append(_by_doc(pass_at_by(ctx.rows[n], e.by, k=e.k), n))
@@ -249,7 +249,7 @@ def _eval_variance(e: Any, ctx: MeasureContext) -> list[dict[str, Any]]:
     from assay.report import result_doc
 
     return [result_doc("eval_variance", f"eval_variance[{n}]", eval_variance(ctx.rows[n]),
-                       source=n) for n in e.sources or ctx.names]
+                       source=n) for n in e.sources or ctx.default_sources("eval_variance")]
 
 
 @MEASURES.register("holdout_size")

@@ -25,6 +25,7 @@ from assay.stages.declare import STAGES, shard_bounds
 
 if TYPE_CHECKING:
     from assay.rows import Rows
+    from assay.sources.base import SourceSpec
     from assay.spec import StudySpec
 
 #: Which model a mode's stages need: the model under test asked for completions
@@ -98,9 +99,9 @@ def default_sources(spec: StudySpec, measure: str) -> list[str]:
     return [s.name for s in spec.sources if measure in row_of(s.mode).measures]
 
 
-def needs_model(source: object, slot: Literal["generate", "scorer"]) -> bool:
+def needs_model(source: SourceSpec, slot: Literal["generate", "scorer"]) -> bool:
     """Whether ``source``'s mode needs a model of ``slot`` (:attr:`ModeRow.model`)."""
-    return row_of(getattr(source, "mode")).model == slot
+    return row_of(source.mode).model == slot
 
 
 class _StageFns(Mapping[str, Callable[..., StageResult]]):
