@@ -1,20 +1,29 @@
-"""The one-at-a-time order: the study graph (``assay.stages.wiring``) run with one slot, each
-node in the calling thread through a ``call`` hook; :class:`StudyRun` is what every run returns.
+"""The run builder: :class:`StudyPlan` builds a study run's one graph (``assay.stages.wiring``),
+or follows another run's, and turns what ran into the :class:`StudyRun` every run returns; and
+the one-at-a-time order, that graph run with one slot, each node in the calling thread.
 
-``run_chain`` is the reference the concurrent graph is compared against byte for byte, and
-what ``run_study(mode="chain")`` runs.
+Every run is built here: ``run_chain`` (the reference the concurrent graph is compared against
+byte for byte, and what ``run_study(mode="chain")`` runs), ``run_study``'s graph, the fully
+cached rerun and the head start (``assay.stages.plan``, ``assay.stages.headstart``).
+
+Example:
+    >>> from assay.spec import parse_spec
+    >>> spec = parse_spec("{name: d, sources: [{name: a, kind: file, path: a.jsonl, "
+    ...                   "fields: {prompt: q, completion: c, reward: r}}]}")
+    >>> sorted(StudyPlan.build(spec, None, progress=None).graph.nodes)
+    ['build-rows[a]', 'filter-rows[a]', 'measure', 'report']
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from assay.spec import StudySpec
 from assay.stages.cache import StageResult, print_progress
-from assay.stages.declare import Progress, the_stage
-from assay.stages.graph import Node, run_graph
+from assay.stages.declare import Progress, RunContext, the_stage
+from assay.stages.graph import Graph, GraphRun, Node, run_graph
 from assay.stages.wiring import study_graph
 from assay.store import Store
 
@@ -75,13 +84,53 @@ class StudyRun:
         return [f"{r.stage}[{r.label}]" for r in self.results if not r.cached]
 
 
+@dataclass(frozen=True)
+class StudyPlan:
+    """One study run's graph, built once (:meth:`build`) or following another run's
+    (:meth:`follow`), for the spec and store it runs with. Which node runs when is the
+    runner's policy (``assay.stages.plan``), never the plan's."""
+
+    spec: StudySpec
+    store: Store
+    graph: Graph
+
+    @classmethod
+    def build(cls, spec: StudySpec, store: Store | None, *,
+              progress: Progress | None = print_progress,
+              workers: int | None = None) -> StudyPlan:
+        """The study's graph (its shards are added when a source's filtered rows exist);
+        ``workers``: grading processes, else the spec's ``execution.workers``."""
+        graph = study_graph(spec, store, progress=progress,  # type: ignore[arg-type]
+                            workers=workers or spec.execution.workers)
+        return cls(spec, store, graph)  # type: ignore[arg-type]  # a listing needs no store
+
+    def follow(self, spec: StudySpec, store: Store) -> StudyPlan:
+        """The plan of a run that records this one's (the flow recording a head start): this
+        graph's nodes and, as this run makes them, its shards (one graph per ``assay run``:
+        the rows are cut once), each node called with ``spec`` and ``store`` (the ones its
+        recorded task shows, and computes with where this run never ran it)."""
+        def adapt(node: Node) -> Node:
+            inner = node.args
+
+            def args(get: Callable[[str], Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
+                a, kw = inner(get)
+                if a and isinstance(a[0], RunContext):
+                    a = (replace(a[0], spec=spec, store=store), *a[1:])
+                return a, kw
+            return replace(node, args=args)
+        return StudyPlan(spec, store, self.graph.follower(adapt))
+
+    def result(self, run: GraphRun, facts: dict[str, Any] | None = None) -> StudyRun:
+        """What ``run`` (this plan's graph, run) returns: every result in the chain's order,
+        each source's final rows, the report."""
+        graded = {s.name: run.group(f"final:{s.name}") for s in self.spec.sources}
+        return StudyRun(self.spec.checksum(), tuple(run.ordered()), graded,
+                        run.results[the_stage("report")], facts or {})
+
+
 def run_chain(spec: StudySpec, store: Store, *, call: Call = direct_call,
               progress: Progress | None = print_progress,
               workers: int | None = None) -> StudyRun:
     """Run the study one node at a time (``call`` decides how each stage function runs)."""
-    graph = study_graph(spec, store, progress=progress,
-                        workers=workers or spec.execution.workers)
-    run = run_graph(graph, InlineExecutor(call), max_parallel=1)
-    graded = {s.name: run.group(f"final:{s.name}") for s in spec.sources}
-    return StudyRun(spec.checksum(), tuple(run.ordered()), graded,
-                    run.results[the_stage("report")])
+    plan = StudyPlan.build(spec, store, progress=progress, workers=workers)
+    return plan.result(run_graph(plan.graph, InlineExecutor(call), max_parallel=1))

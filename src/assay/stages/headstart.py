@@ -26,9 +26,9 @@ from typing import Any
 
 from assay.spec import StudySpec
 from assay.stages.cache import StageResult, print_progress
-from assay.stages.chain import StudyRun
+from assay.stages.chain import StudyPlan, StudyRun
 from assay.stages.graph import Graph, Node, ThreadExecutor
-from assay.stages.plan import follower, max_parallel_for, run_study, study_graph
+from assay.stages.plan import max_parallel_for, run_study
 from assay.stages.slots import model_device, on_cpu
 from assay.store import Store
 
@@ -87,9 +87,10 @@ class HeadStart:
         self._lock = threading.Lock()
         self._ended = threading.Event()
         self._thread: threading.Thread | None = None
-        #: the run's one graph: the flow that records this run follows it (:meth:`follower`)
-        self.graph = study_graph(spec, store, progress=print_progress,
-                                 workers=spec.execution.workers)
+        #: the run's one plan (its graph): the flow that records this run follows it
+        #: (:meth:`follower`)
+        self.plan = StudyPlan.build(spec, store, progress=print_progress)
+        self.graph = self.plan.graph
 
     @staticmethod
     def wanted(spec: StudySpec) -> bool:
@@ -141,8 +142,8 @@ class HeadStart:
 
     def follower(self, spec: StudySpec, store: Store) -> Graph:
         """The graph for the flow that records this run (its spec and store): this run's
-        graph, its shards as this run cuts them (:func:`assay.stages.plan.follower`)."""
-        return follower(self.graph, spec, store)
+        graph, its shards as this run cuts them (:meth:`StudyPlan.follow`)."""
+        return self.plan.follow(spec, store).graph
 
     def result(self, node_id: str) -> Any:
         """The head start's result for the node (waits while it runs), or :data:`NOT_RUN`.

@@ -27,7 +27,7 @@ from assay.judging import Verifier
 from assay.sources.base import Mode
 from assay.spec import StudySpec
 from assay.stages.cache import cached_only, print_progress
-from assay.stages.chain import Call, InlineExecutor, StudyRun, direct_call, run_chain
+from assay.stages.chain import Call, InlineExecutor, StudyPlan, StudyRun, direct_call, run_chain
 from assay.stages.declare import STAGES, Progress, RunContext, the_stage, with_role
 from assay.stages.graph import Executor, Graph, Node, ThreadExecutor, run_graph
 from assay.stages.modes import row_of
@@ -238,8 +238,9 @@ def _run_graph(spec: StudySpec, store: Store, *, executor: Executor | None,
     # every heavy import the nodes make here, done before they run side by side (why: see
     # assay.libguard); the preloaded scoring models load in their own process
     libguard.prepare(spec, loader.remote_models() if loader is not None else ())
-    if graph is None:
-        graph = study_graph(spec, store, progress=progress, workers=workers)
+    plan = (StudyPlan(spec, store, graph) if graph is not None
+            else StudyPlan.build(spec, store, progress=progress, workers=workers))
+    graph = plan.graph
     if loader is not None:
         graph.on_add = _while_loading(loader)  # shard nodes are added as their rows exist
         loader.wake = graph.wake
@@ -271,31 +272,17 @@ def _run_graph(spec: StudySpec, store: Store, *, executor: Executor | None,
     if loader is not None:
         loader.join()
         loader.close()
-    graded = {s.name: run.group(f"final:{s.name}") for s in spec.sources}
     facts: dict[str, Any] = {}
     if ahead is not None and ahead.graded:
         # rows graded while their shard still generated, and how many their grade nodes took
         # (fewer: a batch no node waited for, e.g. its shard's generation failed)
         facts["graded_ahead"] = {"rows": ahead.graded, "used": ahead.used}
-    return StudyRun(spec.checksum(), tuple(run.ordered()), graded,
-                    run.results[the_stage("report")], facts)
+    return plan.result(run, facts)
 
 
 def follower(leader: Graph, spec: StudySpec, store: Store) -> Graph:
-    """The study graph of a run that records ``leader``'s run (the flow recording a head
-    start): ``leader``'s nodes and, as its run makes them, its shards (one graph per ``assay
-    run``: the rows are cut once), each node called with this run's spec and store (the
-    ones its recorded task shows, and computes with where the leader never ran it)."""
-    def adapt(node: Node) -> Node:
-        inner = node.args
-
-        def args(get: Callable[[str], Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
-            a, kw = inner(get)
-            if a and isinstance(a[0], RunContext):
-                a = (replace(a[0], spec=spec, store=store), *a[1:])
-            return a, kw
-        return replace(node, args=args)
-    return leader.follower(adapt)
+    """The study graph of a run that records ``leader``'s run (:meth:`StudyPlan.follow`)."""
+    return StudyPlan(spec, store, leader).follow(spec, store).graph
 
 
 def _pregrader(spec: StudySpec, store: Store, graph: Graph, workers: int | None
@@ -334,7 +321,7 @@ def serve_cached(spec: StudySpec, store: Store, *,
     """The study run when every node's key is already in the store, else None (nothing is
     computed, nothing in the store changes, nothing is printed). What ``assay run`` tries
     before it starts Prefect: a fully cached rerun needs no orchestration."""
-    graph = study_graph(spec, store, progress=None, workers=spec.execution.workers)
+    plan = StudyPlan.build(spec, store, progress=None)
     # On an object store each node's lookup is a few round trips (its ref, its pointer, its
     # outputs), so independent nodes read side by side; a local store answers in microseconds,
     # inline. Only for specs whose kinds import nothing heavy: this path never warms imports
@@ -344,14 +331,12 @@ def serve_cached(spec: StudySpec, store: Store, *,
     ex: Executor = (ThreadExecutor(CACHED_READERS, in_context=True) if side_by_side
                     else InlineExecutor())
     with cached_only():
-        run = run_graph(graph, ex, max_parallel=CACHED_READERS if side_by_side else 1,
+        run = run_graph(plan.graph, ex, max_parallel=CACHED_READERS if side_by_side else 1,
                         raise_first=False)
-    report = the_stage("report")
-    if run.failed or run.skipped or report not in run.results:
+    if run.failed or run.skipped or the_stage("report") not in run.results:
         return None
-    results = run.ordered()
+    served = plan.result(run)
     if progress is not None:
-        for r in results:
+        for r in served.results:
             progress(r)
-    graded = {s.name: run.group(f"final:{s.name}") for s in spec.sources}
-    return StudyRun(spec.checksum(), tuple(results), graded, run.results[report])
+    return served
