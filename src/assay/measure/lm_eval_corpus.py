@@ -41,7 +41,8 @@ def aggregation_ref(fn: Any) -> str | None:
         if f is fn:
             return str(name)
     mod, qual = getattr(fn, "__module__", None), getattr(fn, "__qualname__", None)
-    if not mod or not qual or "<" in qual:
+    # every part an identifier: a fresh process (the measure stage) can import it by name
+    if not mod or not qual or not all(p.isidentifier() for p in f"{mod}.{qual}".split(".")):
         return None
     try:
         got = resolve(f"{mod}:{qual}")
@@ -70,9 +71,17 @@ def json_item(v: Any) -> Any:
     """A document's item as JSON holds it (tuples become lists), or ValueError when JSON
     cannot hold it (then the rows could not carry it)."""
     try:
-        return json.loads(json.dumps(v, allow_nan=False))
+        return json.loads(json.dumps(v, allow_nan=False, default=_plain))
     except (TypeError, ValueError) as e:
         raise ValueError(f"{v!r:.60} is not JSON ({e})") from None
+
+
+def _plain(x: Any) -> Any:
+    """A numpy scalar as its Python value (lm-eval's argmax gives ``np.int64``)."""
+    item = getattr(x, "item", None)
+    if callable(item) and getattr(x, "shape", None) == ():
+        return item()
+    raise TypeError(f"Object of type {type(x).__name__} is not JSON serializable")
 
 
 def from_json(item: Any) -> Any:

@@ -116,6 +116,8 @@ def _aggregation_refusal(metric: str, agg: Any) -> str | None:
     from pathlib import Path
 
     path, _, fname = str(agg).rpartition(".")
+    if _shipped_module(path):  # lm-eval imports it as lm_eval.tasks.<folder>.<file>
+        return None
     try:
         tree = ast.parse(Path(path + ".py").read_text(encoding="utf-8"))
     except (OSError, SyntaxError, ValueError):
@@ -124,6 +126,21 @@ def _aggregation_refusal(metric: str, agg: Any) -> str | None:
            and fname in _defines(n) for n in tree.body):
         return _own_file(metric, fname)
     return None
+
+
+def _shipped_module(path: str) -> bool:
+    """Whether a ``!function`` file is one of lm-eval's shipped tasks' with an importable
+    module name (lm-eval's loader names it ``lm_eval.tasks.<folder>.<file>``)."""
+    from pathlib import Path
+
+    import lm_eval
+
+    root = Path(lm_eval.__file__).parent / "tasks"
+    try:
+        rel = Path(path).resolve().relative_to(root.resolve())
+    except ValueError:
+        return False
+    return all(p.isidentifier() for p in rel.parts)
 
 
 def _defines(node: Any) -> list[str]:
