@@ -8,7 +8,7 @@ Each indexed task's config (includes merged, ``!function`` unresolved) goes thro
 checks a source runs before loading data (:mod:`assay.sources.lm_eval_index`,
 :mod:`assay.sources.lm_eval_metrics`): its output type, its own ``process_results``, its
 ``metric_list`` and aggregations, a ``filter_list``; a ``generate_until`` task's ``repeats``,
-its aggregations (a mean over documents) and its ``generation_kwargs``. "runs" means the
+an aggregation function rows cannot name and its ``generation_kwargs``. "runs" means the
 index check passes; a task can still be refused once its documents are read (multiple gold
 targets, a rolling or loglikelihood ``process_results`` that does not give lm-eval's numbers,
 an unreachable dataset; multiple-input tasks such as winogrande run). Python task classes are

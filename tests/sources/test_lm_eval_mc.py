@@ -111,10 +111,24 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         pairs.append({"sentence": _words(rnd, 4), "a": ab[0], "b": ab[1], "label": label})
     _write(base / "data" / "pairs.jsonl", pairs)
     (tasks / "pairs.yaml").write_text(PAIRS.format(data=base / "data" / "pairs.jsonl"))
+    # afrixnli (English): f1 aggregated by its YAML's own !function (weighted_f1_score)
+    afx = tasks / "afrixnli"
+    afx.mkdir()
+    shipped_afx = shipped / "afrixnli" / "direct" / "prompt_1"
+    shutil.copy(shipped_afx / "utils.py", afx / "utils.py")
+    nli = [{"premise": _words(rnd, 5), "hypothesis": _words(rnd, 3), "label": i % 3}
+           for i in range(12)]
+    _write(base / "data" / "afx.jsonl", nli)
+    (afx / "afrixnli_yaml").write_text(_local(shipped_afx / "afrixnli_yaml", {
+        s: base / "data" / "afx.jsonl" for s in ("validation", "test")}))
+    (afx / "afrixnli_eng.yaml").write_text("\n".join(
+        ln for ln in (shipped_afx / "afrixnli_eng.yaml").read_text().splitlines()
+        if not ln.startswith("dataset_name:")) + "\n")
     model = build_tiny_bpe_lm(base / "my-model")
     lm = HFLM(pretrained=str(model), dtype="float32", batch_size=8, device="cpu",
               max_length=WINDOW)
-    res = simple_evaluate(model=lm, tasks=["truthfulqa_mc2", "cola", "lmx_pairs"],
+    res = simple_evaluate(model=lm, tasks=["truthfulqa_mc2", "cola", "lmx_pairs",
+                                           "afrixnli_eng_prompt_1"],
                           log_samples=True, bootstrap_iters=ITERS,
                           task_manager=TaskManager(include_path=str(tasks),
                                                    include_defaults=False))
@@ -224,3 +238,41 @@ def test_study_reports_lm_evals_mc2_and_mcc(world: dict[str, Any], tmp_path: Pat
     items = [tuple(s["mcc"]) for s in _samples(world, "lmx_pairs")]
     assert len({p for _, p in items}) == 2, "the model predicts one class: mcc is trivially 0"
     assert abs(dict(got)["mcc,none"]) > 0.05 and dict(got)["f1,none"] > 0, items
+
+
+@pytest.mark.slow
+def test_task_function_aggregation_equals_simple_evaluate(world: dict[str, Any],
+                                                          tmp_path: Path) -> None:
+    """afrixnli's f1 is aggregated by its YAML's ``!function`` (weighted_f1_score): each row
+    keeps lm-eval's (gold, pred) item, and report.json's f1 and acc equal simple_evaluate's; its
+    f1 has no lm-eval stderr (lm-eval prints N/A) but an interval over documents. Before, the
+    task was refused ("aggregated by ...weighted_f1_score")."""
+    from assay.spec import parse_spec
+    from assay.stages import concat_rows, load_doc, run_study
+    from assay.store import Store
+
+    task = "afrixnli_eng_prompt_1"
+    spec = parse_spec(yaml.safe_dump({"version": 1, "name": "afx", "sources": [
+        _source(world, "afx", task)]}), source="afx.yaml", base_dir=str(tmp_path))
+    store = Store(tmp_path / "store")
+    run = run_study(spec, store, progress=None)
+    res = world["res"]["results"][task]
+    rows = sorted(concat_rows(store, run.graded["afx"]), key=lambda r: int(r["task_id"]))
+    samples = _samples(world, task)
+    assert len(rows) == len(samples) == 12
+    for r, s in zip(rows, samples):
+        items = r["judge_meta"]["lm_eval"]["items"]
+        assert items["f1,none"] == list(s["f1"]) and items["acc,none"] == s["acc"], s["doc_id"]
+    measured = next(x for x in run.results if x.stage == "measure")
+    doc = next(d for d in load_doc(store, measured, "measurements")
+               if d["label"] == "lm_eval_metrics[afx]")
+    est = {e["name"]: e for e in doc["estimates"]}
+    assert list(est) == ["f1,none", "acc,none"]
+    assert est["f1,none"]["value"] == pytest.approx(res["f1,none"], abs=1e-12)
+    assert est["acc,none"]["value"] == pytest.approx(res["acc,none"], abs=1e-12)
+    assert res["f1_stderr,none"] == "N/A" and doc["data"]["stderr"][0] is None
+    assert est["f1,none"]["low"] <= est["f1,none"]["value"] <= est["f1,none"]["high"]
+    # the window cuts the context to the prompt's fixed ending: one predicted class, yet the
+    # weighted f1 is neither 0 nor the accuracy (what a mean of the items would not give)
+    assert 0 < est["f1,none"]["value"] < 1
+    assert est["f1,none"]["value"] != pytest.approx(est["acc,none"]["value"], abs=1e-6)

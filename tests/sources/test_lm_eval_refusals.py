@@ -38,6 +38,10 @@ def mc2(doc, results):  # the shape of truthfulqa_mc2's: its own number, not acc
     return {"acc": 0.5}
 
 
+def own_agg(items):  # an aggregation of the task's own file: rows cannot name it
+    return 0.0
+
+
 def own_counts(doc, results):  # a perplexity counted differently from lm-eval's pairs
     (ll,) = results
     return {"word_perplexity": (ll, 3), "bits_per_byte": (2 * ll, 9)}
@@ -66,6 +70,7 @@ TASKS = {  # name: (the templated head, what follows it)
     "lmx_cola": (MC, "metric_list: [{metric: mcc}]\n"),
     "lmx_f1": (MC, "metric_list: [{metric: acc}, {metric: f1}]\n"),
     "lmx_median": (MC, "metric_list: [{metric: acc, aggregation: median}]\n"),
+    "lmx_own_agg": (MC, "metric_list: [{metric: acc, aggregation: !function utils.own_agg}]\n"),
     "lmx_brier": (MC, "metric_list: [{metric: acc}, {metric: brier_score}]\n"),
     "lmx_mc2_median": (MC, "process_results: !function utils.mc2\n"
                        "metric_list: [{metric: acc, aggregation: median}]\n"),
@@ -123,26 +128,27 @@ def _problem(base: Path, task: str, mode: str = "choices") -> str:
 
 @pytest.mark.parametrize(("task", "why"), [
     ("lmx_brier", "asks for 'brier_score', which assay does not compute"),
-    ("lmx_median", "'acc' is aggregated by 'median'"),
-    ("lmx_mc2_median", "'acc' is aggregated by 'median'"),
+    ("lmx_own_agg", "'acc' is aggregated by 'own_agg', a function of the task's own file"),
     ("lmx_filtered", "filter_list"),
 ])
 def test_refuses_what_it_would_not_compute(world: Path, task: str, why: str) -> None:
-    """A metric assay does not compute (brier_score), a median (of lm-eval's or of a task's
-    own process_results), a filter: refused by check (what validate runs), naming the source,
-    the task and the metric; the same tasks' data loads fine, so before this each silently
-    gave acc under the task's name."""
+    """A metric assay does not compute (brier_score), an aggregation defined in the task's own
+    file (rows cannot name it for the measure stage), a filter: refused by check (what
+    validate runs), naming the source, the task and the metric; the same tasks' data loads
+    fine, so before this each silently gave acc under the task's name."""
     import re
 
     assert re.search(why, _problem(world, task))
     assert _spec(world, "lmx_ok").sources[0].check(_spec(world, "lmx_ok").paths) == ([], [])
 
 
-@pytest.mark.parametrize("task", ["lmx_mc2", "lmx_cola", "lmx_f1"])
+@pytest.mark.parametrize("task", ["lmx_mc2", "lmx_cola", "lmx_f1", "lmx_median",
+                                  "lmx_mc2_median"])
 def test_own_process_results_mcc_and_f1_are_computed(world: Path, task: str) -> None:
-    """A task's own process_results (truthfulqa_mc2's shape), mcc and f1: computed now
-    (tests/sources/test_lm_eval_mc.py checks the numbers against lm-eval), so check passes;
-    before, each was refused."""
+    """A task's own process_results (truthfulqa_mc2's shape), mcc, f1 and a median (lm-eval's
+    function on the kept items): computed now (tests/sources/test_lm_eval_mc.py and
+    test_lm_eval_corpus.py check the numbers against lm-eval), so check passes; before, each
+    was refused."""
     spec = _spec(world, task)
     assert spec.sources[0].check(spec.paths) == ([], [])
 

@@ -78,6 +78,7 @@ def lm_eval_means(rows: Any, *, level: float = 0.95) -> LmEvalMeans:
     out of that metric, with a warning."""
     from lm_eval.api.metrics import mean, stderr_for_metric
 
+    from assay.measure.lm_eval_corpus import corpus_items, corpus_spread, resolve
     from assay.rows import as_table
 
     table = as_table(rows, require=())
@@ -85,7 +86,8 @@ def lm_eval_means(rows: Any, *, level: float = 0.95) -> LmEvalMeans:
         raise MeasureError("lm_eval_metrics: no rows")
     markers = table.column("markers").to_pylist()
     names = metric_markers(markers)
-    if not names:
+    order, corpus, uncorpus = corpus_items(table)
+    if not names and not corpus:
         raise MeasureError("lm_eval_metrics: no row has an lm-eval metric marker "
                            "(metric,filter); grade with the lm_eval verifier")
     tids = table.column("task_id").to_pylist()
@@ -112,10 +114,23 @@ def lm_eval_means(rows: Any, *, level: float = 0.95) -> LmEvalMeans:
         ests.append(Estimate(name, float(vals.mean()) if len(vals) else float("nan"), iv,
                              len(vals), unit="documents", n_rows=n_rows, note=note))
         errs.append(se)
-    if len(all_tasks) < 10:
-        warnings.append(f"only {len(all_tasks)} documents: intervals are wide")
-    return LmEvalMeans(tuple(ests), tuple(errs), len(all_tasks), table.num_rows,
-                       tuple(warnings))
+    for key, (ref, items) in corpus.items():
+        # a corpus metric (bleu): lm-eval's own function over every document's item, never a
+        # mean under its name (lm_eval_corpus)
+        if uncorpus:
+            warnings.append(f"{key}: {uncorpus} rows without it (not graded) left out")
+        se, iv, note = corpus_spread(key, ref, items, level)
+        ests.append(Estimate(key, float(resolve(ref)(items)), iv, len(items), unit="documents",
+                             n_rows=len(items), note=note))
+        errs.append(se)
+    if order:  # lm-eval's order of its metrics, averaged and corpus ones mixed
+        rank = {k: i for i, k in enumerate(order)}
+        pairs = sorted(zip(ests, errs), key=lambda p: rank.get(p[0].name, len(rank)))
+        ests, errs = [p[0] for p in pairs], [p[1] for p in pairs]
+    n_docs = max([len(all_tasks)] + [len(v[1]) for v in corpus.values()])
+    if n_docs < 10:
+        warnings.append(f"only {n_docs} documents: intervals are wide")
+    return LmEvalMeans(tuple(ests), tuple(errs), n_docs, table.num_rows, tuple(warnings))
 
 
 @dataclass(frozen=True)
@@ -299,6 +314,10 @@ LM_EVAL_DRAWS = 1000
 #: assay's own interval for a corpus metric: a percentile bootstrap over documents, fixed seed
 DOC_BOOTSTRAP = 1000
 DOC_BOOTSTRAP_METHOD = f"percentile bootstrap over documents ({DOC_BOOTSTRAP} resamples, seed 0)"
+#: fewer where lm-eval's function runs once per resample (bleu: sacrebleu over the corpus)
+SLOW_DOC_BOOTSTRAP = 200
+SLOW_DOC_BOOTSTRAP_METHOD = (f"percentile bootstrap over documents ({SLOW_DOC_BOOTSTRAP} "
+                             "resamples, seed 0)")
 
 
 def lm_eval_mc_means(rows: Any, *, level: float = 0.95) -> LmEvalMeans:
@@ -320,9 +339,8 @@ def lm_eval_mc_means(rows: Any, *, level: float = 0.95) -> LmEvalMeans:
     import json
 
     from lm_eval.api import metrics as lm
-    from lm_eval.api.registry import get_aggregation
 
-    from assay.results import Interval
+    from assay.measure.lm_eval_corpus import corpus_spread, from_json, resolve
     from assay.rows import as_table
 
     table = as_table(rows, require=())
@@ -340,9 +358,8 @@ def lm_eval_mc_means(rows: Any, *, level: float = 0.95) -> LmEvalMeans:
     aggs = docs[0]["aggregation"]
     ests, errs = [], []
     for name, agg_name in aggs:
-        fn = get_aggregation(agg_name)
-        items = [tuple(d["items"][name]) if isinstance(d["items"][name], list)
-                 else d["items"][name] for d in docs]
+        fn = resolve(agg_name)
+        items = [from_json(d["items"][name]) for d in docs]
         value = float(fn(items))
         n = len(items)
         if agg_name == "mean":
@@ -352,45 +369,47 @@ def lm_eval_mc_means(rows: Any, *, level: float = 0.95) -> LmEvalMeans:
             se = float(lm.mean_stderr(items)) if n > 1 else None
             note = f"lm-eval stderr {se:.4f}" if se is not None else None
         else:
-            se, iv = (_corpus_spread(agg_name, fn, items, level, Interval) if n > 1
-                      else (None, None))
-            note = (f"lm-eval bootstrap stderr {se:.4f} ({LM_EVAL_DRAWS} draws: "
-                    f"simple_evaluate(bootstrap_iters={LM_EVAL_DRAWS})'s)"
-                    if se is not None and math.isfinite(se) else None)
+            se, iv, note = corpus_spread(name, agg_name, items, level)
         ests.append(Estimate(name, value, iv, n, unit="documents", n_rows=n, note=note))
         errs.append(se)
     warnings = (f"only {len(docs)} documents: intervals are wide",) if len(docs) < 10 else ()
     return LmEvalMeans(tuple(ests), tuple(errs), len(docs), table.num_rows, warnings)
 
 
-def _corpus_spread(agg: str, fn: Any, items: list[Any], level: float, interval: Any
-                   ) -> tuple[float, Any]:
+def _corpus_spread(agg: str, fn: Any, items: list[Any], level: float, interval: Any, *,
+                   draws: int | None = LM_EVAL_DRAWS) -> tuple[float | None, Any]:
     """A corpus metric's lm-eval stderr and assay's interval: ``fn`` over lm-eval's own first
-    :data:`LM_EVAL_DRAWS` resamples (``random.Random(0).choices``, its first chunk's seed: their
-    sample standard deviation is lm-eval's figure) and over :data:`DOC_BOOTSTRAP` numpy
-    resamples (seed 0; the percentile interval, None when a resample gives no finite value)."""
+    ``draws`` resamples (``random.Random(0).choices``, its first chunk's seed: their sample
+    standard deviation is lm-eval's figure; ``draws`` None: no stderr) and over
+    :data:`DOC_BOOTSTRAP` numpy resamples (:data:`SLOW_DOC_BOOTSTRAP` where ``fn`` is called
+    per resample; seed 0; the percentile interval, None when a resample gives no finite
+    value)."""
     from lm_eval.api.metrics import sample_stddev
 
     n = len(items)
-    doc_idx = np.random.default_rng(0).integers(0, n, size=(DOC_BOOTSTRAP, n))
-    se = float(sample_stddev(list(_resampled(agg, fn, items, _lm_eval_draws(n)))))
+    fast = agg in ("matthews_corrcoef", "f1")
+    b = DOC_BOOTSTRAP if fast else SLOW_DOC_BOOTSTRAP
+    doc_idx = np.random.default_rng(0).integers(0, n, size=(b, n))
+    se = None if draws is None else \
+        float(sample_stddev(list(_resampled(agg, fn, items, _lm_eval_draws(n, draws)))))
     stats = _resampled(agg, fn, items, doc_idx)
     if not np.all(np.isfinite(stats)):
         return se, None
     a = (1 - level) / 2
     lo, hi = np.quantile(stats, [a, 1 - a])
-    return se, interval(float(lo), float(hi), level, DOC_BOOTSTRAP_METHOD)
+    method = DOC_BOOTSTRAP_METHOD if fast else SLOW_DOC_BOOTSTRAP_METHOD
+    return se, interval(float(lo), float(hi), level, method)
 
 
-@functools.lru_cache(maxsize=2)
-def _lm_eval_draws(n: int) -> np.ndarray:
+@functools.lru_cache(maxsize=4)
+def _lm_eval_draws(n: int, draws: int = LM_EVAL_DRAWS) -> np.ndarray:
     """lm-eval's first bootstrap chunk as document indices: ``random.Random(0).choices`` over
-    ``n`` documents, :data:`LM_EVAL_DRAWS` times (the Python draws are most of the cost: made
-    once for every corpus metric of a task)."""
+    ``n`` documents, ``draws`` times (the Python draws are most of the cost: made once for
+    every corpus metric of a task)."""
     import random
 
     rnd = random.Random(0)
-    idx = np.array([rnd.choices(range(n), k=n) for _ in range(LM_EVAL_DRAWS)])
+    idx = np.array([rnd.choices(range(n), k=n) for _ in range(draws)])
     idx.setflags(write=False)
     return idx
 

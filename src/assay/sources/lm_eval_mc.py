@@ -40,24 +40,25 @@ _TASKS: dict[tuple[str, str | None, str], Any] = {}
 
 
 def aggregation_names(task: Any) -> dict[str, str]:
-    """``{metric: lm-eval registry aggregation name}`` for every metric the loaded task
-    reports, each compared by identity with the registry's; one it does not hold (a task's own
-    aggregation function) is a :class:`SpecError`."""
-    from lm_eval.api.registry import get_aggregation
+    """``{metric: aggregation name}`` for every metric the loaded task reports: lm-eval's
+    registry name, or an importable ``module:qualname`` (:mod:`assay.measure.lm_eval_corpus`);
+    a function of the task's own file is a :class:`SpecError`."""
+    from assay.measure.lm_eval_corpus import aggregation_ref
 
     names = {}
     for metric, fn in task.aggregation().items():
-        got = [a for a in MEAN_AGGREGATIONS + PAIR_AGGREGATIONS if fn is get_aggregation(a)]
-        if not got:
+        got = aggregation_ref(fn)
+        if got is None:
             raise SpecError(f"its metric {metric!r} is aggregated by "
-                            f"{getattr(fn, '__name__', fn)!r}, which assay does not compute")
-        names[metric] = got[0]
+                            f"{getattr(fn, '__name__', fn)!r}, which assay cannot name")
+        names[metric] = got
     return names
 
 
 def item_of(metric: str, agg: str, v: Any, where: str) -> Any:
     """One document's item for ``metric`` as JSON holds it: a number for a mean, ``[gold,
-    pred]`` for f1/mcc (lm-eval's shapes; anything else is a :class:`SpecError`)."""
+    pred]`` for f1/mcc (lm-eval's shapes; anything else is a :class:`SpecError`), whatever JSON
+    holds for another aggregation (median's number, afrixnli f1's pair)."""
     if agg in PAIR_AGGREGATIONS:
         ok = isinstance(v, tuple | list) and len(v) == 2 and all(
             isinstance(x, numbers.Integral) and not isinstance(x, bool) for x in v)
@@ -65,6 +66,13 @@ def item_of(metric: str, agg: str, v: Any, where: str) -> Any:
             raise SpecError(f"{where}: its process_results returns {metric!r} as {v!r:.60}, "
                             f"not the (gold, pred) pair lm-eval's {agg} reads")
         return [int(v[0]), int(v[1])]
+    if agg not in MEAN_AGGREGATIONS:  # another aggregation reads whatever lm-eval gave it
+        from assay.measure.lm_eval_corpus import json_item
+
+        try:
+            return json_item(v)
+        except ValueError as e:
+            raise SpecError(f"{where}: its process_results returns {metric!r} as {e}") from None
     if isinstance(v, bool) or not isinstance(v, numbers.Real) or \
             (not math.isfinite(float(v)) and not (agg == "nanmean" and math.isnan(float(v)))):
         raise SpecError(f"{where}: its process_results returns {metric!r} as {v!r:.60}, not a "

@@ -6,10 +6,11 @@ loads, then on lm-eval's loaded ``Task`` object (Python task classes, the aggreg
 Why refuse rather than report acc anyway: a number under a task's name must be the number
 lm-eval gives for it (truthfulqa_mc2's own ``process_results`` gives 0.533 where plain acc gives
 0.267). A ``multiple_choice`` task's metrics are lm-eval's own (its ``process_results`` per
-document, f1 and mcc over the corpus: :mod:`assay.sources.lm_eval_mc`) aggregated by one of
-lm-eval's mean, nanmean, f1, matthews_corrcoef; a ``generate_until`` task's per-document metrics
-are lm-eval's own (its filters and ``process_results``, run by :mod:`assay.verify.lm_eval_metric`);
-what is refused there is a number that is not their mean (repeats, corpus-level aggregations).
+document: :mod:`assay.sources.lm_eval_mc`), a ``generate_until`` task's too (its filters and
+``process_results``, run by :mod:`assay.verify.lm_eval_metric`); each is aggregated by lm-eval's
+own function (mean, bleu, f1, a task's importable ``!function``), so what is refused there is
+repeats (votes over samples), Hugging Face evaluate metrics and an aggregation function defined
+in the task's own file.
 
 Example:
     >>> config_refusal({"task": "t", "output_type": "multiple_choice",
@@ -43,14 +44,11 @@ COMPUTED: dict[str, dict[str, tuple[str, ...]]] = {
 }
 #: lm-eval's TaskConfig default
 DEFAULT_OUTPUT_TYPE = "generate_until"
-#: a generate_until task's metrics are whatever lm-eval's own filters and ``process_results``
-#: give per document (assay runs them, :mod:`assay.verify.lm_eval_metric`); assay's number is
-#: their mean over documents, so only these aggregations (registry names) are lm-eval's number
-GENERATE_AGGREGATIONS = ("mean",)
-#: a multiple_choice task with its own ``process_results`` (truthfulqa_mc2) reports whatever
-#: metrics it returns: assay runs it per document (:mod:`assay.sources.lm_eval_mc`) and
-#: aggregates with lm-eval's own function, one of these (registry names)
-OWN_MC_AGGREGATIONS = ("mean", "nanmean", "f1", "matthews_corrcoef")
+#: a generate_until task's metrics, and a multiple_choice task's, are whatever lm-eval's own
+#: filters and ``process_results`` give per document; assay keeps each document's item and
+#: aggregates with the very function lm-eval chose (mean, bleu, chrf, ter, f1, mcc, median, an
+#: importable ``!function``: :mod:`assay.measure.lm_eval_corpus`); refused is only a function
+#: defined in a task's own file, which rows cannot name
 
 
 def output_type(cfg: Mapping[str, Any]) -> str:
@@ -95,14 +93,78 @@ def config_refusal(cfg: Mapping[str, Any]) -> str | None:
         if m.get("hf_evaluate"):
             return f"its metric {name!r} is Hugging Face evaluate's, which assay does not run"
         agg = m.get("aggregation")
-        if own:  # its own metric: whatever it is called, lm-eval's aggregation decides
-            if agg is not None and _name(agg) not in OWN_MC_AGGREGATIONS:
-                return (f"its metric {name!r} is aggregated by {_name(agg)!r}; assay computes "
-                        f"lm-eval's {' / '.join(OWN_MC_AGGREGATIONS)}")
+        if out == "multiple_choice":  # each document's item is kept: any aggregation it names
+            why = _aggregation_refusal(name, agg)
+            if why is not None:
+                return why
+            continue
+        if own:
             continue
         if agg is not None and _name(agg) not in computed[name]:
             return (f"its metric {name!r} is aggregated by {_name(agg)!r}; assay's {name} is "
                     f"lm-eval's {' / '.join(computed[name])}")
+    return None
+
+
+def _aggregation_refusal(metric: str, agg: Any) -> str | None:
+    """A configured aggregation rows cannot name (:mod:`assay.measure.lm_eval_corpus`): an
+    unresolved ``!function`` (a path) defined in the task's own file; one imported there from
+    elsewhere (afrixnli's ``weighted_f1_score``) is judged once the task loads."""
+    if agg is None or callable(agg) or "/" not in str(agg):
+        return None
+    import ast
+    from pathlib import Path
+
+    path, _, fname = str(agg).rpartition(".")
+    if _shipped_module(path):  # lm-eval imports it as lm_eval.tasks.<folder>.<file>
+        return None
+    try:
+        tree = ast.parse(Path(path + ".py").read_text(encoding="utf-8"))
+    except (OSError, SyntaxError, ValueError):
+        return None  # lm-eval reports what it cannot load when the task loads
+    if any(isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef | ast.Assign)
+           and fname in _defines(n) for n in tree.body):
+        return _own_file(metric, fname)
+    return None
+
+
+def _shipped_module(path: str) -> bool:
+    """Whether a ``!function`` file is one of lm-eval's shipped tasks' with an importable
+    module name (lm-eval's loader names it ``lm_eval.tasks.<folder>.<file>``)."""
+    from pathlib import Path
+
+    import lm_eval
+
+    root = Path(lm_eval.__file__).parent / "tasks"
+    try:
+        rel = Path(path).resolve().relative_to(root.resolve())
+    except ValueError:
+        return False
+    return all(p.isidentifier() for p in rel.parts)
+
+
+def _defines(node: Any) -> list[str]:
+    import ast
+
+    if isinstance(node, ast.Assign):
+        return [t.id for t in node.targets if isinstance(t, ast.Name)]
+    return [node.name]
+
+
+def _own_file(metric: str, fname: str) -> str:
+    return (f"its metric {metric!r} is aggregated by {fname!r}, a function of the task's own "
+            "file, which assay cannot call when it measures (only lm-eval's loader imports "
+            "it)")
+
+
+def _loaded_aggregation_refusal(task: Any) -> str | None:
+    """Each aggregation lm-eval chose for the loaded task, named as rows carry it, or why
+    not."""
+    from assay.measure.lm_eval_corpus import aggregation_ref
+
+    for name, agg in task.aggregation().items():
+        if aggregation_ref(agg) is None:
+            return _own_file(name, _name(agg))
     return None
 
 
@@ -128,8 +190,13 @@ def task_refusal(task: Any) -> str | None:
         return (f"its Python class {type(task).__name__} computes its metrics with its own "
                 "process_results, which assay does not run")
     computed = COMPUTED[out]
-    if out == "multiple_choice" and callable(c.process_results):
-        computed = {name: OWN_MC_AGGREGATIONS for name in task.aggregation()}
+    if out == "multiple_choice":  # items kept per document: lm-eval's own function aggregates
+        if not callable(c.process_results):
+            for name in task.aggregation():
+                if name not in computed:
+                    return (f"it reports {name!r}, which assay does not compute (for a {out} "
+                            f"task it computes {_computed(out)})")
+        return _loaded_aggregation_refusal(task)
     for name, agg in task.aggregation().items():
         if name not in computed:
             return (f"it reports {name!r}, which assay does not compute (for a {out} task it "
@@ -151,30 +218,24 @@ def _generate_refusal(cfg: Mapping[str, Any]) -> str | None:
     for m in cfg.get("metric_list") or ():
         if not isinstance(m, Mapping) or "metric" not in m:
             return f"its metric_list entry {m!r:.60} names no metric"
-        agg = m.get("aggregation")
-        if agg is not None and _name(agg) not in GENERATE_AGGREGATIONS:
-            return (f"its metric {_name(m['metric'])!r} is aggregated by {_name(agg)!r}; assay "
-                    f"reports a generate_until task's metrics as lm-eval's "
-                    f"{' / '.join(GENERATE_AGGREGATIONS)} over documents")
+        if m.get("hf_evaluate"):
+            return (f"its metric {_name(m['metric'])!r} is Hugging Face evaluate's, which "
+                    "assay does not run")
+        why = _aggregation_refusal(_name(m["metric"]), m.get("aggregation"))
+        if why is not None:
+            return why
     return None
 
 
 def _generate_task_refusal(task: Any) -> str | None:
     """:func:`_generate_refusal` on a loaded generate_until ``Task``, plus the aggregation
-    functions lm-eval itself chose for every metric it reports (compared by identity)."""
-    from lm_eval.api.registry import get_aggregation
-
+    functions lm-eval itself chose for every metric it reports (each must be one rows can
+    name: :mod:`assay.measure.lm_eval_corpus`)."""
     c = task.config
     why = _generate_refusal({"repeats": c.repeats, "metric_list": c.metric_list})
     if why is not None:
         return why
-    allowed = [get_aggregation(a) for a in GENERATE_AGGREGATIONS]
-    for name, agg in task.aggregation().items():
-        if not any(agg is a for a in allowed):
-            return (f"its metric {name!r} is aggregated by {_name(agg)!r}; assay reports a "
-                    "generate_until task's metrics as lm-eval's "
-                    f"{' / '.join(GENERATE_AGGREGATIONS)} over documents")
-    return None
+    return _loaded_aggregation_refusal(task)
 
 
 def rolling_counts(results: Mapping[str, Any], again: Mapping[str, Any], ll: float

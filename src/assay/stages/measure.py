@@ -96,6 +96,7 @@ def run_measure(ctx: RunContext, graded: Mapping[str, Sequence[StageResult]]) ->
 def nothing_judged(spec: StudySpec, rows: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     """The sources graded by a verifier of which no row got a reward (a judge that never
     answers in its format, a grader returning NaN), each with :func:`unjudged_summary`."""
+    from assay.measure.lm_eval_corpus import corpus_only
     from assay.unjudged import unjudged_summary
 
     out = {}
@@ -104,7 +105,8 @@ def nothing_judged(spec: StudySpec, rows: Mapping[str, Any]) -> dict[str, dict[s
         if s.verifier is None or r is None or not len(r):
             continue
         summary = unjudged_summary(r)
-        if summary["rows"] == len(r):
+        # a task reporting only corpus metrics (bleu) has no per-row reward: judged all the same
+        if summary["rows"] == len(r) and not corpus_only(r):
             out[s.name] = summary
     return out
 

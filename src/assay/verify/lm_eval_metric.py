@@ -4,8 +4,10 @@ metrics (lm-eval's filter classes, its ``process_results``) applied to each comp
 Why lm-eval's code and not assay's ExactMatch: the number reported under the task's name must be
 lm-eval's (gsm8k's exact_match ignores regexes, its case, what its regex filters extract), so
 each row is put through the very objects ``simple_evaluate`` would use. Every
-``metric,filter`` pair lm-eval reports becomes a marker (``exact_match,strict-match``); the
-reward is the first pair's value, so pass@1 is that metric's mean, as lm-eval aggregates it.
+``metric,filter`` pair lm-eval averages becomes a marker (``exact_match,strict-match``); the
+reward is the first one's value, so pass@1 is that metric's mean, as lm-eval aggregates it. A
+metric aggregated otherwise (bleu, chrf, ter: corpus-level) keeps the document's item in
+``judge_meta["lm_eval"]`` for lm-eval's function; with no averaged metric there is no reward.
 A ``kind: lm_eval`` source with ``generate:`` sets this verifier itself.
 
 Example:
@@ -23,6 +25,7 @@ from typing import Any, ClassVar
 
 from assay.errors import SpecError, VerifierError
 from assay.judging import Verdict, Verifier
+from assay.measure.lm_eval_corpus import json_item
 from assay.verify.registry import VERIFIERS
 
 
@@ -49,6 +52,7 @@ class LmEvalMetric(Verifier):
         self.name = f"lm_eval {task}"
         self._lock = threading.Lock()
         self._task: Any = None
+        self._aggs: dict[str, str] | None = None
 
     def __repr__(self) -> str:
         return f"LmEvalMetric(task={self.task_name!r})"
@@ -86,6 +90,20 @@ class LmEvalMetric(Verifier):
                 self._task = _load(self._source(), self.base_dir)
             return self._task
 
+    def aggregations(self) -> dict[str, str]:
+        """``{metric: the name of lm-eval's aggregation}`` for the loaded task
+        (:mod:`assay.measure.lm_eval_corpus`)."""
+        task = self.loaded()
+        with self._lock:
+            if self._aggs is None:
+                from assay.sources.lm_eval_mc import aggregation_names
+
+                try:
+                    self._aggs = aggregation_names(task)
+                except SpecError as e:
+                    raise VerifierError(f"lm_eval {self.task_name}: {e}") from None
+            return self._aggs
+
     def check(self, candidate: str, reference: Any, row: Mapping[str, Any]) -> Verdict:
         task = self.loaded()
         doc_id = _doc_id(row)
@@ -99,18 +117,37 @@ class LmEvalMetric(Verifier):
                                 "the row's reference (the data changed since the rows were "
                                 "built)")
         filtered = filter_completion(task, doc, doc_id, candidate)
+        aggs = self.aggregations()
         markers: dict[str, float] = {}
-        for k, v in metrics_of(task, doc, filtered).items():
+        items: dict[str, Any] = {}
+        got = metrics_of(task, doc, filtered)
+        for k, v in got.items():
+            # lm-eval averages a metric it has no aggregation for
+            agg = aggs.get(k.partition(",")[0], "mean")
+            if agg != "mean":  # bleu's (ref, pred): kept for lm-eval's corpus function
+                try:
+                    items[k] = json_item(v)
+                except ValueError as e:
+                    raise VerifierError(f"lm_eval {self.task_name} document {doc_id}: metric "
+                                        f"{k} is {e}; rows cannot keep it") from None
+                continue
             if isinstance(v, bool) or not isinstance(v, numbers.Real) or \
                     not math.isfinite(float(v)):
                 raise VerifierError(f"lm_eval {self.task_name} document {doc_id}: metric {k} is "
                                     f"{v!r:.40}, not a finite number")
             markers[k] = float(v)
-        if not markers:
+        if not got:
             raise VerifierError(f"lm_eval {self.task_name}: the task reports no metric")
+        meta: dict[str, Any] = {"filtered": {k: v if isinstance(v, str) else repr(v)
+                                             for k, v in filtered.items()}}
+        if items:  # pairs, not a mapping: canonical JSON sorts keys, lm-eval's order is kept
+            meta["lm_eval"] = {"keys": list(got), "items": items,
+                               "aggregation": [[k, aggs[k.partition(",")[0]]] for k in items]}
+        if not markers:
+            return Verdict(None, reason=f"{', '.join(items)}: corpus-level (lm-eval gives no "
+                           "per-document score); report.json's lm_eval_metrics has them",
+                           meta=meta)
         first, value = next(iter(markers.items()))
-        meta = {"filtered": {k: v if isinstance(v, str) else repr(v)
-                             for k, v in filtered.items()}}
         if not 0.0 <= value <= 1.0:
             return Verdict(None, status="error", reason=f"{first} is {value}, outside [0, 1]",
                            meta=meta, markers=markers)
