@@ -173,3 +173,27 @@ def test_scores_an_earlier_version_cached_per_shard_still_serve(tmp_path, rm):
     assert len(Journal(store, journal_id(ident)).load()) == 24
     run(tmp_path / "c", RECORDS[::-1], store)
     assert scored(rm) == 24
+
+
+def test_gc_keeps_the_row_score_journal_a_kept_run_names(tmp_path, rm):
+    import os
+    import time
+
+    from assay import upkeep
+    from assay.stages.score_rows import journal_file
+
+    store = Store(tmp_path / "store")
+    started = time.time()
+    first = run(tmp_path / "a", RECORDS, store)
+    kept = upkeep.RunDir(tmp_path / "run", "rowscores",
+                         tuple(sorted({r.key for r in first.results})), started, None)
+    spec = load_spec(tmp_path / "a" / "s.yaml")
+    (mspec,) = spec.reward.scoring_models()
+    path = store.root / journal_file(mspec.identity(spec.paths))
+    old = started - 10 * 86400  # written long before the kept run: kept only by being named
+    os.utime(path, (old, old))
+    res = upkeep.gc(store, [kept], keep_nights=1, grace=0.0)
+    assert path.exists() and res.removed_journals == 0
+    shuffled = RECORDS[::-1]  # every score-rows shard recomputes, from the journal alone
+    run(tmp_path / "b", shuffled, store)
+    assert scored(rm) == 24
