@@ -282,6 +282,24 @@ def attach_markers(table: pa.Table, scores: dict[str, np.ndarray], *, where: str
                             pa.array(new, type=MARKERS_TYPE))
 
 
+def _json_score(v: Any) -> float | str | None:
+    """A score as its journal line holds it. JSON has no NaN or infinity: a plugin adapter's NaN
+    (the row gets no marker) is kept as null, an infinity as "inf"/"-inf" (:func:`_read_score`).
+
+    Example:
+        >>> [_read_score(_json_score(x)) for x in (0.1, float("-inf"))], _json_score(float("nan"))
+        ([0.1, -inf], None)
+    """
+    f = float(v)
+    if np.isnan(f):
+        return None
+    return f if np.isfinite(f) else str(f)
+
+
+def _read_score(v: float | str | None) -> float:
+    return np.nan if v is None else float(v)
+
+
 def _journalled_scores(store: Store, ident: Any, inputs: tuple[Any, ...], old_key: str,
                        score: Any, unit: Unit) -> tuple[np.ndarray, int]:
     """One model's scores of a shard's rows (NaN where a row cannot be scored) and how many
@@ -303,7 +321,7 @@ def _journalled_scores(store: Store, ident: Any, inputs: tuple[Any, ...], old_ke
         for i, k in keys.items():
             rec = done.get(k)
             if rec is not None:
-                out[i] = rec["score"]
+                out[i] = _read_score(rec["score"])
             else:
                 todo.setdefault(k, []).append(i)
         if todo:
@@ -311,7 +329,7 @@ def _journalled_scores(store: Store, ident: Any, inputs: tuple[Any, ...], old_ke
             if old is not None and len(old) == n:  # migration: no model call, kept per row now
                 for k, rows in todo.items():
                     out[rows] = old[rows[0]]
-                    journal.append({"key": k, "score": float(old[rows[0]])})
+                    journal.append({"key": k, "score": _json_score(old[rows[0]])})
                 todo = {}
         firsts = [rows[0] for rows in todo.values()]
         unit.advance(n - len(firsts))  # read, duplicates of a scored input, unscorable
@@ -321,7 +339,7 @@ def _journalled_scores(store: Store, ident: Any, inputs: tuple[Any, ...], old_ke
             for i, v in zip(idx, got):
                 k = keys[i]
                 out[todo[k]] = v
-                journal.append({"key": k, "score": float(v)})
+                journal.append({"key": k, "score": _json_score(v)})
     finally:
         journal.close()
     return out, len(firsts)
