@@ -11,9 +11,10 @@ runs' window used them. ``gc`` holds the store's exclusive lock (no study runs m
 never removes a file younger than ``grace`` seconds (a writer without the lock, e.g. a library
 call of ``run_study`` or a worker on a host whose filesystem ignores ``flock``).
 
-The completion journals (``journals/``: generations and judge calls) count in ``du``, have their
-lines checked by ``verify``, and are kept by ``gc`` when a live generate stage names one or it
-was written since the oldest kept run started; the rest are removed.
+The journals (``journals/``: completions, judge calls, log-likelihoods, reward-model row scores)
+count in ``du``, have their lines checked by ``verify``, and are kept by ``gc`` when a live stage
+names one (generate, score-rows) or it was written since the oldest kept run started; the rest
+are removed. Claims on requests (``claims/``) whose lease lapsed (their claimant died) are removed.
 
 Example:
     >>> import tempfile
@@ -443,6 +444,7 @@ class Collection:
     dry_run: bool
     kept_journals: int = 0
     removed_journals: int = 0
+    removed_claims: int = 0
 
     def table(self) -> str:
         verb = "would remove" if self.dry_run else "removed"
@@ -450,7 +452,7 @@ class Collection:
                 f"{self.kept_blobs} blobs, {self.kept_refs} refs, {self.kept_journals} journals, "
                 f"{_h(self.kept_bytes)}\n"
                 f"{verb} {self.removed_blobs} blobs, {self.removed_refs} refs, "
-                f"{self.removed_journals} journals, "
+                f"{self.removed_journals} journals, {self.removed_claims} lapsed claims, "
                 f"{self.removed_temp} stale temp files: {_h(self.removed_bytes)}")
 
     def to_dict(self) -> dict[str, Any]:
@@ -530,6 +532,13 @@ def gc(store: Store, runs: Sequence[RunDir], *, keep_nights: int | None = None,
         stale = [e for e in store.temp_entries() if e.mtime < young]
         res.removed_temp = len(stale)
         res.removed_bytes += sum(e.size for e in stale)
-        _remove(store, doomed + [e.rel for e in stale], dry_run)
+        # claims of dead claimants (lease lapsed by the store's clock; a live claimant renews
+        # every ttl/3): only another claimant of the same journal would remove them otherwise
+        from assay.models.claims import lapsed_claims
+
+        lapsed = lapsed_claims(store)
+        res.removed_claims = len(lapsed)
+        res.removed_bytes += sum(e.size for e in lapsed)
+        _remove(store, doomed + [e.rel for e in stale] + [e.rel for e in lapsed], dry_run)
     return res
 

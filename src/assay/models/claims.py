@@ -44,6 +44,7 @@ from typing import Any
 from assay.errors import StoreError
 from assay.hashing import canonical_json
 from assay.store import Store
+from assay.store_files import Entry
 
 
 def lease_s() -> float:
@@ -56,6 +57,58 @@ def poll_s(store: Store) -> float:
     each look on an object store is a PUT and a listing)."""
     env = os.environ.get("ASSAY_CLAIM_POLL_S")
     return float(env) if env else (1.0 if store.remote else 0.2)
+
+
+def _lapsed(doc: Any, mtime: float, now: float) -> bool:
+    """Whether a claim document written at ``mtime`` (the store's stamp) has lapsed at ``now``
+    (the store's stamp of a file just written): its holder stopped renewing it."""
+    return float(doc.get("ttl") or 0) - (now - mtime) <= 0
+
+
+def _claim_doc(store: Store, rel: str) -> dict[str, Any] | None:
+    """The claim document at ``rel``, or None when it is not one (absent, or another file)."""
+    data = store.read_file(rel)
+    try:
+        doc = json.loads(data) if data is not None else None
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return None  # a claim document is written whole or not at all: this is no claim
+    return doc if isinstance(doc, dict) and doc.get("kind") == "claim" else None
+
+
+def lapsed_claims(store: Store) -> list[Entry]:
+    """The claim documents of every journal whose lease lapsed: their claimants died (or were
+    cut off) without releasing them, and no live run of that journal looked since (one would
+    have removed them). Judged by the store's clock alone, as claimants judge each other: a
+    marker written now gives the store's "now", compared with each claim's last-modified stamp.
+    ``assay store gc`` removes them.
+
+    Example:
+        >>> import tempfile
+        >>> st = Store(tempfile.mkdtemp())
+        >>> st.write_file("claims/ab/dead.json", canonical_json({"kind": "claim", "ttl": 0,
+        ...                                                     "keys": ["gen:1"]}))
+        >>> live = Claims(st, "journals/cd.jsonl"); live.claim(["gen:2"])
+        ['gen:2']
+        >>> [e.rel for e in lapsed_claims(st)]
+        ['claims/ab/dead.json']
+        >>> live.release()
+    """
+    clock = f"claims/clock-{uuid.uuid4().hex}.json"
+    store.write_file(clock, canonical_json({"kind": "clock"}))
+    try:
+        entries = store.entries("claims")
+        now = next(e.mtime for e in entries if e.rel == clock)
+        out = []
+        for e in entries:
+            if e.rel == clock or not e.rel.endswith(".json"):
+                continue
+            doc = _claim_doc(store, e.rel)
+            if doc is not None and _lapsed(doc, e.mtime, now):
+                out.append(e)
+        return out
+    finally:
+        with contextlib.suppress(StoreError):
+            store.delete_file(clock)
 
 
 class Claims:
@@ -135,14 +188,10 @@ class Claims:
         for e in entries:
             if e.rel == self.rel or not e.rel.endswith(".json"):
                 continue
-            data = self.store.read_file(e.rel)
-            try:
-                doc = json.loads(data) if data is not None else None
-            except (json.JSONDecodeError, UnicodeDecodeError):
-                continue  # not a claim (a claim document is written whole or not at all)
-            if not isinstance(doc, dict) or doc.get("kind") != "claim":
+            doc = _claim_doc(self.store, e.rel)
+            if doc is None:
                 continue
-            if now is not None and float(doc.get("ttl") or 0) - (now - e.mtime) <= 0:
+            if now is not None and _lapsed(doc, e.mtime, now):
                 # lapsed: its holder stopped renewing (killed, or cut off from the store)
                 with contextlib.suppress(StoreError):
                     self.store.delete_file(e.rel)

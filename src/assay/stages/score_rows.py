@@ -2,8 +2,12 @@
 and the scores land in the rows as markers ``rm:<model>`` that measure reads like any marker.
 
 The stage is keyed on the shard's rows and the models' identities; the scores themselves are
-cached apart, per (model identity, scoring inputs, scoring protocol), so a new verifier or a new
-filter upstream re-attaches cached scores and only completions the model never saw are scored.
+cached apart, one journal line per row input (model identity, scoring protocol, the row's
+conversation and completion; :func:`row_key`), committed as each chunk of rows is scored. So a new
+verifier, a changed reference, an inserted, removed or reordered record (which moves every shard
+boundary after it) re-attaches journalled scores, and only inputs the model never saw are scored;
+a killed scoring run resumes from its last committed chunk. Scores an earlier version cached per
+shard (``assay-rowscores/<key>``) still serve the same shard, and are journalled per row then.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ import numpy as np
 import pyarrow as pa
 
 from assay.errors import RowsError
-from assay.hashing import combine
+from assay.hashing import combine, content_hash
 from assay.progress import Unit, track
 from assay.reward.batching import RowAdvance, on_batches
 from assay.rows import MARKERS_TYPE, Rows, table_checksum
@@ -38,6 +42,9 @@ STAGE = "score-rows"  # declared at the end
 #: passed, which rows are left unscored): it is part of every row-score cache key.
 ROW_PROTOCOL = 1
 MARKER_PREFIX = "rm:"
+#: Distinct row inputs scored per model call and journal commit: what a killed run loses at most
+#: per model (a GPU model batches within it by its own token budget)
+COMMIT_ROWS = 512
 
 _MODELS: dict[str, Any] = {}  # identity key -> built adapter: one load per process, not per shard
 _LOADING: dict[str, threading.Event] = {}  # identity key -> set when the load in flight ends
@@ -206,6 +213,8 @@ def preload(spec: StudySpec, worker: ScoringWorker | None = None) -> None:
 
 
 def _cached_scores(store: Store, key: str) -> np.ndarray | None:
+    """A shard's scores as versions before the per-row journal cached them (one table per
+    shard's inputs), or None."""
     ref = store.get_ref(f"assay-rowscores/{key}")
     if ref is None:
         return None
@@ -213,6 +222,38 @@ def _cached_scores(store: Store, key: str) -> np.ndarray | None:
     if t is None:
         return None
     return t.column("score").to_numpy(zero_copy_only=False).astype(np.float64)
+
+
+def journal_id(identity: Any) -> str:
+    """The journal one reward model's row scores are committed to (its identity and
+    :data:`ROW_PROTOCOL`; whatever study, source or shard asked).
+
+    Example:
+        >>> journal_id(["len", {"function": "m:f"}]) == journal_id(["len", {"function": "m:f"}])
+        True
+    """
+    return content_hash({"rowscores": identity, "protocol": ROW_PROTOCOL}, "rsjournal")
+
+
+def row_key(journal: str, prompt: str, conversation: list[dict[str, str]] | None,
+            completion: str) -> str:
+    """The cache key of one row's score in ``journal`` (:func:`journal_id`, which holds the model
+    identity and protocol): everything the model reads of the row, and nothing else (no verdict,
+    reference, metadata or position), so a regraded or re-sharded row finds its score.
+
+    Example:
+        >>> j = journal_id(["len", {}])
+        >>> row_key(j, "Q", None, "A") == row_key(j, "Q", None, "A") != row_key(j, "Q", None, "B")
+        True
+    """
+    return content_hash({"journal": journal, "prompt": prompt, "conversation": conversation,
+                         "completion": completion}, "rs")
+
+
+def journal_file(identity: Any) -> str:
+    """The store-relative path of a model's row-score journal (the stage's summary names it, so
+    ``assay store gc`` keeps it with the stage)."""
+    return f"journals/{journal_id(identity).split(':', 1)[1]}.jsonl"
 
 
 def attach_markers(table: pa.Table, scores: dict[str, np.ndarray], *, where: str) -> pa.Table:
@@ -241,14 +282,78 @@ def attach_markers(table: pa.Table, scores: dict[str, np.ndarray], *, where: str
                             pa.array(new, type=MARKERS_TYPE))
 
 
+def _json_score(v: Any) -> float | str | None:
+    """A score as its journal line holds it. JSON has no NaN or infinity: a plugin adapter's NaN
+    (the row gets no marker) is kept as null, an infinity as "inf"/"-inf" (:func:`_read_score`).
+
+    Example:
+        >>> [_read_score(_json_score(x)) for x in (0.1, float("-inf"))], _json_score(float("nan"))
+        ([0.1, -inf], None)
+    """
+    f = float(v)
+    if np.isnan(f):
+        return None
+    return f if np.isfinite(f) else str(f)
+
+
+def _read_score(v: float | str | None) -> float:
+    return np.nan if v is None else float(v)
+
+
+def _journalled_scores(store: Store, ident: Any, inputs: tuple[Any, ...], old_key: str,
+                       score: Any, unit: Unit) -> tuple[np.ndarray, int]:
+    """One model's scores of a shard's rows (NaN where a row cannot be scored) and how many
+    distinct inputs it scored now: journalled ones read by key, the rest from an earlier
+    version's per-shard cache (``old_key``) if it has this shard, else scored by
+    ``score(idx, unit)`` (``idx``: the rows to score; called only when some are missing) in
+    chunks of :data:`COMMIT_ROWS`, each chunk committed to the journal as it is scored."""
+    from assay.models.journal import Journal
+
+    prompts, responses, convs, ok = inputs
+    n = len(prompts)
+    jid = journal_id(ident)
+    keys = {int(i): row_key(jid, prompts[i], convs[i], responses[i]) for i in np.flatnonzero(ok)}
+    journal = Journal(store, jid)
+    try:
+        done = journal.lookup(keys.values())
+        out = np.full(n, np.nan)
+        todo: dict[str, list[int]] = {}  # a key never journalled -> its rows (duplicates: once)
+        for i, k in keys.items():
+            rec = done.get(k)
+            if rec is not None:
+                out[i] = _read_score(rec["score"])
+            else:
+                todo.setdefault(k, []).append(i)
+        if todo:
+            old = _cached_scores(store, old_key)
+            if old is not None and len(old) == n:  # migration: no model call, kept per row now
+                for k, rows in todo.items():
+                    out[rows] = old[rows[0]]
+                    journal.append({"key": k, "score": _json_score(old[rows[0]])})
+                todo = {}
+        firsts = [rows[0] for rows in todo.values()]
+        unit.advance(n - len(firsts))  # read, duplicates of a scored input, unscorable
+        for lo in range(0, len(firsts), COMMIT_ROWS):
+            idx = firsts[lo:lo + COMMIT_ROWS]
+            got = score(idx, unit)
+            for i, v in zip(idx, got):
+                k = keys[i]
+                out[todo[k]] = v
+                journal.append({"key": k, "score": _json_score(v)})
+    finally:
+        journal.close()
+    return out, len(firsts)
+
+
 def run_score_rows(ctx: RunContext, graded: StageResult, shard: Shard) -> StageResult:
     """One graded shard of source ``ctx.source``, with every scoring model's ``rm:<model>``
     marker added.
 
     Keyed on the shard's rows and the models' identities (weights, tokenizer, template digests
-    or function source; never the name alone). Inside, each model's scores are read from the
-    row-score cache when this model already scored these exact inputs, else computed (holding
-    ``ctx.device_slot(device)``, a ``gpu`` slot from the Prefect task on CUDA) and stored there.
+    or function source; never the name alone). Inside, each row's score is read from the model's
+    row-score journal when this model already scored this exact input (:func:`row_key`), and the
+    rest are computed (holding ``ctx.device_slot(device)``, a ``gpu`` slot from the Prefect task
+    on CUDA, while the model loads and scores) and journalled as they arrive.
     """
     store, spec, source_name = ctx.store, ctx.spec, ctx.source
     device_slot = ctx.device_slot
@@ -263,37 +368,46 @@ def run_score_rows(ctx: RunContext, graded: StageResult, shard: Shard) -> StageR
             return _compute(unit)
 
     def _compute(unit: Unit) -> tuple[dict[str, Any], dict[str, Any]]:
-        prompts, responses, convs, ok = scoring_inputs(table)
+        inputs = scoring_inputs(table)
+        prompts, responses, convs, ok = inputs
         texts = inputs_checksum(table)
         scores: dict[str, np.ndarray] = {}
         how: dict[str, str] = {}
+        scored: dict[str, int] = {}
         for mspec, (_, ident) in zip(models, identities):
-            key = combine("rowscores", ident, texts, ROW_PROTOCOL)
-            got = _cached_scores(store, key)
-            if got is None or len(got) != len(prompts):
-                slot = (device_slot(_planned_device(mspec, ident)) if device_slot
-                        else contextlib.nullcontext())
-                with slot:  # held while the model loads and scores
-                    # a load takes seconds to minutes: the bar says so instead of "0/N, ETA ?"
-                    unit.set_phase(f"loading reward model {mspec.name}")
-                    try:
-                        model = _model(mspec, spec, ident)
-                    finally:
-                        unit.set_phase(None)
-                    got = score_inputs(model, prompts, responses, convs, ok, unit)
-                blob = store.put_table(pa.table({"score": pa.array(got, pa.float64(),
-                                                                   from_pandas=True)}))
-                store.set_ref(f"assay-rowscores/{key}", blob,
-                              {"model": mspec.name, "fingerprint": model.fingerprint,
-                               "rows": len(prompts)})
-                how[marker_name(mspec.name)] = "computed"
-            else:
-                how[marker_name(mspec.name)] = "cached"
-                unit.advance(len(prompts))  # read whole from the row-score cache
-            scores[marker_name(mspec.name)] = got
+            # the slot is taken, and the model loaded, only when some row needs scoring; held
+            # (the ExitStack) until this model's last chunk is scored and journalled
+            with contextlib.ExitStack() as held:
+                loaded: list[Any] = []
+
+                def score(idx: list[int], unit: Unit, mspec: Any = mspec, ident: Any = ident,
+                          held: contextlib.ExitStack = held, loaded: list[Any] = loaded
+                          ) -> np.ndarray:
+                    if not loaded:
+                        if device_slot:
+                            held.enter_context(device_slot(_planned_device(mspec, ident)))
+                        # a load takes seconds to minutes: the bar says so, not "0/N, ETA ?"
+                        unit.set_phase(f"loading reward model {mspec.name}")
+                        try:
+                            loaded.append(_model(mspec, spec, ident))
+                        finally:
+                            unit.set_phase(None)
+                    return score_inputs(loaded[0], [prompts[i] for i in idx],
+                                        [responses[i] for i in idx], [convs[i] for i in idx],
+                                        np.ones(len(idx), dtype=bool), unit)
+
+                got, n_new = _journalled_scores(
+                    store, ident, inputs, combine("rowscores", ident, texts, ROW_PROTOCOL),
+                    score, unit)
+            name = marker_name(mspec.name)
+            how[name] = "computed" if n_new else "cached"
+            scored[name] = n_new
+            scores[name] = got
         out = attach_markers(table, scores, where=f"source {source_name!r}")
-        return {"rows": Rows(out)}, {"rows": len(out), "scores": how,
-                                     "unscored": int((~ok).sum())}
+        return {"rows": Rows(out)}, {"rows": len(out), "scores": how, "scored": scored,
+                                     "unscored": int((~ok).sum()),
+                                     # `assay store gc` keeps the journals a live stage names
+                                     "journals": [journal_file(i) for _, i in identities]}
 
     return cached_stage(store, STAGE, inputs=[graded.checksums["rows"]],
                         params={"protocol": ROW_PROTOCOL}, fingerprint=identities,
