@@ -90,18 +90,22 @@ def run_measure(ctx: RunContext, graded: Mapping[str, Sequence[StageResult]]) ->
                         label=",".join(names), progress=ctx.progress)
 
 
-def nothing_judged(spec: StudySpec, rows: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+def nothing_judged(spec: StudySpec, rows: Mapping[str, Any],
+                   sizes: Mapping[str, int] | None = None) -> dict[str, dict[str, Any]]:
     """The sources graded by a verifier of which no row got a reward (a judge that never
-    answers in its format, a grader returning NaN), each with :func:`unjudged_summary`."""
+    answers in its format, a grader returning NaN), each with :func:`unjudged_summary`.
+    ``sizes``: each source's row count when ``rows`` holds only some of its rows (at least
+    every unjudged one: what run.json's facts keep, not every row)."""
     from assay.unjudged import unjudged_summary
 
     out = {}
     for s in spec.sources:
         r = rows.get(s.name)
-        if s.verifier is None or r is None or not len(r):
+        n = len(r) if r is not None and sizes is None else (sizes or {}).get(s.name, 0)
+        if s.verifier is None or r is None or not n:
             continue
         summary = unjudged_summary(r)
-        if summary["rows"] == len(r):
+        if summary["rows"] == n:
             out[s.name] = summary
     return out
 

@@ -291,7 +291,8 @@ def write_source_file(out: Path, index: int, name: str, path: str | Path, by: st
     Example:
         >>> import tempfile, assay
         >>> d = Path(tempfile.mkdtemp())
-        >>> pq.write_table(assay.rows(["q"], [["a", "b"]], [[1.0, 0.0]]).to_arrow(), d / "r.parquet")
+        >>> t = assay.rows(["q"], [["a", "b"]], [[1.0, 0.0]]).to_arrow()
+        >>> pq.write_table(t, d / "r.parquet")
         >>> write_source_file(d, 0, "r", d / "r.parquet", None)["chunks"]
         ['s0-rows-0.js']
     """
