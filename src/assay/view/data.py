@@ -256,7 +256,7 @@ def _chunk_plan(counts: Sequence[int], chunk_rows: int) -> list[tuple[int, int]]
 
     Example:
         >>> _chunk_plan([3, 3, 3, 5, 1], 6)
-        [(0, 2), (2, 3), (3, 4), (4, 5)]
+        [(0, 2), (2, 3), (3, 5)]
     """
     plan, t0, cur = [], 0, 0
     for t, n in enumerate(counts):
