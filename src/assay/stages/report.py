@@ -6,6 +6,7 @@ The run directory is written from them afterwards; nothing here depends on wall-
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from assay.errors import StoreVanishedError
@@ -16,6 +17,7 @@ from assay.stages.cache import (
     concat_rows,
     graded_checksums,
     load_doc,
+    shard_tables,
 )
 from assay.stages.declare import RunContext, Stage, declare
 from assay.store import Store
@@ -34,7 +36,7 @@ def run_report(ctx: RunContext, graded: Mapping[str, Sequence[StageResult]],
                measured: StageResult | None, decon: StageResult | None,
                audits: Sequence[StageResult]) -> StageResult:
     """report.md / report.json / PNGs as stored blobs (written to the run dir afterwards)."""
-    from assay.report import build_report, guard_counts
+    from assay.report import build_report
     from assay.stages.build_rows import source_info
     from assay.unjudged import unjudged_summary
 
@@ -46,16 +48,16 @@ def run_report(ctx: RunContext, graded: Mapping[str, Sequence[StageResult]],
     def compute() -> tuple[dict[str, Any], dict[str, Any]]:
         sources = []
         for s in spec.sources:
-            r = concat_rows(store, graded[s.name])
-            entry = {"name": s.name, "rows": len(r),
-                     "tasks": len(set(r.to_arrow().column("task_id").to_pylist())),
+            counts = source_counts(store, graded[s.name])
+            entry = {"name": s.name, "rows": counts.rows, "tasks": counts.tasks,
                      "verifier": (s.verifier.label() if s.verifier else "given scores")
                      if _scored_by(s) is None else f"log-likelihood ({_scored_by(s)})",
-                     "guard_stopped": guard_counts(r)}
+                     "guard_stopped": counts.guards}
             if s.verifier is not None:
-                entry["unjudged"] = unjudged_summary(r)
-            if s.generate is not None:
-                entry["generation"] = generation_summary(r, s.generate)
+                entry["unjudged"] = unjudged_summary(counts.unjudged)
+            if s.generate is not None:  # only the columns it reads
+                entry["generation"] = generation_summary(
+                    concat_rows(store, graded[s.name], GENERATION_COLUMNS), s.generate)
             info = source_info(store, spec, s.name)
             if info:
                 entry["data"] = info
@@ -69,6 +71,46 @@ def run_report(ctx: RunContext, graded: Mapping[str, Sequence[StageResult]],
 
     return cached_stage(store, STAGE, inputs=inputs, params=spec_doc, compute=compute,
                         label=spec.name, progress=ctx.progress)
+
+
+@dataclass
+class SourceCounts:
+    """What the report says of a source's rows, read shard by shard: rows, distinct tasks,
+    rows stopped per grading guard, and the unjudged rows (no reward) for their reasons."""
+
+    rows: int
+    tasks: int
+    guards: dict[str, int]
+    unjudged: Rows
+
+
+#: The columns :func:`assay.unjudged.unjudged_summary` reads.
+_UNJUDGED_COLUMNS = ("reward", "judge_status", "reason", "task_id", "rollout_index")
+#: The columns :func:`generation_summary` reads.
+GENERATION_COLUMNS = ("task_id", "prompt", "final_text", "judge_status", "reason", "markers")
+
+
+def source_counts(store: Store, parts: Sequence[StageResult]) -> SourceCounts:
+    """:class:`SourceCounts` of one source's shards, holding one shard's table at a time and
+    the task ids (a set) and unjudged rows across them; the same numbers as over all rows at
+    once (guard counts add up per guard; a task split across shards counts once)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from assay.report import guard_counts
+    from assay.rows import Rows
+
+    n, tasks, unjudged = 0, set(), []
+    guards: dict[str, int] = {}
+    for t in shard_tables(store, parts):
+        n += t.num_rows
+        tasks.update(pc.unique(t.column("task_id")).to_pylist())
+        for g, c in guard_counts(Rows(t)).items():
+            guards[g] = guards.get(g, 0) + c
+        kept = t.select([c for c in _UNJUDGED_COLUMNS if c in t.column_names])
+        unjudged.append(kept.filter(pc.is_null(t.column("reward"))))
+    return SourceCounts(n, len(tasks), dict(sorted(guards.items())),
+                        Rows(pa.concat_tables(unjudged)))
 
 
 def _scored_by(s: SourceSpec) -> str | None:
