@@ -30,8 +30,8 @@ def _measurements(tmp: Path) -> list[dict[str, object]]:
     return load_doc(store, res, "measurements")  # type: ignore[no-any-return]
 
 
-def test_measures_read_projected_rows_and_measure_the_same(tmp_path: Path,
-                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+def test_measures_read_projected_rows_and_measure_the_same(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     assert "select" in SPEC and "select" not in COLUMNS_SPEC
     seen: list[set[object]] = []
     real = assay.measure.pass_at
