@@ -116,7 +116,8 @@ def one_size(rows: int, repeats: int, work: Path) -> dict[str, object]:
                 raise SystemExit(f"{rows} rows, cached ({mode} dir): files differ: {diff[:10]}")
 
     def med(xs: list[dict[str, float]], key: str) -> float:
-        return statistics.median(x[key] for x in xs)
+        # --repeats 0: the cold run alone (4M rows: the cached reruns would double its time)
+        return statistics.median(x[key] for x in xs) if xs else float("nan")
 
     res = {"rows": rows, "cold_s": cold["wall"], "cold_rss_mib": cold["rss_kib"] / 1024,
            "cached_same_s": med(same, "wall"), "cached_same_rss_mib": med(same, "rss_kib") / 1024,
@@ -130,7 +131,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--rows", type=int, nargs="*", default=[4000, 40000])
     ap.add_argument("--big", action="store_true", help="add 400,000 rows (minutes, ~1 GB)")
-    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--repeats", type=int, default=3,
+                    help="pairs of cached reruns per size (0: the cold run only)")
     a = ap.parse_args()
     sizes = a.rows + ([400_000] if a.big else [])
     os.environ["PYTHONPATH"] = os.pathsep.join(

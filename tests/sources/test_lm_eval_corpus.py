@@ -149,3 +149,8 @@ def test_bleu_ter_chrf_equal_simple_evaluate(world: dict[str, Any], tmp_path: Pa
     from assay.stages.measure import nothing_judged
 
     assert nothing_judged(spec, {"wmt": concat_rows(store, run.graded["wmt"])}) == {}
+    # and so says the run directory's run.json, whose facts read only some columns of the rows
+    from assay.stages.finish import finish_run
+
+    info = finish_run(store, spec, run, tmp_path / "run")
+    assert "nothing_judged" not in info  # (exit 4 otherwise)

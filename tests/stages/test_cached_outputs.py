@@ -53,7 +53,6 @@ def test_an_unchanged_rerun_loads_no_rows_and_rewrites_nothing(
     def no_rows(*a: object, **k: object) -> None:
         raise AssertionError("rows loaded for a run directory that already holds them")
 
-    monkeypatch.setattr(finish, "concat_rows", no_rows)
     monkeypatch.setattr(finish, "load_rows", no_rows)
     again = finish.finish_run(store, spec, run, out, started=1.0)  # type: ignore[arg-type]
     assert write_view(out) == page

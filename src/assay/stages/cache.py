@@ -257,10 +257,20 @@ def load_rows(store: Store, res: StageResult, name: str = "rows") -> Rows:
     return Rows(t)
 
 
-def concat_rows(store: Store, parts: Sequence[StageResult]) -> Rows:
-    """The rows of several shards of one source, in shard order."""
-    tables = [load_rows(store, p).to_arrow() for p in parts]
+def concat_rows(store: Store, parts: Sequence[StageResult],
+                columns: Sequence[str] | None = None) -> Rows:
+    """The rows of several shards of one source, in shard order; ``columns``: only those (the
+    ones the shards have), each shard's other columns dropped as it is read."""
+    tables = [t if columns is None else t.select([c for c in columns if c in t.column_names])
+              for t in shard_tables(store, parts)]
     return Rows(pa.concat_tables(tables)) if len(tables) > 1 else Rows(tables[0])
+
+
+def shard_tables(store: Store, parts: Sequence[StageResult]) -> Iterator[pa.Table]:
+    """The tables of several shards of one source, in shard order, read one at a time (a pass
+    over a source's rows that holds one shard, not all of them)."""
+    for p in parts:
+        yield load_rows(store, p).to_arrow()
 
 
 def graded_checksums(

@@ -8,7 +8,7 @@ from __future__ import annotations
 import io
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from assay.spec import StudySpec
-from assay.stages.cache import StageResult, concat_rows, load_rows
+from assay.stages.cache import StageResult, load_rows
 from assay.stages.chain import StudyRun
 from assay.stages.declare import the_stage, with_role
 from assay.stages.generate import generation_facts
@@ -45,32 +45,32 @@ def finish_run(store: Store, spec: StudySpec, run: StudyRun, out: Path,
     for name, data in files.items():  # small: compared with what is there, written if not it
         written.write(out, name, data, ["report", run.report.key])
     outputs = _row_outputs(store, spec, run)
-    rows: dict[str, Any] = {}  # loaded only when a file or a fact below needs them
-
-    def loaded(name: str) -> Any:
-        if name not in rows:
-            rows[name] = outputs[name][1]()
-        return rows[name]
-
-    for name, (identity, _) in outputs.items():
-        rel = f"rows/{name}.parquet"
-        if not written.kept(rel, identity):
-            r = loaded(name)
-            buf = io.BytesIO()
-            pq.write_table(r if isinstance(r, pa.Table) else r.to_arrow(), buf,
-                           compression="zstd")
-            written.write(out, rel, buf.getvalue(), identity)
     # run.json's facts read the sources' rows: kept beside the files, under the identity of
     # the rows they were read from, so an unchanged rerun does not load the rows for them
     sources = [x.name for x in spec.sources if x.name in outputs]
     facts_of = [run.spec_checksum, {n: outputs[n][0] for n in sources}]
     facts = written.fact("run_facts", facts_of)
-    if facts is None:
-        src_rows = {n: loaded(n) for n in sources}
+    seen = _FactRows() if facts is None else None
+    for name, (identity, tables) in outputs.items():
+        rel = f"rows/{name}.parquet"
+        keep = written.kept(rel, identity)
+        tally = seen if seen is not None and name in sources else None
+        if keep and tally is None:
+            continue
+        # one shard's table at a time (a row group's worth at most: see write_rows)
+        shards = (tally.add(name, t) for t in tables()) if tally is not None else tables()
+        if keep:
+            for _ in shards:
+                pass
+        else:
+            buf = io.BytesIO()
+            write_rows(shards, buf)
+            written.write(out, rel, buf.getvalue(), identity)
+    if seen is not None:
         # as JSON reads them back, so a first run and a rerun hand on the same values
-        facts = json.loads(json.dumps({"failed_samples": failed_samples(src_rows),
-                                       "nothing_judged": nothing_judged(spec, src_rows)}))
+        facts = json.loads(json.dumps(seen.facts(spec, sources)))
         written.set_fact("run_facts", facts_of, facts)
+    assert facts is not None
     info: dict[str, Any] = {"study": spec.name, "spec_checksum": run.spec_checksum,
             "spec_definition": spec.definition_checksum(),
             "study_definition": spec.definition_content(),
@@ -113,14 +113,88 @@ def finish_run(store: Store, spec: StudySpec, run: StudyRun, out: Path,
 _WRITER = ["parquet-zstd", pa.__version__]
 
 
-def _row_outputs(store: Store, spec: StudySpec, run: StudyRun
-                 ) -> dict[str, tuple[list[Any], Callable[[], Any]]]:
-    """``{name: (identity, load)}`` of every ``rows/<name>.parquet``: the identity is what the
-    file is made from (content checksums), ``load`` reads its rows from the store."""
-    def rows_of(parts: list[StageResult]) -> Callable[[], Any]:
-        return lambda: concat_rows(store, parts)
+#: Rows per row group of a rows file: pyarrow's default, so the file's bytes are those one
+#: ``pq.write_table`` of every row (the shards' tables concatenated) writes.
+GROUP_ROWS = 1024 * 1024
 
-    outs: dict[str, tuple[list[Any], Callable[[], Any]]] = {
+
+def write_rows(tables: Iterable[pa.Table], sink: Any) -> None:
+    """Write ``tables`` (one source's shards, in order) as one zstd Parquet file, holding at
+    most a row group's rows (:data:`GROUP_ROWS`) at a time: byte for byte what
+    ``pq.write_table(pa.concat_tables(tables), sink, compression="zstd")`` writes (a column
+    chunk's pages follow the table's chunks, so each group is cut from the same chunks).
+
+    Example:
+        >>> import io, assay
+        >>> t = assay.rows(["q"], [["a", "b"]], [[1.0, 0.0]]).to_arrow()
+        >>> a, b = io.BytesIO(), io.BytesIO()
+        >>> write_rows([t.slice(0, 1), t.slice(1)], a)
+        >>> pq.write_table(pa.concat_tables([t.slice(0, 1), t.slice(1)]), b, compression="zstd")
+        >>> a.getvalue() == b.getvalue()
+        True
+    """
+    writer: pq.ParquetWriter | None = None
+    held: list[pa.Table] = []
+    have = 0
+    for t in tables:
+        if writer is None:
+            writer = pq.ParquetWriter(sink, t.schema, compression="zstd")
+        held.append(t)
+        have += t.num_rows
+        while have >= GROUP_ROWS:
+            whole = pa.concat_tables(held)
+            writer.write_table(whole.slice(0, GROUP_ROWS), row_group_size=GROUP_ROWS)
+            rest = whole.slice(GROUP_ROWS)
+            held, have = ([rest] if rest.num_rows else []), have - GROUP_ROWS
+    if writer is None:
+        raise ValueError("write_rows: no table to write")
+    if held:
+        writer.write_table(pa.concat_tables(held))
+    writer.close()
+
+
+#: The columns run.json's facts read (failed samples, unjudged rows and why; ``judge_meta``
+#: tells a row reporting only lm-eval corpus items, judged without a reward, from an unjudged one).
+_FACT_COLUMNS = ("reward", "judge_status", "reason", "task_id", "rollout_index", "judge_meta")
+
+
+class _FactRows:
+    """What run.json's facts read, gathered shard by shard: each source's row count and only its
+    failed (``gen_error``) and unjudged (no reward) rows, projected on :data:`_FACT_COLUMNS`."""
+
+    def __init__(self) -> None:
+        self.sizes: dict[str, int] = {}
+        self.kept: dict[str, list[pa.Table]] = {}
+
+    def add(self, name: str, table: pa.Table) -> pa.Table:
+        import pyarrow.compute as pc
+
+        self.sizes[name] = self.sizes.get(name, 0) + table.num_rows
+        t = table.select([c for c in _FACT_COLUMNS if c in table.column_names])
+        bad = pc.is_null(t.column("reward")) if "reward" in t.column_names else None
+        if "judge_status" in t.column_names:
+            gen = pc.fill_null(pc.equal(t.column("judge_status"), "gen_error"), False)
+            bad = gen if bad is None else pc.or_(bad, gen)
+        self.kept.setdefault(name, []).append(t.filter(bad) if bad is not None else t)
+        return table
+
+    def facts(self, spec: StudySpec, sources: list[str]) -> dict[str, Any]:
+        from assay.rows import Rows
+
+        rows = {n: Rows(pa.concat_tables(self.kept[n])) for n in sources}
+        return {"failed_samples": failed_samples(rows),
+                "nothing_judged": nothing_judged(spec, rows, sizes=self.sizes)}
+
+
+def _row_outputs(store: Store, spec: StudySpec, run: StudyRun
+                 ) -> dict[str, tuple[list[Any], Callable[[], Iterator[pa.Table]]]]:
+    """``{name: (identity, tables)}`` of every ``rows/<name>.parquet``: the identity is what the
+    file is made from (content checksums), ``tables()`` reads its rows from the store, one
+    shard's table at a time."""
+    def rows_of(parts: list[StageResult]) -> Callable[[], Iterator[pa.Table]]:
+        return lambda: (load_rows(store, p).to_arrow() for p in parts)
+
+    outs: dict[str, tuple[list[Any], Callable[[], Iterator[pa.Table]]]] = {
         name: ([*_WRITER, "graded", [p.checksums["rows"] for p in parts]], rows_of(list(parts)))
         for name, parts in run.graded.items()}
     measured = next((r for r in run.results if r.stage == the_stage("measurements")), None)
@@ -129,10 +203,10 @@ def _row_outputs(store: Store, spec: StudySpec, run: StudyRun
         # see; the same rows with their references and verdict details stay under .graded
         sel = [measured.outputs["selected"], measured.checksums.get("selected")]
         src = spec.measure.select.source
-        outs[f"selected-{src}"] = ([*_WRITER, "training", sel], lambda: load_rows(
-            store, measured, "selected").training_table())
-        outs[f"selected-{src}.graded"] = ([*_WRITER, "selected", sel],
-                                          lambda: load_rows(store, measured, "selected"))
+        outs[f"selected-{src}"] = ([*_WRITER, "training", sel], lambda: iter([load_rows(
+            store, measured, "selected").training_table()]))
+        outs[f"selected-{src}.graded"] = ([*_WRITER, "selected", sel], lambda: iter([load_rows(
+            store, measured, "selected").to_arrow()]))
     return outs
 
 

@@ -61,7 +61,8 @@ def run_measure(ctx: RunContext, graded: Mapping[str, Sequence[StageResult]]) ->
     names = [s.name for s in spec.sources]
 
     def compute() -> tuple[dict[str, Any], dict[str, Any]]:
-        rows = {n: concat_rows(store, graded[n]) for n in names}
+        cols = measured_columns(spec)
+        rows = {n: concat_rows(store, graded[n], cols) for n in names}
         ctx = MeasureContext(spec, names, rows, {})
         # a source none of whose rows could be judged has nothing to measure: its measurements
         # say why instead of failing the study (its report, rows and view are still written)
@@ -93,20 +94,58 @@ def run_measure(ctx: RunContext, graded: Mapping[str, Sequence[StageResult]]) ->
                         label=",".join(names), progress=ctx.progress)
 
 
-def nothing_judged(spec: StudySpec, rows: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+#: The measures that read only a row's task, reward, markers and status (no ``by``: a field
+#: it names may be any column), and those columns (:func:`nothing_judged`'s among them).
+_COLUMN_MEASURES = frozenset({"pass_at", "compare", "eval_variance", "holdout_size"})
+_MEASURE_COLUMNS = ("task_id", "reward", "markers", "judge_status", "reason", "rollout_index")
+
+
+def measured_columns(spec: StudySpec) -> tuple[str, ...] | None:
+    """The columns the study's measures read, or None (every column) when one may read others:
+    ``select`` keeps whole rows, ``by`` names any field, reward models and lm-eval sources read
+    their own. Held for the whole stage (every shard's rows), so a text column not read is not
+    kept: at 400k rows the prompts and completions alone are hundreds of MB.
+
+    Example:
+        >>> from assay.spec import parse_spec
+        >>> text = ("name: s\\nsources: [{name: m, kind: file, path: m.jsonl, "
+        ...         "fields: {prompt: q, completion: c, reward: r}}]\\n"
+        ...         "measure: {pass_at: {k: 2}}\\n")
+        >>> measured_columns(parse_spec(text))
+        ('task_id', 'reward', 'markers', 'judge_status', 'reason', 'rollout_index')
+        >>> measured_columns(parse_spec(text.replace("{k: 2}", "{k: 2, by: level}"))) is None
+        True
+    """
+    m = spec.measure
+    for name, entry in m:
+        entries = entry if isinstance(entry, list) else [] if entry is None else [entry]
+        if entries and (name not in _COLUMN_MEASURES
+                        or any(getattr(e, "by", None) is not None for e in entries)):
+            return None
+    if (spec.reward is not None and spec.reward.score is not None) or spec.lm_eval_groups \
+            or lm_eval_generate_sources(spec) or lm_eval_choice_sources(spec):
+        return None
+    return _MEASURE_COLUMNS
+
+
+def nothing_judged(spec: StudySpec, rows: Mapping[str, Any],
+                   sizes: Mapping[str, int] | None = None) -> dict[str, dict[str, Any]]:
     """The sources graded by a verifier of which no row got a reward (a judge that never
-    answers in its format, a grader returning NaN), each with :func:`unjudged_summary`."""
+    answers in its format, a grader returning NaN), each with :func:`unjudged_summary`.
+    ``sizes``: each source's row count when ``rows`` holds only some of its rows (at least
+    every unjudged one: what run.json's facts keep, not every row)."""
     from assay.measure.lm_eval_corpus import corpus_only
     from assay.unjudged import unjudged_summary
 
     out = {}
     for s in spec.sources:
         r = rows.get(s.name)
-        if s.verifier is None or r is None or not len(r):
+        n = len(r) if r is not None and sizes is None else (sizes or {}).get(s.name, 0)
+        if s.verifier is None or r is None or not n:
             continue
         summary = unjudged_summary(r)
         # a task reporting only corpus metrics (bleu) has no per-row reward: judged all the same
-        if summary["rows"] == len(r) and not corpus_only(r):
+        if summary["rows"] == n and not corpus_only(r):
             out[s.name] = summary
     return out
 

@@ -5,7 +5,9 @@ The run directory is written from them afterwards; nothing here depends on wall-
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from assay.errors import StoreVanishedError
@@ -13,15 +15,16 @@ from assay.report import WARM_IMPORTS
 from assay.stages.cache import (
     StageResult,
     cached_stage,
-    concat_rows,
     graded_checksums,
     load_doc,
+    shard_tables,
 )
 from assay.stages.declare import RunContext, Stage, declare
 from assay.stages.modes import needs_model
 from assay.store import Store
 
 if TYPE_CHECKING:
+    import pyarrow as pa
     from pydantic import BaseModel
 
     from assay.models.specs import GenerateSpec
@@ -35,7 +38,7 @@ def run_report(ctx: RunContext, graded: Mapping[str, Sequence[StageResult]],
                measured: StageResult | None, decon: StageResult | None,
                audits: Sequence[StageResult]) -> StageResult:
     """report.md / report.json / PNGs as stored blobs (written to the run dir afterwards)."""
-    from assay.report import build_report, guard_counts
+    from assay.report import build_report
     from assay.stages.build_rows import source_info
     from assay.unjudged import unjudged_summary
 
@@ -47,17 +50,17 @@ def run_report(ctx: RunContext, graded: Mapping[str, Sequence[StageResult]],
     def compute() -> tuple[dict[str, Any], dict[str, Any]]:
         sources = []
         for s in spec.sources:
-            r = concat_rows(store, graded[s.name])
-            entry = {"name": s.name, "rows": len(r),
-                     "tasks": len(set(r.to_arrow().column("task_id").to_pylist())),
+            gen = GenerationTally(s.generate) if s.generate is not None else None
+            counts = source_counts(store, graded[s.name], gen)
+            entry = {"name": s.name, "rows": counts.rows, "tasks": counts.tasks,
                      "verifier": f"log-likelihood ({_scored_by(s)})"
                      if needs_model(s, "scorer")
                      else s.verifier.label() if s.verifier else "given scores",
-                     "guard_stopped": guard_counts(r)}
+                     "guard_stopped": counts.guards}
             if s.verifier is not None:
-                entry["unjudged"] = unjudged_summary(r)
-            if s.generate is not None:
-                entry["generation"] = generation_summary(r, s.generate)
+                entry["unjudged"] = unjudged_summary(counts.unjudged)
+            if gen is not None:
+                entry["generation"] = gen.summary()
             info = source_info(store, spec, s.name)
             if info:
                 entry["data"] = info
@@ -71,6 +74,48 @@ def run_report(ctx: RunContext, graded: Mapping[str, Sequence[StageResult]],
 
     return cached_stage(store, STAGE, inputs=inputs, params=spec_doc, compute=compute,
                         label=spec.name, progress=ctx.progress)
+
+
+@dataclass
+class SourceCounts:
+    """What the report says of a source's rows, read shard by shard: rows, distinct tasks,
+    rows stopped per grading guard, and the unjudged rows (no reward) for their reasons."""
+
+    rows: int
+    tasks: int
+    guards: dict[str, int]
+    unjudged: Rows
+
+
+#: The columns :func:`assay.unjudged.unjudged_summary` reads.
+_UNJUDGED_COLUMNS = ("reward", "judge_status", "reason", "task_id", "rollout_index")
+
+
+def source_counts(store: Store, parts: Sequence[StageResult],
+                  generation: GenerationTally | None = None) -> SourceCounts:
+    """:class:`SourceCounts` of one source's shards, holding one shard's table at a time and
+    the task ids (a set) and unjudged rows across them; the same numbers as over all rows at
+    once (guard counts add up per guard; a task split across shards counts once).
+    ``generation``: a :class:`GenerationTally` fed each shard in the same pass."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from assay.report import guard_counts
+    from assay.rows import Rows
+
+    n, tasks, unjudged = 0, set(), []
+    guards: dict[str, int] = {}
+    for t in shard_tables(store, parts):
+        n += t.num_rows
+        if generation is not None:
+            generation.add(t)
+        tasks.update(pc.unique(t.column("task_id")).to_pylist())
+        for g, c in guard_counts(Rows(t)).items():
+            guards[g] = guards.get(g, 0) + c
+        kept = t.select([c for c in _UNJUDGED_COLUMNS if c in t.column_names])
+        unjudged.append(kept.filter(pc.is_null(t.column("reward"))))
+    return SourceCounts(n, len(tasks), dict(sorted(guards.items())),
+                        Rows(pa.concat_tables(unjudged)))
 
 
 def _scored_by(s: SourceSpec) -> str | None:
@@ -91,6 +136,7 @@ def generation_summary(rows: Rows, gspec: GenerateSpec | None) -> dict[str, Any]
     ``timeout``, ``circuit breaker``, ...), the truncated share (``length`` finishes, the cut-off
     the RL selection gates on) and tokens, from the rows. Retries and requests sent are facts
     of a run, not of its rows: they are in run.json, so this stays the same for the same rows.
+    (:class:`GenerationTally` over one table; a run feeds it shard by shard.)
 
     Example:
         >>> import assay
@@ -100,58 +146,99 @@ def generation_summary(rows: Rows, gspec: GenerateSpec | None) -> dict[str, Any]
         >>> generation_summary(r, None)["truncated_share"]
         0.5
     """
-    from assay.models.base import failure_cause
+    tally = GenerationTally(gspec)
+    tally.add(rows.to_arrow())
+    return tally.summary()
 
-    t = rows.to_arrow()
-    status = t.column("judge_status").to_pylist()
-    causes: dict[str, int] = {}
-    for st, why in zip(status, t.column("reason").to_pylist()):
-        if st == "gen_error":
-            c = failure_cause(why)
-            causes[c] = causes.get(c, 0) + 1
-    marks = [dict(m or []) for m in t.column("markers").to_pylist()]
-    ok = [m for m, st in zip(marks, status) if st != "gen_error"]
 
-    def mean(name: str) -> float | None:
-        vals = [m[name] for m in ok if name in m]
-        return round(sum(vals) / len(vals), 1) if vals else None
+class GenerationTally:
+    """:func:`generation_summary` gathered one table (a shard) at a time, in row order: counts
+    and each marker's values (8 bytes a row, summed once at the end, so every sum and mean is
+    the one over all rows at once), not the rows.
 
-    trunc = [m["truncated"] for m in ok if "truncated" in m]
-    # prompts (a task's rows with one prompt) whose answered samples differ at temperature 0
-    differ = 0
-    if gspec is not None and gspec.params.temperature == 0 and gspec.k > 1:
-        texts: dict[tuple[Any, Any], set[Any]] = {}
-        for tid, p, txt, st in zip(t.column("task_id").to_pylist(), t.column("prompt").to_pylist(),
-                                   t.column("final_text").to_pylist(), status):
-            if st != "gen_error":
-                texts.setdefault((tid, p), set()).add(txt)
-        differ = sum(len(v) > 1 for v in texts.values())
-    model = None
-    if gspec is not None:
-        m = gspec.model
-        model = f"{m.kind}:{_model_name(m)}"
-        revision = m.model_dump().get("revision")
-        if revision:
-            model += f"@{revision}"
-    sampling = None
-    if gspec is not None:
-        from assay.nightly.under_test import sampling_label
+    Example:
+        >>> import assay
+        >>> t = assay.rows(["q"], [["a", "b"]], markers=[[{"completion_tokens": 8.0},
+        ...                                               {"completion_tokens": 3.0}]]).to_arrow()
+        >>> g = GenerationTally(None)
+        >>> g.add(t.slice(0, 1)); g.add(t.slice(1))
+        >>> g.summary()["completion_tokens_mean"]
+        5.5
+    """
 
-        sampling = sampling_label(gspec.params.model_dump(mode="json"), None)
-    return {
-        "model": model,
-        "sampling": sampling,
-        "k": gspec.k if gspec is not None else None,
-        "completions": len(ok),
-        "errors": len(status) - len(ok),
-        "errors_by_cause": dict(sorted(causes.items())),
-        "truncated_share": round(sum(trunc) / len(trunc), 4) if trunc else None,
-        "stop_trimmed": int(sum(m.get("stop_trimmed", 0) for m in ok)),
-        "differ_at_t0": differ,
-        "prompt_tokens_mean": mean("prompt_tokens"),
-        "completion_tokens_mean": mean("completion_tokens"),
-        "completion_tokens_total": int(sum(m.get("completion_tokens", 0) for m in ok)),
-    }
+    _MEANS = ("prompt_tokens", "completion_tokens", "truncated")
+
+    def __init__(self, gspec: GenerateSpec | None) -> None:
+        self.gspec = gspec
+        self.rows = 0
+        self.causes: dict[str, int] = {}
+        self.values = {k: array("d") for k in self._MEANS}  # of the answered rows that have it
+        self.stop_trimmed, self.tokens = array("d"), array("d")  # 0 where a row has none
+        # prompts (a task's rows with one prompt) whose answered samples differ at temperature 0
+        self.texts: dict[tuple[Any, Any], set[Any]] | None = None
+        if gspec is not None and gspec.params.temperature == 0 and gspec.k > 1:
+            self.texts = {}
+
+    def add(self, t: pa.Table) -> None:
+        from assay.models.base import failure_cause
+
+        status = t.column("judge_status").to_pylist()
+        self.rows += len(status)
+        for st, why in zip(status, t.column("reason").to_pylist()):
+            if st == "gen_error":
+                c = failure_cause(why)
+                self.causes[c] = self.causes.get(c, 0) + 1
+        for m, st in zip(t.column("markers").to_pylist(), status):
+            if st == "gen_error":
+                continue
+            m = dict(m or [])
+            for k in self._MEANS:
+                if k in m:
+                    self.values[k].append(m[k])
+            self.stop_trimmed.append(m.get("stop_trimmed", 0))
+            self.tokens.append(m.get("completion_tokens", 0))
+        if self.texts is not None:
+            for tid, p, txt, st in zip(t.column("task_id").to_pylist(),
+                                       t.column("prompt").to_pylist(),
+                                       t.column("final_text").to_pylist(), status):
+                if st != "gen_error":
+                    self.texts.setdefault((tid, p), set()).add(txt)
+
+    def summary(self) -> dict[str, Any]:
+        gspec, ok = self.gspec, len(self.tokens)
+
+        def mean(name: str) -> float | None:
+            vals = self.values[name]
+            return round(sum(vals) / len(vals), 1) if vals else None
+
+        trunc = self.values["truncated"]
+        differ = sum(len(v) > 1 for v in self.texts.values()) if self.texts is not None else 0
+        model = None
+        if gspec is not None:
+            m = gspec.model
+            model = f"{m.kind}:{_model_name(m)}"
+            revision = m.model_dump().get("revision")
+            if revision:
+                model += f"@{revision}"
+        sampling = None
+        if gspec is not None:
+            from assay.nightly.under_test import sampling_label
+
+            sampling = sampling_label(gspec.params.model_dump(mode="json"), None)
+        return {
+            "model": model,
+            "sampling": sampling,
+            "k": gspec.k if gspec is not None else None,
+            "completions": ok,
+            "errors": self.rows - ok,
+            "errors_by_cause": dict(sorted(self.causes.items())),
+            "truncated_share": round(sum(trunc) / len(trunc), 4) if trunc else None,
+            "stop_trimmed": int(sum(self.stop_trimmed)),
+            "differ_at_t0": differ,
+            "prompt_tokens_mean": mean("prompt_tokens"),
+            "completion_tokens_mean": mean("completion_tokens"),
+            "completion_tokens_total": int(sum(self.tokens)),
+        }
 
 
 def report_files(store: Store, report: StageResult) -> dict[str, bytes]:

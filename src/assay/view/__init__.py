@@ -34,7 +34,15 @@ from assay.view.compare import (
     moved_tasks,
     night_doc,
 )
-from assay.view.data import CHUNK_ROWS, ViewError, js_call, read_rows, task_docs, write_source
+from assay.view.data import (
+    CHUNK_ROWS,
+    ViewError,
+    js_call,
+    read_rows,
+    task_docs,
+    write_source,
+    write_source_file,
+)
 from assay.written import MANIFEST, Manifest, sha256_file
 
 __all__ = ["ViewError", "resolve_run", "write_view"]
@@ -84,12 +92,15 @@ def resolve_against(run: Path, against: str | os.PathLike[str]) -> Path:
     return resolve_run(against)
 
 
-def _source_tables(run: Path) -> list[tuple[str, Any]]:
+def _source_files(run: Path) -> list[Path]:
     rows_dir = run / "rows"
     if not rows_dir.is_dir():
         return []
-    return [(p.stem, read_rows(p)) for p in sorted(rows_dir.glob("*.parquet"))
-            if not p.stem.startswith(_SKIP_PREFIX)]
+    return [p for p in sorted(rows_dir.glob("*.parquet")) if not p.stem.startswith(_SKIP_PREFIX)]
+
+
+def _source_tables(run: Path) -> list[tuple[str, Any]]:
+    return [(p.stem, read_rows(p)) for p in _source_files(run)]
 
 
 def _report(run: Path) -> dict[str, Any]:
@@ -131,11 +142,17 @@ def write_view(run_dir: str | os.PathLike[str], against: str | os.PathLike[str] 
     from assay.view.data import categories_by
 
     sources, docs = [], {}
-    for i, (name, table) in enumerate(_source_tables(run)):
-        by = categories_by(report, name)
+    for i, path in enumerate(_source_files(run)):
+        name, by = path.stem, categories_by(report, path.stem)
+        if other is None:  # one chunk of rows in memory at a time
+            sources.append(write_source_file(tmp / "data", i, name, path, by, chunk_rows))
+            continue
+        # the comparison reads both runs' tasks whole (moved_tasks ranks every task)
+        table = read_rows(path)
         tasks = task_docs(table, by)
         sources.append(write_source(tmp / "data", i, name, table, by, chunk_rows, tasks))
         docs[name] = (i, tasks, by)
+        del table
     meta: dict[str, Any] = {"run": nightly["night"] if nightly else None, "report": report,
                             "plots": plots, "sources": sources, "against": None,
                             "nightly": nightly}

@@ -242,3 +242,125 @@ def write_source(out: Path, index: int, name: str, table: pa.Table, by: str | No
                                                        "lines": lines}), encoding="ascii")
     return {"name": name, "index": index, "tasks_file": fname, "chunks": chunks,
             "n_tasks": len(tasks), "n_rows": table.num_rows, "rm": models, "by": by}
+
+
+#: The columns :func:`task_docs` reads (the others are never shown).
+_DOC_COLUMNS = ("task_id", "prompt", "messages", "final_text", "reward", "judge_status",
+                "judge_name", "reason", "markers", "judge_meta", "meta", "privileged",
+                "rollout_index")
+
+
+def _chunk_plan(counts: Sequence[int], chunk_rows: int) -> list[tuple[int, int]]:
+    """The tasks ``[t0, t1)`` of each rows chunk, cut as :func:`write_source` cuts them: a
+    chunk closes before the task that would take it past ``chunk_rows`` (one task never splits).
+
+    Example:
+        >>> _chunk_plan([3, 3, 3, 5, 1], 6)
+        [(0, 2), (2, 3), (3, 5)]
+    """
+    plan, t0, cur = [], 0, 0
+    for t, n in enumerate(counts):
+        if cur and cur + n > chunk_rows:
+            plan.append((t0, t))
+            t0, cur = t, 0
+        cur += n
+    if cur or t0 < len(counts):
+        plan.append((t0, len(counts)))
+    return plan
+
+
+def _task_categories(pf: pq.ParquetFile, by: str | None, first: Any) -> list[Any]:
+    """The category of each task (its first row's), reading only the columns ``by`` can name."""
+    if by is None:
+        return [None] * len(first)
+    names = pf.schema_arrow.names
+    cols = list(dict.fromkeys(c for c in (by.partition(".")[0], "meta", "markers") if c in names))
+    vals = _category_values(pf.read(columns=cols), by)
+    return [vals[i] for i in first]
+
+
+def write_source_file(out: Path, index: int, name: str, path: str | Path, by: str | None,
+                      chunk_rows: int = CHUNK_ROWS) -> dict[str, Any]:
+    """:func:`write_source` for a rows Parquet file, holding one chunk's rows at a time (not
+    every row as Python objects: 2-3 KB a row): the same files, byte for byte.
+
+    Tasks are grouped in order of first appearance (``dictionary_encode`` numbers them so);
+    when each task's rows are contiguous (what a run writes) the file is read in batches, else
+    the row order of each chunk is taken from the whole Arrow table.
+
+    Example:
+        >>> import tempfile, assay
+        >>> d = Path(tempfile.mkdtemp())
+        >>> t = assay.rows(["q"], [["a", "b"]], [[1.0, 0.0]]).to_arrow()
+        >>> pq.write_table(t, d / "r.parquet")
+        >>> write_source_file(d, 0, "r", d / "r.parquet", None)["chunks"]
+        ['s0-rows-0.js']
+    """
+    import numpy as np
+    import pyarrow.compute as pc
+
+    pf = pq.ParquetFile(path)
+    n_rows = pf.metadata.num_rows
+    enc = pc.dictionary_encode(pf.read(columns=["task_id"]).column("task_id").combine_chunks())
+    codes = enc.indices.to_numpy(zero_copy_only=False)
+    n_tasks = len(enc.dictionary)
+    counts = np.bincount(codes, minlength=n_tasks)
+    first = np.unique(codes, return_index=True)[1] if n_rows else np.zeros(0, dtype=np.int64)
+    cats = _task_categories(pf, by, first)
+    cols = [c for c in _DOC_COLUMNS if c in pf.schema_arrow.names]
+    models: set[str] = set()
+    if "markers" in cols:
+        for b in pf.iter_batches(columns=["markers"], batch_size=chunk_rows):
+            models.update(k[3:] for m in b.column(0).to_pylist() for k, _ in m or ()
+                          if k.startswith("rm:"))
+    rm = sorted(models)
+    plan = _chunk_plan(counts.tolist(), chunk_rows)
+    contiguous = bool(n_rows == 0 or (codes[1:] >= codes[:-1]).all())
+    if contiguous:
+        batches = pf.iter_batches(columns=cols, batch_size=chunk_rows)
+        pending: list[pa.RecordBatch] = []
+        have = 0
+
+        def rows_of(n: int) -> pa.Table:
+            nonlocal have, pending
+            while have < n:
+                b = next(batches)
+                pending.append(b)
+                have += b.num_rows
+            t = pa.Table.from_batches(pending)
+            pending = [] if have == n else t.slice(n).combine_chunks().to_batches()
+            have -= n
+            return t.slice(0, n)
+    else:
+        whole = pf.read(columns=cols)
+        order = np.argsort(codes, kind="stable")
+        at = 0
+
+        def rows_of(n: int) -> pa.Table:
+            nonlocal at
+            t = whole.take(pa.array(order[at:at + n]))
+            at += n
+            return t
+
+    head = "assayData(" + safe_json(f"tasks:{index}") + ",{\"columns\":" + \
+        safe_json([*TASK_COLUMNS, "chunk"]) + ",\"lines\":["
+    chunks: list[str] = []
+    fname = f"s{index}-tasks.js"
+    with open(out / fname, "w", encoding="ascii") as lines_file:
+        lines_file.write(head)
+        sep = ""
+        for j, (t0, t1) in enumerate(plan):
+            tasks = task_docs(rows_of(int(counts[t0:t1].sum())))
+            assert len(tasks) == t1 - t0, "a chunk's rows are exactly its tasks'"
+            for t, cat in zip(tasks, cats[t0:t1]):
+                t["category"] = cat
+                line = task_line(t, rm)
+                line.append(j)
+                lines_file.write(sep + safe_json(line))
+                sep = ","
+            chunk = f"s{index}-rows-{j}.js"
+            (out / chunk).write_text(js_call(f"rows:{index}:{j}", tasks), encoding="ascii")
+            chunks.append(chunk)
+        lines_file.write("]});\n")
+    return {"name": name, "index": index, "tasks_file": fname, "chunks": chunks,
+            "n_tasks": n_tasks, "n_rows": n_rows, "rm": rm, "by": by}
