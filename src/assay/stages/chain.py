@@ -24,6 +24,8 @@ from assay.spec import StudySpec
 from assay.stages.cache import StageResult, print_progress
 from assay.stages.declare import Progress, RunContext, the_stage
 from assay.stages.graph import Graph, GraphRun, Node, run_graph
+from assay.stages.seams import Call as Called
+from assay.stages.seams import Get
 from assay.stages.wiring import study_graph
 from assay.store import Store
 
@@ -32,7 +34,7 @@ from assay.store import Store
 Call = Callable[..., StageResult]
 
 
-def direct_call(fn: Callable[..., StageResult], *args: Any, **kwargs: Any) -> StageResult:
+def direct_call(fn: Callable[..., StageResult], *args: object, **kwargs: object) -> StageResult:
     """Run a stage function in this process (what ``run_study`` does without Prefect)."""
     return fn(*args, **kwargs)
 
@@ -43,9 +45,10 @@ class InlineExecutor:
     def __init__(self, call: Call = direct_call) -> None:
         self.call = call
 
-    def submit(self, node: Node, args: tuple[Any, ...], kwargs: dict[str, Any],
-               waits: list[Any], done: Callable[[], None]) -> tuple[bool, Any]:
-        out: tuple[bool, Any]
+    def submit(self, node: Node, args: tuple[object, ...], kwargs: dict[str, object],
+               waits: list[object], done: Callable[[], None]
+               ) -> tuple[bool, StageResult | Exception]:
+        out: tuple[bool, StageResult | Exception]
         try:
             out = (True, self.call(node.fn, *args, **kwargs))
         except Exception as e:
@@ -53,9 +56,9 @@ class InlineExecutor:
         done()
         return out
 
-    def result(self, handle: tuple[bool, Any]) -> Any:
-        ok, value = handle
-        if not ok:
+    def result(self, handle: tuple[bool, StageResult | Exception]) -> StageResult:
+        _, value = handle
+        if isinstance(value, Exception):  # never a result: stage functions return pointers
             raise value
         return value
 
@@ -112,7 +115,7 @@ class StudyPlan:
         def adapt(node: Node) -> Node:
             inner = node.args
 
-            def args(get: Callable[[str], Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
+            def args(get: Get) -> Called:
                 a, kw = inner(get)
                 if a and isinstance(a[0], RunContext):
                     a = (replace(a[0], spec=spec, store=store), *a[1:])

@@ -14,6 +14,7 @@ from assay.spec import StudySpec
 from assay.stages.cache import StageResult, cached_stage, load_rows
 from assay.stages.declare import RunContext, Shard, Stage, declare
 from assay.stages.declare import shard_bounds as shard_bounds  # cut by the shard: re-exported
+from assay.stages.seams import Computed
 from assay.verify.spec import VerifierSpec
 
 STAGE = "grade"  # declared at the end
@@ -51,7 +52,7 @@ def run_grade_shard(ctx: RunContext, rows: StageResult, shard: Shard) -> StageRe
     part = Rows(load_rows(store, rows).to_arrow().slice(lo, hi - lo))
     label = shard.label(source_name)
 
-    def compute() -> tuple[dict[str, Any], dict[str, Any]]:
+    def compute() -> Computed:
         from assay.unjudged import check_shard
 
         verifier = vspec.build(spec.base_dir)

@@ -14,6 +14,7 @@ from assay.progress import track
 from assay.spec import StudySpec
 from assay.stages.cache import StageResult, cached_stage
 from assay.stages.declare import RunContext, Stage, declare
+from assay.stages.seams import Computed
 from assay.stages.slots import device_of, scoring_slots
 
 if TYPE_CHECKING:
@@ -44,7 +45,7 @@ def run_reward_audit(ctx: RunContext, model_name: str) -> StageResult:
     views = loaded.views
     inputs = [[k, v.checksum()] for k, v in views.items()]
 
-    def compute() -> tuple[dict[str, Any], dict[str, Any]]:
+    def compute() -> Computed:
         from assay.reward import audit
 
         with track(STAGE, model_name, total=sum(len(v) for v in views.values())) as unit:
