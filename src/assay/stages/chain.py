@@ -24,8 +24,7 @@ from assay.spec import StudySpec
 from assay.stages.cache import StageResult, print_progress
 from assay.stages.declare import Progress, RunContext, the_stage
 from assay.stages.graph import Graph, GraphRun, Node, run_graph
-from assay.stages.seams import Call as Called
-from assay.stages.seams import Get
+from assay.stages.seams import Get, NodeCall
 from assay.stages.wiring import study_graph
 from assay.store import Store
 
@@ -115,7 +114,7 @@ class StudyPlan:
         def adapt(node: Node) -> Node:
             inner = node.args
 
-            def args(get: Get) -> Called:
+            def args(get: Get) -> NodeCall:
                 a, kw = inner(get)
                 if a and isinstance(a[0], RunContext):
                     a = (replace(a[0], spec=spec, store=store), *a[1:])

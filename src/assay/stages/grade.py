@@ -20,7 +20,7 @@ from assay.verify.spec import VerifierSpec
 STAGE = "grade"  # declared at the end
 
 
-def verifier_fingerprint(vspec: VerifierSpec, spec: StudySpec | None = None) -> Any:
+def verifier_fingerprint(vspec: VerifierSpec, spec: StudySpec | None = None) -> dict[str, Any]:
     """The verifier's identity for cache keys: kind, params, and the checksum of the module
     that implements it (editing a verifier's code recomputes its grades). A verifier class with
     ``cache_identity(**params)`` adds what its params cannot say (the model judge: what its

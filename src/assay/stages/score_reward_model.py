@@ -19,11 +19,12 @@ from assay.stages.slots import device_of, scoring_slots
 
 if TYPE_CHECKING:
     from assay.reward.auditing import Audit
+    from assay.reward.prefdata import PreferenceViews
 
 STAGE = "score-reward-model"  # declared at the end
 
 
-def preference_views(spec: StudySpec) -> Any:
+def preference_views(spec: StudySpec) -> PreferenceViews:
     """The audited views with what the report says about them (source, seed-id fallback)."""
     assert spec.reward is not None and spec.reward.data is not None
     return spec.reward.data.load(spec.paths)

@@ -31,7 +31,7 @@ Get: TypeAlias = Callable[[str], "StageResult | tuple[StageResult, ...]"]
 #: A stage function's call, built when its node starts: positional arguments (the run context,
 #: then its inputs: a result, a group's results, a shard...) and keyword arguments. The builder
 #: never reads them, the stage function's signature checks them, hence ``object``.
-Call: TypeAlias = tuple[tuple[object, ...], dict[str, object]]
+NodeCall: TypeAlias = tuple[tuple[object, ...], dict[str, object]]
 
 #: How a node builds its call from what ran (:class:`assay.stages.graph.Node`'s ``args``).
-Args: TypeAlias = Callable[[Get], Call]
+Args: TypeAlias = Callable[[Get], NodeCall]

@@ -23,7 +23,7 @@ from assay.stages.cache import StageResult, load_rows, print_progress
 from assay.stages.declare import STAGES, Progress, RunContext, Shard, Stage
 from assay.stages.graph import GROUP, Graph, Node
 from assay.stages.modes import ModeRow, row_of
-from assay.stages.seams import Args, Call, Get
+from assay.stages.seams import Args, Get, NodeCall
 
 if TYPE_CHECKING:
     from assay.spec import StudySpec
@@ -139,7 +139,7 @@ def _shards(ctx: RunContext, si: int, step0: int, row: ModeRow, mode: Sequence[S
 
 def _after(ctx: RunContext, prev: str, i: int, n: int) -> Args:
     """A later shard stage's call: the whole output of the shard's previous stage."""
-    def args(get: Get) -> Call:
+    def args(get: Get) -> NodeCall:
         rows = get(prev)
         assert isinstance(rows, StageResult)  # a node's id: one result, never a group's
         return (ctx, rows, Shard(i, n, (0, int(rows.summary["rows"])))), {}
@@ -192,7 +192,7 @@ def _study_args(ctx: RunContext, item: str | None, inputs: list[Input]) -> Args:
             return tuple(get(d) for d in what[1])
         return None if what[1] is None else get(what[1])
 
-    def args(get: Get) -> Call:
+    def args(get: Get) -> NodeCall:
         head: tuple[object, ...] = (ctx,) if item is None else (ctx, item)
         return (*head, *(value(get, what) for what in inputs)), {}
     return args
