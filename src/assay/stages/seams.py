@@ -7,7 +7,7 @@ Example:
     >>> from assay.store import Store
     >>> def compute() -> Computed:
     ...     return {"doc": {"answer": 42}}, {"rows": 0}
-    >>> cached_stage(Store(tempfile.mkdtemp()), "seams-doc", inputs=[], params={},
+    >>> cached_stage(Store(tempfile.mkdtemp()), "measure", inputs=[], params={},
     ...              compute=compute).summary
     {'rows': 0}
 """
