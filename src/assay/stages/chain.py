@@ -45,21 +45,19 @@ class InlineExecutor:
         self.call = call
 
     def submit(self, node: Node, args: tuple[object, ...], kwargs: dict[str, object],
-               waits: list[object], done: Callable[[], None]
-               ) -> tuple[bool, StageResult | Exception]:
-        out: tuple[bool, StageResult | Exception]
+               waits: list[object], done: Callable[[], None]) -> StageResult | Exception:
+        out: StageResult | Exception  # the handle: what the node returned, or raised
         try:
-            out = (True, self.call(node.fn, *args, **kwargs))
+            out = self.call(node.fn, *args, **kwargs)
         except Exception as e:
-            out = (False, e)
+            out = e
         done()
         return out
 
-    def result(self, handle: tuple[bool, StageResult | Exception]) -> StageResult:
-        _, value = handle
-        if isinstance(value, Exception):  # never a result: stage functions return pointers
-            raise value
-        return value
+    def result(self, handle: StageResult | Exception) -> StageResult:
+        if isinstance(handle, Exception):  # stage functions return pointers, never exceptions
+            raise handle
+        return handle
 
     def close(self, cancel: bool) -> None:
         pass
