@@ -100,7 +100,7 @@ class StudyPlan:
               workers: int | None = None) -> StudyPlan:
         """The study's graph (its shards are added when a source's filtered rows exist);
         ``workers``: grading processes, else the spec's ``execution.workers``."""
-        graph = study_graph(spec, store, progress=progress,  # type: ignore[arg-type]
+        graph = study_graph(spec, store, progress=progress,
                             workers=workers or spec.execution.workers)
         return cls(spec, store, graph)  # type: ignore[arg-type]  # a listing needs no store
 
