@@ -10,6 +10,7 @@ from typing import Any
 from assay.spec import StudySpec
 from assay.stages.cache import StageResult, cached_stage, lookup, stage_key
 from assay.stages.declare import RunContext, Stage, declare
+from assay.stages.seams import Computed
 from assay.store import Store
 
 STAGE = "build-rows"  # declared at the end
@@ -20,9 +21,9 @@ def run_build_rows(ctx: RunContext) -> StageResult:
     store, spec, source_name = ctx.store, ctx.spec, ctx.source
     source = spec.source(source_name)
 
-    def compute() -> tuple[dict[str, Any], dict[str, Any]]:
+    def compute() -> Computed:
         r, info = source.build(spec.paths)
-        out: dict[str, Any] = {"rows": r}
+        out: dict[str, object] = {"rows": r}
         if info:  # what was read (a dataset's revision, its records' checksum): for the report
             out["source_info"] = info
         return out, {"rows": len(r)}

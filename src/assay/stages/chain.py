@@ -24,6 +24,7 @@ from assay.spec import StudySpec
 from assay.stages.cache import StageResult, print_progress
 from assay.stages.declare import Progress, RunContext, the_stage
 from assay.stages.graph import Graph, GraphRun, Node, run_graph
+from assay.stages.seams import Get, NodeCall
 from assay.stages.wiring import study_graph
 from assay.store import Store
 
@@ -32,7 +33,7 @@ from assay.store import Store
 Call = Callable[..., StageResult]
 
 
-def direct_call(fn: Callable[..., StageResult], *args: Any, **kwargs: Any) -> StageResult:
+def direct_call(fn: Callable[..., StageResult], *args: object, **kwargs: object) -> StageResult:
     """Run a stage function in this process (what ``run_study`` does without Prefect)."""
     return fn(*args, **kwargs)
 
@@ -43,21 +44,20 @@ class InlineExecutor:
     def __init__(self, call: Call = direct_call) -> None:
         self.call = call
 
-    def submit(self, node: Node, args: tuple[Any, ...], kwargs: dict[str, Any],
-               waits: list[Any], done: Callable[[], None]) -> tuple[bool, Any]:
-        out: tuple[bool, Any]
+    def submit(self, node: Node, args: tuple[object, ...], kwargs: dict[str, object],
+               waits: list[object], done: Callable[[], None]) -> StageResult | Exception:
+        out: StageResult | Exception  # the handle: what the node returned, or raised
         try:
-            out = (True, self.call(node.fn, *args, **kwargs))
+            out = self.call(node.fn, *args, **kwargs)
         except Exception as e:
-            out = (False, e)
+            out = e
         done()
         return out
 
-    def result(self, handle: tuple[bool, Any]) -> Any:
-        ok, value = handle
-        if not ok:
-            raise value
-        return value
+    def result(self, handle: StageResult | Exception) -> StageResult:
+        if isinstance(handle, Exception):  # stage functions return pointers, never exceptions
+            raise handle
+        return handle
 
     def close(self, cancel: bool) -> None:
         pass
@@ -100,7 +100,7 @@ class StudyPlan:
               workers: int | None = None) -> StudyPlan:
         """The study's graph (its shards are added when a source's filtered rows exist);
         ``workers``: grading processes, else the spec's ``execution.workers``."""
-        graph = study_graph(spec, store, progress=progress,  # type: ignore[arg-type]
+        graph = study_graph(spec, store, progress=progress,
                             workers=workers or spec.execution.workers)
         return cls(spec, store, graph)  # type: ignore[arg-type]  # a listing needs no store
 
@@ -112,7 +112,7 @@ class StudyPlan:
         def adapt(node: Node) -> Node:
             inner = node.args
 
-            def args(get: Callable[[str], Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
+            def args(get: Get) -> NodeCall:
                 a, kw = inner(get)
                 if a and isinstance(a[0], RunContext):
                     a = (replace(a[0], spec=spec, store=store), *a[1:])

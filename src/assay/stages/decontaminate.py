@@ -17,6 +17,7 @@ from assay.stages.cache import (
     graded_checksums,
 )
 from assay.stages.declare import RunContext, Stage, declare
+from assay.stages.seams import Computed
 
 STAGE = "decontaminate"  # declared at the end
 
@@ -34,7 +35,7 @@ def run_decontaminate(ctx: RunContext, graded: Mapping[str, Sequence[StageResult
     params = d.model_dump(mode="json", exclude={"corpus", "sources"})
     corpus_sums = [file_checksum(spec.resolve(c)) for c in d.corpus]
 
-    def compute() -> tuple[dict[str, Any], dict[str, Any]]:
+    def compute() -> Computed:
         import assay.decontam as dc
 
         paths = [str(spec.resolve(c)) for c in d.corpus]

@@ -23,6 +23,7 @@ from assay.rows import Rows, as_table
 from assay.spec import steps_before_grading
 from assay.stages.cache import StageResult, cached_stage, load_rows
 from assay.stages.declare import RunContext, Stage, declare
+from assay.stages.seams import Computed
 from assay.steps import ROW_OPS, WHERE_OPS, validate_steps
 
 STAGE = "filter-rows"  # declared at the end
@@ -100,7 +101,7 @@ def run_filter_rows(ctx: RunContext, built: StageResult) -> StageResult:
     if early:  # the same words as `assay validate`, not "its steps keep no rows"
         raise SpecError(early[0])
 
-    def compute() -> tuple[dict[str, Any], dict[str, Any]]:
+    def compute() -> Computed:
         r = apply_row_steps(load_rows(store, built), source.steps, where=f"sources[{index}].steps")
         if len(r) == 0:
             raise SpecError(f"source {source_name!r}: its steps keep no rows; loosen them")

@@ -44,6 +44,7 @@ from assay.stages.cache import (
     stage_key,
 )
 from assay.stages.declare import RunContext, Shard, Stage, declare
+from assay.stages.seams import Computed
 from assay.stages.slots import device_of, model_device, model_slots
 
 STAGE = "generate"  # declared at the end
@@ -112,7 +113,7 @@ def run_generate_shard(ctx: RunContext, filtered: StageResult, shard: Shard) -> 
             raise NotCached(f"{label}: has failed requests")
         store.delete_ref(_ref_name(key))  # retry the failed requests (the rest is journalled)
 
-    def compute() -> tuple[dict[str, Any], dict[str, Any]]:
+    def compute() -> Computed:
         table = part.to_arrow()
         msgs = [[{"role": m["role"], "content": m["content"]} for m in ms]
                 for ms in table.column("messages").to_pylist()]

@@ -14,12 +14,13 @@ from assay.spec import StudySpec
 from assay.stages.cache import StageResult, cached_stage, load_rows
 from assay.stages.declare import RunContext, Shard, Stage, declare
 from assay.stages.declare import shard_bounds as shard_bounds  # cut by the shard: re-exported
+from assay.stages.seams import Computed
 from assay.verify.spec import VerifierSpec
 
 STAGE = "grade"  # declared at the end
 
 
-def verifier_fingerprint(vspec: VerifierSpec, spec: StudySpec | None = None) -> Any:
+def verifier_fingerprint(vspec: VerifierSpec, spec: StudySpec | None = None) -> dict[str, Any]:
     """The verifier's identity for cache keys: kind, params, and the checksum of the module
     that implements it (editing a verifier's code recomputes its grades). A verifier class with
     ``cache_identity(**params)`` adds what its params cannot say (the model judge: what its
@@ -51,7 +52,7 @@ def run_grade_shard(ctx: RunContext, rows: StageResult, shard: Shard) -> StageRe
     part = Rows(load_rows(store, rows).to_arrow().slice(lo, hi - lo))
     label = shard.label(source_name)
 
-    def compute() -> tuple[dict[str, Any], dict[str, Any]]:
+    def compute() -> Computed:
         from assay.unjudged import check_shard
 
         verifier = vspec.build(spec.base_dir)

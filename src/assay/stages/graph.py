@@ -23,7 +23,7 @@ import heapq
 import itertools
 import queue
 import threading
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
@@ -288,8 +288,8 @@ class _Book:
         #: (one lane per ``ready`` callable: the lane's nodes all get the same answer)
         self.fresh: list[_Entry] = []
         self.parked: dict[str, list[_Entry]] = {}
-        self.gated: dict[Any, list[_Entry]] = {}
-        self.gate: dict[Any, Callable[[], bool]] = {}
+        self.gated: dict[Hashable, list[_Entry]] = {}
+        self.gate: dict[Hashable, Callable[[], bool]] = {}
 
     def waiting(self, nid: str) -> bool:
         return (nid in self.key and nid not in self.results and nid not in self.failed
@@ -439,9 +439,9 @@ class _Book:
         in that slot's lane (looked at again once the slot is free). Returns whether a node was
         held back by ``ready()`` (its wake comes)."""
         gated = False
-        closed: set[Any] = set()  # gated lanes that said no since the last start
+        closed: set[Hashable] = set()  # gated lanes that said no since the last start
         pos: tuple[Any, int] | None = None  # the last key looked at: a pass never goes back
-        behind: list[tuple[Any, _Entry]] = []  # gated lanes' entries, back after the pass
+        behind: list[tuple[Hashable, _Entry]] = []  # gated lanes' entries, back after the pass
         while room():
             best: list[_Entry] | None = None
             if self._live(self.fresh):
@@ -487,7 +487,7 @@ class _Book:
         return gated
 
 
-def _gate_key(n: Node) -> Any:
+def _gate_key(n: Node) -> Hashable:
     """The lane of a node held back by ``ready()``: its callable (``loader.idle`` of every
     score-rows node is one lane), or the node alone when the callable cannot be hashed."""
     try:

@@ -22,7 +22,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
-from typing import Any
+from enum import Enum
 
 from assay.spec import StudySpec
 from assay.stages.cache import StageResult, print_progress
@@ -32,8 +32,15 @@ from assay.stages.plan import max_parallel_for, run_study
 from assay.stages.slots import model_device, on_cpu
 from assay.store import Store
 
+
+class _NotRun(Enum):
+    NOT_RUN = "not run"  # an enum member, so ``is NOT_RUN`` narrows a node's outcome's type
+
+
 #: A node's outcome when the head start never ran it: the flow's task computes it itself.
-NOT_RUN = object()
+NOT_RUN = _NotRun.NOT_RUN
+#: What the head start says of a node: its stage's pointer, or :data:`NOT_RUN`.
+Outcome = StageResult | _NotRun
 
 
 class HeadStartStopped(RuntimeError):
@@ -47,17 +54,17 @@ class _RecordingExecutor(ThreadExecutor):
         super().__init__(max_workers)
         self.head = head
 
-    def submit(self, node: Node, args: tuple[Any, ...], kwargs: dict[str, Any],
-               waits: list[Any], done: Callable[[], None]) -> Future[Any]:
+    def submit(self, node: Node, args: tuple[object, ...], kwargs: dict[str, object],
+               waits: list[object], done: Callable[[], None]) -> Future[StageResult]:
         if self.head.stopped.is_set():  # no new work once stopped: dependents are skipped
-            f: Future[Any] = Future()
+            f: Future[StageResult] = Future()
             f.set_exception(HeadStartStopped(f"{node.where}: not started (run stopped)"))
             done()
             return f
         out = self.head.outcome(node.id)
-        fut = super().submit(node, args, kwargs, waits, done)
+        fut: Future[StageResult] = super().submit(node, args, kwargs, waits, done)
 
-        def publish(f: Future[Any]) -> None:
+        def publish(f: Future[StageResult]) -> None:
             if out.done():
                 return
             exc = f.exception()
@@ -83,7 +90,7 @@ class HeadStart:
         self.run: StudyRun | None = None
         self.error: BaseException | None = None
         self.stopped = threading.Event()
-        self._outcomes: dict[str, Future[Any]] = {}
+        self._outcomes: dict[str, Future[Outcome]] = {}
         self._lock = threading.Lock()
         self._ended = threading.Event()
         self._thread: threading.Thread | None = None
@@ -106,7 +113,7 @@ class HeadStart:
             models += spec.reward.models
         return all(on_cpu(d) for d in map(model_device, models) if d is not None)
 
-    def outcome(self, node_id: str) -> Future[Any]:
+    def outcome(self, node_id: str) -> Future[Outcome]:
         """The future result of node ``node_id`` (made on first ask, by either side)."""
         with self._lock:
             f = self._outcomes.get(node_id)
@@ -145,7 +152,7 @@ class HeadStart:
         graph, its shards as this run cuts them (:meth:`StudyPlan.follow`)."""
         return self.plan.follow(spec, store).graph
 
-    def result(self, node_id: str) -> Any:
+    def result(self, node_id: str) -> Outcome:
         """The head start's result for the node (waits while it runs), or :data:`NOT_RUN`.
         Bounded: every node ends, and the head start's end resolves every node it never ran."""
         return self.outcome(node_id).result()
@@ -206,12 +213,12 @@ def joining(head: HeadStart, node_id: str) -> Iterator[None]:
         _JOIN.reset(token)
 
 
-def joined(fn: Callable[..., StageResult], *args: Any, **kwargs: Any) -> StageResult:
+def joined(fn: Callable[..., StageResult], *args: object, **kwargs: object) -> StageResult:
     """``fn(*args, **kwargs)``, or the head start's result for the node being recorded (see
     :func:`joining`): a failure there is raised here, as if it had happened here."""
     j = _JOIN.get()
     if j is not None:
         res = j[0].result(j[1])
         if res is not NOT_RUN:
-            return res  # type: ignore[no-any-return]  # a stage function's StageResult
+            return res
     return fn(*args, **kwargs)

@@ -19,7 +19,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from assay import libguard, stop
 from assay import progress as live
@@ -32,10 +32,14 @@ from assay.stages.declare import STAGES, Progress, RunContext, the_stage, with_r
 from assay.stages.graph import Executor, Graph, Node, ThreadExecutor, run_graph
 from assay.stages.modes import row_of
 from assay.stages.score_rows import preload
+from assay.stages.seams import Get, NodeCall
 from assay.stages.slots import model_device, scoring_slots
 from assay.stages.stream import Pregrader
 from assay.stages.wiring import study_graph
 from assay.store import Store
+
+if TYPE_CHECKING:
+    from assay.reward.kinds import RewardModelEntry
 
 #: Default cap on nodes in flight (``execution.max_parallel``): generate nodes mostly wait on
 #: their server, grading and scoring hold the ``cores`` and ``gpu`` slots.
@@ -73,7 +77,7 @@ def _while_loading(loader: Preloader) -> Callable[[Node], None]:
         elif node.scope == "shard" and "cores" in node.resources:
             inner = node.args
 
-            def args(get: Callable[[str], Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
+            def args(get: Get) -> NodeCall:
                 a, kw = inner(get)
                 ctx: RunContext = a[0]
                 return (replace(ctx, workers=_grading_workers(ctx.workers, loader)), *a[1:]), kw
@@ -114,7 +118,7 @@ class Preloader:
         kinds = sorted({type(m).__module__ for m in models if model_device(m) is not None})
         self.worker.warm(["torch", *kinds])
 
-    def remote_models(self) -> list[Any]:
+    def remote_models(self) -> list[RewardModelEntry]:
         """The scoring models that load only in the worker process (none is also audited here)."""
         if self.spec.reward is None or self.spec.reward.data is not None:
             return []

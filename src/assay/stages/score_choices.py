@@ -29,6 +29,7 @@ from assay.rows import Rows, to_json
 from assay.sources.base import ChoicesSource
 from assay.stages.cache import StageResult, cached_stage, load_rows
 from assay.stages.declare import RunContext, Shard, Stage, declare
+from assay.stages.seams import Computed
 from assay.stages.slots import device_of, scoring_model_slots
 
 if TYPE_CHECKING:
@@ -141,7 +142,7 @@ def run_score_choices(ctx: RunContext, filtered: StageResult, shard: Shard) -> S
 
     label = shard.label(source_name)
 
-    def compute() -> tuple[dict[str, Any], dict[str, Any]]:
+    def compute() -> Computed:
         from assay.progress import track
 
         slot = (device_slot(device_of(scorer)) if device_slot is not None

@@ -14,15 +14,17 @@ from assay.progress import track
 from assay.spec import StudySpec
 from assay.stages.cache import StageResult, cached_stage
 from assay.stages.declare import RunContext, Stage, declare
+from assay.stages.seams import Computed
 from assay.stages.slots import device_of, scoring_slots
 
 if TYPE_CHECKING:
     from assay.reward.auditing import Audit
+    from assay.reward.prefdata import PreferenceViews
 
 STAGE = "score-reward-model"  # declared at the end
 
 
-def preference_views(spec: StudySpec) -> Any:
+def preference_views(spec: StudySpec) -> PreferenceViews:
     """The audited views with what the report says about them (source, seed-id fallback)."""
     assert spec.reward is not None and spec.reward.data is not None
     return spec.reward.data.load(spec.paths)
@@ -44,7 +46,7 @@ def run_reward_audit(ctx: RunContext, model_name: str) -> StageResult:
     views = loaded.views
     inputs = [[k, v.checksum()] for k, v in views.items()]
 
-    def compute() -> tuple[dict[str, Any], dict[str, Any]]:
+    def compute() -> Computed:
         from assay.reward import audit
 
         with track(STAGE, model_name, total=sum(len(v) for v in views.values())) as unit:

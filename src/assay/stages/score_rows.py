@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 import pyarrow as pa
@@ -28,11 +28,11 @@ from assay.rows import MARKERS_TYPE, Rows, table_checksum
 from assay.spec import StudySpec
 from assay.stages.cache import StageResult, cached_stage, load_rows
 from assay.stages.declare import RunContext, Shard, Stage, declare
+from assay.stages.seams import Computed
 from assay.stages.slots import device_of, model_device, scoring_slots
 from assay.store import Store
 
 if TYPE_CHECKING:
-    from assay.reward.base import RewardModel
     from assay.reward.kinds import RewardModelEntry
     from assay.reward.worker import ScoringWorker
 
@@ -46,7 +46,21 @@ MARKER_PREFIX = "rm:"
 #: per model (a GPU model batches within it by its own token budget)
 COMMIT_ROWS = 512
 
-_MODELS: dict[str, Any] = {}  # identity key -> built adapter: one load per process, not per shard
+
+
+class Scorer(Protocol):
+    """What this stage asks of a built reward model: an adapter (an
+    :class:`assay.reward.base.RewardModel`) or a worker's :class:`~assay.reward.worker.RemoteModel`
+    (which has no ``last_run``); ``score_conversations`` is optional, looked up by name."""
+
+    def score(self, prompts: Sequence[str], responses: Sequence[str]) -> np.ndarray: ...
+
+
+#: What a reward model reads of a shard's rows (:func:`scoring_inputs`).
+ScoringInputs = tuple[list[str], list[str], list[list[dict[str, str]] | None], np.ndarray]
+
+#: identity key -> built adapter: one load per process, not per shard
+_MODELS: dict[str, Scorer] = {}
 _LOADING: dict[str, threading.Event] = {}  # identity key -> set when the load in flight ends
 _MODELS_LOCK = threading.Lock()
 
@@ -61,8 +75,7 @@ def marker_name(model_name: str) -> str:
     return f"{MARKER_PREFIX}{model_name}"
 
 
-def scoring_inputs(table: pa.Table
-                   ) -> tuple[list[str], list[str], list[list[dict[str, str]] | None], np.ndarray]:
+def scoring_inputs(table: pa.Table) -> ScoringInputs:
     """What a reward model reads per row: the prompt text, the completion, the conversation
     (``None`` for a single user turn, where the prompt is the whole conversation) and whether
     the row can be scored at all (an empty completion cannot: it gets no marker).
@@ -95,7 +108,7 @@ def inputs_checksum(table: pa.Table) -> str:
     return table_checksum(table.select(cols), "rmin")
 
 
-def score_inputs(model: RewardModel, prompts: Sequence[str], responses: Sequence[str],
+def score_inputs(model: Scorer, prompts: Sequence[str], responses: Sequence[str],
                  convs: Sequence[list[dict[str, str]] | None], ok: np.ndarray,
                  unit: Unit | None = None) -> np.ndarray:
     """Scores (NaN where ``ok`` is False). A model with ``score_conversations`` (a chat-template
@@ -116,7 +129,7 @@ def score_inputs(model: RewardModel, prompts: Sequence[str], responses: Sequence
                 if by_conversation is not None else [])
     plain = np.setdiff1d(idx, np.asarray(conv_idx, dtype=np.int64))
 
-    def scored(rows: int, fn: Any, *args: Any) -> np.ndarray:
+    def scored(rows: int, fn: Callable[..., np.ndarray], *args: object) -> np.ndarray:
         if unit is None:
             return fn(*args)
         adv = RowAdvance(unit, rows)  # the model's batches, mapped onto these rows
@@ -152,7 +165,7 @@ def forget_worker(worker: ScoringWorker) -> None:
             del _MODELS[key]
 
 
-def _planned_device(mspec: RewardModelEntry, identity: Any) -> str:
+def _planned_device(mspec: RewardModelEntry, identity: object) -> str:
     """Where the model is (or will be) loaded, known before loading it, so the device slot is
     held while the weights move to the GPU too: a Python function runs on the CPU."""
     built = _MODELS.get(combine("rmid", identity))
@@ -166,8 +179,8 @@ def _planned_device(mspec: RewardModelEntry, identity: Any) -> str:
     return resolve_device(device)
 
 
-def _model(mspec: RewardModelEntry, spec: StudySpec, identity: Any,
-           worker: ScoringWorker | None = None) -> Any:
+def _model(mspec: RewardModelEntry, spec: StudySpec, identity: object,
+           worker: ScoringWorker | None = None) -> Scorer:
     """The built adapter, loaded once per process even when a preload (:func:`preload`) and
     a shard ask for it at once: the second waits for the first's load (its waker: the loader's
     ``finally``; if that load failed, the waiter loads it itself and sees the error). With a
@@ -224,8 +237,8 @@ def _cached_scores(store: Store, key: str) -> np.ndarray | None:
     return t.column("score").to_numpy(zero_copy_only=False).astype(np.float64)
 
 
-def journal_id(identity: Any) -> str:
-    """The journal one reward model's row scores are committed to (its identity and
+def journal_id(identity: object) -> str:
+    """The journal one reward model's row scores are committed to (its identity, a JSON value, and
     :data:`ROW_PROTOCOL`; whatever study, source or shard asked).
 
     Example:
@@ -250,7 +263,7 @@ def row_key(journal: str, prompt: str, conversation: list[dict[str, str]] | None
                          "completion": completion}, "rs")
 
 
-def journal_file(identity: Any) -> str:
+def journal_file(identity: object) -> str:
     """The store-relative path of a model's row-score journal (the stage's summary names it, so
     ``assay store gc`` keeps it with the stage)."""
     return f"journals/{journal_id(identity).split(':', 1)[1]}.jsonl"
@@ -282,7 +295,7 @@ def attach_markers(table: pa.Table, scores: dict[str, np.ndarray], *, where: str
                             pa.array(new, type=MARKERS_TYPE))
 
 
-def _json_score(v: Any) -> float | str | None:
+def _json_score(v: float) -> float | str | None:
     """A score as its journal line holds it. JSON has no NaN or infinity: a plugin adapter's NaN
     (the row gets no marker) is kept as null, an infinity as "inf"/"-inf" (:func:`_read_score`).
 
@@ -300,8 +313,9 @@ def _read_score(v: float | str | None) -> float:
     return np.nan if v is None else float(v)
 
 
-def _journalled_scores(store: Store, ident: Any, inputs: tuple[Any, ...], old_key: str,
-                       score: Any, unit: Unit) -> tuple[np.ndarray, int]:
+def _journalled_scores(store: Store, ident: object, inputs: ScoringInputs, old_key: str,
+                       score: Callable[[list[int], Unit], np.ndarray], unit: Unit
+                       ) -> tuple[np.ndarray, int]:
     """One model's scores of a shard's rows (NaN where a row cannot be scored) and how many
     distinct inputs it scored now: journalled ones read by key, the rest from an earlier
     version's per-shard cache (``old_key``) if it has this shard, else scored by
@@ -363,11 +377,11 @@ def run_score_rows(ctx: RunContext, graded: StageResult, shard: Shard) -> StageR
     table = load_rows(store, graded).to_arrow()
     label = shard.label(source_name) if shard.count > 1 else source_name
 
-    def compute() -> tuple[dict[str, Any], dict[str, Any]]:
+    def compute() -> Computed:
         with track(STAGE, label, total=table.num_rows * len(models)) as unit:
             return _compute(unit)
 
-    def _compute(unit: Unit) -> tuple[dict[str, Any], dict[str, Any]]:
+    def _compute(unit: Unit) -> Computed:
         inputs = scoring_inputs(table)
         prompts, responses, convs, ok = inputs
         texts = inputs_checksum(table)
@@ -378,10 +392,11 @@ def run_score_rows(ctx: RunContext, graded: StageResult, shard: Shard) -> StageR
             # the slot is taken, and the model loaded, only when some row needs scoring; held
             # (the ExitStack) until this model's last chunk is scored and journalled
             with contextlib.ExitStack() as held:
-                loaded: list[Any] = []
+                loaded: list[Scorer] = []
 
-                def score(idx: list[int], unit: Unit, mspec: Any = mspec, ident: Any = ident,
-                          held: contextlib.ExitStack = held, loaded: list[Any] = loaded
+                def score(idx: list[int], unit: Unit, mspec: RewardModelEntry = mspec,
+                          ident: object = ident, held: contextlib.ExitStack = held,
+                          loaded: list[Scorer] = loaded
                           ) -> np.ndarray:
                     if not loaded:
                         if device_slot:

@@ -29,6 +29,11 @@ from typing import Any, Protocol
 
 from assay.judging import Judge, Verdict, Verifier
 
+#: A prompt's chat messages (``{"role", "content"}``), as the generate stage sent them.
+Messages = list[dict[str, str]]
+#: A row's ``privileged`` or ``meta`` document (None: the source gives none).
+Doc = Mapping[str, Any] | None
+
 
 def record_key(record: Mapping[str, Any]) -> bytes:
     """What a verdict is memoized on: the whole record the judge sees."""
@@ -39,8 +44,8 @@ def record_key(record: Mapping[str, Any]) -> bytes:
 class _Shard:
     """One generate shard's finished prompts: what its rows need, queued records, verdicts."""
 
-    def __init__(self, source: str, k: int, messages: list[Any], task_ids: list[str],
-                 privileged: list[Any], meta: list[Any]) -> None:
+    def __init__(self, source: str, k: int, messages: list[Messages], task_ids: list[str],
+                 privileged: list[Doc], meta: list[Doc]) -> None:
         self.source, self.k = source, k
         self.messages, self.task_ids = messages, task_ids
         self.privileged, self.meta = privileged, meta
@@ -116,9 +121,9 @@ class Pregrader:
 
     # -- the generate stage's side ---------------------------------------------------------
 
-    def feed(self, source: str, shard: int, *, k: int = 1, messages: Sequence[Any] = (),
-             task_ids: Sequence[str] = (), privileged: Sequence[Any] = (),
-             meta: Sequence[Any] = ()) -> Callable[[int, list[dict[str, Any]]], None] | None:
+    def feed(self, source: str, shard: int, *, k: int = 1, messages: Sequence[Messages] = (),
+             task_ids: Sequence[str] = (), privileged: Sequence[Doc] = (),
+             meta: Sequence[Doc] = ()) -> Callable[[int, list[dict[str, Any]]], None] | None:
         """The ``on_prompt`` hook for generate shard ``shard`` of ``source`` (None when the
         source is not streamed): it queues each finished prompt's rows for grading."""
         if self.verifiers is None or self.verifier(source) is None:
@@ -201,7 +206,7 @@ class Pregrader:
 
     # -- the grading thread ----------------------------------------------------------------
 
-    def _next(self) -> tuple[Any, list[tuple[bytes, dict[str, Any]]], _Shard] | None:
+    def _next(self) -> tuple[Judge, list[tuple[bytes, dict[str, Any]]], _Shard] | None:
         """The next batch (one shard's rows), once there is one and the cores are free."""
         with self.cond:
             if self._backoff:
@@ -213,9 +218,11 @@ class Pregrader:
                     while sh.prompts and len(sh.queue) < self.BATCH:
                         self._queue(sh, *sh.prompts.popleft())
                     if sh.queue:
+                        judge = self.judges[sh.source]
+                        assert judge is not None  # feed() makes shards of judged sources only
                         batch = [sh.queue.popleft()
                                  for _ in range(min(self.BATCH, len(sh.queue)))]
-                        return self.judges[sh.source], batch, sh
+                        return judge, batch, sh
                     continue
                 # woken by a new prompt, a node releasing the cores, or close(); the timeout
                 # re-asks busy(), which may turn false without a node ending (more to start)

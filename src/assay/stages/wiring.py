@@ -17,19 +17,22 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Literal
 
 from assay.stages.cache import StageResult, load_rows, print_progress
 from assay.stages.declare import STAGES, Progress, RunContext, Shard, Stage
 from assay.stages.graph import GROUP, Graph, Node
 from assay.stages.modes import ModeRow, row_of
+from assay.stages.seams import Args, Get, NodeCall
 
 if TYPE_CHECKING:
     from assay.spec import StudySpec
     from assay.store import Store
 
-Get = Callable[[str], Any]
-Args = Callable[[Get], tuple[tuple[Any, ...], dict[str, Any]]]
+#: How a study stage reads one of its inputs (``_add_study``): each source's group by source
+#: name, every node of an ``each`` stage, or the one node of a stage (None: not planned).
+Input = (tuple[Literal["by_source"], list[tuple[str, str]]] | tuple[Literal["all"], list[str]]
+         | tuple[Literal["one"], str | None])
 
 
 def in_order(stages: Iterable[Stage]) -> list[Stage]:
@@ -47,7 +50,7 @@ def in_order(stages: Iterable[Stage]) -> list[Stage]:
     return out
 
 
-def _call(*args: Any) -> Args:
+def _call(*args: object) -> Args:
     return lambda get: (args, {})
 
 
@@ -136,8 +139,9 @@ def _shards(ctx: RunContext, si: int, step0: int, row: ModeRow, mode: Sequence[S
 
 def _after(ctx: RunContext, prev: str, i: int, n: int) -> Args:
     """A later shard stage's call: the whole output of the shard's previous stage."""
-    def args(get: Get) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    def args(get: Get) -> NodeCall:
         rows = get(prev)
+        assert isinstance(rows, StageResult)  # a node's id: one result, never a group's
         return (ctx, rows, Shard(i, n, (0, int(rows.summary["rows"])))), {}
     return args
 
@@ -154,7 +158,7 @@ def _add_study(g: Graph, ctx: RunContext, study_stages: Sequence[Stage]) -> None
         items: Sequence[str | None] = list(st.each(spec)) if st.each is not None else [None]
         planned[st.name] = []
         checked = list(st.sources(spec)) if st.sources is not None else names
-        inputs: list[tuple[str, Any]] = []  # (how, what): how one input is read
+        inputs: list[Input] = []  # (how, what): how one input is read
         deps: list[str] = []
         for r in st.reads:
             if r == "rows":
@@ -180,15 +184,15 @@ def _add_study(g: Graph, ctx: RunContext, study_stages: Sequence[Stage]) -> None
                        label=label if item is None else item, scope="study"))
 
 
-def _study_args(ctx: RunContext, item: str | None, inputs: list[tuple[str, Any]]) -> Args:
-    def value(get: Get, how: str, what: Any) -> Any:
-        if how == "by_source":
-            return {n: get(d) for n, d in what}
-        if how == "all":
-            return tuple(get(d) for d in what)
-        return None if what is None else get(what)
+def _study_args(ctx: RunContext, item: str | None, inputs: list[Input]) -> Args:
+    def value(get: Get, what: Input) -> object:
+        if what[0] == "by_source":
+            return {n: get(d) for n, d in what[1]}
+        if what[0] == "all":
+            return tuple(get(d) for d in what[1])
+        return None if what[1] is None else get(what[1])
 
-    def args(get: Get) -> tuple[tuple[Any, ...], dict[str, Any]]:
-        head = (ctx,) if item is None else (ctx, item)
-        return (*head, *(value(get, how, what) for how, what in inputs)), {}
+    def args(get: Get) -> NodeCall:
+        head: tuple[object, ...] = (ctx,) if item is None else (ctx, item)
+        return (*head, *(value(get, what) for what in inputs)), {}
     return args
