@@ -160,6 +160,36 @@ def corpus_items(table: Any) -> tuple[list[str], dict[str, tuple[str, list[Any]]
     return list(keys), got, missing
 
 
+def non_mean_items(table: Any) -> dict[str, tuple[str, list[Any]]]:
+    """From graded rows (an Arrow table) of either task shape, each metric lm-eval aggregates
+    other than by mean: its aggregation name and items in lm-eval's document order. A
+    generate_until row keeps only those (:func:`corpus_items`); a multiple_choice row keeps
+    every metric's item (:mod:`assay.sources.lm_eval_mc`), its means also as markers.
+
+    Example:
+        >>> import pyarrow as pa
+        >>> meta = lambda g, p: json.dumps({"lm_eval": {"items": {"f1,none": [g, p],
+        ...     "acc,none": 1.0 * (g == p)}, "aggregation": [["f1,none", "f1"],
+        ...                                                 ["acc,none", "mean"]]}})
+        >>> t = pa.table({"task_id": ["1", "0"], "judge_meta": [meta(1, 0), meta(1, 1)]})
+        >>> non_mean_items(t)
+        {'f1,none': ('f1', [(1, 1), (1, 0)])}
+    """
+    per: dict[str, dict[int, Any]] = {}
+    refs: dict[str, str] = {}
+    for tid, meta in zip(table.column("task_id").to_pylist(),
+                         table.column("judge_meta").to_pylist()):
+        g = json.loads(meta) if isinstance(meta, str) else dict(meta or {})
+        le = g.get("lm_eval") if isinstance(g, dict) else None
+        if not isinstance(le, dict) or "aggregation" not in le:
+            continue  # not graded, or a task whose every metric is a mean
+        for k, ref in le["aggregation"]:
+            if ref != "mean":
+                refs.setdefault(k, ref)
+                per.setdefault(k, {}).setdefault(int(tid), from_json(le["items"][k]))
+    return {k: (refs[k], [per[k][d] for d in sorted(per[k])]) for k in per}
+
+
 def corpus_only(rows: Any) -> bool:
     """True when every row of graded ``rows`` carries lm-eval corpus items (a translation
     task's bleu, ter, chrf): such rows have no reward, yet they were judged."""
