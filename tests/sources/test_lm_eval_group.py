@@ -173,6 +173,28 @@ def test_members_refused_before_any_data_loads(tmp_path: Path, fresh_index: None
     assert "none.jsonl" not in msg and "lmg_a'" not in msg
 
 
+def test_group_aggregation_other_than_mean_refused_as_lm_eval_does(
+        tmp_path: Path, fresh_index: None) -> None:
+    """lm-eval 0.4.13 refuses a group whose aggregate_metric_list names an aggregation other
+    than mean (its AggMetricConfig raises when the group loads); assay refuses it at parse,
+    naming the entry's field, instead of reporting a mean under another name."""
+    from lm_eval.tasks import TaskManager
+
+    from assay.errors import SpecError
+
+    tasks = _tasks(tmp_path, data=False)
+    (tasks / "lmg_median.yaml").write_text(yaml.safe_dump({
+        "group": "lmg_median", "task": ["lmg_a", "lmg_b"],
+        "aggregate_metric_list": [{"metric": "acc"},
+                                  {"metric": "acc_norm", "aggregation": "median"}]}))
+    with pytest.raises(ValueError, match="only pre-defined aggregation"):  # lm-eval's own
+        TaskManager(include_path=str(tasks), include_defaults=False).load(["lmg_median"])
+    with pytest.raises(SpecError) as e:
+        _parse(tmp_path, "lmg_median")
+    assert "aggregate_metric_list[1].aggregation: 'median'" in str(e.value)
+    assert "lm-eval group 'lmg_median'" in str(e.value)
+
+
 @pytest.fixture(scope="module")
 def world(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """The tasks, the tiny model and lm-eval's runs of the two groups (simple_evaluate with

@@ -286,9 +286,10 @@ def lm_eval_group(group: str, aggregate: Any, task_metrics: Any, per_doc: Any, *
     errs: list[float | None] = []
     warnings: list[str] = []
     for raw in aggregate or ():
+        # "aggregation" left out: lm-eval takes "mean" or a !function and Group.aggregate
+        # ignores either (the spec refused any other: lm_eval_group._aggregate_refusal)
         cfg = AggMetricConfig(**{k: v for k, v in dict(raw).items()
-                                 if k in ("metric", "filter_list", "aggregation",
-                                          "weight_by_size")})
+                                 if k in ("metric", "filter_list", "weight_by_size")})
         filters = cfg.filter_list
         if filters is None:  # lm-eval's discovery: every filter a member reports the metric by
             filters = sorted({k[len(cfg.metric) + 1:] for m in task_metrics.values() for k in m
