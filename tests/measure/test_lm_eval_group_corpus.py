@@ -98,3 +98,20 @@ def test_generate_member_reports_bleu_with_lm_eval_stderr(
     assert m["bleu_stderr,none"] == pytest.approx(bootstrap_stderr(bleu, items, 100),
                                                   rel=1e-12)
     assert m["exact_match,none"] == 0.0 and m["sample_len"] == 6
+
+
+def test_member_reads_the_mode_table_not_a_mode_name(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Whether a member's reward is its acc comes from the mode table (a mode whose rows the
+    choice_accuracy measure reads), not from the name "choices": a mode declared with that
+    measure gets acc from the reward, one without gets none."""
+    from assay.measure.lm_eval_means import member_metrics
+    from assay.stages.modes import MODES, ModeRow
+
+    monkeypatch.setitem(MODES, "my_choices", ModeRow(("score-choices",),
+                                                     measures=("choice_accuracy",)))
+    monkeypatch.setitem(MODES, "my_scores", ModeRow((), cut=None))
+    rows = [{"task_id": str(i), "reward": 1.0 * (i < 3), "markers": {"acc_norm": 1.0}}
+            for i in range(4)]
+    m, _ = member_metrics(rows, "my_choices")
+    assert (m["acc,none"], m["acc_norm,none"], m["sample_len"]) == (0.75, 1.0, 4)
+    assert "acc,none" not in member_metrics(rows, "my_scores")[0]
