@@ -115,3 +115,28 @@ def test_member_reads_the_mode_table_not_a_mode_name(monkeypatch: pytest.MonkeyP
     m, _ = member_metrics(rows, "my_choices")
     assert (m["acc,none"], m["acc_norm,none"], m["sample_len"]) == (0.75, 1.0, 4)
     assert "acc,none" not in member_metrics(rows, "my_scores")[0]
+
+
+def test_a_members_bootstrap_runs_once_for_both_reports(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The measure stage measures a group member's corpus metric twice (its own
+    lm_eval_metrics entry, then the group's member list): the bootstrap (300 sacrebleu runs
+    for bleu) runs once and the second answer is the first; other items are computed anew."""
+    from assay.measure import lm_eval_corpus, lm_eval_means
+
+    calls: list[int] = []
+    real = lm_eval_means._corpus_spread
+
+    def counted(*a: Any, **kw: Any) -> Any:
+        calls.append(1)
+        return real(*a, **kw)
+
+    monkeypatch.setattr(lm_eval_means, "_corpus_spread", counted)
+    monkeypatch.setattr(lm_eval_corpus, "_SPREADS", {}, raising=False)  # none kept yet
+    rows = _mc_rows(A)
+    first = lm_eval_means.lm_eval_mc_means(rows)  # the member's own entry
+    m, docs = lm_eval_means.member_metrics(rows, "choices")  # the group's
+    assert len(calls) == 1
+    (f1,) = [e for e in first.metrics if e.name == "f1,none"]
+    assert docs["f1,none"] == f1 and m["f1,none"] == f1.value
+    lm_eval_means.member_metrics(_mc_rows(B), "choices")
+    assert len(calls) == 2

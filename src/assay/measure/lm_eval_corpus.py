@@ -99,12 +99,35 @@ def lm_eval_draws(metric: str) -> int:
     return FEW_DRAWS if metric in FEW_DRAWS_METRICS else LM_EVAL_DRAWS
 
 
+#: corpus_spread's last answers by what they depend on: the measure stage asks twice for each
+#: group member's corpus metric (its own lm_eval_metrics entry, then the group's member list),
+#: and bleu's 300 sacrebleu runs over a corpus take tens of seconds
+_SPREADS: dict[str, tuple[Any, Any, str]] = {}
+_SPREADS_KEPT = 64
+
+
 def corpus_spread(key: str, ref: str, items: list[Any], level: float) -> tuple[Any, Any, str]:
     """``(lm-eval's stderr or None, assay's interval or None, a note)`` for the corpus
     metric ``key`` (``metric,filter``) aggregated by ``ref``: the stderr is what
     ``stderr_for_metric`` gives in simple_evaluate (a bootstrap replayed on lm-eval's own draws,
     None where lm-eval has none: "N/A"); the interval a seeded percentile bootstrap over
-    documents (Efron & Tibshirani 1993, ch. 13)."""
+    documents (Efron & Tibshirani 1993, ch. 13). Both are deterministic: an answer is kept
+    (by the items' content) and given again for the same question."""
+    import hashlib
+
+    memo = hashlib.sha256(json.dumps([key, ref, level, items], default=_plain)
+                          .encode()).hexdigest()
+    if memo in _SPREADS:
+        return _SPREADS[memo]
+    got = _corpus_spread_of(key, ref, items, level)
+    if len(_SPREADS) >= _SPREADS_KEPT:
+        _SPREADS.pop(next(iter(_SPREADS)))  # the oldest
+    _SPREADS[memo] = got
+    return got
+
+
+def _corpus_spread_of(key: str, ref: str, items: list[Any], level: float
+                      ) -> tuple[Any, Any, str]:
     from lm_eval.api.metrics import stderr_for_metric
 
     from assay.measure.lm_eval_means import _corpus_spread
