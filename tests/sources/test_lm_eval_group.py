@@ -40,7 +40,15 @@ GROUPS = {
                 "aggregate_metric_list": [{"metric": "acc", "weight_by_size": True}]},
     # no aggregate_metric_list: lm-eval reports none
     "lmg_none": {"group": "lmg_none", "task": ["lmg_a", "lmg_c"]},
+    # metrics lm-eval aggregates over a corpus (f1, mcc), each member's value then meaned
+    "lmg_f1": {"group": "lmg_f1", "task": ["lmg_fa", "lmg_fb"],
+               "aggregate_metric_list": [{"metric": "f1", "weight_by_size": True},
+                                         {"metric": "mcc", "weight_by_size": False},
+                                         {"metric": "acc", "weight_by_size": True}]},
 }
+#: the corpus-metric members (no tag: the tag's members stay lmg_a..c); unequal sizes
+F1_SIZES = {"lmg_fa": 9, "lmg_fb": 14}
+F1_METRICS = "[{metric: acc}, {metric: f1}, {metric: mcc}]"
 WORDS = ["red", "blue", "seven", "cat", "river", "stone", "green", "nine", "dog", "hill"]
 
 
@@ -54,6 +62,18 @@ def _tasks(base: Path, data: bool = True) -> Path:
                 {"q": f"is the {WORDS[(i + k) % 10]} {WORDS[(3 * i + k) % 10]} here?",
                  "a": (i + k) % 2}) + "\n" for i in range(n)))
         (tasks / f"{name}.yaml").write_text(TASK.format(name=name, data=f))
+    for k, (name, n) in enumerate(F1_SIZES.items()):
+        f = base / f"{name}.jsonl"
+        if data:  # the tiny model picks "yes" (the shorter choice): its place is the
+            # prediction, gold labels a pattern of their own, so f1 and mcc are neither 0 nor 1
+            f.write_text("".join(json.dumps(
+                {"q": f"is the {WORDS[(i * 7 + k) % 10]} {WORDS[(i + 2 * k) % 10]} here?",
+                 "c": ["yes", "no, never"][::1 if (5 * i + k) % 3 else -1],
+                 "a": (i * i + i // 4 + k) % 2}) + "\n" for i in range(n)))
+        (tasks / f"{name}.yaml").write_text(
+            TASK.format(name=name, data=f).replace("tag: lmg_tag\n", "")
+            .replace('["yes", "no, never"]', '"{{c}}"')
+            .replace("[{metric: acc}, {metric: acc_norm}]", F1_METRICS))
     for name, g in GROUPS.items():
         (tasks / f"{name}.yaml").write_text(yaml.safe_dump(g))
     return tasks
@@ -153,6 +173,28 @@ def test_members_refused_before_any_data_loads(tmp_path: Path, fresh_index: None
     assert "none.jsonl" not in msg and "lmg_a'" not in msg
 
 
+def test_group_aggregation_other_than_mean_refused_as_lm_eval_does(
+        tmp_path: Path, fresh_index: None) -> None:
+    """lm-eval 0.4.13 refuses a group whose aggregate_metric_list names an aggregation other
+    than mean (its AggMetricConfig raises when the group loads); assay refuses it at parse,
+    naming the entry's field, instead of reporting a mean under another name."""
+    from lm_eval.tasks import TaskManager
+
+    from assay.errors import SpecError
+
+    tasks = _tasks(tmp_path, data=False)
+    (tasks / "lmg_median.yaml").write_text(yaml.safe_dump({
+        "group": "lmg_median", "task": ["lmg_a", "lmg_b"],
+        "aggregate_metric_list": [{"metric": "acc"},
+                                  {"metric": "acc_norm", "aggregation": "median"}]}))
+    with pytest.raises(ValueError, match="only pre-defined aggregation"):  # lm-eval's own
+        TaskManager(include_path=str(tasks), include_defaults=False).load(["lmg_median"])
+    with pytest.raises(SpecError) as e:
+        _parse(tmp_path, "lmg_median")
+    assert "aggregate_metric_list[1].aggregation: 'median'" in str(e.value)
+    assert "lm-eval group 'lmg_median'" in str(e.value)
+
+
 @pytest.fixture(scope="module")
 def world(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """The tasks, the tiny model and lm-eval's runs of the two groups (simple_evaluate with
@@ -172,11 +214,13 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     lm = HFLM(pretrained=str(model), dtype="float32", batch_size=8, device="cpu",
               max_length=WINDOW)
     res = {}
-    for group in ("lmg_sized", "lmg_plain"):  # one group a run: lm-eval refuses a task twice
+    # one group a run: lm-eval refuses a task twice. f1/mcc's stderr is lm-eval's bootstrap:
+    # 1000 draws, which assay replays (lm_eval_means.LM_EVAL_DRAWS); a mean's is closed form
+    for group, iters in (("lmg_sized", 100000), ("lmg_plain", 100000), ("lmg_f1", 1000)):
         res[group] = simple_evaluate(
             model=lm, tasks=[group], task_manager=TaskManager(include_path=str(tasks),
                                                               include_defaults=False),
-            fewshot_random_seed=1234)["results"]
+            fewshot_random_seed=1234, bootstrap_iters=iters)["results"]
     return {"base": base, "model": model, "res": res}
 
 
@@ -240,6 +284,42 @@ def test_plain_mean_and_subgroup_equal_simple_evaluate(world: dict[str, Any],
         assert (e["low"] is None) == (group == "lmg_plain")
     sized = sum(want[t]["acc,none"] * n for t, n in SIZES.items()) / sum(SIZES.values())
     assert want["lmg_plain"]["acc,none"] != pytest.approx(sized)  # the two means differ here
+
+
+@pytest.mark.slow
+def test_corpus_metric_group_equals_simple_evaluate(world: dict[str, Any],
+                                                    tmp_path: Path) -> None:
+    """A group over f1 (size-weighted) and mcc (plain mean), metrics lm-eval aggregates over a
+    member's documents: the group's value is lm-eval's mean of the members' f1 / mcc and its
+    stderr lm-eval's pooled / unweighted one of the members' bootstrap stderrs, as
+    simple_evaluate gives them; acc beside them stays as it was."""
+    from lm_eval.api.metrics import pooled_sample_stderr, unweighted_mean_stderr
+
+    got = _measured(world, "lmg_f1", tmp_path)
+    want = world["res"]["lmg_f1"]
+    doc = got["groups"]["lmg_f1"]
+    names = [e["name"] for e in doc["estimates"] if ": " not in e["name"]]
+    assert names == ["f1,none", "mcc,none", "acc,none"], doc["report"]
+    for i, key in enumerate(names):
+        metric = key.split(",")[0]
+        e = _value(doc, key)
+        assert e["value"] == pytest.approx(want["lmg_f1"][key], abs=1e-12), key
+        assert doc["data"]["stderr"][i] == pytest.approx(
+            want["lmg_f1"][f"{metric}_stderr,none"], rel=1e-9), key
+        assert e["n"] == sum(F1_SIZES.values())
+        for t in F1_SIZES:  # each member's own value is lm-eval's for that task
+            assert _value(doc, f"{t}: {key}")["value"] == pytest.approx(want[t][key],
+                                                                        abs=1e-12), (t, key)
+    # the figures tell the rules apart: members differ, so size-weighted is not the plain
+    # mean, and the stderrs are the pooled / unweighted rule over the members' bootstraps
+    f1s = [want[t]["f1,none"] for t in F1_SIZES]
+    assert f1s[0] != pytest.approx(f1s[1]) and 0 < want["lmg_f1"]["f1,none"] < 1
+    assert want["lmg_f1"]["f1,none"] != pytest.approx(sum(f1s) / 2)
+    assert want["lmg_f1"]["f1_stderr,none"] == pytest.approx(pooled_sample_stderr(
+        [want[t]["f1_stderr,none"] for t in F1_SIZES], list(F1_SIZES.values())))
+    assert want["lmg_f1"]["mcc_stderr,none"] == pytest.approx(unweighted_mean_stderr(
+        [want[t]["mcc_stderr,none"] for t in F1_SIZES]))
+    assert not [w for w in doc["data"].get("warnings", []) if "no member" in w]
 
 
 @pytest.mark.slow

@@ -99,12 +99,35 @@ def lm_eval_draws(metric: str) -> int:
     return FEW_DRAWS if metric in FEW_DRAWS_METRICS else LM_EVAL_DRAWS
 
 
+#: corpus_spread's last answers by what they depend on: the measure stage asks twice for each
+#: group member's corpus metric (its own lm_eval_metrics entry, then the group's member list),
+#: and bleu's 300 sacrebleu runs over a corpus take tens of seconds
+_SPREADS: dict[str, tuple[Any, Any, str]] = {}
+_SPREADS_KEPT = 64
+
+
 def corpus_spread(key: str, ref: str, items: list[Any], level: float) -> tuple[Any, Any, str]:
     """``(lm-eval's stderr or None, assay's interval or None, a note)`` for the corpus
     metric ``key`` (``metric,filter``) aggregated by ``ref``: the stderr is what
     ``stderr_for_metric`` gives in simple_evaluate (a bootstrap replayed on lm-eval's own draws,
     None where lm-eval has none: "N/A"); the interval a seeded percentile bootstrap over
-    documents (Efron & Tibshirani 1993, ch. 13)."""
+    documents (Efron & Tibshirani 1993, ch. 13). Both are deterministic: an answer is kept
+    (by the items' content) and given again for the same question."""
+    import hashlib
+
+    memo = hashlib.sha256(json.dumps([key, ref, level, items], default=_plain)
+                          .encode()).hexdigest()
+    if memo in _SPREADS:
+        return _SPREADS[memo]
+    got = _corpus_spread_of(key, ref, items, level)
+    if len(_SPREADS) >= _SPREADS_KEPT:
+        _SPREADS.pop(next(iter(_SPREADS)))  # the oldest
+    _SPREADS[memo] = got
+    return got
+
+
+def _corpus_spread_of(key: str, ref: str, items: list[Any], level: float
+                      ) -> tuple[Any, Any, str]:
     from lm_eval.api.metrics import stderr_for_metric
 
     from assay.measure.lm_eval_means import _corpus_spread
@@ -158,6 +181,36 @@ def corpus_items(table: Any) -> tuple[list[str], dict[str, tuple[str, list[Any]]
             per.setdefault(k, {}).setdefault(int(tid), from_json(le["items"][k]))
     got = {k: (refs[k], [per[k][d] for d in sorted(per[k])]) for k in per}
     return list(keys), got, missing
+
+
+def non_mean_items(table: Any) -> dict[str, tuple[str, list[Any]]]:
+    """From graded rows (an Arrow table) of either task shape, each metric lm-eval aggregates
+    other than by mean: its aggregation name and items in lm-eval's document order. A
+    generate_until row keeps only those (:func:`corpus_items`); a multiple_choice row keeps
+    every metric's item (:mod:`assay.sources.lm_eval_mc`), its means also as markers.
+
+    Example:
+        >>> import pyarrow as pa
+        >>> meta = lambda g, p: json.dumps({"lm_eval": {"items": {"f1,none": [g, p],
+        ...     "acc,none": 1.0 * (g == p)}, "aggregation": [["f1,none", "f1"],
+        ...                                                 ["acc,none", "mean"]]}})
+        >>> t = pa.table({"task_id": ["1", "0"], "judge_meta": [meta(1, 0), meta(1, 1)]})
+        >>> non_mean_items(t)
+        {'f1,none': ('f1', [(1, 1), (1, 0)])}
+    """
+    per: dict[str, dict[int, Any]] = {}
+    refs: dict[str, str] = {}
+    for tid, meta in zip(table.column("task_id").to_pylist(),
+                         table.column("judge_meta").to_pylist()):
+        g = json.loads(meta) if isinstance(meta, str) else dict(meta or {})
+        le = g.get("lm_eval") if isinstance(g, dict) else None
+        if not isinstance(le, dict) or "aggregation" not in le:
+            continue  # not graded, or a task whose every metric is a mean
+        for k, ref in le["aggregation"]:
+            if ref != "mean":
+                refs.setdefault(k, ref)
+                per.setdefault(k, {}).setdefault(int(tid), from_json(le["items"][k]))
+    return {k: (refs[k], [per[k][d] for d in sorted(per[k])]) for k in per}
 
 
 def corpus_only(rows: Any) -> bool:

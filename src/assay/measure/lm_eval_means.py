@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import functools
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -168,14 +168,19 @@ class LmEvalGroup(Result):
         return "\n".join(lines)
 
 
-def member_metrics(rows: Any, mode: str | None, metrics: Any = None
-                   ) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+def member_metrics(rows: Any, mode: str | None, metrics: Any = None, *, level: float = 0.95
+                   ) -> tuple[dict[str, Any], dict[str, np.ndarray | Estimate]]:
     """One member task's graded rows as lm-eval reports the task: ``{"acc,none": mean,
     "acc_stderr,none": stderr or "N/A", ..., "sample_len": documents}`` (lm-eval's
     ``stderr_for_metric(mean)``, "N/A" below 2 documents, as lm-eval), and each metric's
-    per-document values. ``mode`` ``choices``: acc (the reward), acc_norm and acc_bytes
-    (markers); otherwise every ``metric,filter`` marker; ``metrics``: only these (the task's
-    ``metric_list``; None: all).
+    per-document values. A metric lm-eval aggregates other than by mean (f1, mcc, bleu) is
+    lm-eval's function over the documents' items, its stderr lm-eval's bootstrap replayed
+    (:func:`assay.measure.lm_eval_corpus.corpus_spread`; "N/A" where lm-eval has none), and in
+    place of per-document values its :class:`Estimate` (assay's interval over documents).
+    ``mode``: the source's mode; where its rows' reward is a choice's accuracy (the mode
+    table's ``choice_accuracy`` reads them) and no row has an lm-eval marker, acc is the
+    reward and acc_norm, acc_bytes markers; otherwise every ``metric,filter`` marker.
+    ``metrics``: only these (the task's ``metric_list``; None: all).
 
     Example:
         >>> rows = [{"task_id": str(i), "reward": 1.0 * (i < 1), "markers": {"acc_norm": 1.0}}
@@ -186,14 +191,15 @@ def member_metrics(rows: Any, mode: str | None, metrics: Any = None
     """
     from lm_eval.api.metrics import mean, stderr_for_metric
 
+    from assay.measure.lm_eval_corpus import corpus_spread, non_mean_items, resolve
     from assay.rows import as_table
 
     table = as_table(rows, require=())
     tids = table.column("task_id").to_pylist()
     markers = [dict(mk or []) for mk in table.column("markers").to_pylist()]
     # a multiple_choice task's own per-document items (lm_eval_mc) are its lm-eval metrics
-    # (truthfulqa_mc2's acc is its mc2 mass); corpus ones (mcc, f1) have no per-document value
-    if mode == "choices" and not metric_markers(markers):
+    # (truthfulqa_mc2's acc is its mc2 mass); rows without them have the reward as acc
+    if mode is not None and _reward_is_accuracy(mode) and not metric_markers(markers):
         rewards = table.column("reward").to_pylist()
         got = {"acc,none": rewards}
         for m in ("acc_norm", "acc_bytes"):
@@ -205,7 +211,7 @@ def member_metrics(rows: Any, mode: str | None, metrics: Any = None
         got = {k: v for k, v in got.items() if k.partition(",")[0] in metrics}
     stderr_fn = stderr_for_metric(mean, BOOTSTRAP_ITERS)
     out: dict[str, Any] = {}
-    docs: dict[str, np.ndarray] = {}
+    docs: dict[str, np.ndarray | Estimate] = {}
     n_docs: set[Any] = set()
     for key, vals in got.items():
         per: dict[Any, list[float]] = {}
@@ -221,8 +227,33 @@ def member_metrics(rows: Any, mode: str | None, metrics: Any = None
                                           if stderr_fn is not None and len(arr) > 1 else "N/A")
         docs[key] = arr
         n_docs |= set(per)
-    out["sample_len"] = len(n_docs)
+    n_items = 0
+    corpus = non_mean_items(table) if "judge_meta" in table.column_names else {}
+    for key, (ref, items) in corpus.items():
+        metric, _, filt = key.partition(",")
+        if key in out or (metrics is not None and metric not in metrics):
+            continue
+        # lm-eval reports such a metric as its function over the task's documents and its
+        # stderr as its bootstrap (evaluator_utils); that value is what Group.aggregate means
+        value = float(resolve(ref)(items))
+        se, iv, note = corpus_spread(key, ref, items, level)
+        out[key] = value
+        out[f"{metric}_stderr,{filt}"] = "N/A" if se is None else float(se)
+        docs[key] = Estimate(key, value, iv, len(items), unit="documents", n_rows=len(items),
+                             note=note)
+        n_items = max(n_items, len(items))
+    # lm-eval's sample_len: the most documents any metric was computed on
+    out["sample_len"] = max(len(n_docs), n_items)
     return out, docs
+
+
+def _reward_is_accuracy(mode: str) -> bool:
+    """Whether a source mode's rows have a choice's accuracy as reward: the mode table's
+    ``choice_accuracy`` measure reads them (imported here, at call time: stages/ imports
+    measure/ only inside its functions, so there is no import cycle)."""
+    from assay.stages.modes import row_of
+
+    return "choice_accuracy" in row_of(mode).measures
 
 
 def lm_eval_group(group: str, aggregate: Any, task_metrics: Any, per_doc: Any, *,
@@ -255,9 +286,10 @@ def lm_eval_group(group: str, aggregate: Any, task_metrics: Any, per_doc: Any, *
     errs: list[float | None] = []
     warnings: list[str] = []
     for raw in aggregate or ():
+        # "aggregation" left out: lm-eval takes "mean" or a !function and Group.aggregate
+        # ignores either (the spec refused any other: lm_eval_group._aggregate_refusal)
         cfg = AggMetricConfig(**{k: v for k, v in dict(raw).items()
-                                 if k in ("metric", "filter_list", "aggregation",
-                                          "weight_by_size")})
+                                 if k in ("metric", "filter_list", "weight_by_size")})
         filters = cfg.filter_list
         if filters is None:  # lm-eval's discovery: every filter a member reports the metric by
             filters = sorted({k[len(cfg.metric) + 1:] for m in task_metrics.values() for k in m
@@ -279,14 +311,22 @@ def lm_eval_group(group: str, aggregate: Any, task_metrics: Any, per_doc: Any, *
             if all(s is not None and s != "N/A" for s in stderrs):
                 se = float(pooled_sample_stderr(stderrs, sizes) if cfg.weight_by_size
                            else unweighted_mean_stderr(stderrs))
-            pooled = np.concatenate([per_doc[t][key] for t in have])
-            in_unit = bool(np.all((pooled >= 0) & (pooled <= 1)))
-            # the size-weighted mean is the pooled documents' mean: its interval is theirs; a
-            # plain mean of members weighs documents unequally, which that interval does not
-            iv = (task_interval(pooled, floor=1.0, level=level)
-                  if cfg.weight_by_size and in_unit else None)
+            corpus = any(isinstance(per_doc[t][key], Estimate) for t in have)
+            iv = None
+            if not corpus:
+                pooled = np.concatenate([per_doc[t][key] for t in have])
+                in_unit = bool(np.all((pooled >= 0) & (pooled <= 1)))
+                # the size-weighted mean is the pooled documents' mean: its interval is
+                # theirs; a plain mean of members weighs documents unequally, which that
+                # interval does not
+                iv = (task_interval(pooled, floor=1.0, level=level)
+                      if cfg.weight_by_size and in_unit else None)
             how = ("size-weighted" if cfg.weight_by_size
                    else f"unweighted mean of {len(have)} tasks, no interval")
+            if corpus:  # lm-eval's rule as is: a mean of members' f1, not f1 over the pool
+                how = (f"{'size-weighted' if cfg.weight_by_size else 'unweighted'} mean of "
+                       f"{len(have)} members' {cfg.metric} (lm-eval's rule; not {cfg.metric} "
+                       "over the pooled documents), no interval")
             err = f"lm-eval stderr {se:.4f}" if se is not None and math.isfinite(se) else \
                 "lm-eval stderr N/A"
             ests.append(Estimate(key, value, iv, int(sum(sizes)), unit="documents",
@@ -296,6 +336,9 @@ def lm_eval_group(group: str, aggregate: Any, task_metrics: Any, per_doc: Any, *
     for t, m in task_metrics.items():
         for key in [k for k in m if "," in k and "_stderr," not in k]:
             vals = per_doc[t][key]
+            if isinstance(vals, Estimate):  # a corpus metric: the member's own estimate
+                members.append(replace(vals, name=f"{t}: {key}"))
+                continue
             in_unit = bool(np.all((vals >= 0) & (vals <= 1)))
             se_m = m.get(f"{key.partition(',')[0]}_stderr,{key.partition(',')[2]}")
             members.append(Estimate(

@@ -108,9 +108,38 @@ def group_tree(tm: Any, name: str, where: str, _seen: tuple[str, ...] = ()) -> G
             children.append(m)
     agg = cfg.get("aggregate_metric_list")
     aggs = agg if isinstance(agg, list) else [] if agg is None else [agg]
+    for i, a in enumerate(aggs):
+        why = _aggregate_refusal(a)
+        if why is not None:
+            raise SpecError(f"{where}: lm-eval group {name!r}: aggregate_metric_list[{i}]"
+                            f"{why}; lm-eval refuses the group")
     return GroupNode(name, "group",
                      tuple(dict(a) for a in aggs if isinstance(a, dict)) or None,
                      tuple(children))
+
+
+#: the fields of an aggregate_metric_list entry (lm-eval's AggMetricConfig)
+_AGG_FIELDS = ("metric", "filter_list", "aggregation", "weight_by_size")
+
+
+def _aggregate_refusal(entry: Any) -> str | None:
+    """Why lm-eval 0.4.13 refuses a group's ``aggregate_metric_list`` entry when it loads the
+    group (``AggMetricConfig``: a field it has not, no ``metric``, an ``aggregation`` other
+    than "mean" or a ``!function``), as the end of a message; None when it takes it. A
+    ``!function`` (an unresolved path here) it takes and ignores: ``Group.aggregate`` means
+    the members' values whatever the entry names, and so does assay."""
+    if not isinstance(entry, dict):
+        return f" is {entry!r:.40}, not a mapping"
+    extra = [k for k in entry if k not in _AGG_FIELDS]
+    if extra:
+        return f".{extra[0]}: not a field lm-eval knows (it has {', '.join(_AGG_FIELDS)})"
+    if not isinstance(entry.get("metric"), str):
+        return ".metric: missing"
+    agg = entry.get("aggregation", "mean")
+    if agg != "mean" and not callable(agg) and "/" not in str(agg):
+        return (f".aggregation: {agg!r}; lm-eval takes only 'mean' (or a !function, which it "
+                "ignores) for a group")
+    return None
 
 
 def _member_refusals(tm: Any, tree: GroupNode, mode: str, where: str) -> list[str]:
@@ -225,8 +254,9 @@ def _index_of(base_dir: str | None, src: dict[str, Any]) -> Any:
     return task_manager(_folder_of(base_dir, src))
 
 
-#: bump when what :func:`_expanded` records changes (older records are then never read)
-_MEMO_VERSION = 1
+#: bump when what :func:`_expanded` records or refuses changes (older records are then never
+#: read; 2: an aggregate_metric_list entry lm-eval refuses is refused)
+_MEMO_VERSION = 2
 
 
 def cache_dir() -> Path:
