@@ -1,5 +1,5 @@
 """The percentile bootstrap interval over documents that assay gives a corpus metric (f1, mcc:
-lm_eval_means._corpus_spread) covers the population value about as often as its level says,
+lm_eval_bootstrap.corpus_bootstrap) covers the population value about as often as its level says,
 on simulated labelled documents whose population f1 and mcc are known in closed form."""
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ def _coverage(agg: str, metric: str, sims: int, level: float, seed: int
     and how many gave no interval."""
     from lm_eval.api.registry import get_aggregation
 
-    from assay.measure.lm_eval_means import _corpus_spread
+    from assay.measure.lm_eval_bootstrap import corpus_bootstrap as _corpus_spread
     from assay.results import Interval
 
     fn = get_aggregation(agg)

@@ -121,16 +121,16 @@ def test_a_members_bootstrap_runs_once_for_both_reports(monkeypatch: pytest.Monk
     """The measure stage measures a group member's corpus metric twice (its own
     lm_eval_metrics entry, then the group's member list): the bootstrap (300 sacrebleu runs
     for bleu) runs once and the second answer is the first; other items are computed anew."""
-    from assay.measure import lm_eval_corpus, lm_eval_means
+    from assay.measure import lm_eval_bootstrap, lm_eval_corpus, lm_eval_means
 
     calls: list[int] = []
-    real = lm_eval_means._corpus_spread
+    real = lm_eval_bootstrap.corpus_bootstrap
 
     def counted(*a: Any, **kw: Any) -> Any:
         calls.append(1)
         return real(*a, **kw)
 
-    monkeypatch.setattr(lm_eval_means, "_corpus_spread", counted)
+    monkeypatch.setattr(lm_eval_corpus, "corpus_bootstrap", counted)
     monkeypatch.setattr(lm_eval_corpus, "_SPREADS", {}, raising=False)  # none kept yet
     rows = _mc_rows(A)
     first = lm_eval_means.lm_eval_mc_means(rows)  # the member's own entry

@@ -215,7 +215,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
               max_length=WINDOW)
     res = {}
     # one group a run: lm-eval refuses a task twice. f1/mcc's stderr is lm-eval's bootstrap:
-    # 1000 draws, which assay replays (lm_eval_means.LM_EVAL_DRAWS); a mean's is closed form
+    # 1000 draws, which assay replays (lm_eval_bootstrap.LM_EVAL_DRAWS); a mean's is closed form
     for group, iters in (("lmg_sized", 100000), ("lmg_plain", 100000), ("lmg_f1", 1000)):
         res[group] = simple_evaluate(
             model=lm, tasks=[group], task_manager=TaskManager(include_path=str(tasks),

@@ -23,7 +23,7 @@ def test_resampled_equals_lm_evals_function(agg: str, labels: int) -> None:
     from lm_eval.api import metrics as lm
     from lm_eval.api.registry import get_aggregation
 
-    from assay.measure.lm_eval_means import _resampled
+    from assay.measure.lm_eval_bootstrap import _resampled
 
     rnd = random.Random(3)
     items = [(rnd.randrange(labels), rnd.randrange(labels)) for _ in range(9)]
@@ -37,7 +37,8 @@ def test_resampled_equals_lm_evals_function(agg: str, labels: int) -> None:
     np.testing.assert_allclose(got, want, rtol=0, atol=1e-12)
     assert len(set(np.round(want, 9))) > 5  # the resamples differ (not all 0)
     if agg == "f1" or labels == 2:
-        from assay.measure.lm_eval_means import LM_EVAL_DRAWS, _corpus_spread
+        from assay.measure.lm_eval_bootstrap import LM_EVAL_DRAWS
+        from assay.measure.lm_eval_bootstrap import corpus_bootstrap as _corpus_spread
         from assay.results import Interval
 
         old = os.environ.get("DISABLE_MULTIPROC")

@@ -25,6 +25,8 @@ import json
 import math
 from typing import Any
 
+from assay.measure.lm_eval_bootstrap import LM_EVAL_DRAWS, corpus_bootstrap
+
 #: lm-eval's evaluator bootstraps these metrics (by name) with at most 100 draws
 #: (``evaluator_utils``: ``min(bootstrap_iters, 100)``), one chunk seeded 0: replayed exactly
 FEW_DRAWS_METRICS = ("bleu", "chrf", "chrf++", "ter")
@@ -94,8 +96,6 @@ def lm_eval_draws(metric: str) -> int:
     """How many of lm-eval's bootstrap draws assay replays for ``metric``'s stderr: all 100
     for bleu/chrf/ter (simple_evaluate's figure exactly), else lm-eval's first chunk of 1000
     (its default 100,000 draws take minutes; ``simple_evaluate(bootstrap_iters=1000)``'s)."""
-    from assay.measure.lm_eval_means import LM_EVAL_DRAWS
-
     return FEW_DRAWS if metric in FEW_DRAWS_METRICS else LM_EVAL_DRAWS
 
 
@@ -130,7 +130,6 @@ def _corpus_spread_of(key: str, ref: str, items: list[Any], level: float
                       ) -> tuple[Any, Any, str]:
     from lm_eval.api.metrics import stderr_for_metric
 
-    from assay.measure.lm_eval_means import _corpus_spread
     from assay.results import Interval
 
     fn = resolve(ref)
@@ -139,7 +138,7 @@ def _corpus_spread_of(key: str, ref: str, items: list[Any], level: float
         return None, None, "lm-eval stderr N/A (one document)"
     draws = lm_eval_draws(metric)
     lm_has = stderr_for_metric(fn, draws) is not None
-    se, iv = _corpus_spread(ref, fn, items, level, Interval, draws=draws if lm_has else None)
+    se, iv = corpus_bootstrap(ref, fn, items, level, Interval, draws=draws if lm_has else None)
     if not lm_has:
         return None, iv, "lm-eval stderr N/A (lm-eval has none for this aggregation)"
     if se is None or not math.isfinite(se):

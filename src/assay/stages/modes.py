@@ -16,9 +16,9 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, Protocol
 
 from assay.stages.cache import StageResult
 from assay.stages.declare import STAGES, shard_bounds
@@ -26,7 +26,6 @@ from assay.stages.declare import STAGES, shard_bounds
 if TYPE_CHECKING:
     from assay.rows import Rows
     from assay.sources.base import SourceSpec
-    from assay.spec import StudySpec
 
 #: Which model a mode's stages need: the model under test asked for completions
 #: (``generate``: ``generate.model``), a model scoring the records' log-likelihoods
@@ -35,6 +34,14 @@ ModelSlot = Literal["generate", "scorer"] | None
 
 #: ``cut(rows, rows_per_shard)``: the (start, stop) row ranges of a source's shards.
 Cut = Callable[["Rows", int], list[tuple[int, int]]]
+
+
+class HasSources(Protocol):
+    """What :func:`default_sources` reads of a spec (a :class:`~assay.spec.StudySpec`: the
+    spec asks this table, so the table does not import the spec)."""
+
+    @property
+    def sources(self) -> Sequence[SourceSpec]: ...
 
 
 @dataclass(frozen=True)
@@ -83,7 +90,7 @@ def row_of(mode: str) -> ModeRow:
                          f"(assay.stages.modes.MODES: {sorted(MODES)}); declare_mode it") from None
 
 
-def default_sources(spec: StudySpec, measure: str) -> list[str]:
+def default_sources(spec: HasSources, measure: str) -> list[str]:
     """The sources an entry of ``measure`` without ``sources:`` reads: those whose mode lists
     it, or every source when no mode does.
 
