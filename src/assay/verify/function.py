@@ -100,6 +100,14 @@ class FunctionVerifier(Verifier):
 
     needs_reference = False  # the function decides what a missing reference means
     parallel = True  # in worker processes: a hard per-row time limit, and no GIL contention
+    takes_function = True
+    open_markers = True  # the user's function may return any markers
+
+    @classmethod
+    def label_for(cls, vspec: Any) -> str:
+        """The function (and its declared version) names the verifier in the report."""
+        return f"function {vspec.function}" + (
+            f" (version {vspec.version})" if vspec.version else "")
 
     def __init__(self, function: str, params: Mapping[str, Any] | None = None, *,
                  version: str | None = None, base_dir: str | None = None) -> None:

@@ -130,6 +130,10 @@ class JudgeVerifier(Verifier):
     """
 
     parallel = False
+    model_param = "model"
+    #: the judge's model and how it is reached say which model grades, not what the study is
+    #: (the rubric and its parameters stay in the study's definition)
+    under_test_params = ("model", "max_connections", "store")
 
     def __init__(self, base_dir: str | None = None, **params: Any) -> None:
         self.spec = JudgeSpec.model_validate(params)
@@ -146,6 +150,14 @@ class JudgeVerifier(Verifier):
 
     def __repr__(self) -> str:
         return f"JudgeVerifier(model={self.spec.model!r}, template={self.spec.template[:30]!r})"
+
+    @classmethod
+    def label_for(cls, vspec: Any) -> str:
+        """The report names the judge model, when the entry gives one, next to the kind."""
+        from assay.nightly.under_test import judge_label
+
+        model = vspec.params.get(cls.model_param)
+        return f"judge {judge_label(model)}" if isinstance(model, dict) else "judge"
 
     @classmethod
     def from_spec(cls, vspec: Any, base_dir: str | None = None) -> JudgeVerifier:
