@@ -42,6 +42,7 @@ class RewardModelEntry(SpecModel):
         return str(self.params.get("device", "auto"))
 
 
+@REWARD_MODELS.register("embedding")
 class EmbeddingModel(RewardModelEntry):
     """The bundled all-MiniLM-L6-v2 embedding reward model (or another sentence-transformers
     folder given as ``params.path``)."""
@@ -83,6 +84,7 @@ class EmbeddingModel(RewardModelEntry):
                 "files": dir_digest(paths.resolve(path) if path else bundled_model_path())}
 
 
+@REWARD_MODELS.register("hf")
 class HFModel(RewardModelEntry):
     """A transformers sequence-classification reward model: a hub id (pin ``revision``) or a
     local folder (relative to the spec)."""
@@ -110,6 +112,7 @@ class HFModel(RewardModelEntry):
         return {**super().identity(paths), "hub": {"id": self.path, "revision": self.revision}}
 
 
+@REWARD_MODELS.register("function")
 class FunctionModel(RewardModelEntry):
     """A Python function scoring batches: ``module:callable`` called once per batch as
     ``fn(prompts, completions)`` (by parameter name, any order; ``responses`` also accepted)
@@ -152,6 +155,3 @@ class FunctionModel(RewardModelEntry):
                     fn, version=self.version, base_dir=paths.base_dir,
                     what=f"reward model {self.name!r}")}}
 
-
-for _kind, _cls in (("embedding", EmbeddingModel), ("hf", HFModel), ("function", FunctionModel)):
-    REWARD_MODELS.register(_kind, spec=_cls)(_cls)

@@ -111,6 +111,7 @@ class PreferenceData(SpecModel):
         return {k: views[k] for k in dims}
 
 
+@PREFERENCE_DATA.register("builtin")
 class BuiltinPreferences(PreferenceData):
     """The built-in diagnostic set (14 dimensions); ``steps`` apply to every dimension."""
 
@@ -150,6 +151,7 @@ class _RecordPreferences(PreferenceData):
         return PreferenceViews(views, len(pairs), fallback, builder)
 
 
+@PREFERENCE_DATA.register("file")
 class FilePreferences(_RecordPreferences):
     """Your own pairs in a JSONL or Parquet file (relative to the spec), with a field map."""
 
@@ -180,6 +182,7 @@ class FilePreferences(_RecordPreferences):
         return read_records(path, fmt), str(path), f"file:{path.name}"
 
 
+@PREFERENCE_DATA.register("hf_dataset")
 class HubPreferences(_RecordPreferences):
     """A ``datasets`` dataset: a ``save_to_disk`` folder, a data folder or a hub id (pin
     ``revision``; served from the local cache unless ``allow_download``)."""
@@ -265,7 +268,3 @@ def pairs_from_records(records: Sequence[Mapping[str, Any]], fields: PreferenceF
         raise SpecError(f"{where}: no records")
     return pairs, fallback
 
-
-for _kind, _cls in (("builtin", BuiltinPreferences), ("file", FilePreferences),
-                    ("hf_dataset", HubPreferences)):
-    PREFERENCE_DATA.register(_kind, spec=_cls)(_cls)

@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from assay.sources.hub import DatasetRecords
 
 
+@SOURCES.register("hf_dataset")
 class HFDatasetSource(RecordSourceSpec):
     """A benchmark through ``datasets``: a save_to_disk folder, Parquet/JSONL files, a hub id."""
 
@@ -140,5 +141,3 @@ class HFDatasetSource(RecordSourceSpec):
     def row_fields(self, paths: Paths) -> set[str] | None:
         return self.row_fields_of(self.read_source_records(paths), paths, self._where(paths))
 
-
-SOURCES.register("hf_dataset", spec=HFDatasetSource)(HFDatasetSource)

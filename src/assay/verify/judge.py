@@ -118,6 +118,7 @@ class JudgeSpec(BaseModel):
         return v
 
 
+@VERIFIERS.register("judge", spec=JudgeSpec, help="a model grades each answer with a rubric")
 class JudgeVerifier(Verifier):
     """Grades with a model (see module docstring). Keyword arguments are :class:`JudgeSpec`'s.
 
@@ -271,6 +272,3 @@ class JudgeVerifier(Verifier):
                 out.append(Verdict(score, "ok", what, meta))
         return out
 
-
-VERIFIERS.register("judge", spec=JudgeSpec,
-                   help="a model grades each answer with a rubric")(JudgeVerifier)
