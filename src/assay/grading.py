@@ -30,7 +30,7 @@ import pyarrow as pa
 from assay import progress, stop
 from assay.errors import RowsError, RowsTypeError
 from assay.judging import Judge, Verdict, as_judge, check_references_used, normalize_verdict
-from assay.rows import MARKERS_TYPE, Rows, as_table, table_to_records, to_json
+from assay.rows import MARKERS_TYPE, Rows, RowsLike, as_table, table_to_records, to_json
 
 #: Rows per message to a worker process: big enough to amortize pickling, small enough to
 #: balance the load and to re-queue little work when a worker is killed.
@@ -43,7 +43,7 @@ DEFAULT_HARD_TIMEOUT = 60.0
 IN_PROCESS_BELOW = 16
 
 
-def grade(rows: Any, verifier: Any, *, workers: int | None = None,
+def grade(rows: RowsLike, verifier: Any, *, workers: int | None = None,
           argument: str = "verifier", known: Sequence[Verdict | None] | None = None) -> Rows:
     """Grade ``rows`` with ``verifier`` (or any judge callable); returns new :class:`Rows`.
 

@@ -24,13 +24,16 @@ import os
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
 from assay.errors import ReportError
 from assay.results import collect_estimates
 from assay.store import atomic_write
+
+if TYPE_CHECKING:
+    from assay.rows import RowsLike
 
 REPORT_VERSION = 1
 
@@ -266,7 +269,7 @@ def _reward_rows_plot(measures: Sequence[Mapping[str, Any]]) -> tuple[Any, ...]:
             "rate over tasks (length concordance 0.5: no preference)")
 
 
-def guard_counts(rows: Any) -> dict[str, int]:
+def guard_counts(rows: RowsLike) -> dict[str, int]:
     """How many graded rows a grading guard stopped, per guard (``judge_meta["guard"]``, set by
     CodeExec when a candidate returned non-plain data, patched what its tests use, was refused
     an operation, ...); a policy that starts gaming its reward shows up as a rising count.

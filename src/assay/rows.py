@@ -27,7 +27,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from functools import cached_property
 from itertools import chain
 from operator import itemgetter
-from typing import Any, Literal, cast, overload
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias, cast, overload
 
 import numpy as np
 import pyarrow as pa
@@ -36,6 +36,13 @@ import pyarrow.parquet as pq
 
 from assay.errors import RowsError, RowsTypeError
 from assay.hashing import content_hash, digest_parts
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+#: Rows as the public functions take them (read by :func:`as_table`): :class:`Rows`, an Arrow
+#: table of the row contract, a list of dict rows, or a pandas DataFrame.
+RowsLike: TypeAlias = "Rows | pa.Table | Sequence[Mapping[str, Any]] | pd.DataFrame"
 
 ROWS_SCHEMA_VERSION = 1
 
@@ -924,7 +931,7 @@ def _require(table: pa.Table, require: tuple[str, ...], argument: str) -> None:
                             f"{col.null_count} rows lack it")
 
 
-def take_rows(rows: Any, table: pa.Table, keep: Sequence[int]) -> Any:
+def take_rows(rows: RowsLike, table: pa.Table, keep: Sequence[int]) -> RowsLike:
     """``rows`` restricted to positions ``keep``, in the type they came in (Rows, Arrow table,
     pandas DataFrame or a list of dicts); ``table`` is ``as_table(rows)``, read once by the caller.
 

@@ -40,6 +40,7 @@ from typing import Any
 
 from assay.errors import GenerationError, SpecError
 from assay.models.scorers import SCORERS, Loglik
+from assay.models.specs import HFSpec
 
 _TOKENIZER_INFINITY = 1000000000000000019884624838656
 
@@ -126,7 +127,7 @@ class HFScorer:
     module docstring). The model loads on first use; ``identity()`` is the backend's (the
     checksum of every model file and the dtype)."""
 
-    def __init__(self, spec: Any) -> None:
+    def __init__(self, spec: HFSpec | dict[str, Any]) -> None:
         from assay.models.hf import HFBackend
 
         self.backend = HFBackend(spec)

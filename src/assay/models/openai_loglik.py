@@ -26,6 +26,7 @@ from typing import Any
 
 from assay.errors import GenerationError
 from assay.models.scorers import SCORERS, Loglik
+from assay.models.specs import ModelEntry
 
 RETRY_STATUSES = (408, 429, 500, 502, 503, 504)
 
@@ -41,7 +42,7 @@ class OpenAIScorer:
         "transformers serve among them, ignore echo and logprobs); score the checkpoint with "
         "kind: hf")
 
-    def __init__(self, spec: Any) -> None:
+    def __init__(self, spec: ModelEntry) -> None:
         from assay.models.registry import BACKENDS
 
         self.backend = BACKENDS.get("openai").obj(spec)
