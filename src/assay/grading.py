@@ -23,7 +23,7 @@ import time
 from collections import deque
 from collections.abc import Mapping, Sequence
 from multiprocessing.connection import wait
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
@@ -31,6 +31,9 @@ from assay import progress, stop
 from assay.errors import RowsError, RowsTypeError
 from assay.judging import Judge, Verdict, as_judge, check_references_used, normalize_verdict
 from assay.rows import MARKERS_TYPE, Rows, RowsLike, as_table, table_to_records, to_json
+
+if TYPE_CHECKING:
+    from multiprocessing.context import ForkContext
 
 #: Rows per message to a worker process: big enough to amortize pickling, small enough to
 #: balance the load and to re-queue little work when a worker is killed.
@@ -280,7 +283,7 @@ _DAEMON_LOCK = threading.Lock()
 
 
 class _Slot:
-    def __init__(self, ctx: Any, judge: Judge | None) -> None:
+    def __init__(self, ctx: ForkContext, judge: Judge | None) -> None:
         parent, child = ctx.Pipe()
         self.proc = ctx.Process(target=_worker, args=(judge, child), daemon=True)
         _start_child(self.proc)
@@ -311,7 +314,7 @@ class _Slot:
             self.conn.close()
 
 
-def _fork_slots(ctx: Any, judge: Judge | None, n: int) -> list[_Slot]:
+def _fork_slots(ctx: ForkContext, judge: Judge | None, n: int) -> list[_Slot]:
     from assay import libguard
 
     # Freeze the parent's objects into the permanent generation while forking, so the
@@ -340,7 +343,7 @@ class _SharedPool:
         self.tokens = itertools.count(1)
         self.background = False  # the holder is a background call (it ends soon: wait for it)
 
-    def take(self, ctx: Any, n: int) -> list[_Slot]:
+    def take(self, ctx: ForkContext, n: int) -> list[_Slot]:
         for s in self.slots:
             if not s.proc.is_alive():
                 s.kill()  # reap it, close its pipe
@@ -349,7 +352,7 @@ class _SharedPool:
             self.slots += _fork_slots(ctx, None, n - len(self.slots))
         return self.slots[:n]
 
-    def replace(self, old: _Slot, ctx: Any) -> _Slot:
+    def replace(self, old: _Slot, ctx: ForkContext) -> _Slot:
         new = _fork_slots(ctx, None, 1)[0]
         self.slots = [new if s is old else s for s in self.slots]
         return new
@@ -450,8 +453,9 @@ def _run_pool(judge: Judge, rows: list[Mapping[str, Any]], workers: int,
             pool.lock.release()
 
 
-def _drive(ctx: Any, judge: Judge, rows: list[Mapping[str, Any]], workers: int, hard_timeout: float,
-           pool: _SharedPool | None, payload: bytes | None) -> list[Verdict]:
+def _drive(ctx: ForkContext, judge: Judge, rows: list[Mapping[str, Any]], workers: int,
+           hard_timeout: float, pool: _SharedPool | None,
+           payload: bytes | None) -> list[Verdict]:
     out: list[Verdict | None] = [None] * len(rows)
     size = max(1, min(CHUNK_ROWS, math.ceil(len(rows) / (workers * 4))))
     queue: deque[list[int]] = deque(list(range(s, min(s + size, len(rows))))

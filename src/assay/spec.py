@@ -662,24 +662,29 @@ def check_files(spec: StudySpec) -> list[str]:
 def _check_user_functions(spec: StudySpec) -> list[str]:
     """The parameters of each model and reward function the spec names fit what assay passes
     (:mod:`assay.binding`); the verifier functions are checked with the verifiers."""
+    from assay.models.registry import BACKENDS
     from assay.reward.base import RewardModelError
 
     problems = []
     for i, s in enumerate(spec.sources):
         gen = getattr(s, "generate", None)
-        if gen is not None and getattr(gen.model, "kind", None) == "function":
-            from assay.models.function import FunctionBackend
-
+        if gen is None:
+            continue
+        # a backend kind naming user code says in which field; building it checks that code
+        backend = BACKENDS.get(gen.model.kind).obj
+        field = getattr(backend, "user_code_field", None)
+        if field is not None:
             try:
-                FunctionBackend(gen.model)
+                backend(gen.model)
             except SpecError as e:
-                problems.append(f"sources[{i}].generate.model.callable: {e}")
+                problems.append(f"sources[{i}].generate.model.{field}: {e}")
     for i, m in enumerate(spec.reward.models if spec.reward is not None else ()):
-        if getattr(m, "kind", None) == "function":
+        field = getattr(m, "user_code_field", None)
+        if field is not None:
             try:
                 m.build(spec.paths)
             except (SpecError, RewardModelError) as e:
-                problems.append(f"reward.models[{i}].function: {e}")
+                problems.append(f"reward.models[{i}].{field}: {e}")
     return problems
 
 
@@ -776,7 +781,7 @@ def _check_gate_metrics(spec: StudySpec, fields_of: dict[str, set[str] | None]) 
 GRADED_FIELDS = ("reward", "judge_status", "judge_name", "reason", "judge_meta")
 
 
-def steps_before_grading(source: Any, i: int) -> list[str]:
+def steps_before_grading(source: SourceSpec, i: int) -> list[str]:
     """A ``where`` step on a field that exists only after grading (or generation) would see
     every row unjudged: say so before the run, with the fix."""
     out = []

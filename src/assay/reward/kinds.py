@@ -120,6 +120,8 @@ class FunctionModel(RewardModelEntry):
     a batch, default all items of a call; ``params: {batched: false}`` calls
     ``fn(prompt, completion)`` per pair instead)."""
 
+    #: the spec field naming the user's code; ``assay validate`` builds the entry to check it
+    user_code_field: ClassVar[str] = "function"
     kind: Literal["function"]
     function: str = Field(description="'module:callable' called once per batch as fn(prompts, "
                                       "completions) by parameter name -> one number per pair "

@@ -7,7 +7,7 @@ model fingerprint, the view checksum and the scoring protocol version.
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -16,6 +16,9 @@ from assay.errors import DataError
 from assay.hashing import combine
 from assay.reward.base import PROTOCOL_VERSION, RewardModel, RewardModelError, check_scores
 from assay.store import Store
+
+if TYPE_CHECKING:
+    from assay.data.view import DataView
 
 SCORE_SCHEMA = pa.schema([
     ("item_index", pa.int64()),
@@ -29,7 +32,7 @@ SCORE_SCHEMA = pa.schema([
 ])
 
 
-def score_key(model: RewardModel, view: Any) -> str:
+def score_key(model: RewardModel, view: DataView) -> str:
     """The cache key of ``score_view(model, view)``: model fingerprint, view checksum, protocol.
 
     Example:
@@ -43,7 +46,7 @@ def score_key(model: RewardModel, view: Any) -> str:
     return combine("score", model.fingerprint, view.checksum(), PROTOCOL_VERSION)
 
 
-def view_inputs(view: Any) -> tuple[list[str], list[str], dict[str, list[Any]]]:
+def view_inputs(view: DataView) -> tuple[list[str], list[str], dict[str, list[Any]]]:
     """Flatten a view into (prompts, responses, row columns): both sides of every Pair, the
     four cells of a Quadruple (each with the prompt its cell answers), every response of a
     Tournament. A Trajectory has no (prompt, response) to score and is an error."""
@@ -80,7 +83,7 @@ def view_inputs(view: Any) -> tuple[list[str], list[str], dict[str, list[Any]]]:
     return prompts, responses, cols
 
 
-def score_view(model: RewardModel, view: Any, *,
+def score_view(model: RewardModel, view: DataView, *,
                store: Store | str | os.PathLike[str] | None = None, cache: bool = True,
                refresh: bool = False) -> pa.Table:
     """Score both sides of every pair (all cells of a Quadruple, all responses of a Tournament).

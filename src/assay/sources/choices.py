@@ -249,15 +249,11 @@ def fewshot_records(source: Any, paths: Paths) -> list[dict[str, Any]] | None:
         p = paths.resolve(fs.path)
         return read_records(p, "parquet" if p.suffix.lower() == ".parquet" else "jsonl")
     if fs.split is not None:
-        if getattr(source, "kind", None) != "hf_dataset":
+        split_records = getattr(source, "split_records", None)  # a kind reading named splits
+        if split_records is None:
             raise SpecError(f"source {source.name!r}: choices.fewshot.split needs an hf_dataset "
                             "source; for a file source give fewshot.path")
-        from assay.sources.hub import load_dataset_records
-
-        return load_dataset_records(source._local(paths) or source.path, name=source.config,
-                                    split=fs.split, revision=source.revision,
-                                    allow_download=source.allow_download,
-                                    where=f"{source._where(paths)} split {fs.split!r}").records
+        return list(split_records(paths, fs.split))
     return None
 
 

@@ -87,6 +87,15 @@ class HFDatasetSource(RecordSourceSpec):
             got = replace(got, records=kept, checksum=content_hash(kept, "data"))
         return got, cut
 
+    def split_records(self, paths: Paths, split: str) -> list[dict[str, Any]]:
+        """The records of another split of this dataset (few-shot examples drawn from it)."""
+        from assay.sources.hub import load_dataset_records
+
+        return load_dataset_records(self._local(paths) or self.path, name=self.config,
+                                    split=split, revision=self.revision,
+                                    allow_download=self.allow_download,
+                                    where=f"{self._where(paths)} split {split!r}").records
+
     def read_source_records(self, paths: Paths) -> list[dict[str, Any]]:
         return self.load(paths)[0].records
 
