@@ -183,3 +183,13 @@ def test_built_in_kinds_answer_as_before() -> None:
     assert VerifierSpec(kind="mod:make").open_markers  # a module:callable kind: only the run knows
     assert VerifierSpec(kind="numeric").label() == "numeric"
     assert VerifierSpec(kind="judge").label() == "judge"
+
+
+def test_validate_checks_the_user_code_a_backend_kind_declares() -> None:
+    from assay.spec import check_files
+
+    spec = parse_spec("name: x\nsources: [{name: a, kind: humaneval, generate: {model: "
+                      "{kind: function, callable: 'json:dumps'}}}]\n")
+    found = [p for p in check_files(spec) if "generate.model" in p]
+    assert len(found) == 1 and found[0].startswith(
+        "sources[0].generate.model.callable: model.callable 'json:dumps' takes parameter 'obj'")
