@@ -36,9 +36,12 @@ import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Generic, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast, overload
 
 from assay.errors import SpecError
+
+if TYPE_CHECKING:
+    from pydantic import BaseModel
 
 T = TypeVar("T")
 
@@ -60,7 +63,7 @@ class Kind(Generic[T]):
 
     name: str
     obj: T
-    spec: Any = None
+    spec: type[BaseModel] | None = None
     help: str = ""
     module: str = ""
 
@@ -78,15 +81,15 @@ class Registry(Generic[T]):
         self._kinds: dict[str, Kind[T]] = {}
 
     @overload
-    def register(self, name: str, *, spec: Any = None, help: str = "",
+    def register(self, name: str, *, spec: type[BaseModel] | None = None, help: str = "",
                  replace: bool = False) -> Callable[[T], T]: ...
 
     @overload
-    def register(self, name: str, obj: T, *, spec: Any = None, help: str = "",
-                 replace: bool = False) -> T: ...
+    def register(self, name: str, obj: T, *, spec: type[BaseModel] | None = None,
+                 help: str = "", replace: bool = False) -> T: ...
 
-    def register(self, name: str, obj: Any = _NOTHING, *, spec: Any = None, help: str = "",
-                 replace: bool = False) -> Any:
+    def register(self, name: str, obj: Any = _NOTHING, *, spec: type[BaseModel] | None = None,
+                 help: str = "", replace: bool = False) -> Any:
         """Register ``obj`` as kind ``name`` (with ``spec``, its pydantic entry model, and
         ``help``, else the first line of its docstring); without ``obj``, a decorator doing so.
 
@@ -100,7 +103,7 @@ class Registry(Generic[T]):
             if old is not None and not (replace or same):
                 raise ValueError(f"{self.what} kind {name!r} is already registered by {old.module}")
             doc = help or (getattr(obj, "__doc__", None) or "").strip().split("\n")[0]
-            entry = obj if spec is None and self.self_spec else spec
+            entry = cast("type[BaseModel]", obj) if spec is None and self.self_spec else spec
             self._kinds[name] = Kind(name, obj, entry, doc, getattr(obj, "__module__", ""))
             _GENERATION[0] += 1
             return obj
@@ -126,14 +129,17 @@ class Registry(Generic[T]):
             return self._kinds[name]
         if ":" in name:
             obj = load_callable(name, what=f"{self.what} kind")
-            return Kind(name, obj, None, "", getattr(obj, "__module__", ""))
+            # the user's callable stands for the kind's object (a class or factory): trusted
+            # as T, as a registered one would be
+            return Kind(name, cast(T, obj), None, "", getattr(obj, "__module__", ""))
         close = difflib.get_close_matches(name, self.names(), n=1)
         hint = f" (did you mean {close[0]!r}?)" if close else ""
         raise SpecError(f"unknown {self.what} kind {name!r}{hint}; known kinds: {self.names()}, "
                         "or 'module:callable'")
 
 
-def load_callable(ref: str, *, what: str = "callable", base_dir: str | Path | None = None) -> Any:
+def load_callable(ref: str, *, what: str = "callable",
+                  base_dir: str | Path | None = None) -> Callable[..., Any]:
     """Import ``package.module:attr`` (``attr`` may be dotted). ``base_dir`` (a spec's folder) is
     put on ``sys.path`` first, so a module next to the spec imports without PYTHONPATH."""
     mod_name, sep, attr = ref.partition(":")
