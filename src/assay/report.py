@@ -33,6 +33,8 @@ from assay.results import collect_estimates
 from assay.store import atomic_write
 
 if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
     from assay.rows import RowsLike
 
 REPORT_VERSION = 1
@@ -88,7 +90,7 @@ _TIMING_KEYS = frozenset({"seconds", "elapsed", "elapsed_s", "wall_seconds", "th
 WARM_IMPORTS = ("matplotlib.figure", "matplotlib.backends.backend_agg")
 
 
-def new_figure(**kw: Any) -> Any:
+def new_figure(**kw: Any) -> Figure:
     """A matplotlib Figure drawn by the Agg renderer, outside pyplot: pyplot's import costs
     ~0.5 s (its GUI-backend machinery) on a run's last stage, and it would switch a notebook
     user's backend; an unmanaged figure needs no closing either.
@@ -106,7 +108,7 @@ def new_figure(**kw: Any) -> Any:
     return fig
 
 
-def png_bytes(fig: Any) -> bytes:
+def png_bytes(fig: Figure) -> bytes:
     """A matplotlib figure as PNG bytes with no software/version stamp (byte-identical across
     runs and matplotlib patch releases)."""
     from matplotlib.layout_engine import TightLayoutEngine

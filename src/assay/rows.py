@@ -319,7 +319,7 @@ class Rows(Sequence):
         """Rows from an Arrow table (canonical or loose columns; validated)."""
         return cls(as_table(table, require=("prompt", "final_text")))
 
-    def to_pandas(self) -> Any:
+    def to_pandas(self) -> pd.DataFrame:
         """A pandas DataFrame with one dict-valued ``markers``/``privileged`` per row."""
         import pandas as pd
 
@@ -329,7 +329,7 @@ class Rows(Sequence):
         return df
 
     @classmethod
-    def from_pandas(cls, df: Any) -> Rows:
+    def from_pandas(cls, df: pd.DataFrame) -> Rows:
         """Rows from a DataFrame (as written by :meth:`to_pandas`, or with fewer columns)."""
         return cls(as_table(df, require=("prompt", "final_text")))
 
@@ -509,7 +509,7 @@ def table_to_records(table: pa.Table) -> list[dict[str, Any]]:
 # as_table: every measurement's entry point
 
 
-def _column_values(data: Any, name: str) -> list[Any] | None:
+def _column_values(data: RowsLike, name: str) -> list[Any] | None:
     """Values of one column from a list of dicts / DataFrame / Arrow table, or None if absent."""
     if isinstance(data, pa.Table):
         if name not in data.column_names:
@@ -520,17 +520,18 @@ def _column_values(data: Any, name: str) -> list[Any] | None:
             vals = [dict(v) if v is not None else None for v in vals]
         return vals
     if hasattr(data, "columns") and hasattr(data, "to_dict"):  # pandas
-        if name not in data.columns:
+        df = cast("pd.DataFrame", data)
+        if name not in df.columns:
             return None
         from pandas import NA as _PD_NA  # loaded already: data is a DataFrame
 
-        vals = data[name].tolist()
+        vals = df[name].tolist()
         # pd.NA / None are explicit "missing"; a float NaN is only "missing" outside reward,
         # where NaN would otherwise pass as a score.
         out = [None if (v is _PD_NA or (isinstance(v, float) and math.isnan(v)
                                         and name != "reward")) else v for v in vals]
-        if name == "reward" and "judge_status" in data.columns:
-            out = _unjudged_nan_as_none(out, data["judge_status"].tolist())
+        if name == "reward" and "judge_status" in df.columns:
+            out = _unjudged_nan_as_none(out, df["judge_status"].tolist())
         if name == "markers":
             out = [_pairs_as_dict(v) for v in out]
         return out
@@ -589,7 +590,7 @@ def _rank_within(task_ids: Any) -> np.ndarray:
     rank[order] = np.arange(n) - first_of_group
     return rank
 
-def as_table(data: Any, *, require: Iterable[str] = ("prompt", "final_text"),
+def as_table(data: RowsLike, *, require: Iterable[str] = ("prompt", "final_text"),
              argument: str = "rows", columns: Iterable[str] | None = None) -> pa.Table:
     """Read ``Rows``, a list of dict rows, a pandas DataFrame or an Arrow table into a table of
     :data:`ROW_SCHEMA`, validating every value. Errors name ``argument`` and the row index.

@@ -15,7 +15,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import pyarrow as pa
@@ -35,6 +35,7 @@ from assay.reward.stats import (
 from assay.store import Store
 
 if TYPE_CHECKING:
+    from assay.data.items import Tournament
     from assay.data.view import DataView
 
 MARGIN_QUANTILES = (0.0, 0.1, 0.25, 0.5, 0.75, 0.9, 1.0)
@@ -372,7 +373,7 @@ def _tournaments(table: pa.Table, view: DataView, level: float) -> TournamentAud
     outcomes, weights, seeds, ceilings = [], [], [], []
     cyc = complete = 0
     for i, sc in scores.items():
-        t = view.items[i]
+        t = cast("Tournament", view.items[i])  # the rows of kind tournament
         k = len(t.responses)
         pref = np.zeros((k, k), dtype=int)
         edges = []

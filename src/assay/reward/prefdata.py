@@ -25,6 +25,7 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field, field_validator
 
+from assay.data.items import Pair
 from assay.errors import DataError, SpecError
 from assay.hashing import content_hash, dir_digest, file_checksum
 from assay.paths import Paths
@@ -141,7 +142,7 @@ class _RecordPreferences(PreferenceData):
         view = DataView(pairs, name=builder)
         if self.steps:
             view = apply_derivation(view, self.steps)
-        by_axis = {it.axis for it in view}
+        by_axis = {it.axis for it in view if isinstance(it, Pair)}  # records make only pairs
         views = {a: view.where("axis", "==", a) if len(by_axis) > 1 else view
                  for a in sorted(by_axis)}
         views = self._pick(views, where)

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyarrow as pa
 
+from assay.data.items import Pair, Quadruple, Tournament
 from assay.errors import DataError
 from assay.hashing import combine
 from assay.reward.base import PROTOCOL_VERSION, RewardModel, RewardModelError, check_scores
@@ -66,20 +67,20 @@ def view_inputs(view: DataView) -> tuple[list[str], list[str], dict[str, list[An
         cols["slot"].append(slot)
 
     for i, item in enumerate(view):
-        kind = getattr(item, "kind", None)
-        if kind == "pair":
+        if isinstance(item, Pair):
             add(i, item, "chosen", item.prompt_text, item.chosen.text, item.axis)
             add(i, item, "rejected", item.prompt_text, item.rejected.text, item.axis)
-        elif kind == "quadruple":
+        elif isinstance(item, Quadruple):
             for key, resp in item.cells.items():
                 add(i, item, f"{key[0]}|{key[1]}", item.prompt_for(key), resp.text, None)
-        elif kind == "tournament":
+        elif isinstance(item, Tournament):
             for j, resp in enumerate(item.responses):
                 add(i, item, str(j), item.prompt_text, resp.text, None)
         else:
             raise DataError(
-                f"score_view: item {i} is a {kind or type(item).__name__}; a reward model scores "
-                "Pair, Quadruple and Tournament items (filter trajectories out of the view first)")
+                f"score_view: item {i} is a {item.kind or type(item).__name__}; a reward model "
+                "scores Pair, Quadruple and Tournament items (filter trajectories out of the view "
+                "first)")
     return prompts, responses, cols
 
 
