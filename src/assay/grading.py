@@ -33,7 +33,9 @@ from assay.judging import Judge, Verdict, as_judge, check_references_used, norma
 from assay.rows import MARKERS_TYPE, Rows, RowsLike, as_table, table_to_records, to_json
 
 if TYPE_CHECKING:
+    from multiprocessing.connection import Connection
     from multiprocessing.context import ForkContext
+    from multiprocessing.process import BaseProcess
 
 #: Rows per message to a worker process: big enough to amortize pickling, small enough to
 #: balance the load and to re-queue little work when a worker is killed.
@@ -198,7 +200,7 @@ def _reference(row: Mapping[str, Any]) -> Any:
 # worker processes
 
 
-def _worker(judge: Judge | None, conn: Any) -> None:
+def _worker(judge: Judge | None, conn: Connection) -> None:
     """Worker loop. Messages: ``("judge", token, pickled verifier)`` installs a judge (shared
     workers, which outlive one grade call, get each call's verifier this way);
     ``("rows", token, [(index, row)])`` grades a chunk with the judge ``token`` names (None: the
@@ -259,7 +261,7 @@ def quiet_signals() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
-def _start_child(proc: Any) -> None:
+def _start_child(proc: BaseProcess) -> None:
     """Start a grading worker, also from a daemonic process (a Dask nanny's worker).
 
     multiprocessing refuses children to a daemonic process because it would exit without

@@ -221,7 +221,8 @@ class Judge:
     fn: Callable[[Mapping[str, Any]], Any]
     needs_reference: bool = False
     parallel: bool = False
-    source: Any = None
+    #: what the judge wraps (a verifier, a function), read for its optional hooks
+    source: object = None
     #: False for a ``(prompt, completion)`` callable: rows with references are refused.
     takes_reference: bool = True
 

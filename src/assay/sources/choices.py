@@ -41,6 +41,7 @@ from assay.specbase import QuietSpecModel
 
 if TYPE_CHECKING:
     from assay.rows import Rows
+    from assay.sources.records import RecordSourceSpec
 
 
 class FewShotSpec(QuietSpecModel):
@@ -240,9 +241,15 @@ def example_seed(seed: int, task_id: str) -> int:
     return int(content_hash([seed, task_id], "fewshot").split(":", 1)[1][:12], 16)
 
 
-def fewshot_records(source: Any, paths: Paths) -> list[dict[str, Any]] | None:
+def _choices_of(source: RecordSourceSpec) -> ChoicesSpec:
+    if source.choices is None:  # the callers read choices-mode sources only
+        raise SpecError(f"source {source.name!r} has no choices: entry")
+    return source.choices
+
+
+def fewshot_records(source: RecordSourceSpec, paths: Paths) -> list[dict[str, Any]] | None:
     """The records examples are drawn from (None: the evaluated records themselves)."""
-    fs = source.choices.fewshot
+    fs = _choices_of(source).fewshot
     if fs.path is not None:
         from assay.sources.fieldpath import read_records
 
@@ -257,7 +264,7 @@ def fewshot_records(source: Any, paths: Paths) -> list[dict[str, Any]] | None:
     return None
 
 
-def choice_rows(source: Any, paths: Paths, records: Sequence[Mapping[str, Any]],
+def choice_rows(source: RecordSourceSpec, paths: Paths, records: Sequence[Mapping[str, Any]],
                 where: str, start: int = 0) -> Rows:
     """One prompt row per record: the context in ``prompt``, and ``privileged`` holding the
     choices, the gold index and the gold text (``reference``). Records are named from 1
@@ -269,7 +276,7 @@ def choice_rows(source: Any, paths: Paths, records: Sequence[Mapping[str, Any]],
     from assay.sources.fieldpath import _MISSING, get_field
     from assay.sources.templates import PromptTemplate, guess_format
 
-    spec: ChoicesSpec = source.choices
+    spec = _choices_of(source)
     fields = source.fields
     tmpl = source.template()
     if not records:
@@ -352,7 +359,7 @@ def choice_rows(source: Any, paths: Paths, records: Sequence[Mapping[str, Any]],
     return Rows(t.set_column(t.schema.get_field_index("privileged"), "privileged", col))
 
 
-def check_choice_records(source: Any, paths: Paths, records: list[dict[str, Any]],
+def check_choice_records(source: RecordSourceSpec, paths: Paths, records: list[dict[str, Any]],
                          where: str) -> list[str]:
     """Problems building the choice rows would hit, as ``yaml.path: message``."""
     try:
