@@ -113,7 +113,7 @@ class RewardSpec(SpecModel):
         "diagnostic set); null: no audit")
     score: RewardScoreSpec | None = None
 
-    def scoring_models(self) -> list[Any]:
+    def scoring_models(self) -> list[RewardModelEntry]:
         """The model entries that score rows (``score.models``, default all)."""
         if self.score is None:
             return []
