@@ -217,8 +217,8 @@ def _worker(judge: Judge | None, conn: Connection) -> None:
             return
         if msg is None:
             return
-        kind, token, body = msg
-        if kind == "judge":
+        tag, token, body = msg  # a message tag, not a verifier kind
+        if tag == "judge":
             while len(judges) > 4:  # keep the verifiers of the last few calls (their caches)
                 del judges[next(k for k in judges if k is not None)]
             try:

@@ -23,8 +23,6 @@ SRC = Path(__file__).resolve().parents[2] / "src" / "assay"
 #: Files still allowed a comparison with a registered kind name, and why. Each must still hold
 #: one (the last test), so an entry is dropped as soon as its file is fixed.
 ALLOWED = {
-    # a worker-pipe message tag that happens to be spelled like the judge kind, not a spec kind
-    "grading.py": "judge",
     # lm-eval modules (another change owns them): the lm_eval source recognising its own
     # entries, and the chat template chosen by the model backend's kind
     "sources/lm_eval_group.py": "lm_eval",
