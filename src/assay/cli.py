@@ -26,10 +26,13 @@ import time
 import traceback
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from assay.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_PARTIAL, EXIT_STOPPED, AssayError
 from assay.watchdog import RunStopped
+
+if TYPE_CHECKING:
+    from assay.spec import StudySpec
 
 
 def _err(msg: str) -> None:
@@ -75,7 +78,7 @@ def _problems_text(spec_path: str, problems: list[str]) -> str:
                            for p in problems))
 
 
-def _local_data_problems(spec: Any) -> list[str]:
+def _local_data_problems(spec: StudySpec) -> list[str]:
     """What ``validate`` finds in the records of the spec's local data files (``kind: file``:
     a bad JSON line, a field the records lack), for ``run`` to say before Prefect starts (a
     second or two) rather than from the build-rows node (seconds of start-up later). Hub and
@@ -336,7 +339,7 @@ def _outcome(info: dict[str, Any]) -> int:
     return status
 
 
-def _head_start(args: argparse.Namespace, spec: Any,
+def _head_start(args: argparse.Namespace, spec: StudySpec,
                 overrides: list[str]) -> contextlib.AbstractContextManager[Any]:
     """Start the study's graph now, before Prefect is up: the flow run then records each node
     by waiting for it (``assay.stages.headstart``). A no-op context where it does not apply."""

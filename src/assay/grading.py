@@ -23,14 +23,19 @@ import time
 from collections import deque
 from collections.abc import Mapping, Sequence
 from multiprocessing.connection import wait
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
 from assay import progress, stop
 from assay.errors import RowsError, RowsTypeError
 from assay.judging import Judge, Verdict, as_judge, check_references_used, normalize_verdict
-from assay.rows import MARKERS_TYPE, Rows, as_table, table_to_records, to_json
+from assay.rows import MARKERS_TYPE, Rows, RowsLike, as_table, table_to_records, to_json
+
+if TYPE_CHECKING:
+    from multiprocessing.connection import Connection
+    from multiprocessing.context import ForkContext
+    from multiprocessing.process import BaseProcess
 
 #: Rows per message to a worker process: big enough to amortize pickling, small enough to
 #: balance the load and to re-queue little work when a worker is killed.
@@ -43,7 +48,7 @@ DEFAULT_HARD_TIMEOUT = 60.0
 IN_PROCESS_BELOW = 16
 
 
-def grade(rows: Any, verifier: Any, *, workers: int | None = None,
+def grade(rows: RowsLike, verifier: Any, *, workers: int | None = None,
           argument: str = "verifier", known: Sequence[Verdict | None] | None = None) -> Rows:
     """Grade ``rows`` with ``verifier`` (or any judge callable); returns new :class:`Rows`.
 
@@ -195,7 +200,7 @@ def _reference(row: Mapping[str, Any]) -> Any:
 # worker processes
 
 
-def _worker(judge: Judge | None, conn: Any) -> None:
+def _worker(judge: Judge | None, conn: Connection) -> None:
     """Worker loop. Messages: ``("judge", token, pickled verifier)`` installs a judge (shared
     workers, which outlive one grade call, get each call's verifier this way);
     ``("rows", token, [(index, row)])`` grades a chunk with the judge ``token`` names (None: the
@@ -212,8 +217,8 @@ def _worker(judge: Judge | None, conn: Any) -> None:
             return
         if msg is None:
             return
-        kind, token, body = msg
-        if kind == "judge":
+        tag, token, body = msg  # a message tag, not a verifier kind
+        if tag == "judge":
             while len(judges) > 4:  # keep the verifiers of the last few calls (their caches)
                 del judges[next(k for k in judges if k is not None)]
             try:
@@ -256,7 +261,7 @@ def quiet_signals() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
-def _start_child(proc: Any) -> None:
+def _start_child(proc: BaseProcess) -> None:
     """Start a grading worker, also from a daemonic process (a Dask nanny's worker).
 
     multiprocessing refuses children to a daemonic process because it would exit without
@@ -280,7 +285,7 @@ _DAEMON_LOCK = threading.Lock()
 
 
 class _Slot:
-    def __init__(self, ctx: Any, judge: Judge | None) -> None:
+    def __init__(self, ctx: ForkContext, judge: Judge | None) -> None:
         parent, child = ctx.Pipe()
         self.proc = ctx.Process(target=_worker, args=(judge, child), daemon=True)
         _start_child(self.proc)
@@ -311,7 +316,7 @@ class _Slot:
             self.conn.close()
 
 
-def _fork_slots(ctx: Any, judge: Judge | None, n: int) -> list[_Slot]:
+def _fork_slots(ctx: ForkContext, judge: Judge | None, n: int) -> list[_Slot]:
     from assay import libguard
 
     # Freeze the parent's objects into the permanent generation while forking, so the
@@ -340,7 +345,7 @@ class _SharedPool:
         self.tokens = itertools.count(1)
         self.background = False  # the holder is a background call (it ends soon: wait for it)
 
-    def take(self, ctx: Any, n: int) -> list[_Slot]:
+    def take(self, ctx: ForkContext, n: int) -> list[_Slot]:
         for s in self.slots:
             if not s.proc.is_alive():
                 s.kill()  # reap it, close its pipe
@@ -349,7 +354,7 @@ class _SharedPool:
             self.slots += _fork_slots(ctx, None, n - len(self.slots))
         return self.slots[:n]
 
-    def replace(self, old: _Slot, ctx: Any) -> _Slot:
+    def replace(self, old: _Slot, ctx: ForkContext) -> _Slot:
         new = _fork_slots(ctx, None, 1)[0]
         self.slots = [new if s is old else s for s in self.slots]
         return new
@@ -450,8 +455,9 @@ def _run_pool(judge: Judge, rows: list[Mapping[str, Any]], workers: int,
             pool.lock.release()
 
 
-def _drive(ctx: Any, judge: Judge, rows: list[Mapping[str, Any]], workers: int, hard_timeout: float,
-           pool: _SharedPool | None, payload: bytes | None) -> list[Verdict]:
+def _drive(ctx: ForkContext, judge: Judge, rows: list[Mapping[str, Any]], workers: int,
+           hard_timeout: float, pool: _SharedPool | None,
+           payload: bytes | None) -> list[Verdict]:
     out: list[Verdict | None] = [None] * len(rows)
     size = max(1, min(CHUNK_ROWS, math.ceil(len(rows) / (workers * 4))))
     queue: deque[list[int]] = deque(list(range(s, min(s + size, len(rows))))

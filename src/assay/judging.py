@@ -31,7 +31,7 @@ import numbers
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any
+from typing import Any, ClassVar
 
 from assay.errors import RowsTypeError
 
@@ -59,6 +59,18 @@ class Verifier:
         parallel: hint for :func:`assay.grade`: worth running in worker processes (CPU-bound or
             needs a working timeout).
 
+    What a kind says about its spec entry (read by :class:`assay.verify.spec.VerifierSpec`, so
+    the spec asks the kind instead of testing its name):
+        takes_function: the entry names the user's grading code in ``function:`` (and may set
+            ``version:``); other kinds refuse both fields.
+        open_markers: which markers its rows carry is known only when it runs (user code), so
+            a nightly gate naming an unseen marker is not judged a typo.
+        model_param: the ``params`` key holding the model that grades (a judge), if any.
+        under_test_params: ``params`` keys that say which model grades rather than what the
+            study is: outside the study definition's checksum, inside the results'.
+        label_for(vspec): classmethod, how the report names a verifier of this kind (default:
+            the kind).
+
     Optional hooks :func:`assay.grade` uses when present:
         hard_timeout: seconds one row may take in a worker process before the worker is killed
             and the row gets ``timeout`` (default 60).
@@ -70,6 +82,10 @@ class Verifier:
     name: str = "verifier"
     needs_reference: bool = True
     parallel: bool = False
+    takes_function: ClassVar[bool] = False
+    open_markers: ClassVar[bool] = False
+    model_param: ClassVar[str | None] = None
+    under_test_params: ClassVar[tuple[str, ...]] = ()
 
     def check(self, candidate: str, reference: Any, row: Mapping[str, Any]) -> Any:
         raise NotImplementedError
@@ -205,7 +221,8 @@ class Judge:
     fn: Callable[[Mapping[str, Any]], Any]
     needs_reference: bool = False
     parallel: bool = False
-    source: Any = None
+    #: what the judge wraps (a verifier, a function), read for its optional hooks
+    source: object = None
     #: False for a ``(prompt, completion)`` callable: rows with references are refused.
     takes_reference: bool = True
 

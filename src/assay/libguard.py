@@ -55,7 +55,10 @@ import contextlib
 import importlib
 import threading
 from collections.abc import Iterable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from assay.spec import StudySpec
 
 #: Held while a heavy import runs (:func:`warm`) and around every ``datasets`` load
 #: (:func:`datasets`): the process-wide library state named in this module's docstring.
@@ -112,7 +115,7 @@ def _walk(obj: Any, out: list[str], seen: set[int]) -> None:
             _walk(x, out, seen)
 
 
-def spec_imports(spec: Any, skip: Iterable[Any] = ()) -> tuple[str, ...]:
+def spec_imports(spec: StudySpec, skip: Iterable[Any] = ()) -> tuple[str, ...]:
     """The heavy imports ``spec``'s nodes make in this process: every ``WARM_IMPORTS`` (or
     ``warm_imports()``) of the kinds it names, in spec order, without repeats; not those of
     the entries in ``skip`` (they run in a process of their own).
@@ -132,14 +135,14 @@ def spec_imports(spec: Any, skip: Iterable[Any] = ()) -> tuple[str, ...]:
 _PREPARED: set[str] = set()
 
 
-def prepare(spec: Any, skip: Iterable[Any] = ()) -> None:
+def prepare(spec: StudySpec, skip: Iterable[Any] = ()) -> None:
     """:func:`warm` what ``spec``'s nodes import here (but ``skip``'s entries): call before
     nodes run side by side."""
     warm(spec_imports(spec, skip))
     _PREPARED.add(spec.model_dump_json())
 
 
-def prepare_node(spec: Any) -> None:
+def prepare_node(spec: StudySpec) -> None:
     """At the start of a node: :func:`prepare` unless this process already did for ``spec``
     (the flow's process did before its graph started; a cluster worker's first node does it,
     and its other threads' nodes wait for it on :data:`LIBRARIES`)."""

@@ -1,4 +1,5 @@
-"""Kind registries: verifiers, sources, model backends, judges and reward models, each by name.
+"""Kind registries: verifiers, sources, model backends, scorers, judges, reward models, preference
+data and measures, each by name.
 
 Each package owns one :class:`Registry` and registers its kinds next to their classes; the spec
 and its JSON Schema are derived from the registries, and a user's module can add kinds too.
@@ -6,15 +7,21 @@ and its JSON Schema are derived from the registries, and a user's module can add
 A kind is a name, the object that implements it (a class or a factory), and optionally a pydantic
 model of its spec entry (the fields a YAML entry of this kind takes, ``kind`` included). A kind
 may also be named in a spec as ``module:callable`` without registering it (see
-:meth:`Registry.get`).
+:meth:`Registry.get`). What a kind means for the spec (which fields it takes, what it loads) is
+declared on the kind's object, so the spec asks the kind rather than testing its name.
+
+One registration style for every registry: ``register(name, ...)`` as a decorator on the class
+or function, or ``register(name, obj, ...)`` as a call where a decorator cannot reach (a class
+made elsewhere).
 
 Example:
     >>> reg = Registry("greeter")
     >>> @reg.register("hello")
     ... def hello(name: str) -> str:
     ...     return f"hello {name}"
+    >>> _ = reg.register("hi", lambda name: f"hi {name}")
     >>> reg.get("hello").obj("you"), reg.names()
-    ('hello you', ['hello'])
+    ('hello you', ['hello', 'hi'])
     >>> reg.get("helo")
     Traceback (most recent call last):
     ...
@@ -29,11 +36,17 @@ import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast, overload
 
 from assay.errors import SpecError
 
+if TYPE_CHECKING:
+    from pydantic import BaseModel
+
 T = TypeVar("T")
+
+#: ``register``'s "no object given" (None could be a registered object's value)
+_NOTHING: Any = object()
 
 #: Bumped on every registration, so derived artefacts (the spec model, the schema) know to rebuild.
 _GENERATION = [0]
@@ -50,22 +63,35 @@ class Kind(Generic[T]):
 
     name: str
     obj: T
-    spec: Any = None
+    spec: type[BaseModel] | None = None
     help: str = ""
     module: str = ""
 
 
 class Registry(Generic[T]):
-    """Kinds of one sort, by name. ``register`` is a decorator; ``get`` resolves a name or a
-    ``module:callable`` reference; iteration yields the registered :class:`Kind` entries."""
+    """Kinds of one sort, by name. ``register`` registers (a decorator, or a call with the
+    object); ``get`` resolves a name or a ``module:callable`` reference; iteration yields the
+    registered :class:`Kind` entries. ``self_spec``: each kind's object is its own spec model
+    (a pydantic entry class with its behaviour: sources, reward models, preference data), so
+    ``spec`` defaults to it."""
 
-    def __init__(self, what: str) -> None:
+    def __init__(self, what: str, *, self_spec: bool = False) -> None:
         self.what = what
+        self.self_spec = self_spec
         self._kinds: dict[str, Kind[T]] = {}
 
-    def register(self, name: str, *, spec: Any = None, help: str = "",
-                 replace: bool = False) -> Callable[[T], T]:
-        """Decorator registering ``obj`` as kind ``name`` (with ``spec``, its pydantic entry model).
+    @overload
+    def register(self, name: str, *, spec: type[BaseModel] | None = None, help: str = "",
+                 replace: bool = False) -> Callable[[T], T]: ...
+
+    @overload
+    def register(self, name: str, obj: T, *, spec: type[BaseModel] | None = None,
+                 help: str = "", replace: bool = False) -> T: ...
+
+    def register(self, name: str, obj: Any = _NOTHING, *, spec: type[BaseModel] | None = None,
+                 help: str = "", replace: bool = False) -> Any:
+        """Register ``obj`` as kind ``name`` (with ``spec``, its pydantic entry model, and
+        ``help``, else the first line of its docstring); without ``obj``, a decorator doing so.
 
         A second registration of a name raises unless ``replace=True`` or it is the same object
         re-imported (a module reloaded in a notebook)."""
@@ -77,15 +103,12 @@ class Registry(Generic[T]):
             if old is not None and not (replace or same):
                 raise ValueError(f"{self.what} kind {name!r} is already registered by {old.module}")
             doc = help or (getattr(obj, "__doc__", None) or "").strip().split("\n")[0]
-            self._kinds[name] = Kind(name, obj, spec, doc, getattr(obj, "__module__", ""))
+            entry = cast("type[BaseModel]", obj) if spec is None and self.self_spec else spec
+            self._kinds[name] = Kind(name, obj, entry, doc, getattr(obj, "__module__", ""))
             _GENERATION[0] += 1
             return obj
 
-        return deco
-
-    def add(self, name: str, obj: T, **kw: Any) -> T:
-        """``register(name, **kw)(obj)`` as a plain call."""
-        return self.register(name, **kw)(obj)
+        return deco if obj is _NOTHING else deco(obj)
 
     def names(self) -> list[str]:
         return sorted(self._kinds)
@@ -106,14 +129,17 @@ class Registry(Generic[T]):
             return self._kinds[name]
         if ":" in name:
             obj = load_callable(name, what=f"{self.what} kind")
-            return Kind(name, obj, None, "", getattr(obj, "__module__", ""))
+            # the user's callable stands for the kind's object (a class or factory): trusted
+            # as T, as a registered one would be
+            return Kind(name, cast(T, obj), None, "", getattr(obj, "__module__", ""))
         close = difflib.get_close_matches(name, self.names(), n=1)
         hint = f" (did you mean {close[0]!r}?)" if close else ""
         raise SpecError(f"unknown {self.what} kind {name!r}{hint}; known kinds: {self.names()}, "
                         "or 'module:callable'")
 
 
-def load_callable(ref: str, *, what: str = "callable", base_dir: str | Path | None = None) -> Any:
+def load_callable(ref: str, *, what: str = "callable",
+                  base_dir: str | Path | None = None) -> Callable[..., Any]:
     """Import ``package.module:attr`` (``attr`` may be dotted). ``base_dir`` (a spec's folder) is
     put on ``sys.path`` first, so a module next to the spec imports without PYTHONPATH."""
     mod_name, sep, attr = ref.partition(":")

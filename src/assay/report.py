@@ -24,13 +24,18 @@ import os
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
 from assay.errors import ReportError
 from assay.results import collect_estimates
 from assay.store import atomic_write
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+    from assay.rows import RowsLike
 
 REPORT_VERSION = 1
 
@@ -85,7 +90,7 @@ _TIMING_KEYS = frozenset({"seconds", "elapsed", "elapsed_s", "wall_seconds", "th
 WARM_IMPORTS = ("matplotlib.figure", "matplotlib.backends.backend_agg")
 
 
-def new_figure(**kw: Any) -> Any:
+def new_figure(**kw: Any) -> Figure:
     """A matplotlib Figure drawn by the Agg renderer, outside pyplot: pyplot's import costs
     ~0.5 s (its GUI-backend machinery) on a run's last stage, and it would switch a notebook
     user's backend; an unmanaged figure needs no closing either.
@@ -103,7 +108,7 @@ def new_figure(**kw: Any) -> Any:
     return fig
 
 
-def png_bytes(fig: Any) -> bytes:
+def png_bytes(fig: Figure) -> bytes:
     """A matplotlib figure as PNG bytes with no software/version stamp (byte-identical across
     runs and matplotlib patch releases)."""
     from matplotlib.layout_engine import TightLayoutEngine
@@ -266,7 +271,7 @@ def _reward_rows_plot(measures: Sequence[Mapping[str, Any]]) -> tuple[Any, ...]:
             "rate over tasks (length concordance 0.5: no preference)")
 
 
-def guard_counts(rows: Any) -> dict[str, int]:
+def guard_counts(rows: RowsLike) -> dict[str, int]:
     """How many graded rows a grading guard stopped, per guard (``judge_meta["guard"]``, set by
     CodeExec when a candidate returned non-plain data, patched what its tests use, was refused
     an operation, ...); a policy that starts gaming its reward shows up as a rising count.

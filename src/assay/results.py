@@ -20,7 +20,10 @@ import dataclasses
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 def _fmt(x: float | None, digits: int = 3) -> str:
@@ -201,7 +204,7 @@ class Result:
         return {f.name: to_plain(getattr(self, f.name))
                 for f in dataclasses.fields(self)}  # type: ignore[arg-type]  # on a dataclass
 
-    def to_frame(self) -> Any:
+    def to_frame(self) -> pd.DataFrame:
         """Every estimate in the result as a pandas DataFrame, one row each: ``path`` (where it
         sits in the result), ``name``, ``value``, ``low``, ``high``, ``level``, ``method``,
         ``n``, ``unit``, ``n_rows``, ``note``. A result without Estimate fields gives its
@@ -227,7 +230,7 @@ _FRAME_COLUMNS = ("path", "name", "value", "low", "high", "level", "method", "n"
                   "note")
 
 
-def _warnings_suffix(result: Any) -> str:
+def _warnings_suffix(result: object) -> str:
     n = len(getattr(result, "warnings", ()) or ())
     if not n:
         return ""
@@ -235,7 +238,7 @@ def _warnings_suffix(result: Any) -> str:
             else f" ({n} warnings: report() shows them)")
 
 
-def line_of(result: Any) -> str:
+def line_of(result: object) -> str:
     """A result's one-line form without the warnings count (for documents that list the
     warnings themselves)."""
     line = getattr(result, "_line", None)

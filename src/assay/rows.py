@@ -27,7 +27,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from functools import cached_property
 from itertools import chain
 from operator import itemgetter
-from typing import Any, Literal, cast, overload
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias, cast, overload
 
 import numpy as np
 import pyarrow as pa
@@ -36,6 +36,13 @@ import pyarrow.parquet as pq
 
 from assay.errors import RowsError, RowsTypeError
 from assay.hashing import content_hash, digest_parts
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+#: Rows as the public functions take them (read by :func:`as_table`): :class:`Rows`, an Arrow
+#: table of the row contract, a list of dict rows, or a pandas DataFrame.
+RowsLike: TypeAlias = "Rows | pa.Table | Sequence[Mapping[str, Any]] | pd.DataFrame"
 
 ROWS_SCHEMA_VERSION = 1
 
@@ -312,7 +319,7 @@ class Rows(Sequence):
         """Rows from an Arrow table (canonical or loose columns; validated)."""
         return cls(as_table(table, require=("prompt", "final_text")))
 
-    def to_pandas(self) -> Any:
+    def to_pandas(self) -> pd.DataFrame:
         """A pandas DataFrame with one dict-valued ``markers``/``privileged`` per row."""
         import pandas as pd
 
@@ -322,7 +329,7 @@ class Rows(Sequence):
         return df
 
     @classmethod
-    def from_pandas(cls, df: Any) -> Rows:
+    def from_pandas(cls, df: pd.DataFrame) -> Rows:
         """Rows from a DataFrame (as written by :meth:`to_pandas`, or with fewer columns)."""
         return cls(as_table(df, require=("prompt", "final_text")))
 
@@ -502,7 +509,7 @@ def table_to_records(table: pa.Table) -> list[dict[str, Any]]:
 # as_table: every measurement's entry point
 
 
-def _column_values(data: Any, name: str) -> list[Any] | None:
+def _column_values(data: RowsLike, name: str) -> list[Any] | None:
     """Values of one column from a list of dicts / DataFrame / Arrow table, or None if absent."""
     if isinstance(data, pa.Table):
         if name not in data.column_names:
@@ -513,17 +520,18 @@ def _column_values(data: Any, name: str) -> list[Any] | None:
             vals = [dict(v) if v is not None else None for v in vals]
         return vals
     if hasattr(data, "columns") and hasattr(data, "to_dict"):  # pandas
-        if name not in data.columns:
+        df = cast("pd.DataFrame", data)
+        if name not in df.columns:
             return None
         from pandas import NA as _PD_NA  # loaded already: data is a DataFrame
 
-        vals = data[name].tolist()
+        vals = df[name].tolist()
         # pd.NA / None are explicit "missing"; a float NaN is only "missing" outside reward,
         # where NaN would otherwise pass as a score.
         out = [None if (v is _PD_NA or (isinstance(v, float) and math.isnan(v)
                                         and name != "reward")) else v for v in vals]
-        if name == "reward" and "judge_status" in data.columns:
-            out = _unjudged_nan_as_none(out, data["judge_status"].tolist())
+        if name == "reward" and "judge_status" in df.columns:
+            out = _unjudged_nan_as_none(out, df["judge_status"].tolist())
         if name == "markers":
             out = [_pairs_as_dict(v) for v in out]
         return out
@@ -582,7 +590,7 @@ def _rank_within(task_ids: Any) -> np.ndarray:
     rank[order] = np.arange(n) - first_of_group
     return rank
 
-def as_table(data: Any, *, require: Iterable[str] = ("prompt", "final_text"),
+def as_table(data: RowsLike, *, require: Iterable[str] = ("prompt", "final_text"),
              argument: str = "rows", columns: Iterable[str] | None = None) -> pa.Table:
     """Read ``Rows``, a list of dict rows, a pandas DataFrame or an Arrow table into a table of
     :data:`ROW_SCHEMA`, validating every value. Errors name ``argument`` and the row index.
@@ -924,7 +932,7 @@ def _require(table: pa.Table, require: tuple[str, ...], argument: str) -> None:
                             f"{col.null_count} rows lack it")
 
 
-def take_rows(rows: Any, table: pa.Table, keep: Sequence[int]) -> Any:
+def take_rows(rows: RowsLike, table: pa.Table, keep: Sequence[int]) -> RowsLike:
     """``rows`` restricted to positions ``keep``, in the type they came in (Rows, Arrow table,
     pandas DataFrame or a list of dicts); ``table`` is ``as_table(rows)``, read once by the caller.
 

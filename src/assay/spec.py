@@ -113,7 +113,7 @@ class RewardSpec(SpecModel):
         "diagnostic set); null: no audit")
     score: RewardScoreSpec | None = None
 
-    def scoring_models(self) -> list[Any]:
+    def scoring_models(self) -> list[RewardModelEntry]:
         """The model entries that score rows (``score.models``, default all)."""
         if self.score is None:
             return []
@@ -238,8 +238,6 @@ NON_RESULT_FIELDS = frozenset({"name", "description", "output", "execution", "ni
 #: ``generate:`` fields that say which model is under test and how it is sampled: outside the
 #: study definition (:meth:`StudySpec.definition_checksum`), inside the results checksum.
 MODEL_UNDER_TEST_FIELDS = ("model", "params", "max_connections", "reuse")
-#: ``verifier.params`` fields of a judge that name its model (the rubric stays in the definition).
-JUDGE_MODEL_FIELDS = ("model", "max_connections", "store")
 
 
 class StudySpec(SpecModel):
@@ -431,14 +429,14 @@ class StudySpec(SpecModel):
     def definition_content(self) -> dict[str, Any]:
         """The spec's study definition: the results fields less the model under test."""
         doc = self.model_dump(mode="json", exclude=set(NON_RESULT_FIELDS))
-        for src in doc["sources"]:
+        for s, src in zip(self.sources, doc["sources"], strict=True):
             gen = src.get("generate")
             if isinstance(gen, dict):
                 for f in MODEL_UNDER_TEST_FIELDS:
                     gen.pop(f, None)
             ver = src.get("verifier")
-            if isinstance(ver, dict) and ver.get("kind") == "judge":
-                for f in JUDGE_MODEL_FIELDS:
+            if s.verifier is not None and isinstance(ver, dict):
+                for f in s.verifier.under_test_params:  # the verifier kind says which
                     ver.get("params", {}).pop(f, None)
         return doc
 
@@ -459,9 +457,9 @@ class StudySpec(SpecModel):
                 g = gen.model_dump(mode="json")
                 entry.update({f: g[f] for f in MODEL_UNDER_TEST_FIELDS if f in g})
                 entry["k"] = g.get("k")
-            v = s.verifier
-            if v is not None and v.kind == "judge" and isinstance(v.params.get("model"), dict):
-                entry["judge"] = dict(v.params["model"])
+            judge = s.verifier.grading_model() if s.verifier is not None else None
+            if judge is not None:
+                entry["judge"] = dict(judge)
             if entry:
                 out[s.name] = entry
         return out
@@ -664,24 +662,29 @@ def check_files(spec: StudySpec) -> list[str]:
 def _check_user_functions(spec: StudySpec) -> list[str]:
     """The parameters of each model and reward function the spec names fit what assay passes
     (:mod:`assay.binding`); the verifier functions are checked with the verifiers."""
+    from assay.models.registry import BACKENDS
     from assay.reward.base import RewardModelError
 
     problems = []
     for i, s in enumerate(spec.sources):
         gen = getattr(s, "generate", None)
-        if gen is not None and getattr(gen.model, "kind", None) == "function":
-            from assay.models.function import FunctionBackend
-
+        if gen is None:
+            continue
+        # a backend kind naming user code says in which field; building it checks that code
+        backend = BACKENDS.get(gen.model.kind).obj
+        field = getattr(backend, "user_code_field", None)
+        if field is not None:
             try:
-                FunctionBackend(gen.model)
+                backend(gen.model)
             except SpecError as e:
-                problems.append(f"sources[{i}].generate.model.callable: {e}")
+                problems.append(f"sources[{i}].generate.model.{field}: {e}")
     for i, m in enumerate(spec.reward.models if spec.reward is not None else ()):
-        if getattr(m, "kind", None) == "function":
+        field = getattr(m, "user_code_field", None)
+        if field is not None:
             try:
                 m.build(spec.paths)
             except (SpecError, RewardModelError) as e:
-                problems.append(f"reward.models[{i}].function: {e}")
+                problems.append(f"reward.models[{i}].{field}: {e}")
     return problems
 
 
@@ -762,8 +765,7 @@ def _check_gate_metrics(spec: StudySpec, fields_of: dict[str, set[str] | None]) 
             open_ended = False
             for s in spec.sources:
                 fields = fields_of.get(s.name)
-                kind = s.verifier.kind if s.verifier is not None else ""
-                if fields is None or kind == "function" or ":" in kind:
+                if fields is None or (s.verifier is not None and s.verifier.open_markers):
                     open_ended = True
                     break
                 have |= {f.removeprefix("markers.") for f in fields if f.startswith("markers.")}
@@ -782,7 +784,7 @@ def _check_gate_metrics(spec: StudySpec, fields_of: dict[str, set[str] | None]) 
 GRADED_FIELDS = ("reward", "judge_status", "judge_name", "reason", "judge_meta")
 
 
-def steps_before_grading(source: Any, i: int) -> list[str]:
+def steps_before_grading(source: SourceSpec, i: int) -> list[str]:
     """A ``where`` step on a field that exists only after grading (or generation) would see
     every row unjudged: say so before the run, with the fix."""
     out = []

@@ -9,7 +9,7 @@ Example:
     >>> class Cat(SpecModel):
     ...     kind: Literal["cat"]
     ...     lives: int = 9
-    >>> _ = reg.register("cat", spec=Cat)(Cat)
+    >>> _ = reg.register("cat", Cat, spec=Cat)
     >>> class Home(SpecModel):
     ...     pet: kind_union(reg)
     >>> Home.model_validate({"pet": {"kind": "cat"}}).pet.lives

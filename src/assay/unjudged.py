@@ -15,9 +15,12 @@ from __future__ import annotations
 import re
 from collections import Counter
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from assay.errors import VerifierError
+
+if TYPE_CHECKING:
+    from assay.rows import RowsLike
 
 #: A shard stops when more than this share of its rows raised one and the same error.
 MOST = 0.5
@@ -25,7 +28,7 @@ MOST = 0.5
 TOP = 3
 
 
-def _records(rows: Any) -> list[Mapping[str, Any]]:
+def _records(rows: RowsLike) -> list[Mapping[str, Any]]:
     if hasattr(rows, "to_arrow"):
         t = rows.to_arrow()
         cols = [c for c in ("reward", "judge_status", "reason", "task_id", "rollout_index")
@@ -39,7 +42,7 @@ def _why(r: Mapping[str, Any]) -> str:
     return f"{r.get('judge_status')}: {reason[:160]}" if reason else str(r.get("judge_status"))
 
 
-def unjudged_summary(rows: Any, top: int = TOP) -> dict[str, Any]:
+def unjudged_summary(rows: RowsLike, top: int = TOP) -> dict[str, Any]:
     """``{"rows": n unjudged, "reasons": [[status: reason, count], ...]}`` (the ``top`` most
     frequent, ties by text), over rows without a reward."""
     c = Counter(_why(r) for r in _records(rows) if r.get("reward") is None)
@@ -57,7 +60,7 @@ def _error_kind(reason: Any) -> str:
     return m.group(1) if m else str(reason)
 
 
-def check_shard(rows: Any, verifier: str, where: str, offset: int = 0) -> None:
+def check_shard(rows: RowsLike, verifier: str, where: str, offset: int = 0) -> None:
     """Raise :class:`VerifierError` when more than half of ``rows`` failed with one error
     (status ``error``, the same exception type or reason): the verifier, the count, the
     error and the first row it hit (``offset``: the shard's first row in its source).

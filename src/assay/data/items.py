@@ -26,7 +26,7 @@ import unicodedata
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from types import MappingProxyType
-from typing import Any, cast
+from typing import Any, Self, TypeAlias, cast
 
 from assay.data.lineage import Lineage
 from assay.errors import DataError, HashError
@@ -477,7 +477,7 @@ class _Item:
     def __reduce__(self) -> tuple[Any, ...]:
         return (type(self), tuple(_unproxy(getattr(self, f)) for f in self._fields))
 
-    def replace(self, **changes: Any) -> Any:
+    def replace(self, **changes: Any) -> Self:
         """A copy with ``changes``; the lineage keeps seed/builder/ops and the hash is redone.
 
         Example:
@@ -494,7 +494,7 @@ class _Item:
         kw.update(changes)
         return type(self)(**kw)
 
-    def derive(self, op: str, **changes: Any) -> Any:
+    def derive(self, op: str, **changes: Any) -> Self:
         """A mutated copy: ``changes`` applied, ``op`` appended to the lineage, hash re-stamped.
 
         The seed id is kept, so the mutation does not add an independent unit.
@@ -1084,26 +1084,29 @@ class Trajectory(_Item):
                 "steps": [s.to_dict() for s in self.steps], "outcome": thaw(self.outcome)}
 
 
-ITEM_TYPES: dict[str, type] = {
+ITEM_TYPES: dict[str, type[_Item]] = {
     "pair": Pair, "quadruple": Quadruple, "tournament": Tournament, "trajectory": Trajectory,
 }
 
+#: Any preference item a view holds.
+Item: TypeAlias = Pair | Quadruple | Tournament | Trajectory
 
-def content_of(item: Any) -> Any:
+
+def content_of(item: _Item) -> Any:
     """The canonical payload of an item (what its ``content_hash`` hashes)."""
     return item.__assay_content__()
 
 
-def seed_id_of(item: Any) -> str:
+def seed_id_of(item: object) -> str:
     """The seed id of an item (its ``lineage.seed_id``)."""
-    try:
-        return item.lineage.seed_id
-    except AttributeError:
+    lineage = getattr(item, "lineage", None)
+    if not isinstance(lineage, Lineage):
         raise DataError(f"{type(item).__name__} has no lineage; build items with "
-                        "make_pair") from None
+                        "make_pair")
+    return lineage.seed_id
 
 
-def item_from_dict(d: Mapping[str, Any], where: str = "item") -> Any:
+def item_from_dict(d: Mapping[str, Any], where: str = "item") -> Item:
     """Rebuild an item from :meth:`to_dict` output, verifying its content hash.
 
     Example:

@@ -20,16 +20,18 @@ import hashlib
 import json
 import math
 import operator
+import os
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, overload
 
 import numpy as np
 import pyarrow as pa
 
 from assay.data.items import (
     EMPTY_META,
+    Item,
     Pair,
     Response,
     _dumps,
@@ -99,7 +101,7 @@ def _fast_getter(field: str) -> Callable[[Any], Any] | None:
     return None
 
 
-def _resolve(item: Any, field: str, index: int) -> Any:
+def _resolve(item: Item, field: str, index: int) -> Any:
     fn = COMPUTED_FIELDS.get(field)
     try:
         if fn is not None:
@@ -171,7 +173,7 @@ class DataView:
 
     __slots__ = ("_items", "name", "_weights", "_root", "_steps", "_replayable", "_checksum")
 
-    def __init__(self, items: Iterable[Any], name: str | None = None, *,
+    def __init__(self, items: Iterable[Item], name: str | None = None, *,
                  weights: Sequence[float] | None = None) -> None:
         its = tuple(items)
         for i, it in enumerate(its):
@@ -191,7 +193,7 @@ class DataView:
         self._checksum: str | None = None
 
     @classmethod
-    def _derived(cls, parent: DataView, items: tuple[Any, ...], weights: tuple[float, ...] | None,
+    def _derived(cls, parent: DataView, items: tuple[Item, ...], weights: tuple[float, ...] | None,
                  step: dict[str, Any], *, replayable: bool = True) -> DataView:
         v = cls.__new__(cls)
         v._items = items
@@ -208,10 +210,16 @@ class DataView:
     def __len__(self) -> int:
         return len(self._items)
 
-    def __iter__(self) -> Iterator[Any]:
+    def __iter__(self) -> Iterator[Item]:
         return iter(self._items)
 
-    def __getitem__(self, index: Any) -> Any:
+    @overload
+    def __getitem__(self, index: int | np.integer) -> Item: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> DataView: ...
+
+    def __getitem__(self, index: int | np.integer | slice) -> Item | DataView:
         if isinstance(index, slice):
             return self.slice(index.start, index.stop, index.step)
         if isinstance(index, bool) or not isinstance(index, (int, np.integer)):
@@ -235,7 +243,7 @@ class DataView:
         return hash(self.checksum())
 
     @property
-    def items(self) -> tuple[Any, ...]:
+    def items(self) -> tuple[Item, ...]:
         return self._items
 
     @property
@@ -269,7 +277,7 @@ class DataView:
 
     # -- derivations ---------------------------------------------------------------
 
-    def _take(self, idx: Sequence[int]) -> tuple[tuple[Any, ...], tuple[float, ...] | None]:
+    def _take(self, idx: Sequence[int]) -> tuple[tuple[Item, ...], tuple[float, ...] | None]:
         its = self._items
         items = tuple(its[i] for i in idx)
         w = None if self._weights is None else tuple(self._weights[i] for i in idx)
@@ -333,7 +341,7 @@ class DataView:
         items, w = self._take(keep)
         return DataView._derived(self, items, w, step)
 
-    def filter(self, predicate: Callable[[Any], bool]) -> DataView:
+    def filter(self, predicate: Callable[[Item], bool]) -> DataView:
         """Keep items satisfying ``predicate``; not replayable from a spec (prefer ``where``)."""
         if not callable(predicate):
             raise DataError("filter needs a callable; for a replayable filter use where()")
@@ -502,7 +510,7 @@ class DataView:
             plain = (type(it) is Pair and type(it.prompt) is str and not it.meta
                      and not it.chosen.spans and not it.chosen.meta
                      and not it.rejected.spans and not it.rejected.meta)
-            if plain:
+            if plain and isinstance(it, Pair):  # (plain: exactly a Pair; this narrows it)
                 cols["prompt"].append(it.prompt)
                 cols["axis"].append(it.axis)
                 cols["chosen"].append(it.chosen.text)
@@ -548,14 +556,14 @@ class DataView:
             weights = ws
         return cls(items, name if name is not None else info.get("name"), weights=weights)
 
-    def to_parquet(self, path: Any) -> None:
+    def to_parquet(self, path: str | os.PathLike[str]) -> None:
         """Write ``to_arrow()`` to a Parquet file."""
         import pyarrow.parquet as pq
 
         pq.write_table(self.to_arrow(), str(path))
 
     @classmethod
-    def read_parquet(cls, path: Any, name: str | None = None) -> DataView:
+    def read_parquet(cls, path: str | os.PathLike[str], name: str | None = None) -> DataView:
         """Read a view written by ``to_parquet`` (content hashes verified)."""
         import pyarrow.parquet as pq
 
@@ -580,7 +588,7 @@ ARROW_SCHEMA = pa.schema([
 _CHUNK = 2048
 
 
-def _stream_checksum(items: Sequence[Any], weights: Sequence[float] | None) -> str:
+def _stream_checksum(items: Sequence[Item], weights: Sequence[float] | None) -> str:
     # Byte-identical to canonical_json(material) (a JSON array's elements are joined by ","),
     # but encoded item by item in chunks so a 100k-item view never holds its whole JSON.
     h = hashlib.sha256()

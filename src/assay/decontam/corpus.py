@@ -28,7 +28,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -36,6 +36,9 @@ import xxhash
 
 from assay.errors import RowsError, RowsTypeError
 from assay.hashing import file_sha256
+
+if TYPE_CHECKING:
+    from assay.store import Store
 
 _SUFFIXES = (".jsonl", ".json", ".jsonl.gz", ".json.gz", ".parquet")
 Fields = str | tuple[str, ...]
@@ -145,7 +148,7 @@ class CorpusSource:
         return self.iterator is None
 
     # -- checksum --------------------------------------------------------------------------
-    def checksum(self, store: Any = None) -> str:
+    def checksum(self, store: Store | None = None) -> str:
         """Content checksum ``corpus:<hex>`` over ids and texts (files: their bytes + fields).
 
         For files a store, when given, memoizes path+size+mtime -> sha256 (as git's index does),
@@ -351,7 +354,7 @@ def utf8_bytes(text: str) -> bytes:
         return text.encode("utf-8", "surrogatepass")
 
 
-def _file_digest(path: Path, store: Any) -> str:
+def _file_digest(path: Path, store: Store | None) -> str:
     st = path.stat()
     memo_name = f"decontam:file-digest:{path.resolve()}:{st.st_size}:{st.st_mtime_ns}:{st.st_ino}"
     if store is not None:

@@ -41,12 +41,18 @@ import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from assay.decontam.corpus import CorpusSource, utf8_bytes
-from assay.decontam.index import ContaminationIndex, index_params, index_ref_name, resolve_store
+from assay.decontam.index import (
+    ContaminationIndex,
+    StoreArg,
+    index_params,
+    index_ref_name,
+    resolve_store,
+)
 from assay.decontam.ngrams import EXACT_SALT, SHINGLE_SALT, WHOLE_SALT, SpanHasher
 from assay.decontam.normalize import encode
 from assay.decontam.results import RULES, Contamination, ItemMatch
@@ -54,6 +60,9 @@ from assay.errors import RowsError, RowsTypeError
 from assay.hashing import combine
 from assay.intervals import wilson_interval
 from assay.results import Estimate
+
+if TYPE_CHECKING:
+    from assay.store import Store
 
 _DF_FLOOR = 10
 
@@ -341,8 +350,8 @@ def _semantic(texts: list[str], cfg: dict[str, Any]):
     return cat(si, np.int64), cat(sd, np.int64), cat(ss, float), best, calibration(q)
 
 
-def corpus_vectors(source: Any, embedder: Any, store: Any, checksum: str | None, model: str,
-                   batch_size: int = 256):
+def corpus_vectors(source: Any, embedder: Any, store: Store | None, checksum: str | None,
+                   model: str, batch_size: int = 256):
     """A callable yielding corpus embedding batches, cached in the store per (corpus, model)."""
     from assay.decontam.semantic import embed
     from assay.hashing import combine
@@ -376,7 +385,8 @@ def contamination(eval_rows: Any, corpus: Any = None, *, index: ContaminationInd
                   max_df: float | int = 0.01, near_duplicate: float | None = 0.7, shingle: int = 3,
                   num_perm: int = 128, semantic: bool = False, embedder: Any = None,
                   similarity: float = 0.9, text_field: Any = "text", id_field: str | None = "id",
-                  store: Any = None, reuse: bool = True, max_doc_ids: int = 10) -> Contamination:
+                  store: StoreArg = None, reuse: bool = True,
+                  max_doc_ids: int = 10) -> Contamination:
     """Which eval items occur in ``corpus`` (see the module docstring for the rules).
 
     ``eval_rows``: rows with a ``prompt`` (``assay.rows`` contract; a list of strings is taken
@@ -454,7 +464,7 @@ def contamination(eval_rows: Any, corpus: Any = None, *, index: ContaminationInd
     items, _pairs, facts = match(task_ids, texts, index, min_coverage=min_coverage, max_df=max_df,
                                  near_duplicate=near_duplicate, semantic=sem_cfg,
                                  max_doc_ids=max_doc_ids)
-    if result_ref is not None and index.ref_name is not None:
+    if st is not None and result_ref is not None and index.ref_name is not None:
         _save_result(st, result_ref, items, facts, index)
     return _report(items, facts, index, n_items=len(texts), min_coverage=min_coverage,
                    max_df=max_df, near_duplicate=near_duplicate, semantic=semantic,
@@ -492,7 +502,7 @@ def _items_checksum(task_ids: list[str], texts: list[str]) -> str:
     return "evals:" + h.hexdigest()[:32]
 
 
-def _save_result(store: Any, ref_name: str, items: list[ItemMatch], facts: dict[str, Any],
+def _save_result(store: Store, ref_name: str, items: list[ItemMatch], facts: dict[str, Any],
                  index: ContaminationIndex) -> None:
     # columns (one list per field) read back several times faster than one dict per item
     doc = {"kind": "assay.decontam.result", "version": RESULT_VERSION, "n_items": len(items),
@@ -504,7 +514,8 @@ def _save_result(store: Any, ref_name: str, items: list[ItemMatch], facts: dict[
     store.set_ref(ref_name, store.put_json(doc), {"index": index.ref_name})
 
 
-def _load_result(store: Any, ref_name: str, index_ref: str, task_ids: list[str], texts: list[str]):
+def _load_result(store: Store, ref_name: str, index_ref: str, task_ids: list[str],
+                 texts: list[str]):
     """(items, facts, index info) saved for this exact question, or None. The index it was
     computed from must still be saved under ``index_ref`` (same corpus checksum and params)."""
     ref = store.get_ref(ref_name)

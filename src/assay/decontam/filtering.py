@@ -28,10 +28,10 @@ import numpy as np
 
 from assay.decontam.corpus import CorpusSource
 from assay.decontam.evalside import corpus_vectors, eval_items, match
-from assay.decontam.index import ContaminationIndex, resolve_store
+from assay.decontam.index import ContaminationIndex, StoreArg, resolve_store
 from assay.decontam.results import RULES, Decontamination
 from assay.errors import RowsError, RowsTypeError
-from assay.rows import take_rows
+from assay.rows import RowsLike, take_rows
 
 MODES = ("drop", "flag")
 
@@ -68,10 +68,10 @@ def _load_eval(source: Any) -> Any:
     return source
 
 
-def decontaminate(rows: Any, against: Any, *, n: int = 13, fields: Sequence[str] = ("prompt",),
+def decontaminate(rows: RowsLike, against: Any, *, n: int = 13, fields: Sequence[str] = ("prompt",),
                   min_overlap: float = 0.5, mode: str = "drop", max_df: float | int = 0.01,
                   near_duplicate: float | None = 0.7, shingle: int = 3, semantic: bool = False,
-                  embedder: Any = None, similarity: float = 0.9, store: Any = False,
+                  embedder: Any = None, similarity: float = 0.9, store: StoreArg = False,
                   ) -> tuple[Any, Decontamination]:
     """Drop (``mode="drop"``) or flag (``mode="flag"``: every row kept, ``markers["contaminated"]``
     set to 1.0 or 0.0) the training ``rows`` that hold an item of ``against``.
@@ -157,13 +157,13 @@ def decontaminate(rows: Any, against: Any, *, n: int = 13, fields: Sequence[str]
     return out, report
 
 
-def _rows_table(rows: Any) -> Any:
+def _rows_table(rows: RowsLike) -> Any:
     from assay.rows import Rows
 
     return rows.table if isinstance(rows, Rows) else None
 
 
-def _flag_rows(rows: Any, bad: set[int]) -> Any:
+def _flag_rows(rows: RowsLike, bad: set[int]) -> Any:
     """Every row, with ``markers["contaminated"]`` 1.0 (dropped by a rule) or 0.0."""
     import pyarrow as pa
 

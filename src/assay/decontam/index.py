@@ -65,7 +65,7 @@ from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 import numpy as np
 import pyarrow as pa
@@ -77,6 +77,12 @@ from assay.decontam.normalize import _kernels, encode
 from assay.errors import RowsError, StoreError
 from assay.hashing import combine
 
+if TYPE_CHECKING:
+    from assay.store import Store
+
+#: The ``store=`` argument: a Store, a path to one, None (the default store) or False (none).
+StoreArg: TypeAlias = "Store | str | os.PathLike[str] | bool | None"
+
 INDEX_VERSION = 4
 FP_BITS = 32
 _TARGET_PER_PARTITION = 1 << 13
@@ -86,7 +92,7 @@ _ENCODE_CHUNK = 64  # documents tokenized together inside one build batch
 _M32 = np.uint64(0xFFFFFFFF)
 
 
-def resolve_store(store: Any):  # -> Store | None
+def resolve_store(store: StoreArg) -> Store | None:
     """``None`` -> the default store, ``False`` -> no store, a path -> a Store there."""
     from assay.store import Store
 
@@ -357,7 +363,7 @@ class ContaminationIndex:
     stats: BuildStats = field(default_factory=BuildStats)
     _doc_ids: Any = None
     _doc_ids_key: str | None = None
-    _store: Any = None
+    _store: Store | None = None
     _shards: list[dict[str, Any]] | None = None
     _stream_checksum: str | None = None
     _mh_chunks: list[dict[str, Any]] | None = None
@@ -370,7 +376,7 @@ class ContaminationIndex:
     @classmethod
     def build(cls, corpus: Any, *, n: int = 13, text_field: Fields = "text",
               id_field: str | None = "id",
-              store: Any = None, reuse: bool = True, batch_size: int = 256,
+              store: StoreArg = None, reuse: bool = True, batch_size: int = 256,
               near_dup_max_tokens: int = 512, shingle: int = 3, num_perm: int = 128,
               memory_limit: int = 2 << 30, materialize: bool = True,
               workers: int | None = None) -> ContaminationIndex:
@@ -478,7 +484,7 @@ class ContaminationIndex:
     # -- build ---------------------------------------------------------------------------------
     @classmethod
     def _build(cls, src: CorpusSource, params: dict[str, Any], *, batch_size: int,
-               memory_limit: int, store: Any = None, materialize: bool = True,
+               memory_limit: int, store: Store | None = None, materialize: bool = True,
                workers: int = 2) -> ContaminationIndex:
         t0 = time.perf_counter()
         stream_hash = None if src.reiterable else hashlib.sha256()
@@ -641,7 +647,7 @@ class ContaminationIndex:
         )
 
     # -- store ---------------------------------------------------------------------------------
-    def _save(self, store: Any, ref_name: str) -> None:
+    def _save(self, store: Store, ref_name: str) -> None:
         t0 = time.perf_counter()
         shards = self._shards
         if shards is None:
@@ -652,7 +658,7 @@ class ContaminationIndex:
                 if len(fp):
                     shards.append({"count": len(fp),
                                    "key": store.put_parts([fp, dd], durable=False)})
-        manifest = {
+        manifest: dict[str, Any] = {
             "kind": "assay.decontam.index", "version": INDEX_VERSION, "params": self.params,
             "n_docs": self.n_docs, "pbits": self.pbits, "corpus": self.corpus_checksum,
             "offsets": store.put_bytes(self.offsets.astype("<i8").tobytes()),
@@ -674,7 +680,7 @@ class ContaminationIndex:
         self.stats.seconds += time.perf_counter() - t0
 
     @classmethod
-    def _load(cls, store: Any, ref_name: str) -> ContaminationIndex | None:
+    def _load(cls, store: Store, ref_name: str) -> ContaminationIndex | None:
         ref = store.get_ref(ref_name)
         if ref is None:
             return None
@@ -685,8 +691,9 @@ class ContaminationIndex:
                 + [k for c in m["minhash"] for k in (c["docs"], c["sigs"])])
         # Verified reads (sha256) of the shards run in threads: hashlib releases the GIL.
         with ThreadPoolExecutor(2) as ex:
-            blobs = list(ex.map(store.get_bytes, keys))
-        if any(b is None for b in blobs):
+            read = list(ex.map(store.get_bytes, keys))
+        blobs = [b for b in read if b is not None]
+        if len(blobs) != len(read):
             return None  # a missing or corrupt piece: rebuild rather than trust it
         shard_blobs = blobs[: len(m["shards"])]
         # zero-copy views of the verified bytes: a reuse never copies the index
@@ -715,7 +722,7 @@ class ContaminationIndex:
         )
 
 
-def _put_minhash(store: Any, docs: list[np.ndarray], sigs: list[np.ndarray]) -> dict[str, Any]:
+def _put_minhash(store: Store, docs: list[np.ndarray], sigs: list[np.ndarray]) -> dict[str, Any]:
     d = np.concatenate(docs).astype("<u4")
     s = np.concatenate(sigs).astype("<u4")
     return {"count": len(d), "docs": store.put_bytes(d.tobytes()),

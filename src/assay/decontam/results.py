@@ -19,9 +19,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from assay.results import Estimate, Result, line_of, to_plain
+
+if TYPE_CHECKING:
+    from assay.rows import RowsLike
 
 RULES = ("exact", "ngram", "near_duplicate", "semantic")
 
@@ -117,7 +120,7 @@ class Contamination(Result):
 
         return pa.Table.from_pylist(self.records())
 
-    def clean(self, rows: Any) -> Any:
+    def clean(self, rows: RowsLike) -> Any:
         """``rows`` without the rows of contaminated tasks (same type as given: Rows, Arrow table,
         or a list of dict rows)."""
         from assay.rows import as_table, take_rows
@@ -127,7 +130,7 @@ class Contamination(Result):
         keep = [i for i, t in enumerate(table.column("task_id").to_pylist()) if t not in bad]
         return take_rows(rows, table, keep)
 
-    def rescore(self, rows: Any, *, k: int | None = None) -> CleanSplit:
+    def rescore(self, rows: RowsLike, *, k: int | None = None) -> CleanSplit:
         """pass@1 (and pass@k) on every task and on the clean tasks only, side by side, through
         ``assay.measure.pass_at``; ``rows`` are the graded eval rows (task ids as in the report).
 
@@ -210,7 +213,8 @@ class CleanSplit(Result):
                 "removed")
 
 
-def rescore(rows: Any, contaminated_task_ids: Sequence[str], *, k: int | None = None) -> CleanSplit:
+def rescore(rows: RowsLike, contaminated_task_ids: Sequence[str], *,
+            k: int | None = None) -> CleanSplit:
     """``assay.measure.pass_at`` of ``rows`` on all tasks and without ``contaminated_task_ids``."""
     from assay.measure.passk import pass_at  # lazy: the measurement stage is a separate module
     from assay.rows import as_table, take_rows

@@ -42,7 +42,7 @@ from assay.measure.passk import PassAt, pass_at_frame, pass_at_k_unbiased
 from assay.measure.signflip import min_attainable_p
 from assay.results import Estimate, Result
 from assay.rowfields import field_values
-from assay.rows import as_table
+from assay.rows import RowsLike, as_table
 
 MACRO_METHOD = STRATIFIED_METHOD
 #: The category of rows whose field is missing (None): shown, never merged into another.
@@ -167,7 +167,7 @@ def _task_spans(table: pa.Table, labels: list[str]) -> list[str]:
     return bad
 
 
-def pass_at_by(rows: Any, by: str, k: int | None = None, *, level: float = 0.95) -> PassAtBy:
+def pass_at_by(rows: RowsLike, by: str, k: int | None = None, *, level: float = 0.95) -> PassAtBy:
     """pass@1 and pass@k per category of the row field ``by``, each with its interval over
     that category's tasks, and the macro average over categories with its interval.
 

@@ -17,13 +17,16 @@ Example:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from assay.errors import MeasureError
 from assay.intervals import TASK_METHOD, task_interval
 from assay.results import Estimate, Result
+
+if TYPE_CHECKING:
+    from assay.rows import RowsLike
 
 METRICS = ("acc", "acc_norm", "acc_bytes")
 
@@ -110,7 +113,8 @@ def _estimates(vals: dict[str, np.ndarray], n_rows: int, level: float) -> list[E
     return out
 
 
-def choice_accuracy(rows: Any, *, by: str | None = None, level: float = 0.95) -> ChoiceAccuracy:
+def choice_accuracy(rows: RowsLike, *, by: str | None = None,
+                    level: float = 0.95) -> ChoiceAccuracy:
     """acc, acc_norm and acc_bytes with intervals over tasks (module docstring).
 
     Args:

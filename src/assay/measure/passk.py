@@ -19,7 +19,7 @@ count as ``w`` samples of its task; tasks stay the unit of every interval.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from scipy.special import gammaln
@@ -28,6 +28,9 @@ from assay.errors import MeasureError
 from assay.intervals import TASK_METHOD, task_interval
 from assay.measure.grouping import Frame, read_frame, task_stats
 from assay.results import Estimate, Result
+
+if TYPE_CHECKING:
+    from assay.rows import RowsLike
 
 
 def _log_choose(n: np.ndarray, k: np.ndarray | int) -> np.ndarray:
@@ -133,7 +136,8 @@ class PassAt(Result):
 MOSTLY_TRUNCATED = 0.5
 
 
-def pass_at(rows: Any, k: int | None = None, *, level: float = 0.95, weights: Any = None) -> PassAt:
+def pass_at(rows: RowsLike, k: int | None = None, *, level: float = 0.95,
+            weights: Any = None) -> PassAt:
     """pass@1 with its interval over tasks, plus pass@k, pass^k and headroom at ``k``.
 
     Args:

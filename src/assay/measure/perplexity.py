@@ -20,13 +20,16 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from scipy import stats
 
 from assay.errors import MeasureError
 from assay.results import Estimate, Interval, Result
+
+if TYPE_CHECKING:
+    from assay.rows import RowsLike
 
 METHOD = "delta-method ratio over documents (Cochran 6.4), t on n-1 df"
 
@@ -76,7 +79,7 @@ def ratio_interval(a: np.ndarray, b: np.ndarray, level: float = 0.95
     return r, (r - t * se, r + t * se)
 
 
-def perplexity(rows: Any, *, level: float = 0.95) -> Perplexity:
+def perplexity(rows: RowsLike, *, level: float = 0.95) -> Perplexity:
     """Word and byte perplexity and bits per byte over the rows' documents (module docstring)."""
     from assay.rows import as_table
 

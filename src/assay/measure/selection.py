@@ -37,7 +37,7 @@ import pyarrow.compute as pc
 from assay.errors import MeasureError
 from assay.measure.grouping import _cache_key, frame_of_table
 from assay.results import Estimate, Result
-from assay.rows import Rows, as_table
+from assay.rows import Rows, RowsLike, as_table
 
 LEAK_MIN_CHARS = 20
 
@@ -183,7 +183,7 @@ def _cut_off(table: pa.Table, idx: np.ndarray, markers: dict[str, np.ndarray]) -
     return hit
 
 
-def select(rows: Any, mode: str = "rl", band: tuple[float, float] = (0.2, 0.8)) -> Selection:
+def select(rows: RowsLike, mode: str = "rl", band: tuple[float, float] = (0.2, 0.8)) -> Selection:
     """Keep the groups worth RL training on and say, gate by gate, what was dropped and why.
 
     Args:

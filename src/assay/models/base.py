@@ -1,5 +1,5 @@
-"""What every backend shares: one request (a rendered prompt, its seed and sample index) and
-how prompts become message lists and rendered prompts.
+"""What every backend shares: what a backend does (:class:`Backend`), one request (a rendered
+prompt, its seed and sample index) and how prompts become message lists and rendered prompts.
 
 Example:
     >>> to_messages("2+3?", system="Be brief.")
@@ -11,11 +11,19 @@ Example:
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
 
 from assay.errors import RowsError, RowsTypeError
+
+if TYPE_CHECKING:
+    from pydantic import BaseModel
+
+    from assay.models.specs import SamplingParams
+
+#: A prompt as a backend receives it: the messages (chat) or one text (completions).
+Rendered: TypeAlias = "str | list[dict[str, str]]"
 
 
 @dataclass(frozen=True)
@@ -26,7 +34,27 @@ class Request:
     prompt_index: int
     sample_index: int
     seed: int
-    rendered: Any
+    rendered: Any  # a Rendered prompt; Any: the hf backend reads it as its own str
+
+
+class Backend(Protocol):
+    """What :func:`assay.models.generate` asks of a model backend (the registered ``openai``,
+    ``hf`` and ``function`` classes, or a plugin's): its spec entry, the identity that keys its
+    completions, how a prompt is rendered for it, and a run that commits each completion as it
+    arrives. A backend may also offer ``listing()`` (what a server says of the model) and take
+    ``stats=`` (a :class:`RunStats`) in ``run``."""
+
+    @property
+    def spec(self) -> BaseModel: ...
+
+    def identity(self) -> dict[str, Any]: ...
+
+    def render(self, messages: list[dict[str, str]], api: str) -> Rendered: ...
+
+    def run(self, requests: list[Request], params: SamplingParams, *, api: str,
+            max_connections: int, commit: Callable[[Request, dict[str, Any]], None]) -> None: ...
+
+    def close(self) -> None: ...
 
 
 class RunStats:

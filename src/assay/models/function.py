@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, ClassVar
 
 from assay.binding import Binding
 from assay.errors import GenerationError, SpecError
@@ -53,6 +53,8 @@ class FunctionBackend:
     """Calls ``spec.callable`` on chunks of rendered prompts (see module docstring)."""
 
     kind = "function"
+    #: the spec field naming the user's code; ``assay validate`` builds the backend to check it
+    user_code_field: ClassVar[str] = "callable"
 
     def __init__(self, spec: FunctionSpec | dict[str, Any]) -> None:
         self.spec = spec if isinstance(spec, FunctionSpec) else FunctionSpec.model_validate(spec)

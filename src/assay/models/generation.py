@@ -21,13 +21,13 @@ import threading
 import uuid
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import pyarrow as pa
 
 from assay import stop
 from assay.errors import GenerationError, RowsError
-from assay.models.base import Request, RunStats, to_messages
+from assay.models.base import Backend, Request, RunStats, to_messages
 from assay.models.claims import Claims, poll_s
 from assay.models.journal import (
     Journal,
@@ -38,7 +38,7 @@ from assay.models.journal import (
 )
 from assay.models.registry import BACKENDS
 from assay.models.rejection import RequestRejected
-from assay.models.specs import GenerateSpec, SamplingParams, backend_spec
+from assay.models.specs import GenerateSpec, ModelEntry, SamplingParams, backend_spec
 from assay.progress import track
 from assay.store import Store
 
@@ -151,11 +151,11 @@ class Generations:
         return table if reward is None else grade(table, reward, workers=workers)
 
 
-_SHARED: dict[bytes, Any] = {}
+_SHARED: dict[bytes, Backend] = {}
 _SHARED_LOCK = threading.Lock()
 
 
-def shared_backend(model: Any) -> Any:
+def shared_backend(model: ModelEntry) -> Backend:
     """The backend of a spec entry, built once per process (the shards of a study, and a judge
     and its cache identity, share one loaded local model); shards on threads get the same one."""
     from assay.hashing import canonical_json
@@ -171,17 +171,17 @@ def shared_backend(model: Any) -> Any:
         return _SHARED[key]
 
 
-def make_backend(model: Any) -> Any:
+def make_backend(model: ModelEntry | Backend) -> Backend:
     """A backend from a spec entry (dict or spec model), or ``model`` itself when it already is
     one (anything with ``spec``, ``identity``, ``render`` and ``run``), so a loaded model is
     reused."""
     if all(hasattr(model, a) for a in ("spec", "identity", "render", "run")):
-        return model
+        return cast(Backend, model)
     spec: Any = backend_spec(model)  # a registered backend's spec model: each has a ``kind``
     return BACKENDS.get(spec.kind).obj(spec)
 
 
-def generate(prompts: Sequence[Any], model: Any, *, k: int = 1,
+def generate(prompts: Sequence[Any], model: ModelEntry | Backend, *, k: int = 1,
              params: SamplingParams | Mapping[str, Any] | None = None, seed: int = 0,
              api: str = "chat", system: str | None = None, max_connections: int = 16,
              store: Store | None = None, journal: str | None = None, label: str | None = None,
@@ -222,7 +222,7 @@ def generate(prompts: Sequence[Any], model: Any, *, k: int = 1,
                          epoch=epoch)
 
 
-def _generate(prompts: Sequence[Any], model: Any, *, k: int,
+def _generate(prompts: Sequence[Any], model: ModelEntry | Backend, *, k: int,
               params: SamplingParams | Mapping[str, Any] | None, seed: int, api: str,
               system: str | None, max_connections: int, store: Store | None,
               journal: str | None, label: str | None, stage: str, scope: str | None,
@@ -239,7 +239,7 @@ def _generate(prompts: Sequence[Any], model: Any, *, k: int,
     # it, and the open unit lets execution.stall_after see it
     with track(stage, label or stage):
         identity = stop.call(backend.identity)
-    config = {"identity": identity, "api": gspec.api,
+    config: dict[str, Any] = {"identity": identity, "api": gspec.api,
               "params": gspec.params.model_dump(mode="json")}
     if scope is not None:
         config["scope"] = scope
@@ -312,7 +312,7 @@ def _generate(prompts: Sequence[Any], model: Any, *, k: int,
             # a later run
             stop.check(epoch)
             if req.key in committed:  # a backend bug: never two records for one sample
-                raise GenerationError(f"backend {backend.spec.kind} committed sample "
+                raise GenerationError(f"backend {gspec.model.kind} committed sample "
                                       f"{req.sample_index} of prompt {req.prompt_index} twice")
             committed.add(req.key)
             rec = {f: result.get(f) for f in RECORD_FIELDS}
@@ -543,7 +543,7 @@ def _with_taken(stats: dict[str, Any], taken: Sequence[Mapping[str, Any]]) -> di
     return out
 
 
-def _takes_stats(backend: Any) -> bool:
+def _takes_stats(backend: Backend) -> bool:
     """Whether ``backend.run`` takes ``stats=`` (a plugin backend written before it need not)."""
     try:
         params = inspect.signature(backend.run).parameters

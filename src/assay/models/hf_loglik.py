@@ -39,7 +39,8 @@ from contextlib import contextmanager
 from typing import Any
 
 from assay.errors import GenerationError, SpecError
-from assay.models.scorers import Loglik, register_scorer
+from assay.models.scorers import SCORERS, Loglik
+from assay.models.specs import HFSpec
 
 _TOKENIZER_INFINITY = 1000000000000000019884624838656
 
@@ -120,12 +121,13 @@ def rolling_windows(tokens: list[int], prefix: int, max_len: int
     return out
 
 
+@SCORERS.register("hf")
 class HFScorer:
     """Scores ``(context, continuation)`` pairs and documents on an ``hf`` model entry (see the
     module docstring). The model loads on first use; ``identity()`` is the backend's (the
     checksum of every model file and the dtype)."""
 
-    def __init__(self, spec: Any) -> None:
+    def __init__(self, spec: HFSpec | dict[str, Any]) -> None:
         from assay.models.hf import HFBackend
 
         self.backend = HFBackend(spec)
@@ -292,7 +294,3 @@ class HFScorer:
     def close(self) -> None:
         self.backend.close()
 
-
-@register_scorer("hf")
-def _hf_scorer(spec: Any) -> HFScorer:
-    return HFScorer(spec)

@@ -49,16 +49,19 @@ import uuid
 import warnings
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from assay.hashing import canonical_json, content_hash
 from assay.store import CorruptEntryWarning, Store
 from assay.store_files import full_error
 
+if TYPE_CHECKING:
+    from assay.models.base import Rendered
+
 FSYNC_EVERY_S = 1.0
 
 
-def sample_seed(seed: int, rendered: Any, index: int) -> int:
+def sample_seed(seed: int, rendered: Rendered, index: int) -> int:
     """The seed of one sample: derived from the study seed, the rendered prompt and the sample
     index, so the k samples of a prompt differ and each is reproducible on its own.
 

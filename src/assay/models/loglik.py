@@ -24,7 +24,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from assay.hashing import content_hash
-from assay.models.scorers import NO_ROLLING, SCORERS, Loglik, register_scorer  # noqa: F401
+from assay.models.scorers import SCORERS, Loglik, no_rolling  # noqa: F401
 
 _SHARED: dict[bytes, Any] = {}
 
@@ -42,8 +42,8 @@ def rolling_problem(kind: str) -> str | None:
     from assay.models import openai_loglik as _oa  # noqa: F401  (registers "openai")
 
     if kind not in SCORERS:
-        return f"kind {kind!r} has no log-likelihood scorer (scorers: {sorted(SCORERS)})"
-    return NO_ROLLING.get(kind)
+        return f"kind {kind!r} has no log-likelihood scorer (scorers: {SCORERS.names()})"
+    return no_rolling(kind)
 
 
 def shared_scorer(model: Any) -> Any:
@@ -60,10 +60,10 @@ def shared_scorer(model: Any) -> Any:
     spec: Any = backend_spec(model)
     if spec.kind not in SCORERS:
         raise SpecError(f"model.kind {spec.kind!r} cannot score log-likelihoods; use one of "
-                        f"{sorted(SCORERS)}")
+                        f"{SCORERS.names()}")
     key = canonical_json(spec.model_dump(mode="json"))
     if key not in _SHARED:
-        _SHARED[key] = SCORERS[spec.kind](spec)
+        _SHARED[key] = SCORERS.get(spec.kind).obj(spec)
     return _SHARED[key]
 
 

@@ -25,16 +25,24 @@ from collections.abc import Sequence
 from typing import Any
 
 from assay.errors import GenerationError
-from assay.models.scorers import Loglik, register_scorer
+from assay.models.scorers import SCORERS, Loglik
+from assay.models.specs import ModelEntry
 
 RETRY_STATUSES = (408, 429, 500, 502, 503, 504)
 
 
+@SCORERS.register("openai")
 class OpenAIScorer:
     """Scores pairs on an ``openai`` model entry (module docstring); identity as the generation
     backend's (``/v1/models``' answer for the model, base URL, pinned revision)."""
 
-    def __init__(self, spec: Any) -> None:
+    no_rolling = (
+        "a document's perplexity is scored in windows of the model's context, cut by its "
+        "tokenizer; the OpenAI protocol gives the client neither (and several servers, "
+        "transformers serve among them, ignore echo and logprobs); score the checkpoint with "
+        "kind: hf")
+
+    def __init__(self, spec: ModelEntry) -> None:
         from assay.models.registry import BACKENDS
 
         self.backend = BACKENDS.get("openai").obj(spec)
@@ -111,10 +119,3 @@ class OpenAIScorer:
                                   "of its own in the server's tokenization")
         return Loglik(float(total), bool(greedy), count)
 
-
-@register_scorer("openai", no_rolling=(
-    "a document's perplexity is scored in windows of the model's context, cut by its tokenizer; "
-    "the OpenAI protocol gives the client neither (and several servers, transformers serve "
-    "among them, ignore echo and logprobs); score the checkpoint with kind: hf"))
-def _openai_scorer(spec: Any) -> OpenAIScorer:
-    return OpenAIScorer(spec)

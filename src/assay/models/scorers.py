@@ -1,18 +1,31 @@
 """What a log-likelihood scorer answers (:class:`Loglik`) and the registry of scorers by backend
 kind; below :mod:`assay.models.loglik` (the cached API) and the scorer modules.
+
+A scorer kind is a class built from the model's spec entry, registered under its backend's kind
+(``@SCORERS.register("hf")``); a class attribute ``no_rolling`` says why it cannot score whole
+documents, for the kinds that cannot.
+
+Example:
+    >>> from assay.models import openai_loglik  # registers "openai"
+    >>> no_rolling("openai")[:26], no_rolling("no_such_kind")
+    ("a document's perplexity is", None)
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-#: backend kind -> ``factory(model spec) -> scorer`` (filled by the scorer modules).
-SCORERS: dict[str, Callable[[Any], Any]] = {}
-#: backend kind -> why its scorer cannot score whole documents in rolling windows (perplexity:),
-#: for the kinds that cannot.
-NO_ROLLING: dict[str, str] = {}
+from assay.registry import Registry
+
+#: backend kind -> the scorer class (``cls(model spec)``), filled by the scorer modules.
+SCORERS: Registry[Any] = Registry("log-likelihood scorer")
+
+
+def no_rolling(kind: str) -> str | None:
+    """Why the scorer of backend ``kind`` cannot score whole documents in rolling windows
+    (``perplexity:``), or None when it can (or has no scorer: that is another refusal)."""
+    return getattr(SCORERS.get(kind).obj, "no_rolling", None) if kind in SCORERS else None
 
 
 @dataclass(frozen=True)
@@ -27,14 +40,3 @@ class Loglik:
     def to_dict(self) -> dict[str, Any]:
         return {"logprob": self.logprob, "is_greedy": self.is_greedy, "tokens": self.tokens}
 
-
-def register_scorer(kind: str, *, no_rolling: str | None = None
-                    ) -> Callable[[Callable[[Any], Any]], Callable[[Any], Any]]:
-    """Register the log-likelihood scorer of a backend kind; ``no_rolling``: why it cannot score
-    whole documents (``perplexity:`` is then refused at validation with that reason)."""
-    def deco(factory: Callable[[Any], Any]) -> Callable[[Any], Any]:
-        SCORERS[kind] = factory
-        if no_rolling is not None:
-            NO_ROLLING[kind] = no_rolling
-        return factory
-    return deco

@@ -15,7 +15,8 @@ Example:
 
 from __future__ import annotations
 
-from typing import Annotated, Any, ClassVar, Literal
+from collections.abc import Mapping
+from typing import Annotated, Any, ClassVar, Literal, TypeAlias
 
 from pydantic import BaseModel, Field, field_validator, model_validator
 
@@ -168,6 +169,10 @@ class GenerateSpec(_Strict):
             raise ValueError("system: a system prompt needs api: chat (the completions API takes "
                              "one text); put it into the prompt instead")
         return self
+
+
+#: A ``model:`` entry: a mapping read from YAML, or the spec model it validates to.
+ModelEntry: TypeAlias = "Mapping[str, Any] | BaseModel"
 
 
 def backend_spec(v: Any) -> BaseModel:

@@ -23,7 +23,7 @@ import math
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from scipy import special
@@ -33,11 +33,14 @@ from assay.nightly.partial import NOT_COMPARED, PARTIAL_WHY, nothing_judged_reco
 from assay.nightly.spec import NightlySpec
 from assay.results import Estimate, Interval, finite_or_none
 
+if TYPE_CHECKING:
+    from assay.rows import Rows, RowsLike
+
 MARKER_INTERVAL = "t over tasks (per-task means, df T-1)"
 NO_BASELINE = "no baseline"
 
 
-def metric_estimate(rows: Any, metric: str, level: float = 0.95) -> Estimate:
+def metric_estimate(rows: RowsLike, metric: str, level: float = 0.95) -> Estimate:
     """One night's value of ``metric`` with its interval over tasks: pass@1 by
     ``assay.pass_at``; a marker as the mean of per-task means with a t interval over tasks."""
     from assay.measure import pass_at
@@ -62,7 +65,7 @@ def metric_estimate(rows: Any, metric: str, level: float = 0.95) -> Estimate:
     return Estimate(name, mean, iv, T, "tasks", int(st.rows[st.present].sum()))
 
 
-def _markers(rows: Any) -> list[str]:
+def _markers(rows: RowsLike) -> list[str]:
     """The marker names rows carry."""
     from assay.measure.grouping import read_frame
 
@@ -328,7 +331,7 @@ def evaluate_night(out: str | os.PathLike[str], *, study: str, night: str, sourc
     return doc
 
 
-def _partial(rows: Any, allow: bool) -> dict[str, Any] | None:
+def _partial(rows: Rows, allow: bool) -> dict[str, Any] | None:
     """The partial record of one source's rows (None when no sample failed): failed samples,
     the tasks they hit (``left_out``), whether the gate compares the rest, and why."""
     t = rows.to_arrow()
@@ -343,7 +346,7 @@ def _partial(rows: Any, allow: bool) -> dict[str, Any] | None:
             "why": PARTIAL_WHY}
 
 
-def _without_tasks(rows: Any, tasks: set[str]) -> Any:
+def _without_tasks(rows: Rows, tasks: set[str]) -> Rows:
     """``rows`` without the rows of ``tasks``."""
     import pyarrow as pa
     import pyarrow.compute as pc

@@ -15,7 +15,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import pyarrow as pa
@@ -33,6 +33,10 @@ from assay.reward.stats import (
     length_bias,
 )
 from assay.store import Store
+
+if TYPE_CHECKING:
+    from assay.data.items import Tournament
+    from assay.data.view import DataView
 
 MARGIN_QUANTILES = (0.0, 0.1, 0.25, 0.5, 0.75, 0.9, 1.0)
 
@@ -291,7 +295,7 @@ class Audit(Result):
 # ------------------------------------------------------------------------------ computing
 
 
-def _pairs(table: pa.Table, view: Any) -> dict[str, np.ndarray]:
+def _pairs(table: pa.Table, view: DataView) -> dict[str, np.ndarray]:
     kind = np.asarray(table.column("kind").to_pylist(), dtype=object)
     sel = kind == "pair"
     idx = np.asarray(table.column("item_index").to_numpy())[sel]
@@ -318,7 +322,7 @@ def _margin_summary(m: np.ndarray) -> tuple[tuple[str, float], ...]:
     return (*zip(names, map(float, q)), ("mean", float(m.mean())))
 
 
-def _quadruples(table: pa.Table, view: Any, level: float) -> QuadrupleAudit | None:
+def _quadruples(table: pa.Table, view: DataView, level: float) -> QuadrupleAudit | None:
     from assay.data import quadruple_interaction
 
     kind = np.asarray(table.column("kind").to_pylist(), dtype=object)
@@ -355,7 +359,7 @@ def _quadruples(table: pa.Table, view: Any, level: float) -> QuadrupleAudit | No
         sycophancy_rate=rate)
 
 
-def _tournaments(table: pa.Table, view: Any, level: float) -> TournamentAudit | None:
+def _tournaments(table: pa.Table, view: DataView, level: float) -> TournamentAudit | None:
     kind = np.asarray(table.column("kind").to_pylist(), dtype=object)
     sel = np.flatnonzero(kind == "tournament")
     if sel.size == 0:
@@ -369,7 +373,7 @@ def _tournaments(table: pa.Table, view: Any, level: float) -> TournamentAudit | 
     outcomes, weights, seeds, ceilings = [], [], [], []
     cyc = complete = 0
     for i, sc in scores.items():
-        t = view.items[i]
+        t = cast("Tournament", view.items[i])  # the rows of kind tournament
         k = len(t.responses)
         pref = np.zeros((k, k), dtype=int)
         edges = []
@@ -396,7 +400,7 @@ def _tournaments(table: pa.Table, view: Any, level: float) -> TournamentAudit | 
     return TournamentAudit(len(scores), agreement, ceiling, cyc, complete)
 
 
-def audit_dimension(name: str, table: pa.Table, view: Any, *, tie_tol: float = 0.0,
+def audit_dimension(name: str, table: pa.Table, view: DataView, *, tie_tol: float = 0.0,
                     level: float = 0.95) -> DimensionAudit:
     """Audit one dimension from its score table (see :func:`audit`)."""
     p = _pairs(table, view)

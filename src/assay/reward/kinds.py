@@ -42,6 +42,7 @@ class RewardModelEntry(SpecModel):
         return str(self.params.get("device", "auto"))
 
 
+@REWARD_MODELS.register("embedding")
 class EmbeddingModel(RewardModelEntry):
     """The bundled all-MiniLM-L6-v2 embedding reward model (or another sentence-transformers
     folder given as ``params.path``)."""
@@ -83,6 +84,7 @@ class EmbeddingModel(RewardModelEntry):
                 "files": dir_digest(paths.resolve(path) if path else bundled_model_path())}
 
 
+@REWARD_MODELS.register("hf")
 class HFModel(RewardModelEntry):
     """A transformers sequence-classification reward model: a hub id (pin ``revision``) or a
     local folder (relative to the spec)."""
@@ -110,6 +112,7 @@ class HFModel(RewardModelEntry):
         return {**super().identity(paths), "hub": {"id": self.path, "revision": self.revision}}
 
 
+@REWARD_MODELS.register("function")
 class FunctionModel(RewardModelEntry):
     """A Python function scoring batches: ``module:callable`` called once per batch as
     ``fn(prompts, completions)`` (by parameter name, any order; ``responses`` also accepted)
@@ -117,6 +120,8 @@ class FunctionModel(RewardModelEntry):
     a batch, default all items of a call; ``params: {batched: false}`` calls
     ``fn(prompt, completion)`` per pair instead)."""
 
+    #: the spec field naming the user's code; ``assay validate`` builds the entry to check it
+    user_code_field: ClassVar[str] = "function"
     kind: Literal["function"]
     function: str = Field(description="'module:callable' called once per batch as fn(prompts, "
                                       "completions) by parameter name -> one number per pair "
@@ -152,6 +157,3 @@ class FunctionModel(RewardModelEntry):
                     fn, version=self.version, base_dir=paths.base_dir,
                     what=f"reward model {self.name!r}")}}
 
-
-for _kind, _cls in (("embedding", EmbeddingModel), ("hf", HFModel), ("function", FunctionModel)):
-    REWARD_MODELS.register(_kind, spec=_cls)(_cls)

@@ -25,6 +25,7 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field, field_validator
 
+from assay.data.items import Pair
 from assay.errors import DataError, SpecError
 from assay.hashing import content_hash, dir_digest, file_checksum
 from assay.paths import Paths
@@ -111,6 +112,7 @@ class PreferenceData(SpecModel):
         return {k: views[k] for k in dims}
 
 
+@PREFERENCE_DATA.register("builtin")
 class BuiltinPreferences(PreferenceData):
     """The built-in diagnostic set (14 dimensions); ``steps`` apply to every dimension."""
 
@@ -140,7 +142,7 @@ class _RecordPreferences(PreferenceData):
         view = DataView(pairs, name=builder)
         if self.steps:
             view = apply_derivation(view, self.steps)
-        by_axis = {it.axis for it in view}
+        by_axis = {it.axis for it in view if isinstance(it, Pair)}  # records make only pairs
         views = {a: view.where("axis", "==", a) if len(by_axis) > 1 else view
                  for a in sorted(by_axis)}
         views = self._pick(views, where)
@@ -150,6 +152,7 @@ class _RecordPreferences(PreferenceData):
         return PreferenceViews(views, len(pairs), fallback, builder)
 
 
+@PREFERENCE_DATA.register("file")
 class FilePreferences(_RecordPreferences):
     """Your own pairs in a JSONL or Parquet file (relative to the spec), with a field map."""
 
@@ -180,6 +183,7 @@ class FilePreferences(_RecordPreferences):
         return read_records(path, fmt), str(path), f"file:{path.name}"
 
 
+@PREFERENCE_DATA.register("hf_dataset")
 class HubPreferences(_RecordPreferences):
     """A ``datasets`` dataset: a ``save_to_disk`` folder, a data folder or a hub id (pin
     ``revision``; served from the local cache unless ``allow_download``)."""
@@ -265,7 +269,3 @@ def pairs_from_records(records: Sequence[Mapping[str, Any]], fields: PreferenceF
         raise SpecError(f"{where}: no records")
     return pairs, fallback
 
-
-for _kind, _cls in (("builtin", BuiltinPreferences), ("file", FilePreferences),
-                    ("hf_dataset", HubPreferences)):
-    PREFERENCE_DATA.register(_kind, spec=_cls)(_cls)

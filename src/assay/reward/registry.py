@@ -1,14 +1,15 @@
 """The reward-model registry: every ``kind`` a spec's ``reward.models`` entry can name.
 
 A kind is a spec model with ``build(paths)`` (the adapter) and ``identity(paths)`` (its cache
-key), given the spec's paths context (:class:`assay.paths.SpecPaths`).
+key), given the spec's paths context (:class:`assay.paths.SpecPaths`); each kind's class is its
+own spec model (``@REWARD_MODELS.register("name")`` on the class).
 """
 
 from typing import Any
 
 from assay.registry import Registry
 
-REWARD_MODELS: Registry[Any] = Registry("reward model")
+REWARD_MODELS: Registry[Any] = Registry("reward model", self_spec=True)
 
 #: Kinds of ``reward.data`` (the preference data an audit reads): builtin, file, hf_dataset.
-PREFERENCE_DATA: Registry[Any] = Registry("preference data")
+PREFERENCE_DATA: Registry[Any] = Registry("preference data", self_spec=True)

@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow.compute as pc
@@ -45,6 +45,9 @@ import pyarrow.compute as pc
 from assay.errors import MeasureError
 from assay.results import Estimate, Result
 from assay.reward.stats import cluster_mean, cluster_proportion
+
+if TYPE_CHECKING:
+    from assay.rows import RowsLike
 
 
 @dataclass(frozen=True)
@@ -113,7 +116,7 @@ def _task_proportion(per_task: list[np.ndarray], rows: list[int], name: str, wha
     return Estimate(name, e.value, e.interval, e.n, "tasks", int(sum(rows[i] for i in keep)), note)
 
 
-def reward_rows(rows: Any, marker: str, *, level: float = 0.95) -> RewardRows:
+def reward_rows(rows: RowsLike, marker: str, *, level: float = 0.95) -> RewardRows:
     """Best-of-n, ranking accuracy and length concordance of the scores in ``marker``.
 
     Args:

@@ -7,15 +7,19 @@ model fingerprint, the view checksum and the scoring protocol version.
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
 
+from assay.data.items import Pair, Quadruple, Tournament
 from assay.errors import DataError
 from assay.hashing import combine
 from assay.reward.base import PROTOCOL_VERSION, RewardModel, RewardModelError, check_scores
 from assay.store import Store
+
+if TYPE_CHECKING:
+    from assay.data.view import DataView
 
 SCORE_SCHEMA = pa.schema([
     ("item_index", pa.int64()),
@@ -29,7 +33,7 @@ SCORE_SCHEMA = pa.schema([
 ])
 
 
-def score_key(model: RewardModel, view: Any) -> str:
+def score_key(model: RewardModel, view: DataView) -> str:
     """The cache key of ``score_view(model, view)``: model fingerprint, view checksum, protocol.
 
     Example:
@@ -43,7 +47,7 @@ def score_key(model: RewardModel, view: Any) -> str:
     return combine("score", model.fingerprint, view.checksum(), PROTOCOL_VERSION)
 
 
-def view_inputs(view: Any) -> tuple[list[str], list[str], dict[str, list[Any]]]:
+def view_inputs(view: DataView) -> tuple[list[str], list[str], dict[str, list[Any]]]:
     """Flatten a view into (prompts, responses, row columns): both sides of every Pair, the
     four cells of a Quadruple (each with the prompt its cell answers), every response of a
     Tournament. A Trajectory has no (prompt, response) to score and is an error."""
@@ -63,24 +67,24 @@ def view_inputs(view: Any) -> tuple[list[str], list[str], dict[str, list[Any]]]:
         cols["slot"].append(slot)
 
     for i, item in enumerate(view):
-        kind = getattr(item, "kind", None)
-        if kind == "pair":
+        if isinstance(item, Pair):
             add(i, item, "chosen", item.prompt_text, item.chosen.text, item.axis)
             add(i, item, "rejected", item.prompt_text, item.rejected.text, item.axis)
-        elif kind == "quadruple":
+        elif isinstance(item, Quadruple):
             for key, resp in item.cells.items():
                 add(i, item, f"{key[0]}|{key[1]}", item.prompt_for(key), resp.text, None)
-        elif kind == "tournament":
+        elif isinstance(item, Tournament):
             for j, resp in enumerate(item.responses):
                 add(i, item, str(j), item.prompt_text, resp.text, None)
         else:
             raise DataError(
-                f"score_view: item {i} is a {kind or type(item).__name__}; a reward model scores "
-                "Pair, Quadruple and Tournament items (filter trajectories out of the view first)")
+                f"score_view: item {i} is a {item.kind or type(item).__name__}; a reward model "
+                "scores Pair, Quadruple and Tournament items (filter trajectories out of the view "
+                "first)")
     return prompts, responses, cols
 
 
-def score_view(model: RewardModel, view: Any, *,
+def score_view(model: RewardModel, view: DataView, *,
                store: Store | str | os.PathLike[str] | None = None, cache: bool = True,
                refresh: bool = False) -> pa.Table:
     """Score both sides of every pair (all cells of a Quadruple, all responses of a Tournament).

@@ -29,17 +29,24 @@ import sys
 import threading
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from assay.reward.base import RewardModelError
 from assay.reward.batching import batch_scored, on_batches
 
-_BUILT: dict[int, Any] = {}  # in the worker: model id -> built adapter
+if TYPE_CHECKING:
+    from multiprocessing.connection import Connection
+
+    from assay.paths import Paths
+    from assay.reward.base import RewardModel
+    from assay.reward.kinds import RewardModelEntry
+
+_BUILT: dict[int, RewardModel] = {}  # in the worker: model id -> built adapter
 
 
-def _serve(conn: Any) -> None:
+def _serve(conn: Connection) -> None:
     """The worker's loop. Messages: ``("path", sys.path)`` first (the parent's, so its
     entries' classes unpickle here), ``("warm", modules)`` (imported, no reply), then
     ``("load", id, entry, paths)``, ``("score", id,
@@ -177,7 +184,7 @@ class ScoringWorker:
             with contextlib.suppress(OSError):  # a dead worker: the next call names it
                 self._conn.send(("warm", list(modules)))
 
-    def load(self, entry: Any, paths: Any) -> RemoteModel:
+    def load(self, entry: RewardModelEntry, paths: Paths | None) -> RemoteModel:
         """Build the spec's reward-model ``entry`` in the worker (``entry.build(paths)``)."""
         with self._lock:
             mid = self._next

@@ -41,6 +41,7 @@ from assay.specbase import QuietSpecModel
 
 if TYPE_CHECKING:
     from assay.rows import Rows
+    from assay.sources.records import RecordSourceSpec
 
 
 class FewShotSpec(QuietSpecModel):
@@ -240,28 +241,30 @@ def example_seed(seed: int, task_id: str) -> int:
     return int(content_hash([seed, task_id], "fewshot").split(":", 1)[1][:12], 16)
 
 
-def fewshot_records(source: Any, paths: Paths) -> list[dict[str, Any]] | None:
+def _choices_of(source: RecordSourceSpec) -> ChoicesSpec:
+    if source.choices is None:  # the callers read choices-mode sources only
+        raise SpecError(f"source {source.name!r} has no choices: entry")
+    return source.choices
+
+
+def fewshot_records(source: RecordSourceSpec, paths: Paths) -> list[dict[str, Any]] | None:
     """The records examples are drawn from (None: the evaluated records themselves)."""
-    fs = source.choices.fewshot
+    fs = _choices_of(source).fewshot
     if fs.path is not None:
         from assay.sources.fieldpath import read_records
 
         p = paths.resolve(fs.path)
         return read_records(p, "parquet" if p.suffix.lower() == ".parquet" else "jsonl")
     if fs.split is not None:
-        if getattr(source, "kind", None) != "hf_dataset":
+        split_records = getattr(source, "split_records", None)  # a kind reading named splits
+        if split_records is None:
             raise SpecError(f"source {source.name!r}: choices.fewshot.split needs an hf_dataset "
                             "source; for a file source give fewshot.path")
-        from assay.sources.hub import load_dataset_records
-
-        return load_dataset_records(source._local(paths) or source.path, name=source.config,
-                                    split=fs.split, revision=source.revision,
-                                    allow_download=source.allow_download,
-                                    where=f"{source._where(paths)} split {fs.split!r}").records
+        return list(split_records(paths, fs.split))
     return None
 
 
-def choice_rows(source: Any, paths: Paths, records: Sequence[Mapping[str, Any]],
+def choice_rows(source: RecordSourceSpec, paths: Paths, records: Sequence[Mapping[str, Any]],
                 where: str, start: int = 0) -> Rows:
     """One prompt row per record: the context in ``prompt``, and ``privileged`` holding the
     choices, the gold index and the gold text (``reference``). Records are named from 1
@@ -273,7 +276,7 @@ def choice_rows(source: Any, paths: Paths, records: Sequence[Mapping[str, Any]],
     from assay.sources.fieldpath import _MISSING, get_field
     from assay.sources.templates import PromptTemplate, guess_format
 
-    spec: ChoicesSpec = source.choices
+    spec = _choices_of(source)
     fields = source.fields
     tmpl = source.template()
     if not records:
@@ -356,7 +359,7 @@ def choice_rows(source: Any, paths: Paths, records: Sequence[Mapping[str, Any]],
     return Rows(t.set_column(t.schema.get_field_index("privileged"), "privileged", col))
 
 
-def check_choice_records(source: Any, paths: Paths, records: list[dict[str, Any]],
+def check_choice_records(source: RecordSourceSpec, paths: Paths, records: list[dict[str, Any]],
                          where: str) -> list[str]:
     """Problems building the choice rows would hit, as ``yaml.path: message``."""
     try:

@@ -29,6 +29,7 @@ from assay.specbase import QuietSpecModel
 
 if TYPE_CHECKING:
     from assay.rows import Rows
+    from assay.sources.records import RecordSourceSpec
 
 
 class PerplexitySpec(QuietSpecModel):
@@ -79,13 +80,15 @@ def count_bytes(doc: str) -> int:
     return len(doc.encode("utf-8"))
 
 
-def document_rows(source: Any, records: Sequence[Mapping[str, Any]], where: str,
+def document_rows(source: RecordSourceSpec, records: Sequence[Mapping[str, Any]], where: str,
                   start: int = 0) -> Rows:
     """One prompt row per record: the document in ``prompt``, the other fields in ``meta``."""
     from assay.builder import rows
     from assay.sources.fieldpath import _MISSING, get_field
 
-    spec: PerplexitySpec = source.perplexity
+    spec = source.perplexity
+    if spec is None:  # the callers read perplexity-mode sources only
+        raise SpecError(f"source {source.name!r} has no perplexity: entry")
     fields = source.fields
     if not records:
         raise SpecError(f"{where}: no records")

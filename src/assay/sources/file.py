@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from assay.rows import Rows
 
 
+@SOURCES.register("file")
 class FileSource(RecordSourceSpec):
     """Prompts and completions you already have, as JSONL or Parquet."""
 
@@ -69,5 +70,3 @@ class FileSource(RecordSourceSpec):
     def row_fields(self, paths: Paths) -> set[str] | None:
         return self.row_fields_of(self.read_source_records(paths), paths, self._where(paths))
 
-
-SOURCES.register("file", spec=FileSource)(FileSource)

@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from assay.sources.hub import DatasetRecords
 
 
+@SOURCES.register("hf_dataset")
 class HFDatasetSource(RecordSourceSpec):
     """A benchmark through ``datasets``: a save_to_disk folder, Parquet/JSONL files, a hub id."""
 
@@ -85,6 +86,15 @@ class HFDatasetSource(RecordSourceSpec):
                                         start=self.limit))
             got = replace(got, records=kept, checksum=content_hash(kept, "data"))
         return got, cut
+
+    def split_records(self, paths: Paths, split: str) -> list[dict[str, Any]]:
+        """The records of another split of this dataset (few-shot examples drawn from it)."""
+        from assay.sources.hub import load_dataset_records
+
+        return load_dataset_records(self._local(paths) or self.path, name=self.config,
+                                    split=split, revision=self.revision,
+                                    allow_download=self.allow_download,
+                                    where=f"{self._where(paths)} split {split!r}").records
 
     def read_source_records(self, paths: Paths) -> list[dict[str, Any]]:
         return self.load(paths)[0].records
@@ -140,5 +150,3 @@ class HFDatasetSource(RecordSourceSpec):
     def row_fields(self, paths: Paths) -> set[str] | None:
         return self.row_fields_of(self.read_source_records(paths), paths, self._where(paths))
 
-
-SOURCES.register("hf_dataset", spec=HFDatasetSource)(HFDatasetSource)

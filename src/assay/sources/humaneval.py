@@ -31,6 +31,7 @@ class PolicySpec(SpecModel):
     skill: float = Field(0.5, ge=0.0, le=1.0, description="probability mass on correct code")
 
 
+@SOURCES.register("humaneval")
 class HumanEvalSource(SourceSpec):
     """The built-in HumanEval problems answered by the seeded offline policy."""
 
@@ -57,5 +58,3 @@ class HumanEvalSource(SourceSpec):
 
         return {**super().identity(paths), "code": [code_checksum(m) for m in _CODE]}
 
-
-SOURCES.register("humaneval", spec=HumanEvalSource)(HumanEvalSource)

@@ -23,12 +23,12 @@ import numbers
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
 from assay.errors import RowsError, RowsTypeError, SpecError
-from assay.models.specs import GenerateSpec
+from assay.models.specs import GenerateSpec, ModelEntry
 from assay.paths import Paths
 from assay.rows import Rows
 from assay.sources.base import Mode, SourceSpec
@@ -42,6 +42,9 @@ from assay.sources.fieldpath import (  # noqa: F401  (re-exported: their home wa
     read_records,
 )
 from assay.specbase import SpecModel
+
+if TYPE_CHECKING:
+    from assay.sources.templates import PromptTemplate
 
 
 class FieldMap(SpecModel):
@@ -316,7 +319,7 @@ class RecordSourceSpec(SourceSpec):
         return super().mode
 
     @property
-    def scoring_model(self) -> Any:
+    def scoring_model(self) -> ModelEntry | None:
         scored = self.choices or self.perplexity
         return None if scored is None else scored.model
 
@@ -339,9 +342,10 @@ class RecordSourceSpec(SourceSpec):
         elif self.verifier is None and self.fields.reward is None:
             raise ValueError("give a verifier to grade the completions, or fields.reward naming "
                              "the field that already holds each completion's score")
-        if self.prompt_template is not None:
+        tmpl = self.template()  # None without prompt_template
+        if tmpl is not None:
             try:
-                self.template().check()
+                tmpl.check()
             except SpecError as e:
                 raise ValueError(str(e)) from None
         if self.reference_regex is not None:
@@ -359,7 +363,7 @@ class RecordSourceSpec(SourceSpec):
                              "format from the suffix; set completions.format")
         return self
 
-    def template(self) -> Any:
+    def template(self) -> PromptTemplate | None:
         from assay.sources.templates import PromptTemplate
 
         return (None if self.prompt_template is None

@@ -223,7 +223,7 @@ class CodeExec(Verifier):
         return Verdict(0.0, reason=reason, meta=meta)
 
 
-def _tests_of(spec: Any, where: str) -> tuple[str, str | None, str | None]:
+def _tests_of(spec: object, where: str) -> tuple[str, str | None, str | None]:
     """(test source, entry point, prompt prefix) from a str or HumanEval-style mapping."""
     if isinstance(spec, str):
         if not spec.strip():

@@ -31,9 +31,9 @@ from __future__ import annotations
 
 import importlib
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from assay.binding import Binding
 from assay.errors import SpecError
@@ -41,6 +41,9 @@ from assay.hashing import code_identity, file_checksum, user_code_files
 from assay.judging import Verdict, Verifier, normalize_verdict
 from assay.registry import load_callable
 from assay.verify.registry import VERIFIERS
+
+if TYPE_CHECKING:
+    from assay.verify.spec import VerifierSpec
 
 #: module name -> checksums of the sources (its file, its helpers') this process last imported.
 _IMPORTED: dict[str, dict[str, str]] = {}
@@ -61,7 +64,7 @@ def _reload_helpers(files: list[str], entry: str) -> None:
             importlib.reload(mod)
 
 
-def load_fresh(ref: str, base_dir: str | None = None) -> Any:
+def load_fresh(ref: str, base_dir: str | None = None) -> Callable[..., Any]:
     """``load_callable(ref)``, re-importing its module (and the helper modules it imports from
     its folder or the spec's) when one of their source files changed since this process
     imported them (or when it was imported before this module could note its sources)."""
@@ -88,6 +91,12 @@ def load_fresh(ref: str, base_dir: str | None = None) -> Any:
 NAMES = ("prompt", "completion", "reference", "row", "meta")
 
 
+def _function_of(vspec: VerifierSpec) -> str:
+    if vspec.function is None:  # the entry's validator requires it for this kind
+        raise SpecError(f"verifier kind {vspec.kind} needs function: 'package.module:callable'")
+    return vspec.function
+
+
 def _binding(fn: Any, params: Mapping[str, Any], ref: str) -> Binding:
     return Binding(fn, NAMES, params=params, what=f"verifier function {ref!r}")
 
@@ -100,6 +109,14 @@ class FunctionVerifier(Verifier):
 
     needs_reference = False  # the function decides what a missing reference means
     parallel = True  # in worker processes: a hard per-row time limit, and no GIL contention
+    takes_function = True
+    open_markers = True  # the user's function may return any markers
+
+    @classmethod
+    def label_for(cls, vspec: VerifierSpec) -> str:
+        """The function (and its declared version) names the verifier in the report."""
+        return f"function {vspec.function}" + (
+            f" (version {vspec.version})" if vspec.version else "")
 
     def __init__(self, function: str, params: Mapping[str, Any] | None = None, *,
                  version: str | None = None, base_dir: str | None = None) -> None:
@@ -108,21 +125,21 @@ class FunctionVerifier(Verifier):
         self.version = version
         self.base_dir = base_dir
         self.name = function
-        self._fn: Any = load_fresh(function, base_dir)
+        self._fn: Callable[..., Any] | None = load_fresh(function, base_dir)
         self._bind = _binding(self._fn, self.params, function)
 
     @classmethod
-    def from_spec(cls, vspec: Any, base_dir: str | None = None) -> FunctionVerifier:
+    def from_spec(cls, vspec: VerifierSpec, base_dir: str | None = None) -> FunctionVerifier:
         """Built from a spec's ``verifier:`` entry (``params`` go to the function)."""
-        return cls(vspec.function, vspec.params, version=vspec.version, base_dir=base_dir)
+        return cls(_function_of(vspec), vspec.params, version=vspec.version, base_dir=base_dir)
 
     @classmethod
-    def spec_fingerprint(cls, vspec: Any, base_dir: str | None = None) -> dict[str, Any]:
+    def spec_fingerprint(cls, vspec: VerifierSpec, base_dir: str | None = None) -> dict[str, Any]:
         """What keys cached grades: the reference, params, and ``version`` if declared, else
         :func:`assay.hashing.code_identity` (the function's module source and the helper
         modules it imports from its folder or the spec's: editing either recomputes)."""
         out = {"function": vspec.function, "params": vspec.params}
-        fn = None if vspec.version is not None else load_fresh(vspec.function, base_dir)
+        fn = None if vspec.version is not None else load_fresh(_function_of(vspec), base_dir)
         return {**out, **code_identity(fn, version=vspec.version, base_dir=base_dir,
                                        what=f"verifier function {vspec.function!r}")}
 

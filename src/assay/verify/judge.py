@@ -30,13 +30,18 @@ import re
 import string
 import sys
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from assay.errors import VerifierError
 from assay.judging import Verdict, Verifier
 from assay.verify.registry import VERIFIERS
+
+if TYPE_CHECKING:
+    from assay.binding import Binding
+    from assay.models.base import Backend
+    from assay.verify.spec import VerifierSpec
 
 #: The built-in correct/incorrect rubric (in the manner of model_graded_qa): task, submission,
 #: criterion (the reference answer), and a request for a final ``GRADE: C`` or ``GRADE: I``.
@@ -118,6 +123,7 @@ class JudgeSpec(BaseModel):
         return v
 
 
+@VERIFIERS.register("judge", spec=JudgeSpec, help="a model grades each answer with a rubric")
 class JudgeVerifier(Verifier):
     """Grades with a model (see module docstring). Keyword arguments are :class:`JudgeSpec`'s.
 
@@ -130,6 +136,10 @@ class JudgeVerifier(Verifier):
     """
 
     parallel = False
+    model_param = "model"
+    #: the judge's model and how it is reached say which model grades, not what the study is
+    #: (the rubric and its parameters stay in the study's definition)
+    under_test_params = ("model", "max_connections", "store")
 
     def __init__(self, base_dir: str | None = None, **params: Any) -> None:
         self.spec = JudgeSpec.model_validate(params)
@@ -137,18 +147,26 @@ class JudgeVerifier(Verifier):
         self.text = TEMPLATES.get(self.spec.template, self.spec.template)
         self.template_sha256 = hashlib.sha256(self.text.encode()).hexdigest()
         self.needs_reference = "{reference}" in self.text
-        self._builder: Any = None
+        self._builder: Binding | None = None
         if _BUILDER.match(self.spec.template):  # loaded when first used (or by from_spec)
             self.needs_reference = False
         m = self.spec.model
         self.name = f"judge:{m.get('model') or m.get('path') or m.get('callable') or m.get('kind')}"
-        self._backend: Any = None
+        self._backend: Backend | None = None
 
     def __repr__(self) -> str:
         return f"JudgeVerifier(model={self.spec.model!r}, template={self.spec.template[:30]!r})"
 
     @classmethod
-    def from_spec(cls, vspec: Any, base_dir: str | None = None) -> JudgeVerifier:
+    def label_for(cls, vspec: VerifierSpec) -> str:
+        """The report names the judge model, when the entry gives one, next to the kind."""
+        from assay.nightly.under_test import judge_label
+
+        model = vspec.params.get(cls.model_param)
+        return f"judge {judge_label(model)}" if isinstance(model, dict) else "judge"
+
+    @classmethod
+    def from_spec(cls, vspec: VerifierSpec, base_dir: str | None = None) -> JudgeVerifier:
         """Built from a spec entry: a prompt builder next to the spec imports, and its
         parameters are checked now (``assay validate``)."""
         v = cls(base_dir=base_dir, **vspec.params)
@@ -156,18 +174,19 @@ class JudgeVerifier(Verifier):
         return v
 
     @classmethod
-    def spec_fingerprint(cls, vspec: Any, base_dir: str | None = None) -> dict[str, Any]:
+    def spec_fingerprint(cls, vspec: VerifierSpec, base_dir: str | None = None) -> dict[str, Any]:
         """A prompt builder's module source keys the grades (editing it re-grades)."""
         ref = vspec.params.get("template", "")
         if not (isinstance(ref, str) and _BUILDER.match(ref)):
             return {}
         from assay.hashing import file_checksum
 
-        fn = cls(base_dir=base_dir, **vspec.params).builder().fn
-        path = getattr(sys.modules.get(fn.__module__), "__file__", None)
+        built = cls(base_dir=base_dir, **vspec.params).builder()
+        fn = built.fn if built is not None else None  # a builder: the template matched above
+        path = getattr(sys.modules.get(getattr(fn, "__module__", "")), "__file__", None)
         return {"builder": ref, "code": file_checksum(path) if path else None}
 
-    def builder(self) -> Any:
+    def builder(self) -> Binding | None:
         """The prompt builder's :class:`assay.binding.Binding` (None for a text template)."""
         if self._builder is None and _BUILDER.match(self.spec.template):
             from assay.binding import Binding
@@ -188,7 +207,7 @@ class JudgeVerifier(Verifier):
         grade stage's key: the same judge name on a new checkpoint re-grades."""
         return cls(**params).backend().identity()
 
-    def backend(self) -> Any:
+    def backend(self) -> Backend:
         if self._backend is None:
             from assay.models.generation import shared_backend
 
@@ -259,6 +278,3 @@ class JudgeVerifier(Verifier):
                 out.append(Verdict(score, "ok", what, meta))
         return out
 
-
-VERIFIERS.register("judge", spec=JudgeSpec,
-                   help="a model grades each answer with a rubric")(JudgeVerifier)

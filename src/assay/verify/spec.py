@@ -45,13 +45,48 @@ class VerifierSpec(SpecModel):
             VERIFIERS.get(v)  # raises with the known kinds and the closest match
         return v
 
+    def _kind(self) -> Any:
+        """The registered class (or factory) of this kind; None for a ``module:callable`` kind,
+        which is not imported to answer what it declares: it gets the defaults below."""
+        if ":" in self.kind:
+            return None
+        from assay.verify.registry import VERIFIERS
+
+        return VERIFIERS.get(self.kind).obj
+
+    def _declares(self, attr: str, default: Any) -> Any:
+        return getattr(self._kind(), attr, default)
+
+    @property
+    def takes_function(self) -> bool:
+        """Whether this kind grades with the user's ``function:`` (kind function)."""
+        return bool(self._declares("takes_function", False))
+
+    @property
+    def open_markers(self) -> bool:
+        """Whether only the run can tell which markers this verifier's rows carry: a kind that
+        runs user code, or a ``module:callable`` kind."""
+        return self._kind() is None or bool(self._declares("open_markers", False))
+
+    @property
+    def under_test_params(self) -> tuple[str, ...]:
+        """``params`` keys naming the model that grades (a judge's): outside the study
+        definition."""
+        return tuple(self._declares("under_test_params", ()))
+
+    def grading_model(self) -> dict[str, Any] | None:
+        """The model entry this verifier grades with (a judge's ``params.model``), or None."""
+        key = self._declares("model_param", None)
+        model = self.params.get(key) if key else None
+        return model if isinstance(model, dict) else None
+
     @model_validator(mode="after")
     def _function_iff_kind(self) -> VerifierSpec:
-        if self.kind == "function" and self.function is None:
+        if self.takes_function and self.function is None:
             raise ValueError(
-                "kind function needs function: 'package.module:callable' (your grader)"
+                f"kind {self.kind} needs function: 'package.module:callable' (your grader)"
             )
-        if self.kind != "function":
+        if not self.takes_function:
             for f in ("function", "version"):
                 if getattr(self, f) is not None:
                     raise ValueError(
@@ -63,13 +98,9 @@ class VerifierSpec(SpecModel):
     def warm_imports(self) -> tuple[str, ...]:
         """What building and running this verifier imports in the study's process (see
         assay.libguard): its class's ``WARM_IMPORTS``, and a judge model's."""
-        out: tuple[str, ...] = ()
-        if ":" not in self.kind:
-            from assay.verify.registry import VERIFIERS
-
-            out = tuple(getattr(VERIFIERS.get(self.kind).obj, "WARM_IMPORTS", ()))
-        model = self.params.get("model")
-        if self.kind == "judge" and isinstance(model, dict) and "kind" in model:
+        out = tuple(self._declares("WARM_IMPORTS", ()))
+        model = self.grading_model()
+        if model is not None and "kind" in model:
             from assay.models.specs import backend_spec
 
             try:
@@ -79,16 +110,10 @@ class VerifierSpec(SpecModel):
         return out
 
     def label(self) -> str:
-        """How the report names the verifier: its kind, or the function (and its version)."""
-        if self.kind == "judge" and isinstance(self.params.get("model"), dict):
-            from assay.nightly.under_test import judge_label
-
-            return f"judge {judge_label(self.params['model'])}"  # the judge model is on the page
-        if self.kind == "function":
-            return f"function {self.function}" + (
-                f" (version {self.version})" if self.version else ""
-            )
-        return self.kind
+        """How the report names the verifier: the kind's ``label_for`` (a judge's model, a
+        function and its version), else its kind."""
+        label_for = self._declares("label_for", None)
+        return str(label_for(self)) if callable(label_for) else self.kind
 
     def check(self, base_dir: str | None = None) -> list[str]:
         """Problems building this verifier would hit, found without grading (``assay validate``),
@@ -105,7 +130,7 @@ class VerifierSpec(SpecModel):
                 return []
             inspect.signature(obj).bind(**self.params)
         except SpecError as e:
-            return [f"{'function' if self.kind == 'function' else 'kind'}: {e}"]
+            return [f"{'function' if self.takes_function else 'kind'}: {e}"]
         except TypeError as e:
             return [f"params: {e} ({self.kind} takes {list(inspect.signature(obj).parameters)})"]
         return []

@@ -19,12 +19,15 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from assay.errors import RowsError, RowsTypeError
 from assay.results import Interval, Result, _fmt
+
+if TYPE_CHECKING:
+    from assay.rows import RowsLike
 
 
 @dataclass(frozen=True)
@@ -72,7 +75,7 @@ def _gold_label(v: Any, where: str) -> int | None:
                         f"got {v!r:.60}")
 
 
-def judge_trust(rows: Any, gold: Sequence[Any] | Mapping[tuple[str, int], Any], *,
+def judge_trust(rows: RowsLike, gold: Sequence[Any] | Mapping[tuple[str, int], Any], *,
                 threshold: float = 0.5, level: float = 0.95) -> JudgeTrust:
     """The judge's agreement with ``gold`` on the labelled rows, its interval over tasks and kappa.
 

@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from assay.data.cards import DatasetCard, data_checksum, load_dataset
-from assay.data.items import Lineage, Quadruple, make_pair
+from assay.data.items import Lineage, Pair, Quadruple, make_pair
 from assay.data.view import DataView
 from assay.errors import DataError
 from assay.intervals import wilson_bounds
@@ -266,7 +266,7 @@ def length_baseline(views: Mapping[str, DataView] | DataView, *, unit: str = "ch
     for name, v in views.items():
         per_seed: dict[str, list[float]] = {}
         for i, it in enumerate(v):
-            if it.kind != "pair":
+            if not isinstance(it, Pair):
                 raise DataError(f"length_baseline: {name} item {i} is a {it.kind}, not a pair")
             c, r = it.chosen.text, it.rejected.text
             lc, lr = (len(c), len(r)) if unit == "chars" else (len(c.split()), len(r.split()))
