@@ -78,9 +78,8 @@ def train_reciter(path: Path, contexts: dict[int, str], targets: dict[int, str])
     target: loss on the target tokens only, the ids as HFLM encodes them (no special tokens;
     context and continuation encoded apart, as generation produces them)."""
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
     from helpers.tiny_bpe import build_tiny_bpe_lm
+    from transformers import AutoModelForCausalLM, AutoTokenizer
 
     build_tiny_bpe_lm(path, hidden=64, layers=2, seed=3)
     tok = AutoTokenizer.from_pretrained(path)
