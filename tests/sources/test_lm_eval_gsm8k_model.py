@@ -194,3 +194,49 @@ def test_gsm8k_answers_equal_simple_evaluate(world: dict[str, Any], tmp_path: Pa
         mean = float(np.mean([r["markers"][k] for r in rows]))
         assert mean == pytest.approx(world["res"]["results"]["gsm8k"][k], abs=1e-12), k
         assert 0.0 < mean < 1.0, k
+
+
+def test_sampled_task_warns_at_validate(tmp_path: Path) -> None:
+    """A generate_until task that samples (do_sample: true) validates with a warning naming
+    why its results are not HFLM's; the same task greedy has no such warning."""
+    pytest.importorskip("lm_eval")
+    import lm_eval
+
+    from assay.spec import check_data, parse_spec
+
+    data = tmp_path / "data"
+    data.mkdir()
+    for split, docs in _docs().items():
+        (data / f"{split}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in docs))
+    cfg = yaml.safe_load((Path(lm_eval.__file__).parent / "tasks" / "gsm8k" / "gsm8k.yaml")
+                         .read_text())
+    cfg.pop("tag", None)
+    cfg.pop("dataset_name", None)
+    cfg.update(dataset_path="json", dataset_kwargs={"data_files": {
+        s: str(data / f"{s}.jsonl") for s in ("train", "test")}})
+    tasks = tmp_path / "tasks"
+    tasks.mkdir()
+    (tasks / "gsm8k.yaml").write_text(yaml.safe_dump(cfg))
+    (tasks / "gsm8k_sampled.yaml").write_text(yaml.safe_dump({
+        **cfg, "task": "gsm8k_sampled",
+        "generation_kwargs": {**cfg["generation_kwargs"], "do_sample": True,
+                              "temperature": 0.7}}))
+    (tmp_path / "model").mkdir()
+
+    def warnings_for(task: str, temperature: float) -> list[str]:
+        src = {"name": "gsm", "kind": "lm_eval", "task": task, "include_path": "tasks",
+               "num_fewshot": SHOTS, "gen_kwargs": {"max_gen_toks": 8},
+               "generate": {"model": {"kind": "hf", "path": "model"}, "api": "completions",
+                            "params": {"temperature": temperature, "max_tokens": 8,
+                                       "stop": ["Question:", "</s>", "<|im_end|>"]}}}
+        spec = parse_spec(yaml.safe_dump({"version": 1, "name": "g", "sources": [src]}),
+                          source="g.yaml", base_dir=str(tmp_path))
+        problems, warnings = check_data(spec)
+        assert problems == []
+        return warnings
+
+    assert not [w for w in warnings_for("gsm8k", 0.0) if "samples" in w]
+    got = [w for w in warnings_for("gsm8k_sampled", 0.7) if "samples" in w]
+    assert len(got) == 1, got
+    assert got[0].startswith("sources[0].generate.params.temperature: 0.7: the task samples")
+    assert "HFLM from torch's one global stream" in got[0] and "top 50" in got[0]
