@@ -25,7 +25,8 @@ the CPU. Each side runs as a fresh process per repeat:
 
 Checks that both sides report the same numbers (acc, word perplexity within 1e-4 relative;
 gsm8k's two exact_match means exactly, and its responses) before printing the walls and the
-ratio lm-eval / assay.
+ratio lm-eval / assay, and each side's CPU seconds (user + system of the process tree it waited
+for): on a shared box the CPU time is the steadier number, the wall the one the goal names.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -198,13 +200,22 @@ TASKS = {"mc_ppl": ["mc_tiny", "ppl_tiny"], "gsm8k": ["gsm8k"],
          "several": ["gsm8k", "mc_tiny", "ppl_tiny"]}
 
 
-def run_assay(work: Path, spec: Path, store: Path) -> tuple[float, dict[str, Any]]:
-    out = work / f"out-{store.name}"
+def timed(cmd: list[str], cwd: Path, env: dict[str, str]
+          ) -> tuple[subprocess.CompletedProcess[str], float, float]:
+    """Run ``cmd``; its wall seconds and its CPU seconds (user + system of the process and the
+    children it waited for): on a shared box the CPU time is the steadier of the two."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
-    p = subprocess.run([str(BIN / "assay"), "run", str(spec), "--output", str(out), "--no-view"],
-                       cwd=work, env={**env(), "ASSAY_STORE": str(store)}, capture_output=True,
-                       text=True, timeout=1200)
+    p = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=1200)
     wall = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return p, wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+
+
+def run_assay(work: Path, spec: Path, store: Path) -> tuple[float, float, dict[str, Any]]:
+    out = work / f"out-{store.name}"
+    p, wall, cpu = timed([str(BIN / "assay"), "run", str(spec), "--output", str(out),
+                          "--no-view"], work, {**env(), "ASSAY_STORE": str(store)})
     if p.returncode != 0:
         raise SystemExit(f"assay run failed ({p.returncode}):\n{p.stderr[-3000:]}")
     report = json.loads((out / "report.json").read_text())
@@ -219,7 +230,7 @@ def run_assay(work: Path, spec: Path, store: Path) -> tuple[float, dict[str, Any
             got.update({k: v for k, v in est.items() if k.startswith("exact_match")})
     if "exact_match,strict-match" in got:  # after the clock: the responses, from the store
         got["responses"] = assay_responses(out)
-    return wall, got
+    return wall, cpu, got
 
 
 def assay_responses(out: Path) -> dict[int, str]:
@@ -232,17 +243,15 @@ def assay_responses(out: Path) -> dict[int, str]:
 
 
 def run_lmeval(work: Path, tasks: Path, model: Path, i: int,
-               names: list[str]) -> tuple[float, dict[str, Any]]:
+               names: list[str]) -> tuple[float, float, dict[str, Any]]:
     out = work / f"lm-{i}"
-    t0 = time.perf_counter()
-    p = subprocess.run([str(BIN / "lm_eval"), "--model", "hf", "--model_args",
-                        f"pretrained={model},dtype=float32", "--tasks", ",".join(names),
-                        "--include_path", str(tasks), "--batch_size", "16", "--device", "cpu",
-                        "--output_path", str(out)]
-                       + (["--log_samples", "--num_fewshot", str(GSM_SHOTS), "--gen_kwargs",
-                           f"max_gen_toks={GSM_MAX_GEN}"] if "gsm8k" in names else []),
-                       cwd=work, env=env(), capture_output=True, text=True, timeout=1200)
-    wall = time.perf_counter() - t0
+    p, wall, cpu = timed([str(BIN / "lm_eval"), "--model", "hf", "--model_args",
+                          f"pretrained={model},dtype=float32", "--tasks", ",".join(names),
+                          "--include_path", str(tasks), "--batch_size", "16", "--device", "cpu",
+                          "--output_path", str(out)]
+                         + (["--log_samples", "--num_fewshot", str(GSM_SHOTS), "--gen_kwargs",
+                             f"max_gen_toks={GSM_MAX_GEN}"] if "gsm8k" in names else []),
+                         work, env())
     if p.returncode != 0:
         raise SystemExit(f"lm_eval failed ({p.returncode}):\n{p.stderr[-3000:]}")
     res = json.loads(next(out.rglob("results*.json")).read_text())["results"]
@@ -257,7 +266,7 @@ def run_lmeval(work: Path, tasks: Path, model: Path, i: int,
         samples = [json.loads(x) for x in next(out.rglob("samples_gsm8k_*.jsonl"))
                    .read_text().splitlines()]
         got["responses"] = {s["doc_id"]: s["resps"][0][0] for s in samples}
-    return wall, got
+    return wall, cpu, got
 
 
 def check_equal(ours: dict[str, Any], theirs: dict[str, Any]) -> None:
@@ -301,23 +310,29 @@ def main() -> None:
     run_assay(work, spec, work / "store-warmup")
     run_lmeval(work, tasks, model, -1, names)
     walls: dict[str, list[float]] = {"assay": [], "lm-eval": []}
+    cpus: dict[str, list[float]] = {"assay": [], "lm-eval": []}
     for r in range(args.repeats):
         sides = ["assay", "lm-eval"] if r % 2 == 0 else ["lm-eval", "assay"]
         for side in sides:
             if side == "assay":
-                wall, got = run_assay(work, spec, work / f"store-{r}")
+                wall, cpu, got = run_assay(work, spec, work / f"store-{r}")
                 ours = got
             else:
-                wall, got = run_lmeval(work, tasks, model, r, names)
+                wall, cpu, got = run_lmeval(work, tasks, model, r, names)
                 theirs = got
             walls[side].append(wall)
-            print(f"repeat {r + 1} {side:8s} {wall:6.2f} s  {shown(got)}", flush=True)
+            cpus[side].append(cpu)
+            print(f"repeat {r + 1} {side:8s} {wall:6.2f} s wall {cpu:6.2f} s cpu  {shown(got)}",
+                  flush=True)
         check_equal(ours, theirs)
     ma, ml = statistics.median(walls["assay"]), statistics.median(walls["lm-eval"])
     print(f"{args.scenario}: median wall: assay {ma:.2f} s "
           f"({min(walls['assay']):.2f}-{max(walls['assay']):.2f}), lm-eval {ml:.2f} s "
           f"({min(walls['lm-eval']):.2f}-{max(walls['lm-eval']):.2f}); "
           f"lm-eval / assay = {ml / ma:.2f}x")
+    ca, cl = statistics.median(cpus["assay"]), statistics.median(cpus["lm-eval"])
+    print(f"{args.scenario}: median cpu: assay {ca:.2f} s, lm-eval {cl:.2f} s; "
+          f"lm-eval / assay = {cl / ca:.2f}x")
 
 
 if __name__ == "__main__":
