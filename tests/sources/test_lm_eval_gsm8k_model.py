@@ -83,7 +83,7 @@ def train_reciter(path: Path, contexts: dict[int, str], targets: dict[int, str])
 
     build_tiny_bpe_lm(path, hidden=64, layers=2, seed=3)
     tok = AutoTokenizer.from_pretrained(path)
-    model = AutoModelForCausalLM.from_pretrained(path, torch_dtype=torch.float32)
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
     seqs, masks = [], []
     for i in sorted(contexts):
         c = tok.encode(contexts[i], add_special_tokens=False)
