@@ -153,7 +153,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     return {"base": base, "res": res, "model": model, "targets": targets}
 
 
-@pytest.mark.slow  # trains a model (~10 s) and runs lm-eval's pipeline three times
+@pytest.mark.slow  # trains a model (~110 steps, 5-7 s) and runs lm-eval's pipeline three times
 def test_gsm8k_answers_equal_simple_evaluate(world: dict[str, Any], tmp_path: Path) -> None:
     """kind: hf greedy through a study and HFLM through simple_evaluate on the same trained
     model: the same responses token for token, the same answer per filter, exact_match per
