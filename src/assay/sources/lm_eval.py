@@ -241,6 +241,10 @@ class LmEvalSource(SourceSpec):
             self.build_rows(paths)
         except SpecError as e:
             return [f"task: {e}"], []
+        if self.generate is not None:  # a sampled task's results are not HFLM's: say so
+            from assay.sources.lm_eval_generate import sampled_warnings
+
+            return [], sampled_warnings(self.generate)
         return [], []
 
     def build_rows(self, paths: Paths) -> Rows:

@@ -82,6 +82,34 @@ def check_declared(gspec: Any, want: dict[str, Any], where: str, *, chat: bool =
             "system_instruction:")
 
 
+def sampled_warnings(gspec: Any) -> list[str]:
+    """``assay validate``'s warning for a task that samples (``do_sample: true``): the
+    completions are draws of assay's, not HFLM's, so its per-document results never match
+    ``simple_evaluate``'s (docs/lm-eval.md, generative tasks, says why). Greedy: none.
+
+    Why a warning and not parity: HFLM draws from torch's one global stream (seeded once by
+    simple_evaluate) in the order and batches of its Collator, through ``model.generate``'s
+    sampler, so a document's draw depends on every request before it; assay's hf backend draws
+    each completion from its own seeded generator so that a completion is cached and resumed
+    by itself. The two cannot give the same tokens without giving that up.
+
+    Example:
+        >>> from types import SimpleNamespace as N
+        >>> sampled_warnings(N(params=N(temperature=0.0)))
+        []
+    """
+    t = gspec.params.temperature
+    if not t:
+        return []
+    return [f"generate.params.temperature: {t}: the task samples (do_sample); assay draws each "
+            "completion from its own seeded generator over the temperature / top_p "
+            "distribution, HFLM from torch's one global stream in its own order and batches "
+            "through transformers' generate (which also cuts to the top 50 tokens and applies "
+            "the model's generation_config, unless that config says otherwise), so "
+            "per-document results differ from lm-eval's and the means agree at best as samples "
+            "do (docs/lm-eval.md, generative tasks)"]
+
+
 def generate_rows_of(task: Any, docs: list[tuple[int, Any, list]], where: str, *,
                      chat: bool = False) -> Rows:
     """One prompt row per document: lm-eval's context (few-shot examples as its sampler drew
