@@ -58,7 +58,9 @@ from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from assay.spec import StudySpec
+    # a study spec (assay.spec.StudySpec) as this module reads it: the spec imports kinds that
+    # import this module, so it is typed by its base class
+    from pydantic import BaseModel as StudySpec
 
 #: Held while a heavy import runs (:func:`warm`) and around every ``datasets`` load
 #: (:func:`datasets`): the process-wide library state named in this module's docstring.

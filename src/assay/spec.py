@@ -725,7 +725,7 @@ def check_data(spec: StudySpec) -> tuple[list[str], list[str]]:
         for n in m.pass_at.sources or names:
             check_by(m.pass_at.by, n, "measure.pass_at.by")
     if m.choice_accuracy is not None and m.choice_accuracy.by is not None:
-        from assay.stages.modes import default_sources  # the stages import this module
+        from assay.modes import default_sources
 
         for n in m.choice_accuracy.sources or default_sources(spec, "choice_accuracy"):
             check_by(m.choice_accuracy.by, n, "measure.choice_accuracy.by")
@@ -746,7 +746,7 @@ def _check_gate_metrics(spec: StudySpec, fields_of: dict[str, set[str] | None]) 
     verifier that may return markers) are not judged."""
     import difflib
 
-    from assay.stages.modes import needs_model  # the stages import this module
+    from assay.modes import needs_model
 
     if spec.nightly is None:
         return []

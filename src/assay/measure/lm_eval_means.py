@@ -250,7 +250,7 @@ def _reward_is_accuracy(mode: str) -> bool:
     """Whether a source mode's rows have a choice's accuracy as reward: the mode table's
     ``choice_accuracy`` measure reads them (imported here, at call time: stages/ imports
     measure/ only inside its functions, so there is no import cycle)."""
-    from assay.stages.modes import row_of
+    from assay.modes import row_of
 
     return "choice_accuracy" in row_of(mode).measures
 

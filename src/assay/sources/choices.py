@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, Protocol
 
 from pydantic import Field, field_validator, model_validator
 
@@ -41,7 +41,21 @@ from assay.specbase import QuietSpecModel
 
 if TYPE_CHECKING:
     from assay.rows import Rows
-    from assay.sources.records import RecordSourceSpec
+    from assay.sources.fieldmap import FieldMap
+    from assay.sources.templates import PromptTemplate
+
+
+class RecordSourceSpec(Protocol):
+    """What the choices helpers read of a record source (:class:`assay.sources.records.
+    RecordSourceSpec`, which imports this module)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def choices(self) -> ChoicesSpec | None: ...
+    @property
+    def fields(self) -> FieldMap: ...
+    def template(self) -> PromptTemplate | None: ...
 
 
 class FewShotSpec(QuietSpecModel):

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Annotated, Any, ClassVar
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Protocol
 
 from pydantic import Field, field_validator
 
@@ -29,7 +29,19 @@ from assay.specbase import QuietSpecModel
 
 if TYPE_CHECKING:
     from assay.rows import Rows
-    from assay.sources.records import RecordSourceSpec
+    from assay.sources.fieldmap import FieldMap
+
+
+class RecordSourceSpec(Protocol):
+    """What :func:`document_rows` reads of a record source (:class:`assay.sources.records.
+    RecordSourceSpec`, which imports this module)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def perplexity(self) -> PerplexitySpec | None: ...
+    @property
+    def fields(self) -> FieldMap: ...
 
 
 class PerplexitySpec(QuietSpecModel):

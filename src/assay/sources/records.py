@@ -25,7 +25,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, model_validator
 
 from assay.errors import RowsError, RowsTypeError, SpecError
 from assay.models.specs import GenerateSpec, ModelEntry
@@ -34,6 +34,7 @@ from assay.rows import Rows
 from assay.sources.base import Mode, SourceSpec
 from assay.sources.choices import ChoicesSpec
 from assay.sources.documents import PerplexitySpec
+from assay.sources.fieldmap import FieldMap  # noqa: F401  (re-exported: its home was here)
 from assay.sources.fieldpath import (  # noqa: F401  (re-exported: their home was here)
     _MISSING,
     field_problem,
@@ -45,46 +46,6 @@ from assay.specbase import SpecModel
 
 if TYPE_CHECKING:
     from assay.sources.templates import PromptTemplate
-
-
-class FieldMap(SpecModel):
-    """Which record fields hold the prompt, the completion, and the optional extras. Every name
-    may be a dotted path into nested records."""
-
-    prompt: str = "prompt"
-    completion: str = "completion"
-    reference: str | None = None
-    task_id: str | None = None
-    reward: str | None = None
-    markers: list[str] | dict[str, str] = Field(
-        default_factory=list,
-        description="numeric record fields that become markers: a list of fields (the marker is "
-        "named like the field) or {marker name: field}")
-    meta: list[str] | None = Field(
-        None, description="record fields kept in the row's meta column (default: every field "
-        "the map does not name)")
-
-    @field_validator("markers")
-    @classmethod
-    def _markers(cls, v: list[str] | dict[str, str]) -> list[str] | dict[str, str]:
-        names = list(v) if isinstance(v, dict) else v
-        if len(set(names)) != len(names):
-            raise ValueError(f"marker names repeat: {names}")
-        return v
-
-    def marker_fields(self) -> dict[str, str]:
-        """``{marker name: record field}``."""
-        return (dict(self.markers) if isinstance(self.markers, dict)
-                else {m: m for m in self.markers})
-
-    def roles(self) -> dict[str, str]:
-        """``{"fields.<role>": path}`` for every role the map names (markers included)."""
-        out = {f"fields.{r}": getattr(self, r)
-               for r in ("prompt", "completion", "reference", "task_id", "reward")
-               if getattr(self, r) is not None}
-        for name, path in self.marker_fields().items():
-            out[f"fields.markers.{name}"] = path
-        return out
 
 
 def extract_reference(value: Any, pattern: str, *, where: str) -> str:

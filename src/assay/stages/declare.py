@@ -26,10 +26,10 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Literal, Protocol
 
+from assay.modes import shard_bounds  # noqa: F401  (re-exported: its home was here)
 from assay.stages.cache import StageResult, define_stage, is_cached_only
 
 if TYPE_CHECKING:
-    from assay.rows import Rows
     from assay.spec import StudySpec
     from assay.stages.stream import Pregrader
     from assay.store import Store
@@ -132,26 +132,6 @@ class Shard:
 
     def label(self, source: str) -> str:
         return f"{source} shard {self.index + 1}/{self.count}"
-
-
-def shard_bounds(rows: Rows, shard_rows: int) -> list[tuple[int, int]]:
-    """Row ranges of shards of about ``shard_rows`` rows that never split a task (rows of a task
-    are contiguous after build-rows): how a sharded mode cuts a source's rows
-    (``assay.stages.modes``). Shards are the resume unit.
-
-    Example:
-        >>> import assay
-        >>> r = assay.rows(["a", "b", "c"], [["x", "y"], ["z", "w"], ["v"]], [[1, 0], [1, 1], [0]])
-        >>> shard_bounds(r, 3)
-        [(0, 4), (4, 5)]
-    """
-    ids = rows.to_arrow().column("task_id").to_pylist()
-    bounds, start = [], 0
-    for i in range(1, len(ids) + 1):
-        if i == len(ids) or (i - start >= shard_rows and ids[i] != ids[i - 1]):
-            bounds.append((start, i))
-            start = i
-    return bounds
 
 
 def _no_slots(spec: StudySpec, item: str) -> tuple[str, ...]:
