@@ -10,18 +10,22 @@ node runs: its stage's task as a Prefect task future, on threads or on Dask work
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import json
 import logging
 import os
 import re
 import sys
+import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from prefect import flow
+from prefect.futures import PrefectFuture
 from prefect.task_runners import ThreadPoolTaskRunner
 
 from assay import stages, stop
@@ -30,6 +34,7 @@ from assay.flows.progress_ui import progress_artifacts
 from assay.outstreams import guard_output
 from assay.spec import load_spec
 from assay.stages import headstart
+from assay.stages.cache import StageResult, cached_only
 from assay.stages.finish import finish_run
 from assay.stages.plan import LOCAL_CAPACITY
 from assay.store import Store
@@ -87,30 +92,112 @@ class PrefectExecutor:
     """Runs the study graph's nodes as Prefect task runs on the flow's task runner (threads
     locally, workers on Dask): each node is submitted once its inputs exist, with
     ``wait_for`` its inputs' futures, so the flow run records the graph's edges. With a
-    ``head`` start, each task waits for (records) the head start's run of its node."""
+    ``head`` start, each task waits for (records) the head start's run of its node.
+
+    A shard node whose result is already in the store (a cache hit: nothing computed, nothing
+    asked) gets no task run: its lookup runs here and the flow's log counts such nodes by
+    stage (:meth:`close`). Why: a task run costs ~25-30 ms of client and server time, more
+    than a cached shard's lookup, so a rerun with small shards was mostly Prefect
+    bookkeeping (benchmarks/shard_overhead.py); the task runs left are the nodes that worked.
+    Locally only: a cluster's nodes run on its workers."""
 
     def __init__(self, distributed: bool, head: headstart.HeadStart | None = None) -> None:
         self.distributed = distributed
         self.head = head
+        #: stage -> shard nodes served from the store without a task run
+        self.hits: dict[str, int] = {}
+        self._lock = threading.Lock()
+        self._pool: ThreadPoolExecutor | None = None
 
     def submit(self, node: Any, args: tuple[Any, ...], kwargs: dict[str, Any],
                waits: list[Any], done: Any) -> Any:
+        if node.scope == "shard" and not self.distributed:
+            return self._unless_cached(node, args, kwargs, waits, done)
+        return self._task(node, args, kwargs, waits, done)
+
+    def _task(self, node: Any, args: tuple[Any, ...], kwargs: dict[str, Any],
+              waits: list[Any], done: Any) -> Any:
         task = task_for(node.stage)
         ctx, *inputs = args  # a stage function's call: fn(ctx, *inputs)
         if self.distributed and ctx.workers != 1:  # a cluster worker grades on one core
             ctx = replace(ctx, workers=1)
         join = (headstart.joining(self.head, node.id) if self.head is not None
                 else contextlib.nullcontext())
+        # an input served without a task run has no future to wait for (it is done already)
+        waits = [w for w in waits if isinstance(w, PrefectFuture)]
         with join:  # the task runner copies this context into the task's thread
             fut = task.submit(ctx, tuple(inputs), wait_for=waits, **kwargs)
         fut.add_done_callback(lambda _: done())
         return fut
 
+    def _cached(self, node: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """The node's result when it is a cache hit, else None. With a head start: its
+        outcome, when the head start has it and served it from the store (one it computed is
+        recorded by a task run); else the stage function itself, in cached-only mode."""
+        if self.head is not None:
+            out = self.head.outcome(node.id)
+            if not out.done() or out.exception() is not None:
+                return None
+            res = out.result()
+            return res if isinstance(res, StageResult) and res.cached else None
+        try:
+            with cached_only():
+                res = node.fn(*args, **kwargs)
+        except Exception:  # noqa: BLE001 (not stored, or failing: its task run says why)
+            return None
+        return res if isinstance(res, StageResult) and res.cached else None
+
+    def _unless_cached(self, node: Any, args: tuple[Any, ...], kwargs: dict[str, Any],
+                       waits: list[Any], done: Any) -> Future[Any]:
+        out: Future[Any] = Future()
+
+        def check() -> None:
+            try:
+                res = self._cached(node, args, kwargs)
+                if res is None:
+                    fut = self._task(node, args, kwargs, waits, lambda: None)
+                    fut.add_done_callback(lambda f: _settle(out, f.result))
+                    return
+                with self._lock:
+                    self.hits[node.stage] = self.hits.get(node.stage, 0) + 1
+                out.set_result(res)
+            except BaseException as e:  # noqa: BLE001 (the node's failure, as a task's)
+                if not out.done():
+                    out.set_exception(e)
+
+        out.add_done_callback(lambda _: done())
+        with self._lock:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="assay-hit")
+            pool = self._pool
+        ctx = contextvars.copy_context()  # the flow run's context (task submission needs it)
+        pool.submit(ctx.run, check)
+        return out
+
     def result(self, handle: Any) -> Any:
         return handle.result()
 
     def close(self, cancel: bool) -> None:
-        pass  # the flow's task runner owns the workers
+        # the flow's task runner owns the workers; the lookups' threads are this executor's
+        with self._lock:
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(wait=not cancel, cancel_futures=cancel)
+        if self.hits:
+            from prefect import get_run_logger
+
+            with contextlib.suppress(Exception):  # outside a flow run: nobody to tell
+                get_run_logger().info(
+                    "served from the store without a task run (cache hits): %s",
+                    ", ".join(f"{k}: {v} shard(s)" for k, v in sorted(self.hits.items())))
+
+
+def _settle(out: Future[Any], get: Any) -> None:
+    """Complete ``out`` with ``get()`` (a finished task future's result) or what it raised."""
+    try:
+        out.set_result(get())
+    except BaseException as e:  # noqa: BLE001 (handed on to whoever reads the node's result)
+        out.set_exception(e)
 
 
 def capacity_for(spec: Any) -> dict[str, int]:
