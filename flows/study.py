@@ -10,7 +10,6 @@ node runs: its stage's task as a Prefect task future, on threads or on Dask work
 from __future__ import annotations
 
 import contextlib
-import contextvars
 import json
 import logging
 import os
@@ -19,7 +18,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -34,7 +33,7 @@ from assay.flows.progress_ui import progress_artifacts
 from assay.outstreams import guard_output
 from assay.spec import load_spec
 from assay.stages import headstart
-from assay.stages.cache import StageResult, cached_only
+from assay.stages.cache import StageResult
 from assay.stages.finish import finish_run
 from assay.stages.plan import LOCAL_CAPACITY
 from assay.store import Store
@@ -94,12 +93,14 @@ class PrefectExecutor:
     ``wait_for`` its inputs' futures, so the flow run records the graph's edges. With a
     ``head`` start, each task waits for (records) the head start's run of its node.
 
-    A shard node whose result is already in the store (a cache hit: nothing computed, nothing
-    asked) gets no task run: its lookup runs here and the flow's log counts such nodes by
-    stage (:meth:`close`). Why: a task run costs ~25-30 ms of client and server time, more
-    than a cached shard's lookup, so a rerun with small shards was mostly Prefect
-    bookkeeping (benchmarks/shard_overhead.py); the task runs left are the nodes that worked.
-    Locally only: a cluster's nodes run on its workers."""
+    A shard node the head start served from the store (a cache hit: nothing computed,
+    nothing asked) gets no task run: the flow's log counts such nodes by stage
+    (:meth:`close`). Why: a task run costs ~25-30 ms of client and server time, more than a
+    cached shard's lookup, so a rerun with small shards was mostly Prefect bookkeeping
+    (benchmarks/shard_overhead.py); the task runs left are the nodes that worked (a node the
+    head start has not finished yet gets its task run, which waits for it). Without a head
+    start every node has its task run: a stage function is never called just to probe the
+    cache (a probe has side effects: grading ahead's verdicts are handed over once)."""
 
     def __init__(self, distributed: bool, head: headstart.HeadStart | None = None) -> None:
         self.distributed = distributed
@@ -107,12 +108,18 @@ class PrefectExecutor:
         #: stage -> shard nodes served from the store without a task run
         self.hits: dict[str, int] = {}
         self._lock = threading.Lock()
-        self._pool: ThreadPoolExecutor | None = None
 
     def submit(self, node: Any, args: tuple[Any, ...], kwargs: dict[str, Any],
                waits: list[Any], done: Any) -> Any:
-        if node.scope == "shard" and not self.distributed:
-            return self._unless_cached(node, args, kwargs, waits, done)
+        if node.scope == "shard" and not self.distributed and self.head is not None:
+            res = self._cached(node)
+            if res is not None:
+                with self._lock:
+                    self.hits[node.stage] = self.hits.get(node.stage, 0) + 1
+                served: Future[Any] = Future()
+                served.set_result(res)
+                done()
+                return served
         return self._task(node, args, kwargs, waits, done)
 
     def _task(self, node: Any, args: tuple[Any, ...], kwargs: dict[str, Any],
@@ -130,59 +137,21 @@ class PrefectExecutor:
         fut.add_done_callback(lambda _: done())
         return fut
 
-    def _cached(self, node: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        """The node's result when it is a cache hit, else None. With a head start: its
-        outcome, when the head start has it and served it from the store (one it computed is
-        recorded by a task run); else the stage function itself, in cached-only mode."""
-        if self.head is not None:
-            out = self.head.outcome(node.id)
-            if not out.done() or out.exception() is not None:
-                return None
-            res = out.result()
-            return res if isinstance(res, StageResult) and res.cached else None
-        try:
-            with cached_only():
-                res = node.fn(*args, **kwargs)
-        except Exception:  # noqa: BLE001 (not stored, or failing: its task run says why)
+    def _cached(self, node: Any) -> Any:
+        """The head start's result of the node when it has it and served it from the store
+        (one it computed, or is still computing, is recorded by a task run), else None."""
+        assert self.head is not None
+        out = self.head.outcome(node.id)
+        if not out.done() or out.exception() is not None:
             return None
+        res = out.result()
         return res if isinstance(res, StageResult) and res.cached else None
-
-    def _unless_cached(self, node: Any, args: tuple[Any, ...], kwargs: dict[str, Any],
-                       waits: list[Any], done: Any) -> Future[Any]:
-        out: Future[Any] = Future()
-
-        def check() -> None:
-            try:
-                res = self._cached(node, args, kwargs)
-                if res is None:
-                    fut = self._task(node, args, kwargs, waits, lambda: None)
-                    fut.add_done_callback(lambda f: _settle(out, f.result))
-                    return
-                with self._lock:
-                    self.hits[node.stage] = self.hits.get(node.stage, 0) + 1
-                out.set_result(res)
-            except BaseException as e:  # noqa: BLE001 (the node's failure, as a task's)
-                if not out.done():
-                    out.set_exception(e)
-
-        out.add_done_callback(lambda _: done())
-        with self._lock:
-            if self._pool is None:
-                self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="assay-hit")
-            pool = self._pool
-        ctx = contextvars.copy_context()  # the flow run's context (task submission needs it)
-        pool.submit(ctx.run, check)
-        return out
 
     def result(self, handle: Any) -> Any:
         return handle.result()
 
     def close(self, cancel: bool) -> None:
-        # the flow's task runner owns the workers; the lookups' threads are this executor's
-        with self._lock:
-            pool, self._pool = self._pool, None
-        if pool is not None:
-            pool.shutdown(wait=not cancel, cancel_futures=cancel)
+        # the flow's task runner owns the workers
         if self.hits:
             from prefect import get_run_logger
 
@@ -190,14 +159,6 @@ class PrefectExecutor:
                 get_run_logger().info(
                     "served from the store without a task run (cache hits): %s",
                     ", ".join(f"{k}: {v} shard(s)" for k, v in sorted(self.hits.items())))
-
-
-def _settle(out: Future[Any], get: Any) -> None:
-    """Complete ``out`` with ``get()`` (a finished task future's result) or what it raised."""
-    try:
-        out.set_result(get())
-    except BaseException as e:  # noqa: BLE001 (handed on to whoever reads the node's result)
-        out.set_exception(e)
 
 
 def capacity_for(spec: Any) -> dict[str, int]:

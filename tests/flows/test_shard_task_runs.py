@@ -1,7 +1,7 @@
 """Which shard nodes get a Prefect task run: those that worked, not cache hits (issue 50).
 
-A task run costs more than a cached shard's lookup; a rerun served from the store records its
-source and study nodes as task runs and counts its cached shards on the flow's log instead.
+A task run costs more than a cached shard's lookup; a rerun whose head start served its
+shards from the store records its source and study nodes as task runs, not its shards.
 """
 
 from __future__ import annotations
@@ -11,7 +11,22 @@ from typing import Any
 
 import pytest
 
-from tests.flows.test_study_flow import run, write_study
+from tests.flows.test_study_flow import write_study
+
+
+def run(spec: Path, out: Path, store: Path) -> dict[str, Any]:
+    """As ``assay run`` does: the graph's head start first (here run to its end before the
+    flow starts, so which nodes it served is settled), then the flow that records it."""
+    from assay.flows.study import run_spec
+    from assay.spec import load_spec
+    from assay.stages.headstart import HeadStart, key_for, running
+    from assay.store import Store
+
+    st = Store(store)
+    head = HeadStart(load_spec(str(spec)), st, key=key_for(str(spec), [], st))
+    with running(head):
+        head.wait()
+        return run_spec(str(spec), str(out), str(store), embedded=True)
 
 
 def test_a_cached_shard_gets_no_task_run_and_the_results_are_the_same(
