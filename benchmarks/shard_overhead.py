@@ -1,5 +1,5 @@
-"""Per-shard overhead benchmark: the same given-completions study at shard_rows 256, 32 (and 8),
-cold and with the store warm but a new output folder; the fixed cost each extra shard adds (issue 50).
+"""Per-shard overhead benchmark: one given-completions study at shard_rows 256, 32 (and 8),
+cold and with the store warm but a new output folder: the fixed cost of each shard (issue 50).
 
 Each run is ``assay run SPEC --set execution.shard_rows=N`` in a fresh child process (the spec and
 completions come from benchmarks/scale.py). Per repeat, in alternated order over the shard sizes:
@@ -8,12 +8,12 @@ one cold run (fresh store and output folder) and one rerun on that store into a 
 every run's report.json must equal the first's (shard size never changes a result).
 
 Printed: wall per setting, ``overhead/shard = (wall_small - wall_256) / (shards_small -
-shards_256)`` and ``wall_32 / wall_256``. ``--profile N`` also profiles one cold run at
-shard_rows N in-process without Prefect (``assay.stages.run_study`` on threads, cProfile), the
-stage-side part of the overhead; the Prefect part is the rest.
+shards_256)`` and ``wall_32 / wall_256``. ``--in-process`` also times cold runs in-process
+without Prefect (``assay.stages.run_study`` on threads, as the head start runs it): the stage
+side of the overhead; ``--top N`` adds one run per size with every node under cProfile.
 
 Run: ``.venv/bin/python benchmarks/shard_overhead.py [--rows 8000] [--shards 256 32 8]
-[--repeats 3] [--profile 32]``
+[--repeats 3] [--in-process [--no-bench] [--top 40]]``
 """
 
 from __future__ import annotations
@@ -104,9 +104,11 @@ class _Profiled:
         self.inner.close(cancel)
 
 
-def profile(rows: int, sizes: list[int], work: Path, top: int) -> None:
-    """One cold run per shard size in-process, no Prefect, each node under cProfile: the stage
-    side of each shard's cost (the rest of the flow's overhead is Prefect's)."""
+def in_process(rows: int, sizes: list[int], repeats: int, work: Path, top: int = 0) -> None:
+    """Cold runs in-process without Prefect (``assay.stages.run_study`` on threads inside the
+    store's ``in_use(write_behind=True)``, as the head start runs it), alternated, medians: the
+    stage side of each shard's cost. With ``top``: one more run per size with each node under
+    cProfile, its top functions printed."""
     from assay import stages
     from assay.spec import load_spec
     from assay.store import Store
@@ -114,15 +116,32 @@ def profile(rows: int, sizes: list[int], work: Path, top: int) -> None:
     spec = write_completions(work, rows)
     cwd = os.getcwd()
     os.chdir(work)
+    walls: dict[int, list[float]] = {n: [] for n in sizes}
     try:
+        for i in range(repeats):
+            for n in (sizes if i % 2 == 0 else sizes[::-1]):
+                s = load_spec(str(spec), [f"execution.shard_rows={n}"])
+                st = Store(work / f"st{n}-{i}")
+                t = time.perf_counter()
+                with st.in_use(write_behind=True):
+                    stages.run_study(s, st, progress=None)
+                walls[n].append(time.perf_counter() - t)
+                shutil.rmtree(work / f"st{n}-{i}")
+        base = sizes[0]
+        nb = -(-rows // base)
+        print("\n| in-process, no Prefect: shard_rows | shards | cold | overhead/shard |")
+        print("|---|---|---|---|")
         for n in sizes:
+            w, w0, ns = statistics.median(walls[n]), statistics.median(walls[base]), -(-rows // n)
+            per = "" if n == base else f"{(w - w0) / (ns - nb) * 1000:.1f} ms"
+            print(f"| {n} | {ns} | {w:.2f} s | {per} |", flush=True)
+        for n in sizes if top else ():
             s = load_spec(str(spec), [f"execution.shard_rows={n}"])
             ex = _Profiled(stages.max_parallel_for(s, None))
-            t = time.perf_counter()
-            stages.run_study(s, Store(work / f"pstore{n}"), executor=ex, progress=None)
-            wall = time.perf_counter() - t
-            print(f"\nin-process, no Prefect, shard_rows {n}: {wall:.2f} s wall; nodes' own "
-                  "time by function (cumulative, all threads):")
+            st = Store(work / f"pstore{n}")
+            with st.in_use(write_behind=True):
+                stages.run_study(s, st, executor=ex, progress=None)
+            print(f"\nshard_rows {n}: nodes' own time by function (cumulative, all threads):")
             assert ex.stats is not None
             ex.stats.sort_stats("cumulative").print_stats(top)
     finally:
@@ -134,10 +153,11 @@ def main() -> None:
     ap.add_argument("--rows", type=int, default=8000)
     ap.add_argument("--shards", type=int, nargs="+", default=[256, 32, 8])
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--profile", action="store_true",
-                    help="also profile one run per shard size in-process, no Prefect")
-    ap.add_argument("--no-bench", action="store_true", help="only --profile")
-    ap.add_argument("--top", type=int, default=40)
+    ap.add_argument("--in-process", action="store_true",
+                    help="also time runs in-process, no Prefect (the stage side)")
+    ap.add_argument("--no-bench", action="store_true", help="only --in-process")
+    ap.add_argument("--top", type=int, default=0,
+                    help="with --in-process: profile one run per size, print its top N")
     a = ap.parse_args()
     os.environ["PYTHONPATH"] = os.pathsep.join(
         [str(ROOT / "src"), *filter(None, [os.environ.get("PYTHONPATH")])])
@@ -145,7 +165,7 @@ def main() -> None:
           f"{os.cpu_count()} cores; {a.rows:,} rows, medians of {a.repeats}")
     with tempfile.TemporaryDirectory(prefix="assay-shards-") as tmp:
         if a.no_bench:
-            profile(a.rows, a.shards, Path(tmp), a.top)
+            in_process(a.rows, a.shards, a.repeats, Path(tmp), a.top)
             return
         res = measure(a.rows, a.shards, a.repeats, Path(tmp))
         base = a.shards[0]
@@ -161,9 +181,9 @@ def main() -> None:
                 per = "" if n == base else f"{(w - w0) / (ns - nb) * 1000:.1f} ms"
                 cells += [f"{w:.2f} s", per, f"{w / w0:.2f}"]
             print(f"| {n} | {ns} | " + " | ".join(cells) + " |", flush=True)
-        if a.profile:
+        if a.in_process:
             (Path(tmp) / "p").mkdir()
-            profile(a.rows, a.shards, Path(tmp) / "p", a.top)
+            in_process(a.rows, a.shards, a.repeats, Path(tmp) / "p", a.top)
 
 
 if __name__ == "__main__":
