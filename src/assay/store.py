@@ -129,8 +129,9 @@ BEHIND_THREADS, BEHIND_BYTES = 8, 256 << 20
 #: small machine more threads made the study slower: benchmarks/store_s3.py), and widens to
 #: BEHIND_THREADS as a backlog builds (a slow or distant store)
 BEHIND_BACKLOG = int(os.environ.get("ASSAY_STORE_BACKLOG") or 4)
-#: fsyncs a local store's deferred sync (:class:`_Deferred`) issues at once
-SYNC_THREADS = 16
+#: fsyncs a local store's deferred sync (:class:`_Deferred`) issues at once, and the files
+#: written that make it sync before its scope's end
+SYNC_THREADS, SYNC_BATCH = 16, 4096
 #: requests a bulk walk of an object store (``Store.each``: upkeep's du, verify, gc) keeps in
 #: flight: each read or delete is a round trip, and a store for months holds thousands
 READ_THREADS = 16
@@ -434,12 +435,17 @@ class _Deferred:
 
     def add(self, path: str) -> bool:
         """Keep ``path`` (just written without fsync) for the next sync; False when no
-        deferring scope is open any more (the caller syncs it itself)."""
+        deferring scope is open any more (the caller syncs it itself). The writer whose file
+        makes ``SYNC_BATCH`` syncs them: memory and what a power loss may take stay bounded
+        in a long run."""
         with self.lock:
             if self.depth <= 0:
                 return False
             self.paths[path] = None
-            return True
+            full = len(self.paths) >= SYNC_BATCH
+        if full:
+            self.sync()
+        return True
 
     def sync(self) -> None:
         """fsync every file kept so far (several at once); a failure names the store and the
@@ -598,8 +604,10 @@ class Store:
         # a store travels to a worker as its location (no client, no credentials from the
         # environment: the worker opens it with its own); a local path goes absolute, since the
         # worker's working folder may differ. What this process still publishes behind goes up
-        # first: the other process reads the server.
-        self.flush()
+        # first: the other process reads the server (a local folder's files are there already:
+        # their deferred fsyncs are this process's to issue).
+        if self._behind is not None:
+            self._behind.flush()
         if self.remote:  # made lazily there: unpickling asks nothing of the store
             return (_unpickled, (self._loc,))
         return (Store, (str(self.root.absolute()),))

@@ -103,3 +103,16 @@ def test_the_scope_s_own_error_is_not_hidden_by_a_failing_sync(
         st.put_json({"a": 1})
         monkeypatch.setattr(os, "fsync", full)
         raise KeyError("the node's failure")
+
+
+def test_a_long_run_syncs_in_batches_not_only_at_its_end(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import assay.store
+
+    monkeypatch.setattr(assay.store, "SYNC_BATCH", 3)
+    st = Store(tmp_path / "store")
+    synced = _spy(monkeypatch)
+    with st.in_use(write_behind=True):
+        keys = [st.put_json({"i": i}) for i in range(7)]
+        assert len(synced) == 6  # two batches of 3, by the writers that filled them
+    assert sorted(synced) == sorted(str(st._blob_path(k)) for k in keys)
