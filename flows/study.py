@@ -97,10 +97,11 @@ class PrefectExecutor:
     nothing asked) gets no task run: run.json's ``cached`` lists it, and the flow's log (at
     ``log_level: info``) counts such nodes by stage (:meth:`close`). Why: a task run costs
     ~25-30 ms of client and server time, more than a cached shard's lookup, so a rerun with
-    small shards was mostly Prefect bookkeeping (benchmarks/shard_overhead.py); the task runs left are the nodes that worked (a node the
-    head start has not finished yet gets its task run, which waits for it). Without a head
-    start every node has its task run: a stage function is never called just to probe the
-    cache (a probe has side effects: grading ahead's verdicts are handed over once)."""
+    small shards was mostly Prefect bookkeeping (benchmarks/shard_overhead.py). The task runs
+    left are the nodes that worked (a node the head start has not finished yet gets its task
+    run, which waits for it). Without a head start every node has its task run: a stage
+    function is never called just to probe the cache (a probe has side effects: grading
+    ahead's verdicts are handed over once)."""
 
     def __init__(self, distributed: bool, head: headstart.HeadStart | None = None) -> None:
         self.distributed = distributed
