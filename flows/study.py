@@ -15,13 +15,16 @@ import logging
 import os
 import re
 import sys
+import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import Future
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from prefect import flow
+from prefect.futures import PrefectFuture
 from prefect.task_runners import ThreadPoolTaskRunner
 
 from assay import stages, stop
@@ -30,6 +33,7 @@ from assay.flows.progress_ui import progress_artifacts
 from assay.outstreams import guard_output
 from assay.spec import load_spec
 from assay.stages import headstart
+from assay.stages.cache import StageResult
 from assay.stages.finish import finish_run
 from assay.stages.plan import LOCAL_CAPACITY
 from assay.store import Store
@@ -87,30 +91,75 @@ class PrefectExecutor:
     """Runs the study graph's nodes as Prefect task runs on the flow's task runner (threads
     locally, workers on Dask): each node is submitted once its inputs exist, with
     ``wait_for`` its inputs' futures, so the flow run records the graph's edges. With a
-    ``head`` start, each task waits for (records) the head start's run of its node."""
+    ``head`` start, each task waits for (records) the head start's run of its node.
+
+    A shard node the head start served from the store (a cache hit: nothing computed,
+    nothing asked) gets no task run: run.json's ``cached`` lists it, and the flow's log (at
+    ``log_level: info``) counts such nodes by stage (:meth:`close`). Why: a task run costs
+    ~25-30 ms of client and server time, more than a cached shard's lookup, so a rerun with
+    small shards was mostly Prefect bookkeeping (benchmarks/shard_overhead.py). The task runs
+    left are the nodes that worked (a node the head start has not finished yet gets its task
+    run, which waits for it). Without a head start every node has its task run: a stage
+    function is never called just to probe the cache (a probe has side effects: grading
+    ahead's verdicts are handed over once)."""
 
     def __init__(self, distributed: bool, head: headstart.HeadStart | None = None) -> None:
         self.distributed = distributed
         self.head = head
+        #: stage -> shard nodes served from the store without a task run
+        self.hits: dict[str, int] = {}
+        self._lock = threading.Lock()
 
     def submit(self, node: Any, args: tuple[Any, ...], kwargs: dict[str, Any],
                waits: list[Any], done: Any) -> Any:
+        if node.scope == "shard" and not self.distributed and self.head is not None:
+            res = self._cached(node)
+            if res is not None:
+                with self._lock:
+                    self.hits[node.stage] = self.hits.get(node.stage, 0) + 1
+                served: Future[Any] = Future()
+                served.set_result(res)
+                done()
+                return served
+        return self._task(node, args, kwargs, waits, done)
+
+    def _task(self, node: Any, args: tuple[Any, ...], kwargs: dict[str, Any],
+              waits: list[Any], done: Any) -> Any:
         task = task_for(node.stage)
         ctx, *inputs = args  # a stage function's call: fn(ctx, *inputs)
         if self.distributed and ctx.workers != 1:  # a cluster worker grades on one core
             ctx = replace(ctx, workers=1)
         join = (headstart.joining(self.head, node.id) if self.head is not None
                 else contextlib.nullcontext())
+        # an input served without a task run has no future to wait for (it is done already)
+        waits = [w for w in waits if isinstance(w, PrefectFuture)]
         with join:  # the task runner copies this context into the task's thread
             fut = task.submit(ctx, tuple(inputs), wait_for=waits, **kwargs)
         fut.add_done_callback(lambda _: done())
         return fut
 
+    def _cached(self, node: Any) -> Any:
+        """The head start's result of the node when it has it and served it from the store
+        (one it computed, or is still computing, is recorded by a task run), else None."""
+        assert self.head is not None
+        out = self.head.outcome(node.id)
+        if not out.done() or out.exception() is not None:
+            return None
+        res = out.result()
+        return res if isinstance(res, StageResult) and res.cached else None
+
     def result(self, handle: Any) -> Any:
         return handle.result()
 
     def close(self, cancel: bool) -> None:
-        pass  # the flow's task runner owns the workers
+        # the flow's task runner owns the workers
+        if self.hits:
+            from prefect import get_run_logger
+
+            with contextlib.suppress(Exception):  # outside a flow run: nobody to tell
+                get_run_logger().info(
+                    "served from the store without a task run (cache hits): %s",
+                    ", ".join(f"{k}: {v} shard(s)" for k, v in sorted(self.hits.items())))
 
 
 def capacity_for(spec: Any) -> dict[str, int]:
