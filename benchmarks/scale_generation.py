@@ -76,8 +76,6 @@ class Sides:
     """The two commands over one N: assay's folder and inspect's, the same prompts."""
 
     def __init__(self, base: Path, url: str, n: int, k: int, inspect: str | None) -> None:
-        if n % k:
-            raise SystemExit(f"error: --samples {n} is not a multiple of --k {k}")
         self.n, self.url = n, url
         self.folder = base / f"assay-{n}"
         spec = write_study(self.folder, url, n // k, 1, k)
@@ -137,6 +135,9 @@ def main(argv: list[str] | None = None) -> dict[int, dict[str, list[dict[str, fl
     inspect = None if a.no_inspect else a.inspect
     if inspect and not Path(inspect).exists():
         raise SystemExit(f"error: --inspect {inspect} does not exist (or pass --no-inspect)")
+    for n in a.samples:
+        if n % a.k:
+            raise SystemExit(f"error: --samples {n} is not a multiple of --k {a.k}")
     names = ["assay"] + (["inspect_ai"] if inspect else [])
     proc, url = client_cpu.start_server(LATENCY)
     base = Path(tempfile.mkdtemp(prefix="assay-scalegen-"))
