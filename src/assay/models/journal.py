@@ -98,6 +98,13 @@ def _write_all(fd: int, data: bytes) -> None:
         view = view[os.write(fd, view):]
 
 
+#: the layout _line writes: head, a 16-hex sum, then the record's canonical bytes
+_HEAD = b'{"sum":"'
+_SUM_END = len(_HEAD) + 16
+_MID = b'","rec":'
+_BODY_AT = _SUM_END + len(_MID)
+
+
 def line_ok(raw: bytes) -> bool:
     """Whether one journal line is intact (parses, and its checksum matches its record)."""
     return _checked(raw) is not None
@@ -105,6 +112,18 @@ def line_ok(raw: bytes) -> bool:
 
 def _checked(raw: bytes) -> dict[str, Any] | None:
     """The record of an intact journal line (parsed once), else None."""
+    # A line as _line writes it carries its record's canonical bytes verbatim: checking the sum
+    # on those bytes spares re-canonicalizing every record read (a third of a generate run's
+    # hashing at 8k samples). Any other layout of the same record takes the general check.
+    body = raw[_BODY_AT:-1]
+    if (raw[:len(_HEAD)] == _HEAD and raw[_BODY_AT - len(_MID):_BODY_AT] == _MID
+            and raw[-1:] == b"}"
+            and hashlib.sha256(body).hexdigest()[:16].encode() == raw[len(_HEAD):_SUM_END]):
+        try:
+            rec = json.loads(body)
+        except ValueError:
+            return None
+        return rec if isinstance(rec, dict) else None
     try:
         doc = json.loads(raw)
         ok = hashlib.sha256(canonical_json(doc["rec"])).hexdigest()[:16] == doc["sum"]
@@ -113,7 +132,6 @@ def _checked(raw: bytes) -> dict[str, Any] | None:
     return doc["rec"] if ok and isinstance(doc["rec"], dict) else None
 
 
-_HEAD = b'{"sum":"'
 #: JSON literals (and a number's sign) a cut can leave half written
 _LITERALS = ("true", "false", "null", "-")
 
@@ -137,6 +155,16 @@ def _cut_short(raw: bytes) -> bool:
                 or (e.msg.startswith("Expecting value")
                     and any(lit.startswith(rest) for lit in _LITERALS)))
     return False  # whole JSON: a damaged line, not a cut one
+
+
+def _read_line(raw: bytes) -> tuple[dict[str, Any] | None, str]:
+    """(the record to keep or None, :func:`line_state`'s state) of one line: an intact line is
+    parsed once, here, not again by its reader."""
+    rec = _checked(raw)
+    if rec is not None:
+        return rec, "ok"
+    state, whole = line_state(raw)
+    return (None if whole is None else json.loads(whole)["rec"]), state
 
 
 def line_state(raw: bytes) -> tuple[str, bytes | None]:
@@ -193,13 +221,11 @@ class Journal:
         for raw in data.split(b"\n"):
             if not raw:
                 continue
-            state, whole = line_state(raw)
+            rec, state = _read_line(raw)
             if state != "ok":
                 bad += 1
-            if whole is None:
-                continue
-            rec = json.loads(whole)["rec"]
-            out[rec["key"]] = rec
+            if rec is not None:
+                out[rec["key"]] = rec
         if bad:
             warnings.warn(f"journal {self.path}: {bad} torn or corrupt line(s) skipped (a killed "
                           "run's last write); those completions are asked again",
@@ -359,11 +385,11 @@ def _parse_into(data: bytes, records: dict[str, dict[str, Any]]) -> int:
     for raw in data.split(b"\n"):
         if not raw:
             continue
-        state, whole = line_state(raw)
+        rec, state = _read_line(raw)
         if state != "ok":
             bad += 1
-        if whole is not None:
-            _merge(records, json.loads(whole)["rec"])
+        if rec is not None:
+            _merge(records, rec)
     return bad
 
 
