@@ -25,7 +25,6 @@ from typing import Any, ClassVar
 
 from assay.errors import SpecError, VerifierError
 from assay.judging import Verdict, Verifier
-from assay.measure.lm_eval_corpus import json_item
 from assay.verify.registry import VERIFIERS
 
 
@@ -116,6 +115,10 @@ class LmEvalMetric(Verifier):
             raise VerifierError(f"lm_eval {self.task_name} document {doc_id}: its target is not "
                                 "the row's reference (the data changed since the rows were "
                                 "built)")
+        # here, not at the top: the measure package imports scipy (a verifier module is
+        # imported with the spec's kinds, before anything is measured)
+        from assay.measure.lm_eval_corpus import json_item
+
         filtered = filter_completion(task, doc, doc_id, candidate)
         aggs = self.aggregations()
         markers: dict[str, float] = {}
