@@ -115,11 +115,13 @@ def _aggregation_refusal(metric: str, agg: Any) -> str | None:
     import ast
     from pathlib import Path
 
+    from assay.pyast import parse
+
     path, _, fname = str(agg).rpartition(".")
     if _shipped_module(path):  # lm-eval imports it as lm_eval.tasks.<folder>.<file>
         return None
     try:
-        tree = ast.parse(Path(path + ".py").read_text(encoding="utf-8"))
+        tree = parse(Path(path + ".py").read_text(encoding="utf-8"))
     except (OSError, SyntaxError, ValueError):
         return None  # lm-eval reports what it cannot load when the task loads
     if any(isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef | ast.Assign)
