@@ -140,9 +140,12 @@ class Invariance(Result):
 class HFRewardModel:
     """A transformers ``AutoModelForSequenceClassification`` reward model (local path or hub id).
 
-    See the module docstring for the scoring protocol. ``score(prompts, responses)`` returns
-    float64 scores; ``last_run`` counts truncations, batches and OOM backoffs of the last call;
-    ``info`` records device, dtype, head precision, attention implementation and template mode.
+    See the module docstring for the scoring protocol. ``batching="alone"`` (default) scores each
+    distinct input in its own unpadded pass, so its bits never depend on the other inputs;
+    ``"padded"`` uses token-budget batches (faster on a GPU, equal only within tolerance).
+    ``score(prompts, responses)`` returns float64 scores; ``last_run`` counts truncations,
+    batches and OOM backoffs of the last call; ``info`` records device, dtype, head precision,
+    attention implementation and template mode.
 
     Example (a hub model needs a network; any local directory works the same way):
         >>> rm = HFRewardModel("path/to/reward-model")           # doctest: +SKIP
