@@ -246,3 +246,20 @@ def test_an_hf_models_rerun_after_an_insert_equals_a_cold_run_byte_for_byte(tmp_
     labels = [m["label"] for m in json.loads(cold["report.json"])["measurements"]]
     assert "reward_rows[s, rm:tiny]" in labels
     clear_model_cache()
+
+
+def test_hf_row_scores_of_the_old_batched_scoring_are_not_reused(tmp_path, rm):
+    """hf row scores are keyed with KIND_PROTOCOL: a journal the old (padded-batch) scoring wrote
+    under the bare identity is never read; a function model's keys are unchanged."""
+    from assay.stages.score_rows import journal_file, model_identity
+
+    folder = tmp_path / "a"
+    folder.mkdir()
+    (folder / "s.yaml").write_text(HF_SPEC.replace("PATH", str(tmp_path / "m")))
+    spec = load_spec(folder / "s.yaml")
+    (hf,) = spec.reward.scoring_models()
+    assert journal_file(model_identity(hf, spec.paths)) != journal_file(hf.identity(spec.paths))
+    (folder / "t.yaml").write_text(SPEC)
+    fspec = load_spec(folder / "t.yaml")
+    (fn,) = fspec.reward.scoring_models()
+    assert model_identity(fn, fspec.paths) == fn.identity(fspec.paths)
