@@ -19,6 +19,7 @@ Usage:
     .venv/bin/python benchmarks/reward_scoring.py --rows --repeats 3   # row scoring only
     .venv/bin/python benchmarks/reward_scoring.py --synthetic 2000 --repeats 3
     .venv/bin/python benchmarks/reward_scoring.py --hf path/to/local/reward-model
+    .venv/bin/python benchmarks/reward_scoring.py --hf-built 256 4 --repeats 3  # alone vs padded
 
 On a machine with CUDA the models run there (device="auto") and the tokens/s and pairs/s lines
 are the GPU numbers.
@@ -157,6 +158,46 @@ def bench_hf(path: str, prompts: list[str], responses: list[str], repeats: int) 
           f"{tokens / t_ours:.0f} tokens/s, {len(ids) / 2 / t_ours:.1f} pairs/s; "
           f"max |diff| {np.abs(s_ours - s_naive).max():.2e}")
     print(rm.check_invariance())
+
+
+def bench_hf_built(hidden: int, layers: int, n_items: int, repeats: int) -> None:
+    """Each input alone (the default since issue 49) vs the padded token-budget batches it
+    replaced, on a random Llama reward model built here (device_check's), ``n_items`` inputs of
+    5-60 words per side; medians, and how many scores' bits differ between the two."""
+    import tempfile
+
+    from assay.reward import HFRewardModel
+    from benchmarks.device_check import build_models, word_texts
+
+    with tempfile.TemporaryDirectory() as tmp:
+        rm_dir, _ = build_models(Path(tmp), {"rm_hidden": hidden, "rm_layers": layers,
+                                             "lm_hidden": 8, "lm_layers": 1})
+        prompts, responses = word_texts(n_items, 5, 60, 1), word_texts(n_items, 5, 60, 2)
+        alone = HFRewardModel(rm_dir)
+        padded = HFRewardModel(rm_dir, batching="padded")
+        t_alone, s_alone = timed(lambda: alone.score(prompts, responses), repeats)
+        t_pad, s_pad = timed(lambda: padded.score(prompts, responses), repeats)
+        # the old scoring exactly: padded batches at torch's own thread count (nothing pinned)
+        import os
+
+        import torch
+
+        threads = torch.get_num_threads()
+        os.environ["ASSAY_LOGLIK_THREADS"] = str(threads)
+        try:
+            t_old, _ = timed(lambda: padded.score(prompts, responses), repeats)
+        finally:
+            os.environ.pop("ASSAY_LOGLIK_THREADS")
+        assert alone.last_run is not None and padded.last_run is not None
+        tokens = alone.last_run.n_tokens
+        differ = int(np.sum(s_alone.view(np.uint64) != s_pad.view(np.uint64)))
+        print(f"hf Llama {layers}x{hidden} on {alone.device} ({alone.dtype}), {n_items} inputs, "
+              f"{tokens} tokens: alone {t_alone:.2f}s ({tokens / t_alone:.0f} tokens/s, "
+              f"{alone.last_run.n_batches} passes); padded {t_pad:.2f}s "
+              f"({tokens / t_pad:.0f} tokens/s, {padded.last_run.n_batches} batches); "
+              f"alone/padded {t_alone / t_pad:.2f}x; padded at torch's {threads} threads (the "
+              f"old scoring) {t_old:.2f}s, alone/old {t_alone / t_old:.2f}x; bits differ in "
+              f"{differ} of {n_items}, max |diff| {np.abs(s_alone - s_pad).max():.2e}")
 
 
 def bench_audit() -> None:
@@ -331,7 +372,13 @@ def main() -> None:
                     help="only the row-scoring run (quickstart's 1,312 completions)")
     ap.add_argument("--one-by-one-rows", type=int, default=240,
                     help="rows the one-by-one baseline scores (its rate is compared)")
+    ap.add_argument("--hf-built", type=int, nargs=2, metavar=("HIDDEN", "LAYERS"), default=None,
+                    help="only: each input alone vs padded batches on a random Llama built here")
+    ap.add_argument("--hf-items", type=int, default=512, help="inputs for --hf-built")
     args = ap.parse_args()
+    if args.hf_built:
+        bench_hf_built(*args.hf_built, args.hf_items, args.repeats)
+        return
     if args.rows:
         bench_rows(args.repeats, args.one_by_one_rows)
         return

@@ -152,7 +152,7 @@ def test_invariance_probe_passes_and_can_fail(tiny_rm, tiny_rm_dir):
 def test_config_never_edited_even_without_pad_token(tmp_path):
     path = build_tiny_reward_model(tmp_path / "nopad", pad_token=False)
     on_disk = (path / "config.json").read_bytes()
-    rm = HFRewardModel(path, device="cpu")
+    rm = HFRewardModel(path, device="cpu", batching="padded")  # alone never pads: nothing to see
     before = rm.model.config.to_dict()
     assert before["pad_token_id"] is None
     s = rm.score(PROMPTS, RESPONSES)
@@ -183,7 +183,8 @@ def test_bf16_loads_head_in_fp32_from_checkpoint(tiny_rm, tiny_rm_dir):
 def test_oom_backoff_halves_the_budget(tiny_rm_dir):
     import torch
 
-    rm = HFRewardModel(tiny_rm_dir, device="cpu", batch_tokens=4096)
+    # batches of several inputs are the padded option's (the default scores each input alone)
+    rm = HFRewardModel(tiny_rm_dir, device="cpu", batch_tokens=4096, batching="padded")
     ref = rm.score(PROMPTS, RESPONSES)
     real = rm.model.forward
 

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from assay import stages
@@ -197,3 +198,68 @@ def test_gc_keeps_the_row_score_journal_a_kept_run_names(tmp_path, rm):
     shuffled = RECORDS[::-1]  # every score-rows shard recomputes, from the journal alone
     run(tmp_path / "b", shuffled, store)
     assert scored(rm) == 24
+
+
+HF_SPEC = SPEC.replace(
+    '[{name: cnt, kind: function, function: "cnt_rm:score", params: {batched: true}}]',
+    "[{name: tiny, kind: hf, path: PATH, params: {device: cpu}}]")
+
+
+def run_hf(folder: Path, records: list[dict], store: Store, model: Path
+           ) -> tuple[dict[str, bytes], stages.StudyRun]:
+    """The study with the tests' tiny transformers reward model, written out as `assay run`
+    writes it: report.json and each source's rows Parquet, as bytes."""
+    from assay.report import write_run_dir
+
+    folder.mkdir(exist_ok=True)
+    (folder / "d.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    (folder / "s.yaml").write_text(HF_SPEC.replace("PATH", str(model)))
+    r = stages.run_study(load_spec(folder / "s.yaml"), store, progress=None)
+    rows = {name: stages.concat_rows(store, parts) for name, parts in r.graded.items()}
+    write_run_dir(folder / "out", stages.report_files(store, r.report), rows, {})
+    return {f: (folder / "out" / f).read_bytes() for f in ("report.json", "rows/s.parquet")}, r
+
+
+def test_an_hf_models_rerun_after_an_insert_equals_a_cold_run_byte_for_byte(tmp_path):
+    """A transformers reward model: the rerun scores only the inserted record's input (alone),
+    the cold run scores it among its shard's other inputs; rows and report are the same bytes."""
+    from helpers.reward_fixtures import build_tiny_reward_model
+
+    clear_model_cache()
+    model = build_tiny_reward_model(tmp_path / "tiny_rm")
+    store = Store(tmp_path / "store")
+    run_hf(tmp_path / "a", RECORDS, store, model)
+    new = {"id": "t99", "q": "what is the capital of a new question?", "a": "Paris, x", "g": "no"}
+    edited = [new] + RECORDS
+    again, rerun = run_hf(tmp_path / "b", edited, store, model)
+    # every shard boundary moved, yet the model scored only the one new input
+    assert sum(r.summary["scored"]["rm:tiny"] for r in rerun.results
+               if r.stage == "score-rows" and not r.cached) == 1
+    clear_model_cache()
+    cold, _ = run_hf(tmp_path / "c", edited, Store(tmp_path / "cold"), model)
+    assert again["rows/s.parquet"] == cold["rows/s.parquet"]
+    assert again["report.json"] == cold["report.json"]
+    markers = pq.read_table(tmp_path / "c" / "out" / "rows" / "s.parquet").column("markers")
+    scores = [dict(m)["rm:tiny"] for m in markers.to_pylist()]
+    assert len(set(scores)) > 10  # the scores are real and varied, so equality means something
+    # and the report measures them (so its bytes follow the scores' bits)
+    labels = [m["label"] for m in json.loads(cold["report.json"])["measurements"]]
+    assert "reward_rows[s, rm:tiny]" in labels
+    clear_model_cache()
+
+
+def test_hf_row_scores_of_the_old_batched_scoring_are_not_reused(tmp_path, rm):
+    """hf row scores are keyed with KIND_PROTOCOL: a journal the old (padded-batch) scoring wrote
+    under the bare identity is never read; a function model's keys are unchanged."""
+    from assay.stages.score_rows import journal_file, model_identity
+
+    folder = tmp_path / "a"
+    folder.mkdir()
+    (folder / "s.yaml").write_text(HF_SPEC.replace("PATH", str(tmp_path / "m")))
+    spec = load_spec(folder / "s.yaml")
+    (hf,) = spec.reward.scoring_models()
+    assert journal_file(model_identity(hf, spec.paths)) != journal_file(hf.identity(spec.paths))
+    (folder / "t.yaml").write_text(SPEC)
+    fspec = load_spec(folder / "t.yaml")
+    (fn,) = fspec.reward.scoring_models()
+    assert model_identity(fn, fspec.paths) == fn.identity(fspec.paths)

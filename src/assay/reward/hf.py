@@ -16,10 +16,20 @@ The scoring protocol (what the fingerprint's ``protocol`` part names):
    ``"right"`` cuts the end of the token sequence (the response's end: usually wrong for a
    reward model, offered for parity with other tools); ``"error"`` raises. Every run counts
    its truncated items (``last_run.truncated``); nothing is cut silently.
-4. Items are sorted by length and batched under a padded-token budget (``batch_tokens``), right
-   padded with ``config.pad_token_id`` and an attention mask. A model whose config has no pad
-   token cannot locate the last token in a padded batch, so it is scored one item at a time
-   (noted in ``last_run.notes``) instead of editing its config.
+4. Every distinct input is scored alone (``batching="alone"``, the default): one forward pass
+   per input, one row, no padding, so its score's bits do not depend on which other inputs
+   were scored with it (issue 49: a rerun after an edit scores only the new inputs and must
+   equal a cold run byte for byte). Measured on the tests' tiny Llama, 200 varied inputs at
+   float32 on CPU: 115 scores' bits differ between alone and padded length-sorted batches,
+   60 between alone and unpadded batches of equal-length inputs (GEMM blocking follows the
+   matrix shapes), none at 1 vs 2-4 threads (a larger model's GEMV does; hf_loglik measured it).
+   On CPU each pass runs at :func:`assay.models.hf_loglik.cpu_threads` intra-op threads under
+   its process-wide lock. ``batching="padded"`` is the faster option for a GPU: items sorted by
+   length and batched under a padded-token budget (``batch_tokens``), right padded with
+   ``config.pad_token_id`` and an attention mask; its scores then agree with alone only within
+   :meth:`HFRewardModel.check_invariance`'s tolerance, not bit for bit. A model whose config has
+   no pad token cannot locate the last token in a padded batch, so it is scored one item at a
+   time (noted in ``last_run.notes``) instead of editing its config.
 5. Forward under ``torch.inference_mode``; on CUDA the weights are bf16 and the reward head
    fp32 (re-read from the checkpoint); on CPU everything is fp32. An out-of-memory error halves
    the token budget and retries.
@@ -45,6 +55,7 @@ import numpy as np
 
 from assay.errors import DataError
 from assay.hashing import combine, dir_digest
+from assay.models.hf_loglik import cpu_threads, fixed_threads
 from assay.results import Estimate, Result
 from assay.reward.base import (
     PROTOCOL_VERSION,
@@ -65,6 +76,9 @@ from assay.reward.runtime import (
 
 TRUNCATION_POLICIES = ("left-prompt", "right", "error")
 TEMPLATES = ("auto", "chat", "pair")
+BATCHING = ("alone", "padded")
+#: Bump when the same input's score can change bits (part of ``fingerprint``); 2: each input alone
+SCORING_VERSION = 2
 
 # Varied lengths so batches mix short and long sequences (the case padding bugs show up in).
 PROBE_PROMPTS = (
@@ -126,9 +140,12 @@ class Invariance(Result):
 class HFRewardModel:
     """A transformers ``AutoModelForSequenceClassification`` reward model (local path or hub id).
 
-    See the module docstring for the scoring protocol. ``score(prompts, responses)`` returns
-    float64 scores; ``last_run`` counts truncations, batches and OOM backoffs of the last call;
-    ``info`` records device, dtype, head precision, attention implementation and template mode.
+    See the module docstring for the scoring protocol. ``batching="alone"`` (default) scores each
+    distinct input in its own unpadded pass, so its bits never depend on the other inputs;
+    ``"padded"`` uses token-budget batches (faster on a GPU, equal only within tolerance).
+    ``score(prompts, responses)`` returns float64 scores; ``last_run`` counts truncations,
+    batches and OOM backoffs of the last call; ``info`` records device, dtype, head precision,
+    attention implementation and template mode.
 
     Example (a hub model needs a network; any local directory works the same way):
         >>> rm = HFRewardModel("path/to/reward-model")           # doctest: +SKIP
@@ -148,6 +165,7 @@ class HFRewardModel:
         batch_tokens: int | None = None,
         max_batch: int = 256,
         template: str = "auto",
+        batching: str = "alone",
         label_index: int = 0,
         trust_remote_code: bool = False,
         name: str | None = None,
@@ -160,6 +178,8 @@ class HFRewardModel:
                 f"truncation must be one of {TRUNCATION_POLICIES}, got {truncation!r}")
         if template not in TEMPLATES:
             raise RewardModelError(f"template must be one of {TEMPLATES}, got {template!r}")
+        if batching not in BATCHING:
+            raise RewardModelError(f"batching must be one of {BATCHING}, got {batching!r}")
         if max_batch < 1:
             raise RewardModelError(f"max_batch must be >= 1, got {max_batch!r}")
         self.name_or_path = str(name_or_path)
@@ -168,6 +188,7 @@ class HFRewardModel:
         self.device = resolve_device(device)
         self.dtype = resolve_dtype(dtype, self.device)
         self.truncation = truncation
+        self.batching = batching
         self.max_batch = max_batch
         self.label_index = label_index
         self.batch_tokens = batch_tokens or (65536 if self.device.startswith("cuda") else 8192)
@@ -214,7 +235,8 @@ class HFRewardModel:
             "attn_implementation": getattr(self.model.config, "_attn_implementation", None),
             "template": self.template, "add_special_tokens": self._add_specials,
             "max_length": self.max_length, "truncation": self.truncation,
-            "batch_tokens": self.batch_tokens, "torch": torch.__version__,
+            "batch_tokens": self.batch_tokens, "batching": self.batching,
+            "torch": torch.__version__,
         }
         self._fingerprint: str | None = None
         self._last_run: ScoreRun | None = None
@@ -268,7 +290,10 @@ class HFRewardModel:
                 "add_special_tokens": self._add_specials, "max_length": self.max_length,
                 "truncation": self.truncation, "dtype": self.dtype,
                 "device": self.device.split(":")[0], "label_index": self.label_index,
-                "protocol": PROTOCOL_VERSION,
+                "protocol": PROTOCOL_VERSION, "batching": self.batching,
+                "scoring": SCORING_VERSION,
+                # the reduction order of a CPU pass follows its thread count
+                "cpu_threads": cpu_threads() if self.device == "cpu" else None,
             }
             self._fingerprint = combine("rm", "hf-sequence-classification", weights, protocol)
         return self._fingerprint
@@ -407,7 +432,7 @@ class HFRewardModel:
         if types is not None:
             inputs["token_type_ids"] = types.to(self.device)
         try:
-            with torch.inference_mode():
+            with fixed_threads(self.device.split(":")[0]), torch.inference_mode():
                 logits = self.model(**inputs).logits
         except ValueError as exc:
             if len(idx) > 1 and "padding token" in str(exc):
@@ -417,7 +442,10 @@ class HFRewardModel:
         return logits[:, self.label_index].float().cpu().numpy().astype(np.float64)
 
     def _run(self, ids: list[list[int]], tts: list[list[int]] | None, *, max_batch: int,
-             extra_padding: int = 0) -> tuple[np.ndarray, Any]:
+             extra_padding: int = 0, padded: bool | None = None) -> tuple[np.ndarray, Any]:
+        # ``padded`` overrides ``self.batching`` (check_invariance probes padded batches)
+        if not (self.batching == "padded" if padded is None else padded):
+            max_batch = 1
         def empty_cache() -> None:
             import torch
 
@@ -518,9 +546,11 @@ class HFRewardModel:
             prompts, responses = list(PROBE_PROMPTS), list(PROBE_RESPONSES)
         prompts, responses = check_texts(prompts, responses)
         ids, tts, _ = self.encode(prompts, responses)
-        batched, plan = self._run(ids, tts, max_batch=self.max_batch)
+        # padded batches whatever ``batching`` says: this probes the model's own padding handling
+        batched, plan = self._run(ids, tts, max_batch=self.max_batch, padded=True)
         single, _ = self._run(ids, tts, max_batch=1)
-        padded, _ = self._run(ids, tts, max_batch=self.max_batch, extra_padding=extra_padding)
+        padded, _ = self._run(ids, tts, max_batch=self.max_batch, extra_padding=extra_padding,
+                              padded=True)
         largest = 1 if self._one_at_a_time else plan.largest_batch
         scale = 1.0 + float(np.max(np.abs(batched))) if len(batched) else 1.0
         if atol is None:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 import pyarrow as pa
@@ -33,6 +33,7 @@ from assay.stages.slots import device_of, model_device, scoring_slots
 from assay.store import Store
 
 if TYPE_CHECKING:
+    from assay.paths import Paths
     from assay.reward.kinds import RewardModelEntry
     from assay.reward.worker import ScoringWorker
 
@@ -41,6 +42,10 @@ STAGE = "score-rows"  # declared at the end
 #: Bump when what a row's score means changes (which text a model sees, how conversations are
 #: passed, which rows are left unscored): it is part of every row-score cache key.
 ROW_PROTOCOL = 1
+#: Per model kind, bumped when that kind's adapter gives other bits for the same row input: it
+#: joins the kind's identity (:func:`model_identity`), so scores made the old way are computed
+#: again once while other kinds' stay cached. hf 2: every input scored alone (issue 49).
+KIND_PROTOCOL: dict[str, int] = {"hf": 2}
 MARKER_PREFIX = "rm:"
 #: Distinct row inputs scored per model call and journal commit: what a killed run loses at most
 #: per model (a GPU model batches within it by its own token budget)
@@ -220,7 +225,7 @@ def preload(spec: StudySpec, worker: ScoringWorker | None = None) -> None:
     assert spec.reward is not None
     for mspec in spec.reward.scoring_models():
         try:
-            _model(mspec, spec, mspec.identity(spec.paths), worker)
+            _model(mspec, spec, model_identity(mspec, spec.paths), worker)
         except Exception:  # noqa: BLE001 - the shard loads it again and reports the error
             return
 
@@ -235,6 +240,21 @@ def _cached_scores(store: Store, key: str) -> np.ndarray | None:
     if t is None:
         return None
     return t.column("score").to_numpy(zero_copy_only=False).astype(np.float64)
+
+
+def model_identity(mspec: RewardModelEntry, paths: Paths) -> dict[str, Any]:
+    """A reward model entry's identity in every row-score key: its own, plus its kind's
+    :data:`KIND_PROTOCOL` where it has one.
+
+    Example:
+        >>> class Entry:  # what a `kind: hf` entry's identity() returns, less its file digests
+        ...     def identity(self, paths): return {"kind": "hf", "params": {}}
+        >>> model_identity(Entry(), None)
+        {'kind': 'hf', 'params': {}, 'scoring': 2}
+    """
+    ident = mspec.identity(paths)
+    version = KIND_PROTOCOL.get(str(ident.get("kind")))
+    return ident if version is None else {**ident, "scoring": version}
 
 
 def journal_id(identity: object) -> str:
@@ -373,7 +393,7 @@ def run_score_rows(ctx: RunContext, graded: StageResult, shard: Shard) -> StageR
     device_slot = ctx.device_slot
     assert spec.reward is not None
     models = spec.reward.scoring_models()
-    identities = [[m.name, m.identity(spec.paths)] for m in models]
+    identities = [[m.name, model_identity(m, spec.paths)] for m in models]
     table = load_rows(store, graded).to_arrow()
     label = shard.label(source_name) if shard.count > 1 else source_name
 
