@@ -14,6 +14,7 @@ from assay.progress import track
 from assay.spec import StudySpec
 from assay.stages.cache import StageResult, cached_stage
 from assay.stages.declare import RunContext, Stage, declare
+from assay.stages.score_rows import model_identity
 from assay.stages.seams import Computed
 from assay.stages.slots import device_of, scoring_slots
 
@@ -66,8 +67,11 @@ def run_reward_audit(ctx: RunContext, model_name: str) -> StageResult:
             doc["report"] += "".join(f"\nnote: {n}" for n in notes)
         return {"audit": doc}, {"rows": sum(len(v) for v in views.values())}
 
+    # the scoring protocol of its kind too (hf: each input alone since issue 49's per-row
+    # scores), so an audit scored the old way is scored again, as the row scores are
     return cached_stage(store, STAGE, inputs=inputs, params={"name": model_name},
-                        fingerprint=mspec.identity(spec.paths), compute=compute, label=model_name,
+                        fingerprint=model_identity(mspec, spec.paths), compute=compute,
+                        label=model_name,
                         progress=ctx.progress)
 
 
