@@ -315,13 +315,14 @@ def record_batches(path: str | Path, fmt: str, size: int | None = None
 def _one_chunk(tables: list[pa.Table]) -> pa.Table:
     """``tables`` as one table of one chunk per column: the table one build of every row
     makes (a column's chunks decide its Parquet pages, so the stored bytes stay the same).
-    Combined a column at a time, each batch's column released once copied, so the copy costs
-    about one column, not a second table."""
+    Combined a column at a time, each batch's column released once copied (``tables`` is
+    emptied of them), so the copy costs about one column, not a second table."""
     schema = tables[0].schema
     arrays = []
     for name in schema.names:
         arrays.append(pa.concat_arrays([c for t in tables for c in t.column(name).chunks]))
-        tables = [t.drop_columns([name]) for t in tables]
+        # in place: the caller's list must not keep the copied column alive either
+        tables[:] = [t.drop_columns([name]) for t in tables]
     return pa.Table.from_arrays(arrays, schema=schema)
 
 
