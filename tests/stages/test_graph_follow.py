@@ -169,12 +169,12 @@ def test_a_run_recording_a_head_start_cuts_the_rows_once(tmp_path: Path,
         for i in range(20)))
     (tmp_path / "s.yaml").write_text(SPEC)
     cuts: list[str] = []
-    cut_columns = wiring._cut_columns  # what the expansion reads to cut the shards
+    load_rows = wiring.load_rows
 
     def counted(store: Store, res: Any) -> Any:
         cuts.append(res.stage)
-        return cut_columns(store, res)
-    monkeypatch.setattr(wiring, "_cut_columns", counted)
+        return load_rows(store, res)
+    monkeypatch.setattr(wiring, "load_rows", counted)
     spec, store = load_spec(tmp_path / "s.yaml"), Store(tmp_path / "store")
     head = headstart.HeadStart(spec, store)
     with headstart.running(head):

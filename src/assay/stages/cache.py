@@ -235,7 +235,6 @@ _PRINT_LOCK = threading.Lock()
 
 _TABLES: dict[tuple[str, str], pa.Table] = {}
 _TABLES_LOCK = threading.Lock()
-_LOADING: dict[tuple[str, str], threading.Lock] = {}  # a table being decoded -> its gate
 
 
 def load_rows(store: Store, res: StageResult, name: str = "rows") -> Rows:
@@ -244,20 +243,12 @@ def load_rows(store: Store, res: StageResult, name: str = "rows") -> Rows:
     memo = (store.location, res.outputs[name])
     t = _TABLES.get(memo)
     if t is None:
-        with _TABLES_LOCK:
-            gate = _LOADING.setdefault(memo, threading.Lock())
-        with gate:  # one thread decodes a table, the shards that want it too wait for it:
-            # a copy each would hold the whole table several times at once (issue 50)
-            t = _TABLES.get(memo)
-            if t is None:
-                t = store.get_table(res.outputs[name])
-                if t is not None:
-                    with _TABLES_LOCK:  # shards on several threads read and evict at once
-                        while len(_TABLES) >= 8:
-                            _TABLES.pop(next(iter(_TABLES)))
-                        _TABLES[memo] = t
-        with _TABLES_LOCK:
-            _LOADING.pop(memo, None)
+        t = store.get_table(res.outputs[name])
+        if t is not None:
+            with _TABLES_LOCK:  # shards on several threads read and evict at once
+                while len(_TABLES) >= 8:
+                    _TABLES.pop(next(iter(_TABLES)))
+                _TABLES[memo] = t
     if t is None:
         raise StoreVanishedError(
             f"{res.label}: output {name!r} ({res.outputs[name]}) vanished from "

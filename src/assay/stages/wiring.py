@@ -19,13 +19,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
-import pyarrow as pa
-import pyarrow.parquet as pq
-
-from assay.errors import StoreVanishedError
-from assay.rows import Rows
 from assay.stages.cache import StageResult, load_rows, print_progress
-from assay.stages.declare import STAGES, Progress, RunContext, Shard, Stage, shard_bounds
+from assay.stages.declare import STAGES, Progress, RunContext, Shard, Stage
 from assay.stages.graph import GROUP, Graph, Node
 from assay.stages.modes import ModeRow, row_of
 
@@ -113,8 +108,7 @@ def _shards(ctx: RunContext, si: int, step0: int, row: ModeRow, mode: Sequence[S
         if row.cut is not None:  # as many rows as the first stage says (a generate shard:
             # prompts for ~shard_rows completions)
             per = chain[0].rows_per_shard
-            rows = (_cut_columns(ctx.store, filtered) if row.cut is shard_bounds
-                    else load_rows(ctx.store, filtered))
+            rows = load_rows(ctx.store, filtered)
             cuts = row.cut(rows, per(spec, name) if per else spec.execution.shard_rows)
             labels = [Shard(i, len(cuts), b).label(name) for i, b in enumerate(cuts)]
         else:  # the given rows, whole
@@ -138,20 +132,6 @@ def _shards(ctx: RunContext, si: int, step0: int, row: ModeRow, mode: Sequence[S
         return nodes
 
     return expand
-
-
-def _cut_columns(store: Store, filtered: StageResult) -> Rows:
-    """The filtered rows' ``task_id`` column alone: all the default cut reads. Decoding every
-    column (prompts, completions) only to cut shards held the whole table at once on a cached
-    run (issue 50); a cut a mode declares itself gets the whole rows, as it may read any."""
-    data = store.get_bytes(filtered.outputs["rows"])  # verified, as get_table would
-    if data is None:
-        raise StoreVanishedError(
-            f"{filtered.label}: output 'rows' ({filtered.outputs['rows']}) vanished from "
-            f"{store.location} after it was computed")
-    # no reader threads, as in Store.get_table (apache/arrow#34314)
-    return Rows(pq.ParquetFile(pa.BufferReader(data), pre_buffer=False)
-                .read(columns=["task_id"], use_threads=False))
 
 
 def _after(ctx: RunContext, prev: str, i: int, n: int) -> Args:
