@@ -6,6 +6,7 @@ those import one way: grading reads rows, and this builder uses both.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import numbers
 from collections.abc import Callable, Mapping, Sequence
@@ -30,7 +31,7 @@ from assay.rows import (
     to_json,
 )
 
-__all__ = ["rows"]
+__all__ = ["TaskBook", "rows"]
 
 
 def _build_table(cols: Mapping[str, list[Any]]) -> pa.Table:
@@ -110,12 +111,12 @@ def _per_completion(values: Any, shape: list[int], argument: str, is_leaf: Any) 
     return out
 
 
-def _check_same_task(tid: str, a: tuple[int, list[dict[str, str]], str | None],
-                     b: tuple[int, list[dict[str, str]], str | None],
-                     name: Callable[[int], str]) -> None:
+def _check_same_task(tid: str, a: tuple[str, list[dict[str, str]], str | None],
+                     b: tuple[str, list[dict[str, str]], str | None]) -> None:
     """Two prompts with one task id are one task only when prompt and reference agree: else one
-    task would be graded against two golds (or two questions), and no estimate says so."""
-    (i, msgs_i, priv_i), (j, msgs_j, priv_j) = a, b
+    task would be graded against two golds (or two questions), and no estimate says so. ``a``
+    and ``b``: (how errors name the prompt, its messages, its privileged JSON)."""
+    (name_i, msgs_i, priv_i), (name_j, msgs_j, priv_j) = a, b
     vi: object
     vj: object
     if msgs_i != msgs_j:
@@ -130,10 +131,21 @@ def _check_same_task(tid: str, a: tuple[int, list[dict[str, str]], str | None],
     else:
         return
     raise RowsError(
-        f"{name(i)} and {name(j)} have the same task id {tid!r} but a different {field} "
+        f"{name_i} and {name_j} have the same task id {tid!r} but a different {field} "
         f"({vi!r:.80} vs {vj!r:.80}); one task has one {field}: give them different task ids, "
         f"or make the {field}s agree"
     )
+
+
+@dataclasses.dataclass
+class TaskBook:
+    """What :func:`rows` knows of the tasks it has seen: each task's rollouts so far and its
+    first prompt. Passing one book to successive calls builds rows in batches (a big file a
+    block of records at a time) numbered and checked as one call over all of them would."""
+
+    counters: dict[str, int] = dataclasses.field(default_factory=dict)
+    first: dict[str, tuple[str, list[dict[str, str]], str | None]] = dataclasses.field(
+        default_factory=dict)
 
 
 def _meta_json(value: Any, where: str) -> str | None:
@@ -161,6 +173,7 @@ def rows(
     meta: Sequence[Any] | None = None,
     workers: int | None = None,
     record_names: Callable[[int], str] | None = None,
+    book: TaskBook | None = None,
 ) -> Rows:
     """Build rows from prompts and completions, optionally grading them.
 
@@ -181,6 +194,8 @@ def rows(
         workers: worker processes for grading with a verifier (see :func:`assay.grade`).
         record_names: how errors name prompt ``i`` (default ``prompts[i]``); a file source
             passes its file and record index.
+        book: the tasks of earlier batches (:class:`TaskBook`): rollouts continue their
+            numbering and a task's prompt is checked against its first batch's.
 
     Prompts that share a task id (given, or the same conversation) must have the same prompt
     and reference: a conflict raises, naming both prompts and the field that differs.
@@ -230,15 +245,17 @@ def rows(
                             f"{type(reward).__name__}")
 
     cols: dict[str, list[Any]] = {c: [] for c in COLUMNS}
-    counters: dict[str, int] = {}
-    first: dict[str, tuple[int, list[dict[str, str]], str | None]] = {}
+    book = book if book is not None else TaskBook()
+    counters, first = book.counters, book.first
     for i, ((msgs, last_user), group) in enumerate(zip(parsed, groups)):
         tid = task_ids[i] if task_ids is not None else task_id_for(msgs)
         priv = (None if references is None
                 else to_json({"reference": references[i]}, f"references[{i}]"))
-        seen = first.setdefault(tid, (i, msgs, priv))
-        if seen[0] != i:
-            _check_same_task(tid, seen, (i, msgs, priv), name)
+        seen = first.get(tid)
+        if seen is None:
+            first[tid] = (name(i), msgs, priv)
+        else:
+            _check_same_task(tid, seen, (name(i), msgs, priv))
         for j, text in enumerate(group):
             where = f"prompt {i}, completion {j}" if record_names is None else record_names(i)
             k = counters.get(tid, 0)

@@ -36,12 +36,21 @@ def shard_bounds(rows: Rows, shard_rows: int) -> list[tuple[int, int]]:
         >>> shard_bounds(r, 3)
         [(0, 4), (4, 5)]
     """
-    ids = rows.to_arrow().column("task_id").to_pylist()
+    import pyarrow.compute as pc
+
+    ids = rows.to_arrow().column("task_id")
+    n = len(ids)
+    if n == 0:
+        return []
+    # where a task starts, found in Arrow: a Python string per row (400k of them) would stay
+    # in the process's heap after the cut (issue 50)
+    starts = pc.not_equal(ids.slice(1), ids.slice(0, n - 1)).to_numpy(zero_copy_only=False)
     bounds, start = [], 0
-    for i in range(1, len(ids) + 1):
-        if i == len(ids) or (i - start >= shard_rows and ids[i] != ids[i - 1]):
+    for i in (starts.nonzero()[0] + 1).tolist():
+        if i - start >= shard_rows:
             bounds.append((start, i))
             start = i
+    bounds.append((start, n))
     return bounds
 
 

@@ -7,13 +7,15 @@ rows.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field, model_validator
 
+from assay.errors import SpecError
 from assay.paths import Paths
-from assay.sources.records import RecordSourceSpec, read_records
+from assay.sources.records import RecordSourceSpec, read_records, record_batches
 from assay.sources.registry import SOURCES
 
 if TYPE_CHECKING:
@@ -44,8 +46,21 @@ class FileSource(RecordSourceSpec):
         path = paths.resolve(self.path)
         return read_records(path, self.format or path.suffix.lower().lstrip("."))
 
+    def _batches(self, paths: Paths, size: int | None = None) -> Iterator[list[dict[str, Any]]]:
+        path = paths.resolve(self.path)
+        fmt = self.format or path.suffix.lower().lstrip(".")
+        return record_batches(path, fmt) if size is None else record_batches(path, fmt, size)
+
     def build_rows(self, paths: Paths) -> Rows:
-        return self.rows_from(paths, self.read_source_records(paths), self._where(paths))
+        where = self._where(paths)
+        if self.builds_in_batches():  # a batch of records at a time: memory bounded (issue 50)
+            try:
+                rows = self.rows_in_batches(self._batches(paths), where)
+                assert rows is not None
+                return rows
+            except SpecError:
+                pass  # bad data: the whole build below says it exactly as it always did
+        return self.rows_from(paths, self.read_source_records(paths), where)
 
     def identity(self, paths: Paths) -> dict[str, Any]:
         from assay.hashing import file_checksum
@@ -56,17 +71,35 @@ class FileSource(RecordSourceSpec):
         return [paths.resolve(self.path), *super().files(paths)]
 
     def check(self, paths: Paths) -> tuple[list[str], list[str]]:
-        from assay.errors import SpecError
-
         problems, warnings = super().check(paths)
         if problems or not all(f.is_file() for f in self.files(paths)):
             return problems, warnings  # a missing file is reported by check_files
+        if self.builds_in_batches() and self._checks_in_batches(paths):
+            return [], warnings
         try:
             records = self.read_source_records(paths)
         except SpecError as e:
             return [f"path: {e}"], warnings
         return self.check_records(records, paths, self._where(paths)), warnings
 
+    def _checks_in_batches(self, paths: Paths) -> bool:
+        """Whether the records pass :meth:`check_records`, found without holding them all (the
+        check before every run reads the whole file): the first record's field checks, then
+        every batch built and dropped. False: a problem, which the whole check then words
+        exactly as it always did (and lists every bad record)."""
+        where = self._where(paths)
+        try:
+            first: list[dict[str, Any]] = next(self._batches(paths, 1), [])
+            if not first or self.check_records(first, paths, where):
+                return False
+            self.rows_in_batches(self._batches(paths), where, keep=False)
+        except SpecError:
+            return False
+        return True
+
     def row_fields(self, paths: Paths) -> set[str] | None:
-        return self.row_fields_of(self.read_source_records(paths), paths, self._where(paths))
+        # row_fields_of reads 50 records unless completions are joined to every record
+        records = (next(self._batches(paths, 50), []) if self.completions is None
+                   else self.read_source_records(paths))
+        return self.row_fields_of(records, paths, self._where(paths))
 

@@ -21,13 +21,15 @@ from __future__ import annotations
 
 import numbers
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+import pyarrow as pa
 from pydantic import Field, model_validator
 
 from assay.errors import RowsError, RowsTypeError, SpecError
+from assay.jsonl import iter_jsonl
 from assay.models.specs import GenerateSpec, ModelEntry
 from assay.paths import Paths
 from assay.rows import Rows
@@ -45,6 +47,7 @@ from assay.sources.fieldpath import (  # noqa: F401  (re-exported: their home wa
 from assay.specbase import SpecModel
 
 if TYPE_CHECKING:
+    from assay.builder import TaskBook
     from assay.sources.templates import PromptTemplate
 
 
@@ -117,7 +120,9 @@ def join_completions(records: Sequence[Mapping[str, Any]], task_ids: Sequence[st
 
 def rows_from_records(records: Sequence[Mapping[str, Any]], fields: FieldMap, *, where: str,
                       prompt_template: Any = None, reference_regex: str | None = None,
-                      prompts_only: bool = False, start: int = 0) -> Rows:
+                      prompts_only: bool = False, start: int = 0,
+                      book: TaskBook | None = None,
+                      first_record: Mapping[str, Any] | None = None) -> Rows:
     """Rows from prompt/completion records through a field mapping (one completion per record;
     records with the same task id or prompt group into one task). ``prompts_only``: the records
     hold prompts for the generate stage; each row's completion is left empty until it runs.
@@ -127,7 +132,9 @@ def rows_from_records(records: Sequence[Mapping[str, Any]], fields: FieldMap, *,
     answer out of the reference field (group 1).
 
     Errors count records from 1 (``record 1`` is the first; in a JSONL file without blank
-    lines, its line number); ``start``: how many records precede ``records``.
+    lines, its line number); ``start``: how many records precede ``records``. ``book`` and
+    ``first_record`` (the file's first record: whether a dotted field name is one key of it)
+    continue an earlier batch of the same file (:func:`rows_in_batches`).
     """
     from assay.builder import rows
 
@@ -137,7 +144,8 @@ def rows_from_records(records: Sequence[Mapping[str, Any]], fields: FieldMap, *,
     roles = fields.roles()
     if prompts_only:
         roles.pop("fields.completion")
-    used = {p for p in roles.values() if "." not in p or p in (records[0] if records else {})}
+    head = first_record if first_record is not None else (records[0] if records else {})
+    used = {p for p in roles.values() if "." not in p or p in head}
     if prompt_template is not None:
         used |= prompt_template.fields()
     need = ([] if prompts_only else [("completion", fields.completion)]) + (
@@ -203,7 +211,7 @@ def rows_from_records(records: Sequence[Mapping[str, Any]], fields: FieldMap, *,
                     references=refs if fields.reference is not None else None,
                     task_ids=tids if fields.task_id is not None else None,
                     markers=markers if mfields else None, meta=metas,
-                    record_names=lambda i: f"record {start + i + 1}")
+                    record_names=lambda i: f"record {start + i + 1}", book=book)
     except (RowsError, RowsTypeError) as e:
         # rows() counts completions the way records are counted here (one per record)
         def num(m: re.Match[str], fmt: str) -> str:
@@ -228,6 +236,56 @@ def rows_from_records(records: Sequence[Mapping[str, Any]], fields: FieldMap, *,
         hint = (" (list the JSON fields to keep in fields.meta, or set fields.meta: [])"
                 if "meta" in msg else "")
         raise SpecError(f"{where}: {msg}{hint}") from None
+
+
+#: Records per batch when a file's rows are built a block at a time (:func:`record_batches`):
+#: tens of MB of Python records (~2.5 KB a record) whatever the file's size (issue 50).
+BATCH_RECORDS = 16_384
+
+
+def record_batches(path: str | Path, fmt: str, size: int | None = None
+                   ) -> Iterator[list[dict[str, Any]]]:
+    """The records of a JSONL or Parquet file, ``size`` at a time, in file order: those
+    :func:`read_records` returns, never all held at once (a bad line raises as it does);
+    ``size`` defaults to :data:`BATCH_RECORDS`.
+
+    Example:
+        >>> import tempfile, pathlib
+        >>> p = pathlib.Path(tempfile.mkdtemp()) / "a.jsonl"
+        >>> _ = p.write_text("".join(f'{{"x": {i}}}\\n' for i in range(5)))
+        >>> [len(b) for b in record_batches(p, "jsonl", 2)]
+        [2, 2, 1]
+    """
+    size = size or BATCH_RECORDS
+    if fmt == "parquet":
+        import pyarrow.parquet as pq
+
+        with pq.ParquetFile(path) as pf:
+            for b in pf.iter_batches(batch_size=size, use_threads=False):
+                yield b.to_pylist()
+        return
+    batch: list[dict[str, Any]] = []
+    for _, rec in iter_jsonl(path, error=SpecError):
+        batch.append(rec)
+        if len(batch) == size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
+def _one_chunk(tables: list[pa.Table]) -> pa.Table:
+    """``tables`` as one table of one chunk per column: the table one build of every row
+    makes (a column's chunks decide its Parquet pages, so the stored bytes stay the same).
+    Combined a column at a time, each batch's column released once copied (``tables`` is
+    emptied of them), so the copy costs about one column, not a second table."""
+    schema = tables[0].schema
+    arrays = []
+    for name in schema.names:
+        arrays.append(pa.concat_arrays([c for t in tables for c in t.column(name).chunks]))
+        # in place: the caller's list must not keep the copied column alive either
+        tables[:] = [t.drop_columns([name]) for t in tables]
+    return pa.Table.from_arrays(arrays, schema=schema)
 
 
 # ------------------------------------------------------------------------------- record sources
@@ -384,6 +442,37 @@ class RecordSourceSpec(SourceSpec):
                                  where=where, prompt_template=self.template(),
                                  reference_regex=self.reference_regex,
                                  prompts_only=self.generate is not None)
+
+    def builds_in_batches(self) -> bool:
+        """Whether each record makes its row on its own, so the rows can be built a batch of
+        records at a time (no completions joined from another file, no choices or documents)."""
+        return self.completions is None and self.choices is None and self.perplexity is None
+
+    def rows_in_batches(self, batches: Iterable[list[dict[str, Any]]], where: str, *,
+                        keep: bool = True) -> Rows | None:
+        """The rows :meth:`rows_from` makes of every record of ``batches`` (a file's, in
+        order), built a batch at a time: tasks numbered and checked across batches as in one
+        build, so the table (and its checksum) is the same. ``keep=False``: only check that
+        they build (the data check before a run), holding no batch's rows. Only for a source
+        that :meth:`builds_in_batches`; a bad record raises the error of its own batch."""
+        from assay.builder import TaskBook
+
+        book, tables, start, head = TaskBook(), [], 0, None
+        template = self.template()
+        for recs in batches:
+            head = recs[0] if head is None and recs else head
+            r = rows_from_records(recs, self.fields, where=where, prompt_template=template,
+                                  reference_regex=self.reference_regex,
+                                  prompts_only=self.generate is not None, start=start,
+                                  book=book, first_record=head)
+            start += len(recs)
+            if keep:
+                tables.append(r.to_arrow())
+        if head is None:  # no records: the error one build gives
+            rows_from_records([], self.fields, where=where)
+        if not keep:
+            return None
+        return Rows(tables[0] if len(tables) == 1 else _one_chunk(tables))
 
     def files(self, paths: Paths) -> list[Path]:
         out = [paths.resolve(self.completions.path)] if self.completions is not None else []
