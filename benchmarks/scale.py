@@ -128,7 +128,16 @@ def one_size(rows: int, repeats: int, work: Path) -> dict[str, object]:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    import sys
+
+    if sys.argv[1:2] == ["--generation"]:  # the generation half of issue 50's curve
+        from scale_generation import main as generation
+
+        generation(sys.argv[2:])
+        return
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0],
+                                 epilog="scale.py --generation [ARGS]: generation at 1k-20k "
+                                 "samples against inspect_ai (scale_generation.py --help)")
     ap.add_argument("--rows", type=int, nargs="*", default=[4000, 40000])
     ap.add_argument("--big", action="store_true", help="add 400,000 rows (minutes, ~1 GB)")
     ap.add_argument("--repeats", type=int, default=3,
