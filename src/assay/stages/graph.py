@@ -26,15 +26,19 @@ import threading
 from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeAlias
 
 from assay.stages.declare import RunState
 
 GROUP = "group:"
 _WAKE = ""  # no node has an empty id
 
+#: How nodes sort (``order``, ``priority``): tuples of strings and numbers, compared only with
+#: each other (a study's are ``(0, source, step[, shard])``), never read field by field here.
+Order: TypeAlias = tuple[object, ...]
 
-def _start_rank(n: Node) -> tuple[Any, ...]:
+
+def _start_rank(n: Node) -> Order:
     """Which ready node takes a free place under max_parallel (the scheduling policy; results
     keep their ``order`` whatever starts first). A node's own ``priority`` wins. Else: building
     and filtering any source's rows first; then shard nodes that work on rows that exist
@@ -74,12 +78,12 @@ class Node:
     fn: Callable[..., Any]
     deps: tuple[str, ...] = ()
     resources: tuple[str, ...] = ()
-    order: tuple[Any, ...] = ()
+    order: Order = ()
     groups: tuple[str, ...] = ()
     expand: Callable[[Any], Iterable[Node]] | None = None
     label: str = ""
     ready: Callable[[], bool] | None = None
-    priority: tuple[Any, ...] | None = None
+    priority: Order | None = None
     scope: str = ""
     asks_model: bool = False
 
@@ -197,7 +201,7 @@ class Executor(Protocol):
     ``done()`` to be called (from any thread) when it ends; ``waits`` are the handles of the
     node's inputs (a Prefect executor passes them as ``wait_for``: the edges it records)."""
 
-    def submit(self, node: Node, args: tuple[Any, ...], kwargs: dict[str, Any],
+    def submit(self, node: Node, args: tuple[object, ...], kwargs: dict[str, object],
                waits: list[Any], done: Callable[[], None]) -> Any: ...
 
     def result(self, handle: Any) -> Any: ...
@@ -258,7 +262,7 @@ class NodeFailed(RuntimeError):
 
 
 #: a ready node's place in a heap: (start key, version, node id); an older version is stale
-_Entry = tuple[tuple[Any, int], int, str]
+_Entry = tuple[tuple[Order, int], int, str]
 
 
 class _Book:
@@ -276,7 +280,7 @@ class _Book:
                  skipped: dict[str, str], running: dict[str, Any]) -> None:
         self.graph, self.results, self.failed = graph, results, failed
         self.skipped, self.running = skipped, running
-        self.key: dict[str, tuple[Any, int]] = {}  # every node seen -> its start key
+        self.key: dict[str, tuple[Order, int]] = {}  # every node seen -> its start key
         self.version: dict[str, int] = {}
         self.missing: dict[str, int] = {}  # node -> its inputs not there yet
         self.readers: dict[str, list[str]] = {}  # input (id or group:name) -> nodes reading it
@@ -440,7 +444,7 @@ class _Book:
         held back by ``ready()`` (its wake comes)."""
         gated = False
         closed: set[Hashable] = set()  # gated lanes that said no since the last start
-        pos: tuple[Any, int] | None = None  # the last key looked at: a pass never goes back
+        pos: tuple[Order, int] | None = None  # the last key looked at: a pass never goes back
         behind: list[tuple[Hashable, _Entry]] = []  # gated lanes' entries, back after the pass
         while room():
             best: list[_Entry] | None = None
