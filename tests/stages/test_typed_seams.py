@@ -11,21 +11,36 @@ import assay.stages
 
 STAGES = Path(assay.stages.__file__).parent
 
-#: The modules typed for issue 51 and the most lines naming ``Any`` they may hold together
-#: (what is left is JSON: summaries, records, facts, and ``backend_for``/``model:`` entries
-#: until the models package has its backend and model-entry types). Lower it as they go.
-TYPED = ("score_rows", "stream", "wiring", "headstart", "chain", "generate", "score_choices",
-         "score_reward_model", "plan", "filter_rows", "build_rows", "score_documents", "grade",
-         "decontaminate", "declare", "slots", "modes")
-CEILING = 41
+#: The most occurrences of the word ``Any`` the modules of stages/ may hold together, counted
+#: as issue 51 counts them (``grep -o '\bAny\b' src/assay/stages/*.py | wc -l``). What is left
+#: is JSON (summaries, records, facts, measurement documents), a stage function's heterogeneous
+#: positional arguments, the measure registry's per-name entry, and ``backend_for``/``model:``
+#: entries until the models package has its backend and model-entry types. Lower it as they go.
+CEILING = 92
+#: Issue 51's goal: under this many per 1,000 lines of stages/.
+PER_1000 = 20
 
 
-def _any_lines(name: str) -> int:
-    text = (STAGES / f"{name}.py").read_text(encoding="utf-8")  # a moved module: say so
-    return sum(1 for line in text.splitlines() if re.search(r"\bAny\b", line))
+def _modules() -> list[Path]:
+    return sorted(STAGES.glob("*.py"))
 
 
-def test_typed_stage_modules_stay_under_their_any_ceiling() -> None:
-    counts = {n: _any_lines(n) for n in TYPED}
-    assert sum(counts.values()) <= CEILING, counts
+def _any_count(path: Path) -> int:
+    return len(re.findall(r"\bAny\b", path.read_text(encoding="utf-8")))
 
+
+def test_every_stage_module_is_counted() -> None:
+    # a module moved into a subpackage would leave the count without saying so
+    assert not [p for p in STAGES.rglob("*.py") if p.parent != STAGES]
+    assert {"graph.py", "measure.py", "cache.py", "wiring.py"} <= {p.name for p in _modules()}
+
+
+def test_stages_stay_under_their_any_ceiling() -> None:
+    counts = {p.name: _any_count(p) for p in _modules()}
+    assert sum(counts.values()) <= CEILING, {n: c for n, c in counts.items() if c}
+
+
+def test_stages_stay_under_issue_51s_density() -> None:
+    lines = sum(len(p.read_text(encoding="utf-8").splitlines()) for p in _modules())
+    total = sum(_any_count(p) for p in _modules())
+    assert total * 1000 < PER_1000 * lines, (total, lines)

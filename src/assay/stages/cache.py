@@ -29,7 +29,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TextIO
 
 import pyarrow as pa
 
@@ -83,7 +83,8 @@ class StageResult:
                                          "summary", "cached", "seconds")})
 
 
-def stage_key(stage: str, inputs: Sequence[str], params: Any, fingerprint: Any = None) -> str:
+def stage_key(stage: str, inputs: Sequence[object], params: object,
+              fingerprint: object = None) -> str:
     """The cache key of a stage run: stage name + version + input checksums + parameters +
     model fingerprint (``None`` when no model is involved).
 
@@ -114,7 +115,7 @@ def lookup(store: Store, key: str) -> dict[str, Any] | None:
     return doc
 
 
-def _store_output(store: Store, value: Any) -> tuple[str, str]:
+def _store_output(store: Store, value: object) -> tuple[str, str]:
     """(store key, content checksum) of one output value."""
     if isinstance(value, Rows):
         return store.put_table(value.to_arrow()), value.checksum()
@@ -171,9 +172,9 @@ def is_cached_only() -> bool:
     return _CACHED_ONLY.get()
 
 
-def cached_stage(store: Store, stage: str, *, inputs: Sequence[Any], params: Any,
-                 compute: Callable[[], tuple[Mapping[str, Any], Mapping[str, Any]]],
-                 fingerprint: Any = None, label: str | None = None,
+def cached_stage(store: Store, stage: str, *, inputs: Sequence[object], params: object,
+                 compute: Callable[[], tuple[Mapping[str, object], Mapping[str, Any]]],
+                 fingerprint: object = None, label: str | None = None,
                  progress: Callable[[StageResult], None] | None = None) -> StageResult:
     """Serve ``stage`` from the store, or run ``compute`` and store it.
 
@@ -210,7 +211,7 @@ def cached_stage(store: Store, stage: str, *, inputs: Sequence[Any], params: Any
     return res
 
 
-def print_progress(res: StageResult, stream: Any = None) -> None:
+def print_progress(res: StageResult, stream: TextIO | None = None) -> None:
     """One progress line: stage, shard, rows and rows/s (or 'cached')."""
     stream = stream or sys.stderr
     n = res.summary.get("rows")
@@ -275,7 +276,7 @@ def shard_tables(store: Store, parts: Sequence[StageResult]) -> Iterator[pa.Tabl
 
 def graded_checksums(
     graded: Mapping[str, Sequence[StageResult]], names: Sequence[str]
-) -> list[Any]:
+) -> list[object]:
     """``[[source, [shard rows checksums]], ...]``: the input checksums of a stage that reads
     the graded rows of ``names``."""
     return [[n, [p.checksums["rows"] for p in graded[n]]] for n in names]

@@ -45,7 +45,8 @@ class InlineExecutor:
         self.call = call
 
     def submit(self, node: Node, args: tuple[object, ...], kwargs: dict[str, object],
-               waits: list[object], done: Callable[[], None]) -> StageResult | Exception:
+               waits: list[StageResult | Exception], done: Callable[[], None]
+               ) -> StageResult | Exception:
         out: StageResult | Exception  # the handle: what the node returned, or raised
         try:
             out = self.call(node.fn, *args, **kwargs)

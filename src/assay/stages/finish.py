@@ -10,7 +10,7 @@ import json
 import time
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -118,7 +118,7 @@ _WRITER = ["parquet-zstd", pa.__version__]
 GROUP_ROWS = 1024 * 1024
 
 
-def write_rows(tables: Iterable[pa.Table], sink: Any) -> None:
+def write_rows(tables: Iterable[pa.Table], sink: str | Path | BinaryIO) -> None:
     """Write ``tables`` (one source's shards, in order) as one zstd Parquet file, holding at
     most a row group's rows (:data:`GROUP_ROWS`) at a time: byte for byte what
     ``pq.write_table(pa.concat_tables(tables), sink, compression="zstd")`` writes (a column
@@ -187,14 +187,14 @@ class _FactRows:
 
 
 def _row_outputs(store: Store, spec: StudySpec, run: StudyRun
-                 ) -> dict[str, tuple[list[Any], Callable[[], Iterator[pa.Table]]]]:
+                 ) -> dict[str, tuple[list[object], Callable[[], Iterator[pa.Table]]]]:
     """``{name: (identity, tables)}`` of every ``rows/<name>.parquet``: the identity is what the
     file is made from (content checksums), ``tables()`` reads its rows from the store, one
     shard's table at a time."""
     def rows_of(parts: list[StageResult]) -> Callable[[], Iterator[pa.Table]]:
         return lambda: (load_rows(store, p).to_arrow() for p in parts)
 
-    outs: dict[str, tuple[list[Any], Callable[[], Iterator[pa.Table]]]] = {
+    outs: dict[str, tuple[list[object], Callable[[], Iterator[pa.Table]]]] = {
         name: ([*_WRITER, "graded", [p.checksums["rows"] for p in parts]], rows_of(list(parts)))
         for name, parts in run.graded.items()}
     measured = next((r for r in run.results if r.stage == the_stage("measurements")), None)

@@ -26,15 +26,28 @@ import threading
 from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
-from typing import Any, Protocol
+from typing import Any, Generic, Protocol, TypeAlias
+
+from typing_extensions import TypeVar
 
 from assay.stages.declare import RunState
 
 GROUP = "group:"
 _WAKE = ""  # no node has an empty id
 
+#: How nodes sort (``order``, ``priority``): tuples of strings and numbers, compared only with
+#: each other (a study's are ``(0, source, step[, shard])``), never read field by field here.
+Order: TypeAlias = tuple[object, ...]
 
-def _start_rank(n: Node) -> tuple[Any, ...]:
+#: What a graph's nodes return: its run's results (a study graph's are StageResults), and an
+#: executor's handle on a submitted node (a Future, a Prefect future, an inline outcome). A
+#: graph made empty (``Graph()``, then nodes added) is unparameterized, as a bare ``Graph``
+#: annotation is: ``Any``, which its nodes' own types (``Node[StageResult]``) then pin.
+R = TypeVar("R", default=Any)
+H = TypeVar("H")
+
+
+def _start_rank(n: Node[R]) -> Order:
     """Which ready node takes a free place under max_parallel (the scheduling policy; results
     keep their ``order`` whatever starts first). A node's own ``priority`` wins. Else: building
     and filtering any source's rows first; then shard nodes that work on rows that exist
@@ -57,7 +70,7 @@ def _start_rank(n: Node) -> tuple[Any, ...]:
 
 
 @dataclass
-class Node:
+class Node(Generic[R]):
     """One unit of work. ``args(get)`` builds the call's ``(args, kwargs)`` from the results of
     ``deps`` (node ids, or ``group:<name>`` for a group's tuple of results). ``resources`` name
     slots the node holds while it runs; ``order`` sorts results (completion order never
@@ -70,16 +83,18 @@ class Node:
 
     id: str
     stage: str
-    args: Callable[[Callable[[str], Any]], tuple[tuple[Any, ...], dict[str, Any]]]
-    fn: Callable[..., Any]
+    #: the call's arguments are whatever ``fn``'s signature takes (a run context, results, a
+    #: shard; ``assay.stages.plan`` reads the context back), checked by that signature
+    args: Callable[[Callable[[str], R | tuple[R, ...]]], tuple[tuple[Any, ...], dict[str, Any]]]
+    fn: Callable[..., R]
     deps: tuple[str, ...] = ()
     resources: tuple[str, ...] = ()
-    order: tuple[Any, ...] = ()
+    order: Order = ()
     groups: tuple[str, ...] = ()
-    expand: Callable[[Any], Iterable[Node]] | None = None
+    expand: Callable[[R], Iterable[Node[R]]] | None = None
     label: str = ""
     ready: Callable[[], bool] | None = None
-    priority: tuple[Any, ...] | None = None
+    priority: Order | None = None
     scope: str = ""
     asks_model: bool = False
 
@@ -90,8 +105,8 @@ class Node:
 
 
 @dataclass
-class Graph:
-    nodes: dict[str, Node] = field(default_factory=dict)
+class Graph(Generic[R]):
+    nodes: dict[str, Node[R]] = field(default_factory=dict)
     #: group name -> (id of the node that seals it, member ids in the order they were added)
     groups: dict[str, tuple[str, list[str]]] = field(default_factory=dict)
     #: slots held now by running nodes, and the ids of nodes started (kept by
@@ -101,7 +116,7 @@ class Graph:
     #: called (on the runner's thread) after a node that held slots ended
     released: Callable[[], None] | None = None
     #: called with each node as it is added (the runner's policy: e.g. a gate on a model load)
-    on_add: Callable[[Node], None] | None = None
+    on_add: Callable[[Node[R]], None] | None = None
     #: node id -> (the ids of the nodes its expansion added, what it raised or None), kept by
     #: :func:`run_graph` under ``_grow``: what a :meth:`follower` reads
     expansions: dict[str, tuple[list[str], BaseException | None]] = field(default_factory=dict)
@@ -117,7 +132,7 @@ class Graph:
         if self._wake is not None:
             self._wake()
 
-    def add(self, node: Node) -> None:
+    def add(self, node: Node[R]) -> None:
         if node.id in self.nodes:
             raise ValueError(f"graph: node {node.id!r} added twice")
         if self.on_add is not None:
@@ -133,7 +148,7 @@ class Graph:
         self.groups[name] = (sealed_by, [])
         return GROUP + name
 
-    def follower(self, adapt: Callable[[Node], Node] | None = None) -> Graph:
+    def follower(self, adapt: Callable[[Node[R]], Node[R]] | None = None) -> Graph[R]:
         """A graph of this one's nodes for a second run that records this graph's run (the
         flow that records ``assay run``'s head start): its nodes are copies of these (no
         ``ready`` gate; ``adapt`` may change each copy), and a node's expansion is the one
@@ -153,21 +168,22 @@ class Graph:
         """
         with self._grow:
             grown = {i for ids, _ in self.expansions.values() for i in ids}
-            f = Graph(groups={name: (sealer, []) for name, (sealer, _) in self.groups.items()},
-                      state=self.state)  # the copies' contexts are this run's
+            f: Graph[R] = Graph(groups={name: (sealer, [])
+                                        for name, (sealer, _) in self.groups.items()},
+                                state=self.state)  # the copies' contexts are this run's
             for n in list(self.nodes.values()):
                 if n.id not in grown:
                     f.add(self._copy(n, adapt))
         return f
 
-    def _copy(self, n: Node, adapt: Callable[[Node], Node] | None) -> Node:
+    def _copy(self, n: Node[R], adapt: Callable[[Node[R]], Node[R]] | None) -> Node[R]:
         c = replace(n, ready=None,
                     expand=None if n.expand is None else self._expansion(n, adapt))
         return adapt(c) if adapt is not None else c
 
-    def _expansion(self, n: Node, adapt: Callable[[Node], Node] | None
-                   ) -> Callable[[Any], Iterable[Node]]:
-        def expand(result: Any) -> Iterator[Node]:
+    def _expansion(self, n: Node[R], adapt: Callable[[Node[R]], Node[R]] | None
+                   ) -> Callable[[R], Iterable[Node[R]]]:
+        def expand(result: R) -> Iterator[Node[R]]:
             with self._grow:  # woken when this graph's run records an expansion or ends
                 while n.id not in self.expansions and not self._grown:
                     self._grow.wait()
@@ -192,15 +208,15 @@ class Graph:
             self._grow.notify_all()
 
 
-class Executor(Protocol):
+class Executor(Protocol[H, R]):
     """Where nodes run. ``submit`` starts ``node.fn(*args, **kwargs)`` and arranges for
     ``done()`` to be called (from any thread) when it ends; ``waits`` are the handles of the
     node's inputs (a Prefect executor passes them as ``wait_for``: the edges it records)."""
 
-    def submit(self, node: Node, args: tuple[Any, ...], kwargs: dict[str, Any],
-               waits: list[Any], done: Callable[[], None]) -> Any: ...
+    def submit(self, node: Node[R], args: tuple[object, ...], kwargs: dict[str, object],
+               waits: list[H], done: Callable[[], None]) -> H: ...
 
-    def result(self, handle: Any) -> Any: ...
+    def result(self, handle: H) -> R: ...
 
     def close(self, cancel: bool) -> None: ...
 
@@ -231,21 +247,21 @@ class ThreadExecutor:
 
 
 @dataclass
-class GraphRun:
+class GraphRun(Generic[R]):
     """What ran: results by node id, failures (node id -> exception) and nodes not run because
     an input failed (node id -> the failed node's id)."""
 
-    graph: Graph
-    results: dict[str, Any]
+    graph: Graph[R]
+    results: dict[str, R]
     failed: dict[str, BaseException]
     skipped: dict[str, str]
 
-    def ordered(self) -> list[Any]:
+    def ordered(self) -> list[R]:
         """Results sorted by their nodes' ``order``."""
         ids = sorted(self.results, key=lambda i: self.graph.nodes[i].order)
         return [self.results[i] for i in ids]
 
-    def group(self, name: str) -> tuple[Any, ...]:
+    def group(self, name: str) -> tuple[R, ...]:
         return tuple(self.results[m] for m in self.graph.groups[name][1])
 
 
@@ -258,10 +274,10 @@ class NodeFailed(RuntimeError):
 
 
 #: a ready node's place in a heap: (start key, version, node id); an older version is stale
-_Entry = tuple[tuple[Any, int], int, str]
+_Entry = tuple[tuple[Order, int], int, str]
 
 
-class _Book:
+class _Book(Generic[R]):
     """What :func:`run_graph` knows between events, kept up as nodes end instead of rescanning
     every node after each one (a rescan per event was quadratic in the shards).
 
@@ -272,11 +288,12 @@ class _Book:
     nodes by ``_start_rank`` gives, so the same nodes start in the same order as a rescan would
     start them. A node's rank is read once, when it is added. Only the runner's thread uses it."""
 
-    def __init__(self, graph: Graph, results: dict[str, Any], failed: dict[str, BaseException],
-                 skipped: dict[str, str], running: dict[str, Any]) -> None:
+    def __init__(self, graph: Graph[R], results: Mapping[str, R],
+                 failed: dict[str, BaseException], skipped: dict[str, str],
+                 running: Mapping[str, object]) -> None:
         self.graph, self.results, self.failed = graph, results, failed
         self.skipped, self.running = skipped, running
-        self.key: dict[str, tuple[Any, int]] = {}  # every node seen -> its start key
+        self.key: dict[str, tuple[Order, int]] = {}  # every node seen -> its start key
         self.version: dict[str, int] = {}
         self.missing: dict[str, int] = {}  # node -> its inputs not there yet
         self.readers: dict[str, list[str]] = {}  # input (id or group:name) -> nodes reading it
@@ -356,7 +373,7 @@ class _Book:
             for n in itertools.islice(nodes.values(), len(self.key), None):
                 self._add(n)
 
-    def _add(self, n: Node) -> None:
+    def _add(self, n: Node[R]) -> None:
         self.key[n.id], self.version[n.id] = (_start_rank(n), len(self.key)), 0
         for g in n.groups:
             if g in self.cursor:
@@ -433,14 +450,14 @@ class _Book:
         return False
 
     def starts(self, room: Callable[[], bool], free: Callable[[str], bool],
-               start: Callable[[Node], None]) -> bool:
+               start: Callable[[Node[R]], None]) -> bool:
         """Start ready nodes in start order while ``room()``, one pass as a rescan made: a node
         held back by ``ready()`` waits in its callable's lane, one whose slot is not ``free``
         in that slot's lane (looked at again once the slot is free). Returns whether a node was
         held back by ``ready()`` (its wake comes)."""
         gated = False
         closed: set[Hashable] = set()  # gated lanes that said no since the last start
-        pos: tuple[Any, int] | None = None  # the last key looked at: a pass never goes back
+        pos: tuple[Order, int] | None = None  # the last key looked at: a pass never goes back
         behind: list[tuple[Hashable, _Entry]] = []  # gated lanes' entries, back after the pass
         while room():
             best: list[_Entry] | None = None
@@ -487,7 +504,7 @@ class _Book:
         return gated
 
 
-def _gate_key(n: Node) -> Hashable:
+def _gate_key(n: Node[R]) -> Hashable:
     """The lane of a node held back by ``ready()``: its callable (``loader.idle`` of every
     score-rows node is one lane), or the node alone when the callable cannot be hashed."""
     try:
@@ -497,7 +514,7 @@ def _gate_key(n: Node) -> Hashable:
     return n.ready
 
 
-def _expand(graph: Graph, node: Node, result: Any) -> None:
+def _expand(graph: Graph[R], node: Node[R], result: R) -> None:
     """Add what ``node`` expands into and record it for followers (a failure too: what was
     added before it stays in the graph, and runs)."""
     assert node.expand is not None
@@ -516,9 +533,9 @@ def _expand(graph: Graph, node: Node, result: Any) -> None:
             graph._grow.notify_all()
 
 
-def run_graph(graph: Graph, executor: Executor, *, max_parallel: int = 8,
+def run_graph(graph: Graph[R], executor: Executor[H, R], *, max_parallel: int = 8,
               capacity: Mapping[str, int] | None = None, raise_first: bool = True,
-              poll_s: float = 1.0) -> GraphRun:
+              poll_s: float = 1.0) -> GraphRun[R]:
     """Run every node of ``graph`` once its inputs exist, at most ``max_parallel`` at a time and
     at most ``capacity[r]`` holding resource ``r``. Ready nodes start in ``order``. A failure
     skips its dependents; the rest of the graph still runs. Then, with ``raise_first``, the
@@ -526,10 +543,10 @@ def run_graph(graph: Graph, executor: Executor, *, max_parallel: int = 8,
     listing what was not run. Scheduling costs O(log n) per node, not a rescan of the graph
     after each event (:class:`_Book`)."""
     capacity = dict(capacity or {})
-    results: dict[str, Any] = {}
+    results: dict[str, R] = {}
     failed: dict[str, BaseException] = {}
     skipped: dict[str, str] = {}
-    running: dict[str, Any] = {}
+    running: dict[str, H] = {}
     held = graph.held
     held.clear()
     graph.started.clear()
@@ -538,12 +555,12 @@ def run_graph(graph: Graph, executor: Executor, *, max_parallel: int = 8,
     lock = threading.Lock()  # a done() may fire inside submit(), before `running` has the handle
     book = _Book(graph, results, failed, skipped, running)
 
-    def get(d: str) -> Any:
+    def get(d: str) -> R | tuple[R, ...]:
         if d.startswith(GROUP):
             return tuple(results[m] for m in graph.groups[d[len(GROUP):]][1])
         return results[d]
 
-    def handles(d: str) -> list[Any]:
+    def handles(d: str) -> list[H]:
         if d.startswith(GROUP):
             sealer, members = graph.groups[d[len(GROUP):]]
             return [h for m in (sealer, *members) for h in handles(m)]
@@ -555,7 +572,7 @@ def run_graph(graph: Graph, executor: Executor, *, max_parallel: int = 8,
     def free(r: str) -> bool:
         return held.get(r, 0) < capacity.get(r, 1 << 30)
 
-    def start(n: Node) -> None:
+    def start(n: Node[R]) -> None:
         for r in n.resources:
             held[r] = held.get(r, 0) + 1
         args, kwargs = n.args(get)
@@ -564,7 +581,7 @@ def run_graph(graph: Graph, executor: Executor, *, max_parallel: int = 8,
         with lock:
             running[n.id] = executor.submit(n, args, kwargs, waits, _waker(finished, n.id))
 
-    done_handles: dict[str, Any] = {}
+    done_handles: dict[str, H] = {}
     cancel = True
     try:
         while True:

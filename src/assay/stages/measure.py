@@ -8,11 +8,20 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from assay.registry import Registry
-from assay.rows import Rows, as_table
-from assay.spec import StudySpec
+from assay.rows import Rows, RowsLike, as_table
+from assay.spec import (
+    ChoiceAccuracySpec,
+    CompareSpec,
+    HoldoutSpec,
+    PassAtSpec,
+    PerplexityMeasureSpec,
+    SelectSpec,
+    StudySpec,
+    VarianceSpec,
+)
 from assay.stages.cache import (
     StageResult,
     cached_stage,
@@ -21,6 +30,10 @@ from assay.stages.cache import (
 )
 from assay.stages.declare import RunContext, Stage, declare
 from assay.stages.modes import default_sources, row_of
+from assay.stages.seams import Computed
+
+if TYPE_CHECKING:
+    from assay.measure.categories import PassAtBy
 
 STAGE = "measure"  # declared at the end
 
@@ -38,8 +51,8 @@ class MeasureContext:
 
     spec: StudySpec
     names: list[str]
-    rows: Mapping[str, Any]
-    outputs: dict[str, Any]
+    rows: Mapping[str, Rows]
+    outputs: dict[str, object]
 
     def default_sources(self, measure: str) -> list[str]:
         """The sources an entry of ``measure`` without ``sources:`` reads (the mode table's
@@ -47,8 +60,14 @@ class MeasureContext:
         return default_sources(self.spec, measure)
 
 
+#: An entry of the spec's ``measure:`` (one item of a list entry such as ``compare``).
+MeasureEntry: TypeAlias = (PassAtSpec | ChoiceAccuracySpec | PerplexityMeasureSpec | CompareSpec
+                           | VarianceSpec | HoldoutSpec | SelectSpec)
+
 #: A measure: ``fn(entry, ctx) -> [documents]`` for the spec's ``measure.<name>`` entry (a
 #: list entry such as ``compare`` is called once per item), one per field of ``MeasureSpec``.
+#: The entry stays ``Any``: each measure takes its own entry class and the registry dispatches
+#: by name, which a Callable over the union (contravariant) cannot say of ``_pass_at``.
 Measure = Callable[[Any, MeasureContext], list[dict[str, Any]]]
 MEASURES: Registry[Measure] = Registry("measure")
 
@@ -60,7 +79,7 @@ def run_measure(ctx: RunContext, graded: Mapping[str, Sequence[StageResult]]) ->
     m = spec.measure
     names = [s.name for s in spec.sources]
 
-    def compute() -> tuple[dict[str, Any], dict[str, Any]]:
+    def compute() -> Computed:
         cols = measured_columns(spec)
         rows = {n: concat_rows(store, graded[n], cols) for n in names}
         ctx = MeasureContext(spec, names, rows, {})
@@ -128,7 +147,7 @@ def measured_columns(spec: StudySpec) -> tuple[str, ...] | None:
     return _MEASURE_COLUMNS
 
 
-def nothing_judged(spec: StudySpec, rows: Mapping[str, Any],
+def nothing_judged(spec: StudySpec, rows: Mapping[str, RowsLike],
                    sizes: Mapping[str, int] | None = None) -> dict[str, dict[str, Any]]:
     """The sources graded by a verifier of which no row got a reward (a judge that never
     answers in its format, a grader returning NaN), each with :func:`unjudged_summary`.
@@ -150,8 +169,8 @@ def nothing_judged(spec: StudySpec, rows: Mapping[str, Any],
     return out
 
 
-def without_sources(name: str, e: Any, skip: Mapping[str, Any],
-                    ctx: MeasureContext) -> tuple[Any, list[str]]:
+def without_sources(name: str, e: MeasureEntry, skip: Mapping[str, object],
+                    ctx: MeasureContext) -> tuple[MeasureEntry | None, list[str]]:
     """The entry ``e`` of measure ``name`` without the sources in ``skip``, and those it left
     out: ``(None, left out)`` when nothing is left to measure. An entry that reads one source
     by field (``compare``'s before/after, ``select``'s source, ``holdout_size``) is left out
@@ -199,7 +218,7 @@ declare(Stage(STAGE, 1, "study", run_measure, reads=("rows",), when=_has_sources
 
 
 @MEASURES.register("pass_at")
-def _pass_at(e: Any, ctx: MeasureContext) -> list[dict[str, Any]]:
+def _pass_at(e: PassAtSpec, ctx: MeasureContext) -> list[dict[str, Any]]:
     from assay.measure import pass_at, pass_at_by
     from assay.report import result_doc
 
@@ -212,7 +231,7 @@ def _pass_at(e: Any, ctx: MeasureContext) -> list[dict[str, Any]]:
 
 
 @MEASURES.register("choice_accuracy")
-def _choice_accuracy(e: Any, ctx: MeasureContext) -> list[dict[str, Any]]:
+def _choice_accuracy(e: ChoiceAccuracySpec, ctx: MeasureContext) -> list[dict[str, Any]]:
     from assay.measure.choices import choice_accuracy
     from assay.measure.lm_eval_loglik import is_loglik_rows
     from assay.report import result_doc
@@ -226,7 +245,7 @@ def _choice_accuracy(e: Any, ctx: MeasureContext) -> list[dict[str, Any]]:
             if _lm_eval_acc(ctx.rows[n]) else _not_lm_evals_doc(n, ctx.rows[n]) for n in names]
 
 
-def _lm_eval_metric_names(rows: Any) -> list[str] | None:
+def _lm_eval_metric_names(rows: RowsLike) -> list[str] | None:
     """The metrics lm-eval reports for a multiple_choice lm_eval source's rows (their
     ``judge_meta["lm_eval"]``), or None for other rows."""
     import json
@@ -242,14 +261,14 @@ def _lm_eval_metric_names(rows: Any) -> list[str] | None:
     return None if got is None else [k for k, _ in got["aggregation"]]
 
 
-def _lm_eval_acc(rows: Any) -> bool:
+def _lm_eval_acc(rows: RowsLike) -> bool:
     """Whether an accuracy over these rows is a number lm-eval reports under the task's name:
     any rows but an lm-eval task's that does not report ``acc`` (cola reports only mcc)."""
     names = _lm_eval_metric_names(rows)
     return names is None or "acc,none" in names
 
 
-def _not_lm_evals_doc(source: str, rows: Any) -> dict[str, Any]:
+def _not_lm_evals_doc(source: str, rows: RowsLike) -> dict[str, Any]:
     names = ", ".join(_lm_eval_metric_names(rows) or [])
     text = (f"not measured: lm-eval reports {names} for {source}'s task, not acc; see "
             f"lm_eval_metrics[{source}]")
@@ -259,7 +278,7 @@ def _not_lm_evals_doc(source: str, rows: Any) -> dict[str, Any]:
 
 
 @MEASURES.register("perplexity")
-def _perplexity(e: Any, ctx: MeasureContext) -> list[dict[str, Any]]:
+def _perplexity(e: PerplexityMeasureSpec, ctx: MeasureContext) -> list[dict[str, Any]]:
     from assay.measure.perplexity import perplexity
     from assay.report import result_doc
 
@@ -268,7 +287,7 @@ def _perplexity(e: Any, ctx: MeasureContext) -> list[dict[str, Any]]:
 
 
 @MEASURES.register("compare")
-def _compare(c: Any, ctx: MeasureContext) -> list[dict[str, Any]]:
+def _compare(c: CompareSpec, ctx: MeasureContext) -> list[dict[str, Any]]:
     from assay.measure import compare, compare_by
     from assay.report import result_doc
 
@@ -285,7 +304,7 @@ def _compare(c: Any, ctx: MeasureContext) -> list[dict[str, Any]]:
 
 
 @MEASURES.register("eval_variance")
-def _eval_variance(e: Any, ctx: MeasureContext) -> list[dict[str, Any]]:
+def _eval_variance(e: VarianceSpec, ctx: MeasureContext) -> list[dict[str, Any]]:
     from assay.measure import eval_variance
     from assay.report import result_doc
 
@@ -294,7 +313,7 @@ def _eval_variance(e: Any, ctx: MeasureContext) -> list[dict[str, Any]]:
 
 
 @MEASURES.register("holdout_size")
-def _holdout_size(h: Any, ctx: MeasureContext) -> list[dict[str, Any]]:
+def _holdout_size(h: HoldoutSpec, ctx: MeasureContext) -> list[dict[str, Any]]:
     from assay.measure import holdout_size
     from assay.report import result_doc
 
@@ -305,7 +324,7 @@ def _holdout_size(h: Any, ctx: MeasureContext) -> list[dict[str, Any]]:
 
 
 @MEASURES.register("select")
-def _select(e: Any, ctx: MeasureContext) -> list[dict[str, Any]]:
+def _select(e: SelectSpec, ctx: MeasureContext) -> list[dict[str, Any]]:
     from assay.measure import select
     from assay.report import result_doc
 
@@ -314,7 +333,7 @@ def _select(e: Any, ctx: MeasureContext) -> list[dict[str, Any]]:
     return [result_doc("select", f"select[{e.source}]", selection, source=e.source)]
 
 
-def reward_row_docs(spec: StudySpec, rows: Mapping[str, Any]) -> list[dict[str, Any]]:
+def reward_row_docs(spec: StudySpec, rows: Mapping[str, Rows]) -> list[dict[str, Any]]:
     """Per scored source and scoring reward model: best-of-n next to pass@1 and the oracle,
     ranking accuracy and length concordance (:func:`assay.reward.rowstats.reward_rows`)."""
     from assay.report import result_doc
@@ -346,7 +365,7 @@ def lm_eval_choice_sources(spec: StudySpec) -> list[str]:
             if getattr(spec.source(n), "kind", None) == "lm_eval"]
 
 
-def lm_eval_docs(spec: StudySpec, rows: Mapping[str, Any]) -> list[dict[str, Any]]:
+def lm_eval_docs(spec: StudySpec, rows: Mapping[str, Rows]) -> list[dict[str, Any]]:
     """Per lm_eval generate source: each ``metric,filter`` lm-eval reports, under its name,
     with assay's interval over documents and lm-eval's stderr
     (:func:`assay.measure.lm_eval_means.lm_eval_means`); pass@1 alone is the first metric.
@@ -371,7 +390,7 @@ def lm_eval_docs(spec: StudySpec, rows: Mapping[str, Any]) -> list[dict[str, Any
     return docs
 
 
-def lm_eval_group_docs(spec: StudySpec, rows: Mapping[str, Any]) -> list[dict[str, Any]]:
+def lm_eval_group_docs(spec: StudySpec, rows: Mapping[str, Rows]) -> list[dict[str, Any]]:
     """Per lm_eval source that named a group or tag, one entry per group in its tree (the group
     and each subgroup): lm-eval's aggregate over its leaf members' rows
     (:func:`assay.measure.lm_eval_means.lm_eval_group`), or members only, saying why."""
@@ -408,7 +427,7 @@ def lm_eval_group_docs(spec: StudySpec, rows: Mapping[str, Any]) -> list[dict[st
     return docs
 
 
-def _by_doc(res: Any, source: str) -> dict[str, Any]:
+def _by_doc(res: PassAtBy, source: str) -> dict[str, Any]:
     """The stored document of a per-category pass@k, with the per-category pass@1 estimates
     listed for the report's plot."""
     from assay.report import collect_estimates, result_doc

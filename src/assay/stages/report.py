@@ -21,6 +21,7 @@ from assay.stages.cache import (
 )
 from assay.stages.declare import RunContext, Stage, declare
 from assay.stages.modes import needs_model
+from assay.stages.seams import Computed
 from assay.store import Store
 
 if TYPE_CHECKING:
@@ -47,7 +48,7 @@ def run_report(ctx: RunContext, graded: Mapping[str, Sequence[StageResult]],
     inputs = graded_checksums(graded, list(graded)) + [ups]
     spec_doc = {"name": spec.name, "description": spec.description, "checksum": spec.checksum()}
 
-    def compute() -> tuple[dict[str, Any], dict[str, Any]]:
+    def compute() -> Computed:
         sources = []
         for s in spec.sources:
             gen = GenerationTally(s.generate) if s.generate is not None else None
@@ -175,7 +176,8 @@ class GenerationTally:
         self.values = {k: array("d") for k in self._MEANS}  # of the answered rows that have it
         self.stop_trimmed, self.tokens = array("d"), array("d")  # 0 where a row has none
         # prompts (a task's rows with one prompt) whose answered samples differ at temperature 0
-        self.texts: dict[tuple[Any, Any], set[Any]] | None = None
+        # (task id, prompt) -> its answered samples' texts (a text is null where none came)
+        self.texts: dict[tuple[str, str], set[str | None]] | None = None
         if gspec is not None and gspec.params.temperature == 0 and gspec.k > 1:
             self.texts = {}
 
