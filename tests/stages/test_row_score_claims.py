@@ -223,3 +223,31 @@ def test_a_lone_run_lists_the_claims_once_and_leaves_none(study, tmp_path, monke
     assert [r.summary["scores"] for r in again.results
             if r.stage == "score-rows" and not r.cached] == [{"rm:cnt": "cached"}]
     assert len(listed) == 1
+
+
+def test_inputs_a_failed_claimant_released_unscored_are_scored_by_the_waiter(study, tmp_path):
+    """A claimant whose model raised releases its claim with no score journalled: the waiter
+    scores those inputs itself, once, and only after the release."""
+    folder, rm = study
+    ref_rows, recs = reference(folder, tmp_path, rm)
+    before = sum(rm.CALLS)
+    store = Store(tmp_path / "st")
+    ref_rel = "journals/" + journal_rel(Store(tmp_path / "ref")).rsplit("/", 1)[-1]
+    other = Claims(store, ref_rel)
+    keys = [r["key"] for r in recs]
+    assert other.claim(keys) == keys
+    released = threading.Event()
+    seen: list[bool] = []  # per scoring call: had the other claim gone yet
+    rm.GATE = lambda: seen.append(released.is_set())
+    got: list[stages.StudyRun] = []
+    t = threading.Thread(target=lambda: got.append(run(folder, store)))
+    t.start()
+    while len(claim_docs(store)) < 2 and t.is_alive():
+        time.sleep(0.01)
+    released.set()
+    other.release()  # its model failed: nothing journalled
+    t.join(120)
+    assert not t.is_alive()
+    assert seen == [True] and sum(rm.CALLS) - before == 24
+    assert rows_bytes(store, got[0]) == ref_rows
+    assert claim_docs(store) == []

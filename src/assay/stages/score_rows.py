@@ -6,7 +6,9 @@ cached apart, one journal line per row input (model identity, scoring protocol, 
 conversation and completion; :func:`row_key`), committed as each chunk of rows is scored. So a new
 verifier, a changed reference, an inserted, removed or reordered record (which moves every shard
 boundary after it) re-attaches journalled scores, and only inputs the model never saw are scored;
-a killed scoring run resumes from its last committed chunk. Scores an earlier version cached per
+a killed scoring run resumes from its last committed chunk. Two runs on one store scoring the same
+new inputs at once score each once: the missing inputs are claimed (assay.models.claims), and
+the other run waits for their scores in the journal. Scores an earlier version cached per
 shard (``assay-rowscores/<key>``) still serve the same shard, and are journalled per row then.
 """
 
@@ -408,8 +410,10 @@ def _journalled_scores(store: Store, ident: object, inputs: ScoringInputs, old_k
                     rest = _await_others(claims, journal, [k for k in rest if k not in mine],
                                          read, unit, store)
             finally:
-                journal.close()
-                claims.release()
+                try:
+                    journal.close()  # its scores published before the claim goes
+                finally:
+                    claims.release()  # even unpublished: a waiter then scores them itself
     finally:
         journal.close()
     return out, n_new
