@@ -6,13 +6,16 @@ cached apart, one journal line per row input (model identity, scoring protocol, 
 conversation and completion; :func:`row_key`), committed as each chunk of rows is scored. So a new
 verifier, a changed reference, an inserted, removed or reordered record (which moves every shard
 boundary after it) re-attaches journalled scores, and only inputs the model never saw are scored;
-a killed scoring run resumes from its last committed chunk. Scores an earlier version cached per
+a killed scoring run resumes from its last committed chunk. Two runs on one store scoring the same
+new inputs at once score each once: the missing inputs are claimed (assay.models.claims), and
+the other run waits for their scores in the journal. Scores an earlier version cached per
 shard (``assay-rowscores/<key>``) still serve the same shard, and are journalled per row then.
 """
 
 from __future__ import annotations
 
 import contextlib
+import random
 import threading
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
@@ -33,6 +36,8 @@ from assay.stages.slots import device_of, model_device, scoring_slots
 from assay.store import Store
 
 if TYPE_CHECKING:
+    from assay.models.claims import Claims
+    from assay.models.journal import Journal
     from assay.paths import Paths
     from assay.reward.kinds import RewardModelEntry
     from assay.reward.worker import ScoringWorker
@@ -340,7 +345,12 @@ def _journalled_scores(store: Store, ident: object, inputs: ScoringInputs, old_k
     distinct inputs it scored now: journalled ones read by key, the rest from an earlier
     version's per-shard cache (``old_key``) if it has this shard, else scored by
     ``score(idx, unit)`` (``idx``: the rows to score; called only when some are missing) in
-    chunks of :data:`COMMIT_ROWS`, each chunk committed to the journal as it is scored."""
+    chunks of :data:`COMMIT_ROWS`, each chunk committed to the journal as it is scored.
+
+    The missing inputs are claimed first (:class:`assay.models.claims.Claims`, on the journal):
+    another run on this store scoring the same inputs right now scores each once, and this one
+    waits for its answers in the journal (taking over those whose claimant died)."""
+    from assay.models.claims import Claims
     from assay.models.journal import Journal
 
     prompts, responses, convs, ok = inputs
@@ -348,10 +358,15 @@ def _journalled_scores(store: Store, ident: object, inputs: ScoringInputs, old_k
     jid = journal_id(ident)
     keys = {int(i): row_key(jid, prompts[i], convs[i], responses[i]) for i in np.flatnonzero(ok)}
     journal = Journal(store, jid)
+    out = np.full(n, np.nan)
+    todo: dict[str, list[int]] = {}  # a key never journalled -> its rows (duplicates: once)
+
+    def read(found: dict[str, dict[str, Any]]) -> None:
+        for k, rec in found.items():
+            out[todo[k]] = _read_score(rec["score"])
+
     try:
         done = journal.lookup(keys.values())
-        out = np.full(n, np.nan)
-        todo: dict[str, list[int]] = {}  # a key never journalled -> its rows (duplicates: once)
         for i, k in keys.items():
             rec = done.get(k)
             if rec is not None:
@@ -365,18 +380,72 @@ def _journalled_scores(store: Store, ident: object, inputs: ScoringInputs, old_k
                     out[rows] = old[rows[0]]
                     journal.append({"key": k, "score": _json_score(old[rows[0]])})
                 todo = {}
-        firsts = [rows[0] for rows in todo.values()]
-        unit.advance(n - len(firsts))  # read, duplicates of a scored input, unscorable
-        for lo in range(0, len(firsts), COMMIT_ROWS):
-            idx = firsts[lo:lo + COMMIT_ROWS]
-            got = score(idx, unit)
-            for i, v in zip(idx, got):
-                k = keys[i]
-                out[todo[k]] = v
-                journal.append({"key": k, "score": _json_score(v)})
+        unit.advance(n - len(todo))  # read, duplicates of a scored input, unscorable
+        n_new = 0
+        if todo:
+            claims = Claims(store, journal.rel)
+            try:
+                rest = list(todo)
+                while rest:
+                    # one claim write and one listing: all it costs when no other run scores
+                    mine = claims.claim(rest)
+                    # answered by a claimant that released between our lookup and our claim
+                    # (its journal lines precede its release, so this look finds them)
+                    fresh = journal.lookup(mine)
+                    read(fresh)
+                    unit.advance(len(fresh))
+                    send = [k for k in mine if k not in fresh]
+                    claims.drop(fresh)
+                    for lo in range(0, len(send), COMMIT_ROWS):
+                        chunk = send[lo:lo + COMMIT_ROWS]
+                        idx = [todo[k][0] for k in chunk]
+                        got = score(idx, unit)
+                        for k, v in zip(chunk, got):
+                            out[todo[k]] = v
+                            journal.append({"key": k, "score": _json_score(v)})
+                        # published (object store) before the claim on them goes
+                        journal.close()
+                        claims.drop(chunk)
+                        n_new += len(chunk)
+                    rest = _await_others(claims, journal, [k for k in rest if k not in mine],
+                                         read, unit, store)
+            finally:
+                try:
+                    journal.close()  # its scores published before the claim goes
+                finally:
+                    claims.release()  # even unpublished: a waiter then scores them itself
     finally:
         journal.close()
-    return out, len(firsts)
+    return out, n_new
+
+
+def _await_others(claims: Claims, journal: Journal, wait: list[str],
+                  read: Callable[[dict[str, dict[str, Any]]], None], unit: Unit,
+                  store: Store) -> list[str]:
+    """Wait until another run's scores of the inputs ``wait`` are journalled (``read`` each as
+    it arrives); the ones whose claim went with no score journalled (its holder died, its lease
+    lapsed; it failed; or both runs yielded the key to each other) are returned, to be claimed
+    again. The claim listing precedes the journal look: a claimant journals before it releases,
+    so a key unclaimed at the listing and unscored at the look was never scored."""
+    from assay import stop
+    from assay.models.claims import poll_s
+
+    left = set(wait)
+    while left:
+        held = claims.held_by_others(left)  # our claim rewritten first: the yielded keys go
+        found = journal.lookup(left)
+        read(found)
+        unit.advance(len(found))
+        left.difference_update(found)
+        free = [k for k in wait if k in left and k not in held]
+        if free:
+            # a random pause: two runs that each yielded a key to the other do not meet again
+            stop.wait(random.uniform(0, poll_s(store)))
+            stop.check()
+            return [k for k in wait if k in left]
+        if stop.wait(poll_s(store)):
+            stop.check()
+    return []
 
 
 def run_score_rows(ctx: RunContext, graded: StageResult, shard: Shard) -> StageResult:
