@@ -369,11 +369,11 @@ def table_checksum(table: pa.Table, prefix: str) -> str:
 
     The hashed bytes are the canonical JSON ``{name: [type, values], ...}`` (sorted keys,
     compact, UTF-8, strings NFC-normalized, maps as sorted pairs): ids key the store's cache, so
-    they never change. They are built and hashed one column at a time, never as one string:
-    lists of string structs (``messages``) are written from their flattened fields, numbers go
-    through numpy, and from 2,048 rows string columns encode each distinct value once (a prompt
-    repeats for each of its samples); any other column goes through Python values and
-    ``json.dumps``.
+    they never change. They are built and hashed ``_CHUNK`` rows of one column at a time, never
+    as one string (a 400k-row table's column was ~250 MB of text): lists of string structs
+    (``messages``) are written from their flattened fields, numbers go through numpy, and from
+    2,048 rows string columns encode each distinct value once (a prompt repeats for each of its
+    samples); any other column goes through Python values and ``json.dumps``.
 
     Example:
         >>> from assay.hashing import digest_bytes
@@ -389,8 +389,10 @@ def table_checksum(table: pa.Table, prefix: str) -> str:
         for i, name in enumerate(sorted(cols)):
             col = cols[name]
             head = "{" if i == 0 else ","
-            yield (f"{head}{_enc(name)}:[{_enc(str(col.type))},{_column_json(col, big)}]"
-                   ).encode()
+            yield f"{head}{_enc(name)}:[{_enc(str(col.type))},".encode()
+            for piece in _column_parts(col, big):
+                yield piece.encode()
+            yield b"]"
         yield b"}" if cols else b"{}"
 
     return digest_parts(parts(), prefix)
@@ -405,26 +407,46 @@ _enc: Any = json.encoder.encode_basestring  # type: ignore[attr-defined]  # not 
 _BIG = 2048
 
 
-def _column_json(col: pa.ChunkedArray, big: bool) -> str:
-    """The JSON array of one column's values, as ``json.dumps(values, sort_keys=True,
-    separators=(",", ":"), ensure_ascii=False, allow_nan=False)`` writes it (strings NFC).
-    ``big``: encode strings through Arrow's dictionary (each distinct value once)."""
+#: Rows of one column encoded and hashed at a time: what the hash holds at once is a chunk's
+#: text and Python values (a few MB), not the column's (hashing a built 400k-row table took the
+#: process from ~712 to ~970 MiB when each column was one string).
+_CHUNK = 16384
+
+
+def _column_parts(col: pa.ChunkedArray, big: bool) -> Iterator[str]:
+    """The JSON array of one column's values, in pieces whose concatenation is what
+    ``json.dumps(values, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
+    allow_nan=False)`` writes (strings NFC), ``_CHUNK`` rows a piece. ``big``: encode strings
+    through Arrow's dictionary (each distinct value once per chunk). Which path a column takes
+    is chosen once, from the whole column, so the bytes never depend on the chunking."""
     typ = col.type
     if big and (pa.types.is_string(typ) or pa.types.is_large_string(typ)):
-        return "[" + ",".join(_encoded(pc.utf8_normalize(col, "NFC"))) + "]"
-    if _string_struct_list(typ) and not _nulls_inside(col):
-        return _struct_list_json(col, big)
-    return json.dumps(_values(col), sort_keys=True, separators=(",", ":"), ensure_ascii=False,
-                      allow_nan=False)
+        def inner(part: pa.ChunkedArray) -> str:
+            return ",".join(_encoded(pc.utf8_normalize(part, "NFC")))
+    elif _string_struct_list(typ) and not _nulls_inside(col):
+        def inner(part: pa.ChunkedArray) -> str:
+            return _struct_list_json(part, big)[1:-1]
+    else:
+        numbers = not col.null_count  # numpy's numbers only for a null-free column, as before
+
+        def inner(part: pa.ChunkedArray) -> str:
+            return json.dumps(_values(part, numbers), sort_keys=True, separators=(",", ":"),
+                              ensure_ascii=False, allow_nan=False)[1:-1]
+    yield "["
+    for lo in range(0, len(col), _CHUNK):
+        # a slice is a zero-copy view; a chunk's JSON is never empty ("null" at least)
+        yield ("," if lo else "") + inner(col.slice(lo, _CHUNK))
+    yield "]"
 
 
-def _values(col: pa.ChunkedArray) -> list[Any]:
-    """A column's values as the canonical JSON takes them: strings NFC, maps as sorted pairs."""
+def _values(col: pa.ChunkedArray, numbers: bool = True) -> list[Any]:
+    """A column's values as the canonical JSON takes them: strings NFC, maps as sorted pairs.
+    ``numbers``: a null-free integer/float column may go through numpy."""
     typ = col.type
     if pa.types.is_string(typ) or pa.types.is_large_string(typ):
         return pc.utf8_normalize(col, "NFC").to_pylist()
-    if (pa.types.is_integer(typ) or pa.types.is_floating(typ)) and not col.null_count \
-            and not pa.types.is_float16(typ):
+    if numbers and (pa.types.is_integer(typ) or pa.types.is_floating(typ)) \
+            and not col.null_count and not pa.types.is_float16(typ):
         return col.to_numpy().tolist()  # the same Python numbers, without Arrow scalars
     values = col.to_pylist()
     if pa.types.is_map(typ):

@@ -171,9 +171,9 @@ def _tables(draw):
     return t.slice(lo, draw(st.integers(0, n - lo)))
 
 
-@given(_tables())
+@given(_tables(), st.integers(1, 5))
 @settings(max_examples=300, deadline=None)
-def test_table_checksum_equals_the_previous_ids(table):
+def test_table_checksum_equals_the_previous_ids(table, chunk):
     import sys
     from unittest import mock
 
@@ -185,6 +185,54 @@ def test_table_checksum_equals_the_previous_ids(table):
     assert table_checksum(table, "rows") == want  # a small table (a grading shard)
     with mock.patch.object(rows, "_BIG", 0):  # the dictionary-encoded path of large tables
         assert table_checksum(table, "rows") == want
+    # each column hashed a few rows at a time (issue 50): the same bytes, so the same id
+    with mock.patch.object(rows, "_CHUNK", chunk):
+        assert table_checksum(table, "rows") == want
+        with mock.patch.object(rows, "_BIG", 0):
+            assert table_checksum(table, "rows") == want
+
+
+def test_table_checksum_over_several_default_chunks_equals_the_previous_id():
+    # 40k rows: every column spans three chunks of the default size, on the real paths (big
+    # string dictionary, messages from flattened fields, numpy numbers, nulls, maps)
+    import pyarrow as pa
+
+    from assay.rows import _CHUNK, table_checksum
+
+    n = 40_000
+    assert n > 2 * _CHUNK
+    msgs = pa.list_(pa.struct([("role", pa.string()), ("content", pa.string())]))
+    t = pa.table({
+        "prompt": [f"q{i // 4} e\u0301" for i in range(n)],
+        "s_null": [None if i % 7 == 0 else f"s{i % 13}" for i in range(n)],
+        "reward": [i / 3 for i in range(n)],
+        "fn": pa.array([None if i % 5 == 0 else i / 7 for i in range(n)], pa.float64()),
+        "i": pa.array(range(n), pa.int64()),
+        "m": pa.array([None if i % 3 == 0 else [("b", 1.0), ("a", i / 2)] for i in range(n)],
+                      pa.map_(pa.string(), pa.float64())),
+        "msgs": pa.array([[{"role": "user", "content": f"c{i % 9}"}] * (i % 3) for i in range(n)],
+                         msgs),
+        "msgs_null": pa.array([None if i % 11 == 0 else [{"role": "user", "content": None}]
+                               for i in range(n)], msgs),
+    })
+    t = pa.concat_tables([t.slice(0, 12_345), t.slice(12_345)])  # chunks not on the cut
+    assert table_checksum(t, "rows") == _reference_table_checksum(t, "rows")
+
+
+@pytest.mark.parametrize("at", [1, 5, 9])
+def test_table_checksum_rejects_nan_in_any_chunk(at):
+    import sys
+    from unittest import mock
+
+    import pyarrow as pa
+
+    from assay.rows import table_checksum
+
+    rows = sys.modules["assay.rows"]
+    for vals in ([float(i) for i in range(10)], [None] + [float(i) for i in range(1, 10)]):
+        vals[at] = math.nan  # in the first, a middle or the last chunk; with nulls or not
+        with mock.patch.object(rows, "_CHUNK", 4), pytest.raises(ValueError):
+            table_checksum(pa.table({"f": vals}), "t")
 
 
 def test_table_checksum_of_rows_is_pinned_and_rejects_nan():
