@@ -21,6 +21,7 @@ import io
 import json
 import math
 import os
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -125,6 +126,12 @@ def png_bytes(fig: Figure) -> bytes:
 #: Seconds a figure's process may take before its figures are drawn here instead.
 RENDER_BOUND_S = 120.0
 
+#: Held by one report's drawing at a time in this process (the shared state it guards:
+#: matplotlib's own locks and caches). A fork while another thread is inside matplotlib copies
+#: that thread's held locks into the child, where nobody releases them: the child hangs until
+#: RENDER_BOUND_S (two studies reporting at once in one process did).
+_DRAWING = threading.Lock()
+
 
 def render_plots(jobs: Sequence[tuple[Any, ...]]) -> list[bytes | None]:
     """:func:`_plot_estimates` of each job's arguments, in order: drawn side by side on the
@@ -138,6 +145,11 @@ def render_plots(jobs: Sequence[tuple[Any, ...]]) -> list[bytes | None]:
         >>> render_plots([("t", [], "x")])
         [None]
     """
+    with _DRAWING:
+        return _render_plots(jobs)
+
+
+def _render_plots(jobs: Sequence[tuple[Any, ...]]) -> list[bytes | None]:
     out: list[bytes | None] = [None] * len(jobs)
     todo = [i for i, args in enumerate(jobs)
             if any(e["value"] is not None for e in args[1])]

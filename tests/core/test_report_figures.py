@@ -91,3 +91,53 @@ def test_a_child_that_dies_fails_or_hangs_has_its_figures_drawn_here(monkeypatch
         with monkeypatch.context() as m:
             _child_misbehaves(m, how)
             assert report.render_plots(_jobs()) == serial, how
+
+
+def test_no_report_forks_while_another_thread_draws(monkeypatch):
+    """Two studies reporting at once in one process: a fork while the other thread is inside
+    matplotlib would copy its held locks into the child (a child that hangs until
+    RENDER_BOUND_S). Thread A waits inside its drawing until B forks (old code: at once) or 3 s
+    pass (a lock keeps B out): B's fork must never see A inside."""
+    import os
+    import threading
+
+    from assay import grading
+
+    parent = os.getpid()
+    real_plot, real_fork = report._plot_estimates, report.os.fork
+    inside = threading.Event()
+    forked = threading.Event()
+    seen: list[bool] = []
+    a_thread: list[threading.Thread] = []  # thread A, once made
+
+    def plot(*args):
+        if os.getpid() == parent and threading.current_thread() is a_thread[0] \
+                and not inside.is_set():
+            inside.set()
+            forked.wait(3.0)  # the old code forks from B meanwhile
+            got = real_plot(*args)
+            inside.clear()
+            return got
+        return real_plot(*args)
+
+    def fork():
+        if os.getpid() == parent and threading.current_thread() is not a_thread[0]:
+            seen.append(inside.is_set())
+            forked.set()
+        return real_fork()
+
+    monkeypatch.setattr(report, "_plot_estimates", plot)
+    monkeypatch.setattr(report.os, "fork", fork)
+    monkeypatch.setattr(grading, "cores", lambda: 2)
+    serial = [real_plot(*j) for j in _jobs()]
+    out: dict[str, list] = {}
+    a_thread.append(threading.Thread(target=lambda: out.setdefault("a", report.render_plots(
+        _jobs()))))
+    a_thread[0].start()
+    assert inside.wait(30)
+    b = threading.Thread(target=lambda: out.setdefault("b", report.render_plots(_jobs())))
+    b.start()
+    a_thread[0].join(60)
+    b.join(60)
+    assert out == {"a": serial, "b": serial}
+    assert seen and not any(seen), seen
