@@ -121,3 +121,38 @@ def test_bad_data_reads_as_before(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     assert problems and all("28" in p for p in problems)
     monkeypatch.setattr(rec_mod, "BATCH_RECORDS", 10_000)  # one batch: the old path's words
     assert src.check(spec.paths)[0] == problems
+
+
+def test_the_build_frees_its_book_and_records_before_combining(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Combining the batches' columns is the build's peak: the task book (a Python string per
+    task) and the last batch's records are gone by then (at 400k rows ~950k objects), and the
+    table is the same."""
+    import weakref
+
+    from assay import builder
+
+    books: list[weakref.ref[Any]] = []
+
+    class Book(builder.TaskBook):
+        def __init__(self) -> None:
+            super().__init__()
+            books.append(weakref.ref(self))
+
+    alive: list[bool] = []
+    real = rec_mod._one_chunk
+
+    def combine(tables: list[pa.Table]) -> pa.Table:
+        alive.append(books[0]() is not None)
+        return real(tables)
+
+    _write(tmp_path, _records(40))
+    spec = _spec(tmp_path, "r.jsonl")
+    src = spec.sources[0]
+    want = _whole(src, spec.paths).to_arrow()
+    monkeypatch.setattr(builder, "TaskBook", Book)
+    monkeypatch.setattr(rec_mod, "_one_chunk", combine)
+    got = src.rows_in_batches(rec_mod.record_batches(tmp_path / "r.jsonl", "jsonl", 10),
+                              src._where(spec.paths))
+    assert alive == [False]
+    assert got is not None and got.to_arrow().equals(want)

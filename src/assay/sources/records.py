@@ -285,6 +285,9 @@ def _one_chunk(tables: list[pa.Table]) -> pa.Table:
         arrays.append(pa.concat_arrays([c for t in tables for c in t.column(name).chunks]))
         # in place: the caller's list must not keep the copied column alive either
         tables[:] = [t.drop_columns([name]) for t in tables]
+        # the copied-from buffers back to the system now, not at the allocator's leisure: the
+        # next column's copy would otherwise stack on them
+        pa.default_memory_pool().release_unused()
     return pa.Table.from_arrays(arrays, schema=schema)
 
 
@@ -472,6 +475,9 @@ class RecordSourceSpec(SourceSpec):
             rows_from_records([], self.fields, where=where)
         if not keep:
             return None
+        # combining the columns is the build's peak: what only the build needed goes first (the
+        # book holds a Python string per task, the last batch its records and rows)
+        del book, r, recs, head
         return Rows(tables[0] if len(tables) == 1 else _one_chunk(tables))
 
     def files(self, paths: Paths) -> list[Path]:
