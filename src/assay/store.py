@@ -306,9 +306,12 @@ class _Behind:
                 self.held -= len(data)
                 if self.pending.get(rel, (None, None, None))[1] is f:
                     del self.pending[rel]
-                if (f.exception() is not None and self.failed is None
+                err = f.exception()
+                if (err is not None and self.failed is None
                         and self.epoch == epoch):  # not a late failure of an earlier run's
-                    self.failed = f.exception()
+                    # a ref refused because a blob before it failed: the blob's failure is the
+                    # run's (its waiter may wake before the blob's own callback records it)
+                    self.failed = getattr(err, "first", err)
                 self.lock.notify_all()
 
         fut.add_done_callback(done)
@@ -337,8 +340,10 @@ class _Behind:
                     "sets this bound")
             if failed is not None:  # an outage stays one (the run's exit names it so)
                 kind = StoreTimeoutError if isinstance(failed, StoreTimeoutError) else StoreIOError
-                raise kind(f"{files.where(rel)} was not written: the write of {blob} before it "
+                err = kind(f"{files.where(rel)} was not written: the write of {blob} before it "
                            f"failed ({failed})")
+                err.first = failed  # type: ignore[attr-defined]  (the poison: see ``done``)
+                raise err from failed
         with self.lock:
             # woken by each PUT's end (and by submit and flush, which may widen the wire)
             self._wait(lambda: self.active < self._width(), f"a place on the wire for {rel}",

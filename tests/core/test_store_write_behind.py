@@ -269,3 +269,32 @@ def test_a_flush_puts_every_write_waiting_on_the_wire() -> None:
             wire.cv.notify_all()
         flusher.join(30)
     assert not flusher.is_alive() and sorted(wire.done) == [f"blobs/{i}" for i in range(3)]
+
+
+def test_a_run_poisoned_by_a_blob_names_the_blobs_failure_not_the_ref_it_kept_off() -> None:
+    """The ref's waiter can wake before the failed blob's own callback records it; the run's
+    error must still be the blob's (the first failure), not "the ref was not written"."""
+    import concurrent.futures
+
+    from assay.errors import StoreIOError
+
+    b = store._Behind("mem://wire")
+    wire = _Wire()
+    wire.hold_all = False
+    blob_err = StoreError("store mem://wire: writing blobs/x failed: 503 SlowDown")
+    failed: concurrent.futures.Future[None] = concurrent.futures.Future()
+    failed.set_exception(blob_err)  # failed, its callback (which records it) not yet run
+    b.enter()
+    try:
+        b.pending["blobs/x"] = (b"x", failed, False)
+        b.held += 1
+        b.submit(wire, "refs/x", b"rx", barrier=True)
+        with b.lock:
+            assert b.lock.wait_for(lambda: "refs/x" not in b.pending, 30)  # refused
+        assert b.failed is blob_err
+        with pytest.raises(StoreIOError) as told:
+            b._check()
+        assert str(told.value).endswith("writing blobs/x failed: 503 SlowDown"), told.value
+        assert "refs/x" not in wire.done
+    finally:
+        b.leave()
