@@ -125,3 +125,17 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     slow = Counter(module(item) for item in items if item.get_closest_marker("slow") is not None
                    and item.get_closest_marker("skip") is None)
     items.sort(key=lambda item: -slow[module(item)])  # stable: a module's tests stay together
+
+
+def pytest_runtest_teardown(item: pytest.Item) -> None:
+    """absl's log handler (absl comes in with lm-eval's metrics) keeps the stderr it met at
+    import, here pytest's capture file, and closes that stream when logging's handlers are shut
+    down (Prefect's logging setup at its first import does) unless it is ``sys.stderr`` at that
+    moment; under a later test's ``capsys`` it is not, and pytest's own capture then fails every
+    test after it ("I/O operation on closed file"). Point it at the process's stderr, which it
+    never closes (pytest still captures it at the descriptor)."""
+    absl = sys.modules.get("absl.logging")
+    handler = getattr(absl, "_absl_handler", None)
+    python_handler = getattr(handler, "python_handler", None)
+    if python_handler is not None and sys.__stderr__ is not None:
+        python_handler.stream = sys.__stderr__
