@@ -342,7 +342,8 @@ class _Behind:
                 kind = StoreTimeoutError if isinstance(failed, StoreTimeoutError) else StoreIOError
                 err = kind(f"{files.where(rel)} was not written: the write of {blob} before it "
                            f"failed ({failed})")
-                err.first = failed  # type: ignore[attr-defined]  (the poison: see ``done``)
+                # the poison is the blob's failure, not this one (see ``done``)
+                err.first = failed  # type: ignore[attr-defined]
                 raise err from failed
         with self.lock:
             # woken by each PUT's end (and by submit and flush, which may widen the wire)
@@ -799,12 +800,13 @@ class Store:
         data = self._verified(self._blob_rel(key), key)
         return None if data is None else json.loads(data)
 
-    def put_table(self, table: pa.Table) -> str:
-        """Store an Arrow table as Parquet (zstd); returns ``tbl:<sha256 of the file>``."""
+    def put_table(self, table: pa.Table, *, row_group_rows: int | None = None) -> str:
+        """Store an Arrow table as Parquet (zstd; ``row_group_rows`` rows per row group, else
+        pyarrow's default); returns ``tbl:<sha256 of the file>``."""
         if not isinstance(table, pa.Table):
             raise StoreError(f"put_table needs a pyarrow.Table, got {type(table).__name__}")
         buf = io.BytesIO()
-        pq.write_table(table, buf, compression="zstd")
+        pq.write_table(table, buf, compression="zstd", row_group_size=row_group_rows)
         return self._put(buf.getvalue(), "tbl")
 
     def get_table(self, key: str) -> pa.Table | None:
