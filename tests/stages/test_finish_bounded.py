@@ -65,6 +65,5 @@ def test_write_rows_is_one_write_table_of_every_row(monkeypatch: pytest.MonkeyPa
         monkeypatch.setattr(finish, "GROUP_ROWS", group)
         got, want = io.BytesIO(), io.BytesIO()
         finish.write_rows(iter(shards), got)
-        pq.write_table(pa.concat_tables(shards), want, compression="zstd",
-                       row_group_size=None if group == default else group)
+        pq.write_table(pa.concat_tables(shards), want, compression="zstd", row_group_size=group)
         assert got.getvalue() == want.getvalue(), group

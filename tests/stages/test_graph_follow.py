@@ -169,12 +169,12 @@ def test_a_run_recording_a_head_start_cuts_the_rows_once(tmp_path: Path,
         for i in range(20)))
     (tmp_path / "s.yaml").write_text(SPEC)
     cuts: list[str] = []
-    load_rows = wiring.load_rows
+    load_columns = wiring.load_columns
 
-    def counted(store: Store, res: Any) -> Any:
+    def counted(store: Store, res: Any, columns: Any) -> Any:
         cuts.append(res.stage)
-        return load_rows(store, res)
-    monkeypatch.setattr(wiring, "load_rows", counted)
+        return load_columns(store, res, columns)
+    monkeypatch.setattr(wiring, "load_columns", counted)
     spec, store = load_spec(tmp_path / "s.yaml"), Store(tmp_path / "store")
     head = headstart.HeadStart(spec, store)
     with headstart.running(head):

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any, TextIO
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from assay.errors import StoreError, StoreVanishedError
 from assay.hashing import combine
@@ -115,10 +116,22 @@ def lookup(store: Store, key: str) -> dict[str, Any] | None:
     return doc
 
 
+@dataclass(frozen=True)
+class Stored:
+    """An output that is already in the store (another stage's, unchanged): named, not
+    written again. What a stage that leaves its input as it is returns."""
+
+    key: str
+    checksum: str
+
+
 def _store_output(store: Store, value: object) -> tuple[str, str]:
     """(store key, content checksum) of one output value."""
-    if isinstance(value, Rows):
-        return store.put_table(value.to_arrow()), value.checksum()
+    if isinstance(value, Stored):
+        return value.key, value.checksum
+    if isinstance(value, Rows):  # row groups a shard can read alone (``load_slice``)
+        return (store.put_table(value.to_arrow(), row_group_rows=ROW_GROUP_ROWS),
+                value.checksum())
     if isinstance(value, pa.Table):
         k = store.put_table(value)
         return k, k
@@ -178,9 +191,10 @@ def cached_stage(store: Store, stage: str, *, inputs: Sequence[object], params: 
                  progress: Callable[[StageResult], None] | None = None) -> StageResult:
     """Serve ``stage`` from the store, or run ``compute`` and store it.
 
-    ``compute()`` returns ``(outputs, summary)``; outputs are Rows, Arrow tables, bytes or JSON
-    documents. Outputs are written (atomically, verified) before the ref that names them, so a
-    kill at any point leaves either a complete entry or none.
+    ``compute()`` returns ``(outputs, summary)``; outputs are Rows, Arrow tables, bytes, JSON
+    documents, or :class:`Stored` (already in the store). Outputs are written (atomically,
+    verified) before the ref that names them, so a kill at any point leaves either a complete
+    entry or none.
     """
     key = stage_key(stage, inputs, params, fingerprint)
     label = label or stage
@@ -251,10 +265,105 @@ def load_rows(store: Store, res: StageResult, name: str = "rows") -> Rows:
                     _TABLES.pop(next(iter(_TABLES)))
                 _TABLES[memo] = t
     if t is None:
-        raise StoreVanishedError(
-            f"{res.label}: output {name!r} ({res.outputs[name]}) vanished from "
-            f"{store.location} after it was computed (did the process that computed it write to "
-            "another store? workers must reach the same store as the driver)")
+        raise _vanished(store, res, name)
+    return Rows(t)
+
+
+def _vanished(store: Store, res: StageResult, name: str) -> StoreVanishedError:
+    return StoreVanishedError(
+        f"{res.label}: output {name!r} ({res.outputs[name]}) vanished from "
+        f"{store.location} after it was computed (did the process that computed it write to "
+        "another store? workers must reach the same store as the driver)")
+
+
+#: Row groups of a stored rows table (see ``ROW_GROUP_ROWS``) decoded lately, and the
+#: verified files they came from: shards read their own rows, and neighbouring shards share a
+#: group, so a few are kept (evicted oldest first).
+_FILES: dict[tuple[str, str], pq.ParquetFile] = {}
+_GROUPS: dict[tuple[str, str, int], pa.Table] = {}
+_SLICE_LOCK = threading.Lock()
+
+#: Rows per Parquet row group of a stored rows table: a shard decodes the groups that hold
+#: its rows, not the whole table (one group per table held pyarrow's 1Mi rows).
+ROW_GROUP_ROWS = 16384
+
+
+def _stored_file(store: Store, res: StageResult, name: str) -> pq.ParquetFile:
+    memo = (store.location, res.outputs[name])
+    with _SLICE_LOCK:
+        f = _FILES.get(memo)
+    if f is None:
+        data = store.get_bytes(res.outputs[name])  # verified once, then kept (compressed)
+        if data is None:
+            raise _vanished(store, res, name)
+        f = pq.ParquetFile(pa.BufferReader(data), pre_buffer=False)
+        with _SLICE_LOCK:
+            while len(_FILES) >= 4:
+                _FILES.pop(next(iter(_FILES)))
+            _FILES[memo] = f
+    return f
+
+
+def _row_group(store: Store, res: StageResult, name: str, f: pq.ParquetFile,
+               i: int) -> pa.Table:
+    memo = (store.location, res.outputs[name], i)
+    with _SLICE_LOCK:
+        t = _GROUPS.pop(memo, None)
+        if t is not None:
+            _GROUPS[memo] = t  # most recently used last
+            return t
+    # no reader threads: see Store.get_table
+    t = f.read_row_group(i, use_threads=False)
+    with _SLICE_LOCK:
+        while len(_GROUPS) >= 4:
+            _GROUPS.pop(next(iter(_GROUPS)))
+        _GROUPS[memo] = t
+    return t
+
+
+def load_columns(store: Store, res: StageResult, columns: Sequence[str],
+                 name: str = "rows") -> Rows:
+    """Only ``columns`` of the rows a stage stored (verified), every row: what cutting a
+    source into shards reads (its task ids), without decoding the rest."""
+    memo = (store.location, res.outputs[name])
+    whole = _TABLES.get(memo)
+    if whole is not None:
+        return Rows(whole.select(list(columns)))
+    t = _stored_file(store, res, name).read(columns=list(columns), use_threads=False)
+    return Rows(t.combine_chunks() if any(c.num_chunks > 1 for c in t.columns) else t)
+
+
+def load_slice(store: Store, res: StageResult, lo: int, hi: int, name: str = "rows",
+               columns: Sequence[str] | None = None) -> Rows:
+    """Rows ``lo:hi`` of the rows a stage stored (verified), one chunk per column: read from
+    the Parquet row groups that hold them, so a shard holds its own rows and a group or two,
+    not the whole table (issue 50); ``columns``: only those. The same rows, in the same form,
+    as ``load_rows(...).to_arrow().slice(lo, hi - lo)`` of a single-chunk table."""
+    memo = (store.location, res.outputs[name])
+    whole = _TABLES.get(memo)  # already decoded in this process (a small table, a test)
+    if whole is not None:
+        t = whole.slice(lo, hi - lo)
+        if columns is not None:
+            t = t.select(list(columns))
+    else:
+        f = _stored_file(store, res, name)
+        parts, start = [], 0
+        for i in range(f.metadata.num_row_groups):
+            n = f.metadata.row_group(i).num_rows
+            if start < hi and start + n > lo:
+                g = _row_group(store, res, name, f, i)
+                parts.append(g.slice(max(lo - start, 0), min(hi, start + n) - max(lo, start)))
+            start += n
+            if start >= hi:
+                break
+        if not parts:
+            t = f.schema_arrow.empty_table()
+        else:
+            t = pa.concat_tables(parts) if len(parts) > 1 else parts[0]
+        if columns is not None:
+            t = t.select(list(columns))
+    if any(c.num_chunks > 1 for c in t.columns):
+        t = t.combine_chunks()
     return Rows(t)
 
 

@@ -21,7 +21,7 @@ import pyarrow.compute as pc
 from assay.errors import DataError, SpecError
 from assay.rows import Rows, as_table
 from assay.spec import steps_before_grading
-from assay.stages.cache import StageResult, cached_stage, load_rows
+from assay.stages.cache import StageResult, Stored, cached_stage, load_rows
 from assay.stages.declare import RunContext, Stage, declare
 from assay.stages.seams import Computed
 from assay.steps import ROW_OPS, WHERE_OPS, validate_steps
@@ -102,6 +102,9 @@ def run_filter_rows(ctx: RunContext, built: StageResult) -> StageResult:
         raise SpecError(early[0])
 
     def compute() -> Computed:
+        if not source.steps:  # the rows as built: named again, not decoded and stored again
+            return ({"rows": Stored(built.outputs["rows"], built.checksums["rows"])},
+                    {"rows": built.summary["rows"]})
         r = apply_row_steps(load_rows(store, built), source.steps, where=f"sources[{index}].steps")
         if len(r) == 0:
             raise SpecError(f"source {source_name!r}: its steps keep no rows; loosen them")

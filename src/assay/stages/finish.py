@@ -108,28 +108,30 @@ def finish_run(store: Store, spec: StudySpec, run: StudyRun, out: Path,
     return info
 
 
+#: Rows per row group of a rows file: what the writer holds at once (pyarrow's default, 1Mi
+#: rows, held every row of a 400k-row run: ~300 MB); the file's bytes are those one
+#: ``pq.write_table(..., row_group_size=GROUP_ROWS)`` of every row writes.
+GROUP_ROWS = 65536
+
 #: What a rows file's identity adds to its content checksums: the writer (its bytes depend on
-#: pyarrow's Parquet writer, which names its version in the file).
-_WRITER = ["parquet-zstd", pa.__version__]
-
-
-#: Rows per row group of a rows file: pyarrow's default, so the file's bytes are those one
-#: ``pq.write_table`` of every row (the shards' tables concatenated) writes.
-GROUP_ROWS = 1024 * 1024
+#: pyarrow's Parquet writer, which names its version in the file, and on the row groups).
+_WRITER = ["parquet-zstd", pa.__version__, f"groups-{GROUP_ROWS}"]
 
 
 def write_rows(tables: Iterable[pa.Table], sink: str | Path | BinaryIO) -> None:
     """Write ``tables`` (one source's shards, in order) as one zstd Parquet file, holding at
     most a row group's rows (:data:`GROUP_ROWS`) at a time: byte for byte what
-    ``pq.write_table(pa.concat_tables(tables), sink, compression="zstd")`` writes (a column
-    chunk's pages follow the table's chunks, so each group is cut from the same chunks).
+    ``pq.write_table(pa.concat_tables(tables), sink, compression="zstd",
+    row_group_size=GROUP_ROWS)`` writes (a column chunk's pages follow the table's chunks, so
+    each group is cut from the same chunks).
 
     Example:
         >>> import io, assay
         >>> t = assay.rows(["q"], [["a", "b"]], [[1.0, 0.0]]).to_arrow()
         >>> a, b = io.BytesIO(), io.BytesIO()
         >>> write_rows([t.slice(0, 1), t.slice(1)], a)
-        >>> pq.write_table(pa.concat_tables([t.slice(0, 1), t.slice(1)]), b, compression="zstd")
+        >>> pq.write_table(pa.concat_tables([t.slice(0, 1), t.slice(1)]), b, compression="zstd",
+        ...                row_group_size=GROUP_ROWS)
         >>> a.getvalue() == b.getvalue()
         True
     """

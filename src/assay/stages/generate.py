@@ -32,14 +32,13 @@ from assay.models.base import to_messages
 from assay.models.freshness import reuse_scope
 from assay.models.specs import GenerateSpec
 from assay.progress import track
-from assay.rows import Rows
 from assay.spec import StudySpec
 from assay.stages.cache import (
     NotCached,
     StageResult,
     _ref_name,
     cached_stage,
-    load_rows,
+    load_slice,
     lookup,
     stage_key,
 )
@@ -96,7 +95,7 @@ def run_generate_shard(ctx: RunContext, filtered: StageResult, shard: Shard) -> 
     gspec = source.generate
     assert gspec is not None  # the plan shards this stage only for sources with generate:
     lo, hi = shard.bounds
-    part = Rows(load_rows(store, filtered).to_arrow().slice(lo, hi - lo))
+    part = load_slice(store, filtered, lo, hi)
     backend = backend_for(gspec.model)
     params = generate_params(gspec)
     label = shard.label(source_name)

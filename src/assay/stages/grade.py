@@ -9,9 +9,8 @@ from typing import Any
 
 from assay.hashing import code_checksum
 from assay.progress import track
-from assay.rows import Rows
 from assay.spec import StudySpec
-from assay.stages.cache import StageResult, cached_stage, load_rows
+from assay.stages.cache import StageResult, cached_stage, load_slice
 from assay.stages.declare import RunContext, Shard, Stage, declare
 from assay.stages.declare import shard_bounds as shard_bounds  # cut by the shard: re-exported
 from assay.stages.seams import Computed
@@ -49,7 +48,7 @@ def run_grade_shard(ctx: RunContext, rows: StageResult, shard: Shard) -> StageRe
     assert vspec is not None  # the modes grade only the sources that name a verifier
     lo, hi = shard.bounds
 
-    part = Rows(load_rows(store, rows).to_arrow().slice(lo, hi - lo))
+    part = load_slice(store, rows, lo, hi)
     label = shard.label(source_name)
 
     def compute() -> Computed:

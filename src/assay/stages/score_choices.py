@@ -27,7 +27,7 @@ import pyarrow as pa
 
 from assay.rows import Rows, to_json
 from assay.sources.base import ChoicesSource
-from assay.stages.cache import StageResult, cached_stage, load_rows
+from assay.stages.cache import StageResult, cached_stage, load_slice
 from assay.stages.declare import RunContext, Shard, Stage, declare
 from assay.stages.seams import Computed
 from assay.stages.slots import device_of, scoring_model_slots
@@ -132,7 +132,7 @@ def run_score_choices(ctx: RunContext, filtered: StageResult, shard: Shard) -> S
     cspec = cast(ChoicesSource, source).choices
     assert cspec is not None
     lo, hi = shard.bounds
-    part = Rows(load_rows(store, filtered).to_arrow().slice(lo, hi - lo))
+    part = load_slice(store, filtered, lo, hi)
     scorer = shared_scorer(cspec.model)
     params: dict[str, Any] = {"target_delimiter": cspec.target_delimiter}
     lm_eval = getattr(source, "kind", None) == "lm_eval"

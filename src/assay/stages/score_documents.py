@@ -15,7 +15,7 @@ import pyarrow as pa
 
 from assay.rows import Rows
 from assay.sources.base import PerplexitySource
-from assay.stages.cache import StageResult, cached_stage, load_rows
+from assay.stages.cache import StageResult, cached_stage, load_slice
 from assay.stages.declare import RunContext, Shard, Stage, declare
 from assay.stages.seams import Computed
 from assay.stages.slots import device_of, scoring_model_slots
@@ -57,7 +57,7 @@ def run_score_documents(ctx: RunContext, filtered: StageResult, shard: Shard) ->
     assert source.mode == "perplexity", source.mode
     ppl = cast(PerplexitySource, source).perplexity
     lo, hi = shard.bounds
-    part = Rows(load_rows(store, filtered).to_arrow().slice(lo, hi - lo))
+    part = load_slice(store, filtered, lo, hi)
     scorer = shared_scorer(ppl.model)
 
     label = shard.label(source_name)

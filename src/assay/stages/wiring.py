@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Literal
 
-from assay.stages.cache import StageResult, load_rows, print_progress
+from assay.stages.cache import StageResult, load_columns, print_progress
 from assay.stages.declare import STAGES, Progress, RunContext, Shard, Stage
 from assay.stages.graph import GROUP, Graph, Node
 from assay.stages.modes import ModeRow, row_of
@@ -111,7 +111,7 @@ def _shards(ctx: RunContext, si: int, step0: int, row: ModeRow, mode: Sequence[S
         if row.cut is not None:  # as many rows as the first stage says (a generate shard:
             # prompts for ~shard_rows completions)
             per = chain[0].rows_per_shard
-            rows = load_rows(ctx.store, filtered)
+            rows = load_columns(ctx.store, filtered, ["task_id"])  # the cut reads task ids
             cuts = row.cut(rows, per(spec, name) if per else spec.execution.shard_rows)
             labels = [Shard(i, len(cuts), b).label(name) for i, b in enumerate(cuts)]
         else:  # the given rows, whole
