@@ -23,7 +23,7 @@ import json
 import math
 import numbers
 import os
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from functools import cached_property
 from itertools import chain
 from operator import itemgetter
@@ -382,20 +382,92 @@ def table_checksum(table: pa.Table, prefix: str) -> str:
         ...     b'{"a":["string",["x","x",null]],"n":["int64",[1,2,3]]}', "t")
         True
     """
-    cols = {n: table.column(n) for n in table.column_names}
-    big = table.num_rows >= _BIG
+    def column(name: str, big: bool) -> tuple[pa.DataType, Iterator[str]]:
+        col = table.column(name)
+        return col.type, _column_parts(col, big)
+
+    return _columns_checksum(table.column_names, column, table.num_rows, prefix)
+
+
+#: ``(name, big) -> (type, pieces)``: one column's type and the pieces of its JSON array.
+_ColumnParts: TypeAlias = Callable[[str, bool], tuple[pa.DataType, Iterator[str]]]
+
+
+def _columns_checksum(names: Sequence[str], column: _ColumnParts, num_rows: int,
+                      prefix: str) -> str:
+    """:func:`table_checksum` of a table whose columns ``column`` gives, one at a time."""
+    big = num_rows >= _BIG
 
     def parts() -> Iterator[bytes]:
-        for i, name in enumerate(sorted(cols)):
-            col = cols[name]
+        for i, name in enumerate(sorted(names)):
+            typ, pieces = column(name, big)
             head = "{" if i == 0 else ","
-            yield f"{head}{_enc(name)}:[{_enc(str(col.type))},".encode()
-            for piece in _column_parts(col, big):
+            yield f"{head}{_enc(name)}:[{_enc(str(typ))},".encode()
+            for piece in pieces:
                 yield piece.encode()
             yield b"]"
-        yield b"}" if cols else b"{}"
+        yield b"}" if names else b"{}"
 
     return digest_parts(parts(), prefix)
+
+
+#: Rows per Parquet row group of a stored rows table: a shard decodes the groups that hold
+#: its rows, not the whole table (``stages.cache.load_slice``; one group held 1Mi rows).
+ROW_GROUP_ROWS = 16384
+
+
+class ParquetRows:
+    """Rows already encoded as one Parquet file (zstd, :data:`ROW_GROUP_ROWS` a group), with
+    their content id: what a build that never holds every row makes (issue 50). The store keeps
+    the bytes as they are; ``checksum()`` equals ``Rows.checksum()`` of the same rows, and is
+    computed a column at a time from the file.
+
+    Example:
+        >>> import io, assay
+        >>> r = assay.rows(["q"], [["a", "b"]], [[1.0, 0.0]])
+        >>> buf = io.BytesIO()
+        >>> pq.write_table(r.to_arrow(), buf, compression="zstd")
+        >>> p = ParquetRows(buf.getvalue(), r.to_arrow().schema)
+        >>> len(p), p.checksum() == r.checksum()
+        (2, True)
+    """
+
+    def __init__(self, data: bytes, schema: pa.Schema) -> None:
+        self.data = data
+        self._file = pq.ParquetFile(pa.BufferReader(data), pre_buffer=False)
+        # the rows' own types: Parquet gives some back renamed (a list's item, a map's entries),
+        # and a type's name is part of the checksum
+        self.schema = schema
+        self._checksum: str | None = None
+
+    def __len__(self) -> int:
+        return self._file.metadata.num_rows
+
+    def checksum(self) -> str:
+        if self._checksum is None:
+            f, schema = self._file, self.schema
+
+            def chunks(name: str, typ: pa.DataType) -> Iterator[pa.ChunkedArray]:
+                for b in f.iter_batches(batch_size=_CHUNK, columns=[name], use_threads=False):
+                    if b.num_rows:
+                        yield pa.chunked_array([b.column(0).cast(typ)])
+
+            def column(name: str, big: bool) -> tuple[pa.DataType, Iterator[str]]:
+                # what the column's path depends on, from a first pass over it; then its
+                # pieces from a second: a chunk of it held at a time, never the column
+                typ = schema.field(name).type
+                nulls, inside = False, False
+                for c in chunks(name, typ):
+                    nulls = nulls or bool(c.null_count)
+                    inside = inside or (_string_struct_list(typ) and _nulls_inside(c))
+                return typ, _pieces(typ, big, nulls, inside, chunks(name, typ))
+
+            self._checksum = _columns_checksum(schema.names, column, f.metadata.num_rows, "rows")
+        return self._checksum
+
+    def to_rows(self) -> Rows:
+        """Every row decoded (what a caller that needs them whole reads)."""
+        return Rows(self._file.read(use_threads=False).cast(self.schema))
 
 
 #: JSON's own string encoder (what ``json.dumps(..., ensure_ascii=False)`` calls per string).
@@ -420,22 +492,32 @@ def _column_parts(col: pa.ChunkedArray, big: bool) -> Iterator[str]:
     through Arrow's dictionary (each distinct value once per chunk). Which path a column takes
     is chosen once, from the whole column, so the bytes never depend on the chunking."""
     typ = col.type
+    inside = _string_struct_list(typ) and _nulls_inside(col)
+    return _pieces(typ, big, bool(col.null_count), inside,
+                   (col.slice(lo, _CHUNK) for lo in range(0, len(col), _CHUNK)))
+
+
+def _pieces(typ: pa.DataType, big: bool, has_nulls: bool, nulls_inside: bool,
+            chunks: Iterable[pa.ChunkedArray]) -> Iterator[str]:
+    """:func:`_column_parts` of a column given as ``chunks`` (none empty), with what its path
+    depends on found over the whole column beforehand: whether it ``has_nulls`` and, for a
+    list of string structs, whether it has ``nulls_inside`` (:func:`_nulls_inside`)."""
     if big and (pa.types.is_string(typ) or pa.types.is_large_string(typ)):
         def inner(part: pa.ChunkedArray) -> str:
             return ",".join(_encoded(pc.utf8_normalize(part, "NFC")))
-    elif _string_struct_list(typ) and not _nulls_inside(col):
+    elif _string_struct_list(typ) and not nulls_inside:
         def inner(part: pa.ChunkedArray) -> str:
             return _struct_list_json(part, big)[1:-1]
     else:
-        numbers = not col.null_count  # numpy's numbers only for a null-free column, as before
+        numbers = not has_nulls  # numpy's numbers only for a null-free column, as before
 
         def inner(part: pa.ChunkedArray) -> str:
             return json.dumps(_values(part, numbers), sort_keys=True, separators=(",", ":"),
                               ensure_ascii=False, allow_nan=False)[1:-1]
     yield "["
-    for lo in range(0, len(col), _CHUNK):
+    for i, part in enumerate(chunks):
         # a slice is a zero-copy view; a chunk's JSON is never empty ("null" at least)
-        yield ("," if lo else "") + inner(col.slice(lo, _CHUNK))
+        yield ("," if i else "") + inner(part)
     yield "]"
 
 

@@ -809,6 +809,14 @@ class Store:
         pq.write_table(table, buf, compression="zstd", row_group_size=row_group_rows)
         return self._put(buf.getvalue(), "tbl")
 
+    def put_parquet(self, data: bytes) -> str:
+        """Store a Parquet file's bytes as a table, as they are (written by the caller, e.g. a
+        build a batch at a time); returns ``tbl:<sha256 of the file>``, read by
+        :meth:`get_table`."""
+        if data[:4] != b"PAR1" or data[-4:] != b"PAR1":
+            raise StoreError("put_parquet needs a Parquet file's bytes")
+        return self._put(data, "tbl")
+
     def get_table(self, key: str) -> pa.Table | None:
         """The table under ``key``, or None when missing or corrupt."""
         data = self._verified(self._blob_rel(key), key)

@@ -28,12 +28,19 @@ MOST = 0.5
 TOP = 3
 
 
-def _records(rows: RowsLike) -> list[Mapping[str, Any]]:
+def _records(rows: RowsLike, unjudged: bool = False) -> list[Mapping[str, Any]]:
+    """The rows as dicts of the columns read here; ``unjudged``: only those without a reward,
+    found in Arrow first (a study's every row as Python dicts was hundreds of MB)."""
     if hasattr(rows, "to_arrow"):
+        import pyarrow.compute as pc
+
         t = rows.to_arrow()
         cols = [c for c in ("reward", "judge_status", "reason", "task_id", "rollout_index")
                 if c in t.column_names]
-        return t.select(cols).to_pylist()
+        t = t.select(cols)
+        if unjudged and "reward" in cols:
+            t = t.filter(pc.is_null(t.column("reward")))
+        return t.to_pylist()
     return list(rows)
 
 
@@ -45,7 +52,7 @@ def _why(r: Mapping[str, Any]) -> str:
 def unjudged_summary(rows: RowsLike, top: int = TOP) -> dict[str, Any]:
     """``{"rows": n unjudged, "reasons": [[status: reason, count], ...]}`` (the ``top`` most
     frequent, ties by text), over rows without a reward."""
-    c = Counter(_why(r) for r in _records(rows) if r.get("reward") is None)
+    c = Counter(_why(r) for r in _records(rows, unjudged=True) if r.get("reward") is None)
     ranked = sorted(c.items(), key=lambda kv: (-kv[1], kv[0]))[:top]
     return {"rows": sum(c.values()), "reasons": [[k, v] for k, v in ranked]}
 

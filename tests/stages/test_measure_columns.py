@@ -47,3 +47,40 @@ def test_measures_read_projected_rows_and_measure_the_same(
     monkeypatch.setattr(measure, "measured_columns", lambda spec: None, raising=False)
     assert _measurements(tmp_path / "w") == projected  # every column: the same documents
     assert any(d["kind"] == "eval_variance" for d in projected)
+
+
+def test_projected_shards_are_the_rows_the_full_check_makes_without_reading_the_text(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The measure stage's rows: each shard's measured columns read alone (its text never
+    decoded), the others filled as ``as_table`` fills a missing column, and not validated into
+    Python again (that doubled the stage's memory at 400k rows)."""
+    import pyarrow.parquet as pq
+
+    from assay.rows import Rows
+    from assay.stages import cache
+
+    store, spec, run = finished(tmp_path, COLUMNS_SPEC)
+    parts = run.graded["a"]  # type: ignore[attr-defined]
+    cols = measure.measured_columns(spec)  # type: ignore[arg-type]
+    assert cols is not None and len(parts) > 1
+    whole = cache.concat_rows(store, parts)  # every column
+    cache._TABLES.clear()
+    asked: list[object] = []
+    real_read = pq.ParquetFile.read
+
+    def read(self, *a, **k):  # type: ignore[no-untyped-def]
+        asked.append(k.get("columns"))
+        return real_read(self, *a, **k)
+
+    monkeypatch.setattr(pq.ParquetFile, "read", read)
+    rows_mod = sys.modules["assay.rows"]
+    slow: list[str] = []
+    real_values = rows_mod._column_values
+    monkeypatch.setattr(rows_mod, "_column_values",
+                        lambda data, c: slow.append(c) or real_values(data, c))
+    got = cache.concat_rows(store, parts, cols)
+    assert asked and all(set(c) <= set(cols) for c in asked)  # type: ignore[arg-type]
+    assert slow == []  # no value read into Python to be checked again
+    monkeypatch.setattr(rows_mod, "_column_values", real_values)
+    want = Rows(whole.to_arrow().select(list(cols)))  # what the stage made before
+    assert got.to_arrow().equals(want.to_arrow())

@@ -70,3 +70,18 @@ def test_the_report_counts_unjudged_rows_per_source_with_top_reasons(tmp_path: P
             "(1)") in md
     doc = json.loads(stages.report_files(store, run.report)["report.json"])
     assert doc["sources"][0]["unjudged"]["rows"] == 4
+
+
+def test_the_summary_reads_only_the_unjudged_rows_into_python() -> None:
+    """(issue 50: the measure stage turned every row of a study into a dict to count the few
+    without a reward)"""
+    import assay
+    from assay import unjudged
+
+    n = 1000
+    rewards = [[None if i in (3, 500, 998) else float(i % 2)] for i in range(n)]
+    rows = assay.rows([f"q{i}" for i in range(n)], [["a"]] * n, rewards)
+    read = unjudged._records(rows, unjudged=True)
+    assert [r["reward"] for r in read] == [None, None, None]
+    got = unjudged.unjudged_summary(rows)
+    assert got == unjudged.unjudged_summary([dict(r) for r in rows]) and got["rows"] == 3

@@ -21,7 +21,7 @@ from assay.steps import ROW_OPS, check_steps
 from assay.verify.spec import VerifierSpec
 
 if TYPE_CHECKING:
-    from assay.rows import Rows
+    from assay.rows import ParquetRows, Rows
 
 
 #: How a source's rows get their verdicts, said once (lm-eval's ``output_type``):
@@ -98,6 +98,12 @@ class SourceSpec(SpecModel):
         a dataset's revision and the content checksum of its records); ``{}`` when nothing
         beyond the spec needs saying."""
         return self.build_rows(paths), {}
+
+    def build_stored(self, paths: Paths) -> tuple[Rows | ParquetRows, dict[str, Any]]:
+        """:meth:`build`, for the build-rows stage, which stores the rows: a source that can
+        write them as it builds returns them encoded (:class:`~assay.rows.ParquetRows`), so
+        no process holds every row."""
+        return self.build(paths)
 
     def check(self, paths: Paths) -> tuple[list[str], list[str]]:
         """``(problems, warnings)`` found by reading the source's data, each as

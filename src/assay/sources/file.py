@@ -19,7 +19,7 @@ from assay.sources.records import RecordSourceSpec, read_records, record_batches
 from assay.sources.registry import SOURCES
 
 if TYPE_CHECKING:
-    from assay.rows import Rows
+    from assay.rows import ParquetRows, Rows
 
 
 @SOURCES.register("file")
@@ -61,6 +61,14 @@ class FileSource(RecordSourceSpec):
             except SpecError:
                 pass  # bad data: the whole build below says it exactly as it always did
         return self.rows_from(paths, self.read_source_records(paths), where)
+
+    def build_stored(self, paths: Paths) -> tuple[Rows | ParquetRows, dict[str, Any]]:
+        if self.builds_in_batches():  # written as built: never every row at once (issue 50)
+            try:
+                return self.parquet_in_batches(self._batches(paths), self._where(paths)), {}
+            except SpecError:
+                pass  # bad data: the whole build says it exactly as it always did
+        return self.build(paths)
 
     def identity(self, paths: Paths) -> dict[str, Any]:
         from assay.hashing import file_checksum

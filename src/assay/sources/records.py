@@ -32,7 +32,7 @@ from assay.errors import RowsError, RowsTypeError, SpecError
 from assay.jsonl import iter_jsonl
 from assay.models.specs import GenerateSpec, ModelEntry
 from assay.paths import Paths
-from assay.rows import Rows
+from assay.rows import ROW_GROUP_ROWS, ParquetRows, Rows
 from assay.sources.base import Mode, SourceSpec
 from assay.sources.choices import ChoicesSpec
 from assay.sources.documents import PerplexitySpec
@@ -451,16 +451,13 @@ class RecordSourceSpec(SourceSpec):
         records at a time (no completions joined from another file, no choices or documents)."""
         return self.completions is None and self.choices is None and self.perplexity is None
 
-    def rows_in_batches(self, batches: Iterable[list[dict[str, Any]]], where: str, *,
-                        keep: bool = True) -> Rows | None:
-        """The rows :meth:`rows_from` makes of every record of ``batches`` (a file's, in
-        order), built a batch at a time: tasks numbered and checked across batches as in one
-        build, so the table (and its checksum) is the same. ``keep=False``: only check that
-        they build (the data check before a run), holding no batch's rows. Only for a source
-        that :meth:`builds_in_batches`; a bad record raises the error of its own batch."""
+    def _batch_tables(self, batches: Iterable[list[dict[str, Any]]], where: str,
+                      ) -> Iterator[pa.Table]:
+        """Each batch's rows (an Arrow table), built as :meth:`rows_in_batches` says; what only
+        the build needs (the book: a Python string per task) goes when the last is given."""
         from assay.builder import TaskBook
 
-        book, tables, start, head = TaskBook(), [], 0, None
+        book, start, head = TaskBook(), 0, None
         template = self.template()
         for recs in batches:
             head = recs[0] if head is None and recs else head
@@ -469,16 +466,48 @@ class RecordSourceSpec(SourceSpec):
                                   prompts_only=self.generate is not None, start=start,
                                   book=book, first_record=head)
             start += len(recs)
-            if keep:
-                tables.append(r.to_arrow())
+            del recs
+            t = r.to_arrow()
+            del r
+            yield t
         if head is None:  # no records: the error one build gives
             rows_from_records([], self.fields, where=where)
+
+    def rows_in_batches(self, batches: Iterable[list[dict[str, Any]]], where: str, *,
+                        keep: bool = True) -> Rows | None:
+        """The rows :meth:`rows_from` makes of every record of ``batches`` (a file's, in
+        order), built a batch at a time: tasks numbered and checked across batches as in one
+        build, so the table (and its checksum) is the same. ``keep=False``: only check that
+        they build (the data check before a run), holding no batch's rows. Only for a source
+        that :meth:`builds_in_batches`; a bad record raises the error of its own batch."""
+        tables = []
+        for t in self._batch_tables(batches, where):
+            if keep:
+                tables.append(t)
+            del t
         if not keep:
             return None
-        # combining the columns is the build's peak: what only the build needed goes first (the
-        # book holds a Python string per task, the last batch its records and rows)
-        del book, r, recs, head
         return Rows(tables[0] if len(tables) == 1 else _one_chunk(tables))
+
+    def parquet_in_batches(self, batches: Iterable[list[dict[str, Any]]],
+                           where: str) -> ParquetRows:
+        """The rows of :meth:`rows_in_batches`, written a batch at a time into one Parquet
+        file as they are built: the build holds a batch, never every row (issue 50); the
+        rows, and their checksum, are the same."""
+        import io
+
+        import pyarrow.parquet as pq
+
+        sink, writer, schema = io.BytesIO(), None, None
+        for t in self._batch_tables(batches, where):
+            if writer is None:
+                schema = t.schema
+                writer = pq.ParquetWriter(sink, schema, compression="zstd")
+            writer.write_table(t, row_group_size=ROW_GROUP_ROWS)
+            del t
+        assert writer is not None and schema is not None  # no records raised in the build
+        writer.close()
+        return ParquetRows(sink.getvalue(), schema)
 
     def files(self, paths: Paths) -> list[Path]:
         out = [paths.resolve(self.completions.path)] if self.completions is not None else []

@@ -22,7 +22,7 @@ def run_build_rows(ctx: RunContext) -> StageResult:
     source = spec.source(source_name)
 
     def compute() -> Computed:
-        r, info = source.build(spec.paths)
+        r, info = source.build_stored(spec.paths)
         out: dict[str, object] = {"rows": r}
         if info:  # what was read (a dataset's revision, its records' checksum): for the report
             out["source_info"] = info

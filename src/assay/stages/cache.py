@@ -31,12 +31,13 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from assay.errors import StoreError, StoreVanishedError
 from assay.hashing import combine
-from assay.rows import Rows
+from assay.rows import ROW_GROUP_ROWS, ParquetRows, Rows
 from assay.store import Store
 
 #: Every stage's version, declared by its module with :func:`define_stage`. Bump a stage's
@@ -132,6 +133,8 @@ def _store_output(store: Store, value: object) -> tuple[str, str]:
     if isinstance(value, Rows):  # row groups a shard can read alone (``load_slice``)
         return (store.put_table(value.to_arrow(), row_group_rows=ROW_GROUP_ROWS),
                 value.checksum())
+    if isinstance(value, ParquetRows):  # encoded as built: stored as it is
+        return store.put_parquet(value.data), value.checksum()
     if isinstance(value, pa.Table):
         k = store.put_table(value)
         return k, k
@@ -191,10 +194,10 @@ def cached_stage(store: Store, stage: str, *, inputs: Sequence[object], params: 
                  progress: Callable[[StageResult], None] | None = None) -> StageResult:
     """Serve ``stage`` from the store, or run ``compute`` and store it.
 
-    ``compute()`` returns ``(outputs, summary)``; outputs are Rows, Arrow tables, bytes, JSON
-    documents, or :class:`Stored` (already in the store). Outputs are written (atomically,
-    verified) before the ref that names them, so a kill at any point leaves either a complete
-    entry or none.
+    ``compute()`` returns ``(outputs, summary)``; outputs are Rows (or ParquetRows), Arrow
+    tables, bytes, JSON documents, or :class:`Stored` (already in the store). Outputs are
+    written (atomically, verified) before the ref that names them, so a kill at any point
+    leaves either a complete entry or none.
     """
     key = stage_key(stage, inputs, params, fingerprint)
     label = label or stage
@@ -283,9 +286,6 @@ _FILES: dict[tuple[str, str], pq.ParquetFile] = {}
 _GROUPS: dict[tuple[str, str, int], pa.Table] = {}
 _SLICE_LOCK = threading.Lock()
 
-#: Rows per Parquet row group of a stored rows table: a shard decodes the groups that hold
-#: its rows, not the whole table (one group per table held pyarrow's 1Mi rows).
-ROW_GROUP_ROWS = 16384
 
 
 def _stored_file(store: Store, res: StageResult, name: str) -> pq.ParquetFile:
@@ -371,9 +371,56 @@ def concat_rows(store: Store, parts: Sequence[StageResult],
                 columns: Sequence[str] | None = None) -> Rows:
     """The rows of several shards of one source, in shard order; ``columns``: only those (the
     ones the shards have), each shard's other columns dropped as it is read."""
-    tables = [t if columns is None else t.select([c for c in columns if c in t.column_names])
-              for t in shard_tables(store, parts)]
-    return Rows(pa.concat_tables(tables)) if len(tables) > 1 else Rows(tables[0])
+    if columns is None:
+        tables = list(shard_tables(store, parts))
+        return Rows(pa.concat_tables(tables)) if len(tables) > 1 else Rows(tables[0])
+    # only those columns decoded: a shard's others (its text) never enter the process
+    tables = [_columns_of(store, p, columns) for p in parts]
+    return _projected_rows(pa.concat_tables(tables) if len(tables) > 1 else tables[0])
+
+
+def _projected_rows(table: pa.Table) -> Rows:
+    """Rows of some columns of stored rows (validated when they were stored), the others
+    filled as ``as_table`` fills a missing column: without reading every value into Python
+    again to validate it (at 400k rows that doubled the measure stage's memory)."""
+    from assay.rows import ROW_SCHEMA, ROWS_SCHEMA_VERSION
+
+    names = set(table.column_names)
+    if not {"task_id", "rollout_index"} <= names:  # ids to derive: the full check does it
+        return Rows(table)
+    n = table.num_rows
+    arrays = []
+    for f in ROW_SCHEMA:
+        if f.name in names:
+            arrays.append(table.column(f.name).cast(f.type))
+        elif f.name in ("prompt", "final_text"):  # n empty strings, n empty lists: from
+            # offsets (pa.repeat of "" or [] went through ~40-190 MB at 400k rows)
+            arrays.append(pa.StringArray.from_buffers(
+                n, pa.py_buffer(np.zeros(n + 1, dtype=np.int32)), pa.py_buffer(b"")))
+        elif f.name == "messages":
+            arrays.append(pa.ListArray.from_arrays(
+                pa.array(np.zeros(n + 1, dtype=np.int32)), pa.array([], f.type.value_type),
+                type=f.type))
+        elif f.name == "schema_version":
+            arrays.append(pa.repeat(pa.scalar(ROWS_SCHEMA_VERSION, f.type), n))
+        else:
+            arrays.append(pa.nulls(n, f.type))
+    return Rows(pa.Table.from_arrays(arrays, schema=ROW_SCHEMA))
+
+
+def _columns_of(store: Store, res: StageResult, columns: Sequence[str],
+                name: str = "rows") -> pa.Table:
+    """The ``columns`` a stage's stored table has of those asked, read alone (verified)."""
+    whole = _TABLES.get((store.location, res.outputs[name]))
+    if whole is not None:
+        return Rows(whole).to_arrow().select([c for c in columns if c in whole.column_names])
+    data = store.get_bytes(res.outputs[name])
+    if data is None:
+        raise _vanished(store, res, name)
+    f = pq.ParquetFile(pa.BufferReader(data), pre_buffer=False)
+    have = set(f.schema_arrow.names)
+    # no reader threads: see Store.get_table
+    return f.read(columns=[c for c in columns if c in have], use_threads=False)
 
 
 def shard_tables(store: Store, parts: Sequence[StageResult]) -> Iterator[pa.Table]:
