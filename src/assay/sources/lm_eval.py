@@ -67,6 +67,7 @@ class LmEvalScoring(SpecModel):
         return ""
 
 
+@SOURCES.register("lm_eval")
 class LmEvalSource(SourceSpec):
     """An lm-eval task's requests, scored by an assay backend."""
 
@@ -461,5 +462,3 @@ def document_rows_of(task: Any, docs: list[tuple[int, Any, list]], where: str) -
     return rows(texts, [""] * len(texts), None, task_ids=tids, meta=metas, markers=markers,
                 record_names=lambda i: f"document {tids[i]}")
 
-
-SOURCES.register("lm_eval", spec=LmEvalSource)(LmEvalSource)
