@@ -31,10 +31,7 @@ ALLOWED = {
     # already written); a measure declaring its headline estimate would end these two
     "report.py": "pass_at",
     "view/compare.py": "pass_at",
-    # stage modules (other changes own stages/): which sources get lm-eval's own metrics and
-    # lm-eval's item keys; and the lm-eval generate check reading the backend kind
-    "stages/measure.py": "lm_eval",
-    "stages/score_choices.py": "lm_eval",
+    # the lm-eval generate check reading the backend kind
     "sources/lm_eval_generate.py": "hf",
 }
 

@@ -10,7 +10,7 @@ Example:
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol
 
 from pydantic import Field, field_validator
 
@@ -58,6 +58,11 @@ class PerplexitySource(Protocol):
 
 class SourceSpec(SpecModel):
     """Base of a source entry. Subclasses add ``kind: Literal[...]`` and their own fields."""
+
+    #: The kind is an lm-eval task: its rows carry lm-eval's own per-document items, so the
+    #: measure stage reports every metric the task lists (whatever ``measure:`` asks) and its
+    #: choice items are keyed on the task's files. Declared by the kind, not found from its name.
+    lm_eval_task: ClassVar[bool] = False
 
     name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$", description="arm name used by measure/report")
     steps: list[dict[str, Any]] = Field(

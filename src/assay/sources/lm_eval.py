@@ -72,6 +72,7 @@ class LmEvalSource(SourceSpec):
     """An lm-eval task's requests, scored by an assay backend."""
 
     WARM_IMPORTS: ClassVar[tuple[str, ...]] = ("datasets", "lm_eval.tasks", "lm_eval.api.task")
+    lm_eval_task: ClassVar[bool] = True
 
     kind: Literal["lm_eval"]
     task: str = Field(description="the lm-eval task name; a group or tag expands into one "

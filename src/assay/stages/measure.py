@@ -355,14 +355,14 @@ def lm_eval_generate_sources(spec: StudySpec) -> list[str]:
     """The ``kind: lm_eval`` sources with ``generate:`` (a generate_until task): each gets
     every metric lm-eval reports, whatever ``measure:`` asks for."""
     return [n for n in default_sources(spec, "lm_eval_metrics")
-            if getattr(spec.source(n), "kind", None) == "lm_eval"]
+            if spec.source(n).lm_eval_task]
 
 
 def lm_eval_choice_sources(spec: StudySpec) -> list[str]:
     """The ``kind: lm_eval`` sources with ``choices:`` (a multiple_choice task): each gets
     every metric lm-eval reports (mcc, f1, a task's own), whatever ``measure:`` asks for."""
     return [n for n in default_sources(spec, "lm_eval_mc_metrics")
-            if getattr(spec.source(n), "kind", None) == "lm_eval"]
+            if spec.source(n).lm_eval_task]
 
 
 def lm_eval_docs(spec: StudySpec, rows: Mapping[str, Rows]) -> list[dict[str, Any]]:

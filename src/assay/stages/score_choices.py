@@ -135,8 +135,8 @@ def run_score_choices(ctx: RunContext, filtered: StageResult, shard: Shard) -> S
     part = load_slice(store, filtered, lo, hi)
     scorer = shared_scorer(cspec.model)
     params: dict[str, Any] = {"target_delimiter": cspec.target_delimiter}
-    lm_eval = getattr(source, "kind", None) == "lm_eval"
-    if lm_eval:  # keyed on the task's files: an edited process_results recomputes the items
+    lm_eval = source.lm_eval_task  # the task's files key the items: an edited
+    if lm_eval:  # process_results recomputes them
         ident = source.identity(spec.paths)
         params["lm_eval_items"] = [ident.get("files"), ident.get("lm_eval")]
 
