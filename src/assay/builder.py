@@ -141,11 +141,36 @@ def _check_same_task(tid: str, a: tuple[str, list[dict[str, str]], str | None],
 class TaskBook:
     """What :func:`rows` knows of the tasks it has seen: each task's rollouts so far and its
     first prompt. Passing one book to successive calls builds rows in batches (a big file a
-    block of records at a time) numbered and checked as one call over all of them would."""
+    block of records at a time) numbered and checked as one call over all of them would.
+
+    The tasks of the current call keep their first prompt whole (``first``); those of earlier
+    calls only its name and a digest of its conversation and reference (``sealed``): a task's
+    prompt as Python objects was ~1 KB a task, ~1 GB held by a 1M-task file's build (issue 50).
+    A later prompt that differs from a sealed one raises :class:`TaskConflict`, which names both
+    records but not how they differ (a caller that can re-read the file words it exactly)."""
 
     counters: dict[str, int] = dataclasses.field(default_factory=dict)
     first: dict[str, tuple[str, list[dict[str, str]], str | None]] = dataclasses.field(
         default_factory=dict)
+    sealed: dict[str, tuple[str, bytes]] = dataclasses.field(default_factory=dict)
+
+    def seal(self) -> None:
+        """Keep only the name and digest of the tasks seen so far (the call that saw them
+        ended)."""
+        for tid, (name, msgs, priv) in self.first.items():
+            self.sealed[tid] = (name, _task_digest(msgs, priv))
+        self.first.clear()
+
+
+class TaskConflict(RowsError):
+    """A task seen in an earlier batch came back with another prompt or reference."""
+
+
+def _task_digest(msgs: list[dict[str, str]], priv: str | None) -> bytes:
+    import hashlib
+
+    text = json.dumps([msgs, priv], sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    return hashlib.blake2b(text.encode("utf-8"), digest_size=16).digest()
 
 
 def _meta_json(value: Any, where: str) -> str | None:
@@ -252,10 +277,17 @@ def rows(
         priv = (None if references is None
                 else to_json({"reference": references[i]}, f"references[{i}]"))
         seen = first.get(tid)
-        if seen is None:
-            first[tid] = (name(i), msgs, priv)
-        else:
+        if seen is not None:
             _check_same_task(tid, seen, (name(i), msgs, priv))
+        elif tid in book.sealed:
+            name_0, digest = book.sealed[tid]
+            if digest != _task_digest(msgs, priv):
+                raise TaskConflict(
+                    f"{name_0} and {name(i)} have the same task id {tid!r} but a different "
+                    "prompt or reference; one task has one prompt and one reference: give them "
+                    "different task ids, or make them agree")
+        else:
+            first[tid] = (name(i), msgs, priv)
         for j, text in enumerate(group):
             where = f"prompt {i}, completion {j}" if record_names is None else record_names(i)
             k = counters.get(tid, 0)

@@ -90,11 +90,19 @@ def test_a_conflict_across_batches_is_the_error_of_one_build(
     with pytest.raises(SpecError) as one:
         _whole(src, spec.paths)
     assert "record 6 and record 34" in str(one.value)
-    # the batches find it themselves (no fallback to a whole read), worded the same
+    # the batches find it themselves: record 6's batch is sealed by then (its prompt kept as a
+    # digest), so they name both records but not the values ...
     with pytest.raises(SpecError) as batched:
         src.rows_in_batches(rec_mod.record_batches(tmp_path / "r.jsonl", "jsonl", 10),
                             src._where(spec.paths))
-    assert str(batched.value) == str(one.value)
+    assert "record 6 and record 34 have the same task id" in str(batched.value)
+    # ... and what a user runs words it as one build does (the bad data read whole)
+    monkeypatch.setattr(rec_mod, "BATCH_RECORDS", 10)
+    for build in (src.build_rows, src.build_stored):
+        with pytest.raises(SpecError) as told:
+            build(spec.paths)
+        assert str(told.value) == str(one.value)
+    assert src.check(spec.paths)[0] == [f"fields: {one.value}"]  # the check before a run
 
 
 @pytest.mark.parametrize("damage", ["bad_json", "missing_field", "bad_marker"])
@@ -195,3 +203,27 @@ def test_the_stored_build_is_written_as_built_and_is_the_same_rows(
     assert checksum == whole.checksum()
     assert store.get_table(key).equals(whole.to_arrow())
 
+
+
+def test_the_book_keeps_a_digest_per_task_of_an_earlier_batch_not_its_prompt() -> None:
+    """(issue 50: a task's prompt as Python objects, ~1 KB a task, held by the book for the
+    whole build: ~1 GB at 1M tasks)"""
+    import gc
+    import tracemalloc
+
+    from assay.builder import TaskBook, rows
+
+    n = 3000
+    book = TaskBook()
+    rows(["warm"], ["a"])  # the first call's imports and caches are not the book's
+    gc.collect()
+    tracemalloc.start()
+    before = tracemalloc.get_traced_memory()[0]
+    r = rows([f"{i:05d} " + "long prompt " * 100 for i in range(n)], ["a"] * n, book=book)
+    del r
+    book.seal()
+    gc.collect()
+    held = tracemalloc.get_traced_memory()[0] - before
+    tracemalloc.stop()
+    assert len(book.sealed) == n and not book.first
+    assert held / n < 400, held / n  # bytes a task (its 1.2 KB prompt is not among them)

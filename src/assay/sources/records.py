@@ -467,6 +467,7 @@ class RecordSourceSpec(SourceSpec):
                                   book=book, first_record=head)
             start += len(recs)
             del recs
+            book.seal()  # a digest per task from here on, not its prompt (TaskBook)
             t = r.to_arrow()
             del r
             yield t
