@@ -418,6 +418,27 @@ class _Behind:
             raise StoreIOError(f"a write to the store failed: {failed}") from failed
 
 
+@contextlib.contextmanager
+def _depth_scope(owner: _Behind | _Deferred, finish: Callable[[], None],
+                 quiet: type[BaseException]) -> Iterator[None]:
+    """``owner.depth`` raised (under ``owner.lock``) while the block runs, then ``finish()``
+    (publish or fsync what it wrote); when the block raised, ``finish`` failing with ``quiet``
+    is not told: the block's own error is the news."""
+    with owner.lock:
+        owner.depth += 1
+    try:
+        yield
+    except BaseException:
+        with owner.lock:
+            owner.depth -= 1
+        with contextlib.suppress(quiet):
+            finish()
+        raise
+    with owner.lock:
+        owner.depth -= 1
+    finish()
+
+
 class _Deferred:
     """A local location's writes made durable together: while a study holds
     ``in_use(write_behind=True)`` (``depth`` > 0), a blob or ref is written and renamed into
@@ -1074,19 +1095,9 @@ class Store:
         d = self._deferred
         assert d is not None  # a local store's
         with self._flock(fcntl.LOCK_SH, wait):
-            with d.lock:
-                d.depth += 1
-            try:
+            # before the lock goes: what this scope wrote is durable
+            with _depth_scope(d, d.sync, Exception):
                 yield
-            except BaseException:
-                with d.lock:
-                    d.depth -= 1
-                with contextlib.suppress(Exception):  # the block's own error is the news
-                    d.sync()
-                raise
-            with d.lock:
-                d.depth -= 1
-            d.sync()  # before the lock goes: what this scope wrote is durable
 
     @contextlib.contextmanager
     def _study_lease(self, wait: float | None, write_behind: bool) -> Iterator[None]:
@@ -1098,19 +1109,8 @@ class Store:
                 if not write_behind:
                     yield
                     return
-                with b.lock:
-                    b.depth += 1
-                try:
+                with _depth_scope(b, b.flush, StoreError):
                     yield
-                except BaseException:
-                    with b.lock:
-                        b.depth -= 1
-                    with contextlib.suppress(StoreError):  # the block's own error is the news
-                        b.flush()
-                    raise
-                with b.lock:
-                    b.depth -= 1
-                b.flush()
         finally:
             b.leave()
 
