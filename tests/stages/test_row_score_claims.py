@@ -21,6 +21,11 @@ from assay.spec import load_spec
 from assay.stages.score_rows import clear_model_cache
 from assay.store import Store
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from test_row_score_cache import RECORDS  # noqa: E402
+from test_row_score_cache import SPEC as CACHE_SPEC  # noqa: E402
+
 # A counting reward model; GATE (set by a test) is called before each scoring call
 RM_MODULE = '''
 CALLS = []
@@ -33,25 +38,11 @@ def score(prompts, responses):
     CALLS.append(len(responses))
     return [float(len(r)) + 0.1 * len(p) for p, r in zip(prompts, responses)]
 '''
-#: 12 distinct prompts with 2 distinct completions each: 24 inputs in one shard, so a run holds
-#: one claim at a time (two claim documents: two runs)
-RECORDS = [{"id": f"t{i}", "q": f"question {i}?", "a": f"{i + j}" + "x" * j, "g": str(i)}
-           for i in range(12) for j in range(2)]
-SPEC = """
-name: rowclaims
-sources:
-  - name: s
-    kind: file
-    path: d.jsonl
-    fields: {prompt: q, completion: a, reference: g, task_id: id}
-    verifier: {kind: exact_match}
-reward:
-  models: [{name: cnt, kind: function, function: "cnt_rm:score", params: {batched: true}}]
-  data: null
-  score: {sources: [s]}
-measure: {pass_at: {k: 2}}
-execution: {shard_rows: 24}
-"""
+#: the row-score cache test's 12 prompts x 2 completions and study, all 24 inputs in one shard,
+#: so a run holds one claim at a time (two claim documents: two runs)
+SPEC = CACHE_SPEC.replace("name: rowscores", "name: rowclaims").replace("shard_rows: 12",
+                                                                        "shard_rows: 24")
+assert SPEC.count("rowclaims") == 1 and "shard_rows: 24" in SPEC
 
 
 @pytest.fixture
