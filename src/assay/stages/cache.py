@@ -31,13 +31,12 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from assay.errors import StoreError, StoreVanishedError
 from assay.hashing import combine
-from assay.rows import ROW_GROUP_ROWS, ParquetRows, Rows
+from assay.rows import ROW_GROUP_ROWS, ParquetRows, Rows, stored_columns
 from assay.store import Store
 
 #: Every stage's version, declared by its module with :func:`define_stage`. Bump a stage's
@@ -287,7 +286,6 @@ _GROUPS: dict[tuple[str, str, int], pa.Table] = {}
 _SLICE_LOCK = threading.Lock()
 
 
-
 def _stored_file(store: Store, res: StageResult, name: str) -> pq.ParquetFile:
     memo = (store.location, res.outputs[name])
     with _SLICE_LOCK:
@@ -325,26 +323,18 @@ def load_columns(store: Store, res: StageResult, columns: Sequence[str],
                  name: str = "rows") -> Rows:
     """Only ``columns`` of the rows a stage stored (verified), every row: what cutting a
     source into shards reads (its task ids), without decoding the rest."""
-    memo = (store.location, res.outputs[name])
-    whole = _TABLES.get(memo)
-    if whole is not None:
-        return Rows(whole.select(list(columns)))
-    t = _stored_file(store, res, name).read(columns=list(columns), use_threads=False)
-    return Rows(t.combine_chunks() if any(c.num_chunks > 1 for c in t.columns) else t)
+    return Rows(_columns_of(store, res, columns, name, keep=True))
 
 
-def load_slice(store: Store, res: StageResult, lo: int, hi: int, name: str = "rows",
-               columns: Sequence[str] | None = None) -> Rows:
+def load_slice(store: Store, res: StageResult, lo: int, hi: int, name: str = "rows") -> Rows:
     """Rows ``lo:hi`` of the rows a stage stored (verified), one chunk per column: read from
     the Parquet row groups that hold them, so a shard holds its own rows and a group or two,
-    not the whole table (issue 50); ``columns``: only those. The same rows, in the same form,
-    as ``load_rows(...).to_arrow().slice(lo, hi - lo)`` of a single-chunk table."""
+    not the whole table (issue 50). The same rows, in the same form, as
+    ``load_rows(...).to_arrow().slice(lo, hi - lo)`` of a single-chunk table."""
     memo = (store.location, res.outputs[name])
     whole = _TABLES.get(memo)  # already decoded in this process (a small table, a test)
     if whole is not None:
         t = whole.slice(lo, hi - lo)
-        if columns is not None:
-            t = t.select(list(columns))
     else:
         f = _stored_file(store, res, name)
         parts, start = [], 0
@@ -360,8 +350,6 @@ def load_slice(store: Store, res: StageResult, lo: int, hi: int, name: str = "ro
             t = f.schema_arrow.empty_table()
         else:
             t = pa.concat_tables(parts) if len(parts) > 1 else parts[0]
-        if columns is not None:
-            t = t.select(list(columns))
     if any(c.num_chunks > 1 for c in t.columns):
         t = t.combine_chunks()
     return Rows(t)
@@ -376,48 +364,23 @@ def concat_rows(store: Store, parts: Sequence[StageResult],
         return Rows(pa.concat_tables(tables)) if len(tables) > 1 else Rows(tables[0])
     # only those columns decoded: a shard's others (its text) never enter the process
     tables = [_columns_of(store, p, columns) for p in parts]
-    return _projected_rows(pa.concat_tables(tables) if len(tables) > 1 else tables[0])
+    return stored_columns(pa.concat_tables(tables) if len(tables) > 1 else tables[0])
 
 
-def _projected_rows(table: pa.Table) -> Rows:
-    """Rows of some columns of stored rows (validated when they were stored), the others
-    filled as ``as_table`` fills a missing column: without reading every value into Python
-    again to validate it (at 400k rows that doubled the measure stage's memory)."""
-    from assay.rows import ROW_SCHEMA, ROWS_SCHEMA_VERSION
-
-    names = set(table.column_names)
-    if not {"task_id", "rollout_index"} <= names:  # ids to derive: the full check does it
-        return Rows(table)
-    n = table.num_rows
-    arrays = []
-    for f in ROW_SCHEMA:
-        if f.name in names:
-            arrays.append(table.column(f.name).cast(f.type))
-        elif f.name in ("prompt", "final_text"):  # n empty strings, n empty lists: from
-            # offsets (pa.repeat of "" or [] went through ~40-190 MB at 400k rows)
-            arrays.append(pa.StringArray.from_buffers(
-                n, pa.py_buffer(np.zeros(n + 1, dtype=np.int32)), pa.py_buffer(b"")))
-        elif f.name == "messages":
-            arrays.append(pa.ListArray.from_arrays(
-                pa.array(np.zeros(n + 1, dtype=np.int32)), pa.array([], f.type.value_type),
-                type=f.type))
-        elif f.name == "schema_version":
-            arrays.append(pa.repeat(pa.scalar(ROWS_SCHEMA_VERSION, f.type), n))
-        else:
-            arrays.append(pa.nulls(n, f.type))
-    return Rows(pa.Table.from_arrays(arrays, schema=ROW_SCHEMA))
-
-
-def _columns_of(store: Store, res: StageResult, columns: Sequence[str],
-                name: str = "rows") -> pa.Table:
-    """The ``columns`` a stage's stored table has of those asked, read alone (verified)."""
+def _columns_of(store: Store, res: StageResult, columns: Sequence[str], name: str = "rows",
+                keep: bool = False) -> pa.Table:
+    """The ``columns`` a stage's stored table has of those asked, read alone (verified);
+    ``keep``: its file kept for the reads that follow (a source's table, not a shard's)."""
     whole = _TABLES.get((store.location, res.outputs[name]))
     if whole is not None:
-        return Rows(whole).to_arrow().select([c for c in columns if c in whole.column_names])
-    data = store.get_bytes(res.outputs[name])
-    if data is None:
-        raise _vanished(store, res, name)
-    f = pq.ParquetFile(pa.BufferReader(data), pre_buffer=False)
+        return whole.select([c for c in columns if c in whole.column_names])
+    if keep:
+        f = _stored_file(store, res, name)
+    else:
+        data = store.get_bytes(res.outputs[name])
+        if data is None:
+            raise _vanished(store, res, name)
+        f = pq.ParquetFile(pa.BufferReader(data), pre_buffer=False)
     have = set(f.schema_arrow.names)
     # no reader threads: see Store.get_table
     return f.read(columns=[c for c in columns if c in have], use_threads=False)
