@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from assay.spec import load_spec
-from assay.stages import headstart, wiring
+from assay.stages import cache, headstart
 from assay.stages.graph import GROUP, Graph, GraphRun, Node, ThreadExecutor, run_graph
 from assay.stages.plan import run_study
 from assay.store import Store
@@ -169,12 +169,12 @@ def test_a_run_recording_a_head_start_cuts_the_rows_once(tmp_path: Path,
         for i in range(20)))
     (tmp_path / "s.yaml").write_text(SPEC)
     cuts: list[str] = []
-    load_columns = wiring.load_columns
+    load_columns = cache.load_columns
 
-    def counted(store: Store, res: Any, columns: Any) -> Any:
+    def counted(store: Store, res: Any, columns: Any, name: str = "rows") -> Any:
         cuts.append(res.stage)
-        return load_columns(store, res, columns)
-    monkeypatch.setattr(wiring, "load_columns", counted)
+        return load_columns(store, res, columns, name)
+    monkeypatch.setattr(cache, "load_columns", counted)
     spec, store = load_spec(tmp_path / "s.yaml"), Store(tmp_path / "store")
     head = headstart.HeadStart(spec, store)
     with headstart.running(head):

@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import functools
+import re
 import sys
 import threading
 import time
@@ -36,6 +38,7 @@ import pyarrow.parquet as pq
 
 from assay.errors import StoreError, StoreVanishedError
 from assay.hashing import combine
+from assay.modes import Cut
 from assay.rows import ROW_GROUP_ROWS, ParquetRows, Rows, stored_columns
 from assay.store import Store
 
@@ -355,6 +358,71 @@ def load_slice(store: Store, res: StageResult, lo: int, hi: int, name: str = "ro
     return Rows(t)
 
 
+#: Bump when what a cut's memo holds changes meaning (the slice checksum, the memo's fields).
+CUT_VERSION = 1
+
+
+def cut_rows(store: Store, res: StageResult, cut: Cut, per: int,
+             name: str = "rows") -> tuple[list[tuple[int, int]], list[str]]:
+    """The shards ``cut(rows, per)`` makes of a stage's stored rows, and each shard's content
+    checksum (what its key combines), remembered in the store under the rows' own content key
+    and the cut: a rerun names every shard's key without reading or hashing the rows (the cut
+    and the hashes of 1,563 shards were most of a cached 400k-row rerun). Both are functions of
+    the content the key names, so the memo can be stale only if the cut's code changes, and
+    that module's checksum is in the key.
+
+    Example:
+        >>> import tempfile, assay
+        >>> from assay.modes import shard_bounds
+        >>> store = Store(tempfile.mkdtemp())
+        >>> r = assay.rows(["a", "b", "c"], [["x", "y"], ["z"], ["v"]], [[1, 0], [1], [0]])
+        >>> res = cached_stage(store, "filter-rows", inputs=[], params={},
+        ...                    compute=lambda: ({"rows": r}, {"rows": len(r)}))
+        >>> bounds, sums = cut_rows(store, res, shard_bounds, 2)
+        >>> bounds, sums[0] == load_slice(store, res, 0, 2).checksum()
+        ([(0, 2), (2, 4)], True)
+        >>> cut_rows(store, res, shard_bounds, 2) == (bounds, sums)  # from the memo
+        True
+    """
+    from assay.hashing import code_checksum
+
+    ref_name = "assay-cut/" + combine("cut", CUT_VERSION, res.outputs[name], per,
+                                      f"{cut.__module__}.{cut.__qualname__}",
+                                      code_checksum(cut.__module__))
+    ref = store.get_ref(ref_name)
+    doc = store.get_json(ref["blob"]) if ref is not None else None
+    if (isinstance(doc, dict) and isinstance(doc.get("bounds"), list)
+            and isinstance(doc.get("checksums"), list)
+            and len(doc["bounds"]) == len(doc["checksums"])):
+        return [(int(lo), int(hi)) for lo, hi in doc["bounds"]], [str(c) for c in doc["checksums"]]
+    bounds = cut(load_columns(store, res, ["task_id"], name), per)  # the cut reads task ids
+    sums = [load_slice(store, res, lo, hi, name).checksum() for lo, hi in bounds]
+    blob = store.put_json({"bounds": [list(b) for b in bounds], "checksums": sums})
+    store.set_ref(ref_name, blob, {"cut": res.label, "shards": len(bounds)})
+    return bounds, sums
+
+
+class ShardRows:
+    """A shard's rows of a stage's stored rows: its checksum (the cut's, or read and hashed)
+    without reading them, and the rows themselves only when asked (a cached shard never
+    decodes them)."""
+
+    def __init__(self, store: Store, res: StageResult, bounds: tuple[int, int],
+                 checksum: str | None = None, name: str = "rows") -> None:
+        self._store, self._res, self._name = store, res, name
+        self.bounds, self._checksum = bounds, checksum
+
+    @functools.cached_property
+    def rows(self) -> Rows:
+        lo, hi = self.bounds
+        return load_slice(self._store, self._res, lo, hi, self._name)
+
+    def checksum(self) -> str:
+        if self._checksum is None:
+            self._checksum = self.rows.checksum()
+        return self._checksum
+
+
 def concat_rows(store: Store, parts: Sequence[StageResult],
                 columns: Sequence[str] | None = None) -> Rows:
     """The rows of several shards of one source, in shard order; ``columns``: only those (the
@@ -410,8 +478,59 @@ def load_doc(store: Store, res: StageResult, name: str) -> Any:
 
 
 def summarize(results: Sequence[StageResult]) -> str:
-    """``cached: a, b | computed: c`` over stage labels, in order."""
-    cached = [f"{r.stage}[{r.label}]" for r in results if r.cached]
-    fresh = [f"{r.stage}[{r.label}]" for r in results if not r.cached]
-    return (f"cached ({len(cached)}): {', '.join(cached) or '-'}\n"
-            f"computed ({len(fresh)}): {', '.join(fresh) or '-'}")
+    """``cached (n): a, b`` and ``computed (n): c`` over stage labels, in order; a stage's
+    shards of one source named together when more than a few (a line, not one name per shard
+    of a 4M-row run).
+
+    Example:
+        >>> rs = [StageResult("grade", f"m shard {i}/9", "k", {}, {}, cached=i != 4)
+        ...       for i in range(1, 10)]
+        >>> print(summarize(rs))
+        cached (8): grade[m shards 1-3, 5-9 of 9]
+        computed (1): grade[m shard 4/9]
+    """
+    cached = _named([r for r in results if r.cached])
+    fresh = _named([r for r in results if not r.cached])
+    n_cached = sum(r.cached for r in results)
+    return (f"cached ({n_cached}): {', '.join(cached) or '-'}\n"
+            f"computed ({len(results) - n_cached}): {', '.join(fresh) or '-'}")
+
+
+_SHARD_LABEL = re.compile(r"(.*) shard (\d+)/(\d+)")
+
+
+def _named(results: Sequence[StageResult]) -> list[str]:
+    """``stage[label]`` per result; more than 4 shards of one stage and source as one
+    ``stage[source shards 1-700, 702-900 of 900]`` (at most 4 ranges, then ``...``)."""
+    order: list[tuple[str, str, str] | str] = []
+    shards: dict[tuple[str, str, str], list[int]] = {}
+    for r in results:
+        m = _SHARD_LABEL.fullmatch(r.label)
+        if m is None:
+            order.append(f"{r.stage}[{r.label}]")
+            continue
+        group = (r.stage, m[1], m[3])
+        if group not in shards:
+            shards[group] = []
+            order.append(group)
+        shards[group].append(int(m[2]))
+    out = []
+    for item in order:
+        if isinstance(item, str):
+            out.append(item)
+            continue
+        stage, source, count = item
+        idx = sorted(shards[item])
+        if len(idx) <= 4:
+            out += [f"{stage}[{source} shard {i}/{count}]" for i in idx]
+            continue
+        ranges: list[list[int]] = []
+        for i in idx:
+            if ranges and ranges[-1][1] == i - 1:
+                ranges[-1][1] = i
+            else:
+                ranges.append([i, i])
+        text = ", ".join(f"{a}" if a == b else f"{a}-{b}" for a, b in ranges[:4])
+        out.append(f"{stage}[{source} shards {text}{', ...' if len(ranges) > 4 else ''}"
+                   f" of {count}]")
+    return out

@@ -129,6 +129,8 @@ class Shard:
     index: int
     count: int
     bounds: tuple[int, int]
+    #: the content checksum of those rows when the cut knows it (:func:`cut_rows`)
+    checksum: str | None = None
 
     def label(self, source: str) -> str:
         return f"{source} shard {self.index + 1}/{self.count}"

@@ -35,10 +35,10 @@ from assay.progress import track
 from assay.spec import StudySpec
 from assay.stages.cache import (
     NotCached,
+    ShardRows,
     StageResult,
     _ref_name,
     cached_stage,
-    load_slice,
     lookup,
     stage_key,
 )
@@ -94,8 +94,7 @@ def run_generate_shard(ctx: RunContext, filtered: StageResult, shard: Shard) -> 
     source = spec.source(source_name)
     gspec = source.generate
     assert gspec is not None  # the plan shards this stage only for sources with generate:
-    lo, hi = shard.bounds
-    part = load_slice(store, filtered, lo, hi)
+    part = ShardRows(store, filtered, shard.bounds, shard.checksum)  # read if it computes
     backend = backend_for(gspec.model)
     params = generate_params(gspec)
     label = shard.label(source_name)
@@ -113,11 +112,12 @@ def run_generate_shard(ctx: RunContext, filtered: StageResult, shard: Shard) -> 
         store.delete_ref(_ref_name(key))  # retry the failed requests (the rest is journalled)
 
     def compute() -> Computed:
-        table = part.to_arrow()
+        prompts = part.rows
+        table = prompts.to_arrow()
         msgs = [[{"role": m["role"], "content": m["content"]} for m in ms]
                 for ms in table.column("messages").to_pylist()]
         task_ids = table.column("task_id").to_pylist()
-        privileged, meta = [r["privileged"] for r in part], [r["meta"] for r in part]
+        privileged, meta = [r["privileged"] for r in prompts], [r["meta"] for r in prompts]
         # the graph's grading ahead (assay.stages.stream), when this run has one: each prompt
         # is graded as its last sample arrives, not after the shard's last request
         ahead = ctx.pregrader
@@ -135,7 +135,8 @@ def run_generate_shard(ctx: RunContext, filtered: StageResult, shard: Shard) -> 
         rows = g.rows(task_ids=task_ids, privileged=privileged, meta=meta)
         ok = [r for r in g.records if r["status"] == "ok"]
         lat = [r["latency_s"] for r in g.records if r["latency_s"] is not None]
-        summary = {"rows": len(rows), "prompts": len(part), "sent": g.sent, "errors": len(g.errors),
+        summary = {"rows": len(rows), "prompts": len(prompts), "sent": g.sent,
+                   "errors": len(g.errors),
                    "truncated": sum(r["finish_reason"] == "length" for r in ok),
                    # completions whose stop string the server kept and assay cut (as OpenAI
                    # and vLLM return them); prompts whose samples differ at temperature 0

@@ -10,7 +10,7 @@ from typing import Any
 from assay.hashing import code_checksum
 from assay.progress import track
 from assay.spec import StudySpec
-from assay.stages.cache import StageResult, cached_stage, load_slice
+from assay.stages.cache import ShardRows, StageResult, cached_stage
 from assay.stages.declare import RunContext, Shard, Stage, declare
 from assay.stages.declare import shard_bounds as shard_bounds  # cut by the shard: re-exported
 from assay.stages.seams import Computed
@@ -47,8 +47,7 @@ def run_grade_shard(ctx: RunContext, rows: StageResult, shard: Shard) -> StageRe
     vspec = spec.source(source_name).verifier
     assert vspec is not None  # the modes grade only the sources that name a verifier
     lo, hi = shard.bounds
-
-    part = load_slice(store, rows, lo, hi)
+    part = ShardRows(store, rows, shard.bounds, shard.checksum)  # read only if it computes
     label = shard.label(source_name)
 
     def compute() -> Computed:
@@ -59,9 +58,10 @@ def run_grade_shard(ctx: RunContext, rows: StageResult, shard: Shard) -> StageRe
         if ahead is not None:  # verdicts given while the shard was generating (stream.py)
             from assay.rows import table_to_records
 
-            known = ahead.known(source_name, shard.index, lambda: table_to_records(part.to_arrow()))
-        with track(STAGE, label, total=len(part)):  # grading advances it per row
-            graded = grade(part, verifier, workers=ctx.workers, known=known)
+            known = ahead.known(source_name, shard.index,
+                                lambda: table_to_records(part.rows.to_arrow()))
+        with track(STAGE, label, total=len(part.rows)):  # grading advances it per row
+            graded = grade(part.rows, verifier, workers=ctx.workers, known=known)
         check_shard(graded, getattr(verifier, "name", None) or vspec.kind,
                     f"grade[{source_name}] shard {shard.index + 1}/{shard.count}", offset=lo)
         return {"rows": graded}, {"rows": len(graded)}

@@ -27,7 +27,7 @@ import pyarrow as pa
 
 from assay.rows import Rows, to_json
 from assay.sources.base import ChoicesSource
-from assay.stages.cache import StageResult, cached_stage, load_slice
+from assay.stages.cache import ShardRows, StageResult, cached_stage
 from assay.stages.declare import RunContext, Shard, Stage, declare
 from assay.stages.seams import Computed
 from assay.stages.slots import device_of, scoring_model_slots
@@ -131,8 +131,7 @@ def run_score_choices(ctx: RunContext, filtered: StageResult, shard: Shard) -> S
     assert source.mode == "choices", source.mode
     cspec = cast(ChoicesSource, source).choices
     assert cspec is not None
-    lo, hi = shard.bounds
-    part = load_slice(store, filtered, lo, hi)
+    part = ShardRows(store, filtered, shard.bounds, shard.checksum)  # read if it computes
     scorer = shared_scorer(cspec.model)
     params: dict[str, Any] = {"target_delimiter": cspec.target_delimiter}
     lm_eval = source.lm_eval_task  # the task's files key the items: an edited
@@ -147,9 +146,9 @@ def run_score_choices(ctx: RunContext, filtered: StageResult, shard: Shard) -> S
 
         slot = (device_slot(device_of(scorer)) if device_slot is not None
                 else contextlib.nullcontext())
-        n_choices = sum(len(r["privileged"]["choices"]) for r in part)
+        n_choices = sum(len(r["privileged"]["choices"]) for r in part.rows)
         with slot, track(STAGE, label, total=n_choices) as unit:
-            out = score_choice_rows(part, scorer, target_delimiter=cspec.target_delimiter,
+            out = score_choice_rows(part.rows, scorer, target_delimiter=cspec.target_delimiter,
                                     store=store, on_done=unit.advance)
         if lm_eval:  # the task's own metric items (lm-eval's process_results) per document
             from assay.sources.lm_eval_mc import add_lm_eval_items

@@ -15,7 +15,7 @@ import pyarrow as pa
 
 from assay.rows import Rows
 from assay.sources.base import PerplexitySource
-from assay.stages.cache import StageResult, cached_stage, load_slice
+from assay.stages.cache import ShardRows, StageResult, cached_stage
 from assay.stages.declare import RunContext, Shard, Stage, declare
 from assay.stages.seams import Computed
 from assay.stages.slots import device_of, scoring_model_slots
@@ -56,8 +56,7 @@ def run_score_documents(ctx: RunContext, filtered: StageResult, shard: Shard) ->
     source = spec.source(source_name)
     assert source.mode == "perplexity", source.mode
     ppl = cast(PerplexitySource, source).perplexity
-    lo, hi = shard.bounds
-    part = load_slice(store, filtered, lo, hi)
+    part = ShardRows(store, filtered, shard.bounds, shard.checksum)  # read if it computes
     scorer = shared_scorer(ppl.model)
 
     label = shard.label(source_name)
@@ -67,8 +66,8 @@ def run_score_documents(ctx: RunContext, filtered: StageResult, shard: Shard) ->
 
         slot = (device_slot(device_of(scorer)) if device_slot is not None
                 else contextlib.nullcontext())
-        with slot, track(STAGE, label, total=len(part)) as unit:
-            out = score_document_rows(part, scorer, store=store, on_done=unit.advance)
+        with slot, track(STAGE, label, total=len(part.rows)) as unit:
+            out = score_document_rows(part.rows, scorer, store=store, on_done=unit.advance)
         return {"rows": out}, {"rows": len(out)}
 
     return cached_stage(store, STAGE, inputs=[part.checksum()], params={},

@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Literal
 
-from assay.stages.cache import StageResult, load_columns, print_progress
+from assay.stages.cache import StageResult, cut_rows, print_progress
 from assay.stages.declare import STAGES, Progress, RunContext, Shard, Stage
 from assay.stages.graph import GROUP, Graph, Node
 from assay.stages.modes import ModeRow, row_of
@@ -108,14 +108,16 @@ def _shards(ctx: RunContext, si: int, step0: int, row: ModeRow, mode: Sequence[S
     def expand(filtered: StageResult) -> list[Node]:
         if not chain:
             return []
+        sums: Sequence[str | None]  # each shard's content checksum, when the cut knows it
         if row.cut is not None:  # as many rows as the first stage says (a generate shard:
             # prompts for ~shard_rows completions)
             per = chain[0].rows_per_shard
-            rows = load_columns(ctx.store, filtered, ["task_id"])  # the cut reads task ids
-            cuts = row.cut(rows, per(spec, name) if per else spec.execution.shard_rows)
+            cuts, sums = cut_rows(ctx.store, filtered, row.cut,
+                                  per(spec, name) if per else spec.execution.shard_rows)
             labels = [Shard(i, len(cuts), b).label(name) for i, b in enumerate(cuts)]
         else:  # the given rows, whole
             cuts, labels = [(0, int(filtered.summary["rows"]))], [name]
+            sums = [None]
         n = len(cuts)
         nodes: list[Node] = []
         for i, (bounds, label) in enumerate(zip(cuts, labels)):
@@ -126,7 +128,7 @@ def _shards(ctx: RunContext, si: int, step0: int, row: ModeRow, mode: Sequence[S
                     (f"final:{name}",) if j == len(chain) - 1 else ())
                 nodes.append(Node(
                     nid, st.name,
-                    _call(ctx, filtered, Shard(i, n, bounds)) if prev is None
+                    _call(ctx, filtered, Shard(i, n, bounds, sums[i])) if prev is None
                     else _after(ctx, prev, i, n), st.fn,
                     deps=() if prev is None else (prev,), resources=st.slots(spec, name),
                     order=(0, si, step0 + j, i), label=label, groups=groups, scope="shard",
