@@ -15,7 +15,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, cast
 
 import numpy as np
 import pyarrow as pa
@@ -23,7 +23,7 @@ import pyarrow as pa
 from assay.errors import DataError
 from assay.results import Estimate, Result, _fmt
 from assay.reward.base import RewardModel
-from assay.reward.batching import RowAdvance, on_batches
+from assay.reward.batching import Advances, RowAdvance, on_batches
 from assay.reward.scoring import score_view
 from assay.reward.stats import (
     best_order_agreement,
@@ -422,7 +422,7 @@ def audit_dimension(name: str, table: pa.Table, view: DataView, *, tie_tol: floa
         quadruples=_quadruples(table, view, level), tournaments=_tournaments(table, view, level))
 
 
-def default_views() -> dict[str, Any]:
+def default_views() -> dict[str, DataView]:
     """The built-in diagnostic set: 14 dimensions of pairs, with the sycophancy quadruples
     (agree/disagree x user right/wrong) joined to the sycophancy dimension."""
     from assay.data import load_diagnostic_v3, load_diagnostic_v3_quadruples
@@ -434,9 +434,9 @@ def default_views() -> dict[str, Any]:
     return views
 
 
-def audit(model: RewardModel, views: Mapping[str, Any] | Any | None = None, *,
+def audit(model: RewardModel, views: Mapping[str, DataView] | DataView | None = None, *,
           store: Store | str | os.PathLike[str] | None = None, cache: bool = True,
-          tie_tol: float = 0.0, level: float = 0.95, unit: Any = None) -> Audit:
+          tie_tol: float = 0.0, level: float = 0.95, unit: Advances | None = None) -> Audit:
     """Audit a reward model per dimension (default: the built-in diagnostic set, 14 dimensions).
 
     ``views`` maps a dimension name to a DataView (a single DataView is one dimension named

@@ -6,9 +6,9 @@ Torch-free: adapters import torch lazily; this module is what ``score_view`` and
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Protocol, TypeVar, runtime_checkable
 
 import numpy as np
 
@@ -17,6 +17,8 @@ from assay.errors import DataError, RewardModelError
 # Bump when the meaning of a stored score changes (template rendering, pooling, tie handling):
 # it is part of every score cache key, so old caches stop matching instead of being reused.
 PROTOCOL_VERSION = 1
+
+K = TypeVar("K", bound=Hashable)
 
 
 @dataclass(frozen=True)
@@ -49,7 +51,7 @@ class ScoreRun:
         return (f"{self.n_items} items ({self.n_scored} forward), {self.truncated} truncated, "
                 f"{self.n_batches} batches, {self.oom_backoffs} OOM backoffs")
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return dataclasses.asdict(self)
 
 
@@ -101,7 +103,7 @@ def check_texts(prompts: Sequence[str], responses: Sequence[str]) -> tuple[list[
     return list(prompts), list(responses)
 
 
-def check_scores(scores: Any, n: int, who: str) -> np.ndarray:
+def check_scores(scores: object, n: int, who: str) -> np.ndarray:
     """Coerce a model's output to a float64 vector of ``n`` finite values or raise, naming
     the first bad item (a NaN score is an error, never a tie or a loss).
 
@@ -125,7 +127,7 @@ def check_scores(scores: Any, n: int, who: str) -> np.ndarray:
     return arr
 
 
-def unique_index(keys: Sequence[Any]) -> tuple[list[Any], np.ndarray]:
+def unique_index(keys: Sequence[K]) -> tuple[list[K], np.ndarray]:
     """Unique keys in first-seen order and, per input, the position of its key.
 
     Used to score each distinct (prompt, response) once.
@@ -134,7 +136,7 @@ def unique_index(keys: Sequence[Any]) -> tuple[list[Any], np.ndarray]:
         >>> unique_index(["a", "b", "a"])
         (['a', 'b'], array([0, 1, 0]))
     """
-    pos: dict[Any, int] = {}
+    pos: dict[K, int] = {}
     inv = np.empty(len(keys), dtype=np.int64)
     for i, k in enumerate(keys):
         inv[i] = pos.setdefault(k, len(pos))

@@ -17,7 +17,7 @@ import contextlib
 import contextvars
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Protocol
 
 import numpy as np
 
@@ -57,6 +57,13 @@ def batch_scored(done: int, total: int) -> None:
             fn(done, total)
 
 
+class Advances(Protocol):
+    """A progress unit as :class:`RowAdvance` moves it (:class:`assay.progress.Unit`, a test's
+    counter)."""
+
+    def advance(self, n: int) -> None: ...
+
+
 class RowAdvance:
     """Maps a scoring pass's batches onto ``rows`` rows of a progress ``unit`` (anything with
     ``advance(n)``): after ``done`` of ``total`` items, ``rows * done // total`` rows are
@@ -74,7 +81,7 @@ class RowAdvance:
         10
     """
 
-    def __init__(self, unit: Any, rows: int) -> None:
+    def __init__(self, unit: Advances, rows: int) -> None:
         self.unit, self.rows, self.advanced = unit, int(rows), 0
 
     def __call__(self, done: int, total: int) -> None:

@@ -25,11 +25,14 @@ Example:
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from torch import Tensor
 
 _WEIGHTS = "model.safetensors"
 _ACTS = ("gelu",)  # transformers' ACT2FN["gelu"] is torch's exact (erf) GELU
@@ -222,7 +225,7 @@ class BertEncoder:
         enc = self.counter.encode_batch(list(texts))
         return np.array([len(e.ids) for e in enc], dtype=np.int64)
 
-    def features(self, texts: Sequence[str]) -> dict[str, Any]:
+    def features(self, texts: Sequence[str]) -> dict[str, Tensor]:
         import torch
 
         enc = self.batcher.encode_batch(list(texts))
@@ -231,7 +234,7 @@ class BertEncoder:
                 for name, attr in (("input_ids", "ids"), ("token_type_ids", "type_ids"),
                                    ("attention_mask", "attention_mask"))}
 
-    def hidden(self, features: dict[str, Any]) -> Any:
+    def hidden(self, features: Mapping[str, Tensor]) -> Tensor:
         """last_hidden_state, the operations of transformers' BertModel (sdpa) in its order."""
         import torch
         import torch.nn.functional as F
@@ -243,10 +246,10 @@ class BertEncoder:
         if types is None:
             types = torch.zeros_like(ids)
 
-        def linear(x: Any, name: str) -> Any:
+        def linear(x: Tensor, name: str) -> Tensor:
             return F.linear(x, w[name + ".weight"], w[name + ".bias"])
 
-        def norm(x: Any, name: str) -> Any:
+        def norm(x: Tensor, name: str) -> Tensor:
             return F.layer_norm(x, (h,), w[name + ".weight"], w[name + ".bias"], self.eps)
 
         x = (F.embedding(ids, w["embeddings.word_embeddings.weight"])

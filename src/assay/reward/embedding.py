@@ -27,7 +27,6 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
@@ -40,7 +39,7 @@ from assay.reward.base import (
     check_texts,
     unique_index,
 )
-from assay.reward.batching import fixed_batches, run_plan
+from assay.reward.batching import PlanRun, fixed_batches, run_plan
 from assay.reward.runtime import resolve_device
 from assay.reward.sentence_encoder import load_encoder
 
@@ -102,7 +101,7 @@ class EmbeddingRewardModel:
         # which one ran is not part of the fingerprint: caches stay valid across the two.
         self.encoder = load_encoder(self.path, self.device, backend)
         self.max_seq_length = self.encoder.max_seq_length
-        self.info: dict[str, Any] = {
+        self.info: dict[str, object] = {
             "device": self.device, "dtype": "float32", "max_seq_length": self.max_seq_length,
             "truncation": truncation, "batch_tokens": self.batch_tokens,
             "score": "cosine(prompt, response)", "torch": torch.__version__,
@@ -138,7 +137,7 @@ class EmbeddingRewardModel:
         return emb.float().cpu().numpy()
 
     def embed(self, texts: Sequence[str], *, batching: str = "budget",
-              lengths: np.ndarray | None = None) -> tuple[np.ndarray, Any]:
+              lengths: np.ndarray | None = None) -> tuple[np.ndarray, PlanRun | None]:
         """Unit-norm embeddings of ``texts`` (one row each) and the plan counters.
 
         ``batching="budget"`` sorts by length under ``batch_tokens``; ``"fixed16"`` is the naive

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
 
 import numpy as np
 
@@ -46,7 +45,7 @@ class FunctionRewardModel:
         [5.0, 11.0]
     """
 
-    def __init__(self, fn: Callable[..., Any], *, name: str | None = None,
+    def __init__(self, fn: Callable[..., object], *, name: str | None = None,
                  version: str | None = None, batched: bool = False,
                  batch_size: int | None = None, by_name: bool = False,
                  base_dir: str | None = None) -> None:
@@ -95,7 +94,7 @@ class FunctionRewardModel:
         n_calls = 0
         if self.batched:
             size = self.batch_size or max(len(prompts), 1)
-            raw: Any = []
+            raw: list[object] = []
             for lo in range(0, len(prompts), size):
                 part = self._bind.call({"prompts": prompts[lo:lo + size],
                                         "completions": responses[lo:lo + size]})

@@ -49,7 +49,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, TypeAlias, cast
 
 import numpy as np
 
@@ -65,7 +65,7 @@ from assay.reward.base import (
     check_texts,
     unique_index,
 )
-from assay.reward.batching import run_plan
+from assay.reward.batching import PlanRun, run_plan
 from assay.reward.runtime import (
     quiet_loading,
     resolve_device,
@@ -73,6 +73,9 @@ from assay.reward.runtime import (
     torch_dtype,
     upcast_head,
 )
+
+#: What a prompt is here: a user turn, or a whole conversation as (role, content) turns.
+Prompt: TypeAlias = str | Sequence[tuple[str, str]]
 
 TRUNCATION_POLICIES = ("left-prompt", "right", "error")
 TEMPLATES = ("auto", "chat", "pair")
@@ -230,7 +233,7 @@ class HFRewardModel:
             probe = self._render(["p"], ["r"])[0]
             self._add_specials = not (bos is not None and probe.startswith(bos))
         self.max_length = self._resolve_max_length(max_length)
-        self.info: dict[str, Any] = {
+        self.info: dict[str, object] = {
             "device": self.device, "dtype": self.dtype, "head": head_note,
             "attn_implementation": getattr(self.model.config, "_attn_implementation", None),
             "template": self.template, "add_special_tokens": self._add_specials,
@@ -280,7 +283,7 @@ class HFRewardModel:
         truncation, dtype, device type, assay's protocol version)."""
         if self._fingerprint is None:
             if Path(self.name_or_path).is_dir():
-                weights: Any = {"files": dir_digest(self.name_or_path)}
+                weights: dict[str, object] = {"files": dir_digest(self.name_or_path)}
             else:
                 commit = Path(self._local_dir).name if self._local_dir else None
                 weights = {"hub": self.name_or_path, "revision": self.revision, "commit": commit}
@@ -311,7 +314,7 @@ class HFRewardModel:
                 f"dtype={self.dtype!r}, template={self.template!r})")
 
     # -- encoding ----------------------------------------------------------------------------
-    def _render(self, prompts: Sequence[Any], responses: Sequence[str]) -> list[str]:
+    def _render(self, prompts: Sequence[Prompt], responses: Sequence[str]) -> list[str]:
         # a prompt is a user turn (str) or a whole conversation (a sequence of (role, content))
         return [  # str: tokenize=False renders the text
             cast(str, self.tokenizer.apply_chat_template(
@@ -322,7 +325,7 @@ class HFRewardModel:
             for p, r in zip(prompts, responses)
         ]
 
-    def _tokenize(self, prompts: Sequence[Any], responses: Sequence[str]
+    def _tokenize(self, prompts: Sequence[Prompt], responses: Sequence[str]
                   ) -> tuple[list[list[int]], list[list[int]] | None]:
         if self.template == "chat":
             enc = self.tokenizer(self._render(prompts, responses),
@@ -333,7 +336,7 @@ class HFRewardModel:
         tts = enc.get("token_type_ids")
         return ids, ([list(x) for x in tts] if tts is not None else None)
 
-    def encode(self, prompts: Sequence[Any], responses: Sequence[str]
+    def encode(self, prompts: Sequence[Prompt], responses: Sequence[str]
                ) -> tuple[list[list[int]], list[list[int]] | None, list[int]]:
         """Token ids (and token type ids, for pair-encoding models) per item after the
         truncation policy, plus the indices of the items that were truncated."""
@@ -359,10 +362,10 @@ class HFRewardModel:
                 ids[i] = seq[: self.max_length]
                 if tts is not None:
                     tts[i] = tts[i][: self.max_length]
-            elif not isinstance(prompts[i], str):
-                ids[i] = self._fit_conversation(i, prompts[i], responses[i])
+            elif not isinstance(p := prompts[i], str):
+                ids[i] = self._fit_conversation(i, p, responses[i])
             else:
-                new_ids, new_tt = self._fit_left_prompt(i, prompts[i], responses[i], len(seq))
+                new_ids, new_tt = self._fit_left_prompt(i, p, responses[i], len(seq))
                 ids[i] = new_ids
                 if tts is not None and new_tt is not None:
                     tts[i] = new_tt
@@ -442,7 +445,7 @@ class HFRewardModel:
         return logits[:, self.label_index].float().cpu().numpy().astype(np.float64)
 
     def _run(self, ids: list[list[int]], tts: list[list[int]] | None, *, max_batch: int,
-             extra_padding: int = 0, padded: bool | None = None) -> tuple[np.ndarray, Any]:
+             extra_padding: int = 0, padded: bool | None = None) -> tuple[np.ndarray, PlanRun]:
         # ``padded`` overrides ``self.batching`` (check_invariance probes padded batches)
         if not (self.batching == "padded" if padded is None else padded):
             max_batch = 1
@@ -504,7 +507,7 @@ class HFRewardModel:
         _, responses = check_texts(["-"] * len(responses), responses)
         return self._score(convs, responses)
 
-    def _score(self, prompts: Sequence[Any], responses: list[str]) -> np.ndarray:
+    def _score(self, prompts: Sequence[Prompt], responses: list[str]) -> np.ndarray:
         t0 = time.perf_counter()
         keys, inv = unique_index(list(zip(prompts, responses)))
         up = [k[0] for k in keys]

@@ -11,6 +11,7 @@ Example:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, ClassVar, Literal
 
 from pydantic import Field, field_validator
@@ -32,7 +33,7 @@ class RewardModelEntry(SpecModel):
     def build(self, paths: Paths) -> Any:
         raise NotImplementedError
 
-    def identity(self, paths: Paths) -> dict[str, Any]:
+    def identity(self, paths: Paths) -> dict[str, object]:
         return {"kind": self.kind,  # type: ignore[attr-defined]  # declared by each subclass
                 "params": self.params}
 
@@ -76,7 +77,7 @@ class EmbeddingModel(RewardModelEntry):
 
         return EmbeddingRewardModel(**self.params)
 
-    def identity(self, paths: Paths) -> dict[str, Any]:
+    def identity(self, paths: Paths) -> dict[str, object]:
         from assay.reward.embedding import bundled_model_path
 
         path = self.params.get("path")
@@ -104,7 +105,7 @@ class HFModel(RewardModelEntry):
         return HFRewardModel(str(local) if local.exists() else self.path, revision=self.revision,
                              **self.params)
 
-    def identity(self, paths: Paths) -> dict[str, Any]:
+    def identity(self, paths: Paths) -> dict[str, object]:
         local = paths.resolve(self.path)
         if local.is_dir():
             return {**super().identity(paths), "files": dir_digest(local)}
@@ -139,7 +140,7 @@ class FunctionModel(RewardModelEntry):
     def local_device(self) -> str | None:
         return None  # plain Python: no weights, no device
 
-    def _callable(self, paths: Paths) -> Any:
+    def _callable(self, paths: Paths) -> Callable[..., object]:
         return load_callable(self.function, what=f"reward model {self.name!r}",
                              base_dir=paths.base_dir)
 
@@ -150,7 +151,7 @@ class FunctionModel(RewardModelEntry):
                                    base_dir=paths.base_dir,
                                    **{"batched": True, **self.params, "by_name": True})
 
-    def identity(self, paths: Paths) -> dict[str, Any]:
+    def identity(self, paths: Paths) -> dict[str, object]:
         fn = None if self.version is not None else self._callable(paths)
         return {**super().identity(paths),
                 "function": {"name": self.function, **code_identity(

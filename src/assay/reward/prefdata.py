@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import TYPE_CHECKING, ClassVar, Literal
 
 from pydantic import Field, field_validator
 
@@ -33,11 +33,14 @@ from assay.reward.registry import PREFERENCE_DATA
 from assay.specbase import SpecModel
 from assay.steps import VIEW_OPS, check_steps
 
+if TYPE_CHECKING:
+    from assay.data import DataView
+
 #: Axis of every pair when the field map names no axis field.
 DEFAULT_AXIS = "all"
 
 
-def _steps(v: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _steps(v: list[dict[str, object]]) -> list[dict[str, object]]:
     return check_steps(v, VIEW_OPS)
 
 
@@ -59,7 +62,7 @@ class PreferenceFields(SpecModel):
 class PreferenceViews:
     """What was loaded: one DataView per axis, plus the facts the report states about it."""
 
-    views: dict[str, Any]
+    views: dict[str, DataView]
     n_records: int
     seed_fallback: int
     where: str  # the data's name in the report: a file name or hub id, never a machine's path
@@ -82,20 +85,20 @@ class PreferenceViews:
 
 
 class PreferenceData(SpecModel):
-    steps: list[dict[str, Any]] = Field(
+    steps: list[dict[str, object]] = Field(
         default_factory=list, description="DataView derivation steps (where/slice/sample/"
         "collapse_duplicates), applied to the whole set before it is split by axis")
     dimensions: list[str] | None = Field(None, description="audit only these axes (default: all)")
 
     @field_validator("steps")
     @classmethod
-    def _valid_steps(cls, v: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    def _valid_steps(cls, v: list[dict[str, object]]) -> list[dict[str, object]]:
         return _steps(v)
 
     def load(self, paths: Paths | None) -> PreferenceViews:  # pragma: no cover - abstract
         raise NotImplementedError
 
-    def identity(self, paths: Paths) -> dict[str, Any]:
+    def identity(self, paths: Paths) -> dict[str, object]:
         """What replaces fields of the entry in the spec's checksum: file contents in place of
         paths (``{}``: the entry as written says it all)."""
         return {}
@@ -104,7 +107,7 @@ class PreferenceData(SpecModel):
         """Data files the entry reads (``assay validate`` reports a missing one)."""
         return []
 
-    def _pick(self, views: dict[str, Any], what: str) -> dict[str, Any]:
+    def _pick(self, views: dict[str, DataView], what: str) -> dict[str, DataView]:
         dims = self.dimensions or list(views)
         unknown = [x for x in dims if x not in views]
         if unknown:
@@ -131,7 +134,7 @@ class BuiltinPreferences(PreferenceData):
 class _RecordPreferences(PreferenceData):
     fields: PreferenceFields = Field(default_factory=PreferenceFields)
 
-    def records(self, paths: Paths | None) -> tuple[list[dict[str, Any]], str, str]:
+    def records(self, paths: Paths | None) -> tuple[list[dict[str, object]], str, str]:
         raise NotImplementedError  # pragma: no cover - each kind reads its own
 
     def load(self, paths: Paths | None) -> PreferenceViews:
@@ -163,14 +166,14 @@ class FilePreferences(_RecordPreferences):
     def file(self, paths: Paths | None) -> Path:
         return paths.resolve(self.path) if paths is not None else Path(self.path)
 
-    def identity(self, paths: Paths) -> dict[str, Any]:
+    def identity(self, paths: Paths) -> dict[str, object]:
         f = self.file(paths)
         return {"path": file_checksum(f)} if f.is_file() else {}
 
     def files(self, paths: Paths) -> list[Path]:
         return [self.file(paths)]
 
-    def records(self, paths: Paths | None) -> tuple[list[dict[str, Any]], str, str]:
+    def records(self, paths: Paths | None) -> tuple[list[dict[str, object]], str, str]:
         from assay.sources.records import read_records
 
         path = self.file(paths)
@@ -199,13 +202,13 @@ class HubPreferences(_RecordPreferences):
     revision: str | None = Field(None, description="pin a commit hash for a reproducible key")
     allow_download: bool = False
 
-    def identity(self, paths: Paths) -> dict[str, Any]:
+    def identity(self, paths: Paths) -> dict[str, object]:
         local = paths.resolve(self.path)  # a local dataset: its files, not its path
         if not local.exists():
             return {}
         return {"path": dir_digest(local) if local.is_dir() else file_checksum(local)}
 
-    def records(self, paths: Paths | None) -> tuple[list[dict[str, Any]], str, str]:
+    def records(self, paths: Paths | None) -> tuple[list[dict[str, object]], str, str]:
         from assay.sources.hub import is_local, load_dataset_records
 
         local = paths.resolve(self.path) if paths is not None else Path(self.path)
@@ -217,8 +220,8 @@ class HubPreferences(_RecordPreferences):
         return got.records, where, f"hf:{self.path}"
 
 
-def pairs_from_records(records: Sequence[Mapping[str, Any]], fields: PreferenceFields, *,
-                       where: str, builder_id: str) -> tuple[list[Any], int]:
+def pairs_from_records(records: Sequence[Mapping[str, object]], fields: PreferenceFields, *,
+                       where: str, builder_id: str) -> tuple[list[Pair], int]:
     """Validated Pairs from preference records, and how many fell back to the prompt as seed.
 
     Every record is checked before any pair is returned; a bad one is a SpecError naming
@@ -236,7 +239,7 @@ def pairs_from_records(records: Sequence[Mapping[str, Any]], fields: PreferenceF
     pairs = []
     fallback = 0
     for i, rec in enumerate(records):
-        def text(role: str, name: str, rec: Mapping[str, Any] = rec, i: int = i) -> str:
+        def text(role: str, name: str, rec: Mapping[str, object] = rec, i: int = i) -> str:
             if name not in rec or rec[name] is None:
                 raise SpecError(f"{where} record {i + 1}: field {name!r} (fields.{role}) is "
                                 "missing; "

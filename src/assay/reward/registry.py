@@ -5,11 +5,17 @@ key), given the spec's paths context (:class:`assay.paths.SpecPaths`); each kind
 own spec model (``@REWARD_MODELS.register("name")`` on the class).
 """
 
-from typing import Any
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
 
 from assay.registry import Registry
 
-REWARD_MODELS: Registry[Any] = Registry("reward model", self_spec=True)
+if TYPE_CHECKING:
+    from assay.reward.kinds import RewardModelEntry
+    from assay.reward.prefdata import PreferenceData
+
+REWARD_MODELS: Registry[type[RewardModelEntry]] = Registry("reward model", self_spec=True)
 
 #: Kinds of ``reward.data`` (the preference data an audit reads): builtin, file, hf_dataset.
-PREFERENCE_DATA: Registry[Any] = Registry("preference data", self_spec=True)
+PREFERENCE_DATA: Registry[type[PreferenceData]] = Registry("preference data", self_spec=True)

@@ -6,9 +6,12 @@ torch is imported inside each function, so importing this module stays torch-fre
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from assay.reward.base import RewardModelError
+
+if TYPE_CHECKING:
+    import torch
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 # Names of the reward head on common sequence-classification models (LLaMA/Mistral/Qwen/Gemma:
@@ -56,13 +59,13 @@ def resolve_dtype(dtype: str, device: str) -> str:
     return "float32"
 
 
-def torch_dtype(name: str) -> Any:
+def torch_dtype(name: str) -> torch.dtype:
     import torch
 
     return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[name]
 
 
-def find_head(model: Any) -> tuple[str, Any] | None:
+def find_head(model: object) -> tuple[str, torch.nn.Module] | None:
     """``(name, module)`` of the model's reward head, or None when no known name matches."""
     for name in HEAD_NAMES:
         mod = getattr(model, name, None)
@@ -71,7 +74,7 @@ def find_head(model: Any) -> tuple[str, Any] | None:
     return None
 
 
-def upcast_head(model: Any, checkpoint_dir: str | None) -> str:
+def upcast_head(model: object, checkpoint_dir: str | None) -> str:
     """Put the reward head in fp32 with the checkpoint's own fp32 values when available.
 
     Loading a model in bf16 rounds every weight; the head is tiny and its rounding moves every
@@ -91,7 +94,7 @@ def upcast_head(model: Any, checkpoint_dir: str | None) -> str:
     name, head = found
     head.to(torch.float32)
 
-    def _to_fp32(_module: Any, args: tuple[Any, ...]) -> tuple[Any, ...]:
+    def _to_fp32(_module: torch.nn.Module, args: tuple[object, ...]) -> tuple[object, ...]:
         return tuple(a.float() if torch.is_tensor(a) and a.is_floating_point() else a for a in args)
 
     head.register_forward_pre_hook(_to_fp32)
@@ -103,7 +106,7 @@ def upcast_head(model: Any, checkpoint_dir: str | None) -> str:
     return f"head {name!r} in float32, {source}"
 
 
-def _reload_head_params(head: Any, prefix: str, ckpt: Path) -> int:
+def _reload_head_params(head: torch.nn.Module, prefix: str, ckpt: Path) -> int:
     import torch
 
     try:

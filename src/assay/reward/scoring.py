@@ -7,7 +7,7 @@ model fingerprint, the view checksum and the scoring protocol version.
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
@@ -47,16 +47,17 @@ def score_key(model: RewardModel, view: DataView) -> str:
     return combine("score", model.fingerprint, view.checksum(), PROTOCOL_VERSION)
 
 
-def view_inputs(view: DataView) -> tuple[list[str], list[str], dict[str, list[Any]]]:
+def view_inputs(view: DataView) -> tuple[list[str], list[str], dict[str, list[object]]]:
     """Flatten a view into (prompts, responses, row columns): both sides of every Pair, the
     four cells of a Quadruple (each with the prompt its cell answers), every response of a
     Tournament. A Trajectory has no (prompt, response) to score and is an error."""
     prompts: list[str] = []
     responses: list[str] = []
-    cols: dict[str, list[Any]] = {k: [] for k in
+    cols: dict[str, list[object]] = {k: [] for k in
                                   ("item_index", "item_hash", "kind", "seed_id", "axis", "slot")}
 
-    def add(i: int, item: Any, slot: str, prompt: str, text: str, axis: str | None) -> None:
+    def add(i: int, item: Pair | Quadruple | Tournament, slot: str, prompt: str, text: str,
+            axis: str | None) -> None:
         prompts.append(prompt)
         responses.append(text)
         cols["item_index"].append(i)
@@ -126,7 +127,7 @@ def score_view(model: RewardModel, view: DataView, *,
     scores = check_scores(model.score(prompts, responses), len(prompts), model.name) \
         if prompts else np.zeros(0)
     run = model.last_run
-    arrays: dict[str, Any] = {k: v for k, v in cols.items()}
+    arrays: dict[str, object] = {k: v for k, v in cols.items()}
     arrays["response_chars"] = [len(r) for r in responses]
     arrays["score"] = scores
     meta = {

@@ -19,14 +19,17 @@ Example:
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence, Sized
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from assay.reward.base import RewardModelError
 from assay.reward.bert import BertEncoder, bert_reason
+
+if TYPE_CHECKING:
+    from torch import Tensor
 
 # Module type names as sentence-transformers 2-5 and 6 write them in modules.json.
 _TRANSFORMER = {"sentence_transformers.models.Transformer",
@@ -43,7 +46,7 @@ _POOL_INERT = {"pooling_mode", "word_embedding_dimension", "embedding_dimension"
 # Transformer options (sentence_bert_config.json) the direct path reproduces, with the only value
 # it takes for each (None: any value); anything else is left to sentence-transformers.
 _TEXT_FORWARD = {"text": {"method": "forward", "method_output_name": "last_hidden_state"}}
-_ST_OPTIONS: dict[str, Any] = {"max_seq_length": None, "do_lower_case": False,
+_ST_OPTIONS: dict[str, object] = {"max_seq_length": None, "do_lower_case": False,
                                "transformer_task": "feature-extraction",
                                "modality_config": _TEXT_FORWARD,
                                "module_output_name": "token_embeddings"}
@@ -104,7 +107,8 @@ def direct_reason(path: str | Path) -> str | None:
     return None
 
 
-def _hf_lengths(tokenizer: Any, texts: Sequence[str]) -> np.ndarray:
+def _hf_lengths(tokenizer: Callable[..., Mapping[str, Sequence[Sized]]], texts: Sequence[str]
+                ) -> np.ndarray:
     """Token counts with special tokens, before truncation, from a transformers tokenizer."""
     # verbose=False: over-long texts are expected here (they are counted, not warned about)
     enc = tokenizer(list(texts), add_special_tokens=True, truncation=False, verbose=False)
@@ -151,7 +155,7 @@ class SentenceEncoder:
         from assay.reward.runtime import quiet_loading
 
         quiet_loading()
-        kw: dict[str, Any] = {"local_files_only": True}
+        kw: dict[str, object] = {"local_files_only": True}
         if limit is not None:
             kw["model_max_length"] = int(limit)
         self.tokenizer = AutoTokenizer.from_pretrained(str(self.path), **kw)
@@ -171,14 +175,14 @@ class SentenceEncoder:
             return self.bert.token_lengths(texts)
         return _hf_lengths(self.tokenizer, texts)
 
-    def features(self, texts: Sequence[str]) -> dict[str, Any]:
+    def features(self, texts: Sequence[str]) -> dict[str, Tensor]:
         if self.backend == "torch":
             return self.bert.features(texts)
         enc = self.tokenizer(list(texts), padding=True, truncation="longest_first",
                              return_tensors="pt")
         return {k: v.to(self.device) for k, v in enc.items()}
 
-    def forward(self, features: dict[str, Any]) -> Any:
+    def forward(self, features: Mapping[str, Tensor]) -> Tensor:
         import torch
         import torch.nn.functional as F
 
@@ -209,7 +213,7 @@ class SentenceEncoder:
 
         texts = list(texts)
         order = np.argsort([-len(t) for t in texts])
-        out: list[Any] = []
+        out: list[Tensor] = []
         for a in range(0, len(texts), batch_size):
             emb = self.forward(self.features([texts[i] for i in order[a:a + batch_size]]))
             out.extend(F.normalize(emb, p=2, dim=1).cpu())
@@ -246,7 +250,7 @@ class STEncoder:
         feats = self.st.preprocess(list(texts))
         return {k: (v.to(self.device) if torch.is_tensor(v) else v) for k, v in feats.items()}
 
-    def forward(self, features: dict[str, Any]) -> Any:
+    def forward(self, features: dict[str, Any]) -> Tensor:
         import torch
 
         with torch.inference_mode():

@@ -29,7 +29,7 @@ import sys
 import threading
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 import numpy as np
 
@@ -44,6 +44,14 @@ if TYPE_CHECKING:
     from assay.reward.kinds import RewardModelEntry
 
 _BUILT: dict[int, RewardModel] = {}  # in the worker: model id -> built adapter
+
+
+class LoadInfo(TypedDict):
+    """The worker's answer to ``load``: what :class:`RemoteModel` states in-process."""
+
+    fingerprint: str
+    device: str
+    conversations: bool
 
 
 def _serve(conn: Connection) -> None:
@@ -76,15 +84,15 @@ def _serve(conn: Connection) -> None:
         try:
             if kind == "load":
                 built = _BUILT[mid] = args[0].build(args[1])
-                value: Any = {"fingerprint": built.fingerprint,
-                              "device": str(getattr(built, "device", "cpu")),
-                              "conversations": hasattr(built, "score_conversations")}
+                value: object = LoadInfo(fingerprint=built.fingerprint,
+                                         device=str(getattr(built, "device", "cpu")),
+                                         conversations=hasattr(built, "score_conversations"))
             else:
                 # each scored batch goes back as it is done: the parent's progress moves per
                 # batch, not once when the whole shard's scores come back
                 with on_batches(lambda done, total: conn.send(("batch", done, total))):
                     value = np.asarray(getattr(_BUILT[mid], kind)(*args), dtype=np.float64)
-            reply: tuple[str, Any] = ("ok", value)
+            reply: tuple[str, object] = ("ok", value)
         except Exception as e:  # noqa: BLE001 - sent back whole, raised there
             reply = ("err", e)
         try:
@@ -97,7 +105,7 @@ class RemoteModel:
     """A reward model built in a :class:`ScoringWorker`: ``score`` (and ``score_conversations``
     when the model has it), ``fingerprint``, ``device``, ``name``, as the adapter in-process."""
 
-    def __init__(self, worker: ScoringWorker, mid: int, name: str, info: dict[str, Any]) -> None:
+    def __init__(self, worker: ScoringWorker, mid: int, name: str, info: LoadInfo) -> None:
         self.worker, self.mid, self.name = worker, mid, name
         self.fingerprint: str = info["fingerprint"]
         self.device: str = info["device"]
@@ -107,7 +115,7 @@ class RemoteModel:
     def score(self, prompts: Sequence[str], responses: Sequence[str]) -> np.ndarray:
         return self.worker.call("score", self.mid, list(prompts), list(responses))
 
-    def _score_conversations(self, convs: Sequence[Any], responses: Sequence[str]) -> np.ndarray:
+    def _score_conversations(self, convs: Sequence[object], responses: Sequence[str]) -> np.ndarray:
         return self.worker.call("score_conversations", self.mid, list(convs), list(responses))
 
     def __repr__(self) -> str:
@@ -132,7 +140,7 @@ class ScoringWorker:
     def __enter__(self) -> ScoringWorker:
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     def _start(self) -> None:
@@ -152,7 +160,7 @@ class ScoringWorker:
         self._conn = Connection(ours.detach())
         self._conn.send(("path", list(sys.path)))
 
-    def call(self, *msg: Any) -> Any:
+    def call(self, *msg: object) -> Any:
         with self._lock:
             if self._closed:
                 raise RewardModelError("the scoring worker was closed")

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from typing import Any
 
 from assay.errors import VerifierError
 from assay.judging import Verdict, Verifier
@@ -82,7 +81,7 @@ class MultipleChoice(Verifier):
     def __repr__(self) -> str:
         return f"MultipleChoice({self.choices!r})"
 
-    def check(self, candidate: str, reference: Any, row: Mapping[str, Any]) -> Verdict:
+    def check(self, candidate: str, reference: object, row: Mapping[str, object]) -> Verdict:
         if isinstance(reference, int) and not isinstance(reference, bool):
             if not 0 <= reference < len(self.choices):
                 raise VerifierError(f"MultipleChoice: reference index {reference} is outside "

@@ -13,13 +13,13 @@ import logging
 import re
 import time
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 from assay import pyast
 from assay.errors import VerifierError
 from assay.judging import Verdict, Verifier
 from assay.verify.registry import VERIFIERS
-from assay.verify.sandbox import job, warm_pool
+from assay.verify.sandbox import Job, Reply, Report, job, warm_pool
 
 log = logging.getLogger(__name__)
 
@@ -107,7 +107,7 @@ class CodeExec(Verifier):
 
     parallel = True
 
-    def __init__(self, tests: str | Mapping[str, Any] | None = None, *, timeout: float = 10.0,
+    def __init__(self, tests: str | Mapping[str, object] | None = None, *, timeout: float = 10.0,
                  memory_mb: int = 1024, cpu_seconds: float | None = None, max_procs: int = 32,
                  file_mb: int = 16, max_files: int = 64, workers: int | None = None,
                  name: str = "CodeExec") -> None:
@@ -127,13 +127,13 @@ class CodeExec(Verifier):
         self.workers = workers
         self.name = name
         self.needs_reference = tests is None
-        self.last_throughput: dict[str, Any] | None = None
+        self.last_throughput: dict[str, float] | None = None
 
     def __repr__(self) -> str:
         return f"CodeExec(timeout={self.timeout}, memory_mb={self.memory_mb})"
 
     # building jobs --------------------------------------------------------------------------
-    def job_for(self, candidate: str, reference: Any) -> dict[str, Any]:
+    def job_for(self, candidate: str, reference: object) -> Job:
         """The sandbox job for one candidate (VerifierError if the tests are unusable)."""
         spec = self.tests if self.tests is not None else reference
         source, entry, prompt = _tests_of(spec, "privileged.reference")
@@ -146,15 +146,15 @@ class CodeExec(Verifier):
                    file_mb=self.file_mb, max_files=self.max_files, tests=source, prompt=prompt)
 
     # verifier protocol ----------------------------------------------------------------------
-    def check(self, candidate: str, reference: Any, row: Mapping[str, Any]) -> Any:
+    def check(self, candidate: str, reference: object, row: Mapping[str, object]) -> Verdict:
         """Grade one candidate (starts a one-worker sandbox; :func:`assay.grade` batches)."""
         return self.grade_batch([{"final_text": candidate, "privileged": {"reference": reference}}],
                                 workers=1)[0]
 
     def grade_batch(self, rows: Sequence[Mapping[str, Any]],
-                    workers: int | None = None) -> list[Any]:
+                    workers: int | None = None) -> list[Verdict]:
         """Verdicts for many rows, ``workers`` sandboxes in parallel (default: two per core)."""
-        verdicts: list[Any] = [None] * len(rows)
+        verdicts: list[Verdict | None] = [None] * len(rows)
         jobs, where = [], []
         for i, row in enumerate(rows):
             priv = row.get("privileged") or {}
@@ -183,16 +183,17 @@ class CodeExec(Verifier):
                      seconds, len(jobs) / seconds, used)
             for i, reply in zip(where, replies):
                 verdicts[i] = self._verdict(reply, isolation)
-        return verdicts
+        # every slot is set: a job error above, or the reply pool.run gives each job
+        return cast(list[Verdict], verdicts)
 
-    def _verdict(self, reply: Mapping[str, Any], isolation: Mapping[str, Any]) -> Any:
+    def _verdict(self, reply: Reply, isolation: Mapping[str, object]) -> Verdict:
         status = reply["status"]
-        meta = {"outcome": status, "exit_code": reply.get("exit_code"),
+        meta: dict[str, object] = {"outcome": status, "exit_code": reply.get("exit_code"),
                 "sandbox": {k: isolation.get(k)
                             for k in ("netns", "mountns", "uid_drop", "pidns", "notes")}}
         if reply.get("left_over"):
             meta["left_over_processes"] = reply["left_over"]
-        report = reply.get("report") or {}
+        report: Report = reply.get("report") or {}
         if report.get("guard"):
             meta["guard"] = report["guard"]
         if report.get("notes"):
@@ -205,7 +206,8 @@ class CodeExec(Verifier):
         if status == "timeout":
             reason = f"timed out after {self.timeout:g}s"
         elif status == "killed":
-            reason = (f"killed by signal {-int(reply['exit_code'])} "
+            # killed: the server gives the signal as a negative exit code, never None
+            reason = (f"killed by signal {-int(cast(int, reply['exit_code']))} "
                       "(a resource limit or the candidate itself)")
         elif status == "server_died":
             reason = "the candidate brought down its sandbox server"

@@ -24,7 +24,7 @@ def _fmt(name: str, v: Verdict) -> str:
 class _Combinator(Verifier):
     """Shared machinery: children as judges, batch grading through :func:`assay.grade`'s path."""
 
-    def __init__(self, children: Sequence[typing.Any], name: str) -> None:
+    def __init__(self, children: Sequence[object], name: str) -> None:
         if isinstance(children, (str, bytes)) or not isinstance(children, Sequence) or not children:
             raise VerifierError(f"{name}: give a non-empty list of verifiers or judge callables")
         self.judges: list[Judge] = [as_judge(c, argument=f"{name}[{i}]")
@@ -41,11 +41,11 @@ class _Combinator(Verifier):
     def combine(self, verdicts: Sequence[Verdict]) -> Verdict:  # pragma: no cover - abstract
         raise NotImplementedError
 
-    def check(self, candidate: str, reference: typing.Any,
-              row: Mapping[str, typing.Any]) -> Verdict:
+    def check(self, candidate: str, reference: object,
+              row: Mapping[str, object]) -> Verdict:
         return self.combine([j.judge(row) for j in self.judges])
 
-    def grade_batch(self, rows: Sequence[Mapping[str, typing.Any]],
+    def grade_batch(self, rows: Sequence[Mapping[str, object]],
                     workers: int | None = None) -> list[Verdict]:
         """Each child grades all rows its own best way (CodeExec in sandboxes, MathEqual in
         worker processes), then verdicts combine row by row."""
@@ -74,7 +74,7 @@ class _Combinator(Verifier):
 
 
 class All(_Combinator):
-    """Passes only if every child passes: the minimum score. Any child scoring 0 gives 0;
+    """Passes only if every child passes: the minimum score. A child scoring 0 gives 0;
     otherwise a child that cannot judge leaves the row unjudged.
 
     Example:
@@ -84,7 +84,7 @@ class All(_Combinator):
         1.0
     """
 
-    def __init__(self, verifiers: Sequence[typing.Any], *, name: str = "All") -> None:
+    def __init__(self, verifiers: Sequence[object], *, name: str = "All") -> None:
         super().__init__(verifiers, name)
 
     def combine(self, verdicts: Sequence[Verdict]) -> Verdict:
@@ -96,7 +96,7 @@ class All(_Combinator):
 
 
 class Any(_Combinator):
-    """Passes if some child passes: the maximum score. Any child scoring 1 gives 1; otherwise a
+    """Passes if some child passes: the maximum score. A child scoring 1 gives 1; otherwise a
     child that cannot judge leaves the row unjudged.
 
     Example:
@@ -106,7 +106,7 @@ class Any(_Combinator):
         0.0
     """
 
-    def __init__(self, verifiers: Sequence[typing.Any], *, name: str = "Any") -> None:
+    def __init__(self, verifiers: Sequence[object], *, name: str = "Any") -> None:
         super().__init__(verifiers, name)
 
     def combine(self, verdicts: Sequence[Verdict]) -> Verdict:
@@ -129,7 +129,7 @@ class Weighted(_Combinator):
         0.75
     """
 
-    def __init__(self, pairs: Sequence[tuple[typing.Any, float]], *,
+    def __init__(self, pairs: Sequence[tuple[object, float]], *,
                  name: str = "Weighted") -> None:
         if isinstance(pairs, Mapping) or not isinstance(pairs, Sequence) or not pairs:
             raise VerifierError(f"{name}: give a non-empty list of (verifier, weight) pairs")

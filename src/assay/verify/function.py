@@ -33,7 +33,7 @@ import importlib
 import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from assay.binding import Binding
 from assay.errors import SpecError
@@ -64,7 +64,7 @@ def _reload_helpers(files: list[str], entry: str) -> None:
             importlib.reload(mod)
 
 
-def load_fresh(ref: str, base_dir: str | None = None) -> Callable[..., Any]:
+def load_fresh(ref: str, base_dir: str | None = None) -> Callable[..., object]:
     """``load_callable(ref)``, re-importing its module (and the helper modules it imports from
     its folder or the spec's) when one of their source files changed since this process
     imported them (or when it was imported before this module could note its sources)."""
@@ -97,7 +97,7 @@ def _function_of(vspec: VerifierSpec) -> str:
     return vspec.function
 
 
-def _binding(fn: Any, params: Mapping[str, Any], ref: str) -> Binding:
+def _binding(fn: Callable[..., object], params: Mapping[str, object], ref: str) -> Binding:
     return Binding(fn, NAMES, params=params, what=f"verifier function {ref!r}")
 
 
@@ -118,14 +118,14 @@ class FunctionVerifier(Verifier):
         return f"function {vspec.function}" + (
             f" (version {vspec.version})" if vspec.version else "")
 
-    def __init__(self, function: str, params: Mapping[str, Any] | None = None, *,
+    def __init__(self, function: str, params: Mapping[str, object] | None = None, *,
                  version: str | None = None, base_dir: str | None = None) -> None:
         self.function = function
         self.params = dict(params or {})
         self.version = version
         self.base_dir = base_dir
         self.name = function
-        self._fn: Callable[..., Any] | None = load_fresh(function, base_dir)
+        self._fn: Callable[..., object] | None = load_fresh(function, base_dir)
         self._bind = _binding(self._fn, self.params, function)
 
     @classmethod
@@ -134,7 +134,8 @@ class FunctionVerifier(Verifier):
         return cls(_function_of(vspec), vspec.params, version=vspec.version, base_dir=base_dir)
 
     @classmethod
-    def spec_fingerprint(cls, vspec: VerifierSpec, base_dir: str | None = None) -> dict[str, Any]:
+    def spec_fingerprint(cls, vspec: VerifierSpec, base_dir: str | None = None
+                         ) -> dict[str, object]:
         """What keys cached grades: the reference, params, and ``version`` if declared, else
         :func:`assay.hashing.code_identity` (the function's module source and the helper
         modules it imports from its folder or the spec's: editing either recomputes)."""
@@ -143,15 +144,15 @@ class FunctionVerifier(Verifier):
         return {**out, **code_identity(fn, version=vspec.version, base_dir=base_dir,
                                        what=f"verifier function {vspec.function!r}")}
 
-    def __getstate__(self) -> dict[str, Any]:
+    def __getstate__(self) -> dict[str, object]:
         state = dict(self.__dict__)
         state["_fn"] = state["_bind"] = None  # workers import the function by reference
         return state
 
-    def __setstate__(self, state: dict[str, Any]) -> None:
+    def __setstate__(self, state: dict[str, object]) -> None:
         self.__dict__.update(state)
 
-    def check(self, candidate: str, reference: Any, row: Mapping[str, Any]) -> Verdict:
+    def check(self, candidate: str, reference: object, row: Mapping[str, object]) -> Verdict:
         """The function's judgement as a :class:`Verdict` (an exception propagates: grading
         records it as the row's ``error`` reason)."""
         if self._fn is None:

@@ -90,7 +90,7 @@ class JudgeSpec(BaseModel):
     """The ``verifier: {kind: judge, params: {...}}`` entry."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
-    model: dict[str, Any] = Field(description="the judge model: any model backend entry "
+    model: dict[str, object] = Field(description="the judge model: any model backend entry "
                                   "(kind: openai | hf | ...)")
     template: str = Field("correct_incorrect", description="a built-in rubric name, a template "
                           "with {question}, {answer} and optionally {reference}, or a prompt "
@@ -141,7 +141,7 @@ class JudgeVerifier(Verifier):
     #: (the rubric and its parameters stay in the study's definition)
     under_test_params = ("model", "max_connections", "store")
 
-    def __init__(self, base_dir: str | None = None, **params: Any) -> None:
+    def __init__(self, base_dir: str | None = None, **params: object) -> None:
         self.spec = JudgeSpec.model_validate(params)
         self.base_dir = base_dir
         self.text = TEMPLATES.get(self.spec.template, self.spec.template)
@@ -174,7 +174,8 @@ class JudgeVerifier(Verifier):
         return v
 
     @classmethod
-    def spec_fingerprint(cls, vspec: VerifierSpec, base_dir: str | None = None) -> dict[str, Any]:
+    def spec_fingerprint(cls, vspec: VerifierSpec, base_dir: str | None = None
+                         ) -> dict[str, object]:
         """A prompt builder's module source keys the grades (editing it re-grades)."""
         ref = vspec.params.get("template", "")
         if not (isinstance(ref, str) and _BUILDER.match(ref)):
@@ -197,12 +198,12 @@ class JudgeVerifier(Verifier):
             self._builder = Binding(fn, JUDGE_NAMES, what=f"judge template {self.spec.template!r}")
         return self._builder
 
-    def __getstate__(self) -> dict[str, Any]:
+    def __getstate__(self) -> dict[str, object]:
         # a loaded model is not sent to workers; the builder is imported again by reference
         return {**self.__dict__, "_backend": None, "_builder": None}
 
     @classmethod
-    def cache_identity(cls, **params: Any) -> dict[str, Any]:
+    def cache_identity(cls, **params: Any) -> dict[str, object]:
         """The judge model's identity (``/v1/models``' answer, the weights' checksum), for the
         grade stage's key: the same judge name on a new checkpoint re-grades."""
         return cls(**params).backend().identity()
@@ -214,7 +215,7 @@ class JudgeVerifier(Verifier):
             self._backend = shared_backend(self.spec.model)
         return self._backend
 
-    def prompt(self, row: Mapping[str, Any]) -> str:
+    def prompt(self, row: Mapping[str, object]) -> str:
         b = self.builder()
         if b is not None:
             from assay.judging import _judge_values
@@ -230,20 +231,21 @@ class JudgeVerifier(Verifier):
                                     f"{type(out).__name__} {out!r:.60}; a prompt builder returns "
                                     "the judge's prompt as a non-empty string")
             return out
-        ref = ((row.get("privileged") or {}).get("reference")
-               if isinstance(row.get("privileged"), Mapping) else None)
+        priv = row.get("privileged")
+        ref = priv.get("reference") if isinstance(priv, Mapping) else None
         if isinstance(ref, (list, tuple)):
             ref = " or ".join(map(str, ref))
         return self.text.format(question=row.get("prompt", ""), answer=row.get("final_text", ""),
                                 reference="" if ref is None else ref)
 
-    def check(self, candidate: str, reference: Any, row: Mapping[str, Any]) -> Any:
+    def check(self, candidate: str, reference: object, row: Mapping[str, Any]
+              ) -> Verdict | tuple[float, str | None]:
         row = {**row, "final_text": candidate,
                "privileged": {**(row.get("privileged") or {}), "reference": reference}}
         v = self.grade_batch([row])[0]
         return v if v.reward is None else (v.reward, v.reason)
 
-    def grade_batch(self, rows: Sequence[Mapping[str, Any]],
+    def grade_batch(self, rows: Sequence[Mapping[str, object]],
                     workers: int | None = None) -> list[Verdict]:
         """One judge call per row, all at once through the backend (cached, resumable)."""
         from assay.models import generate

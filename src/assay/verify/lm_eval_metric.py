@@ -20,12 +20,49 @@ from __future__ import annotations
 import math
 import numbers
 import threading
-from collections.abc import Mapping
-from typing import Any, ClassVar
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, ClassVar, Protocol
 
 from assay.errors import SpecError, VerifierError
 from assay.judging import Verdict, Verifier
 from assay.verify.registry import VERIFIERS
+
+if TYPE_CHECKING:
+    from assay.paths import SpecPaths
+    from assay.sources.lm_eval import LmEvalSource
+    from assay.verify.spec import VerifierSpec
+
+
+class _Docs(Protocol):
+    """A task's documents (a list or a ``datasets.Dataset``): counted and indexed."""
+
+    def __len__(self) -> int: ...
+    def __getitem__(self, i: int) -> object: ...
+
+
+class _TaskConfig(Protocol):
+    task: str
+    generation_kwargs: object
+
+
+class _FilterEnsemble(Protocol):
+    name: str
+
+    def apply(self, instances: list[object]) -> object: ...
+
+
+class LmEvalTask(Protocol):
+    """The surface of lm-eval's ``ConfigurableTask`` that this verifier uses (lm-eval ships no
+    types, so this states what is read)."""
+
+    config: _TaskConfig
+    _filters: Sequence[_FilterEnsemble]
+
+    @property
+    def eval_docs(self) -> _Docs: ...
+    def doc_to_target(self, doc: object) -> object: ...
+    def process_results(self, doc: object, results: list[object]) -> Mapping[str, object]: ...
+    def set_config(self, key: str, value: object, update: bool = False) -> None: ...
 
 
 @VERIFIERS.register("lm_eval")
@@ -40,7 +77,7 @@ class LmEvalMetric(Verifier):
     parallel = False  # the loaded task (its data, its filters) lives in this process
 
     def __init__(self, task: str, include_path: str | None = None,
-                 gen_kwargs: dict[str, Any] | None = None, *, base_dir: str | None = None
+                 gen_kwargs: Mapping[str, object] | None = None, *, base_dir: str | None = None
                  ) -> None:
         if not isinstance(task, str) or not task:
             raise VerifierError(f"lm_eval verifier: task must be a task name, got {task!r:.60}")
@@ -50,14 +87,14 @@ class LmEvalMetric(Verifier):
         self.base_dir = base_dir
         self.name = f"lm_eval {task}"
         self._lock = threading.Lock()
-        self._task: Any = None
+        self._task: LmEvalTask | None = None
         self._aggs: dict[str, str] | None = None
 
     def __repr__(self) -> str:
         return f"LmEvalMetric(task={self.task_name!r})"
 
     @classmethod
-    def from_spec(cls, vspec: Any, base_dir: str | None = None) -> LmEvalMetric:
+    def from_spec(cls, vspec: VerifierSpec, base_dir: str | None = None) -> LmEvalMetric:
         p = dict(vspec.params)
         unknown = sorted(set(p) - {"task", "include_path", "gen_kwargs"})
         if unknown or "task" not in p:
@@ -66,14 +103,15 @@ class LmEvalMetric(Verifier):
         return cls(p["task"], p.get("include_path"), p.get("gen_kwargs"), base_dir=base_dir)
 
     @classmethod
-    def spec_fingerprint(cls, vspec: Any, base_dir: str | None = None) -> dict[str, Any]:
+    def spec_fingerprint(cls, vspec: VerifierSpec, base_dir: str | None = None
+                         ) -> dict[str, object]:
         """The task's definition files and lm-eval's version (the source's row identity):
         editing the task's YAML re-grades."""
         src = cls.from_spec(vspec, base_dir)._source()
         ident = src.identity(_paths(base_dir))
         return {"files": ident.get("files"), "lm_eval": ident.get("lm_eval")}
 
-    def _source(self) -> Any:
+    def _source(self) -> LmEvalSource:
         from assay.sources.lm_eval import LmEvalSource
 
         return LmEvalSource.model_validate({
@@ -82,7 +120,7 @@ class LmEvalMetric(Verifier):
             "generate": {"model": {"kind": "function", "callable": "builtins:str"},
                          "api": "completions"}})
 
-    def loaded(self) -> Any:
+    def loaded(self) -> LmEvalTask:
         """lm-eval's task object, loaded (with its documents) once per verifier."""
         with self._lock:
             if self._task is None:
@@ -103,7 +141,7 @@ class LmEvalMetric(Verifier):
                     raise VerifierError(f"lm_eval {self.task_name}: {e}") from None
             return self._aggs
 
-    def check(self, candidate: str, reference: Any, row: Mapping[str, Any]) -> Verdict:
+    def check(self, candidate: str, reference: object, row: Mapping[str, object]) -> Verdict:
         task = self.loaded()
         doc_id = _doc_id(row)
         docs = task.eval_docs
@@ -122,7 +160,7 @@ class LmEvalMetric(Verifier):
         filtered = filter_completion(task, doc, doc_id, candidate)
         aggs = self.aggregations()
         markers: dict[str, float] = {}
-        items: dict[str, Any] = {}
+        items: dict[str, object] = {}
         got = metrics_of(task, doc, filtered)
         for k, v in got.items():
             # lm-eval averages a metric it has no aggregation for
@@ -141,7 +179,7 @@ class LmEvalMetric(Verifier):
             markers[k] = float(v)
         if not got:
             raise VerifierError(f"lm_eval {self.task_name}: the task reports no metric")
-        meta: dict[str, Any] = {"filtered": {k: v if isinstance(v, str) else repr(v)
+        meta: dict[str, object] = {"filtered": {k: v if isinstance(v, str) else repr(v)
                                              for k, v in filtered.items()}}
         if items:  # pairs, not a mapping: canonical JSON sorts keys, lm-eval's order is kept
             meta["lm_eval"] = {"keys": list(got), "items": items,
@@ -157,13 +195,13 @@ class LmEvalMetric(Verifier):
         return Verdict(value, reason=f"{first} = {value:g}", meta=meta, markers=markers)
 
 
-def _paths(base_dir: str | None) -> Any:
+def _paths(base_dir: str | None) -> SpecPaths:
     from assay.paths import SpecPaths
 
     return SpecPaths(base_dir)
 
 
-def _load(source: Any, base_dir: str | None) -> Any:
+def _load(source: LmEvalSource, base_dir: str | None) -> LmEvalTask:
     """The task as the source loads it (same index, same gen_kwargs), its requests unbuilt:
     filters and metrics need only the config and the documents."""
     from assay import libguard
@@ -184,7 +222,7 @@ def _load(source: Any, base_dir: str | None) -> Any:
     return task
 
 
-def _doc_id(row: Mapping[str, Any]) -> int:
+def _doc_id(row: Mapping[str, object]) -> int:
     tid = row.get("task_id")
     try:
         return int(str(tid))
@@ -193,13 +231,14 @@ def _doc_id(row: Mapping[str, Any]) -> int:
                             "id (rows of a kind: lm_eval source keep it)") from None
 
 
-def filter_completion(task: Any, doc: Any, doc_id: int, candidate: str) -> dict[str, Any]:
+def filter_completion(task: LmEvalTask, doc: object, doc_id: int, candidate: str
+                      ) -> dict[str, object]:
     """``{filter name: the filtered response}`` through each of the task's filter ensembles,
     run on an lm-eval ``Instance`` exactly as its ``apply_filters`` runs them (lm-eval's own
     filter classes, from its registry)."""
     from lm_eval.api.instance import Instance
 
-    out: dict[str, Any] = {}
+    out: dict[str, object] = {}
     for ens in task._filters:  # one FilterEnsemble per filter_list entry ("none" by default)
         inst = Instance(request_type="generate_until", doc=doc,
                         arguments=("", task.config.generation_kwargs), idx=0,
@@ -210,10 +249,11 @@ def filter_completion(task: Any, doc: Any, doc_id: int, candidate: str) -> dict[
     return out
 
 
-def metrics_of(task: Any, doc: Any, filtered: Mapping[str, Any]) -> dict[str, Any]:
+def metrics_of(task: LmEvalTask, doc: object, filtered: Mapping[str, object]
+               ) -> dict[str, object]:
     """``{"metric,filter": value}`` in lm-eval's order (filters, then the metrics each
     one's ``process_results`` returns), as ``simple_evaluate`` keys them."""
-    out: dict[str, Any] = {}
+    out: dict[str, object] = {}
     for name, resp in filtered.items():
         for metric, value in task.process_results(doc, [resp]).items():
             out[f"{metric},{name}"] = value

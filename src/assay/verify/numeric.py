@@ -12,7 +12,6 @@ import unicodedata
 from collections.abc import Mapping
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Any
 
 from assay.errors import VerifierError
 from assay.judging import Verdict, Verifier
@@ -108,7 +107,7 @@ def extract_number(text: str) -> ParsedNumber | None:
     return nums[-1] if nums else None
 
 
-def _reference_number(reference: Any) -> ParsedNumber | None:
+def _reference_number(reference: object) -> ParsedNumber | None:
     if isinstance(reference, bool):
         raise VerifierError(f"Numeric: reference {reference!r} is a bool, not a number")
     if isinstance(reference, numbers.Real):
@@ -158,7 +157,7 @@ class Numeric(Verifier):
         bound = self.tol if self.rel is None else max(self.tol, self.rel * abs(want))
         return abs(got - want) <= bound
 
-    def check(self, candidate: str, reference: Any, row: Mapping[str, Any]) -> Verdict:
+    def check(self, candidate: str, reference: object, row: Mapping[str, object]) -> Verdict:
         want = _reference_number(reference)
         if want is None:
             return Verdict(None, reason=f"reference {reference!r:.60} contains no number")

@@ -23,9 +23,9 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import IO, Any, cast
+from typing import IO, Any, NotRequired, TypedDict, cast
 
 from assay import progress
 from assay.errors import VerifierError
@@ -52,6 +52,44 @@ PRELOAD = (
 )
 
 
+class Job(TypedDict):
+    """One job as :func:`job` builds it (the server reads it by these names)."""
+
+    program: str
+    entry_point: str | None
+    test_functions: list[str]
+    timeout: float
+    memory_mb: int
+    cpu_seconds: float
+    file_mb: int
+    max_files: int
+    mode: NotRequired[str]
+    prompt: NotRequired[str | None]
+    secret: NotRequired[str]
+
+
+class Report(TypedDict, total=False):
+    """What the tests' process writes back in boundary mode (see :mod:`assay.verify.boundary`)."""
+
+    guard: str
+    reason: str
+    notes: list[str]
+    error: str
+
+
+class Reply(TypedDict):
+    """A job's outcome as the server (or :meth:`SandboxPool.run`, for a job no server ran)
+    writes it."""
+
+    status: str
+    exit_code: int | None
+    seconds: float
+    output_tail: str
+    left_over: int
+    id: NotRequired[object]
+    report: NotRequired[Report]
+
+
 def default_workers() -> int:
     """Worker count sized to the cores this process may use."""
     try:
@@ -63,7 +101,7 @@ def default_workers() -> int:
 def job(program: str, *, entry_point: str | None = None, test_functions: Sequence[str] = (),
         timeout: float = 10.0, memory_mb: int = 1024, cpu_seconds: float | None = None,
         file_mb: int = 16, max_files: int = 64, tests: str | None = None,
-        prompt: str | None = None) -> dict[str, Any]:
+        prompt: str | None = None) -> Job:
     """One sandbox job: run ``program``; with ``entry_point``, then call ``check(entry_point)``;
     then each of ``test_functions``. Passes only if all of them return.
 
@@ -85,13 +123,14 @@ def job(program: str, *, entry_point: str | None = None, test_functions: Sequenc
     if not timeout or timeout <= 0:
         raise VerifierError(f"timeout={timeout!r}: must be a positive number of seconds")
     boundary = {} if tests is None else {"mode": "boundary", "prompt": prompt, "secret": tests}
-    return {
+    # the keys are Job's: the boundary ones exactly when tests are given
+    return cast(Job, {
         **boundary,
         "program": program, "entry_point": entry_point, "test_functions": list(test_functions),
         "timeout": float(timeout), "memory_mb": int(memory_mb),
         "cpu_seconds": float(cpu_seconds if cpu_seconds is not None else timeout + 1),
         "file_mb": int(file_mb), "max_files": int(max_files),
-    }
+    })
 
 
 class _Server:
@@ -113,7 +152,7 @@ class _Server:
             _ISSUED_UIDS.add(uid)
         self._send({"isolate": isolate, "uid": uid, "max_procs": max_procs,
                     "preload": list(preload)})
-        self.isolation: dict[str, Any] = {}
+        self.isolation: dict[str, object] = {}
 
     def wait_ready(self) -> _Server:
         """Read the server's hello (servers start in parallel, then each is awaited)."""
@@ -125,7 +164,7 @@ class _Server:
         self.isolation = hello["isolation"]
         return self
 
-    def _send(self, obj: Any) -> None:
+    def _send(self, obj: Mapping[str, object]) -> None:
         secret = b""
         if isinstance(obj, dict) and "secret" in obj:
             # the tests travel after the job's frame, as raw bytes the server never decodes
@@ -156,7 +195,7 @@ class _Server:
         body = self._read_exact(struct.unpack(">I", head)[0], deadline)
         return None if body is None else json.loads(body)
 
-    def run(self, one: dict[str, Any]) -> dict[str, Any] | None:
+    def run(self, one: Job) -> Reply | None:
         """The reply, or None when the server died or stopped answering (it is then killed)."""
         try:
             self._send(one)
@@ -247,20 +286,20 @@ class SandboxPool:
         except BaseException:
             self.close()
             raise
-        self.isolation: dict[str, Any] = dict(started[0].isolation)
+        self.isolation: dict[str, object] = dict(started[0].isolation)
         self.isolation.pop("uid", None)
 
     def __enter__(self) -> SandboxPool:
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     @property
     def workers(self) -> int:
         return len(self._servers)
 
-    def run(self, jobs: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    def run(self, jobs: Sequence[Job]) -> list[Reply]:
         """Run every job; replies in input order. A server that dies mid-job (a candidate may
         kill its parent when not running as root) gives that job status ``server_died`` and is
         replaced."""
@@ -268,7 +307,7 @@ class SandboxPool:
             if server is not None and server.proc.poll() is not None:  # died while idle
                 server.kill()
                 self._servers[slot] = None  # restarted below before it gets a job
-        results: list[dict[str, Any] | None] = [None] * len(jobs)
+        results: list[Reply | None] = [None] * len(jobs)
         todo: queue.SimpleQueue[int] = queue.SimpleQueue()
         for i in range(len(jobs)):
             todo.put(i)
@@ -342,7 +381,7 @@ class SandboxPool:
 # between calls instead (one per configuration and concurrent user) and closed at exit or by
 # close_idle_pools(). Reuse is safe: every candidate is a fresh fork of its server and cannot
 # reach the server itself; a server that died is replaced by ``run``.
-_idle: dict[tuple[Any, ...], list[SandboxPool]] = {}
+_idle: dict[tuple[object, ...], list[SandboxPool]] = {}
 _idle_lock = threading.Lock()
 _owner_pid = os.getpid()
 

@@ -45,7 +45,7 @@ class VerifierSpec(SpecModel):
             VERIFIERS.get(v)  # raises with the known kinds and the closest match
         return v
 
-    def _kind(self) -> Any:
+    def _kind(self) -> object:
         """The registered class (or factory) of this kind; None for a ``module:callable`` kind,
         which is not imported to answer what it declares: it gets the defaults below."""
         if ":" in self.kind:
@@ -74,7 +74,7 @@ class VerifierSpec(SpecModel):
         definition."""
         return tuple(self._declares("under_test_params", ()))
 
-    def grading_model(self) -> dict[str, Any] | None:
+    def grading_model(self) -> dict[str, object] | None:
         """The model entry this verifier grades with (a judge's ``params.model``), or None."""
         key = self._declares("model_param", None)
         model = self.params.get(key) if key else None

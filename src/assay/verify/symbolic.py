@@ -7,9 +7,8 @@ from __future__ import annotations
 
 import re
 import threading
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from fractions import Fraction
-from typing import Any
 
 from assay.errors import VerifierError
 from assay.judging import Verdict, Verifier
@@ -63,16 +62,16 @@ class MathEqual(Verifier):
         self.float_rounding = float_rounding
         self.hard_timeout = 3 * timeout + 5
         self.name = name
-        self._gold: dict[str, Any] = {}  # parsed references: k samples of a task share one
+        self._gold: dict[str, list[object]] = {}  # parsed references: k samples of a task share one
         self._seen: dict[tuple[str, str], Verdict] = {}  # verdicts (deterministic)
 
-    def __getstate__(self) -> dict[str, Any]:
+    def __getstate__(self) -> dict[str, object]:
         return {**self.__dict__, "_gold": {}, "_seen": {}}
 
     def __repr__(self) -> str:
         return f"MathEqual(timeout={self.timeout})"
 
-    def check(self, candidate: str, reference: Any, row: Mapping[str, Any]) -> Verdict:
+    def check(self, candidate: str, reference: object, row: Mapping[str, object]) -> Verdict:
         from math_verify import parse
         from math_verify.errors import TimeoutException
 
@@ -113,7 +112,7 @@ class MathEqual(Verifier):
             self._seen[key] = done
         return done
 
-    def _judge(self, candidate: str, gold: list[Any]) -> Verdict:
+    def _judge(self, candidate: str, gold: Sequence[object]) -> Verdict:
         from math_verify import parse, verify
         from math_verify.errors import TimeoutException
 
@@ -175,7 +174,7 @@ def same_notation(text: str) -> str:
 _MAX_MAGNITUDE = 10**6
 
 
-def _exact(x: Any) -> tuple[Fraction, bool, bool] | None:
+def _exact(x: object) -> tuple[Fraction, bool, bool] | None:
     """(exact value, is a float, is an atomic number) for a finite sympy Integer, Rational or
     Float, or an unevaluated integer quotient ``Mul(p, Pow(q, -1))`` (how math-verify reads a
     plain "p/q"); else None."""
@@ -224,7 +223,7 @@ def _numbers_equal(a: tuple[Fraction, bool, bool], b: tuple[Fraction, bool, bool
     return False if other.denominator == 1 else None
 
 
-def parsed_verdict(gold: list[Any], got: list[Any], digits: int = 6) -> bool | None:
+def parsed_verdict(gold: Sequence[object], got: Sequence[object], digits: int = 6) -> bool | None:
     """math-verify's ``verify(gold, got)`` for parse outputs whose expressions are plain
     numbers, or None. ``verify`` is true when any (gold, got) element pair compares equal: two
     expressions through ``sympy_expr_eq``, two strings when equal after strip, mixed never.
@@ -284,7 +283,7 @@ def _bare_value(text: str) -> tuple[Fraction, bool, bool, str] | None:
     return None
 
 
-def bare_number_verdict(candidate: str, gold: list[Any], digits: int = 6) -> bool | None:
+def bare_number_verdict(candidate: str, gold: Sequence[object], digits: int = 6) -> bool | None:
     """math-verify's verdict for a candidate that is only a number ("42", "-3.5", "1,000",
     "7/2") against a parsed plain-number reference, without parsing the candidate; None when
     the candidate is anything else or the verdict is not certain.

@@ -9,7 +9,6 @@ from __future__ import annotations
 import re
 import unicodedata
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 from assay.errors import VerifierError
 from assay.judging import Verdict, Verifier
@@ -99,7 +98,7 @@ class ExactMatch(Verifier):
     def __repr__(self) -> str:
         return "ExactMatch(" + ", ".join(f"{k}={v}" for k, v in self.options.items()) + ")"
 
-    def check(self, candidate: str, reference: Any, row: Mapping[str, Any]) -> Verdict:
+    def check(self, candidate: str, reference: object, row: Mapping[str, object]) -> Verdict:
         if isinstance(reference, str):
             refs = [reference]
         elif (isinstance(reference, Sequence) and reference

@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -64,7 +64,7 @@ def cohen_kappa(a: Sequence[int], b: Sequence[int]) -> float | None:
     return None if pe >= 1.0 else (po - pe) / (1.0 - pe)
 
 
-def _gold_label(v: Any, where: str) -> int | None:
+def _gold_label(v: object, where: str) -> int | None:
     if v is None:
         return None
     if isinstance(v, (bool, np.bool_)) or (
@@ -75,7 +75,7 @@ def _gold_label(v: Any, where: str) -> int | None:
                         f"got {v!r:.60}")
 
 
-def judge_trust(rows: RowsLike, gold: Sequence[Any] | Mapping[tuple[str, int], Any], *,
+def judge_trust(rows: RowsLike, gold: Sequence[object] | Mapping[tuple[str, int], object], *,
                 threshold: float = 0.5, level: float = 0.95) -> JudgeTrust:
     """The judge's agreement with ``gold`` on the labelled rows, its interval over tasks and kappa.
 
