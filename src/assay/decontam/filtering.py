@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -33,10 +33,16 @@ from assay.decontam.results import RULES, Decontamination
 from assay.errors import RowsError, RowsTypeError
 from assay.rows import RowsLike, take_rows
 
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from assay.decontam.evalside import _SemanticCfg
+    from assay.decontam.semantic import Embedder
+
 MODES = ("drop", "flag")
 
 
-def _eval_sources(against: Any) -> list[Any]:
+def _eval_sources(against: object) -> list[object]:
     """One or more eval sources: rows, a path to JSONL rows, or a list of those."""
     if isinstance(against, (str, os.PathLike)):
         return [against]
@@ -49,7 +55,7 @@ def _eval_sources(against: Any) -> list[Any]:
     return [against]
 
 
-def _load_eval(source: Any) -> Any:
+def _load_eval(source: object) -> Any:
     if isinstance(source, (str, os.PathLike)):
         import json
 
@@ -68,11 +74,12 @@ def _load_eval(source: Any) -> Any:
     return source
 
 
-def decontaminate(rows: RowsLike, against: Any, *, n: int = 13, fields: Sequence[str] = ("prompt",),
+def decontaminate(rows: RowsLike, against: object, *, n: int = 13,
+                  fields: Sequence[str] = ("prompt",),
                   min_overlap: float = 0.5, mode: str = "drop", max_df: float | int = 0.01,
                   near_duplicate: float | None = 0.7, shingle: int = 3, semantic: bool = False,
-                  embedder: Any = None, similarity: float = 0.9, store: StoreArg = False,
-                  ) -> tuple[Any, Decontamination]:
+                  embedder: Embedder | None = None, similarity: float = 0.9,
+                  store: StoreArg = False) -> tuple[RowsLike, Decontamination]:
     """Drop (``mode="drop"``) or flag (``mode="flag"``: every row kept, ``markers["contaminated"]``
     set to 1.0 or 0.0) the training ``rows`` that hold an item of ``against``.
 
@@ -111,7 +118,7 @@ def decontaminate(rows: RowsLike, against: Any, *, n: int = 13, fields: Sequence
     st = resolve_store(store)
     index = ContaminationIndex.build(source, n=n, text_field=tuple(fields), id_field=None,
                                      store=st if st is not None else False, shingle=shingle)
-    sem = None
+    sem: _SemanticCfg | None = None
     if semantic:
         from assay.decontam.semantic import MiniLM
 
@@ -157,13 +164,13 @@ def decontaminate(rows: RowsLike, against: Any, *, n: int = 13, fields: Sequence
     return out, report
 
 
-def _rows_table(rows: RowsLike) -> Any:
+def _rows_table(rows: RowsLike) -> pa.Table | None:
     from assay.rows import Rows
 
     return rows.table if isinstance(rows, Rows) else None
 
 
-def _flag_rows(rows: RowsLike, bad: set[int]) -> Any:
+def _flag_rows(rows: RowsLike, bad: set[int]) -> RowsLike:
     """Every row, with ``markers["contaminated"]`` 1.0 (dropped by a rule) or 0.0."""
     import pyarrow as pa
 
