@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 import numpy as np
 
@@ -40,6 +40,15 @@ if TYPE_CHECKING:
     from assay.decontam.semantic import Embedder
 
 MODES = ("drop", "flag")
+
+
+class _Dropped(TypedDict):
+    """One dropped (or flagged) training row: its position, the rule, the eval item, the score."""
+
+    index: int
+    rule: str
+    eval_task_id: str
+    score: float
 
 
 def _eval_sources(against: object) -> list[object]:
@@ -133,7 +142,7 @@ def decontaminate(rows: RowsLike, against: object, *, n: int = 13,
     order = np.lexsort((-sc, ru, dc))
     it, dc, ru, sc = it[order], dc[order], ru[order], sc[order]
     first = np.r_[True, dc[1:] != dc[:-1]] if len(dc) else np.zeros(0, dtype=bool)
-    dropped: list[dict[str, Any]] = [
+    dropped: list[_Dropped] = [
         {"index": int(d), "rule": RULES[int(r)], "eval_task_id": task_ids[int(i)],
          "score": round(float(s), 4)}
         for d, r, i, s in zip(dc[first], ru[first], it[first], sc[first])
