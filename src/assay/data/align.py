@@ -97,7 +97,7 @@ def tokenize(text: str, tokenizer: Callable[[str], Any] | None = None) -> Tokeni
     return TokenizedInput(text, tuple(tok_list), tuple(off_list))
 
 
-def _as_input(x: Any, tokenizer: Any, name: str) -> TokenizedInput:
+def _as_input(x: object, tokenizer: Callable[[str], Any] | None, name: str) -> TokenizedInput:
     if isinstance(x, TokenizedInput):
         return x
     if isinstance(x, str):
@@ -194,7 +194,8 @@ class SpanMap:
                     "char", tok.meta)
 
 
-def align(a: Any, b: Any, *, tokenizer: Callable[[str], Any] | None = None) -> SpanMap:
+def align(a: str | Sequence[str] | TokenizedInput, b: str | Sequence[str] | TokenizedInput, *,
+          tokenizer: Callable[[str], Any] | None = None) -> SpanMap:
     """Align two texts (or token sequences) token by token with ``difflib.SequenceMatcher``
     (no autojunk heuristic, so long texts with repeated tokens align deterministically).
 

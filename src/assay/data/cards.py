@@ -23,7 +23,6 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 from assay.data.view import DataView
 from assay.errors import DataError
@@ -96,7 +95,7 @@ class DatasetCard:
         if not callable(self.loader):
             raise DataError(f"DatasetCard {self.name}: loader must be callable")
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return {"name": self.name, "version": self.version, "count": self.count,
                 "checksum": self.checksum, "description": self.description,
                 "notes": list(self.notes)}

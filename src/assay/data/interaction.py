@@ -69,7 +69,9 @@ def _cluster_t(values: np.ndarray, clusters: Sequence[str], name: str, level: fl
                     "seeds", len(values), note)
 
 
-def _scores(items: Sequence[Quadruple], scores: Any) -> np.ndarray:
+def _scores(items: Sequence[Quadruple],
+            scores: np.ndarray | Sequence[Mapping[tuple[str, str], float]]
+            | Callable[[str, str], float]) -> np.ndarray:
     n = len(items)
     if callable(scores):
         out = np.empty((n, 4))

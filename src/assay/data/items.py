@@ -26,13 +26,16 @@ import unicodedata
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from types import MappingProxyType
-from typing import Any, Self, TypeAlias, cast
+from typing import TYPE_CHECKING, Any, Self, TypeAlias, cast
 
 from assay.data.lineage import Lineage
 from assay.errors import DataError, HashError
 from assay.hashing import DIGEST_HEX, HASH_SCHEMA, canonicalize
 
-EMPTY_META: Mapping[str, Any] = MappingProxyType({})
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
+EMPTY_META: Mapping[str, object] = MappingProxyType({})
 SPAN_UNITS = ("char", "token")
 
 # the C string encoder json.dumps(ensure_ascii=False) uses
@@ -64,13 +67,13 @@ def _ch_json(text: str) -> str:
     return "ch:" + h.hexdigest()[:DIGEST_HEX]
 
 
-def _ch(payload: Any) -> str:
+def _ch(payload: object) -> str:
     # ``payload`` is already canonical (NFC strings, plain lists/dicts, finite numbers), so the C
     # encoder produces exactly assay.hashing.canonical_json's bytes without the Python walk.
     return _ch_json(_dumps(payload))
 
 
-def freeze(value: Any, where: str) -> Any:
+def freeze(value: object, where: str) -> object:
     """A deep read-only copy of JSON-like ``value``: mappings become MappingProxyType, lists tuples.
 
     Numbers must be finite; numpy scalars become Python numbers; anything else is a DataError
@@ -109,15 +112,16 @@ def freeze(value: Any, where: str) -> Any:
     )
 
 
-def _meta(value: Any, where: str) -> Mapping[str, Any]:
+def _meta(value: object, where: str) -> Mapping[str, object]:
     if value is None or (isinstance(value, Mapping) and not value):
         return EMPTY_META
     if not isinstance(value, Mapping):
         raise DataError(f"{where} must be a mapping (or None), got {type(value).__name__}")
-    return freeze(value, where)
+    # a Mapping freezes to a MappingProxyType (the isinstance check above)
+    return cast("Mapping[str, object]", freeze(value, where))
 
 
-def thaw(value: Any) -> Any:
+def thaw(value: object) -> object:
     """Plain (mutable, JSON-ready) copy of a frozen value: mappings to dict, tuples to list."""
     if isinstance(value, Mapping):
         return {k: thaw(v) for k, v in value.items()}
@@ -126,7 +130,7 @@ def thaw(value: Any) -> Any:
     return value
 
 
-def _unproxy(value: Any) -> Any:
+def _unproxy(value: object) -> object:
     # MappingProxyType cannot be pickled; constructors re-freeze what this hands them.
     if isinstance(value, MappingProxyType):
         return {k: _unproxy(v) for k, v in value.items()}
@@ -135,11 +139,11 @@ def _unproxy(value: Any) -> Any:
     return value
 
 
-def _reduce_dataclass(obj: Any) -> tuple[Any, ...]:
+def _reduce_dataclass(obj: DataclassInstance) -> tuple[object, ...]:
     return (type(obj), tuple(_unproxy(getattr(obj, f.name)) for f in fields(obj)))
 
 
-def _text(value: Any, where: str, *, allow_empty: bool = False) -> str:
+def _text(value: object, where: str, *, allow_empty: bool = False) -> str:
     if not isinstance(value, str):
         raise DataError(
             f"{where} must be a string, got {type(value).__name__} ({value!r:.60}); "
@@ -168,7 +172,7 @@ class Span:
     end: int
     kind: str = "span"
     unit: str = "char"
-    meta: Mapping[str, Any] = field(default_factory=lambda: EMPTY_META)
+    meta: Mapping[str, object] = field(default_factory=lambda: EMPTY_META)
 
     def __post_init__(self) -> None:
         for name in ("start", "end"):
@@ -187,19 +191,19 @@ class Span:
     def __len__(self) -> int:
         return self.end - self.start
 
-    def __reduce__(self) -> tuple[Any, ...]:
+    def __reduce__(self) -> tuple[object, ...]:
         return _reduce_dataclass(self)
 
     def __hash__(self) -> int:
         return hash((self.start, self.end, self.kind, self.unit, tuple(self.meta.items())))
 
-    def __assay_content__(self) -> list[Any]:
-        out: list[Any] = [self.start, self.end, _nfc(self.kind), self.unit]
+    def __assay_content__(self) -> list[object]:
+        out: list[object] = [self.start, self.end, _nfc(self.kind), self.unit]
         if self.meta:
             out.append(canonicalize(self.meta))
         return out
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return {"start": self.start, "end": self.end, "kind": self.kind, "unit": self.unit,
                 "meta": thaw(self.meta)}
 
@@ -209,7 +213,7 @@ class Span:
                    d.get("meta") or EMPTY_META)
 
 
-def _spans(value: Any, text: str, where: str) -> tuple[Span, ...]:
+def _spans(value: object, text: str, where: str) -> tuple[Span, ...]:
     if value is None or value == ():
         return ()
     if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
@@ -243,7 +247,7 @@ class Response:
 
     text: str
     spans: tuple[Span, ...] = ()
-    meta: Mapping[str, Any] = field(default_factory=lambda: EMPTY_META)
+    meta: Mapping[str, object] = field(default_factory=lambda: EMPTY_META)
 
     def __post_init__(self) -> None:
         _text(self.text, "Response.text")
@@ -252,7 +256,7 @@ class Response:
         if self.meta is not EMPTY_META:
             object.__setattr__(self, "meta", _meta(self.meta, "Response.meta"))
 
-    def __reduce__(self) -> tuple[Any, ...]:
+    def __reduce__(self) -> tuple[object, ...]:
         return _reduce_dataclass(self)
 
     def __hash__(self) -> int:
@@ -264,7 +268,7 @@ class Response:
             raise DataError("span_text reads char spans; map token spans with a SpanMap first")
         return self.text[span.start : span.end]
 
-    def __assay_content__(self) -> Any:
+    def __assay_content__(self) -> object:
         # A plain response hashes as its text, so Response("x") and "x" are the same payload.
         if not self.spans and not self.meta:
             return _nfc(self.text)
@@ -274,7 +278,7 @@ class Response:
             "meta": canonicalize(self.meta),
         }
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return {"text": self.text, "spans": [s.to_dict() for s in self.spans],
                 "meta": thaw(self.meta)}
 
@@ -298,7 +302,7 @@ class Prompt:
 
     text: str
     spans: tuple[Span, ...] = ()
-    meta: Mapping[str, Any] = field(default_factory=lambda: EMPTY_META)
+    meta: Mapping[str, object] = field(default_factory=lambda: EMPTY_META)
 
     def __post_init__(self) -> None:
         _text(self.text, "Prompt.text")
@@ -310,13 +314,13 @@ class Prompt:
     def __str__(self) -> str:
         return self.text
 
-    def __reduce__(self) -> tuple[Any, ...]:
+    def __reduce__(self) -> tuple[object, ...]:
         return _reduce_dataclass(self)
 
     def __hash__(self) -> int:
         return hash((self.text, self.spans))
 
-    def __assay_content__(self) -> Any:
+    def __assay_content__(self) -> object:
         if not self.spans and not self.meta:
             return _nfc(self.text)
         return {
@@ -325,7 +329,7 @@ class Prompt:
             "meta": canonicalize(self.meta),
         }
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return {"text": self.text, "spans": [s.to_dict() for s in self.spans],
                 "meta": thaw(self.meta)}
 
@@ -337,7 +341,7 @@ class Prompt:
                    d.get("meta") or EMPTY_META)
 
 
-def _prompt(value: Any, who: str, *, allow_empty: bool = False) -> str | Prompt:
+def _prompt(value: object, who: str, *, allow_empty: bool = False) -> str | Prompt:
     if isinstance(value, Prompt):
         return value
     return _text(value, f"{who}: prompt", allow_empty=allow_empty)
@@ -347,11 +351,11 @@ def _prompt_text(p: str | Prompt) -> str:
     return p if isinstance(p, str) else p.text
 
 
-def _prompt_content(p: str | Prompt) -> Any:
+def _prompt_content(p: str | Prompt) -> object:
     return _nfc(p) if isinstance(p, str) else p.__assay_content__()
 
 
-def _response(value: Any, who: str, name: str) -> Response:
+def _response(value: object, who: str, name: str) -> Response:
     if isinstance(value, Response):
         return value
     if isinstance(value, str):
@@ -385,7 +389,7 @@ def _plain_response(text: str) -> Response:
     return r
 
 
-def _check_lineage(value: Any, kind: str) -> Lineage:
+def _check_lineage(value: object, kind: str) -> Lineage:
     if type(value) is not Lineage:
         raise DataError(
             f"{kind}.lineage must be a Lineage, got {type(value).__name__}; "
@@ -410,7 +414,7 @@ class _Item:
     _ops: tuple[str, ...]
     _ch: str | None
 
-    def __setattr__(self, name: str, value: Any) -> None:
+    def __setattr__(self, name: str, value: object) -> None:
         raise AttributeError(
             f"{type(self).__name__} is immutable; make a changed copy with .replace(...) "
             "or a mutated one with .derive(op, ...)"
@@ -456,13 +460,14 @@ class _Item:
     def prompt_text(self) -> str:
         return _prompt_text(self.prompt)  # type: ignore[attr-defined]  # each item type has one
 
-    def __assay_content__(self) -> Any:  # pragma: no cover - each type overrides
+    def __assay_content__(self) -> object:  # pragma: no cover - each type overrides
         raise NotImplementedError
 
     def __eq__(self, other: object) -> bool:
-        if type(other) is not type(self):
+        # the isinstance check cannot fail once the types are equal; it narrows for mypy
+        if type(other) is not type(self) or not isinstance(other, _Item):
             return NotImplemented
-        o: Any = other
+        o = other
         if (self._seed, self._builder, self._ops) != (o._seed, o._builder, o._ops):
             return False
         return all(getattr(self, f) == getattr(other, f) for f in self._fields if f != "lineage")
@@ -474,10 +479,10 @@ class _Item:
         body = ", ".join(f"{f}={getattr(self, f)!r}" for f in self._fields)
         return f"{type(self).__name__}({body})"
 
-    def __reduce__(self) -> tuple[Any, ...]:
+    def __reduce__(self) -> tuple[object, ...]:
         return (type(self), tuple(_unproxy(getattr(self, f)) for f in self._fields))
 
-    def replace(self, **changes: Any) -> Self:
+    def replace(self, **changes: object) -> Self:
         """A copy with ``changes``; the lineage keeps seed/builder/ops and the hash is redone.
 
         Example:
@@ -494,7 +499,7 @@ class _Item:
         kw.update(changes)
         return type(self)(**kw)
 
-    def derive(self, op: str, **changes: Any) -> Self:
+    def derive(self, op: str, **changes: object) -> Self:
         """A mutated copy: ``changes`` applied, ``op`` appended to the lineage, hash re-stamped.
 
         The seed id is kept, so the mutation does not add an independent unit.
@@ -510,7 +515,7 @@ class _Item:
         return self.replace(lineage=Lineage(self._seed, self._builder, (*self._ops, op), None),
                             **changes)
 
-    def __assay_record__(self) -> list[Any]:
+    def __assay_record__(self) -> list[object]:
         """Canonical record (payload, seed, builder, ops, meta): what a view checksum hashes."""
         meta = self.meta  # type: ignore[attr-defined]  # each item type has meta
         return [self.__assay_content__(), _nfc(self._seed), _nfc(self._builder),
@@ -520,7 +525,7 @@ class _Item:
         """Canonical JSON text of ``__assay_record__()``."""
         return _dumps(self.__assay_record__())
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         """JSON-ready record of the item (inverse: :func:`item_from_dict`)."""
         d = self._payload_dict()
         d["kind"] = self.kind
@@ -528,7 +533,7 @@ class _Item:
         d["meta"] = thaw(self.meta)  # type: ignore[attr-defined]  # each item type has meta
         return d
 
-    def _payload_dict(self) -> dict[str, Any]:  # pragma: no cover - each type overrides
+    def _payload_dict(self) -> dict[str, object]:  # pragma: no cover - each type overrides
         raise NotImplementedError
 
 
@@ -561,10 +566,10 @@ class Pair(_Item):
     _c: str | Response
     _r: str | Response
     axis: str
-    meta: Mapping[str, Any]
+    meta: Mapping[str, object]
 
     def __init__(self, prompt: str | Prompt, chosen: str | Response, rejected: str | Response,
-                 axis: str, lineage: Lineage, meta: Mapping[str, Any] | None = None) -> None:
+                 axis: str, lineage: Lineage, meta: Mapping[str, object] | None = None) -> None:
         _check_lineage(lineage, "Pair")
         _init_pair(self, prompt, chosen, rejected, axis, lineage.seed_id, lineage.builder_id,
                    lineage.ops, meta)
@@ -596,7 +601,7 @@ class Pair(_Item):
         r = self._r
         return _plain_response(r) if type(r) is str else cast(Response, r)
 
-    def __assay_content__(self) -> list[Any]:
+    def __assay_content__(self) -> list[object]:
         # each is a plain str or else its item type (``type() is`` does not narrow for mypy)
         p, c, r = self.prompt, self._c, self._r
         return ["pair", _nfc(p) if type(p) is str else cast(Prompt, p).__assay_content__(),
@@ -617,7 +622,7 @@ class Pair(_Item):
                     f'{e(self._builder)},[],{{}}]')
         return _dumps(self.__assay_record__())
 
-    def __assay_record__(self) -> list[Any]:
+    def __assay_record__(self) -> list[object]:
         p, c, r = self.prompt, self._c, self._r
         # Fast path for the common plain pair; same canonical record as the general path.
         if (type(p) is str and type(c) is str and type(r) is str and not self._ops
@@ -627,14 +632,14 @@ class Pair(_Item):
             return [["pair", p, c, r, self.axis], self._seed, self._builder, [], {}]
         return _Item.__assay_record__(self)
 
-    def _payload_dict(self) -> dict[str, Any]:
+    def _payload_dict(self) -> dict[str, object]:
         p = self.prompt
         return {"prompt": p if isinstance(p, str) else p.to_dict(), "axis": self.axis,
                 "chosen": self.chosen.to_dict(), "rejected": self.rejected.to_dict()}
 
 
-def _init_pair(self: Pair, prompt: Any, chosen: Any, rejected: Any, axis: Any, seed: str,
-               builder: str, ops: tuple[str, ...], meta: Any) -> None:
+def _init_pair(self: Pair, prompt: object, chosen: object, rejected: object, axis: object,
+               seed: str, builder: str, ops: tuple[str, ...], meta: object) -> None:
     if type(prompt) is str:
         if not prompt or prompt.isspace():
             raise DataError(f"Pair(seed_id={seed!r}): prompt is empty or whitespace; "
@@ -687,7 +692,7 @@ def make_pair(
     seed_id: str,
     builder_id: str,
     ops: Sequence[str] = (),
-    meta: Mapping[str, Any] | None = None,
+    meta: Mapping[str, object] | None = None,
 ) -> Pair:
     """Build a :class:`Pair` with its lineage (content hash computed on first use).
 
@@ -752,7 +757,7 @@ def make_pairs(
 # --------------------------------------------------------------------------- Quadruple
 
 
-def _cell_key(k: Any, who: str) -> tuple[str, str]:
+def _cell_key(k: object, who: str) -> tuple[str, str]:
     if isinstance(k, str) and k.count("|") == 1:
         k = tuple(k.split("|"))
     if (not isinstance(k, tuple) or len(k) != 2
@@ -787,12 +792,13 @@ class Quadruple(_Item):
     prompt: str | Prompt
     cells: Mapping[tuple[str, str], Response]
     factors: tuple[str, str]
-    meta: Mapping[str, Any]
+    meta: Mapping[str, object]
     cell_prompts: Mapping[str, str | Prompt]
 
-    def __init__(self, prompt: str | Prompt, cells: Mapping[Any, str | Response],
+    def __init__(self, prompt: str | Prompt,
+                 cells: Mapping[tuple[str, str], str | Response] | Mapping[str, str | Response],
                  factors: tuple[str, str], lineage: Lineage,
-                 meta: Mapping[str, Any] | None = None,
+                 meta: Mapping[str, object] | None = None,
                  cell_prompts: Mapping[str, str | Prompt] | None = None) -> None:
         _check_lineage(lineage, "Quadruple")
         who = _who("Quadruple", lineage)
@@ -820,7 +826,7 @@ class Quadruple(_Item):
         if len({_nfc(r.text) for r in fixed.values()}) != 4:
             raise DataError(f"{who}: two cells have the same text; each cell must differ")
         ordered = {(a, b): fixed[(a, b)] for a in a_levels for b in b_levels}
-        cp: Mapping[str, Any] = EMPTY_META
+        cp: Mapping[str, object] = EMPTY_META
         if cell_prompts:
             if not isinstance(cell_prompts, Mapping):
                 raise DataError(f"{who}: cell_prompts must map a level of {f[1]!r} to a prompt")
@@ -849,14 +855,14 @@ class Quadruple(_Item):
         p = self.cell_prompts.get(key[1], self.prompt)
         return _prompt_text(p)
 
-    def __assay_content__(self) -> list[Any]:
+    def __assay_content__(self) -> list[object]:
         cells = [[_nfc(a), _nfc(b), r.__assay_content__()] for (a, b), r in self.cells.items()]
         cp = {lv: _prompt_content(p) for lv, p in self.cell_prompts.items()}
         return ["quadruple", _prompt_content(self.prompt), [_nfc(x) for x in self.factors],
                 cells, canonicalize(cp)]
 
-    def _payload_dict(self) -> dict[str, Any]:
-        def pd(p: Any) -> Any:
+    def _payload_dict(self) -> dict[str, object]:
+        def pd(p: str | Prompt) -> object:
             return p if isinstance(p, str) else p.to_dict()
         return {"prompt": pd(self.prompt), "factors": list(self.factors),
                 "cells": {f"{a}|{b}": r.to_dict() for (a, b), r in self.cells.items()},
@@ -866,7 +872,7 @@ class Quadruple(_Item):
 # --------------------------------------------------------------------------- Tournament
 
 
-def _count(v: Any, where: str) -> float:
+def _count(v: object, where: str) -> float:
     if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
         raise DataError(f"{where} must be a finite non-negative number, got {v!r}")
     return v
@@ -909,11 +915,11 @@ class EdgeObs:
     def n(self) -> float:
         return self.wins_i + self.wins_j + self.ties
 
-    def __assay_content__(self) -> list[Any]:
+    def __assay_content__(self) -> list[object]:
         return [self.i, self.j, self.wins_i, self.wins_j, self.ties,
                 None if self.source is None else _nfc(self.source)]
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return {"i": self.i, "j": self.j, "wins_i": self.wins_i, "wins_j": self.wins_j,
                 "ties": self.ties, "source": self.source}
 
@@ -933,11 +939,11 @@ class Tournament(_Item):
     prompt: str | Prompt
     responses: tuple[Response, ...]
     edges: tuple[EdgeObs, ...]
-    meta: Mapping[str, Any]
+    meta: Mapping[str, object]
 
     def __init__(self, prompt: str | Prompt, responses: Sequence[str | Response],
                  edges: Sequence[EdgeObs | Mapping[str, Any]], lineage: Lineage,
-                 meta: Mapping[str, Any] | None = None) -> None:
+                 meta: Mapping[str, object] | None = None) -> None:
         _check_lineage(lineage, "Tournament")
         who = _who("Tournament", lineage)
         _prompt(prompt, who)
@@ -973,12 +979,12 @@ class Tournament(_Item):
         _set(self, "meta", _meta(meta, f"{who}: meta"))
         self._init_lineage(lineage, who)
 
-    def __assay_content__(self) -> list[Any]:
+    def __assay_content__(self) -> list[object]:
         return ["tournament", _prompt_content(self.prompt),
                 [r.__assay_content__() for r in self.responses],
                 [e.__assay_content__() for e in self.edges]]
 
-    def _payload_dict(self) -> dict[str, Any]:
+    def _payload_dict(self) -> dict[str, object]:
         p = self.prompt
         return {"prompt": p if isinstance(p, str) else p.to_dict(),
                 "responses": [r.to_dict() for r in self.responses],
@@ -1001,7 +1007,7 @@ class TrajStep:
     role: str
     text: str
     spans: tuple[Span, ...] = ()
-    meta: Mapping[str, Any] = field(default_factory=lambda: EMPTY_META)
+    meta: Mapping[str, object] = field(default_factory=lambda: EMPTY_META)
 
     def __post_init__(self) -> None:
         if not isinstance(self.role, str) or not self.role:
@@ -1012,17 +1018,17 @@ class TrajStep:
         if self.meta is not EMPTY_META:
             object.__setattr__(self, "meta", _meta(self.meta, "TrajStep.meta"))
 
-    def __reduce__(self) -> tuple[Any, ...]:
+    def __reduce__(self) -> tuple[object, ...]:
         return _reduce_dataclass(self)
 
     def __hash__(self) -> int:
         return hash((self.role, self.text, self.spans))
 
-    def __assay_content__(self) -> list[Any]:
+    def __assay_content__(self) -> list[object]:
         return [_nfc(self.role), _nfc(self.text), [s.__assay_content__() for s in self.spans],
                 canonicalize(self.meta)]
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return {"role": self.role, "text": self.text, "spans": [s.to_dict() for s in self.spans],
                 "meta": thaw(self.meta)}
 
@@ -1045,13 +1051,14 @@ class Trajectory(_Item):
     kind = "trajectory"
     _fields = ("steps", "outcome", "lineage", "prompt", "meta")
     steps: tuple[TrajStep, ...]
-    outcome: Mapping[str, Any]
+    outcome: Mapping[str, object]
     prompt: str | Prompt
-    meta: Mapping[str, Any]
+    meta: Mapping[str, object]
 
-    def __init__(self, steps: Sequence[TrajStep | Mapping[str, Any]], outcome: Mapping[str, Any],
+    def __init__(self, steps: Sequence[TrajStep | Mapping[str, object]],
+                 outcome: Mapping[str, object],
                  lineage: Lineage, prompt: str | Prompt = "",
-                 meta: Mapping[str, Any] | None = None) -> None:
+                 meta: Mapping[str, object] | None = None) -> None:
         _check_lineage(lineage, "Trajectory")
         who = _who("Trajectory", lineage)
         _prompt(prompt, who, allow_empty=True)
@@ -1074,11 +1081,11 @@ class Trajectory(_Item):
         _set(self, "meta", _meta(meta, f"{who}: meta"))
         self._init_lineage(lineage, who)
 
-    def __assay_content__(self) -> list[Any]:
+    def __assay_content__(self) -> list[object]:
         return ["trajectory", _prompt_content(self.prompt),
                 [s.__assay_content__() for s in self.steps], canonicalize(self.outcome)]
 
-    def _payload_dict(self) -> dict[str, Any]:
+    def _payload_dict(self) -> dict[str, object]:
         p = self.prompt
         return {"prompt": p if isinstance(p, str) else p.to_dict(),
                 "steps": [s.to_dict() for s in self.steps], "outcome": thaw(self.outcome)}
@@ -1088,11 +1095,11 @@ ITEM_TYPES: dict[str, type[_Item]] = {
     "pair": Pair, "quadruple": Quadruple, "tournament": Tournament, "trajectory": Trajectory,
 }
 
-#: Any preference item a view holds.
+#: A preference item a view holds (one of the four item types).
 Item: TypeAlias = Pair | Quadruple | Tournament | Trajectory
 
 
-def content_of(item: _Item) -> Any:
+def content_of(item: _Item) -> object:
     """The canonical payload of an item (what its ``content_hash`` hashes)."""
     return item.__assay_content__()
 
@@ -1136,7 +1143,7 @@ def item_from_dict(d: Mapping[str, Any], where: str = "item") -> Item:
                              tuple(d["factors"]), lin, meta,
                              {k: Prompt.from_dict(v)
                               for k, v in (d.get("cell_prompts") or {}).items()}
-                             or EMPTY_META)
+                             or None)
         if kind == "tournament":
             return Tournament(Prompt.from_dict(d["prompt"]),
                               tuple(Response.from_dict(r) for r in d["responses"]),

@@ -18,7 +18,6 @@ import math
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
@@ -79,7 +78,7 @@ class Lineage:
                 f"{ch!r}"
             )
 
-    def with_op(self, op: str, content: Any) -> Lineage:
+    def with_op(self, op: str, content: object) -> Lineage:
         """A new lineage with ``op`` appended and the content hash of the mutated ``content``.
 
         The seed id is kept, so a mutation never adds an independent unit. ``content`` is an item
@@ -94,7 +93,7 @@ class Lineage:
             raise DataError(f"with_op: op must be a non-empty string (seed {self.seed_id!r})")
         return Lineage(self.seed_id, self.builder_id, (*self.ops, op), content_hash(content, "ch"))
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return {
             "seed_id": self.seed_id,
             "builder_id": self.builder_id,

@@ -50,7 +50,8 @@ VIEW_SCHEMA_VERSION = 1
 
 #: Computed fields a ``where`` step may name besides dotted attribute paths (``chosen.text``,
 #: ``meta.domain``, ``lineage.ops``).
-COMPUTED_FIELDS: dict[str, Callable[[Any], Any]] = {
+# the item is duck-typed: a field another item type lacks raises AttributeError, caught by where
+COMPUTED_FIELDS: dict[str, Callable[[Any], object]] = {
     "seed_id": operator.attrgetter("_seed"),
     "builder_id": operator.attrgetter("_builder"),
     "n_ops": lambda it: len(it._ops),
@@ -65,7 +66,7 @@ COMPUTED_FIELDS: dict[str, Callable[[Any], Any]] = {
 # ------------------------------------------------------------------------------ steps
 
 
-def apply_derivation(view: DataView, steps: Any) -> DataView:
+def apply_derivation(view: DataView, steps: object) -> DataView:
     """Replay derivation ``steps`` (validated first) on ``view``.
 
     Example:
@@ -90,7 +91,7 @@ def apply_derivation(view: DataView, steps: Any) -> DataView:
     return view
 
 
-def _fast_getter(field: str) -> Callable[[Any], Any] | None:
+def _fast_getter(field: str) -> Callable[[Any], object] | None:
     if field in COMPUTED_FIELDS:
         return COMPUTED_FIELDS[field]
     if "." not in field and not field.startswith("_"):
@@ -101,7 +102,7 @@ def _fast_getter(field: str) -> Callable[[Any], Any] | None:
     return None
 
 
-def _resolve(item: Item, field: str, index: int) -> Any:
+def _resolve(item: Item, field: str, index: int) -> object:
     fn = COMPUTED_FIELDS.get(field)
     try:
         if fn is not None:
@@ -188,13 +189,13 @@ class DataView:
         self.name = name
         self._weights = None if weights is None else _check_weights(weights, len(its))
         self._root: DataView | None = None
-        self._steps: tuple[dict[str, Any], ...] = ()
+        self._steps: tuple[dict[str, object], ...] = ()
         self._replayable = True
         self._checksum: str | None = None
 
     @classmethod
     def _derived(cls, parent: DataView, items: tuple[Item, ...], weights: tuple[float, ...] | None,
-                 step: dict[str, Any], *, replayable: bool = True) -> DataView:
+                 step: dict[str, object], *, replayable: bool = True) -> DataView:
         v = cls.__new__(cls)
         v._items = items
         v.name = parent.name
@@ -252,7 +253,7 @@ class DataView:
         return self._weights
 
     @property
-    def derivation(self) -> list[dict[str, Any]]:
+    def derivation(self) -> list[dict[str, object]]:
         """The JSON steps that turn ``root`` into this view (a copy; empty for a root)."""
         return [dict(s) for s in self._steps]
 
@@ -283,8 +284,8 @@ class DataView:
         w = None if self._weights is None else tuple(self._weights[i] for i in idx)
         return items, w
 
-    def where(self, field: str | None = None, cmp: str | None = None, value: Any = None,
-              **equals: Any) -> DataView:
+    def where(self, field: str | None = None, cmp: str | None = None, value: object = None,
+              **equals: object) -> DataView:
         """Keep items whose ``field`` compares true with ``value``; recorded as a step.
 
         ``where(axis="verbosity")`` is ``where("axis", "==", "verbosity")``; a list value in the
@@ -497,7 +498,7 @@ class DataView:
         null; anything else (spans, meta, other item types) is the item's JSON in ``extra``.
         The view name sits in the schema metadata.
         """
-        cols: dict[str, list[Any]] = {k: [] for k in ARROW_SCHEMA.names}
+        cols: dict[str, list[object]] = {k: [] for k in ARROW_SCHEMA.names}
         w = self._weights
         for i, it in enumerate(self._items):
             lin = it.lineage
@@ -608,7 +609,7 @@ def _stream_checksum(items: Sequence[Item], weights: Sequence[float] | None) -> 
     return f"ds:{h.hexdigest()[:DIGEST_HEX]}"
 
 
-def _check_weights(weights: Any, n: int) -> tuple[float, ...]:
+def _check_weights(weights: Iterable[float], n: int) -> tuple[float, ...]:
     w = tuple(weights)
     if len(w) != n:
         raise DataError(f"DataView: {len(w)} weights for {n} items; give one weight per item")

@@ -26,9 +26,9 @@ import json
 import os
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -42,9 +42,11 @@ if TYPE_CHECKING:
 
 _SUFFIXES = (".jsonl", ".json", ".jsonl.gz", ".json.gz", ".parquet")
 Fields = str | tuple[str, ...]
+_T = TypeVar("_T")
+_R = TypeVar("_R")
 
 
-def _is_path_list(corpus: Sequence[Any]) -> bool:
+def _is_path_list(corpus: Sequence[object]) -> bool:
     if not corpus:
         return False
     if all(isinstance(p, os.PathLike) for p in corpus):
@@ -55,7 +57,7 @@ def _is_path_list(corpus: Sequence[Any]) -> bool:
     )
 
 
-def _text_of(row: Any, fields: Fields, where: str) -> str:
+def _text_of(row: object, fields: Fields, where: str) -> str:
     names = (fields,) if isinstance(fields, str) else fields
     parts = []
     for f in names:
@@ -71,7 +73,7 @@ def _text_of(row: Any, fields: Fields, where: str) -> str:
     return "\n".join(parts)
 
 
-def _id_of(row: Any, id_field: str | None, default: str, where: str) -> str:
+def _id_of(row: object, id_field: str | None, default: str, where: str) -> str:
     if id_field is None or not hasattr(row, "get"):
         return default
     v = row.get(id_field)
@@ -86,15 +88,15 @@ def _id_of(row: Any, id_field: str | None, default: str, where: str) -> str:
 class CorpusSource:
     """A corpus to stream: see the module docstring for what it accepts."""
 
-    def __init__(self, corpus: Any, *, text_field: Fields = "text", id_field: str | None = "id",
+    def __init__(self, corpus: object, *, text_field: Fields = "text", id_field: str | None = "id",
                  name: str = "corpus") -> None:
         self.name = name
         self.text_field = text_field
         self.id_field = id_field
         self.paths: list[Path] | None = None
         self.docs: list[str] | None = None
-        self.rows: Any = None
-        self.iterator: Iterator[Any] | None = None
+        self.rows: pa.Table | Sequence[dict[str, object]] | None = None
+        self.iterator: Iterator[object] | None = None
         self._checksum: str | None = None
         if isinstance(corpus, (str, os.PathLike)) and not (isinstance(corpus, str)
                                                           and "\n" in corpus):
@@ -211,8 +213,8 @@ class CorpusSource:
         if texts:
             yield ids, texts
 
-    def _row_batches(self, rows: Any, size: int, where: str, prefix: str = "",
-                     offset: int = 0) -> Iterator[tuple[list[str], list[str]]]:
+    def _row_batches(self, rows: pa.Table | Sequence[dict[str, object]], size: int, where: str,
+                     prefix: str = "", offset: int = 0) -> Iterator[tuple[list[str], list[str]]]:
         if isinstance(rows, pa.Table):
             names = (self.text_field,) if isinstance(self.text_field, str) else self.text_field
             for f in names:
@@ -314,8 +316,8 @@ def _batch_digest(ids: list[str], texts: list[str]) -> bytes:
     return h.digest()
 
 
-def ordered_map(fn: Callable[[Any], Any], items: Iterable[Any], *, workers: int = 2,
-                inflight: int | None = None) -> Iterator[Any]:
+def ordered_map(fn: Callable[[_T], _R], items: Iterable[_T], *, workers: int = 2,
+                inflight: int | None = None) -> Iterator[_R]:
     """``map(fn, items)`` in worker threads, results in order, at most ``inflight`` items (default
     twice the workers) read ahead: bounded memory on a stream of any length.
 
@@ -325,20 +327,19 @@ def ordered_map(fn: Callable[[Any], Any], items: Iterable[Any], *, workers: int 
     """
     limit = inflight or 2 * max(1, workers)
     with ThreadPoolExecutor(max(1, workers)) as ex:
-        pending: deque[Any] = deque()
+        pending: deque[Future[_R]] = deque()
         it = iter(items)
         while True:
             while len(pending) < limit:
-                nxt = next(it, _END)
-                if nxt is _END:
+                try:
+                    nxt = next(it)
+                except StopIteration:
                     break
                 pending.append(ex.submit(fn, nxt))
             if not pending:
                 return
             yield pending.popleft().result()
 
-
-_END = object()
 
 
 def utf8_bytes(text: str) -> bytes:

@@ -39,15 +39,16 @@ from __future__ import annotations
 import hashlib
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TypedDict, cast
 
 import numpy as np
 
-from assay.decontam.corpus import CorpusSource, utf8_bytes
+from assay.decontam.corpus import CorpusSource, Fields, utf8_bytes
 from assay.decontam.index import (
     ContaminationIndex,
+    IndexParams,
     StoreArg,
     index_params,
     index_ref_name,
@@ -62,6 +63,8 @@ from assay.intervals import wilson_interval
 from assay.results import Estimate
 
 if TYPE_CHECKING:
+    from assay.decontam.semantic import Embedder
+    from assay.rows import RowsLike
     from assay.store import Store
 
 _DF_FLOOR = 10
@@ -88,7 +91,8 @@ def resolve_cutoff(max_df: float | int, n_docs: int) -> int:
     return max(_DF_FLOOR, math.ceil(max_df * n_docs))
 
 
-def eval_items(eval_rows: Any, fields: Sequence[str] = ("prompt",)) -> tuple[list[str], list[str]]:
+def eval_items(eval_rows: RowsLike | Sequence[str], fields: Sequence[str] = ("prompt",)
+               ) -> tuple[list[str], list[str]]:
     """(task ids, texts) of the distinct eval items: one per task id, first row wins; ``fields``
     are row columns joined with newlines. A list of strings is taken as prompts."""
     from assay.rows import as_table
@@ -102,7 +106,8 @@ def eval_items(eval_rows: Any, fields: Sequence[str] = ("prompt",)) -> tuple[lis
         if f not in ("prompt", "final_text"):
             raise RowsError(f"fields: {f!r} is not a text column of eval rows; use 'prompt' "
                             "and/or 'final_text'")
-    table = as_table(eval_rows, require=("prompt",), argument="eval_rows")
+    # a non-empty list of strings became rows above; as_table checks whatever else came
+    table = as_table(cast("RowsLike", eval_rows), require=("prompt",), argument="eval_rows")
     tids = table.column("task_id").to_pylist()
     cols = [table.column(f).to_pylist() for f in fields]
     seen: dict[str, int] = {}
@@ -114,6 +119,15 @@ def eval_items(eval_rows: Any, fields: Sequence[str] = ("prompt",)) -> tuple[lis
         out_t.append(t)
         out_x.append("\n".join(c[i] for c in cols if c[i]))
     return out_t, out_x
+
+
+class _SemanticCfg(TypedDict):
+    """The semantic rule's settings: the embedder, the cosine threshold and the corpus's
+    embedding batches (a callable, so each pass streams them again)."""
+
+    embedder: Embedder
+    similarity: float
+    corpus_vectors: Callable[[], Iterator[np.ndarray]]
 
 
 @dataclass
@@ -139,8 +153,8 @@ def _interval_union(group_new: np.ndarray, pos: np.ndarray, n: int) -> np.ndarra
 
 def match(task_ids: list[str], texts: list[str], index: ContaminationIndex, *,
           min_coverage: float = 0.5, max_df: float | int = 0.01, near_duplicate: float | None = 0.7,
-          semantic: dict[str, Any] | None = None, max_doc_ids: int = 10,
-          ) -> tuple[list[ItemMatch], _Pairs, dict[str, Any]]:
+          semantic: _SemanticCfg | None = None, max_doc_ids: int = 10,
+          ) -> tuple[list[ItemMatch], _Pairs, dict[str, object]]:
     """The matching core: per-item verdicts, the (item, doc) pairs behind them, and facts for
     the report (cutoff, short items, calibration)."""
     n = index.n
@@ -227,7 +241,7 @@ def match(task_ids: list[str], texts: list[str], index: ContaminationIndex, *,
         pair_parts.append((np.asarray(ni, dtype=np.int64), np.asarray(nd, dtype=np.int64), 2,
                            np.asarray(ns, dtype=float)))
 
-    facts: dict[str, Any] = {"cutoff": cutoff, "short_items": int(len(short)),
+    facts: dict[str, object] = {"cutoff": cutoff, "short_items": int(len(short)),
                              "empty_items": int((lens == 0).sum()),
                              "boilerplate_ngrams": int(boiler.sum())}
     sim_best = np.full(m, np.nan)
@@ -324,7 +338,7 @@ def _items(task_ids, texts, enc, rule_of, coverage, lens, n_boiler, pairs, mi, m
     return out
 
 
-def _semantic(texts: list[str], cfg: dict[str, Any]):
+def _semantic(texts: list[str], cfg: _SemanticCfg):
     """Semantic pairs (item, doc, cosine) at or above the threshold, best cosine per item, and
     the calibration hint."""
     from assay.decontam.semantic import calibration, embed
@@ -350,8 +364,9 @@ def _semantic(texts: list[str], cfg: dict[str, Any]):
     return cat(si, np.int64), cat(sd, np.int64), cat(ss, float), best, calibration(q)
 
 
-def corpus_vectors(source: Any, embedder: Any, store: Store | None, checksum: str | None,
-                   model: str, batch_size: int = 256):
+def corpus_vectors(source: CorpusSource, embedder: Embedder, store: Store | None,
+                   checksum: str | None, model: str, batch_size: int = 256
+                   ) -> Callable[[], Iterator[np.ndarray]]:
     """A callable yielding corpus embedding batches, cached in the store per (corpus, model)."""
     from assay.decontam.semantic import embed
     from assay.hashing import combine
@@ -380,11 +395,13 @@ def corpus_vectors(source: Any, embedder: Any, store: Store | None, checksum: st
     return gen
 
 
-def contamination(eval_rows: Any, corpus: Any = None, *, index: ContaminationIndex | None = None,
+def contamination(eval_rows: RowsLike | Sequence[str], corpus: object = None, *,
+                  index: ContaminationIndex | None = None,
                   n: int = 13, fields: Sequence[str] = ("prompt",), min_coverage: float = 0.5,
                   max_df: float | int = 0.01, near_duplicate: float | None = 0.7, shingle: int = 3,
-                  num_perm: int = 128, semantic: bool = False, embedder: Any = None,
-                  similarity: float = 0.9, text_field: Any = "text", id_field: str | None = "id",
+                  num_perm: int = 128, semantic: bool = False,
+                  embedder: Embedder | None = None,
+                  similarity: float = 0.9, text_field: Fields = "text", id_field: str | None = "id",
                   store: StoreArg = None, reuse: bool = True,
                   max_doc_ids: int = 10) -> Contamination:
     """Which eval items occur in ``corpus`` (see the module docstring for the rules).
@@ -447,7 +464,7 @@ def contamination(eval_rows: Any, corpus: Any = None, *, index: ContaminationInd
     elif not isinstance(index, ContaminationIndex):
         raise RowsTypeError(f"index must be a ContaminationIndex, got {type(index).__name__}")
     t_index = time.perf_counter() - t0
-    sem_cfg = None
+    sem_cfg: _SemanticCfg | None = None
     model = None
     if semantic:
         if corpus is None:
@@ -481,7 +498,7 @@ class _IndexInfo:
 
     n: int
     n_docs: int
-    params: dict[str, Any]
+    params: IndexParams
     corpus_checksum: str | None
     ref_name: str | None
     built: bool = False
@@ -502,7 +519,7 @@ def _items_checksum(task_ids: list[str], texts: list[str]) -> str:
     return "evals:" + h.hexdigest()[:32]
 
 
-def _save_result(store: Store, ref_name: str, items: list[ItemMatch], facts: dict[str, Any],
+def _save_result(store: Store, ref_name: str, items: list[ItemMatch], facts: dict[str, object],
                  index: ContaminationIndex) -> None:
     # columns (one list per field) read back several times faster than one dict per item
     doc = {"kind": "assay.decontam.result", "version": RESULT_VERSION, "n_items": len(items),
@@ -546,7 +563,7 @@ def _report(items, facts, index, *, n_items, min_coverage, max_df, near_duplicat
         by_rule.pop("near_duplicate", None)
     rate = Estimate("contamination", k / n_items if n_items else math.nan,
                     wilson_interval(k, n_items), n=n_items, unit="items")
-    thresholds: dict[str, Any] = {
+    thresholds: dict[str, object] = {
         "n": index.n, "min_coverage": min_coverage, "max_df": max_df,
         "boilerplate_cutoff_docs": facts["cutoff"], "near_duplicate": near_duplicate,
         "shingle": index.params["shingle"], "num_perm": index.params["num_perm"],

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 import numpy as np
 
@@ -33,10 +33,25 @@ from assay.decontam.results import RULES, Decontamination
 from assay.errors import RowsError, RowsTypeError
 from assay.rows import RowsLike, take_rows
 
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from assay.decontam.evalside import _SemanticCfg
+    from assay.decontam.semantic import Embedder
+
 MODES = ("drop", "flag")
 
 
-def _eval_sources(against: Any) -> list[Any]:
+class _Dropped(TypedDict):
+    """One dropped (or flagged) training row: its position, the rule, the eval item, the score."""
+
+    index: int
+    rule: str
+    eval_task_id: str
+    score: float
+
+
+def _eval_sources(against: object) -> list[object]:
     """One or more eval sources: rows, a path to JSONL rows, or a list of those."""
     if isinstance(against, (str, os.PathLike)):
         return [against]
@@ -49,7 +64,7 @@ def _eval_sources(against: Any) -> list[Any]:
     return [against]
 
 
-def _load_eval(source: Any) -> Any:
+def _load_eval(source: object) -> Any:
     if isinstance(source, (str, os.PathLike)):
         import json
 
@@ -68,11 +83,12 @@ def _load_eval(source: Any) -> Any:
     return source
 
 
-def decontaminate(rows: RowsLike, against: Any, *, n: int = 13, fields: Sequence[str] = ("prompt",),
+def decontaminate(rows: RowsLike, against: object, *, n: int = 13,
+                  fields: Sequence[str] = ("prompt",),
                   min_overlap: float = 0.5, mode: str = "drop", max_df: float | int = 0.01,
                   near_duplicate: float | None = 0.7, shingle: int = 3, semantic: bool = False,
-                  embedder: Any = None, similarity: float = 0.9, store: StoreArg = False,
-                  ) -> tuple[Any, Decontamination]:
+                  embedder: Embedder | None = None, similarity: float = 0.9,
+                  store: StoreArg = False) -> tuple[RowsLike, Decontamination]:
     """Drop (``mode="drop"``) or flag (``mode="flag"``: every row kept, ``markers["contaminated"]``
     set to 1.0 or 0.0) the training ``rows`` that hold an item of ``against``.
 
@@ -111,7 +127,7 @@ def decontaminate(rows: RowsLike, against: Any, *, n: int = 13, fields: Sequence
     st = resolve_store(store)
     index = ContaminationIndex.build(source, n=n, text_field=tuple(fields), id_field=None,
                                      store=st if st is not None else False, shingle=shingle)
-    sem = None
+    sem: _SemanticCfg | None = None
     if semantic:
         from assay.decontam.semantic import MiniLM
 
@@ -126,7 +142,7 @@ def decontaminate(rows: RowsLike, against: Any, *, n: int = 13, fields: Sequence
     order = np.lexsort((-sc, ru, dc))
     it, dc, ru, sc = it[order], dc[order], ru[order], sc[order]
     first = np.r_[True, dc[1:] != dc[:-1]] if len(dc) else np.zeros(0, dtype=bool)
-    dropped: list[dict[str, Any]] = [
+    dropped: list[_Dropped] = [
         {"index": int(d), "rule": RULES[int(r)], "eval_task_id": task_ids[int(i)],
          "score": round(float(s), 4)}
         for d, r, i, s in zip(dc[first], ru[first], it[first], sc[first])
@@ -157,13 +173,13 @@ def decontaminate(rows: RowsLike, against: Any, *, n: int = 13, fields: Sequence
     return out, report
 
 
-def _rows_table(rows: RowsLike) -> Any:
+def _rows_table(rows: RowsLike) -> pa.Table | None:
     from assay.rows import Rows
 
     return rows.table if isinstance(rows, Rows) else None
 
 
-def _flag_rows(rows: RowsLike, bad: set[int]) -> Any:
+def _flag_rows(rows: RowsLike, bad: set[int]) -> RowsLike:
     """Every row, with ``markers["contaminated"]`` 1.0 (dropped by a rule) or 0.0."""
     import pyarrow as pa
 

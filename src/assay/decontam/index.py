@@ -65,9 +65,10 @@ from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeAlias
+from typing import TYPE_CHECKING, Any, TypeAlias, TypedDict
 
 import numpy as np
+import numpy.typing as npt
 import pyarrow as pa
 
 from assay.decontam.corpus import CorpusSource, Fields, ordered_map
@@ -108,9 +109,45 @@ def resolve_store(store: StoreArg) -> Store | None:
                      f"got {type(store).__name__}")
 
 
+class IndexParams(TypedDict):
+    """The parameters that name a saved index (what :func:`index_params` returns)."""
+
+    n: int
+    text_field: str | list[str]
+    id_field: str | None
+    near_dup_max_tokens: int
+    shingle: int
+    num_perm: int
+    version: int
+
+
+class _ShardRef(TypedDict):
+    """One stored blob of sorted entries: ``count`` fingerprints, then as many documents."""
+
+    count: int
+    key: str
+
+
+class _MinhashChunk(TypedDict):
+    """One stored chunk of MinHash signatures: document positions and their signatures."""
+
+    count: int
+    docs: str
+    sigs: str
+
+
+_Arrays: TypeAlias = tuple[np.ndarray, np.ndarray]
+#: what one build thread returns for a chunk of documents: its token count, its (key, doc)
+#: entries, its short documents' MinHash (positions, signatures) and its whole-text hashes
+_Chunk: TypeAlias = tuple[int, np.ndarray, np.ndarray, _Arrays | None, _Arrays]
+#: a batch of chunks: the token count, the entries radix-split (keys, docs, group bounds), the
+#: MinHash and the whole-text hashes
+_Batch: TypeAlias = tuple[int, np.ndarray, np.ndarray, np.ndarray, _Arrays | None, _Arrays]
+
+
 def index_params(*, n: int = 13, text_field: Fields = "text", id_field: str | None = "id",
                  near_dup_max_tokens: int = 512, shingle: int = 3,
-                 num_perm: int = 128) -> dict[str, Any]:
+                 num_perm: int = 128) -> IndexParams:
     """The parameters that name a saved index (validated), as :meth:`ContaminationIndex.build`
     keys it in the store."""
     if not isinstance(n, int) or isinstance(n, bool) or n < 1:
@@ -125,7 +162,7 @@ def index_params(*, n: int = 13, text_field: Fields = "text", id_field: str | No
     }
 
 
-def index_ref_name(corpus_checksum: str, params: dict[str, Any]) -> str:
+def index_ref_name(corpus_checksum: str, params: IndexParams) -> str:
     """The store ref under which the index of that corpus and those parameters is saved."""
     return "decontam-index:" + combine("decontam-index", corpus_checksum, params)
 
@@ -300,7 +337,8 @@ class _Sharded:
     def __len__(self) -> int:
         return int(self.start[-1])
 
-    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+    def __array__(self, dtype: npt.DTypeLike | None = None, copy: bool | None = None
+                  ) -> np.ndarray:
         arr = np.concatenate(self.parts) if self.parts else np.zeros(0, dtype=np.uint32)
         return arr if dtype is None else arr.astype(dtype)
 
@@ -316,7 +354,7 @@ class _Sharded:
         for k in np.flatnonzero(np.diff(bounds)).tolist():
             yield k, order[bounds[k]:bounds[k + 1]]
 
-    def __getitem__(self, idx: Any) -> np.ndarray:
+    def __getitem__(self, idx: slice | npt.ArrayLike) -> np.ndarray:
         if isinstance(idx, slice):
             return np.asarray(self)[idx]
         idx = np.asarray(idx, dtype=np.int64)
@@ -352,21 +390,21 @@ class ContaminationIndex:
     n_docs: int
     pbits: int
     offsets: np.ndarray
-    fps: Any  # np.ndarray, or _Sharded when loaded from the store
-    docs: Any
+    fps: np.ndarray | _Sharded  # _Sharded when built in groups or loaded from the store
+    docs: np.ndarray | _Sharded
     minhash_docs: np.ndarray
     minhash_sigs: np.ndarray
-    params: dict[str, Any]
+    params: IndexParams
     corpus_checksum: str | None
     ref_name: str | None = None
     built: bool = True
     stats: BuildStats = field(default_factory=BuildStats)
-    _doc_ids: Any = None
+    _doc_ids: pa.Array | None = None
     _doc_ids_key: str | None = None
     _store: Store | None = None
-    _shards: list[dict[str, Any]] | None = None
+    _shards: list[_ShardRef] | None = None
     _stream_checksum: str | None = None
-    _mh_chunks: list[dict[str, Any]] | None = None
+    _mh_chunks: list[_MinhashChunk] | None = None
     #: full 64-bit hash of each document's whole token sequence (0: no tokens), so the exact
     #: rule confirms a whole-document match on all 64 bits, not the entries' pbits + 32
     whole_hashes: np.ndarray | None = None
@@ -374,7 +412,7 @@ class ContaminationIndex:
 
     # -- public --------------------------------------------------------------------------------
     @classmethod
-    def build(cls, corpus: Any, *, n: int = 13, text_field: Fields = "text",
+    def build(cls, corpus: object, *, n: int = 13, text_field: Fields = "text",
               id_field: str | None = "id",
               store: StoreArg = None, reuse: bool = True, batch_size: int = 256,
               near_dup_max_tokens: int = 512, shingle: int = 3, num_perm: int = 128,
@@ -483,7 +521,7 @@ class ContaminationIndex:
 
     # -- build ---------------------------------------------------------------------------------
     @classmethod
-    def _build(cls, src: CorpusSource, params: dict[str, Any], *, batch_size: int,
+    def _build(cls, src: CorpusSource, params: IndexParams, *, batch_size: int,
                memory_limit: int, store: Store | None = None, materialize: bool = True,
                workers: int = 2) -> ContaminationIndex:
         t0 = time.perf_counter()
@@ -495,11 +533,11 @@ class ContaminationIndex:
         ids: list[str] = []
         mh_docs: list[np.ndarray] = []
         mh_sigs: list[np.ndarray] = []
-        mh_chunks: list[dict[str, Any]] = []  # written to the store as they fill (bounded memory)
+        mh_chunks: list[_MinhashChunk] = []  # written to the store as they fill (bounded memory)
         n_short = 0
         tokens = 0
         whole_parts: list[tuple[np.ndarray, np.ndarray]] = []
-        def hash_chunk(texts: list[str], base: int) -> tuple[Any, ...]:
+        def hash_chunk(texts: list[str], base: int) -> _Chunk:
             enc = encode(texts, scratch=True)  # used up before this thread's next encode
             sh = SpanHasher(enc)
             h, _pos, d = sh.ngrams(n, NGRAM_SALT)
@@ -520,7 +558,7 @@ class ContaminationIndex:
             docs += base
             return len(enc.hashes), keys, docs, mh, (eh, ed + base)
 
-        def work(texts: list[str], base: int) -> tuple[Any, ...]:
+        def work(texts: list[str], base: int) -> _Batch:
             # Tokenized in chunks of a few MB: their temporaries stay in cache and in reused heap
             # memory (one large batch pays page faults for fresh pages; measured ~1.5x slower).
             parts = [hash_chunk(texts[a:a + _ENCODE_CHUNK], base + a)
@@ -583,7 +621,7 @@ class ContaminationIndex:
 
             # Groups are sorted (and written) in worker threads, in order, a few at a time:
             # numpy's sort and sha256 release the GIL.
-            shards: list[dict[str, Any]] = []
+            shards: list[_ShardRef] = []
             with ThreadPoolExecutor(max(1, workers)) as ex:
                 sorting: deque[tuple[int, Any]] = deque()
 
@@ -621,7 +659,7 @@ class ContaminationIndex:
         np.cumsum(counts, out=offsets[1:])
         # the sorted groups as they are (a partition never straddles two), not one joined copy
         fps = _Sharded(fps_parts) if fps_parts else np.zeros(0, dtype=np.uint32)
-        docs = _Sharded(doc_parts) if doc_parts else np.zeros(0, dtype=np.uint32)
+        doc_arr = _Sharded(doc_parts) if doc_parts else np.zeros(0, dtype=np.uint32)
         whole_hashes = np.zeros(len(ids), dtype=np.uint64)
         for wh, wd in whole_parts:
             whole_hashes[wd] = wh
@@ -634,7 +672,7 @@ class ContaminationIndex:
             mh_chunks.append(_put_minhash(store, mh_docs, mh_sigs))
             mh_docs, mh_sigs = [], []
         return cls(
-            n=n, n_docs=len(ids), pbits=pbits, offsets=offsets, fps=fps, docs=docs,
+            n=n, n_docs=len(ids), pbits=pbits, offsets=offsets, fps=fps, docs=doc_arr,
             minhash_docs=np.concatenate(mh_docs) if mh_docs else np.zeros(0, dtype=np.uint32),
             minhash_sigs=(np.concatenate(mh_sigs) if mh_sigs
                           else np.zeros((0, params["num_perm"]), dtype=np.uint32)),
@@ -722,7 +760,8 @@ class ContaminationIndex:
         )
 
 
-def _put_minhash(store: Store, docs: list[np.ndarray], sigs: list[np.ndarray]) -> dict[str, Any]:
+def _put_minhash(store: Store, docs: list[np.ndarray], sigs: list[np.ndarray]
+                 ) -> _MinhashChunk:
     d = np.concatenate(docs).astype("<u4")
     s = np.concatenate(sigs).astype("<u4")
     return {"count": len(d), "docs": store.put_bytes(d.tobytes()),

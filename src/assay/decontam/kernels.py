@@ -19,6 +19,7 @@ Example:
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -122,7 +123,8 @@ def ascii_tokens(buf: bytes, *, scratch: bool = False
     return _tokens(buf, scratch, lambda padded, work: _scan(padded, _CLS, _LOW, _MASKS, *work))
 
 
-def _tokens(buf: bytes, scratch: bool, scan: Any, on_unknown: Any = None
+def _tokens(buf: bytes, scratch: bool, scan: Callable[[np.ndarray, tuple[np.ndarray, ...]], int],
+            on_unknown: Any = None
             ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Run a token scan over ``buf`` (padded with 8 zero bytes) into this thread's work arrays.
 
@@ -343,7 +345,7 @@ def _scan_utf8(buf, table, low, masks, hashes, starts, ends, seg, unknown):
     return ntok
 
 
-def utf8_tokens(buf: bytes, table: np.ndarray, classify: Any, *,
+def utf8_tokens(buf: bytes, table: np.ndarray, classify: Callable[[int], object], *,
                 scratch: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """As :func:`ascii_tokens` for the UTF-8 bytes of normalized text (NFKC + casefold done):
     token bounds are byte offsets. ``table`` maps code points to classes (SEP, WORD, CHAR, END,

@@ -29,7 +29,8 @@ import unicodedata
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from types import ModuleType
+from typing import Literal
 
 import numpy as np
 
@@ -283,10 +284,10 @@ def _hash_long(buf: bytes, start: np.ndarray, length: np.ndarray, sel: np.ndarra
 
 
 #: the compiled loops (module assay.decontam.kernels), loaded on first use; False: numpy only
-_KERNELS: Any = None
+_KERNELS: ModuleType | Literal[False] | None = None
 
 
-def _kernels() -> Any:
+def _kernels() -> ModuleType | None:
     """assay.decontam.kernels, or None where numba does not load (the numpy paths give the same
     hashes: they are the reference the compiled loops are tested against)."""
     global _KERNELS
@@ -344,7 +345,7 @@ def encode(texts: Sequence[str], *, spans: bool = False, scratch: bool = False) 
         if len(long):
             _hash_long(raw.lower(), tok_start, tok_end - tok_start, long, h)
     elif kernels is not None and not spans:
-        # Any other text: normalized per document, then one compiled pass over its UTF-8 bytes
+        # Every other text: normalized per document, then one compiled pass over its UTF-8 bytes
         # (token bounds are byte offsets; the caller asked for no character spans)
         parts = [normalize_utf8(t) for t in texts]
         raw = b"\n".join(parts) + b"\n"

@@ -17,13 +17,16 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from assay.results import Estimate, Result, line_of, to_plain
 
 if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from assay.measure.passk import PassAt
     from assay.rows import RowsLike
 
 RULES = ("exact", "ngram", "near_duplicate", "semantic")
@@ -53,7 +56,7 @@ class ItemMatch:
     n_boilerplate: int = 0
     prompt: str = ""
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return to_plain({f: getattr(self, f) for f in self.__dataclass_fields__})
 
     def __str__(self) -> str:
@@ -68,7 +71,7 @@ class ItemMatch:
                 f"({self.n_tokens} tokens){extra}{docs}")
 
 
-def _report_text(result: Any, body: list[str]) -> str:
+def _report_text(result: Contamination | Decontamination, body: list[str]) -> str:
     """A decontam report: the one-line summary, the thresholds, ``body``, then the warnings."""
     thresholds = "thresholds: " + ", ".join(f"{k}={v}" for k, v in result.thresholds.items())
     return "\n".join([line_of(result), thresholds, *body,
@@ -83,10 +86,10 @@ class Contamination(Result):
     n_items: int
     n_contaminated: int
     by_rule: dict[str, int]
-    thresholds: dict[str, Any]
+    thresholds: dict[str, object]
     items: tuple[ItemMatch, ...]
-    corpus: dict[str, Any]
-    calibration: dict[str, Any] | None = None
+    corpus: dict[str, object]
+    calibration: dict[str, float] | None = None
     warnings: tuple[str, ...] = ()
     seconds: dict[str, float] = field(default_factory=dict)
 
@@ -110,17 +113,17 @@ class Contamination(Result):
         """Task ids of the clean items, in eval order."""
         return [i.task_id for i in self.items if not i.contaminated]
 
-    def records(self) -> list[dict[str, Any]]:
+    def records(self) -> list[dict[str, object]]:
         """One dict per eval item (the per-item table at the API edge)."""
         return [i.to_dict() for i in self.items]
 
-    def to_arrow(self) -> Any:
+    def to_arrow(self) -> pa.Table:
         """The per-item table as Arrow."""
         import pyarrow as pa
 
         return pa.Table.from_pylist(self.records())
 
-    def clean(self, rows: RowsLike) -> Any:
+    def clean(self, rows: RowsLike) -> RowsLike:
         """``rows`` without the rows of contaminated tasks (same type as given: Rows, Arrow table,
         or a list of dict rows)."""
         from assay.rows import as_table, take_rows
@@ -167,9 +170,9 @@ class Decontamination(Result):
 
     n_rows: int
     n_dropped: int
-    dropped: tuple[dict[str, Any], ...]
+    dropped: tuple[Mapping[str, object], ...]
     by_rule: dict[str, int]
-    thresholds: dict[str, Any]
+    thresholds: dict[str, object]
     eval_items: int
     contaminated_eval_items: int
     mode: str
@@ -199,8 +202,8 @@ class Decontamination(Result):
 class CleanSplit(Result):
     """pass@k on all tasks next to the clean subset (contaminated tasks removed)."""
 
-    full: Any
-    clean: Any
+    full: PassAt
+    clean: PassAt
     n_removed: int
     method: str
 

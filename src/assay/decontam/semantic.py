@@ -19,14 +19,18 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
+import numpy.typing as npt
 
 from assay.errors import RowsError
 
-Embedder = Callable[[list[str]], Any]
-_MODELS: dict[str, Any] = {}
+if TYPE_CHECKING:
+    from assay.reward.sentence_encoder import SentenceEncoder, STEncoder
+
+Embedder = Callable[[list[str]], npt.ArrayLike]
+_MODELS: dict[str, SentenceEncoder | STEncoder] = {}
 
 
 def default_model_path() -> str:
@@ -47,7 +51,7 @@ class MiniLM:
     def __init__(self, batch_size: int = 64) -> None:
         self.batch_size = batch_size
 
-    def _model(self) -> Any:
+    def _model(self) -> SentenceEncoder | STEncoder:
         path = default_model_path()
         if path not in _MODELS:
             from assay.reward.sentence_encoder import load_encoder
@@ -102,7 +106,7 @@ def best_matches(queries: np.ndarray, corpus_batches: Iterable[np.ndarray]
 
 
 def calibration(vectors: np.ndarray, *, percentile: float = 99.0, max_items: int = 2000,
-                seed: int = 0) -> dict[str, Any] | None:
+                seed: int = 0) -> dict[str, float] | None:
     """How alike distinct eval items read: the ``percentile`` of cosine over pairs of different
     items (a random sample of ``max_items`` items when there are more). None with < 3 items."""
     m = len(vectors)

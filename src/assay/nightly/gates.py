@@ -23,17 +23,24 @@ import math
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 import numpy as np
 from scipy import special
 
 from assay.errors import MeasureError, SpecError
-from assay.nightly.partial import NOT_COMPARED, PARTIAL_WHY, nothing_judged_record, partial_text
+from assay.nightly.partial import (
+    NOT_COMPARED,
+    PARTIAL_WHY,
+    PartialRecord,
+    nothing_judged_record,
+    partial_text,
+)
 from assay.nightly.spec import NightlySpec
 from assay.results import Estimate, Interval, finite_or_none
 
 if TYPE_CHECKING:
+    from assay.measure.comparison import Comparison
     from assay.rows import Rows, RowsLike
 
 MARKER_INTERVAL = "t over tasks (per-task means, df T-1)"
@@ -72,7 +79,16 @@ def _markers(rows: RowsLike) -> list[str]:
     return sorted(read_frame(rows, argument="rows").markers)
 
 
-def _est_doc(e: Estimate) -> dict[str, Any]:
+class _EstDoc(TypedDict):
+    """A metric's estimate as nightly.json holds it (non-finite values are None)."""
+
+    value: float | None
+    low: float | None
+    high: float | None
+    n: int
+
+
+def _est_doc(e: Estimate) -> _EstDoc:
     iv = e.interval
     return {"value": finite_or_none(e.value), "low": finite_or_none(iv.low) if iv else None,
             "high": finite_or_none(iv.high) if iv else None, "n": e.n}
@@ -114,7 +130,8 @@ def candidate_nights(base: str | os.PathLike[str], before: str, spec_definition:
             if sd in ok and not (read_json(d / "nightly.json") or {}).get("partial")]
 
 
-def definition_diff(before: Any, after: Any, path: str = "", limit: int = 8) -> list[str]:
+def definition_diff(before: object, after: object, path: str = "", limit: int = 8
+                    ) -> list[str]:
     """The dotted paths where two study definitions differ (at most ``limit``).
 
     Example:
@@ -136,7 +153,7 @@ def definition_diff(before: Any, after: Any, path: str = "", limit: int = 8) -> 
     return out[:limit]
 
 
-def under_test_of(night: Path, source: str) -> dict[str, Any] | None:
+def under_test_of(night: Path, source: str) -> dict[str, object] | None:
     """What a finished night evaluated for ``source`` (its run.json ``under_test``), if recorded."""
     info = read_json(night / "run.json")
     rec = (info or {}).get("under_test", {}) if isinstance(info, dict) else {}
@@ -194,8 +211,8 @@ def choose_baseline(rule: str, candidates: Sequence[Path], source: str, metric: 
 # ------------------------------------------------------------------------------- the gate
 
 
-def _compare_entries(before: Any, after: Any, metrics: list[str], gates: NightlySpec
-                     ) -> tuple[dict[str, dict[str, Any]], Any]:
+def _compare_entries(before: Rows, after: Rows, metrics: list[str], gates: NightlySpec
+                     ) -> tuple[dict[str, dict[str, object]], Comparison]:
     import assay
 
     res = assay.compare(before, after, metrics=metrics, alpha=gates.alpha,
@@ -218,8 +235,8 @@ def _compare_entries(before: Any, after: Any, metrics: list[str], gates: Nightly
 
 def evaluate_night(out: str | os.PathLike[str], *, study: str, night: str, sources: Sequence[str],
                    gates: NightlySpec, spec_definition: str,
-                   under_test: Mapping[str, Mapping[str, Any]] | None = None,
-                   definition: Any = None) -> dict[str, Any]:
+                   under_test: Mapping[str, Mapping[str, object]] | None = None,
+                   definition: object = None) -> dict[str, Any]:
     """The nightly document of run directory ``out`` (``<root>/<study>/<night>``): per source
     and metric the estimate, the baseline night, the delta with its interval and the verdict;
     ``regressions`` lists the gated metrics whose verdict is ``worse``. ``under_test``: per
@@ -273,7 +290,7 @@ def evaluate_night(out: str | os.PathLike[str], *, study: str, night: str, sourc
         metrics: dict[str, dict[str, Any]] = {}
         for m in [*gated, *sorted(present - set(gated), key=lambda x: (x != "pass@1", x))]:
             try:
-                est: dict[str, Any] = _est_doc(metric_estimate(rows, m))
+                est: _EstDoc = _est_doc(metric_estimate(rows, m))
             except MeasureError:
                 if m in gated and src in unjudged:  # no reward to estimate it from: no value
                     est = {"value": None, "low": None, "high": None, "n": 0}
@@ -331,7 +348,7 @@ def evaluate_night(out: str | os.PathLike[str], *, study: str, night: str, sourc
     return doc
 
 
-def _partial(rows: Rows, allow: bool) -> dict[str, Any] | None:
+def _partial(rows: Rows, allow: bool) -> PartialRecord | None:
     """The partial record of one source's rows (None when no sample failed): failed samples,
     the tasks they hit (``left_out``), whether the gate compares the rest, and why."""
     t = rows.to_arrow()

@@ -18,7 +18,7 @@ import json
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from assay.errors import HistoryError
 from assay.report import new_figure, png_bytes
@@ -60,12 +60,39 @@ _COLS = ("night", "source", "metric", "gated", "value", "low", "high", "n", "bas
          "identity", "sampling", "judge", "failed_samples")
 
 
-def history_rows(nights: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+class HistoryRow(TypedDict):
+    """One row of history.json: a night's source x metric, with its estimate, the compare
+    against the baseline and what that night evaluated (the columns of ``_COLS``)."""
+
+    night: str
+    source: str
+    metric: str
+    gated: bool
+    value: float | None
+    low: float | None
+    high: float | None
+    n: int
+    baseline: str | None
+    delta: float | None
+    delta_low: float | None
+    delta_high: float | None
+    verdict: str
+    regression: bool
+    failed_samples: int
+    model: str | None
+    revision: str | None
+    identity: str | None
+    sampling: str | None
+    judge: str | None
+
+
+def history_rows(nights: Sequence[Mapping[str, Any]]) -> list[HistoryRow]:
     """One row per night x source x metric, in night order."""
-    rows = []
+    rows: list[HistoryRow] = []
     for doc in nights:
         for s in doc["sources"]:
             for m in s["metrics"]:
+                ut = s.get("under_test") or {}
                 rows.append({"night": doc["night"], "source": s["source"], "metric": m["metric"],
                              "gated": m["gated"], "value": m["value"], "low": m["low"],
                              "high": m["high"], "n": m["n"], "baseline": s["baseline"],
@@ -73,8 +100,9 @@ def history_rows(nights: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
                              "delta_high": m["delta_high"], "verdict": m["verdict"],
                              "regression": m["regression"],
                              "failed_samples": (s.get("partial") or {}).get("samples", 0),
-                             **{f: (s.get("under_test") or {}).get(f)
-                                for f in ("model", "revision", "identity", "sampling", "judge")}})
+                             "model": ut.get("model"), "revision": ut.get("revision"),
+                             "identity": ut.get("identity"), "sampling": ut.get("sampling"),
+                             "judge": ut.get("judge")})
     return rows
 
 
@@ -82,7 +110,7 @@ def _f(x: float | None, spec: str = ".3f") -> str:
     return "-" if x is None else format(x, spec)
 
 
-def history_table(rows: Sequence[Mapping[str, Any]]) -> str:
+def history_table(rows: Sequence[HistoryRow]) -> str:
     """The table ``assay history`` prints (``*`` marks a gated metric, a regression's verdict is
     in capitals), with what each night evaluated: the served model with its revision and
     identity hash, the sampling parameters and the judge. Columns are as wide as their widest
@@ -119,14 +147,14 @@ def history_table(rows: Sequence[Mapping[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def history_json(rows: Sequence[Mapping[str, Any]], study: str) -> bytes:
+def history_json(rows: Sequence[HistoryRow], study: str) -> bytes:
     doc = {"history_version": HISTORY_VERSION, "study": study,
            "nights": sorted({r["night"] for r in rows}), "columns": list(_COLS),
            "rows": [dict(r) for r in rows]}
     return (json.dumps(doc, indent=2, sort_keys=True, allow_nan=False) + "\n").encode()
 
 
-def history_png(rows: Sequence[Mapping[str, Any]], study: str, last: int | None = None
+def history_png(rows: Sequence[HistoryRow], study: str, last: int | None = None
                 ) -> bytes | None:
     """One panel per source x gated metric (pass@1 always): the estimate per night with its
     interval as a band; regressions marked with a red cross. ``last``: only the last nights."""
@@ -134,7 +162,7 @@ def history_png(rows: Sequence[Mapping[str, Any]], study: str, last: int | None 
     if last is not None:
         nights = nights[-last:]
     keep = set(nights)
-    panels: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
+    panels: dict[tuple[str, str], list[HistoryRow]] = {}
     for r in rows:
         if (r["night"] in keep and (r["gated"] or r["metric"] == "pass@1")
                 and r["value"] is not None):
@@ -170,7 +198,7 @@ def history_png(rows: Sequence[Mapping[str, Any]], study: str, last: int | None 
 
 def write_history(study_dir: str | os.PathLike[str], *, until: str | None = None,
                   last: int | None = None, out_dir: str | os.PathLike[str] | None = None
-                  ) -> tuple[str, list[dict[str, Any]]]:
+                  ) -> tuple[str, list[HistoryRow]]:
     """Write history.json and history.png into ``out_dir`` (default ``study_dir``) and return
     the table text and rows. ``until``/``last`` restrict the nights (the nightly report's plot)."""
     nights = load_nights(study_dir, until)

@@ -36,7 +36,7 @@ def alert_text(regressions: Sequence[Mapping[str, Any]]) -> tuple[str, str]:
     return subject, "\n".join(regression_line(r) for r in regressions)
 
 
-def alert_payload(regressions: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+def alert_payload(regressions: Sequence[Mapping[str, Any]]) -> dict[str, object]:
     """The JSON a webhook receives: ``text`` (chat tools show it) and the structured records."""
     subject, body = alert_text(regressions)
     return {"text": f"{subject}\n{body}", "subject": subject,
@@ -51,7 +51,7 @@ def post_webhook(url: str, regressions: Sequence[Mapping[str, Any]], *, timeout:
 
 
 def stopped_alert(study: str, night: str, message: str,
-                  what: str = "run stopped") -> tuple[str, str, dict[str, Any]]:
+                  what: str = "run stopped") -> tuple[str, str, dict[str, object]]:
     """(subject, body, webhook JSON) of the alert for a night whose run was stopped (deadline,
     stall, SIGTERM) or failed outright (``what``: ``run failed``): no verdict, the night is
     missing, which is as loud. The JSON's ``stopped`` or ``failed`` record says which.
@@ -69,7 +69,7 @@ def stopped_alert(study: str, night: str, message: str,
                            key: {"study": study, "night": night, "message": message}}
 
 
-def post_json(url: str, payload: Mapping[str, Any], *, timeout: float = 10.0, attempts: int = 3,
+def post_json(url: str, payload: Mapping[str, object], *, timeout: float = 10.0, attempts: int = 3,
               what: str = "the alert") -> None:
     """POST ``payload``; retries 408/429/5xx and connection errors, then NotifyError."""
     import time

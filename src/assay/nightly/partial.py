@@ -12,7 +12,7 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, NotRequired, TypedDict
 
 #: The verdict of a partial source's metrics when the gate refuses to compare a subset.
 NOT_COMPARED = "not compared: partial night"
@@ -24,7 +24,21 @@ PARTIAL_WHY = "the model gave no completion for some of their samples (gen_error
 NOTHING_JUDGED_WHY = "no row could be judged (run.json nothing_judged)"
 
 
-def nothing_judged_record(unjudged: Mapping[str, Any], tasks: list[str]) -> dict[str, Any]:
+class PartialRecord(TypedDict):
+    """A partial source's record (nightly.json ``sources[].partial``): failed samples, the tasks
+    they hit, the tasks in all, the tasks left out, whether the rest was compared, and why."""
+
+    samples: int
+    tasks: int
+    tasks_total: int
+    left_out: list[str]
+    compared: bool
+    why: str
+    #: run.json's ``nothing_judged`` reasons, ``[reason, count]``, when no row was judged
+    nothing_judged: NotRequired[list[list[object]]]
+
+
+def nothing_judged_record(unjudged: Mapping[str, Any], tasks: list[str]) -> PartialRecord:
     """The partial record of a source of which no row got a reward: every task left out and
     never compared (with no judged row there is no subset to compare, whatever
     ``nightly.allow_partial`` says); ``reasons`` as run.json's ``nothing_judged`` has them.

@@ -46,7 +46,7 @@ def sampling_label(params: Mapping[str, Any] | None, k: int | None) -> str:
     return " ".join(out)
 
 
-def judge_label(judge: Mapping[str, Any] | None) -> str | None:
+def judge_label(judge: Mapping[str, object] | None) -> str | None:
     """``openai:gpt-judge@rev`` for a judge model entry, or None."""
     if not judge:
         return None
@@ -56,7 +56,7 @@ def judge_label(judge: Mapping[str, Any] | None) -> str | None:
 
 
 def under_test_record(entry: Mapping[str, Any],
-                      gens: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+                      gens: Sequence[Mapping[str, Any]]) -> dict[str, object]:
     """One source's record: ``entry`` from :meth:`StudySpec.model_under_test`, ``gens`` the
     summaries of its generate shards this run (each with ``identity``, ``scope``, ``sent``)."""
     model = entry.get("model") or {}
@@ -67,7 +67,7 @@ def under_test_record(entry: Mapping[str, Any],
     # identity that held the listed entry itself
     listing = next((g["served"] for g in gens if isinstance(g.get("served"), dict)), None)
     raw = (listing or {}).get("entry") if listing is not None else ident.get("served")
-    served: dict[str, Any] = raw if isinstance(raw, dict) else {}
+    served: dict[str, object] = raw if isinstance(raw, dict) else {}
     return {
         "backend": model.get("kind"),
         "model": model.get("model") or model.get("path") or model.get("callable"),
@@ -87,7 +87,7 @@ def under_test_record(entry: Mapping[str, Any],
 
 
 def records_of(model_under_test: Mapping[str, Mapping[str, Any]],
-               generation: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+               generation: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, object]]:
     """Per source, its record; ``generation``: run.json's ``generation`` (label -> summary, with
     ``sent`` this run), labels ``<source> shard i/n``."""
     out = {}
@@ -109,7 +109,8 @@ def model_label(rec: Mapping[str, Any] | None) -> str:
     return out
 
 
-def model_changes(before: Mapping[str, Any] | None, after: Mapping[str, Any] | None) -> list[str]:
+def model_changes(before: Mapping[str, object] | None, after: Mapping[str, object] | None
+                  ) -> list[str]:
     """``["model: c1 -> c2", ...]``: the fields of :data:`MODEL_FIELDS` that differ."""
     if not before or not after:
         return []

@@ -85,7 +85,7 @@ def _need(obj: dict[str, Any], keys: tuple[str, ...], where: str) -> None:
             raise DataError(f"{where}: {k} must be a non-empty string, got {obj[k]!r}")
 
 
-def _pair(obj: dict[str, Any], where: str, extra_meta: dict[str, Any]) -> Any:
+def _pair(obj: dict[str, Any], where: str, extra_meta: Mapping[str, object]) -> Pair:
     try:
         return make_pair(obj["prompt"], obj["chosen"], obj["rejected"], obj["dimension"],
                          seed_id=obj["seed_id"], builder_id=BUILDER_ID,
