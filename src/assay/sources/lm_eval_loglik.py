@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 PROBES = ((-1.5, True), (-2.5, False))
 
 
-def loglik_results(first: Mapping[str, Any], second: Mapping[str, Any]) -> list[str] | str:
+def loglik_results(first: Mapping[str, object], second: Mapping[str, object]) -> list[str] | str:
     """The metrics a loglikelihood task's ``process_results`` reports (its order) when its
     results on :data:`PROBES` are lm-eval's (``perplexity`` the log-likelihood, ``acc`` the
     greedy flag as 0/1); else why not (then its numbers are not what assay computes).

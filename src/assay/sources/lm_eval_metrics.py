@@ -51,7 +51,7 @@ DEFAULT_OUTPUT_TYPE = "generate_until"
 #: defined in a task's own file, which rows cannot name
 
 
-def output_type(cfg: Mapping[str, Any]) -> str:
+def output_type(cfg: Mapping[str, object]) -> str:
     """The task's output type as lm-eval reads its config (unset: ``generate_until``)."""
     return str(cfg.get("output_type") or DEFAULT_OUTPUT_TYPE)
 
