@@ -36,7 +36,7 @@ class LoglikScoring(Protocol):
     in that mode): the model that scores, and the text between a context and each choice."""
 
     @property
-    def model(self) -> Any: ...
+    def model(self) -> object: ...
 
     @property
     def target_delimiter(self) -> str: ...
@@ -65,7 +65,7 @@ class SourceSpec(SpecModel):
     lm_eval_task: ClassVar[bool] = False
 
     name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$", description="arm name used by measure/report")
-    steps: list[dict[str, Any]] = Field(
+    steps: list[dict[str, object]] = Field(
         default_factory=list,
         description="row filters/slices as data: {op: slice|where|sample, ...}; slice and sample "
         "act on tasks (all completions of a task stay together), where on row fields "
@@ -78,7 +78,7 @@ class SourceSpec(SpecModel):
 
     @field_validator("steps")
     @classmethod
-    def _steps(cls, v: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    def _steps(cls, v: list[dict[str, object]]) -> list[dict[str, object]]:
         return check_steps(v, ROW_OPS, used_by="a source's rows")
 
     @property
@@ -98,13 +98,13 @@ class SourceSpec(SpecModel):
         """The source's ungraded (or given-score) rows."""
         raise NotImplementedError
 
-    def build(self, paths: Paths) -> tuple[Rows, dict[str, Any]]:
+    def build(self, paths: Paths) -> tuple[Rows, dict[str, object]]:
         """The rows and what was read to make them (shown in the report's sources table:
         a dataset's revision and the content checksum of its records); ``{}`` when nothing
         beyond the spec needs saying."""
         return self.build_rows(paths), {}
 
-    def build_stored(self, paths: Paths) -> tuple[Rows | ParquetRows, dict[str, Any]]:
+    def build_stored(self, paths: Paths) -> tuple[Rows | ParquetRows, dict[str, object]]:
         """:meth:`build`, for the build-rows stage, which stores the rows: a source that can
         write them as it builds returns them encoded (:class:`~assay.rows.ParquetRows`), so
         no process holds every row."""
@@ -122,7 +122,7 @@ class SourceSpec(SpecModel):
         building the rows would tell."""
         return None
 
-    def identity(self, paths: Paths) -> dict[str, Any]:
+    def identity(self, paths: Paths) -> dict[str, object]:
         """What determines the rows (the build-rows cache key): the definition without name,
         steps, verifier and generate (the generate stage keys on its own), with file contents
         hashed in place of paths."""

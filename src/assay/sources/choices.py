@@ -61,7 +61,7 @@ class RecordSourceSpec(Protocol):
 class FewShotSpec(QuietSpecModel):
     """Solved examples put before each question."""
 
-    QUIET: ClassVar[dict[str, Any]] = {"sampler": "seeded", "exclude_question": None}
+    QUIET: ClassVar[dict[str, object]] = {"sampler": "seeded", "exclude_question": None}
 
     k: int = Field(0, ge=0, description="examples per question")
     split: str | None = Field(None, description="hf_dataset: the split examples come from "
@@ -86,7 +86,7 @@ class ChoicesSpec(QuietSpecModel):
     """Multiple choice by log-likelihood: which choice does ``model`` find most likely after
     the context?"""
 
-    QUIET: ClassVar[dict[str, Any]] = {"choice_template": None}
+    QUIET: ClassVar[dict[str, object]] = {"choice_template": None}
 
     model: Annotated[Any, _BackendEntry()]
     field: str | None = Field("choices", description="the record field holding the list of choice "
@@ -109,7 +109,7 @@ class ChoicesSpec(QuietSpecModel):
 
     @field_validator("model", mode="before")
     @classmethod
-    def _backend(cls, v: Any) -> Any:
+    def _backend(cls, v: object) -> object:
         return backend_spec(v)
 
     @model_validator(mode="after")
@@ -155,13 +155,13 @@ class ExamplePicker:
         True
     """
 
-    def __init__(self, spec: FewShotSpec, pool: Sequence[Mapping[str, Any]], own: bool) -> None:
+    def __init__(self, spec: FewShotSpec, pool: Sequence[Mapping[str, object]], own: bool) -> None:
         self.spec, self.pool, self.own = spec, pool, own
         self.exclude = own if spec.exclude_question is None else spec.exclude_question
         # lm-eval's default sampler: one generator for the whole task, seeded once
         self._rnd = random.Random(spec.seed)
 
-    def pick(self, i: int, rec: Mapping[str, Any] | None, task_id: str) -> list[int]:
+    def pick(self, i: int, rec: Mapping[str, object] | None, task_id: str) -> list[int]:
         """Pool indices of question ``i``'s examples, in context order (call in file order)."""
         k, n = self.spec.k, len(self.pool)
         if self.spec.sampler == "seeded":
@@ -187,7 +187,7 @@ class ExamplePicker:
         return got
 
 
-def choice_texts(rec: Mapping[str, Any], spec: ChoicesSpec, where: str) -> list[str]:
+def choice_texts(rec: Mapping[str, object], spec: ChoicesSpec, where: str) -> list[str]:
     """The record's choices as texts, in order."""
     from assay.sources.fieldpath import _MISSING, get_field
     from assay.sources.templates import PromptTemplate
@@ -211,7 +211,7 @@ def choice_texts(rec: Mapping[str, Any], spec: ChoicesSpec, where: str) -> list[
     return list(v)
 
 
-def gold_index(rec: Mapping[str, Any], spec: ChoicesSpec, choices: Sequence[str],
+def gold_index(rec: Mapping[str, object], spec: ChoicesSpec, choices: Sequence[str],
                where: str) -> int:
     """The index of the gold choice (see :class:`ChoicesSpec` ``answer``)."""
     from assay.sources.fieldpath import _MISSING, get_field
@@ -261,7 +261,7 @@ def _choices_of(source: RecordSourceSpec) -> ChoicesSpec:
     return source.choices
 
 
-def fewshot_records(source: RecordSourceSpec, paths: Paths) -> list[dict[str, Any]] | None:
+def fewshot_records(source: RecordSourceSpec, paths: Paths) -> list[dict[str, object]] | None:
     """The records examples are drawn from (None: the evaluated records themselves)."""
     fs = _choices_of(source).fewshot
     if fs.path is not None:
@@ -278,7 +278,7 @@ def fewshot_records(source: RecordSourceSpec, paths: Paths) -> list[dict[str, An
     return None
 
 
-def choice_rows(source: RecordSourceSpec, paths: Paths, records: Sequence[Mapping[str, Any]],
+def choice_rows(source: RecordSourceSpec, paths: Paths, records: Sequence[Mapping[str, object]],
                 where: str, start: int = 0) -> Rows:
     """One prompt row per record: the context in ``prompt``, and ``privileged`` holding the
     choices, the gold index and the gold text (``reference``). Records are named from 1
@@ -296,7 +296,7 @@ def choice_rows(source: RecordSourceSpec, paths: Paths, records: Sequence[Mappin
     if not records:
         raise SpecError(f"{where}: no records")
 
-    def question(rec: Mapping[str, Any], at: str) -> str:
+    def question(rec: Mapping[str, object], at: str) -> str:
         if tmpl is not None:
             return str(tmpl.render(rec, where=at))
         v = get_field(rec, fields.prompt)
@@ -306,7 +306,7 @@ def choice_rows(source: RecordSourceSpec, paths: Paths, records: Sequence[Mappin
                             f"{sorted(rec)}")
         return v
 
-    def solved(rec: Mapping[str, Any], at: str) -> str:
+    def solved(rec: Mapping[str, object], at: str) -> str:
         cs = choice_texts(rec, spec, at)
         return question(rec, at) + spec.target_delimiter + cs[gold_index(rec, spec, cs, at)]
 
@@ -373,7 +373,7 @@ def choice_rows(source: RecordSourceSpec, paths: Paths, records: Sequence[Mappin
     return Rows(t.set_column(t.schema.get_field_index("privileged"), "privileged", col))
 
 
-def check_choice_records(source: RecordSourceSpec, paths: Paths, records: list[dict[str, Any]],
+def check_choice_records(source: RecordSourceSpec, paths: Paths, records: list[dict[str, object]],
                          where: str) -> list[str]:
     """Problems building the choice rows would hit, as ``yaml.path: message``."""
     try:

@@ -47,7 +47,7 @@ class RecordSourceSpec(Protocol):
 class PerplexitySpec(QuietSpecModel):
     """Perplexity of ``model`` on each record's document."""
 
-    QUIET: ClassVar[dict[str, Any]] = {"template": None, "count_field": None}
+    QUIET: ClassVar[dict[str, object]] = {"template": None, "count_field": None}
 
     model: Annotated[Any, _BackendEntry()]
     field: str = Field("text", description="the record field holding the document")
@@ -60,7 +60,7 @@ class PerplexitySpec(QuietSpecModel):
 
     @field_validator("model", mode="before")
     @classmethod
-    def _backend(cls, v: Any) -> Any:
+    def _backend(cls, v: object) -> object:
         from assay.models.loglik import rolling_problem
 
         spec: Any = backend_spec(v)
@@ -92,7 +92,7 @@ def count_bytes(doc: str) -> int:
     return len(doc.encode("utf-8"))
 
 
-def document_rows(source: RecordSourceSpec, records: Sequence[Mapping[str, Any]], where: str,
+def document_rows(source: RecordSourceSpec, records: Sequence[Mapping[str, object]], where: str,
                   start: int = 0) -> Rows:
     """One prompt row per record: the document in ``prompt``, the other fields in ``meta``."""
     from assay.builder import rows

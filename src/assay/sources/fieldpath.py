@@ -15,7 +15,7 @@ from assay.jsonl import iter_jsonl
 _MISSING = object()
 
 
-def get_field(record: Mapping[str, Any], path: str) -> Any:
+def get_field(record: Mapping[str, object], path: str) -> Any:
     """The value at ``path`` in a record (``a.b`` walks nested dicts, ``a.0`` a list), or the
     module's ``_MISSING`` sentinel. A key spelled with the dot itself wins.
 
@@ -25,7 +25,7 @@ def get_field(record: Mapping[str, Any], path: str) -> Any:
     """
     if path in record:
         return record[path]
-    value: Any = record
+    value: object = record
     for part in path.split("."):
         if isinstance(value, Mapping) and part in value:
             value = value[part]
@@ -36,16 +36,16 @@ def get_field(record: Mapping[str, Any], path: str) -> Any:
     return value
 
 
-def has_field(record: Mapping[str, Any], path: str) -> bool:
+def has_field(record: Mapping[str, object], path: str) -> bool:
     """Whether ``path`` exists in the record (its value may be None)."""
     return get_field(record, path) is not _MISSING
 
 
-def field_problem(record: Mapping[str, Any], path: str) -> str | None:
+def field_problem(record: Mapping[str, object], path: str) -> str | None:
     """Why ``path`` is not in the record (naming what is there), or None when it is."""
     if has_field(record, path):
         return None
-    value: Any = record
+    value: object = record
     walked = []
     for part in path.split("."):
         if isinstance(value, Mapping) and part in value:
@@ -58,7 +58,7 @@ def field_problem(record: Mapping[str, Any], path: str) -> str | None:
     return f"{path!r} is not a field"
 
 
-def read_records(path: str | Path, fmt: str) -> list[dict[str, Any]]:
+def read_records(path: str | Path, fmt: str) -> list[dict[str, object]]:
     """Every record of a JSONL or Parquet file; a bad line is a SpecError naming file and line."""
     if fmt == "parquet":
         import pyarrow.parquet as pq

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import Field, model_validator
 
@@ -42,11 +42,11 @@ class FileSource(RecordSourceSpec):
     def _where(self, paths: Paths) -> str:
         return f"source {self.name!r} ({paths.resolve(self.path)})"
 
-    def read_source_records(self, paths: Paths) -> list[dict[str, Any]]:
+    def read_source_records(self, paths: Paths) -> list[dict[str, object]]:
         path = paths.resolve(self.path)
         return read_records(path, self.format or path.suffix.lower().lstrip("."))
 
-    def _batches(self, paths: Paths, size: int | None = None) -> Iterator[list[dict[str, Any]]]:
+    def _batches(self, paths: Paths, size: int | None = None) -> Iterator[list[dict[str, object]]]:
         path = paths.resolve(self.path)
         fmt = self.format or path.suffix.lower().lstrip(".")
         return record_batches(path, fmt) if size is None else record_batches(path, fmt, size)
@@ -62,7 +62,7 @@ class FileSource(RecordSourceSpec):
                 pass  # bad data: the whole build below says it exactly as it always did
         return self.rows_from(paths, self.read_source_records(paths), where)
 
-    def build_stored(self, paths: Paths) -> tuple[Rows | ParquetRows, dict[str, Any]]:
+    def build_stored(self, paths: Paths) -> tuple[Rows | ParquetRows, dict[str, object]]:
         if self.builds_in_batches():  # written as built: never every row at once (issue 50)
             try:
                 return self.parquet_in_batches(self._batches(paths), self._where(paths)), {}
@@ -70,7 +70,7 @@ class FileSource(RecordSourceSpec):
                 pass  # bad data: the whole build says it exactly as it always did
         return self.build(paths)
 
-    def identity(self, paths: Paths) -> dict[str, Any]:
+    def identity(self, paths: Paths) -> dict[str, object]:
         from assay.hashing import file_checksum
 
         return {**super().identity(paths), "path": file_checksum(paths.resolve(self.path))}
@@ -97,7 +97,7 @@ class FileSource(RecordSourceSpec):
         exactly as it always did (and lists every bad record)."""
         where = self._where(paths)
         try:
-            first: list[dict[str, Any]] = next(self._batches(paths, 1), [])
+            first: list[dict[str, object]] = next(self._batches(paths, 1), [])
             if not first or self.check_records(first, paths, where):
                 return False
             self.rows_in_batches(self._batches(paths), where, keep=False)

@@ -24,7 +24,7 @@ Example:
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from typing import TYPE_CHECKING, ClassVar, Literal
 
 from pydantic import Field
 
@@ -87,7 +87,7 @@ class HFDatasetSource(RecordSourceSpec):
             got = replace(got, records=kept, checksum=content_hash(kept, "data"))
         return got, cut
 
-    def split_records(self, paths: Paths, split: str) -> list[dict[str, Any]]:
+    def split_records(self, paths: Paths, split: str) -> list[dict[str, object]]:
         """The records of another split of this dataset (few-shot examples drawn from it)."""
         from assay.sources.hub import load_dataset_records
 
@@ -96,10 +96,10 @@ class HFDatasetSource(RecordSourceSpec):
                                     allow_download=self.allow_download,
                                     where=f"{self._where(paths)} split {split!r}").records
 
-    def read_source_records(self, paths: Paths) -> list[dict[str, Any]]:
+    def read_source_records(self, paths: Paths) -> list[dict[str, object]]:
         return self.load(paths)[0].records
 
-    def rows_from(self, paths: Paths, records: list[dict[str, Any]], where: str,
+    def rows_from(self, paths: Paths, records: list[dict[str, object]], where: str,
                   skip: frozenset[str] | set[str] = frozenset(), start: int = 0) -> Rows:
         if not skip and self.limit is not None and self.completions is not None:
             skip = self.load(paths)[1]  # validate's path: the limit's cut tasks
@@ -108,17 +108,17 @@ class HFDatasetSource(RecordSourceSpec):
     def build_rows(self, paths: Paths) -> Rows:
         return self.build(paths)[0]
 
-    def build(self, paths: Paths) -> tuple[Rows, dict[str, Any]]:
+    def build(self, paths: Paths) -> tuple[Rows, dict[str, object]]:
         got, cut = self.load(paths)
         rows = self.rows_from(paths, got.records, self._where(paths), cut)
-        info = {"dataset": self.path, "config": self.config, "split": got.split,
+        info: dict[str, object] = {"dataset": self.path, "config": self.config, "split": got.split,
                 "revision": self.revision if not got.local else "(local data)",
                 "records": len(got.records), "checksum": got.checksum}
         if self.limit is not None:
             info["limit"] = self.limit
         return rows, info
 
-    def identity(self, paths: Paths) -> dict[str, Any]:
+    def identity(self, paths: Paths) -> dict[str, object]:
         from assay.hashing import dir_digest, file_checksum
 
         out = super().identity(paths)

@@ -18,6 +18,7 @@ import contextlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 from assay.errors import SpecError
@@ -30,7 +31,7 @@ _DATA_SUFFIXES = {".parquet": "parquet", ".jsonl": "json", ".json": "json", ".cs
 class DatasetRecords:
     """What was read: the records, where from, and the content checksum of the records."""
 
-    records: list[dict[str, Any]]
+    records: list[dict[str, object]]
     path: str
     name: str | None
     split: str | None
@@ -171,7 +172,7 @@ def load_dataset_records(path: str | Path, *, name: str | None = None, split: st
         return _load(datasets, p, path, name, split, revision, allow_download, where, local)
 
 
-def _load(datasets: Any, p: Path, path: str | Path, name: str | None, split: str | None,
+def _load(datasets: ModuleType, p: Path, path: str | Path, name: str | None, split: str | None,
           revision: str | None, allow_download: bool, where: str, local: bool
           ) -> DatasetRecords:
     try:

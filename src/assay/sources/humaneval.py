@@ -5,7 +5,7 @@ unless told otherwise.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import Field
 
@@ -53,7 +53,7 @@ class HumanEvalSource(SourceSpec):
         completions = offline.seeded_code_policy(problems, k=p.k, seed=p.seed, skill=p.skill)
         return rows(completions=completions, **problems.inputs())
 
-    def identity(self, paths: Paths) -> dict[str, Any]:
+    def identity(self, paths: Paths) -> dict[str, object]:
         from assay.hashing import code_checksum
 
         return {**super().identity(paths), "code": [code_checksum(m) for m in _CODE]}

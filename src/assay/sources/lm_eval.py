@@ -46,7 +46,12 @@ from assay.sources.registry import SOURCES
 from assay.specbase import SpecModel
 
 if TYPE_CHECKING:
+    # lm-eval ships no type information (no py.typed): these name what the values are
+    from lm_eval.api.instance import Instance
+    from lm_eval.api.task import Task
+
     from assay.rows import Rows
+    from assay.sources.lm_eval_index import Docs
 
 INSTALL = "pip install 'assay[lm_eval]' (lm-eval 0.4)"
 
@@ -58,7 +63,7 @@ class LmEvalScoring(SpecModel):
 
     @field_validator("model", mode="before")
     @classmethod
-    def _backend(cls, v: Any) -> Any:
+    def _backend(cls, v: object) -> object:
         return backend_spec(v)
 
     @property
@@ -143,13 +148,13 @@ class LmEvalSource(SourceSpec):
         """lm-eval's fewshot_as_multiturn as simple_evaluate passes it (unset: true)."""
         return self.fewshot_as_multiturn is not False and self.apply_chat_template
 
-    def _chat_model(self) -> tuple[Any, str | None]:
+    def _chat_model(self) -> tuple[object, str | None]:
         """The model whose chat template renders the contexts, and its API (None: scoring)."""
         if self.generate is not None:
             return self.generate.model, self.generate.api
         return self.scoring_model, None
 
-    def _verifier_params(self) -> dict[str, Any]:
+    def _verifier_params(self) -> dict[str, object]:
         """What the lm_eval verifier needs to load the task again (its filters and metrics)."""
         return {"task": self.task, "include_path": self.include_path,
                 "gen_kwargs": dict(self.gen_kwargs)}
@@ -195,7 +200,7 @@ class LmEvalSource(SourceSpec):
                 data += [f for f in _data_files(p) if f.is_file()]
         return own + sorted(set(data) - set(own))
 
-    def identity(self, paths: Paths) -> dict[str, Any]:
+    def identity(self, paths: Paths) -> dict[str, object]:
         from importlib import metadata
 
         from assay.hashing import file_checksum
@@ -297,7 +302,7 @@ def _data_files(yaml_path: Path) -> list[Path]:
         else None
     found: list[str] = []
 
-    def walk(v: Any) -> None:
+    def walk(v: object) -> None:
         if isinstance(v, str):
             found.append(v)
         elif isinstance(v, list | tuple):
@@ -311,7 +316,7 @@ def _data_files(yaml_path: Path) -> list[Path]:
     return [p if p.is_absolute() else yaml_path.parent / p for p in map(Path, found)]
 
 
-def task_requests(source: LmEvalSource, paths: Paths) -> tuple[Any, list[tuple[int, Any, list]]]:
+def task_requests(source: LmEvalSource, paths: Paths) -> tuple[Task, Docs]:
     """lm-eval's task object and its requests as ``(doc_id, doc, instances)`` in document
     order, built as ``simple_evaluate`` builds them (one process, rank 0)."""
     from assay import libguard
@@ -372,7 +377,7 @@ def task_requests(source: LmEvalSource, paths: Paths) -> tuple[Any, list[tuple[i
                                     apply_chat_template=source.apply_chat_template,
                                     fewshot_as_multiturn=source.multiturn,
                                     chat_template=chat)
-    by_doc: dict[int, list[Any]] = {}
+    by_doc: dict[int, list[Instance]] = {}
     for inst in task.instances:
         by_doc.setdefault(inst.doc_id, []).append(inst)
     docs = [(d, insts[0].doc, sorted(insts, key=lambda i: i.idx))
@@ -382,7 +387,7 @@ def task_requests(source: LmEvalSource, paths: Paths) -> tuple[Any, list[tuple[i
     return task, docs
 
 
-def _refuse_output_type(out: Any, want: str, where: str) -> None:
+def _refuse_output_type(out: object, want: str, where: str) -> None:
     # a loglikelihood task's one continuation is scored as a choice (lm_eval_loglik)
     if out != want and (want, out) != ("multiple_choice", "loglikelihood"):
         hint = ("a generate_until task needs generated answers: give generate: {model: ..., "
@@ -395,7 +400,7 @@ def _refuse_output_type(out: Any, want: str, where: str) -> None:
         raise SpecError(f"{where}: the task's output_type is {out!r}, not {want!r}; {hint}")
 
 
-def choice_rows_of(task: Any, docs: list[tuple[int, Any, list]], where: str, *,
+def choice_rows_of(task: Task, docs: Docs, where: str, *,
                    chat: bool = False) -> Rows:
     """One prompt row per document: lm-eval's context, its choices and gold index, and the
     delimiter lm-eval's requests put before each choice (``privileged.delimiter``: the task's
@@ -431,7 +436,7 @@ def choice_rows_of(task: Any, docs: list[tuple[int, Any, list]], where: str, *,
     return prompt_rows(prompts, privileged, tids, metas, where)
 
 
-def document_rows_of(task: Any, docs: list[tuple[int, Any, list]], where: str) -> Rows:
+def document_rows_of(task: Task, docs: Docs, where: str) -> Rows:
     """One document row per document: the text lm-eval scores in rolling windows, and the
     words and bytes its ``process_results`` counts (wikitext counts the raw page)."""
     from assay.builder import rows

@@ -18,9 +18,14 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, cast
 
 from assay.errors import SpecError
+
+if TYPE_CHECKING:
+    from lm_eval.api.task import Task  # no type information of its own (no py.typed)
+
+    from assay.models.specs import HFSpec
 
 #: tokenizer files that decide a rendered chat template (its text and the special tokens in it)
 TOKENIZER_FILES = ("tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja",
@@ -40,14 +45,14 @@ def messages_template() -> Callable[..., list[dict[str, str]]]:
     return render
 
 
-def hf_tokenizer_dir(model: Any) -> Path:
+def hf_tokenizer_dir(model: HFSpec) -> Path:
     """The local folder of a ``kind: hf`` model (resolved as the hf backend resolves it)."""
     from assay.models.hf import _resolve
 
     return _resolve(model)
 
 
-def hf_template(model: Any, where: str) -> Callable[..., str]:
+def hf_template(model: HFSpec, where: str) -> Callable[..., str]:
     """For ``kind: hf``: the tokenizer's chat template rendered to text as lm-eval's
     ``HFLM.apply_chat_template`` renders it (``continue_final_message`` when a task's
     ``gen_prefix`` leaves the assistant turn open; a template that refuses the system role is
@@ -76,7 +81,7 @@ def hf_template(model: Any, where: str) -> Callable[..., str]:
     return render
 
 
-def chat_template_for(model: Any, api: str | None, where: str) -> Callable[..., Any]:
+def chat_template_for(model: object, api: str | None, where: str) -> Callable[..., object]:
     """The callable for lm-eval's ``build_all_requests(chat_template=...)``: ``kind: hf`` with
     ``api: completions`` (or a scoring model: ``api`` None) renders with its tokenizer; any
     backend with ``api: chat`` gets the messages; anything else is a :class:`SpecError`."""
@@ -87,28 +92,28 @@ def chat_template_for(model: Any, api: str | None, where: str) -> Callable[..., 
                             "template as lm-eval's HFLM does; write generate: {api: "
                             "completions, ...}")
         return messages_template()
-    if kind == "hf":
-        return hf_template(model, where)
+    if kind == "hf":  # backend_spec validated the entry: kind hf is an HFSpec
+        return hf_template(cast("HFSpec", model), where)
     raise SpecError(f"{where}: apply_chat_template needs a model whose chat template assay "
                     f"applies as lm-eval does: kind: hf (its tokenizer's template, api: "
                     f"completions) or a chat server with generate: {{api: chat}}; got kind "
                     f"{kind!r}" + (f" with api: {api}" if api else ""))
 
 
-def template_identity(model: Any, api: str | None) -> dict[str, Any]:
+def template_identity(model: object, api: str | None) -> dict[str, str]:
     """What the rendered contexts depend on besides the task: the messages (``api: chat``) or
     the checksums of an hf model's tokenizer files (a new template re-renders the rows)."""
     if api == "chat" or getattr(model, "kind", None) != "hf":
         return {"render": "messages"}
     from assay.hashing import file_checksum
 
-    folder = hf_tokenizer_dir(model)
+    folder = hf_tokenizer_dir(cast("HFSpec", model))  # kind hf: an HFSpec (backend_spec)
     sums = {n: file_checksum(folder / n) for n in TOKENIZER_FILES if (folder / n).is_file()}
     digest = hashlib.sha256(repr(sorted(sums.items())).encode()).hexdigest()
     return {"render": "tokenizer", "tokenizer_files": digest}
 
 
-def is_messages(context: Any) -> bool:
+def is_messages(context: object) -> bool:
     """A chat context: a non-empty list of ``{role, content}`` string messages."""
     return (isinstance(context, list) and bool(context)
             and all(isinstance(m, dict) and set(m) == {"role", "content"}
@@ -116,7 +121,7 @@ def is_messages(context: Any) -> bool:
                     for m in context))
 
 
-def request_delimiter(task: Any, chat: bool) -> str:
+def request_delimiter(task: Task, chat: bool) -> str:
     """The delimiter lm-eval puts before each choice of a multiple_choice request: the task's
     ``target_delimiter``, but none under a chat template unless a ``gen_prefix`` not ending in
     whitespace precedes the answer (``ConfigurableTask.construct_requests``)."""

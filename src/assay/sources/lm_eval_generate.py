@@ -13,18 +13,23 @@ Example:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 from assay.errors import SpecError
 
 if TYPE_CHECKING:
+    from lm_eval.api.task import Task  # no type information of its own (no py.typed)
+
+    from assay.models.specs import GenerateSpec
     from assay.rows import Rows
+    from assay.sources.lm_eval_index import Docs
 
 #: HFLM's default ``max_gen_toks`` (lm-eval 0.4), used when a task sets none
 DEFAULT_MAX_GEN_TOKS = 256
 
 
-def sampling_of(gen_kwargs: Any, where: str) -> dict[str, Any]:
+def sampling_of(gen_kwargs: object, where: str) -> dict[str, object]:
     """The ``generate.params`` that give lm-eval's decoding for a task's ``generation_kwargs``:
     ``until`` -> ``stop``, ``max_gen_toks`` (or its aliases) -> ``max_tokens``, greedy
     (``do_sample: false`` or temperature 0) -> ``temperature: 0``; a kwarg assay's backends
@@ -56,7 +61,8 @@ def sampling_of(gen_kwargs: Any, where: str) -> dict[str, Any]:
             "max_tokens": max_tokens, "stop": stop}
 
 
-def check_declared(gspec: Any, want: dict[str, Any], where: str, *, chat: bool = False) -> None:
+def check_declared(gspec: GenerateSpec, want: Mapping[str, object], where: str, *,
+                   chat: bool = False) -> None:
     """Refuse a ``generate:`` entry whose API or params are not the task's (``want``, from
     :func:`sampling_of`): lm-eval sends the context as one text (``api: completions``), or
     under ``chat`` (apply_chat_template) to a chat server as messages (``api: chat``; kind: hf
@@ -82,7 +88,7 @@ def check_declared(gspec: Any, want: dict[str, Any], where: str, *, chat: bool =
             "system_instruction:")
 
 
-def sampled_warnings(gspec: Any) -> list[str]:
+def sampled_warnings(gspec: GenerateSpec) -> list[str]:
     """``assay validate``'s warning for a task that samples (``do_sample: true``): the
     completions are draws of assay's, not HFLM's, so its per-document results never match
     ``simple_evaluate``'s (docs/lm-eval.md, generative tasks, says why). Greedy: none.
@@ -110,7 +116,7 @@ def sampled_warnings(gspec: Any) -> list[str]:
             "do (docs/lm-eval.md, generative tasks)"]
 
 
-def generate_rows_of(task: Any, docs: list[tuple[int, Any, list]], where: str, *,
+def generate_rows_of(task: Task, docs: Docs, where: str, *,
                      chat: bool = False) -> Rows:
     """One prompt row per document: lm-eval's context (few-shot examples as its sampler drew
     them; under ``chat`` a message list is the row's messages), its target as the reference,

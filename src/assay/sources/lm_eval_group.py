@@ -20,11 +20,15 @@ import hashlib
 import json
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from assay.errors import SpecError
+
+if TYPE_CHECKING:
+    from lm_eval.tasks import TaskManager  # no type information of its own (no py.typed)
 
 #: the lists of source names a spec may hold: a group's name there stands for its members
 _SOURCE_LISTS = (("measure", "pass_at", "sources"), ("measure", "eval_variance", "sources"),
@@ -39,7 +43,7 @@ class GroupNode:
 
     name: str
     kind: str  # "group" or "tag"
-    aggregate: tuple[dict[str, Any], ...] | None
+    aggregate: tuple[dict[str, object], ...] | None
     children: tuple[str | GroupNode, ...]
 
     def leaves(self) -> list[str]:
@@ -55,13 +59,13 @@ class GroupNode:
         """This node and every subgroup under it, depth first."""
         return [self] + [n for c in self.children if isinstance(c, GroupNode) for n in c.nodes()]
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return {"name": self.name, "kind": self.kind,
                 "aggregate": None if self.aggregate is None else list(self.aggregate),
                 "children": [c if isinstance(c, str) else c.to_dict() for c in self.children]}
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> GroupNode:
+    def from_dict(cls, d: Mapping[str, Any]) -> GroupNode:
         agg = d.get("aggregate")
         return cls(d["name"], d["kind"], None if agg is None else tuple(agg),
                    tuple(c if isinstance(c, str) else cls.from_dict(c) for c in d["children"]))
@@ -73,7 +77,8 @@ def member_name(source: str, task: str) -> str:
     return f"{source}.{re.sub(r'[^A-Za-z0-9_.-]', '_', task)}"
 
 
-def group_tree(tm: Any, name: str, where: str, _seen: tuple[str, ...] = ()) -> GroupNode | None:
+def group_tree(tm: TaskManager, name: str, where: str, _seen: tuple[str, ...] = ()
+               ) -> GroupNode | None:
     """The group or tag ``name`` as a tree read from lm-eval's index (no task loads); None when
     ``name`` is not a group or tag. A member the index cannot place (an inline config, an
     unknown name, a cycle) is a :class:`SpecError` naming it."""
@@ -122,7 +127,7 @@ def group_tree(tm: Any, name: str, where: str, _seen: tuple[str, ...] = ()) -> G
 _AGG_FIELDS = ("metric", "filter_list", "aggregation", "weight_by_size")
 
 
-def _aggregate_refusal(entry: Any) -> str | None:
+def _aggregate_refusal(entry: object) -> str | None:
     """Why lm-eval 0.4.13 refuses a group's ``aggregate_metric_list`` entry when it loads the
     group (``AggMetricConfig``: a field it has not, no ``metric``, an ``aggregation`` other
     than "mean" or a ``!function``), as the end of a message; None when it takes it. A
@@ -142,7 +147,7 @@ def _aggregate_refusal(entry: Any) -> str | None:
     return None
 
 
-def _member_refusals(tm: Any, tree: GroupNode, mode: str, where: str) -> list[str]:
+def _member_refusals(tm: TaskManager, tree: GroupNode, mode: str, where: str) -> list[str]:
     """What the index already says against each leaf (its output type, its metrics), every
     leaf checked, before any of them loads data."""
     from assay.sources.lm_eval import _refuse_output_type
@@ -172,13 +177,13 @@ def _member_refusals(tm: Any, tree: GroupNode, mode: str, where: str) -> list[st
     return out
 
 
-def _mode_of(src: dict[str, Any]) -> str | None:
+def _mode_of(src: Mapping[str, object]) -> str | None:
     modes = [m for m in ("generate", "choices", "perplexity") if src.get(m) is not None]
     return modes[0] if len(modes) == 1 else None
 
 
-def expand_groups(doc: dict[str, Any], base_dir: str | None
-                  ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+def expand_groups(doc: dict[str, object], base_dir: str | None
+                  ) -> tuple[dict[str, object], list[dict[str, object]]]:
     """The spec document with each ``lm_eval`` source naming a group or tag replaced by one
     source per leaf task (and the group's name in the spec's lists of sources by its members),
     and what each expanded source was: ``{"source", "mode", "tree", "members"}``. A source the
@@ -187,8 +192,9 @@ def expand_groups(doc: dict[str, Any], base_dir: str | None
     sources = doc.get("sources")
     if not isinstance(sources, list):
         return doc, []
-    new: list[Any] = []
-    groups: list[dict[str, Any]] = []
+    new: list[object] = []
+    groups: list[dict[str, object]] = []
+    by_name: dict[str, list[str]] = {}  # a group source's name -> its members' names
     problems: list[str] = []
     for i, src in enumerate(sources):
         found = _expanded(src, base_dir, f"sources[{i}].task")
@@ -204,14 +210,14 @@ def expand_groups(doc: dict[str, Any], base_dir: str | None
         new += [{**src, "name": members[t], "task": t} for t in tree.leaves()]
         groups.append({"source": src["name"], "mode": _mode_of(src), "tree": tree.to_dict(),
                        "members": members, "metrics": metrics})
+        by_name[src["name"]] = list(members.values())
     if problems:
         raise SpecError("\n".join(problems))
     if not groups:
         return doc, []
     out = {**doc, "sources": new}
-    by_name = {g["source"]: list(g["members"].values()) for g in groups}
     for path in _SOURCE_LISTS:
-        parent: Any = out
+        parent: object = out
         for key in path[:-1]:
             parent = parent.get(key) if isinstance(parent, dict) else None
         lst = parent.get(path[-1]) if isinstance(parent, dict) else None
@@ -221,7 +227,7 @@ def expand_groups(doc: dict[str, Any], base_dir: str | None
     return out, groups
 
 
-def _metric_names(base_dir: str | None, src: dict[str, Any], tree: GroupNode
+def _metric_names(base_dir: str | None, src: Mapping[str, object], tree: GroupNode
                   ) -> dict[str, list[str] | None]:
     """Per leaf, the metrics its ``metric_list`` names (what lm-eval reports for it, and so
     what the group's members list); None where the index cannot say (lm-eval's defaults)."""
@@ -238,7 +244,7 @@ def _metric_names(base_dir: str | None, src: dict[str, Any], tree: GroupNode
     return out
 
 
-def _folder_of(base_dir: str | None, src: dict[str, Any]) -> Path | None:
+def _folder_of(base_dir: str | None, src: Mapping[str, object]) -> Path | None:
     from assay.paths import SpecPaths
 
     inc = src.get("include_path")
@@ -248,7 +254,7 @@ def _folder_of(base_dir: str | None, src: dict[str, Any]) -> Path | None:
     return p.parent if p.is_file() else p
 
 
-def _index_of(base_dir: str | None, src: dict[str, Any]) -> Any:
+def _index_of(base_dir: str | None, src: Mapping[str, object]) -> TaskManager:
     from assay.sources.lm_eval_index import task_manager
 
     return task_manager(_folder_of(base_dir, src))
@@ -269,7 +275,7 @@ def cache_dir() -> Path:
     return (Path(xdg) if xdg else Path.home() / ".cache") / "assay"
 
 
-def _memo_path(base_dir: str | None, src: dict[str, Any], where_field: str) -> Path | None:
+def _memo_path(base_dir: str | None, src: Mapping[str, object], where_field: str) -> Path | None:
     """The file recording one source's expansion, named by everything it depends on: the
     index's fingerprint (lm-eval's version, or every YAML's name, size and time under the
     source's folder), the task, the source's name and mode; None when the index has none."""
@@ -285,7 +291,7 @@ def _memo_path(base_dir: str | None, src: dict[str, Any], where_field: str) -> P
     return cache_dir() / "lm-eval-groups" / f"{digest}.json"
 
 
-def _expanded(src: Any, base_dir: str | None, where_field: str
+def _expanded(src: object, base_dir: str | None, where_field: str
               ) -> tuple[GroupNode, list[str], dict[str, list[str] | None]] | None:
     """:func:`_expand_one` and the members' metric names, remembered on disk: reading a spec
     whose ``lm_eval`` task is a plain task (the usual case) or a group seen before costs a file
@@ -317,7 +323,7 @@ def _expanded(src: Any, base_dir: str | None, where_field: str
     return None if tree is None else (tree, refused, metrics)
 
 
-def _set(doc: dict[str, Any], path: tuple[str, ...], value: Any) -> None:
+def _set(doc: dict[str, Any], path: tuple[str, ...], value: object) -> None:
     """Set ``doc[path]`` in copies of the mappings along the path (the caller's stay as
     they were)."""
     node = doc
@@ -327,7 +333,7 @@ def _set(doc: dict[str, Any], path: tuple[str, ...], value: Any) -> None:
     node[path[-1]] = value
 
 
-def _expand_one(src: Any, base_dir: str | None, where_field: str
+def _expand_one(src: object, base_dir: str | None, where_field: str
                 ) -> tuple[GroupNode, list[str]] | None:
     """The tree of one source's group and the refusals of its members; None when the source
     is not an lm_eval source naming a group or tag the index can read."""

@@ -20,16 +20,29 @@ import difflib
 import threading
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from assay.errors import SpecError
 
+if TYPE_CHECKING:
+    # lm-eval ships no type information (no py.typed): these name what the values are
+    from lm_eval.api.instance import Instance
+    from lm_eval.tasks import TaskManager
+    from lm_eval.tasks._index import Entry
+
+#: What an index was built from (:func:`fingerprint`): lm-eval's version, or each YAML's
+#: (path, size, mtime_ns) under a user's folder; None when lm-eval is not installed.
+Fingerprint: TypeAlias = "str | tuple[tuple[str, int, int], ...] | None"
+#: A task's requests as ``(doc_id, doc, instances)`` in document order: the document is
+#: lm-eval's (a dataset record), only handed back to the task's own methods and read for meta.
+Docs: TypeAlias = "list[tuple[int, object, list[Instance]]]"
+
 _LOCK = threading.Lock()
 #: index folder (None: lm-eval's installed tasks) -> (what it was built from, the TaskManager)
-_MANAGERS: dict[str | None, tuple[Any, Any]] = {}
+_MANAGERS: dict[str | None, tuple[Fingerprint, TaskManager]] = {}
 
 
-def fingerprint(folder: Path | None) -> Any:
+def fingerprint(folder: Path | None) -> Fingerprint:
     """What the index was built from: lm-eval's version for its installed tasks; the name,
     size and time of every YAML under a user's folder (a task added or renamed re-indexes; a
     task's contents lm-eval re-reads on each load anyway)."""
@@ -40,7 +53,7 @@ def fingerprint(folder: Path | None) -> Any:
             return metadata.version("lm_eval")
         except metadata.PackageNotFoundError:
             return None
-    out = []
+    out: list[tuple[str, int, int]] = []
     for p in sorted(folder.rglob("*.yaml")):
         with contextlib.suppress(OSError):
             st = p.stat()
@@ -48,7 +61,7 @@ def fingerprint(folder: Path | None) -> Any:
     return tuple(out)
 
 
-def task_manager(folder: Path | None) -> Any:
+def task_manager(folder: Path | None) -> TaskManager:
     """The process's ``TaskManager`` over ``folder`` alone (None: lm-eval's installed tasks),
     built on first use and whenever the folder's YAML files changed."""
     key = None if folder is None else str(folder)
@@ -71,7 +84,7 @@ def forget() -> None:
         _MANAGERS.clear()
 
 
-def task_entry(tm: Any, name: str, where: str) -> Any:
+def task_entry(tm: TaskManager, name: str, where: str) -> Entry:
     """The index entry of one task named ``name``; a group, a tag or an unknown name is a
     :class:`SpecError` naming ``where`` — read from the index, before any task loads data (a
     spec has already expanded a group into its members: :mod:`assay.sources.lm_eval_group`)."""
@@ -98,7 +111,7 @@ def task_entry(tm: Any, name: str, where: str) -> Any:
     return entry
 
 
-def yaml_config(entry: Any) -> dict[str, Any] | None:
+def yaml_config(entry: Entry) -> dict[str, Any] | None:
     """A YAML task's indexed config (includes merged, ``!function`` unresolved); None for a
     Python task class, whose output type and metrics only its loaded object knows."""
     from lm_eval.tasks._index import Kind
@@ -106,7 +119,7 @@ def yaml_config(entry: Any) -> dict[str, Any] | None:
     return entry.cfg if entry.kind == Kind.TASK and isinstance(entry.cfg, dict) else None
 
 
-def _as_list(v: Any) -> list[Any]:
+def _as_list(v: object) -> list[object]:
     return [] if v is None else list(v) if isinstance(v, list | tuple) else [v]
 
 
@@ -127,13 +140,14 @@ def task_code(where: str, what: str) -> Iterator[None]:
                         f"{type(e).__name__}: {e}") from None
 
 
-def doc_meta(doc: Any) -> dict[str, Any] | None:
+def doc_meta(doc: object) -> dict[str, object] | None:
     """A document's scalar fields, kept as the row's ``meta`` (for ``by:`` and ``where``)."""
     import math
     from collections.abc import Mapping
 
     if not isinstance(doc, Mapping):
         return None
-    out = {str(k): v for k, v in doc.items()
-           if isinstance(v, str | int | bool) or (isinstance(v, float) and math.isfinite(v))}
+    out: dict[str, object] = {
+        str(k): v for k, v in doc.items()
+        if isinstance(v, str | int | bool) or (isinstance(v, float) and math.isfinite(v))}
     return out or None

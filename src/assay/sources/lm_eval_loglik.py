@@ -17,19 +17,22 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
 from assay.errors import SpecError
 
 if TYPE_CHECKING:
+    from lm_eval.api.task import Task  # no type information of its own (no py.typed)
+
     from assay.rows import Rows
+    from assay.sources.lm_eval_index import Docs
 
 #: the probes ``process_results`` is run on: (log-likelihood, is_greedy) twice, both differing
 PROBES = ((-1.5, True), (-2.5, False))
 
 
-def loglik_results(first: Mapping[str, Any], second: Mapping[str, Any]) -> list[str] | str:
+def loglik_results(first: Mapping[str, object], second: Mapping[str, object]) -> list[str] | str:
     """The metrics a loglikelihood task's ``process_results`` reports (its order) when its
     results on :data:`PROBES` are lm-eval's (``perplexity`` the log-likelihood, ``acc`` the
     greedy flag as 0/1); else why not (then its numbers are not what assay computes).
@@ -55,8 +58,8 @@ def loglik_results(first: Mapping[str, Any], second: Mapping[str, Any]) -> list[
     return list(first)
 
 
-def prompt_rows(prompts: list[str], privileged: list[dict[str, Any]], tids: list[str],
-                metas: list[Any], where: str) -> Rows:
+def prompt_rows(prompts: list[str], privileged: Sequence[Mapping[str, object]], tids: list[str],
+                metas: Sequence[object], where: str) -> Rows:
     """Prompt rows whose ``privileged`` column is exactly ``privileged`` (JSON per row)."""
     import pyarrow as pa
 
@@ -72,7 +75,7 @@ def prompt_rows(prompts: list[str], privileged: list[dict[str, Any]], tids: list
     return Rows(t.set_column(t.schema.get_field_index("privileged"), "privileged", col))
 
 
-def loglik_rows_of(task: Any, docs: list[tuple[int, Any, list]], where: str) -> Rows:
+def loglik_rows_of(task: Task, docs: Docs, where: str) -> Rows:
     """One prompt row per document: lm-eval's context, its continuation as the one choice
     (delimiter empty: lm-eval's continuation is scored as it is), and the metrics its
     ``process_results`` reports (``privileged.loglikelihood``)."""

@@ -20,12 +20,20 @@ import json
 import math
 import numbers
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import pyarrow as pa
 
 from assay.errors import SpecError
+from assay.jsontypes import JSONValue
 from assay.rows import Rows, to_json
+
+if TYPE_CHECKING:
+    from lm_eval.api.task import Task  # no type information of its own (no py.typed)
+
+    from assay.paths import Paths
+    from assay.sources.base import SourceSpec
+    from assay.sources.lm_eval import LmEvalSource
 
 #: the lm-eval aggregations (registry names) whose items are one number per document
 MEAN_AGGREGATIONS = ("mean", "nanmean")
@@ -36,10 +44,10 @@ FILTER = "none"
 
 _LOCK = threading.Lock()
 #: (task, index folder, the source's identity) -> the loaded task: one load per process
-_TASKS: dict[tuple[str, str | None, str], Any] = {}
+_TASKS: dict[tuple[str, str | None, str], Task] = {}
 
 
-def aggregation_names(task: Any) -> dict[str, str]:
+def aggregation_names(task: Task) -> dict[str, str]:
     """``{metric: aggregation name}`` for every metric the loaded task reports: lm-eval's
     registry name, or an importable ``module:qualname`` (:mod:`assay.measure.lm_eval_corpus`);
     a function of the task's own file is a :class:`SpecError`."""
@@ -55,7 +63,7 @@ def aggregation_names(task: Any) -> dict[str, str]:
     return names
 
 
-def item_of(metric: str, agg: str, v: Any, where: str) -> Any:
+def item_of(metric: str, agg: str, v: Any, where: str) -> JSONValue:
     """One document's item for ``metric`` as JSON holds it: a number for a mean, ``[gold,
     pred]`` for f1/mcc (lm-eval's shapes; anything else is a :class:`SpecError`), whatever JSON
     holds for another aggregation (median's number, afrixnli f1's pair)."""
@@ -80,8 +88,8 @@ def item_of(metric: str, agg: str, v: Any, where: str) -> Any:
     return float(v)
 
 
-def document_items(task: Any, doc: Any, lls: list[float], greedy: list[bool],
-                   aggs: dict[str, str], where: str) -> dict[str, Any]:
+def document_items(task: Task, doc: object, lls: list[float], greedy: list[bool],
+                   aggs: dict[str, str], where: str) -> dict[str, JSONValue]:
     """``{"metric,none": item}`` in lm-eval's order: the task's ``process_results`` given the
     results as lm-eval hands them over (one ``(loglik, is_greedy)`` per choice)."""
     from assay.sources.lm_eval_index import task_code
@@ -94,7 +102,7 @@ def document_items(task: Any, doc: Any, lls: list[float], greedy: list[bool],
     return {f"{k},{FILTER}": item_of(k, aggs[k], v, where) for k, v in got.items()}
 
 
-def loaded_task(source: Any, paths: Any) -> Any:
+def loaded_task(source: LmEvalSource, paths: Paths) -> Task:
     """lm-eval's task of an lm_eval source (its documents loaded, its requests unbuilt), loaded
     once per process and again when the task's files change."""
     from assay import libguard
@@ -118,11 +126,13 @@ def loaded_task(source: Any, paths: Any) -> Any:
         return _TASKS[key]
 
 
-def add_lm_eval_items(rows: Rows, source: Any, paths: Any) -> Rows:
+def add_lm_eval_items(rows: Rows, source: SourceSpec, paths: Paths) -> Rows:
     """Scored choice rows of an lm_eval source with each document's lm-eval items and their
     aggregations in ``judge_meta["lm_eval"]``, its scalar items as markers, and ``reward`` the
     task's own ``acc`` where it reports one (truthfulqa_mc2's is its mc2 mass, not the
     argmax: a choice_accuracy over these rows is lm-eval's acc)."""
+    # called for a source whose kind declares lm_eval_task: the lm_eval kind
+    source = cast("LmEvalSource", source)
     task = loaded_task(source, paths)
     if task.get_config("output_type") != "multiple_choice":
         return rows  # a loglikelihood task's rows are graded by lm_eval_loglik

@@ -27,7 +27,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import ast
+
+    from lm_eval.api.task import Task  # no type information of its own (no py.typed)
 
 #: per output type: the metrics assay computes, each with the lm-eval aggregations (registry
 #: names) that give assay's number (acc cannot be NaN, so nanmean is mean)
@@ -51,12 +56,12 @@ DEFAULT_OUTPUT_TYPE = "generate_until"
 #: defined in a task's own file, which rows cannot name
 
 
-def output_type(cfg: Mapping[str, Any]) -> str:
+def output_type(cfg: Mapping[str, object]) -> str:
     """The task's output type as lm-eval reads its config (unset: ``generate_until``)."""
     return str(cfg.get("output_type") or DEFAULT_OUTPUT_TYPE)
 
 
-def _name(v: Any) -> str:
+def _name(v: object) -> str:
     """A metric/aggregation as the config names it (an unresolved ``!function`` is a path)."""
     if callable(v):
         return getattr(v, "__name__", repr(v))
@@ -106,7 +111,7 @@ def config_refusal(cfg: Mapping[str, Any]) -> str | None:
     return None
 
 
-def _aggregation_refusal(metric: str, agg: Any) -> str | None:
+def _aggregation_refusal(metric: str, agg: object) -> str | None:
     """A configured aggregation rows cannot name (:mod:`assay.measure.lm_eval_corpus`): an
     unresolved ``!function`` (a path) defined in the task's own file; one imported there from
     elsewhere (afrixnli's ``weighted_f1_score``) is judged once the task loads."""
@@ -145,7 +150,8 @@ def _shipped_module(path: str) -> bool:
     return all(p.isidentifier() for p in rel.parts)
 
 
-def _defines(node: Any) -> list[str]:
+def _defines(node: ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef | ast.Assign
+             ) -> list[str]:
     import ast
 
     if isinstance(node, ast.Assign):
@@ -159,7 +165,7 @@ def _own_file(metric: str, fname: str) -> str:
             "it)")
 
 
-def _loaded_aggregation_refusal(task: Any) -> str | None:
+def _loaded_aggregation_refusal(task: Task) -> str | None:
     """Each aggregation lm-eval chose for the loaded task, named as rows carry it, or why
     not."""
     from assay.measure.lm_eval_corpus import aggregation_ref
@@ -170,7 +176,7 @@ def _loaded_aggregation_refusal(task: Any) -> str | None:
     return None
 
 
-def task_refusal(task: Any) -> str | None:
+def task_refusal(task: Task) -> str | None:
     """Why assay cannot give lm-eval's numbers for a loaded lm-eval ``Task``, or None: what
     :func:`config_refusal` says, plus a Python task class's own ``process_results`` and the
     aggregation functions lm-eval itself chose (its registry's, compared by identity)."""
@@ -229,7 +235,7 @@ def _generate_refusal(cfg: Mapping[str, Any]) -> str | None:
     return None
 
 
-def _generate_task_refusal(task: Any) -> str | None:
+def _generate_task_refusal(task: Task) -> str | None:
     """:func:`_generate_refusal` on a loaded generate_until ``Task``, plus the aggregation
     functions lm-eval itself chose for every metric it reports (each must be one rows can
     name: :mod:`assay.measure.lm_eval_corpus`)."""

@@ -16,12 +16,15 @@ Example:
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from assay.errors import SpecError
 
 if TYPE_CHECKING:
+    from lm_eval.api.task import Task  # no type information of its own (no py.typed)
+
     from assay.rows import Rows
+    from assay.sources.lm_eval_index import Docs
 
 
 def shared_prefix(contexts: list[str]) -> str:
@@ -34,7 +37,7 @@ def shared_prefix(contexts: list[str]) -> str:
     return p[:cut + 1]
 
 
-def multi_input_rows_of(task: Any, docs: list[tuple[int, Any, list]], where: str) -> Rows:
+def multi_input_rows_of(task: Task, docs: Docs, where: str) -> Rows:
     """One prompt row per document of a multiple-input ``multiple_choice`` task (module
     docstring); requests that are not one context per choice with one shared continuation
     (``acc_mutual_info``'s extra requests) are refused naming the document."""

@@ -22,12 +22,12 @@ class PluginSource(SourceSpec):
 
     kind: str = Field(pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$",
                       description="'package.module:callable' returning rows")
-    params: dict[str, Any] = Field(default_factory=dict)
+    params: dict[str, object] = Field(default_factory=dict)
     version: str | None = version_field("the built rows")
 
     @field_validator("generate")
     @classmethod
-    def _no_generate(cls, v: Any) -> Any:
+    def _no_generate(cls, v: object) -> object:
         if v is not None:
             raise ValueError("a plugin source returns its rows with their completions; to have a "
                              "model generate them, use a file or hf_dataset source of prompts")
@@ -52,7 +52,7 @@ class PluginSource(SourceSpec):
                 f"rows ({type(e).__name__}: {e}); return assay.rows(...) or dict rows"
             ) from None
 
-    def identity(self, paths: Paths) -> dict[str, Any]:
+    def identity(self, paths: Paths) -> dict[str, object]:
         from assay.hashing import code_identity
 
         fn = None if self.version is not None else self._callable(paths)

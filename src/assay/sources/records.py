@@ -23,7 +23,7 @@ import numbers
 import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Literal, cast
 
 import pyarrow as pa
 from pydantic import Field, model_validator
@@ -51,7 +51,7 @@ if TYPE_CHECKING:
     from assay.sources.templates import PromptTemplate
 
 
-def extract_reference(value: Any, pattern: str, *, where: str) -> str:
+def extract_reference(value: object, pattern: str, *, where: str) -> str:
     """Group 1 (else the whole match) of ``pattern`` searched in a reference text, stripped;
     ``^``/``$`` match at line ends. No match is an error, never an empty reference.
 
@@ -73,10 +73,10 @@ def extract_reference(value: Any, pattern: str, *, where: str) -> str:
     return got
 
 
-def join_completions(records: Sequence[Mapping[str, Any]], task_ids: Sequence[str],
-                     completions: Sequence[Mapping[str, Any]], key: str, *, where: str,
+def join_completions(records: Sequence[Mapping[str, object]], task_ids: Sequence[str],
+                     completions: Sequence[Mapping[str, object]], key: str, *, where: str,
                      where_completions: str, skip: frozenset[str] | set[str] = frozenset()
-                     ) -> list[dict[str, Any]]:
+                     ) -> list[dict[str, object]]:
     """Each task's record merged with each of its completion records (matched on ``key``), in
     task order then completion order. A completion for an unknown task, a task without
     completions and a field both sides define are errors; completions of the tasks in ``skip``
@@ -89,7 +89,7 @@ def join_completions(records: Sequence[Mapping[str, Any]], task_ids: Sequence[st
         [{'q': '1+1?', 'out': '2'}, {'q': '2+2?', 'out': '4'}]
     """
     index = {t: i for i, t in enumerate(task_ids)}
-    per_task: list[list[Mapping[str, Any]]] = [[] for _ in records]
+    per_task: list[list[Mapping[str, object]]] = [[] for _ in records]
     for j, c in enumerate(completions):
         if key not in c or c[key] is None:
             raise SpecError(f"{where_completions} record {j + 1}: field {key!r} (completions.key) "
@@ -118,11 +118,12 @@ def join_completions(records: Sequence[Mapping[str, Any]], task_ids: Sequence[st
     return out
 
 
-def rows_from_records(records: Sequence[Mapping[str, Any]], fields: FieldMap, *, where: str,
-                      prompt_template: Any = None, reference_regex: str | None = None,
+def rows_from_records(records: Sequence[Mapping[str, object]], fields: FieldMap, *, where: str,
+                      prompt_template: PromptTemplate | None = None,
+                      reference_regex: str | None = None,
                       prompts_only: bool = False, start: int = 0,
                       book: TaskBook | None = None,
-                      first_record: Mapping[str, Any] | None = None) -> Rows:
+                      first_record: Mapping[str, object] | None = None) -> Rows:
     """Rows from prompt/completion records through a field mapping (one completion per record;
     records with the same task id or prompt group into one task). ``prompts_only``: the records
     hold prompts for the generate stage; each row's completion is left empty until it runs.
@@ -244,7 +245,7 @@ BATCH_RECORDS = 16_384
 
 
 def record_batches(path: str | Path, fmt: str, size: int | None = None
-                   ) -> Iterator[list[dict[str, Any]]]:
+                   ) -> Iterator[list[dict[str, object]]]:
     """The records of a JSONL or Parquet file, ``size`` at a time, in file order: those
     :func:`read_records` returns, never all held at once (a bad line raises as it does);
     ``size`` defaults to :data:`BATCH_RECORDS`.
@@ -264,7 +265,7 @@ def record_batches(path: str | Path, fmt: str, size: int | None = None
             for b in pf.iter_batches(batch_size=size, use_threads=False):
                 yield b.to_pylist()
         return
-    batch: list[dict[str, Any]] = []
+    batch: list[dict[str, object]] = []
     for _, rec in iter_jsonl(path, error=SpecError):
         batch.append(rec)
         if len(batch) == size:
@@ -391,17 +392,17 @@ class RecordSourceSpec(SourceSpec):
         return (None if self.prompt_template is None
                 else PromptTemplate(self.prompt_template, self.template_format))
 
-    def read_source_records(self, paths: Paths) -> list[dict[str, Any]]:
+    def read_source_records(self, paths: Paths) -> list[dict[str, object]]:
         """The records this source reads (before the field map)."""
         raise NotImplementedError
 
-    def _completion_records(self, paths: Paths) -> tuple[list[dict[str, Any]], str]:
+    def _completion_records(self, paths: Paths) -> tuple[list[dict[str, object]], str]:
         assert self.completions is not None
         p = paths.resolve(self.completions.path)
         fmt = self.completions.format or p.suffix.lower().lstrip(".")
         return read_records(p, fmt), str(p)
 
-    def join_ids(self, records: Sequence[Mapping[str, Any]], where: str, start: int = 0
+    def join_ids(self, records: Sequence[Mapping[str, object]], where: str, start: int = 0
                  ) -> list[str]:
         """The task id each record is matched on: its ``fields.task_id`` value, else its index in
         the split (``start`` is the index of the first record)."""
@@ -416,8 +417,8 @@ class RecordSourceSpec(SourceSpec):
             tids.append(str(t))
         return tids
 
-    def merged_records(self, paths: Paths, records: list[dict[str, Any]], where: str,
-                       skip: frozenset[str] | set[str] = frozenset()) -> list[dict[str, Any]]:
+    def merged_records(self, paths: Paths, records: list[dict[str, object]], where: str,
+                       skip: frozenset[str] | set[str] = frozenset()) -> list[dict[str, object]]:
         """The records with their completions joined in (when ``completions:`` is given);
         completions of the tasks in ``skip`` (cut by a limit) are left out."""
         if self.completions is None:
@@ -431,7 +432,7 @@ class RecordSourceSpec(SourceSpec):
         return join_completions(records, tids, comps, self.completions.key, where=where,
                                 where_completions=cpath, skip=skip)
 
-    def rows_from(self, paths: Paths, records: list[dict[str, Any]], where: str,
+    def rows_from(self, paths: Paths, records: list[dict[str, object]], where: str,
                   skip: frozenset[str] | set[str] = frozenset(), start: int = 0) -> Rows:
         if self.choices is not None:
             from assay.sources.choices import choice_rows
@@ -451,7 +452,7 @@ class RecordSourceSpec(SourceSpec):
         records at a time (no completions joined from another file, no choices or documents)."""
         return self.completions is None and self.choices is None and self.perplexity is None
 
-    def _batch_tables(self, batches: Iterable[list[dict[str, Any]]], where: str,
+    def _batch_tables(self, batches: Iterable[list[dict[str, object]]], where: str,
                       ) -> Iterator[pa.Table]:
         """Each batch's rows (an Arrow table), built as :meth:`rows_in_batches` says; what only
         the build needs (the book: a Python string per task) goes when the last is given."""
@@ -474,7 +475,7 @@ class RecordSourceSpec(SourceSpec):
         if head is None:  # no records: the error one build gives
             rows_from_records([], self.fields, where=where)
 
-    def rows_in_batches(self, batches: Iterable[list[dict[str, Any]]], where: str, *,
+    def rows_in_batches(self, batches: Iterable[list[dict[str, object]]], where: str, *,
                         keep: bool = True) -> Rows | None:
         """The rows :meth:`rows_from` makes of every record of ``batches`` (a file's, in
         order), built a batch at a time: tasks numbered and checked across batches as in one
@@ -490,7 +491,7 @@ class RecordSourceSpec(SourceSpec):
             return None
         return Rows(tables[0] if len(tables) == 1 else _one_chunk(tables))
 
-    def parquet_in_batches(self, batches: Iterable[list[dict[str, Any]]],
+    def parquet_in_batches(self, batches: Iterable[list[dict[str, object]]],
                            where: str) -> ParquetRows:
         """The rows of :meth:`rows_in_batches`, written a batch at a time into one Parquet
         file as they are built: the build holds a batch, never every row (issue 50); the
@@ -516,26 +517,33 @@ class RecordSourceSpec(SourceSpec):
             out.append(paths.resolve(self.choices.fewshot.path))
         return out
 
-    def identity(self, paths: Paths) -> dict[str, Any]:
+    def identity(self, paths: Paths) -> dict[str, object]:
         from assay.hashing import file_checksum
 
         out = super().identity(paths)
         for mode in ("choices", "perplexity"):  # unset: existing sources keep their keys
             if out.get(mode, 0) is None:
                 out.pop(mode)
+
+        def entry(key: str) -> dict[str, object]:
+            # a set sub-model's entry of model_dump(mode="json") (the identity): a dict
+            return cast("dict[str, object]", out[key])
+
         if self.perplexity is not None:  # documents: the model keys the score-documents stage
-            out["perplexity"] = {k: v for k, v in out["perplexity"].items() if k != "model"}
+            out["perplexity"] = {k: v for k, v in entry("perplexity").items() if k != "model"}
         if self.choices is not None:  # prompt rows: the model keys the score-choices stage
-            out["choices"] = {k: v for k, v in out["choices"].items() if k != "model"}
+            choices = out["choices"] = {k: v for k, v in entry("choices").items() if k != "model"}
             if self.choices.fewshot.path is not None:
-                out["choices"]["fewshot"]["path"] = file_checksum(
+                # choices.fewshot is a FewShotSpec: its dump is a dict
+                cast("dict[str, object]", choices["fewshot"])["path"] = file_checksum(
                     paths.resolve(self.choices.fewshot.path))
         if self.completions is not None:
-            out["completions"] = {**out["completions"],
+            out["completions"] = {**entry("completions"),
                                   "path": file_checksum(paths.resolve(self.completions.path))}
         return out
 
-    def check_records(self, records: list[dict[str, Any]], paths: Paths, where: str) -> list[str]:
+    def check_records(self, records: list[dict[str, object]], paths: Paths, where: str
+                      ) -> list[str]:
         """Problems of the field map against the records, as ``yaml.path: message`` (relative to
         the source entry): a field path no record has, a template field or regex that fails."""
         problems: list[str] = []
@@ -622,14 +630,14 @@ class RecordSourceSpec(SourceSpec):
         # none alone is bad: records that conflict with each other (one task id, two references)
         return problems + (bad or [f"{key(first_error)}: {first_error}"])
 
-    def row_fields_of(self, records: list[dict[str, Any]], paths: Paths, where: str) -> set[str]:
+    def row_fields_of(self, records: list[dict[str, object]], paths: Paths, where: str) -> set[str]:
         """The names ``by:`` and ``where`` can read in this source's rows."""
         from assay.rows import COLUMNS
 
         # completions are matched to every record, so then every record is read
         r = self.rows_from(paths, records[:50] if self.completions is None else records, where)
         names = set(COLUMNS)
-        def walk(d: Mapping[str, Any], prefix: str, depth: int) -> None:
+        def walk(d: Mapping[str, object], prefix: str, depth: int) -> None:
             for k, v in d.items():
                 names.update({prefix + k, f"meta.{prefix}{k}"})
                 if isinstance(v, Mapping) and depth < 4:

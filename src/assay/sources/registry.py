@@ -4,8 +4,13 @@ A source kind is a :class:`assay.sources.base.SourceSpec` subclass, its own spec
 (``@SOURCES.register("name")`` on the class).
 """
 
-from typing import Any
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
 
 from assay.registry import Registry
 
-SOURCES: Registry[Any] = Registry("source", self_spec=True)
+if TYPE_CHECKING:
+    from assay.sources.base import SourceSpec
+
+SOURCES: Registry[type[SourceSpec]] = Registry("source", self_spec=True)

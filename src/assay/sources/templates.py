@@ -24,11 +24,15 @@ from __future__ import annotations
 
 import re
 import string
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from functools import cached_property
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Literal
 
 from assay.errors import SpecError
+
+if TYPE_CHECKING:
+    from jinja2 import Template
+    from jinja2.sandbox import SandboxedEnvironment
 
 Format = Literal["jinja2", "format"]
 
@@ -42,7 +46,7 @@ class _Null(Exception):
     """A template printed a null value (the field path when known)."""
 
 
-def _no_null(value: Any) -> Any:
+def _no_null(value: object) -> object:
     if value is None:
         raise _Null(None)
     return value
@@ -61,7 +65,8 @@ def regex_replace(text: str, pattern: str, replacement: str, count: int = 0) -> 
 class _NoNullFormatter(string.Formatter):
     """``str.format`` that refuses a null field instead of printing ``None``."""
 
-    def get_field(self, field_name: str, args: Any, kwargs: Any) -> Any:
+    def get_field(self, field_name: str, args: Sequence[object], kwargs: Mapping[str, object]
+                  ) -> tuple[object, str]:
         obj, used = super().get_field(field_name, args, kwargs)
         if obj is None:
             raise _Null(field_name)
@@ -78,7 +83,7 @@ class PromptTemplate:
         self.name = name  # the spec key errors name (choices.description, perplexity.template)
 
     @cached_property
-    def _jinja(self) -> Any:
+    def _jinja(self) -> tuple[SandboxedEnvironment, Template]:
         from jinja2 import StrictUndefined, TemplateSyntaxError
         from jinja2.sandbox import SandboxedEnvironment
 
@@ -121,7 +126,7 @@ class PromptTemplate:
         return (f"{where}: {self.name}: {what} in this record (it would print as 'None'); "
                 "fix the data, or drop such records with a step {op: where, ...}")
 
-    def render(self, record: Mapping[str, Any], *, where: str) -> str:
+    def render(self, record: Mapping[str, object], *, where: str) -> str:
         """The prompt for one record; a missing or null field is a SpecError naming it.
 
         Example:

@@ -24,7 +24,7 @@ import os
 import shutil
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from assay.view.compare import (
     MAX_SHOWN,
@@ -44,6 +44,11 @@ from assay.view.data import (
     write_source_file,
 )
 from assay.written import MANIFEST, Manifest, sha256_file
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from assay.view.data import TaskDoc
 
 __all__ = ["ViewError", "resolve_run", "write_view"]
 
@@ -99,7 +104,7 @@ def _source_files(run: Path) -> list[Path]:
     return [p for p in sorted(rows_dir.glob("*.parquet")) if not p.stem.startswith(_SKIP_PREFIX)]
 
 
-def _source_tables(run: Path) -> list[tuple[str, Any]]:
+def _source_tables(run: Path) -> list[tuple[str, pa.Table]]:
     return [(p.stem, read_rows(p)) for p in _source_files(run)]
 
 
@@ -141,7 +146,8 @@ def write_view(run_dir: str | os.PathLike[str], against: str | os.PathLike[str] 
             plots.append(src.name)
     from assay.view.data import categories_by
 
-    sources, docs = [], {}
+    sources: list[dict[str, object]] = []
+    docs: dict[str, tuple[int, list[TaskDoc], str | None]] = {}
     for i, path in enumerate(_source_files(run)):
         name, by = path.stem, categories_by(report, path.stem)
         if other is None:  # one chunk of rows in memory at a time
@@ -153,7 +159,7 @@ def write_view(run_dir: str | os.PathLike[str], against: str | os.PathLike[str] 
         sources.append(write_source(tmp / "data", i, name, table, by, chunk_rows, tasks))
         docs[name] = (i, tasks, by)
         del table
-    meta: dict[str, Any] = {"run": nightly["night"] if nightly else None, "report": report,
+    meta: dict[str, object] = {"run": nightly["night"] if nightly else None, "report": report,
                             "plots": plots, "sources": sources, "against": None,
                             "nightly": nightly}
     if other is not None:
@@ -168,7 +174,7 @@ def write_view(run_dir: str | os.PathLike[str], against: str | os.PathLike[str] 
     return out / "index.html"
 
 
-def _page_identity(run: Path, other: Path | None, nightly: Any, chunk_rows: int) -> str:
+def _page_identity(run: Path, other: Path | None, nightly: object, chunk_rows: int) -> str:
     """What the page is made from, as one sha256: this code and its static files, the run's
     report.json, plots and rows files (and the compared run's), the nightly section. Reading
     them costs a hash of each file, not a rebuild."""
@@ -209,11 +215,13 @@ def _page_kept(out: Path, identity: str) -> bool:
                for f, e in written.files.items())
 
 
-def _write_diff(data: Path, run: Path, other: Path, docs: dict[str, Any]) -> dict[str, Any]:
+def _write_diff(data: Path, run: Path, other: Path,
+                docs: dict[str, tuple[int, list[TaskDoc], str | None]]) -> dict[str, object]:
     """``d<i>.js`` per source both runs have: the moved tasks with both runs' rows."""
     other_tables = dict(_source_tables(other))
-    entry: dict[str, Any] = {"run": other.name,
-                             "headline": headline(_report(other)), "sources": []}
+    shown_sources: list[dict[str, object]] = []
+    entry: dict[str, object] = {"run": other.name,
+                                "headline": headline(_report(other)), "sources": shown_sources}
     for name, (i, after, by) in docs.items():
         if name not in other_tables:
             continue
@@ -228,8 +236,8 @@ def _write_diff(data: Path, run: Path, other: Path, docs: dict[str, Any]) -> dic
         (data / fname).write_text(js_call(f"diff:{i}", {"moved": moved, "tasks": pairs}),
                                   encoding="ascii")
         common = len({t["id"] for t in before} & {t["id"] for t in after})
-        entry["sources"].append({"name": name, "index": i, "file": fname, "n_moved": len(moved),
-                                 "n_common": common, "shown": len(shown),
-                                 "flips": {f: sum(m["flip"] == f for m in moved)
-                                           for f in ("pass->fail", "fail->pass")}})
+        shown_sources.append({"name": name, "index": i, "file": fname, "n_moved": len(moved),
+                              "n_common": common, "shown": len(shown),
+                              "flips": {f: sum(m["flip"] == f for m in moved)
+                                        for f in ("pass->fail", "fail->pass")}})
     return entry

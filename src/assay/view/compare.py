@@ -15,7 +15,20 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypedDict
+
+if TYPE_CHECKING:
+    from assay.view.data import TaskDoc
+
+class MovedTask(TypedDict):
+    """A task whose pass rate moved between two runs (:func:`moved_tasks`)."""
+
+    id: str
+    before: float
+    after: float
+    delta: float
+    flip: str
+
 
 #: Moved tasks whose completions are written into the page (the rest are listed without them).
 MAX_SHOWN = 300
@@ -27,13 +40,12 @@ def pass_rate(rows: Sequence[Mapping[str, Any]]) -> float | None:
     return sum(binary) / len(binary) if binary else None
 
 
-def moved_tasks(before: Sequence[Mapping[str, Any]], after: Sequence[Mapping[str, Any]]
-                ) -> list[dict[str, Any]]:
+def moved_tasks(before: Sequence[TaskDoc], after: Sequence[TaskDoc]) -> list[MovedTask]:
     """Tasks of both runs whose pass rate differs, largest move first (ties: task id).
     ``flip`` is ``"pass->fail"`` when the task passed on some sample before and on none now,
     ``"fail->pass"`` the other way round, else ``""``."""
     old = {t["id"]: pass_rate(t["rows"]) for t in before}
-    out = []
+    out: list[MovedTask] = []
     for t in after:
         b, a = old.get(t["id"]), pass_rate(t["rows"])
         if b is None or a is None or a == b:
@@ -44,16 +56,16 @@ def moved_tasks(before: Sequence[Mapping[str, Any]], after: Sequence[Mapping[str
     return out
 
 
-def _read_json(path: Path) -> Any:
+def _read_json(path: Path) -> object:
     try:
         return json.loads(path.read_text(encoding="utf-8"))
     except (FileNotFoundError, json.JSONDecodeError):
         return None
 
 
-def headline(report: Mapping[str, Any] | None) -> dict[str, dict[str, Any]]:
+def headline(report: Mapping[str, Any] | None) -> dict[str, dict[str, object]]:
     """pass@1 per source as report.json states it (value, low, high, n), never recomputed."""
-    out: dict[str, dict[str, Any]] = {}
+    out: dict[str, dict[str, object]] = {}
     for m in (report or {}).get("measurements", []):
         if m.get("kind") != "pass_at":
             continue
@@ -65,7 +77,7 @@ def headline(report: Mapping[str, Any] | None) -> dict[str, dict[str, Any]]:
     return out
 
 
-def night_doc(run_dir: Path) -> dict[str, Any] | None:
+def night_doc(run_dir: Path) -> dict[str, object] | None:
     """The nightly section of a night's page: the gate's verdict, tonight's metrics with their
     baseline, and the history of every gated metric over the study's nights; None when
     ``run_dir`` holds no nightly.json."""
@@ -91,7 +103,7 @@ def night_doc(run_dir: Path) -> dict[str, Any] | None:
     tonight = [{"source": s.get("source"), "baseline": s.get("baseline"),
                 "metrics": [{k: m.get(k) for k in keep} for m in s.get("metrics") or []
                             if isinstance(m, dict)]} for s in sources]
-    history: dict[str, list[dict[str, Any]]] = {}
+    history: dict[str, list[dict[str, object]]] = {}
     gated = set(doc.get("gated") or [])
     for night_dir in sorted(p for p in run_dir.parent.iterdir() if p.is_dir()):
         if night_dir.name > run_dir.name:

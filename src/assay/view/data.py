@@ -16,12 +16,17 @@ import json
 import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, NotRequired, TypedDict
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from assay.errors import AssayError
+from assay.jsontypes import JSONValue
+
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
 
 #: Rows per data chunk (cut at task boundaries): a task page loads one chunk, a search all.
 CHUNK_ROWS = 2000
@@ -36,7 +41,33 @@ class ViewError(AssayError, FileNotFoundError):
     """A folder is not a finished run (no report.json) or a nightly root with nights."""
 
 
-def safe_json(obj: Any) -> str:
+class RowDoc(TypedDict):
+    """One graded row as the page shows it (:func:`row_doc`)."""
+
+    i: int | None
+    text: str | None
+    reward: float | None
+    status: str | None
+    judge: str | None
+    reason: str | None
+    markers: dict[str, float | None]
+    judge_meta: object
+    meta: object
+    privileged: object
+    #: the generate stage's note (``privileged.generation``), when the row has one
+    generation: NotRequired[Mapping[str, object] | None]
+
+
+class TaskDoc(TypedDict):
+    """One task as the page shows it (:func:`task_docs`): its prompt and its rows."""
+
+    id: str
+    messages: list[Mapping[str, object]]
+    category: str | None
+    rows: list[RowDoc]
+
+
+def safe_json(obj: object) -> str:
     """JSON that is inert inside a script: ASCII only, ``<>&`` as ``\\u`` escapes, no NaN.
 
     Example:
@@ -51,19 +82,19 @@ def safe_json(obj: Any) -> str:
     return text
 
 
-def js_call(name: str, obj: Any) -> str:
+def js_call(name: str, obj: object) -> str:
     """One data file's text: ``assayData(name, obj);``."""
     return f"assayData({safe_json(name)},{safe_json(obj)});\n"
 
 
-def _loads(v: Any) -> Any:
+def _loads(v: object) -> object:
     if v is None or not isinstance(v, str):
         return v
     return _parse(v)
 
 
 @functools.lru_cache(maxsize=4096)
-def _parse(v: str) -> Any:
+def _parse(v: str) -> JSONValue:
     # a task's k rows mostly carry the same meta and reference: parse each text once; callers
     # never change what this returns (row_doc copies the privileged dict before popping)
     try:
@@ -72,7 +103,7 @@ def _parse(v: str) -> Any:
         return v  # shown as the text it is
 
 
-def _finite(x: Any) -> float | None:
+def _finite(x: float | None) -> float | None:
     if x is None:
         return None
     x = float(x)
@@ -94,7 +125,7 @@ def categories_by(report: Mapping[str, Any], source: str) -> str | None:
     return None
 
 
-def _category_values(table: pa.Table, by: str | None) -> list[Any]:
+def _category_values(table: pa.Table, by: str | None) -> list[str | None]:
     if by is None:
         return [None] * table.num_rows
     from assay.rowfields import field_values
@@ -106,23 +137,28 @@ def _category_values(table: pa.Table, by: str | None) -> list[Any]:
     return [None if v is None else str(v) for v in vals]
 
 
-def row_doc(r: Mapping[str, Any]) -> dict[str, Any]:
+def row_doc(r: Mapping[str, Any]) -> RowDoc:
     """One graded row as the page shows it (the JSON columns parsed; the prompt is per task)."""
     markers = dict(r.get("markers") or [])
-    doc = {"i": r.get("rollout_index"), "text": r.get("final_text"),
-           "reward": _finite(r.get("reward")),
-           "status": r.get("judge_status"), "judge": r.get("judge_name"), "reason": r.get("reason"),
-           "markers": {k: _finite(v) for k, v in sorted(markers.items())},
-           "judge_meta": _loads(r.get("judge_meta")), "meta": _loads(r.get("meta"))}
     priv = _loads(r.get("privileged"))
+    generation = None
     if isinstance(priv, dict):
         priv = dict(priv)
-        doc["generation"] = priv.pop("generation", None)
-    doc["privileged"] = priv
+        generation = priv.pop("generation", None)
+    # the page's JSON sorts keys (safe_json): the order they are set in here is not written
+    doc: RowDoc = {"i": r.get("rollout_index"), "text": r.get("final_text"),
+                   "reward": _finite(r.get("reward")),
+                   "status": r.get("judge_status"), "judge": r.get("judge_name"),
+                   "reason": r.get("reason"),
+                   "markers": {k: _finite(v) for k, v in sorted(markers.items())},
+                   "judge_meta": _loads(r.get("judge_meta")), "meta": _loads(r.get("meta")),
+                   "privileged": priv}
+    if isinstance(priv, dict):
+        doc["generation"] = generation
     return doc
 
 
-def task_docs(table: pa.Table, by: str | None = None) -> list[dict[str, Any]]:
+def task_docs(table: pa.Table, by: str | None = None) -> list[TaskDoc]:
     """The rows grouped by task in order of first appearance: ``{"id", "messages", "prompt",
     "category", "rows": [row_doc...]}``."""
     cats = _category_values(table, by)
@@ -130,7 +166,7 @@ def task_docs(table: pa.Table, by: str | None = None) -> list[dict[str, Any]]:
                         "judge_name", "reason", "markers", "judge_meta", "meta", "privileged",
                         "rollout_index") if c in table.column_names]
     data = {c: table.column(c).to_pylist() for c in cols}
-    tasks: dict[str, dict[str, Any]] = {}
+    tasks: dict[str, TaskDoc] = {}
     for i in range(table.num_rows):
         r = {c: data[c][i] for c in cols}
         tid = str(r["task_id"])
@@ -142,12 +178,12 @@ def task_docs(table: pa.Table, by: str | None = None) -> list[dict[str, Any]]:
     return list(tasks.values())
 
 
-def _guarded(row: Mapping[str, Any]) -> bool:
+def _guarded(row: Mapping[str, object]) -> bool:
     jm = row.get("judge_meta")
     return isinstance(jm, Mapping) and isinstance(jm.get("guard"), str)
 
 
-def task_line(t: Mapping[str, Any], rm_names: Sequence[str]) -> list[Any]:
+def task_line(t: TaskDoc, rm_names: Sequence[str]) -> list[object]:
     """The task's summary line (see :data:`TASK_COLUMNS`).
 
     Example:
@@ -178,7 +214,7 @@ def task_line(t: Mapping[str, Any], rm_names: Sequence[str]) -> list[Any]:
     rm = []
     for name in rm_names:
         key = f"rm:{name}"
-        vals = [r["markers"][key] for r in rows if r["markers"].get(key) is not None]
+        vals = [v for r in rows if (v := r["markers"].get(key)) is not None]
         rm.append(round(sum(vals) / len(vals), 6) if vals else None)
     prompt = "\n".join(str(m.get("content") or "") for m in t["messages"]
                        if m.get("role") != "system")
@@ -208,15 +244,15 @@ def rm_names(table: pa.Table) -> list[str]:
 
 def write_source(out: Path, index: int, name: str, table: pa.Table, by: str | None,
                  chunk_rows: int = CHUNK_ROWS,
-                 tasks: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+                 tasks: list[TaskDoc] | None = None) -> dict[str, object]:
     """Write ``s<index>-tasks.js`` and ``s<index>-rows-<j>.js`` into ``out``; return the source's
     entry for the page's meta (files, counts, the reward models, the category field).
     ``tasks``: :func:`task_docs` of the table, when the caller has them already."""
     tasks = task_docs(table, by) if tasks is None else tasks
     models = rm_names(table)
-    lines: list[list[Any]] = []
+    lines: list[list[object]] = []
     chunks: list[str] = []
-    cur: list[dict[str, Any]] = []
+    cur: list[TaskDoc] = []
     cur_rows = 0
 
     def flush() -> None:
@@ -269,7 +305,8 @@ def _chunk_plan(counts: Sequence[int], chunk_rows: int) -> list[tuple[int, int]]
     return plan
 
 
-def _task_categories(pf: pq.ParquetFile, by: str | None, first: Any) -> list[Any]:
+def _task_categories(pf: pq.ParquetFile, by: str | None, first: npt.NDArray[np.intp]
+                     ) -> list[str | None]:
     """The category of each task (its first row's), reading only the columns ``by`` can name."""
     if by is None:
         return [None] * len(first)
@@ -280,7 +317,7 @@ def _task_categories(pf: pq.ParquetFile, by: str | None, first: Any) -> list[Any
 
 
 def write_source_file(out: Path, index: int, name: str, path: str | Path, by: str | None,
-                      chunk_rows: int = CHUNK_ROWS) -> dict[str, Any]:
+                      chunk_rows: int = CHUNK_ROWS) -> dict[str, object]:
     """:func:`write_source` for a rows Parquet file, holding one chunk's rows at a time (not
     every row as Python objects: 2-3 KB a row): the same files, byte for byte.
 

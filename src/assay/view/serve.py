@@ -17,11 +17,10 @@ import functools
 import os
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
 
 
 class _Quiet(SimpleHTTPRequestHandler):
-    def log_message(self, format: str, *args: Any) -> None:  # one line per request is noise
+    def log_message(self, format: str, *args: object) -> None:  # one line per request is noise
         pass
 
     def end_headers(self) -> None:
