@@ -28,7 +28,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
@@ -46,10 +46,13 @@ from assay.rows import RowsLike, as_table
 
 MACRO_METHOD = STRATIFIED_METHOD
 #: The category of rows whose field is missing (None): shown, never merged into another.
+if TYPE_CHECKING:
+    from assay.rows import RowsLike
+
 MISSING = "(missing)"
 
 
-def _label(v: Any) -> str | None:
+def _label(v: object) -> str | None:
     if v is None:
         return None
     if isinstance(v, str):
@@ -282,7 +285,7 @@ class ComparisonBy(Result):
         return "\n".join(lines)
 
 
-def compare_by(before: Any, after: Any, by: str, *, metrics: Sequence[str] | None = None,
+def compare_by(before: RowsLike, after: RowsLike, by: str, *, metrics: Sequence[str] | None = None,
                alpha: float = 0.05, lower_is_better: Sequence[str] = (), level: float = 0.95,
                seed: int = 0) -> ComparisonBy:
     """:func:`assay.compare` within each category of ``by`` (tasks paired by task_id), with

@@ -17,7 +17,7 @@ Example:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -26,6 +26,8 @@ from assay.intervals import TASK_METHOD, task_interval
 from assay.results import Estimate, Result
 
 if TYPE_CHECKING:
+    import pyarrow as pa
+
     from assay.rows import RowsLike
 
 METRICS = ("acc", "acc_norm", "acc_bytes")
@@ -74,7 +76,7 @@ class ChoiceAccuracy(Result):
         return "\n".join(lines)
 
 
-def _per_task(table: Any, labels: list[str] | None = None
+def _per_task(table: pa.Table, labels: list[str] | None = None
               ) -> tuple[np.ndarray, dict[str, np.ndarray],
                                                                     list[str] | None]:
     tids = np.asarray(table.column("task_id").to_pylist(), dtype=object)
@@ -97,7 +99,7 @@ def _per_task(table: Any, labels: list[str] | None = None
         vals[m] = np.bincount(codes, weights=v, minlength=len(uniq)) / n
     task_labels = None
     if labels is not None:
-        first: dict[int, Any] = {}
+        first: dict[int, str] = {}
         for i, c in enumerate(codes):
             first.setdefault(int(c), labels[i])
         task_labels = [first[i] for i in range(len(uniq))]

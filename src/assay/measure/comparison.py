@@ -23,15 +23,18 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from math import lcm
-from typing import Any
+from typing import TYPE_CHECKING, TypedDict
 
 import numpy as np
 
 from assay.errors import MeasureError
 from assay.intervals import t_bounds
 from assay.measure.grouping import Frame, read_runs, task_stats
-from assay.measure.signflip import min_attainable_p, signflip_test
+from assay.measure.signflip import SignFlip, min_attainable_p, signflip_test
 from assay.results import Estimate, Interval, Result, _fmt
+
+if TYPE_CHECKING:
+    from assay.rows import RowsLike
 
 INTERVAL_METHOD = "paired t over tasks, SE floored by within-task variance"
 VERDICTS = ("better", "worse", "no difference detected", "insufficient data")
@@ -61,7 +64,7 @@ class MetricComparison:
                 f"{self.delta.value:+.3f} {self.delta.interval} ({self.n_paired} paired tasks) "
                 f"p={_fmt(self.p_value, 4)}{adj}: {self.verdict}")
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         from assay.results import to_plain
 
         return to_plain({f: getattr(self, f) for f in self.__dataclass_fields__})
@@ -179,10 +182,23 @@ def _arm_stats(frame: Frame, metric: str, n_tasks: int):
                       block=frame.block)
 
 
-def compare(before: Any, after: Any, *, proxy: str | None = None,
+class _Tested(TypedDict, total=False):
+    """One metric's paired test before Holm's correction (``T`` 0: only the first three)."""
+
+    metric: str
+    T: int
+    n_unpaired: int
+    before: float
+    after: float
+    delta: Estimate
+    test: SignFlip
+    sd: float
+
+
+def compare(before: RowsLike, after: RowsLike, *, proxy: str | None = None,
             metrics: Sequence[str] | None = None, alpha: float = 0.05,
             lower_is_better: Sequence[str] = (), level: float = 0.95,
-            weights: str | tuple[Any, Any] | None = None, seed: int = 0) -> Comparison:
+            weights: str | tuple[object, object] | None = None, seed: int = 0) -> Comparison:
     """Is the change from ``before`` to ``after`` real? Paired by task_id, exact test, Holm.
 
     Args:
@@ -248,7 +264,7 @@ def compare(before: Any, after: Any, *, proxy: str | None = None,
         notes.append(f"{n_only_b} tasks only before and {n_only_a} only after are not compared (no "
                      "pair)")
 
-    raw: list[dict[str, Any]] = []
+    raw: list[_Tested] = []
     for name in names:
         sb, sa = _arm_stats(fb, name, n_tasks), _arm_stats(fa, name, n_tasks)
         paired = sb.present & sa.present
@@ -257,7 +273,7 @@ def compare(before: Any, after: Any, *, proxy: str | None = None,
         if name == "pass@1" and (sb.n.sum() == 0 or sa.n.sum() == 0):
             raise MeasureError("compare: an arm has no binary reward; grade both arms first")
         if T == 0:
-            raw.append(dict(metric=name, T=0, n_unpaired=n_unpaired))
+            raw.append(_Tested(metric=name, T=0, n_unpaired=n_unpaired))
             continue
         mb, ma = sb.means()[paired], sa.means()[paired]
         d = ma - mb
@@ -286,7 +302,7 @@ def compare(before: Any, after: Any, *, proxy: str | None = None,
         rows_used = int(sb.rows[paired].sum() + sa.rows[paired].sum())
         est = Estimate(f"delta {name}", delta, Interval(lo, hi, level, INTERVAL_METHOD), T, "tasks",
                        rows_used)
-        raw.append(dict(metric=name, T=T, n_unpaired=n_unpaired, before=float(mb.mean()),
+        raw.append(_Tested(metric=name, T=T, n_unpaired=n_unpaired, before=float(mb.mean()),
                         after=float(ma.mean()), delta=est, test=test,
                         sd=max(sd, float(np.sqrt(v.mean())))))
 

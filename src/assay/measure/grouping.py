@@ -12,14 +12,13 @@ from __future__ import annotations
 import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from assay.errors import MeasureError
-from assay.rows import MEASURED_COLUMNS, Rows, as_table
+from assay.rows import MEASURED_COLUMNS, Rows, RowsLike, as_table
 
 
 @dataclass(frozen=True)
@@ -160,7 +159,7 @@ def _unify(local: Sequence[tuple[np.ndarray, pa.Array]]) -> tuple[list[np.ndarra
     return out, enc.dictionary
 
 
-def _weights_of(weights: Any, n: int, markers: dict[str, np.ndarray],
+def _weights_of(weights: object, n: int, markers: dict[str, np.ndarray],
                 argument: str) -> np.ndarray | None:
     if weights is None:
         return None
@@ -190,7 +189,7 @@ def _read_columns(markers: bool) -> tuple[str, ...]:
     return MEASURED_COLUMNS if markers else tuple(c for c in MEASURED_COLUMNS if c != "markers")
 
 
-def read_frame(data: Any, *, argument: str = "rows", weights: Any = None,
+def read_frame(data: RowsLike, *, argument: str = "rows", weights: object = None,
                markers: bool = True) -> Frame:
     """Validate ``data`` (Rows, dict rows, DataFrame or Arrow table) and read its columns.
 
@@ -225,7 +224,7 @@ class _Decoded:
 _DECODED: dict[int, tuple[weakref.ref, _Decoded]] = {}
 
 
-def _cache_key(data: Any) -> pa.Table | None:
+def _cache_key(data: object) -> pa.Table | None:
     """The immutable table behind ``data`` (Rows or an Arrow table), or None (not cached)."""
     if isinstance(data, Rows):
         return data.table
@@ -266,7 +265,7 @@ def _decode(table: pa.Table, argument: str, key: pa.Table | None = None,
     return dec
 
 
-def frame_of_table(table: pa.Table, *, argument: str = "rows", weights: Any = None,
+def frame_of_table(table: pa.Table, *, argument: str = "rows", weights: object = None,
                    codes: np.ndarray | None = None, task_ids: pa.Array | None = None,
                    key: pa.Table | None = None) -> Frame:
     """Columns of an already validated canonical table (see :func:`read_frame`); ``codes`` and
@@ -280,7 +279,7 @@ def frame_of_table(table: pa.Table, *, argument: str = "rows", weights: Any = No
     return Frame(table, codes, task_ids, dec.reward, w, dec.markers, dec.binary, block)
 
 
-def read_runs(runs: Sequence[Any], *, argument: str = "runs",
+def read_runs(runs: Sequence[RowsLike], *, argument: str = "runs",
               markers: bool = True) -> tuple[list[Frame], pa.Array]:
     """Frames for several runs with task codes shared across them (a task id is one code).
 

@@ -18,9 +18,13 @@ Example:
 from __future__ import annotations
 
 import functools
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from assay.results import Interval
 
 #: lm-eval's bootstrap draws assay reproduces for a corpus metric's stderr (f1, mcc, nanmean):
 #: one of lm-eval's chunks, seeded 0 as lm-eval seeds its first, so the figure equals
@@ -36,8 +40,9 @@ SLOW_DOC_BOOTSTRAP_METHOD = (f"percentile bootstrap over documents ({SLOW_DOC_BO
                              "resamples, seed 0)")
 
 
-def corpus_bootstrap(agg: str, fn: Any, items: list[Any], level: float, interval: Any, *,
-                   draws: int | None = LM_EVAL_DRAWS) -> tuple[float | None, Any]:
+def corpus_bootstrap(agg: str, fn: Callable[[list[object]], float], items: list[object],
+                     level: float, interval: type[Interval], *,
+                     draws: int | None = LM_EVAL_DRAWS) -> tuple[float | None, Interval | None]:
     """A corpus metric's lm-eval stderr and assay's interval: ``fn`` over lm-eval's own first
     ``draws`` resamples (``random.Random(0).choices``, its first chunk's seed: their sample
     standard deviation is lm-eval's figure; ``draws`` None: no stderr) and over
@@ -74,7 +79,8 @@ def _lm_eval_draws(n: int, draws: int = LM_EVAL_DRAWS) -> np.ndarray:
     return idx
 
 
-def _resampled(agg: str, fn: Any, items: list[Any], idx: np.ndarray) -> np.ndarray:
+def _resampled(agg: str, fn: Callable[[list[object]], float], items: list[object],
+               idx: np.ndarray) -> np.ndarray:
     """``fn`` (lm-eval's aggregation ``agg``) over each row of document indices ``idx``: mcc
     and a binary f1 from each resample's confusion counts, by sklearn's formulas (2,000
     sklearn calls took 4.8 s at cola's 1,043 documents); others call ``fn`` on each."""

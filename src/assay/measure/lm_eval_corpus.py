@@ -23,9 +23,22 @@ from __future__ import annotations
 import importlib
 import json
 import math
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeAlias
 
+import pyarrow as pa
+
+from assay.jsontypes import JSONValue
 from assay.measure.lm_eval_bootstrap import LM_EVAL_DRAWS, corpus_bootstrap
+
+if TYPE_CHECKING:
+    from assay.results import Interval
+    from assay.rows import RowsLike
+
+#: lm-eval's aggregation of a metric's per-document items (mean, f1, bleu...): one number
+Aggregation: TypeAlias = Callable[[list[object]], float]
+#: (lm-eval's stderr or None, assay's interval or None, a note)
+Spread: TypeAlias = "tuple[float | None, Interval | None, str]"
 
 #: lm-eval's evaluator bootstraps these metrics (by name) with at most 100 draws
 #: (``evaluator_utils``: ``min(bootstrap_iters, 100)``), one chunk seeded 0: replayed exactly
@@ -33,7 +46,7 @@ FEW_DRAWS_METRICS = ("bleu", "chrf", "chrf++", "ter")
 FEW_DRAWS = 100
 
 
-def aggregation_ref(fn: Any) -> str | None:
+def aggregation_ref(fn: object) -> str | None:
     """The name rows carry for lm-eval's aggregation function ``fn``: its registry name, else
     ``module:qualname`` where importing that gives ``fn`` itself; None otherwise (a function
     defined in a task's own file, which only lm-eval's loader can import)."""
@@ -53,7 +66,7 @@ def aggregation_ref(fn: Any) -> str | None:
     return f"{mod}:{qual}" if got is fn else None
 
 
-def resolve(ref: str) -> Any:
+def resolve(ref: str) -> Aggregation:
     """The aggregation function a :func:`aggregation_ref` name stands for."""
     from lm_eval.api.registry import get_aggregation
 
@@ -69,7 +82,7 @@ def resolve(ref: str) -> Any:
     return obj
 
 
-def json_item(v: Any) -> Any:
+def json_item(v: object) -> JSONValue:
     """A document's item as JSON holds it (tuples become lists), or ValueError when JSON
     cannot hold it (then the rows could not carry it)."""
     try:
@@ -78,7 +91,7 @@ def json_item(v: Any) -> Any:
         raise ValueError(f"{v!r:.60} is not JSON ({e})") from None
 
 
-def _plain(x: Any) -> Any:
+def _plain(x: object) -> object:
     """A numpy scalar as its Python value (lm-eval's argmax gives ``np.int64``)."""
     item = getattr(x, "item", None)
     if callable(item) and getattr(x, "shape", None) == ():
@@ -86,7 +99,7 @@ def _plain(x: Any) -> Any:
     raise TypeError(f"Object of type {type(x).__name__} is not JSON serializable")
 
 
-def from_json(item: Any) -> Any:
+def from_json(item: object) -> object:
     """An item back in lm-eval's shape: a pair was a tuple (``zip(*items)`` reads either; f1's
     sklearn call needs tuples to stack)."""
     return tuple(item) if isinstance(item, list) else item
@@ -102,11 +115,11 @@ def lm_eval_draws(metric: str) -> int:
 #: corpus_spread's last answers by what they depend on: the measure stage asks twice for each
 #: group member's corpus metric (its own lm_eval_metrics entry, then the group's member list),
 #: and bleu's 300 sacrebleu runs over a corpus take tens of seconds
-_SPREADS: dict[str, tuple[Any, Any, str]] = {}
+_SPREADS: dict[str, Spread] = {}
 _SPREADS_KEPT = 64
 
 
-def corpus_spread(key: str, ref: str, items: list[Any], level: float) -> tuple[Any, Any, str]:
+def corpus_spread(key: str, ref: str, items: list[object], level: float) -> Spread:
     """``(lm-eval's stderr or None, assay's interval or None, a note)`` for the corpus
     metric ``key`` (``metric,filter``) aggregated by ``ref``: the stderr is what
     ``stderr_for_metric`` gives in simple_evaluate (a bootstrap replayed on lm-eval's own draws,
@@ -126,8 +139,7 @@ def corpus_spread(key: str, ref: str, items: list[Any], level: float) -> tuple[A
     return got
 
 
-def _corpus_spread_of(key: str, ref: str, items: list[Any], level: float
-                      ) -> tuple[Any, Any, str]:
+def _corpus_spread_of(key: str, ref: str, items: list[object], level: float) -> Spread:
     from lm_eval.api.metrics import stderr_for_metric
 
     from assay.results import Interval
@@ -148,7 +160,7 @@ def _corpus_spread_of(key: str, ref: str, items: list[Any], level: float
                        f"simple_evaluate(bootstrap_iters={draws})'s)"))
 
 
-def corpus_items(table: Any) -> tuple[list[str], dict[str, tuple[str, list[Any]]], int]:
+def corpus_items(table: pa.Table) -> tuple[list[str], dict[str, tuple[str, list[object]]], int]:
     """From graded rows (an Arrow table): lm-eval's metric order (``keys``), each corpus
     metric's aggregation name and items in lm-eval's document order (by document id: its
     bootstrap draws depend on the order), and how many rows carry none (not graded).
@@ -163,7 +175,7 @@ def corpus_items(table: Any) -> tuple[list[str], dict[str, tuple[str, list[Any]]
         >>> keys, got["bleu,none"][1], missing
         (['bleu,none'], [('c', 'd'), ('a b', 'a b')], 1)
     """
-    per: dict[str, dict[int, Any]] = {}
+    per: dict[str, dict[int, object]] = {}
     refs: dict[str, str] = {}
     keys: dict[str, None] = {}
     missing = 0
@@ -182,7 +194,7 @@ def corpus_items(table: Any) -> tuple[list[str], dict[str, tuple[str, list[Any]]
     return list(keys), got, missing
 
 
-def non_mean_items(table: Any) -> dict[str, tuple[str, list[Any]]]:
+def non_mean_items(table: pa.Table) -> dict[str, tuple[str, list[object]]]:
     """From graded rows (an Arrow table) of either task shape, each metric lm-eval aggregates
     other than by mean: its aggregation name and items in lm-eval's document order. A
     generate_until row keeps only those (:func:`corpus_items`); a multiple_choice row keeps
@@ -197,7 +209,7 @@ def non_mean_items(table: Any) -> dict[str, tuple[str, list[Any]]]:
         >>> non_mean_items(t)
         {'f1,none': ('f1', [(1, 1), (1, 0)])}
     """
-    per: dict[str, dict[int, Any]] = {}
+    per: dict[str, dict[int, object]] = {}
     refs: dict[str, str] = {}
     for tid, meta in zip(table.column("task_id").to_pylist(),
                          table.column("judge_meta").to_pylist()):
@@ -212,7 +224,7 @@ def non_mean_items(table: Any) -> dict[str, tuple[str, list[Any]]]:
     return {k: (refs[k], [per[k][d] for d in sorted(per[k])]) for k in per}
 
 
-def corpus_only(rows: Any) -> bool:
+def corpus_only(rows: RowsLike) -> bool:
     """True when every row of graded ``rows`` carries lm-eval corpus items (a translation
     task's bleu, ter, chrf): such rows have no reward, yet they were judged."""
     from assay.rows import as_table

@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 import math
 import random
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -32,12 +32,15 @@ from assay.intervals import task_interval
 from assay.measure.lm_eval_means import BOOTSTRAP_ITERS, LmEvalMeans
 from assay.results import Estimate
 
+if TYPE_CHECKING:
+    from assay.rows import RowsLike
+
 #: lm-eval's ``bootstrap_stderr`` draws its resamples in chunks of this many, chunk ``i`` from
 #: ``random.Random(i)``
 CHUNK = 1000
 
 
-def is_loglik_rows(rows: Any) -> bool:
+def is_loglik_rows(rows: RowsLike) -> bool:
     """Whether graded rows come from an lm-eval loglikelihood task (``judge_meta`` names the
     metrics it reports)."""
     from assay.rows import as_table
@@ -78,7 +81,7 @@ def perplexity_stderr(lls: list[float], iters: int = BOOTSTRAP_ITERS) -> float:
     return float(np.std(r, ddof=1))
 
 
-def lm_eval_loglik_means(rows: Any, *, level: float = 0.95,
+def lm_eval_loglik_means(rows: RowsLike, *, level: float = 0.95,
                          iters: int = BOOTSTRAP_ITERS) -> LmEvalMeans:
     """The metrics the rows' task reports (``judge_meta.loglikelihood``, lm-eval's order) under
     lm-eval's names (``perplexity,none``, ``acc,none``), each with lm-eval's stderr (module

@@ -20,14 +20,22 @@ Example:
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 import numpy as np
 
 from assay.errors import MeasureError
 from assay.intervals import TASK_METHOD, task_interval
 from assay.results import Estimate, Result
+
+if TYPE_CHECKING:
+    from assay.rows import RowsLike
+
+#: One member task as lm-eval reports it: ``{"acc,none": mean, "acc_stderr,none": stderr or
+#: "N/A", ..., "sample_len": documents}``
+TaskMetrics: TypeAlias = dict[str, float | int | str]
 
 #: simple_evaluate's default ``bootstrap_iters``: with it ``stderr_for_metric(mean)`` is
 #: lm-eval's closed-form ``mean_stderr`` (mean is not bootstrapped)
@@ -60,7 +68,7 @@ class LmEvalMeans(Result):
         return "\n".join(lines)
 
 
-def metric_markers(markers: list[Any]) -> list[str]:
+def metric_markers(markers: Sequence[Mapping[str, object] | None]) -> list[str]:
     """lm-eval's ``metric,filter`` marker names among the rows' markers, first seen first
     (reward models' ``rm:`` markers and others have no comma)."""
     names: dict[str, None] = {}
@@ -71,7 +79,7 @@ def metric_markers(markers: list[Any]) -> list[str]:
     return list(names)
 
 
-def lm_eval_means(rows: Any, *, level: float = 0.95) -> LmEvalMeans:
+def lm_eval_means(rows: RowsLike, *, level: float = 0.95) -> LmEvalMeans:
     """The mean, interval, n and lm-eval stderr of every ``metric,filter`` marker (module
     docstring); a row without the marker (a completion the verifier could not grade) is left
     out of that metric, with a warning."""
@@ -92,9 +100,9 @@ def lm_eval_means(rows: Any, *, level: float = 0.95) -> LmEvalMeans:
     tids = table.column("task_id").to_pylist()
     stderr_fn = stderr_for_metric(mean, BOOTSTRAP_ITERS)
     ests, errs, warnings = [], [], []
-    all_tasks: set[Any] = set()
+    all_tasks: set[object] = set()
     for name in names:
-        per: dict[Any, list[float]] = {}
+        per: dict[object, list[float]] = {}
         for t, mk in zip(tids, markers):
             v = dict(mk or []).get(name)
             if v is not None:
@@ -167,8 +175,8 @@ class LmEvalGroup(Result):
         return "\n".join(lines)
 
 
-def member_metrics(rows: Any, mode: str | None, metrics: Any = None, *, level: float = 0.95
-                   ) -> tuple[dict[str, Any], dict[str, np.ndarray | Estimate]]:
+def member_metrics(rows: RowsLike, mode: str | None, metrics: Sequence[str] | None = None, *,
+                   level: float = 0.95) -> tuple[TaskMetrics, dict[str, np.ndarray | Estimate]]:
     """One member task's graded rows as lm-eval reports the task: ``{"acc,none": mean,
     "acc_stderr,none": stderr or "N/A", ..., "sample_len": documents}`` (lm-eval's
     ``stderr_for_metric(mean)``, "N/A" below 2 documents, as lm-eval), and each metric's
@@ -209,11 +217,11 @@ def member_metrics(rows: Any, mode: str | None, metrics: Any = None, *, level: f
     if metrics is not None:
         got = {k: v for k, v in got.items() if k.partition(",")[0] in metrics}
     stderr_fn = stderr_for_metric(mean, BOOTSTRAP_ITERS)
-    out: dict[str, Any] = {}
+    out: TaskMetrics = {}
     docs: dict[str, np.ndarray | Estimate] = {}
-    n_docs: set[Any] = set()
+    n_docs: set[object] = set()
     for key, vals in got.items():
-        per: dict[Any, list[float]] = {}
+        per: dict[object, list[float]] = {}
         for t, v in zip(tids, vals):
             if v is not None:
                 per.setdefault(t, []).append(float(v))
@@ -255,7 +263,9 @@ def _reward_is_accuracy(mode: str) -> bool:
     return "choice_accuracy" in row_of(mode).measures
 
 
-def lm_eval_group(group: str, aggregate: Any, task_metrics: Any, per_doc: Any, *,
+def lm_eval_group(group: str, aggregate: Sequence[Mapping[str, object]] | None,
+                  task_metrics: Mapping[str, Mapping[str, Any]],
+                  per_doc: Mapping[str, Mapping[str, np.ndarray | Estimate]], *,
                   n_rows: int = 0, note: str | None = None, level: float = 0.95) -> LmEvalGroup:
     """The group's aggregate over its leaf tasks (``task_metrics``: ``{task: member_metrics'
     first value}`` in lm-eval's leaf order; ``per_doc``: their second) for each entry of
@@ -349,7 +359,7 @@ def lm_eval_group(group: str, aggregate: Any, task_metrics: Any, per_doc: Any, *
                        tuple(warnings))
 
 
-def lm_eval_mc_means(rows: Any, *, level: float = 0.95) -> LmEvalMeans:
+def lm_eval_mc_means(rows: RowsLike, *, level: float = 0.95) -> LmEvalMeans:
     """Every metric a multiple_choice lm-eval task reports (``acc,none``, ``mcc,none``...)
     from the per-document items its own ``process_results`` gave (``judge_meta["lm_eval"]``,
     :mod:`assay.sources.lm_eval_mc`), aggregated by lm-eval's own function over the documents

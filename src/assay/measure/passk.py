@@ -19,7 +19,7 @@ count as ``w`` samples of its task; tasks stay the unit of every interval.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 from scipy.special import gammaln
@@ -137,7 +137,7 @@ MOSTLY_TRUNCATED = 0.5
 
 
 def pass_at(rows: RowsLike, k: int | None = None, *, level: float = 0.95,
-            weights: Any = None) -> PassAt:
+            weights: object = None) -> PassAt:
     """pass@1 with its interval over tasks, plus pass@k, pass^k and headroom at ``k``.
 
     Args:

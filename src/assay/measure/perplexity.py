@@ -19,8 +19,9 @@ Example:
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 from scipy import stats
@@ -99,7 +100,7 @@ def perplexity(rows: RowsLike, *, level: float = 0.95) -> Perplexity:
     words, nbytes = np.asarray(got["words"]), np.asarray(got["bytes"])
     n = len(nll)
 
-    def est(name: str, units: np.ndarray, f: Any) -> Estimate:
+    def est(name: str, units: np.ndarray, f: Callable[[float], float]) -> Estimate:
         r, iv = ratio_interval(nll, units, level)
         ci = None if iv is None else Interval(f(iv[0]), f(iv[1]), level, METHOD)
         return Estimate(name, f(r), ci, n, unit="documents")

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -98,7 +97,7 @@ class Selection(Result):
         lines += [f"warning: {w}" for w in self.warnings]
         return "\n".join(lines)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         from assay.results import to_plain
 
         return to_plain({"gates": list(self.gates), "mode": self.mode, "band": list(self.band),
@@ -107,7 +106,7 @@ class Selection(Result):
                          "warnings": list(self.warnings)})
 
 
-def _strings(obj: Any) -> list[str]:
+def _strings(obj: object) -> list[str]:
     if isinstance(obj, str):
         return [obj]
     if isinstance(obj, dict):

@@ -17,7 +17,7 @@ uneven effect the simulation does not model.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -25,6 +25,9 @@ from assay.errors import MeasureError
 from assay.measure.grouping import read_frame, read_runs, task_stats
 from assay.measure.signflip import lattice_pvalues, min_attainable_p, tasks_for_power
 from assay.results import Estimate, Result
+
+if TYPE_CHECKING:
+    from assay.rows import RowsLike
 
 SIMULATE_BELOW = 100
 SIM_REPS = 2000
@@ -97,7 +100,8 @@ def _simulated_power(n: int, effect: float, k: int, model: tuple[float, float], 
     return float(np.mean(lattice_pvalues(a) < alpha))
 
 
-def holdout_size(effect: float, before: Any = None, after: Any = None, *, k: int | None = None,
+def holdout_size(effect: float, before: RowsLike | None = None,
+                 after: RowsLike | None = None, *, k: int | None = None,
                  power: float = 0.8, alpha: float = 0.05, base: float = 0.5,
                  seed: int = 0) -> HoldoutSize:
     """Tasks needed for ``compare`` to call a pass@1 change of ``effect`` with ``power``.

@@ -23,7 +23,7 @@ already inside the interval over tasks: it is reported, never added as a second 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 from scipy import special
@@ -32,6 +32,9 @@ from assay.errors import MeasureError
 from assay.intervals import cluster_t_interval, task_interval
 from assay.measure.grouping import read_runs, task_stats
 from assay.results import Estimate, Result
+
+if TYPE_CHECKING:
+    from assay.rows import RowsLike
 
 
 @dataclass(frozen=True)
@@ -65,7 +68,7 @@ class VarianceComponents:
                   f"{self.run_sd_expected:.4f})")
         return s
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         from assay.results import to_plain
 
         return to_plain({f: getattr(self, f) for f in self.__dataclass_fields__})
@@ -196,7 +199,7 @@ def _decompose(metric: str, per_run: list[tuple[np.ndarray, np.ndarray, np.ndarr
                               tuple(run_means), run_sd, expected, pval, se_tasks)
 
 
-def eval_variance(*runs: Any, level: float = 0.95) -> EvalVariance:
+def eval_variance(*runs: RowsLike, level: float = 0.95) -> EvalVariance:
     """Decompose an eval score's variance into between-task and within-task parts (Miller 2024).
 
     Args:

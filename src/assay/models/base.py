@@ -13,7 +13,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeAlias, overload
 
 from assay.errors import RowsError, RowsTypeError
 
@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from pydantic import BaseModel
 
     from assay.models.specs import SamplingParams
+    from assay.progress import Unit
 
 #: A prompt as a backend receives it: the messages (chat) or one text (completions).
 Rendered: TypeAlias = "str | list[dict[str, str]]"
@@ -47,12 +48,12 @@ class Backend(Protocol):
     @property
     def spec(self) -> BaseModel: ...
 
-    def identity(self) -> dict[str, Any]: ...
+    def identity(self) -> dict[str, object]: ...
 
     def render(self, messages: list[dict[str, str]], api: str) -> Rendered: ...
 
     def run(self, requests: list[Request], params: SamplingParams, *, api: str,
-            max_connections: int, commit: Callable[[Request, dict[str, Any]], None]) -> None: ...
+            max_connections: int, commit: Callable[[Request, dict[str, object]], None]) -> None: ...
 
     def close(self) -> None: ...
 
@@ -68,7 +69,7 @@ class RunStats:
         {'429': 1}
     """
 
-    def __init__(self, unit: Any = None) -> None:
+    def __init__(self, unit: Unit | None = None) -> None:
         self.unit = unit
         self._lock = threading.Lock()
         self.requests = 0
@@ -113,7 +114,7 @@ class RunStats:
         with self._lock:
             self.min_limit = limit if self.min_limit is None else min(self.min_limit, limit)
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> dict[str, object]:
         """``{"requests", "completions", "failures" (by cause, sorted), "retries" (by cause,
         sorted), "gave_up", "not_sent", "breaker", "min_limit"}``: ``requests`` are HTTP requests
         that reached the server (every attempt, retries included), ``completions`` the samples
@@ -177,7 +178,7 @@ def trim_at_stop(text: str, stops: Sequence[str] | None, finish_reason: str | No
     return text, None
 
 
-def to_messages(prompt: Any, *, system: str | None = None, i: int = 0) -> list[dict[str, str]]:
+def to_messages(prompt: object, *, system: str | None = None, i: int = 0) -> list[dict[str, str]]:
     """A prompt (a string or ``[{"role", "content"}]``) as a message list, system prompt first."""
     if isinstance(prompt, str):
         msgs = [{"role": "user", "content": prompt}]
@@ -202,7 +203,15 @@ def to_messages(prompt: Any, *, system: str | None = None, i: int = 0) -> list[d
     return msgs
 
 
-def render_messages(messages: list[dict[str, str]], api: str) -> Any:
+@overload
+def render_messages(messages: list[dict[str, str]], api: Literal["completions"]) -> str: ...
+
+
+@overload
+def render_messages(messages: list[dict[str, str]], api: str) -> Rendered: ...
+
+
+def render_messages(messages: list[dict[str, str]], api: str) -> Rendered:
     """The prompt as an OpenAI-protocol server receives it: the messages (chat) or one text
     (completions, which takes a single user turn)."""
     if api == "chat":

@@ -38,8 +38,8 @@ import os
 import socket
 import threading
 import uuid
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Iterable, Mapping
+from typing import Any, TypedDict
 
 from assay.errors import StoreError
 from assay.hashing import canonical_json
@@ -59,7 +59,14 @@ def poll_s(store: Store) -> float:
     return float(env) if env else (1.0 if store.remote else 0.2)
 
 
-def _lapsed(doc: Any, mtime: float, now: float) -> bool:
+class _Other(TypedDict):
+    """Another live claim of a journal: the keys it holds and where its document is."""
+
+    keys: list[str]
+    where: str
+
+
+def _lapsed(doc: Mapping[str, Any], mtime: float, now: float) -> bool:
     """Whether a claim document written at ``mtime`` (the store's stamp) has lapsed at ``now``
     (the store's stamp of a file just written): its holder stopped renewing it."""
     return float(doc.get("ttl") or 0) - (now - mtime) <= 0
@@ -180,11 +187,11 @@ class Claims:
             self.store.delete_file(self.rel)
 
     # -- the others ----------------------------------------------------------------------
-    def _others(self) -> list[dict[str, Any]]:
+    def _others(self) -> list[_Other]:
         """The other live claims of this journal; lapsed ones are removed (their holder died)."""
         entries = self.store.entries(self.folder)
         now = next((e.mtime for e in entries if e.rel == self.rel), None)
-        out = []
+        out: list[_Other] = []
         for e in entries:
             if e.rel == self.rel or not e.rel.endswith(".json"):
                 continue

@@ -25,10 +25,13 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from assay.models.specs import ModelEntry
 
 
-def identity_proven(identity: Mapping[str, Any], model: Any) -> str | None:
+def identity_proven(identity: Mapping[str, object], model: ModelEntry) -> str | None:
     """Why ``identity`` proves the weights unchanged (a short reason), or None when it does not."""
     entry = model.model_dump(mode="json") if hasattr(model, "model_dump") else dict(model)
     backend = identity.get("backend") or entry.get("kind")
@@ -41,7 +44,7 @@ def identity_proven(identity: Mapping[str, Any], model: Any) -> str | None:
     return None
 
 
-def reuse_scope(identity: Mapping[str, Any], model: Any, reuse: str,
+def reuse_scope(identity: Mapping[str, object], model: ModelEntry, reuse: str,
                 night: str | None) -> str | None:
     """The scope added to every completion key, or None (keys as in a plain run). Only a
     nightly (``night`` given) scopes keys, and only when the identity is neither proven nor

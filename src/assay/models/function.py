@@ -26,13 +26,13 @@ Example:
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
-from typing import Any, ClassVar
+from collections.abc import Callable, Mapping
+from typing import ClassVar
 
 from assay.binding import Binding
 from assay.errors import GenerationError, SpecError
 from assay.hashing import code_identity
-from assay.models.base import Request, render_messages
+from assay.models.base import Rendered, Request, render_messages
 from assay.models.registry import BACKENDS
 from assay.models.specs import FunctionSpec, SamplingParams
 from assay.registry import load_callable
@@ -41,7 +41,7 @@ from assay.registry import load_callable
 CHUNK = 64
 
 
-def echo(prompts: list[Any]) -> list[str]:
+def echo(prompts: list[Rendered]) -> list[str]:
     """A trivial model for examples and tests: answers each prompt with its last user turn."""
     return [p if isinstance(p, str) else p[-1]["content"] for p in prompts]
 
@@ -56,9 +56,9 @@ class FunctionBackend:
     #: the spec field naming the user's code; ``assay validate`` builds the backend to check it
     user_code_field: ClassVar[str] = "callable"
 
-    def __init__(self, spec: FunctionSpec | dict[str, Any]) -> None:
+    def __init__(self, spec: FunctionSpec | Mapping[str, object]) -> None:
         self.spec = spec if isinstance(spec, FunctionSpec) else FunctionSpec.model_validate(spec)
-        self.fn: Callable[..., Any] = load_callable(self.spec.callable, what="model.callable")
+        self.fn: Callable[..., object] = load_callable(self.spec.callable, what="model.callable")
         self._bind = Binding(self.fn, ("prompts", "seeds", "params"),
                              what=f"model.callable {self.spec.callable!r}")
         if "prompts" not in self._bind.takes:
@@ -68,15 +68,15 @@ class FunctionBackend:
         self._code = code_identity(self.fn, version=self.spec.version,
                                    what=f"model.callable {self.spec.callable!r}")
 
-    def identity(self) -> dict[str, Any]:
+    def identity(self) -> dict[str, object]:
         return {"backend": "function", "callable": self.spec.callable, "code": self._code,
                 "revision": self.spec.revision}
 
-    def render(self, messages: list[dict[str, str]], api: str) -> Any:
+    def render(self, messages: list[dict[str, str]], api: str) -> Rendered:
         return render_messages(messages, api)
 
     def run(self, requests: list[Request], params: SamplingParams, *, api: str,
-            max_connections: int, commit: Callable[[Request, dict[str, Any]], None]) -> None:
+            max_connections: int, commit: Callable[[Request, dict[str, object]], None]) -> None:
         for lo in range(0, len(requests), CHUNK):
             chunk = requests[lo:lo + CHUNK]
             t0 = time.monotonic()
@@ -92,7 +92,7 @@ class FunctionBackend:
             for r, o in zip(chunk, out):
                 commit(r, self._record(o, latency))
 
-    def _record(self, o: Any, latency: float) -> dict[str, Any]:
+    def _record(self, o: object, latency: float) -> dict[str, object]:
         base = {"latency_s": latency, "retries": 0, "served_model": self.spec.callable,
                 "prompt_tokens": None, "completion_tokens": None, "finish_reason": None}
         if isinstance(o, str):

@@ -21,7 +21,7 @@ import threading
 import uuid
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import pyarrow as pa
 
@@ -41,6 +41,9 @@ from assay.models.rejection import RequestRejected
 from assay.models.specs import GenerateSpec, ModelEntry, SamplingParams, backend_spec
 from assay.progress import track
 from assay.store import Store
+
+if TYPE_CHECKING:
+    from assay.rows import Rows
 
 #: Fields every generation record has (``latency_s`` and ``retries`` are wall-clock facts of the
 #: run that produced it: they stay out of rows so results are byte-identical across reruns;
@@ -68,13 +71,13 @@ class Generations:
     an earlier call that was killed before it reported them (``recovered``: its HTTP requests
     counted here; see :func:`_take_over`)."""
 
-    prompts: list[Any]
+    prompts: list[object]
     messages: list[list[dict[str, str]]]
     k: int
     records: list[dict[str, Any]]
     sent: int
     config: dict[str, Any] = field(repr=False, default_factory=dict)
-    stats: dict[str, Any] = field(repr=False, default_factory=dict)
+    stats: dict[str, object] = field(repr=False, default_factory=dict)
 
     @property
     def completions(self) -> list[list[str | None]]:
@@ -91,11 +94,11 @@ class Generations:
         return pa.Table.from_pylist([{f: r.get(f) for f in RECORD_FIELDS} for r in self.records],
                                     schema=RECORD_SCHEMA)
 
-    def rows(self, reward: Any = None, *, references: Sequence[Any] | None = None,
+    def rows(self, reward: object = None, *, references: Sequence[object] | None = None,
              task_ids: Sequence[str] | None = None,
-             privileged: Sequence[Mapping[str, Any] | None] | None = None,
-             meta: Sequence[Mapping[str, Any] | None] | None = None,
-             workers: int | None = None) -> Any:
+             privileged: Sequence[Mapping[str, object] | None] | None = None,
+             meta: Sequence[Mapping[str, object] | None] | None = None,
+             workers: int | None = None) -> Rows:
         """:class:`assay.Rows`, one per record, optionally graded by ``reward``.
 
         An error record becomes a row with ``judge_status: gen_error`` (reward None, the
@@ -181,8 +184,8 @@ def make_backend(model: ModelEntry | Backend) -> Backend:
     return BACKENDS.get(spec.kind).obj(spec)
 
 
-def generate(prompts: Sequence[Any], model: ModelEntry | Backend, *, k: int = 1,
-             params: SamplingParams | Mapping[str, Any] | None = None, seed: int = 0,
+def generate(prompts: Sequence[object], model: ModelEntry | Backend, *, k: int = 1,
+             params: SamplingParams | Mapping[str, object] | None = None, seed: int = 0,
              api: str = "chat", system: str | None = None, max_connections: int = 16,
              store: Store | None = None, journal: str | None = None, label: str | None = None,
              stage: str = "generate", scope: str | None = None,
@@ -222,8 +225,8 @@ def generate(prompts: Sequence[Any], model: ModelEntry | Backend, *, k: int = 1,
                          epoch=epoch)
 
 
-def _generate(prompts: Sequence[Any], model: ModelEntry | Backend, *, k: int,
-              params: SamplingParams | Mapping[str, Any] | None, seed: int, api: str,
+def _generate(prompts: Sequence[object], model: ModelEntry | Backend, *, k: int,
+              params: SamplingParams | Mapping[str, object] | None, seed: int, api: str,
               system: str | None, max_connections: int, store: Store | None,
               journal: str | None, label: str | None, stage: str, scope: str | None,
               on_prompt: Callable[[int, list[dict[str, Any]]], None] | None,
@@ -239,7 +242,7 @@ def _generate(prompts: Sequence[Any], model: ModelEntry | Backend, *, k: int,
     # it, and the open unit lets execution.stall_after see it
     with track(stage, label or stage):
         identity = stop.call(backend.identity)
-    config: dict[str, Any] = {"identity": identity, "api": gspec.api,
+    config: dict[str, object] = {"identity": identity, "api": gspec.api,
               "params": gspec.params.model_dump(mode="json")}
     if scope is not None:
         config["scope"] = scope
@@ -307,7 +310,7 @@ def _generate(prompts: Sequence[Any], model: ModelEntry | Backend, *, k: int,
                 if left[i] == 0:
                     finished(i)
 
-        def commit(req: Request, result: dict[str, Any]) -> None:
+        def commit(req: Request, result: Mapping[str, object]) -> None:
             # an abandoned backend thread (stop.call) must not write after a stop, nor into
             # a later run
             stop.check(epoch)
@@ -424,7 +427,7 @@ def _await_others(claims: Claims, wait: dict[str, Request],
     return []
 
 
-def differing_prompts(records: Sequence[Mapping[str, Any]], k: int) -> int:
+def differing_prompts(records: Sequence[Mapping[str, object]], k: int) -> int:
     """How many prompts' answered samples are not all the same text (records in prompt order,
     ``k`` per prompt).
 
@@ -440,7 +443,7 @@ def differing_prompts(records: Sequence[Mapping[str, Any]], k: int) -> int:
     return n
 
 
-def _record(r: Request, rec: Mapping[str, Any] | None) -> dict[str, Any]:
+def _record(r: Request, rec: Mapping[str, object] | None) -> dict[str, object]:
     """The record of request ``r`` from its journalled result."""
     if rec is None:  # a backend that skipped a request: never a silent gap
         rec = {"key": r.key, "status": "error", "completion": None,
@@ -453,7 +456,7 @@ _COUNTS = ("requests", "completions", "gave_up", "not_sent")
 _BY_CAUSE = ("retries", "failures")
 
 
-def _tally(stats: Mapping[str, Any], requests: int | None) -> dict[str, Any]:
+def _tally(stats: Mapping[str, object], requests: int | None) -> dict[str, object]:
     """The counts a journalled answer carries: its call's so far (``requests``: given for a
     local backend, one per sample committed)."""
     out = {k: stats[k] for k in (*_COUNTS, *_BY_CAUSE)}
@@ -462,7 +465,7 @@ def _tally(stats: Mapping[str, Any], requests: int | None) -> dict[str, Any]:
     return {k: v for k, v in out.items() if v}  # on every journal line: zeros left out
 
 
-def _untallied(rec: Mapping[str, Any]) -> dict[str, Any]:
+def _untallied(rec: Mapping[str, object]) -> dict[str, object]:
     return {k: v for k, v in rec.items() if k not in ("batch", "tally")}
 
 
@@ -476,7 +479,7 @@ def _settle(store: Store, log: Journal, batch: str, by: str) -> None:
     store.write_file(_settled(log, batch), f'{{"by":"{by}"}}'.encode())
 
 
-def _take_over(store: Store, log: Journal, claims: Claims, found: Sequence[Mapping[str, Any]],
+def _take_over(store: Store, log: Journal, claims: Claims, found: Sequence[Mapping[str, object]],
                batch: str) -> list[dict[str, Any]]:
     """The counts of the requests of earlier calls that answered some of this call's
     samples and never settled them (killed: no run reported their counts), one per batch;

@@ -23,16 +23,19 @@ from __future__ import annotations
 import hashlib
 import inspect
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from assay.errors import GenerationError, SpecError
 from assay.models.base import Request
 from assay.models.registry import BACKENDS
 from assay.models.specs import HFSpec, SamplingParams
 
-_SUMS: dict[tuple[Any, ...], dict[str, str]] = {}
+if TYPE_CHECKING:
+    import torch
+
+_SUMS: dict[tuple[str, tuple[tuple[str, int, int], ...]], dict[str, str]] = {}
 
 
 def _file_sha256(path: Path) -> str:
@@ -89,7 +92,8 @@ class HFBackend:
 
     kind = "hf"
 
-    def __init__(self, spec: HFSpec | dict[str, Any], *, fixed_batch: int | None = None) -> None:
+    def __init__(self, spec: HFSpec | Mapping[str, object], *,
+                 fixed_batch: int | None = None) -> None:
         import torch
         from transformers import AutoTokenizer
 
@@ -111,7 +115,7 @@ class HFBackend:
         self._model: Any = None  # loaded on first use: a cached stage needs only the identity
         self.eos_ids: set[int] = set()
         self._cache_arg = "past_key_values"
-        self._identity: dict[str, Any] | None = None
+        self._identity: dict[str, object] | None = None
         self.stats: dict[str, int] = {"batches": 0, "padded_tokens": 0}
 
     @property
@@ -132,15 +136,16 @@ class HFBackend:
             self._cache_arg = "cache" if "cache" in fwd else "past_key_values"
         return self._model
 
-    def identity(self) -> dict[str, Any]:
+    def identity(self) -> dict[str, object]:
         """Backend, the path as given, the revision and the checksum of every model file
         (re-checked on every call, hashed again only when a file's size or mtime changed; new
         files under the path also drop the loaded model, so it is never used stale)."""
         sums = directory_checksums(self.dir)
         digest = hashlib.sha256("\n".join(f"{k} {v}" for k, v in sorted(sums.items()))
                                 .encode()).hexdigest()
-        ident = {"backend": "hf", "path": self.spec.path, "revision": self.spec.revision,
-                 "files_sha256": digest, "dtype": str(self.dtype).removeprefix("torch.")}
+        ident: dict[str, object] = {
+            "backend": "hf", "path": self.spec.path, "revision": self.spec.revision,
+            "files_sha256": digest, "dtype": str(self.dtype).removeprefix("torch.")}
         if self._identity is not None and ident != self._identity and self._model is not None:
             self._model = None
             from transformers import AutoTokenizer
@@ -156,7 +161,7 @@ class HFBackend:
         if api == "completions":
             from assay.models.base import render_messages
 
-            return render_messages(messages, api)
+            return render_messages(messages, "completions")
         if not getattr(self.tok, "chat_template", None):
             raise SpecError(f"model.path {self.spec.path}: the tokenizer has no chat template; "
                             "use api: completions or add a chat_template")
@@ -182,7 +187,7 @@ class HFBackend:
         return out
 
     def run(self, requests: list[Request], params: SamplingParams, *, api: str,
-            max_connections: int, commit: Callable[[Request, dict[str, Any]], None]) -> None:
+            max_connections: int, commit: Callable[[Request, dict[str, object]], None]) -> None:
         """Decode every request in token-budget batches, committing each batch's rows."""
         if params.presence_penalty or params.frequency_penalty or params.extra:
             raise GenerationError("model kind hf: presence_penalty, frequency_penalty and "
@@ -270,8 +275,8 @@ class HFBackend:
         return cast(str, self.tok.decode(ids, skip_special_tokens=True))  # one sequence: a str
 
     @staticmethod
-    def _pick(logits: Any, gens: list[Any] | None, params: SamplingParams,
-              finish: list[str | None]) -> Any:
+    def _pick(logits: torch.Tensor, gens: list[torch.Generator] | None, params: SamplingParams,
+              finish: list[str | None]) -> torch.Tensor:
         """Greedy: the argmax per row. Sampling: one uniform draw per row from that row's own
         CPU generator, turned into a token by inverse CDF over the temperature-scaled, nucleus-cut
         distribution, batched (finished rows draw too; their draws are never used)."""

@@ -34,9 +34,8 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import Any
 
 from assay.errors import GenerationError, SpecError
 from assay.models.scorers import SCORERS, Loglik
@@ -127,7 +126,7 @@ class HFScorer:
     module docstring). The model loads on first use; ``identity()`` is the backend's (the
     checksum of every model file and the dtype)."""
 
-    def __init__(self, spec: HFSpec | dict[str, Any]) -> None:
+    def __init__(self, spec: HFSpec | Mapping[str, object]) -> None:
         from assay.models.hf import HFBackend
 
         self.backend = HFBackend(spec)
@@ -142,7 +141,7 @@ class HFScorer:
         self._prefix_text = str(self.tok.decode(self.prefix_id))
         self.stats = {"forward_rows": 0, "batches": 0, "padded_tokens": 0}
 
-    def identity(self) -> dict[str, Any]:
+    def identity(self) -> dict[str, object]:
         # /2: one unpadded pass per input (issue 52); /1's batched bits are not mixed in
         ident = {**self.backend.identity(), "scorer": "hf-loglik/2"}
         if self.device.type == "cpu":
@@ -167,7 +166,7 @@ class HFScorer:
     def encode(self, text: str, add_special_tokens: bool | None = None) -> list[int]:
         """lm-eval's ``tok_encode``: the tokenizer's own special-token default, except that a
         text already starting with the prefix token's text gets no second one."""
-        kw: dict[str, Any] = {}
+        kw: dict[str, bool] = {}
         if add_special_tokens is not None:
             kw["add_special_tokens"] = add_special_tokens
         elif self._prefix_text and text.startswith(self._prefix_text):
@@ -276,7 +275,7 @@ class HFScorer:
 
         k = len(conts[0])
         ids = torch.tensor([inp], dtype=torch.long, device=self.device)
-        kw: dict[str, Any] = {"logits_to_keep": k} if self._keep_arg else {}
+        kw: dict[str, int] = {"logits_to_keep": k} if self._keep_arg else {}
         out = []
         with fixed_threads(self.device.type), torch.inference_mode():
             logits = self.backend.model(ids, use_cache=False, **kw).logits[0, -k:]

@@ -44,7 +44,7 @@ class RemoteProtocolError(TransportError):
     """The server closed the connection before a whole answer, or sent something not HTTP."""
 
 
-def encode_body(body: Any) -> bytes:
+def encode_body(body: object) -> bytes:
     """The request body as httpx's ``json=`` writes it (compact, UTF-8, no NaN), so a body is
     byte-for-byte the same whichever client sends it."""
     return json.dumps(body, ensure_ascii=False, separators=(",", ":"),

@@ -47,7 +47,7 @@ import threading
 import time
 import uuid
 import warnings
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -72,19 +72,19 @@ def sample_seed(seed: int, rendered: Rendered, index: int) -> int:
     return int(content_hash([seed, rendered, index], "seed").split(":", 1)[1][:8], 16) & 0x7FFFFFFF
 
 
-def completion_key(config: dict[str, Any], rendered: Any, seed: int, index: int) -> str:
+def completion_key(config: Mapping[str, object], rendered: object, seed: int, index: int) -> str:
     """The cache key of one completion: the shard config (model identity, backend, base URL,
     API, every sampling parameter), the rendered prompt, the per-sample seed and the index."""
     return content_hash({"config": config, "rendered": rendered, "seed": seed, "index": index},
                         "gen")
 
 
-def shard_id(config: dict[str, Any]) -> str:
+def shard_id(config: Mapping[str, object]) -> str:
     """The journal a generation config writes to."""
     return content_hash(config, "gshard")
 
 
-def _line(record: dict[str, Any]) -> bytes:
+def _line(record: Mapping[str, object]) -> bytes:
     body = canonical_json(record)
     return (b'{"sum":"' + hashlib.sha256(body).hexdigest()[:16].encode() + b'","rec":' + body
             + b"}\n")
@@ -256,7 +256,7 @@ class Journal:
                           CorruptEntryWarning, stacklevel=2)
         return out
 
-    def append(self, record: dict[str, Any]) -> None:
+    def append(self, record: Mapping[str, object]) -> None:
         """Commit one record: one write on an O_APPEND descriptor, fsynced at most every second."""
         line = _line(record)
         with self._lock:

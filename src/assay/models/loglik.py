@@ -20,13 +20,18 @@ Example:
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from assay.hashing import content_hash
-from assay.models.scorers import SCORERS, Loglik, no_rolling  # noqa: F401
+from assay.models.scorers import SCORERS, Loglik, RollingScorer, Scorer, no_rolling  # noqa: F401
 
-_SHARED: dict[bytes, Any] = {}
+if TYPE_CHECKING:
+    from assay.store import Store
+
+T = TypeVar("T")
+
+_SHARED: dict[bytes, Scorer] = {}
 
 
 def rolling_problem(kind: str) -> str | None:
@@ -46,11 +51,11 @@ def rolling_problem(kind: str) -> str | None:
     return no_rolling(kind)
 
 
-def shared_scorer(model: Any) -> Any:
+def shared_scorer(model: object) -> Scorer:
     """The scorer of a ``model:`` spec entry (dict or spec model), built once per process; an
     object that already has ``score`` and ``identity`` is returned as it is."""
     if hasattr(model, "score") and hasattr(model, "identity"):
-        return model
+        return cast(Scorer, model)  # a scorer already (the check above)
     from assay.errors import SpecError
     from assay.hashing import canonical_json
     from assay.models import hf_loglik as _hf  # noqa: F401  (registers "hf")
@@ -67,8 +72,9 @@ def shared_scorer(model: Any) -> Any:
     return _SHARED[key]
 
 
-def _cached(items: Sequence[Any], keyed: Callable[[Any], Any], run: Callable[[list[Any]], Any],
-            scorer: Any, store: Any, kind: str, on_done: Callable[[int], None] | None
+def _cached(items: Sequence[T], keyed: Callable[[T], object],
+            run: Callable[[list[T]], Iterable[tuple[list[int], list[Loglik]]]],
+            scorer: Scorer, store: Store | None, kind: str, on_done: Callable[[int], None] | None
             ) -> list[Loglik]:
     """Answers for ``items``: from the journal where committed, else from ``run`` (which
     yields ``(index list, answers)`` per batch), committed as each batch finishes."""
@@ -111,7 +117,7 @@ def _cached(items: Sequence[Any], keyed: Callable[[Any], Any], run: Callable[[li
     return answered
 
 
-def loglikelihoods(pairs: Sequence[tuple[str, str]], model: Any, *, store: Any = None,
+def loglikelihoods(pairs: Sequence[tuple[str, str]], model: object, *, store: Store | None = None,
                    on_done: Callable[[int], None] | None = None) -> list[Loglik]:
     """``log P(continuation | context)`` per pair, in order (see the module docstring).
 
@@ -121,12 +127,12 @@ def loglikelihoods(pairs: Sequence[tuple[str, str]], model: Any, *, store: Any =
     if hasattr(scorer, "score_batches"):
         run = scorer.score_batches
     else:
-        def run(xs: list[Any]) -> Any:
+        def run(xs: list[tuple[str, str]]) -> Iterator[tuple[list[int], list[Loglik]]]:
             yield list(range(len(xs))), scorer.score(xs)
     return _cached(list(pairs), lambda p: [p[0], p[1]], run, scorer, store, "pair", on_done)
 
 
-def rolling_loglikelihoods(texts: Sequence[str], model: Any, *, store: Any = None,
+def rolling_loglikelihoods(texts: Sequence[str], model: object, *, store: Store | None = None,
                            on_done: Callable[[int], None] | None = None) -> list[Loglik]:
     """The log-probability of each whole document, scored in disjoint windows of the model's
     context that each keep as much preceding text as fits (lm-eval's ``loglikelihood_rolling``)."""
@@ -138,8 +144,10 @@ def rolling_loglikelihoods(texts: Sequence[str], model: Any, *, store: Any = Non
         raise GenerationError(f"perplexity: model {kind!r} cannot score whole documents: "
                               f"{rolling_problem(kind) or 'its scorer has no rolling windows'}")
 
-    def run(xs: list[str]) -> Any:
-        yield from scorer.score_rolling_batches(xs)
+    rolling = cast(RollingScorer, scorer)  # it has score_rolling_batches (the check above)
+
+    def run(xs: list[str]) -> Iterator[tuple[list[int], list[Loglik]]]:
+        yield from rolling.score_rolling_batches(xs)
     return _cached(list(texts), lambda t: t, run, scorer, store, "rolling", on_done)
 
 

@@ -66,14 +66,14 @@ import sys
 import threading
 import time
 import urllib.request
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable, Mapping
+from typing import TYPE_CHECKING, cast
 
 from assay import stop
 from assay.cluster_slots import cluster_semaphore, give, take
 from assay.errors import GenerationError, SpecError
 from assay.models import http1
-from assay.models.base import Request, RunStats, render_messages, trim_at_stop
+from assay.models.base import Rendered, Request, RunStats, render_messages, trim_at_stop
 from assay.models.registry import BACKENDS
 from assay.models.rejection import RequestRejected, rejected_parameter
 from assay.models.specs import OpenAISpec, SamplingParams
@@ -333,7 +333,7 @@ class _Job:
 
     __slots__ = ("req", "body", "data", "attempt", "start", "due")
 
-    def __init__(self, req: Request, body: dict[str, Any]) -> None:
+    def __init__(self, req: Request, body: dict[str, object]) -> None:
         self.req, self.body = req, body
         self.data: bytes | None = None  # the body's bytes, once a lean connection sends it
         self.attempt = 0
@@ -354,7 +354,7 @@ class OpenAIBackend:
 
     kind = "openai"
 
-    def __init__(self, spec: OpenAISpec | dict[str, Any]) -> None:
+    def __init__(self, spec: OpenAISpec | Mapping[str, object]) -> None:
         self.spec = spec if isinstance(spec, OpenAISpec) else OpenAISpec.model_validate(spec)
         self.headers = {"Content-Type": "application/json"}
         if self.spec.api_key_env:
@@ -366,12 +366,12 @@ class OpenAIBackend:
             self.headers["Authorization"] = f"Bearer {key}"
         # plain http needs no certificates: loading the CA bundle costs ~0.2 s per client
         self._verify = self.spec.base_url.startswith("https://")
-        self._listing: dict[str, Any] | None = None
+        self._listing: dict[str, object] | None = None
         self._listing_lock = threading.Lock()
         self._listed: list[str] | None = None  # the listing's ids when it lacks the model
         self.stats = RunStats()
 
-    def identity(self) -> dict[str, Any]:
+    def identity(self) -> dict[str, object]:
         """What the spec declares: backend, base URL, model name and pinned revision. Asks the
         server nothing: a fully cached rerun needs no request at all, and a server that loads
         models on demand (lists only those loaded now) keys the same completions whether or not
@@ -380,7 +380,7 @@ class OpenAIBackend:
         return {"backend": "openai", "base_url": self.spec.base_url, "model": self.spec.model,
                 "revision": self.spec.revision}
 
-    def listing(self) -> dict[str, Any]:
+    def listing(self) -> dict[str, object]:
         """What ``GET /v1/models`` says of the model, asked once per backend (by
         :func:`assay.models.generate` before a call's first request) and recorded (the generate
         stage's summary, run.json): ``{"listed": True, "entry": {id, root, ...}}``,
@@ -394,7 +394,7 @@ class OpenAIBackend:
                 self._listing = self._ask_listing()
             return self._listing
 
-    def _ask_listing(self) -> dict[str, Any]:
+    def _ask_listing(self) -> dict[str, object]:
         import httpx
 
         url = f"{self.spec.base_url}/models"
@@ -418,19 +418,19 @@ class OpenAIBackend:
             return {"listed": False, "models": self._listed}
         return {"listed": True, "entry": {f: entry[f] for f in IDENTITY_FIELDS if f in entry}}
 
-    def render(self, messages: list[dict[str, str]], api: str) -> Any:
+    def render(self, messages: list[dict[str, str]], api: str) -> Rendered:
         """Chat: the message list as sent; completions: the prompt text (single user turn)."""
         return render_messages(messages, api)
 
     # -- requests ----------------------------------------------------------------------------
-    def body(self, req: Request, params: SamplingParams, api: str) -> dict[str, Any]:
+    def body(self, req: Request, params: SamplingParams, api: str) -> dict[str, object]:
         """The JSON body of one request: what the spec sets and what reproducibility needs, no
         more. Always the model, the prompt, ``temperature``, ``top_p`` and ``max_tokens`` (a
         server fills unset ones from the checkpoint's generation config, which can change behind
         one name) and the sample's ``seed``; ``stop`` and the penalties only when set (their
         unset values are the protocol's defaults, and some servers refuse ``stop: []``); never
         ``n`` (1 is the default; one request per sample); never a null or an empty list."""
-        body: dict[str, Any] = {"model": self.spec.model}
+        body: dict[str, object] = {"model": self.spec.model}
         body["messages" if api == "chat" else "prompt"] = req.rendered
         body.update(temperature=params.temperature, top_p=params.top_p,
                     max_tokens=params.max_tokens)
@@ -445,7 +445,7 @@ class OpenAIBackend:
         return body
 
     def run(self, requests: list[Request], params: SamplingParams, *, api: str,
-            max_connections: int, commit: Callable[[Request, dict[str, Any]], None],
+            max_connections: int, commit: Callable[[Request, dict[str, object]], None],
             stats: RunStats | None = None) -> None:
         """Send every request (at most ``max_connections`` in flight to this server, counting
         concurrent calls), calling ``commit`` once per request: its answer or an error record."""
@@ -480,7 +480,7 @@ class OpenAIBackend:
             raise err[0]
 
     async def _run(self, requests: list[Request], params: SamplingParams, api: str,
-                   max_connections: int, commit: Callable[[Request, dict[str, Any]], None],
+                   max_connections: int, commit: Callable[[Request, dict[str, object]], None],
                    stats: RunStats) -> None:
         import httpx
 
@@ -508,7 +508,7 @@ class OpenAIBackend:
                                      verify=verify, timeout=httpx.Timeout(self.spec.timeout_s))
 
         def attempt(c: httpx.AsyncClient | http1.Connection, job: _Job,
-                    probe: bool = False) -> Any:
+                    probe: bool = False) -> Awaitable[None]:
             return self._attempt(c, budget, max_connections, path, job, api, commit, stats,
                                  retries, probe, rank)
 
@@ -565,7 +565,7 @@ class OpenAIBackend:
 
     async def _attempt(self, client: httpx.AsyncClient | http1.Connection, budget: ServerBudget,
                        cap: int, path: str,
-                       job: _Job, api: str, commit: Callable[[Request, dict[str, Any]], None],
+                       job: _Job, api: str, commit: Callable[[Request, dict[str, object]], None],
                        stats: RunStats, retries: list[tuple[float, int, _Job]],
                        probe: bool = False, rank: int = 0) -> None:
         """One attempt of a request. Ends it (exactly one ``commit``: its answer, or an error
@@ -606,7 +606,7 @@ class OpenAIBackend:
         # write yields after handing its bytes to the socket.)
         written = [False]
 
-        async def trace(event: str, info: dict[str, Any]) -> None:
+        async def trace(event: str, info: dict[str, object]) -> None:
             if event.endswith("send_request_body.started"):
                 written[0] = True
 
@@ -637,8 +637,10 @@ class OpenAIBackend:
                     # then holds this request, so a worker killed after the commit loses nothing
                     written[0] = False
                     stats.sent()
-                    commit(req, self._record(resp, api, time.monotonic() - t0, job.attempt,
-                                             job.body.get("stop")))
+                    # body() sets stop to list(params.stop) or leaves it out (params.extra
+                    # cannot set it: SamplingParams._extra_not_core)
+                    stops = cast("list[str] | None", job.body.get("stop"))
+                    commit(req, self._record(resp, api, time.monotonic() - t0, job.attempt, stops))
                     return
                 msg = _server_message(resp)
                 if code not in RETRY_STATUS and code < 500:
@@ -679,13 +681,13 @@ class OpenAIBackend:
         heapq.heappush(retries, (job.due, next(_SEQ), job))
 
     @staticmethod
-    def _error(reason: str, elapsed: float, retries: int) -> dict[str, Any]:
+    def _error(reason: str, elapsed: float, retries: int) -> dict[str, object]:
         return {"status": "error", "completion": None, "finish_reason": None, "reason": reason,
                 "prompt_tokens": None, "completion_tokens": None, "served_model": None,
                 "latency_s": round(elapsed, 6), "retries": retries}
 
     def _record(self, resp: httpx.Response | http1.Response, api: str, latency: float, retries: int,
-                stops: list[str] | None = None) -> dict[str, Any]:
+                stops: list[str] | None = None) -> dict[str, object]:
         base = {"latency_s": round(latency, 6), "retries": retries}
         try:
             doc = resp.json()

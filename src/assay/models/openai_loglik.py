@@ -22,11 +22,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from assay.errors import GenerationError
 from assay.models.scorers import SCORERS, Loglik
 from assay.models.specs import ModelEntry
+
+if TYPE_CHECKING:
+    import httpx
 
 RETRY_STATUSES = (408, 429, 500, 502, 503, 504)
 
@@ -50,10 +53,10 @@ class OpenAIScorer:
         self.device = "remote"
         self.stats = {"requests": 0, "retries": 0}
 
-    def identity(self) -> dict[str, Any]:
+    def identity(self) -> dict[str, object]:
         return {**self.backend.identity(), "scorer": "openai-echo-loglik/1"}
 
-    def _post(self, client: Any, body: dict[str, Any]) -> dict[str, Any]:
+    def _post(self, client: httpx.Client, body: dict[str, object]) -> Any:
         import httpx
 
         url = f"{self.spec.base_url}/completions"
@@ -87,7 +90,7 @@ class OpenAIScorer:
                 out.append(self._one(client, i, context, continuation))
         return out
 
-    def _one(self, client: Any, i: int, context: str, continuation: str) -> Loglik:
+    def _one(self, client: httpx.Client, i: int, context: str, continuation: str) -> Loglik:
         if context == "":
             raise GenerationError(f"request {i}: an empty context cannot be scored through "
                                   "/v1/completions (no token to condition on); give a context")

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from typing import Any
 
 from assay.errors import GenerationError
 
@@ -39,7 +38,7 @@ JUDGE_FIELDS = {
 }
 
 
-def rejected_parameter(message: str, body: Mapping[str, Any]) -> str | None:
+def rejected_parameter(message: str, body: Mapping[str, object]) -> str | None:
     """The body field a server's refusal names: one quoted in the message first (``'top_k'``,
     `` `stop` ``), else one named as a word (``Stop string ...``); None when none is."""
     fields = [f for f in body if f not in ("messages", "prompt")] + ["messages", "prompt"]

@@ -13,13 +13,32 @@ Example:
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Protocol
 
 from assay.registry import Registry
 
+
+class Scorer(Protocol):
+    """What :func:`assay.models.loglik.loglikelihoods` asks of a scorer: the identity that keys
+    its answers and one answer per (context, continuation) pair. A scorer may also offer
+    ``score_batches`` and ``score_rolling_batches`` (``(indices, answers)`` per batch)."""
+
+    def identity(self) -> dict[str, object]: ...
+
+    def score(self, pairs: Sequence[tuple[str, str]]) -> list[Loglik]: ...
+
+
+class RollingScorer(Scorer, Protocol):
+    """A scorer that also scores whole documents in rolling windows (``perplexity:``)."""
+
+    def score_rolling_batches(self, texts: Sequence[str]
+                              ) -> Iterator[tuple[list[int], list[Loglik]]]: ...
+
+
 #: backend kind -> the scorer class (``cls(model spec)``), filled by the scorer modules.
-SCORERS: Registry[Any] = Registry("log-likelihood scorer")
+SCORERS: Registry[Callable[..., Scorer]] = Registry("log-likelihood scorer")
 
 
 def no_rolling(kind: str) -> str | None:
@@ -37,6 +56,6 @@ class Loglik:
     is_greedy: bool
     tokens: int
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return {"logprob": self.logprob, "is_greedy": self.is_greedy, "tokens": self.tokens}
 

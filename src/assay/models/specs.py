@@ -18,7 +18,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Annotated, Any, ClassVar, Literal, TypeAlias
 
-from pydantic import BaseModel, Field, field_validator, model_validator
+from pydantic import BaseModel, Field, GetJsonSchemaHandler, field_validator, model_validator
+from pydantic.json_schema import JsonSchemaValue
+from pydantic_core import CoreSchema
 
 from assay.errors import SpecError
 from assay.libguard import TRANSFORMERS
@@ -41,7 +43,7 @@ class SamplingParams(_Strict):
     stop: list[str] = Field(default_factory=list)
     presence_penalty: float = Field(0.0, ge=-2.0, le=2.0)
     frequency_penalty: float = Field(0.0, ge=-2.0, le=2.0)
-    extra: dict[str, Any] = Field(default_factory=dict)
+    extra: dict[str, object] = Field(default_factory=dict)
 
     @field_validator("stop")
     @classmethod
@@ -52,7 +54,7 @@ class SamplingParams(_Strict):
 
     @field_validator("extra")
     @classmethod
-    def _extra_not_core(cls, v: dict[str, Any]) -> dict[str, Any]:
+    def _extra_not_core(cls, v: dict[str, object]) -> dict[str, object]:
         clash = sorted(set(v) & {"temperature", "top_p", "max_tokens", "stop", "presence_penalty",
                                  "frequency_penalty", "seed", "n", "model", "messages", "prompt"})
         if clash:
@@ -95,7 +97,7 @@ class OpenAISpec(_Strict):
 class HFSpec(QuietSpecModel):
     """A local transformers causal LM: a local directory, or a hub id with a ``revision``."""
 
-    QUIET: ClassVar[dict[str, Any]] = {"max_length": None}
+    QUIET: ClassVar[dict[str, object]] = {"max_length": None}
 
     #: imported before the study's nodes run side by side (assay.libguard)
     WARM_IMPORTS: ClassVar[tuple[str, ...]] = (*TRANSFORMERS, "transformers:AutoModelForCausalLM")
@@ -135,7 +137,8 @@ class _BackendEntry:
     """JSON Schema of a ``model:`` entry: any backend registered when the schema is built
     (validation goes through :func:`backend_spec`, so plugin backends validate too)."""
 
-    def __get_pydantic_json_schema__(self, core_schema: Any, handler: Any) -> dict[str, Any]:
+    def __get_pydantic_json_schema__(self, core_schema: CoreSchema,
+                                     handler: GetJsonSchemaHandler) -> JsonSchemaValue:
         return {"anyOf": [k.spec.model_json_schema() for k in BACKENDS if k.spec is not None],
                 "description": f"the model under test: kind one of {BACKENDS.names()}"}
 
@@ -160,7 +163,7 @@ class GenerateSpec(_Strict):
 
     @field_validator("model", mode="before")
     @classmethod
-    def _backend(cls, v: Any) -> Any:
+    def _backend(cls, v: object) -> BaseModel:
         return backend_spec(v)
 
     @model_validator(mode="after")
@@ -172,10 +175,10 @@ class GenerateSpec(_Strict):
 
 
 #: A ``model:`` entry: a mapping read from YAML, or the spec model it validates to.
-ModelEntry: TypeAlias = "Mapping[str, Any] | BaseModel"
+ModelEntry: TypeAlias = "Mapping[str, object] | BaseModel"
 
 
-def backend_spec(v: Any) -> BaseModel:
+def backend_spec(v: object) -> BaseModel:
     """Validate a ``model:`` entry against the spec model its ``kind`` registered."""
     if isinstance(v, BaseModel):
         return v
