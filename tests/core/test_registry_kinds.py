@@ -23,16 +23,10 @@ SRC = Path(__file__).resolve().parents[2] / "src" / "assay"
 #: Files still allowed a comparison with a registered kind name, and why. Each must still hold
 #: one (the last test), so an entry is dropped as soon as its file is fixed.
 ALLOWED = {
-    # lm-eval modules (another change owns them): the lm_eval source recognising its own
-    # entries, and the chat template chosen by the model backend's kind
-    "sources/lm_eval_group.py": "lm_eval",
-    "sources/lm_eval_chat.py": "hf",
     # report.json's headline reads the pass@1 estimates of the pass_at measurements (documents
     # already written); a measure declaring its headline estimate would end these two
     "report.py": "pass_at",
     "view/compare.py": "pass_at",
-    # the lm-eval generate check reading the backend kind
-    "sources/lm_eval_generate.py": "hf",
 }
 
 

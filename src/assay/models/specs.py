@@ -102,6 +102,10 @@ class HFSpec(QuietSpecModel):
     #: imported before the study's nodes run side by side (assay.libguard)
     WARM_IMPORTS: ClassVar[tuple[str, ...]] = (*TRANSFORMERS, "transformers:AutoModelForCausalLM")
 
+    #: its tokenizer's chat template is rendered into the prompt text here (lm-eval's HFLM
+    #: does the same), not sent as messages (:func:`renders_chat_template`)
+    TEXT_CHAT_TEMPLATE: ClassVar[bool] = True
+
     kind: Literal["hf"] = "hf"
     path: str = Field(description="local directory or hub id")
     revision: str | None = None
@@ -176,6 +180,20 @@ class GenerateSpec(_Strict):
 
 #: A ``model:`` entry: a mapping read from YAML, or the spec model it validates to.
 ModelEntry: TypeAlias = "Mapping[str, object] | BaseModel"
+
+
+def renders_chat_template(model: object) -> bool:
+    """Whether a ``model:`` entry's backend renders a chat template into the prompt text itself
+    (its tokenizer's, as lm-eval's HFLM does), declared by its spec model's
+    ``TEXT_CHAT_TEMPLATE``, rather than sending messages to a server that applies its own.
+
+    Example:
+        >>> renders_chat_template({"kind": "hf", "path": "m"})
+        True
+        >>> renders_chat_template({"kind": "openai", "base_url": "http://x/v1", "model": "m"})
+        False
+    """
+    return bool(getattr(type(backend_spec(model)), "TEXT_CHAT_TEMPLATE", False))
 
 
 def backend_spec(v: object) -> BaseModel:

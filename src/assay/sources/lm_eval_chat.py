@@ -85,14 +85,17 @@ def chat_template_for(model: object, api: str | None, where: str) -> Callable[..
     """The callable for lm-eval's ``build_all_requests(chat_template=...)``: ``kind: hf`` with
     ``api: completions`` (or a scoring model: ``api`` None) renders with its tokenizer; any
     backend with ``api: chat`` gets the messages; anything else is a :class:`SpecError`."""
+    from assay.models.specs import renders_chat_template
+
+    local = renders_chat_template(model)
     kind = getattr(model, "kind", None)
     if api == "chat":
-        if kind == "hf":
+        if local:
             raise SpecError(f"{where}: apply_chat_template with kind: hf renders the tokenizer's "
                             "template as lm-eval's HFLM does; write generate: {api: "
                             "completions, ...}")
         return messages_template()
-    if kind == "hf":  # backend_spec validated the entry: kind hf is an HFSpec
+    if local:  # the only backend declaring it is hf's (backend_spec validated the entry)
         return hf_template(cast("HFSpec", model), where)
     raise SpecError(f"{where}: apply_chat_template needs a model whose chat template assay "
                     f"applies as lm-eval does: kind: hf (its tokenizer's template, api: "
@@ -103,7 +106,9 @@ def chat_template_for(model: object, api: str | None, where: str) -> Callable[..
 def template_identity(model: object, api: str | None) -> dict[str, str]:
     """What the rendered contexts depend on besides the task: the messages (``api: chat``) or
     the checksums of an hf model's tokenizer files (a new template re-renders the rows)."""
-    if api == "chat" or getattr(model, "kind", None) != "hf":
+    from assay.models.specs import renders_chat_template
+
+    if api == "chat" or not renders_chat_template(model):
         return {"render": "messages"}
     from assay.hashing import file_checksum
 

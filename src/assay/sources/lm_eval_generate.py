@@ -68,7 +68,9 @@ def check_declared(gspec: GenerateSpec, want: Mapping[str, object], where: str, 
     under ``chat`` (apply_chat_template) to a chat server as messages (``api: chat``; kind: hf
     renders its template into the text), decoded as the task says; ``system:`` is never set
     (the context, system instruction included, is lm-eval's)."""
-    api = "chat" if chat and getattr(gspec.model, "kind", None) != "hf" else "completions"
+    from assay.models.specs import renders_chat_template
+
+    api = "chat" if chat and not renders_chat_template(gspec.model) else "completions"
     got = gspec.params.model_dump(mode="json")
     diff = {k: got[k] for k in want if got[k] != want[k]}
     extra = {k: got[k] for k in ("presence_penalty", "frequency_penalty", "extra")

@@ -23,7 +23,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeGuard
 
 from assay.errors import SpecError
 
@@ -291,14 +291,25 @@ def _memo_path(base_dir: str | None, src: Mapping[str, object], where_field: str
     return cache_dir() / "lm-eval-groups" / f"{digest}.json"
 
 
+def _names_a_task(src: object) -> TypeGuard[dict[str, object]]:
+    """Whether a spec's raw source entry is of a kind that is an lm-eval task (its spec class
+    declares ``lm_eval_task``) and names its ``task`` and ``name``."""
+    from assay.sources.registry import SOURCES
+
+    if not isinstance(src, dict):
+        return False
+    kind = src.get("kind")
+    return (isinstance(kind, str) and kind in SOURCES and SOURCES.get(kind).obj.lm_eval_task
+            and isinstance(src.get("task"), str) and isinstance(src.get("name"), str))
+
+
 def _expanded(src: object, base_dir: str | None, where_field: str
               ) -> tuple[GroupNode, list[str], dict[str, list[str] | None]] | None:
     """:func:`_expand_one` and the members' metric names, remembered on disk: reading a spec
     whose ``lm_eval`` task is a plain task (the usual case) or a group seen before costs a file
     read, not lm-eval's index (seconds to build: a fully cached rerun would pay it at every
     start). A group that is refused, or an index that raises, is not remembered."""
-    if not (isinstance(src, dict) and src.get("kind") == "lm_eval"
-            and isinstance(src.get("task"), str) and isinstance(src.get("name"), str)):
+    if not _names_a_task(src):
         return None
     memo = None
     with contextlib.suppress(Exception):  # lm-eval missing, a folder gone: _expand_one says
@@ -337,8 +348,7 @@ def _expand_one(src: object, base_dir: str | None, where_field: str
                 ) -> tuple[GroupNode, list[str]] | None:
     """The tree of one source's group and the refusals of its members; None when the source
     is not an lm_eval source naming a group or tag the index can read."""
-    if not (isinstance(src, dict) and src.get("kind") == "lm_eval"
-            and isinstance(src.get("task"), str) and isinstance(src.get("name"), str)):
+    if not _names_a_task(src):
         return None
     mode = _mode_of(src)
     try:
@@ -354,7 +364,7 @@ def _expand_one(src: object, base_dir: str | None, where_field: str
     where = f"{where_field}: source {src['name']!r} (lm-eval group {src['task']!r})"
     with task_code(where, "index the tasks"):
         tm = _index_of(base_dir, src)
-    tree = group_tree(tm, src["task"], where)
+    tree = group_tree(tm, str(src["task"]), where)  # a str (_names_a_task)
     if tree is None:
         return None
     if mode is None:
