@@ -17,7 +17,7 @@ PACKAGE = Path(assay.__file__).parent
 #: left is honest: row records and user columns walked by untyped code, report documents read
 #: back from JSON, buffers the store writes (numpy arrays are not ``Buffer`` in 3.11's stubs),
 #: a user callable's result, pydantic's type forms. Lower it as they go.
-CEILING = 102
+CEILING = 101
 #: Issue 51's goal for the package: under this many per 1,000 lines.
 PER_1000 = 15
 
