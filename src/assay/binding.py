@@ -42,8 +42,9 @@ class Binding:
     ``takes`` is the set of offered names the function receives.
     """
 
-    def __init__(self, fn: Callable[..., Any], names: Sequence[str], *, what: str,
-                 params: Mapping[str, Any] | None = None, aliases: Mapping[str, str] | None = None,
+    def __init__(self, fn: Callable[..., object], names: Sequence[str], *, what: str,
+                 params: Mapping[str, object] | None = None,
+                 aliases: Mapping[str, str] | None = None,
                  positional: Sequence[str] | None = None) -> None:
         self.fn = fn
         self.what = what
@@ -53,7 +54,7 @@ class Binding:
         known = {n: n for n in self.names} | {a: n for a, n in aliases.items() if n in self.names}
         self._args: list[str] = []  # offered names passed positionally (positional-only params)
         self._kw: dict[str, str] = {}  # parameter name -> offered name
-        self._fixed: dict[str, Any] = {}  # parameter name -> params value
+        self._fixed: dict[str, object] = {}  # parameter name -> params value
         self._rest = False  # **kwargs: gets every offered value and param not taken by name
         try:
             sig = inspect.signature(fn)
@@ -103,7 +104,8 @@ class Binding:
                 f"parameters from: {', '.join(self.names)} (any order, any subset){extra}, "
                 "or take **kwargs")
 
-    def call(self, values: Mapping[str, Any]) -> Any:
+    def call(self, values: Mapping[str, object]) -> Any:
+
         """``fn`` called with ``values`` (offered name -> value) and the params."""
         kw = {p: values[n] for p, n in self._kw.items()}
         if self._rest:

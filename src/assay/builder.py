@@ -76,7 +76,8 @@ def _flatten_completions(prompts_n: int, completions: Any) -> list[list[str]]:
     return out
 
 
-def _per_completion(values: Any, shape: list[int], argument: str, is_leaf: Any) -> list[list[Any]]:
+def _per_completion(values: Any, shape: list[int], argument: str,
+                    is_leaf: Callable[[object], bool]) -> list[list[Any]]:
     """Values nested like completions, or flat (one per completion), as nested lists."""
     total = sum(shape)
     if not is_sequence(values):
@@ -173,7 +174,7 @@ def _task_digest(msgs: list[dict[str, str]], priv: str | None) -> bytes:
     return hashlib.blake2b(text.encode("utf-8"), digest_size=16).digest()
 
 
-def _meta_json(value: Any, where: str) -> str | None:
+def _meta_json(value: object, where: str) -> str | None:
     """One row's ``meta`` as JSON text: a dict of JSON data, or None."""
     if value is None:
         return None
@@ -183,19 +184,19 @@ def _meta_json(value: Any, where: str) -> str | None:
     return to_json(dict(value), where)
 
 
-def _is_number_leaf(v: Any) -> bool:
+def _is_number_leaf(v: object) -> bool:
     return v is None or isinstance(v, (numbers.Real, np.bool_, bool)) or isinstance(v, str)
 
 
 def rows(
     prompts: Sequence[str | Sequence[Mapping[str, str]]],
     completions: Sequence[str | Sequence[str]],
-    reward: Any = None,
+    reward: object = None,
     *,
-    references: Sequence[Any] | None = None,
+    references: Sequence[object] | None = None,
     task_ids: Sequence[str] | None = None,
-    markers: Sequence[Any] | None = None,
-    meta: Sequence[Any] | None = None,
+    markers: Sequence[object] | None = None,
+    meta: Sequence[object] | None = None,
     workers: int | None = None,
     record_names: Callable[[int], str] | None = None,
     book: TaskBook | None = None,

@@ -26,6 +26,7 @@ import time
 import traceback
 from collections.abc import Sequence
 from pathlib import Path
+from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 from assay.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_PARTIAL, EXIT_STOPPED, AssayError
@@ -190,7 +191,7 @@ EXIT_BROKEN_PIPE = 141
 _EMBEDDED_RUN_DONE = False
 
 #: The current run's log file and whether tracebacks go to the terminal (``--debug``).
-_RUN: dict[str, Any] = {}
+_RUN: dict[str, object] = {}
 
 
 #: run.json's note (and the terminal's) when every node was served from the store.
@@ -340,7 +341,7 @@ def _outcome(info: dict[str, Any]) -> int:
 
 
 def _head_start(args: argparse.Namespace, spec: StudySpec,
-                overrides: list[str]) -> contextlib.AbstractContextManager[Any]:
+                overrides: list[str]) -> contextlib.AbstractContextManager[object]:
     """Start the study's graph now, before Prefect is up: the flow run then records each node
     by waiting for it (``assay.stages.headstart``). A no-op context where it does not apply."""
     from assay.stages.headstart import HeadStart, key_for, running
@@ -653,7 +654,7 @@ def _start_signal_relay() -> None:
     threading.Thread(target=relay, name="assay-signal-relay", daemon=True).start()
 
 
-def _on_sigterm(signum: int, frame: Any) -> None:
+def _on_sigterm(signum: int, frame: FrameType | None) -> None:
     import signal
 
     signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a second SIGTERM ends us at once
@@ -662,7 +663,7 @@ def _on_sigterm(signum: int, frame: Any) -> None:
     raise Terminated()
 
 
-def _on_sigint(signum: int, frame: Any) -> None:
+def _on_sigint(signum: int, frame: FrameType | None) -> None:
     _SIGNALLED.append("interrupted")
     _SIGNAL_EVENT.set()
     raise KeyboardInterrupt
@@ -683,7 +684,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         _err(str(e))
         return 2
     term = intr = None
-    ticker: Any = contextlib.nullcontext()
+    ticker: contextlib.AbstractContextManager[object] = contextlib.nullcontext()
     if args.func in (cmd_run, cmd_nightly):
         import signal
         import threading

@@ -18,9 +18,19 @@ import sys
 import threading
 import time
 import uuid
-from typing import Any
+from typing import Any, Protocol
 
-_SEMAPHORES: dict[tuple[str, str], Any] = {}
+
+class Slots(Protocol):
+    """A cluster-wide semaphore as the requests use it (a Dask ``Semaphore`` or a
+    :class:`RaySemaphore`): ``acquire`` blocks until a lease is granted."""
+
+    def acquire(self) -> object: ...
+
+    def release(self) -> object: ...
+
+
+_SEMAPHORES: dict[tuple[str, str], Slots] = {}
 _LOCK = threading.Lock()
 #: the semaphore's calls block (a round trip to the scheduler, or a wait for a lease): they run
 #: here, off the event loops of the requests
@@ -30,7 +40,7 @@ RAY_NAMESPACE = "assay"
 
 
 def cluster_semaphore(server: str, max_connections: int,
-                      lease_s: float | None = None) -> Any | None:
+                      lease_s: float | None = None) -> Slots | None:
     """The cluster-wide connection semaphore of ``server`` when this runs on a Dask worker or
     in a process of a Ray cluster, else None. One per server and process; the first to create
     it sets its ``max_connections`` (every shard of one study asks with the same).
@@ -45,7 +55,7 @@ def cluster_semaphore(server: str, max_connections: int,
     return None
 
 
-def _dask_semaphore(server: str, max_connections: int) -> Any | None:
+def _dask_semaphore(server: str, max_connections: int) -> Slots | None:
     from distributed import Semaphore, get_worker
 
     try:
@@ -139,7 +149,7 @@ def ray_slot_actor(name: str, limit: int) -> Any:
                        get_if_exists=True).remote(limit)
 
 
-def _ray_semaphore(server: str, max_connections: int, lease_s: float | None) -> Any | None:
+def _ray_semaphore(server: str, max_connections: int, lease_s: float | None) -> Slots | None:
     # Read from sys.modules, never imported here: a Ray worker has Ray imported before any
     # task runs, while a process that merely has some thread importing Ray right now would
     # get a half-initialised module from an import on this thread (the import system hands
@@ -157,7 +167,7 @@ def _ray_semaphore(server: str, max_connections: int, lease_s: float | None) -> 
         return sem
 
 
-async def take(sem: Any) -> None:
+async def take(sem: Slots) -> None:
     """Acquire a lease without blocking the event loop. Cancelled while waiting, the lease
     granted afterwards is given back, so a stopped request never keeps one."""
     cf = _CALLS.submit(sem.acquire)
@@ -169,6 +179,6 @@ async def take(sem: Any) -> None:
         raise
 
 
-async def give(sem: Any) -> None:
+async def give(sem: Slots) -> None:
     """Release a lease without blocking the event loop."""
     await asyncio.shield(asyncio.wrap_future(_CALLS.submit(sem.release)))

@@ -48,7 +48,7 @@ DEFAULT_HARD_TIMEOUT = 60.0
 IN_PROCESS_BELOW = 16
 
 
-def grade(rows: RowsLike, verifier: Any, *, workers: int | None = None,
+def grade(rows: RowsLike, verifier: object, *, workers: int | None = None,
           argument: str = "verifier", known: Sequence[Verdict | None] | None = None) -> Rows:
     """Grade ``rows`` with ``verifier`` (or any judge callable); returns new :class:`Rows`.
 
@@ -86,7 +86,7 @@ def grade(rows: RowsLike, verifier: Any, *, workers: int | None = None,
     return Rows(_with_verdicts(table, judge.name, verdicts))
 
 
-def can_grade_ahead(verifier: Any) -> bool:
+def can_grade_ahead(verifier: object) -> bool:
     """Whether rows can be graded ahead of need (``judge_records(..., background=True)``): yes,
     unless the verifier runs on worker processes and does not pickle (a background call never
     forks workers of its own).
@@ -101,7 +101,7 @@ def can_grade_ahead(verifier: Any) -> bool:
     return True
 
 
-def _check_workers(workers: Any) -> None:
+def _check_workers(workers: object) -> None:
     if workers is None:
         return
     if isinstance(workers, bool) or not isinstance(workers, int):
@@ -191,7 +191,7 @@ def judge_records(judge: Judge, records: Sequence[Mapping[str, Any]], *,
     return verdicts  # type: ignore[return-value]  # no None left: every row has one
 
 
-def _reference(row: Mapping[str, Any]) -> Any:
+def _reference(row: Mapping[str, object]) -> object:
     priv = row.get("privileged") or {}
     return priv.get("reference") if isinstance(priv, Mapping) else None
 
@@ -209,7 +209,7 @@ def _worker(judge: Judge | None, conn: Connection) -> None:
 
     quiet_signals()
     watch_parent()  # a SIGKILLed parent leaves no worker (other workers hold our pipe's end)
-    judges: dict[Any, Judge | None] = {None: judge}
+    judges: dict[int | None, Judge | None] = {None: judge}
     while True:
         try:
             msg = conn.recv()
@@ -426,7 +426,7 @@ def _shippable(judge: Judge) -> bytes | None:
         return None
 
 
-def _run_pool(judge: Judge, rows: list[Mapping[str, Any]], workers: int,
+def _run_pool(judge: Judge, rows: list[Mapping[str, object]], workers: int,
               hard_timeout: float, background: bool = False) -> list[Verdict]:
     """Grade ``rows`` on ``workers`` forked processes: the shared, warm ones when the verifier
     pickles and no other grade call is using them (or only a ``background`` one, which ends
@@ -455,7 +455,7 @@ def _run_pool(judge: Judge, rows: list[Mapping[str, Any]], workers: int,
             pool.lock.release()
 
 
-def _drive(ctx: ForkContext, judge: Judge, rows: list[Mapping[str, Any]], workers: int,
+def _drive(ctx: ForkContext, judge: Judge, rows: list[Mapping[str, object]], workers: int,
            hard_timeout: float, pool: _SharedPool | None,
            payload: bytes | None) -> list[Verdict]:
     out: list[Verdict | None] = [None] * len(rows)
@@ -551,7 +551,7 @@ def _drive(ctx: ForkContext, judge: Judge, rows: list[Mapping[str, Any]], worker
     return out  # type: ignore[return-value]  # no None left: every row has its verdict
 
 
-def _with_verdicts(table: pa.Table, name: str, verdicts: list[Any]) -> pa.Table:
+def _with_verdicts(table: pa.Table, name: str, verdicts: list[Verdict]) -> pa.Table:
     markers = table.column("markers").to_pylist()
     merged = [dict(m or []) | dict(v.markers) if v.markers else dict(m or [])
               for m, v in zip(markers, verdicts)]

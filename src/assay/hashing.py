@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from assay.errors import HashError, SpecError
+from assay.jsontypes import JSONValue
 
 HASH_SCHEMA = 1
 DIGEST_HEX = 32  # 128 bits: collision-safe for any dataset size we will see, still readable
@@ -45,7 +46,7 @@ def _nfc(s: str) -> str:
     return s if unicodedata.is_normalized("NFC", s) else unicodedata.normalize("NFC", s)
 
 
-def canonicalize(obj: Any, _path: str = "$") -> Any:
+def canonicalize(obj: object, _path: str = "$") -> JSONValue:
     """Return a plain-JSON equivalent of ``obj`` in canonical form, or raise HashError.
 
     Example:
@@ -66,7 +67,7 @@ def canonicalize(obj: Any, _path: str = "$") -> Any:
             )
         return float(obj)
     if isinstance(obj, Mapping):
-        out = {}
+        out: dict[str, JSONValue] = {}
         for k, v in obj.items():
             if not isinstance(k, str):
                 raise HashError(
@@ -102,7 +103,7 @@ def canonicalize(obj: Any, _path: str = "$") -> Any:
     )
 
 
-def canonical_json(obj: Any) -> bytes:
+def canonical_json(obj: object) -> bytes:
     """The canonical UTF-8 JSON bytes of ``obj`` (see module docstring).
 
     Example:
@@ -142,7 +143,7 @@ def digest_parts(parts: Iterable[bytes], prefix: str) -> str:
     return f"{prefix}:{h.hexdigest()[:DIGEST_HEX]}"
 
 
-def content_hash(obj: Any, prefix: str) -> str:
+def content_hash(obj: object, prefix: str) -> str:
     """Stable id ``prefix:<32 hex>`` of a JSON-like value.
 
     Example:
@@ -154,7 +155,7 @@ def content_hash(obj: Any, prefix: str) -> str:
     return digest_bytes(canonical_json(obj), prefix)
 
 
-def combine(prefix: str, *parts: Any) -> str:
+def combine(prefix: str, *parts: object) -> str:
     """Id of an ordered tuple of parts (ids, parameters): the cache-key chain uses this.
 
     Example:
@@ -363,7 +364,7 @@ def user_code_files(module: str, base_dir: str | os.PathLike[str] | None = None)
 
 def code_identity(obj: Any, *, version: str | None = None,
                   base_dir: str | os.PathLike[str] | None = None,
-                  what: str = "function") -> dict[str, Any]:
+                  what: str = "function") -> dict[str, object]:
     """What keys results computed by user code ``obj`` (a function or class): ``{"version"}``
     when one is declared; else ``{"code"}``, the checksum of its module's source file, with
     ``"helpers"`` (see :func:`helper_files`) when that file imports modules from its own folder
@@ -384,7 +385,7 @@ def code_identity(obj: Any, *, version: str | None = None,
     module = getattr(obj, "__module__", None) or ""
     path = _code_file(module)
     if path is not None and path.is_file():
-        out: dict[str, Any] = {"code": file_checksum(path)}
+        out: dict[str, object] = {"code": file_checksum(path)}
         helpers = helper_files(path, _code_roots(module, path, base_dir))
         if helpers:
             out["helpers"] = helpers

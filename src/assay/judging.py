@@ -28,12 +28,16 @@ from __future__ import annotations
 import inspect
 import math
 import numbers
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from assay.errors import RowsTypeError
+
+if TYPE_CHECKING:
+    from assay.binding import Binding
+
 
 #: Every value ``judge_status`` can take, with its meaning.
 JUDGE_STATUSES: dict[str, str] = {
@@ -87,7 +91,7 @@ class Verifier:
     model_param: ClassVar[str | None] = None
     under_test_params: ClassVar[tuple[str, ...]] = ()
 
-    def check(self, candidate: str, reference: Any, row: Mapping[str, Any]) -> Any:
+    def check(self, candidate: str, reference: object, row: Mapping[str, object]) -> object:
         raise NotImplementedError
 
     def __repr__(self) -> str:
@@ -123,7 +127,7 @@ class Verdict:
     reward: float | None
     status: str = None  # type: ignore[assignment]  # derived from reward when left out
     reason: str | None = None
-    meta: dict[str, Any] | None = None
+    meta: dict[str, object] | None = None
     markers: dict[str, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -150,7 +154,7 @@ class Verdict:
                             f"{type(self.reason).__name__}")
 
 
-def _score(value: Any) -> tuple[float | None, str | None]:
+def _score(value: object) -> tuple[float | None, str | None]:
     """(score, None) for a valid score, else (None, why)."""
     if isinstance(value, bool):
         return float(value), None
@@ -164,7 +168,7 @@ def _score(value: Any) -> tuple[float | None, str | None]:
     return None, f"judge returned {type(value).__name__} {value!r:.80}, not a number in [0, 1]"
 
 
-def normalize_verdict(raw: Any) -> Verdict:
+def normalize_verdict(raw: object) -> Verdict:
     """Turn whatever a judge returned into a :class:`Verdict` (never raises).
 
     Example:
@@ -218,7 +222,7 @@ class Judge:
     """A uniform wrapper: ``judge(row) -> Verdict`` whatever the underlying judge is."""
 
     name: str
-    fn: Callable[[Mapping[str, Any]], Any]
+    fn: Callable[[Mapping[str, object]], object]
     needs_reference: bool = False
     parallel: bool = False
     #: what the judge wraps (a verifier, a function), read for its optional hooks
@@ -226,7 +230,7 @@ class Judge:
     #: False for a ``(prompt, completion)`` callable: rows with references are refused.
     takes_reference: bool = True
 
-    def judge(self, row: Mapping[str, Any]) -> Verdict:
+    def judge(self, row: Mapping[str, object]) -> Verdict:
         if self.needs_reference and _reference(row) is None:
             return Verdict(None, "no_reference",
                            f"{self.name} needs privileged.reference; pass references=")
@@ -239,12 +243,12 @@ class Judge:
         return normalize_verdict(raw)
 
 
-def _reference(row: Mapping[str, Any]) -> Any:
+def _reference(row: Mapping[str, object]) -> object:
     priv = row.get("privileged") or {}
     return priv.get("reference") if isinstance(priv, Mapping) else None
 
 
-def _call_shape(fn: Callable[..., Any]) -> tuple[int, bool, bool] | None:
+def _call_shape(fn: Callable[..., object]) -> tuple[int, bool, bool] | None:
     """(required positional parameters, can take a third positional, can take ``reference=``)
     of a callable, or None when its signature cannot be read."""
     try:
@@ -270,8 +274,8 @@ def _call_shape(fn: Callable[..., Any]) -> tuple[int, bool, bool] | None:
     return required, var_positional or positional >= 3, by_keyword
 
 
-def _with_optional_reference(fn: Callable[..., Any], positional: bool,
-                             row: Mapping[str, Any]) -> Any:
+def _with_optional_reference(fn: Callable[..., object], positional: bool,
+                             row: Mapping[str, object]) -> object:
     ref = _reference(row)
     if ref is None:
         return fn(row["prompt"], row["final_text"])
@@ -280,7 +284,7 @@ def _with_optional_reference(fn: Callable[..., Any], positional: bool,
     return fn(row["prompt"], row["final_text"], reference=ref)
 
 
-def judge_name_of(obj: Any) -> str:
+def judge_name_of(obj: object) -> str:
     """The name recorded in ``judge_name`` for a verifier or callable."""
     name = getattr(obj, "name", None)
     if isinstance(name, str) and name:
@@ -288,7 +292,7 @@ def judge_name_of(obj: Any) -> str:
     return getattr(obj, "__name__", None) or type(obj).__name__
 
 
-def as_judge(reward: Any, *, argument: str = "reward") -> Judge:
+def as_judge(reward: object, *, argument: str = "reward") -> Judge:
     """Wrap a verifier or callable as a :class:`Judge`; TypeError names what is wrong.
 
     Example:
@@ -300,7 +304,7 @@ def as_judge(reward: Any, *, argument: str = "reward") -> Judge:
     name = judge_name_of(reward)
     check = getattr(reward, "check", None)
     if callable(check) and not isinstance(reward, type):
-        def via_check(row: Mapping[str, Any], _c=check) -> Any:
+        def via_check(row: Mapping[str, object], _c: Callable[..., object] = check) -> object:
             return _c(row["final_text"], _reference(row), row)
         return Judge(name, via_check, bool(getattr(reward, "needs_reference", True)),
                      bool(getattr(reward, "parallel", False)), reward)
@@ -320,7 +324,8 @@ def as_judge(reward: Any, *, argument: str = "reward") -> Judge:
     if shape is not None and (required in (2, 3) or (required == 0 and shape[1])):
         _, third, keyword = shape
         if required == 3:
-            def with_reference(row: Mapping[str, Any], _f: Callable[..., Any] = reward) -> Any:
+            def with_reference(row: Mapping[str, object],
+                               _f: Callable[..., object] = reward) -> object:
                 return _f(row["prompt"], row["final_text"], _reference(row))
             return Judge(name, with_reference, False, False, reward)
         if third or keyword:
@@ -328,7 +333,8 @@ def as_judge(reward: Any, *, argument: str = "reward") -> Judge:
             # at its default it would score every row against the default, silently)
             return Judge(name, partial(_with_optional_reference, reward, third), False, False,
                          reward)
-        def without_reference(row: Mapping[str, Any], _f: Callable[..., Any] = reward) -> Any:
+        def without_reference(row: Mapping[str, object],
+                              _f: Callable[..., object] = reward) -> object:
             return _f(row["prompt"], row["final_text"])
         return Judge(name, without_reference, False, False, reward, takes_reference=False)
     raise RowsTypeError(
@@ -343,13 +349,13 @@ def as_judge(reward: Any, *, argument: str = "reward") -> Judge:
 JUDGE_NAMES = ("prompt", "completion", "reference", "row", "meta")
 
 
-def _judge_values(row: Mapping[str, Any]) -> dict[str, Any]:
+def _judge_values(row: Mapping[str, object]) -> dict[str, object]:
     meta = row.get("meta")
     return {"prompt": row.get("prompt"), "completion": row.get("final_text"),
             "reference": _reference(row), "row": row, "meta": meta if meta is not None else {}}
 
 
-def _by_name(fn: Any, name: str, argument: str) -> Judge | None:
+def _by_name(fn: Callable[..., object], name: str, argument: str) -> Judge | None:
     """A Judge calling ``fn`` by parameter name, when any of its parameters carries one of
     :data:`JUDGE_NAMES` (else None: the positional forms apply)."""
     from assay.binding import Binding
@@ -369,11 +375,12 @@ def _by_name(fn: Any, name: str, argument: str) -> Judge | None:
                  takes_reference=bool({"reference", "row"} & b.takes))
 
 
-def _call_bound(b: Any, row: Mapping[str, Any]) -> Any:
+def _call_bound(b: Binding, row: Mapping[str, object]) -> object:
     return b.call(_judge_values(row))
 
 
-def check_references_used(judge: Judge, records: Any, argument: str = "reward") -> None:
+def check_references_used(judge: Judge, records: Iterable[Mapping[str, object]],
+                          argument: str = "reward") -> None:
     """Raise when rows carry references but the judge is a ``(prompt, completion)`` callable that
     cannot take one: it would grade without the gold answer, silently. (A combinator's child may
     ignore the reference: its siblings use it; only the top-level judge is checked.)

@@ -55,7 +55,8 @@ import contextlib
 import importlib
 import threading
 from collections.abc import Iterable, Iterator
-from typing import TYPE_CHECKING, Any
+from types import ModuleType
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     # a study spec (assay.spec.StudySpec) as this module reads it: the spec imports kinds that
@@ -98,7 +99,7 @@ def warm(modules: Iterable[str]) -> None:
             WARMED.add(entry)
 
 
-def _walk(obj: Any, out: list[str], seen: set[int]) -> None:
+def _walk(obj: object, out: list[str], seen: set[int]) -> None:
     from pydantic import BaseModel
 
     if id(obj) in seen:  # also what the caller skips
@@ -117,7 +118,7 @@ def _walk(obj: Any, out: list[str], seen: set[int]) -> None:
             _walk(x, out, seen)
 
 
-def spec_imports(spec: StudySpec, skip: Iterable[Any] = ()) -> tuple[str, ...]:
+def spec_imports(spec: StudySpec, skip: Iterable[object] = ()) -> tuple[str, ...]:
     """The heavy imports ``spec``'s nodes make in this process: every ``WARM_IMPORTS`` (or
     ``warm_imports()``) of the kinds it names, in spec order, without repeats; not those of
     the entries in ``skip`` (they run in a process of their own).
@@ -137,7 +138,7 @@ def spec_imports(spec: StudySpec, skip: Iterable[Any] = ()) -> tuple[str, ...]:
 _PREPARED: set[str] = set()
 
 
-def prepare(spec: StudySpec, skip: Iterable[Any] = ()) -> None:
+def prepare(spec: StudySpec, skip: Iterable[object] = ()) -> None:
     """:func:`warm` what ``spec``'s nodes import here (but ``skip``'s entries): call before
     nodes run side by side."""
     warm(spec_imports(spec, skip))
@@ -153,7 +154,7 @@ def prepare_node(spec: StudySpec) -> None:
 
 
 @contextlib.contextmanager
-def datasets() -> Iterator[Any]:
+def datasets() -> Iterator[ModuleType]:
     """The ``datasets`` module, held for one load (see the module docstring), progress bars
     off: assay reads data; it has its own progress lines."""
     with LIBRARIES:

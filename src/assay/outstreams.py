@@ -24,6 +24,7 @@ import logging
 import os
 import sys
 import threading
+from collections.abc import Iterable
 from typing import IO, Any
 
 __all__ = ["Tolerant", "guard_output"]
@@ -84,7 +85,7 @@ class Tolerant:
             self._failed(e)
             return len(s)
 
-    def writelines(self, lines: Any) -> None:
+    def writelines(self, lines: Iterable[str]) -> None:
         for line in lines:
             self.write(line)
 
@@ -106,7 +107,8 @@ class Tolerant:
         return getattr(self._stream, name)
 
 
-def _wrap(name: str) -> tuple[Any, Tolerant]:
+def _wrap(name: str) -> tuple[IO[str], Tolerant]:
+
     current = getattr(sys, name)
     if isinstance(current, Tolerant):
         return current.wrapped, current

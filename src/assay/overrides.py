@@ -61,7 +61,7 @@ def _split(path: str, item: str) -> list[str | int]:
     return parts
 
 
-def _put(node: Any, parts: list[str | int], value: Any, item: str, where: str) -> None:
+def _put(node: object, parts: list[str | int], value: object, item: str, where: str) -> None:
     for i, part in enumerate(parts):
         last = i == len(parts) - 1
         if isinstance(part, int):
@@ -108,7 +108,7 @@ def apply_overrides(doc: dict[str, Any], overrides: Sequence[str]) -> dict[str, 
             value = raw.strip()
         parts = _split(path.strip(), item)
         raw_sources = out.get("sources")
-        sources: list[Any] = raw_sources if isinstance(raw_sources, list) else []
+        sources: list[object] = raw_sources if isinstance(raw_sources, list) else []
         if parts[0] == "generate":
             targets = [s for s in sources
                        if isinstance(s, dict) and isinstance(s.get("generate"), dict)]

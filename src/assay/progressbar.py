@@ -17,7 +17,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
-from typing import IO, Any
+from typing import IO, TypedDict, Unpack
 
 from assay import progress, stop
 from assay.progress import UnitState
@@ -62,6 +62,14 @@ def _bar(s: UnitState, width: int = 20) -> str:
         return ""
     filled = min(width, int(width * s.done / s.total))
     return "[" + "#" * filled + "." * (width - filled) + "] "
+
+
+class PrinterOptions(TypedDict, total=False):
+    """The keyword options of :class:`Printer` (what :func:`printing` passes on)."""
+
+    every_s: float
+    tty: bool | None
+    tty_every_s: float
 
 
 class Printer(progress.Watcher):
@@ -119,7 +127,7 @@ class Printer(progress.Watcher):
 
 
 @contextlib.contextmanager
-def printing(stream: IO[str] | None = None, **kwargs: Any) -> Iterator[Printer]:
+def printing(stream: IO[str] | None = None, **kwargs: Unpack[PrinterOptions]) -> Iterator[Printer]:
     """A :class:`Printer` running while the block runs (``kwargs``: the Printer's)."""
     p = Printer(stream, **kwargs).start()
     try:

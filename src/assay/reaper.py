@@ -23,10 +23,14 @@ import contextlib
 import os
 import signal
 import threading
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import psutil
 
 
-def descendants() -> list[Any]:
+def descendants() -> list[psutil.Process]:
+
     """Every live process below this one (psutil.Process objects), deepest last."""
     import psutil
 

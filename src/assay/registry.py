@@ -31,12 +31,13 @@ Example:
 from __future__ import annotations
 
 import difflib
+import enum
 import importlib
 import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast, overload
+from typing import TYPE_CHECKING, Any, Final, Generic, TypeVar, cast, overload
 
 from assay.errors import SpecError
 
@@ -45,8 +46,14 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
-#: ``register``'s "no object given" (None could be a registered object's value)
-_NOTHING: Any = object()
+
+class _Nothing(enum.Enum):
+    """``register``'s "no object given" (None could be a registered object's value)."""
+
+    NOTHING = 0
+
+
+_NOTHING: Final = _Nothing.NOTHING
 
 #: Bumped on every registration, so derived artefacts (the spec model, the schema) know to rebuild.
 _GENERATION = [0]
@@ -88,8 +95,9 @@ class Registry(Generic[T]):
     def register(self, name: str, obj: T, *, spec: type[BaseModel] | None = None,
                  help: str = "", replace: bool = False) -> T: ...
 
-    def register(self, name: str, obj: Any = _NOTHING, *, spec: type[BaseModel] | None = None,
-                 help: str = "", replace: bool = False) -> Any:
+    def register(self, name: str, obj: T | _Nothing = _NOTHING, *,
+                 spec: type[BaseModel] | None = None, help: str = "",
+                 replace: bool = False) -> Callable[[T], T] | T:
         """Register ``obj`` as kind ``name`` (with ``spec``, its pydantic entry model, and
         ``help``, else the first line of its docstring); without ``obj``, a decorator doing so.
 
@@ -108,7 +116,7 @@ class Registry(Generic[T]):
             _GENERATION[0] += 1
             return obj
 
-        return deco if obj is _NOTHING else deco(obj)
+        return deco if obj is _Nothing.NOTHING else deco(obj)
 
     def names(self) -> list[str]:
         return sorted(self._kinds)
@@ -148,7 +156,7 @@ def load_callable(ref: str, *, what: str = "callable",
     if base_dir is not None and str(base_dir) not in sys.path:
         sys.path.insert(0, str(base_dir))
     try:
-        obj: Any = importlib.import_module(mod_name)
+        obj: object = importlib.import_module(mod_name)
     except Exception as e:  # a user module: any import-time error is theirs to fix
         raise SpecError(f"{what} {ref!r}: cannot import module {mod_name!r} "
                         f"({type(e).__name__}: {e})") from None

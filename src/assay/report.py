@@ -23,25 +23,40 @@ import math
 import os
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeAlias, TypedDict, TypeVar, Unpack
 
 import pyarrow as pa
 
 from assay.errors import ReportError
+from assay.jsontypes import JSONValue
 from assay.results import collect_estimates
 from assay.store import atomic_write
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-    from assay.rows import RowsLike
+    from assay.rows import Rows, RowsLike
 
 REPORT_VERSION = 1
+_T = TypeVar("_T")
+
+#: :func:`_plot_estimates`' arguments: title, the estimates (documents as
+#: :func:`collect_estimates` lists them, each with a ``label``), the x label, and optionally a
+#: baseline per estimate.
+PlotArgs: TypeAlias = (tuple[str, Sequence[Mapping[str, Any]], str]
+                       | tuple[str, Sequence[Mapping[str, Any]], str, Sequence[float | None]])
 
 
-def result_doc(kind: str, label: str, result: Any, **extra: Any) -> dict[str, Any]:
+class FigureOptions(TypedDict, total=False):
+    """The options :func:`new_figure` passes to matplotlib's ``Figure``."""
+
+    figsize: tuple[float, float]
+    dpi: float
+
+
+def result_doc(kind: str, label: str, result: object, **extra: object) -> dict[str, Any]:
     """A stored, JSON-ready record of one measurement: its line, report, data and estimates."""
     from assay.results import line_of, to_plain
 
@@ -52,7 +67,7 @@ def result_doc(kind: str, label: str, result: Any, **extra: Any) -> dict[str, An
             **extra}
 
 
-def _without_timings(result: Any) -> Any:
+def _without_timings(result: object) -> object:
     """The result with its wall-clock fields set to None, so its text carries no timing (a
     resumed run's report must equal an uninterrupted run's, byte for byte)."""
     if not dataclasses.is_dataclass(result) or isinstance(result, type):
@@ -61,7 +76,7 @@ def _without_timings(result: Any) -> Any:
     return dataclasses.replace(result, **blank) if blank else result
 
 
-def _drop_timings(obj: Any) -> Any:
+def _drop_timings(obj: Any) -> JSONValue:
     """JSON-ready data without wall-clock timings (not results: equal inputs must give equal
     reports). Row sets become their size and checksum; arrays become lists."""
     if isinstance(obj, dict):
@@ -91,7 +106,7 @@ _TIMING_KEYS = frozenset({"seconds", "elapsed", "elapsed_s", "wall_seconds", "th
 WARM_IMPORTS = ("matplotlib.figure", "matplotlib.backends.backend_agg")
 
 
-def new_figure(**kw: Any) -> Figure:
+def new_figure(**kw: Unpack[FigureOptions]) -> Figure:
     """A matplotlib Figure drawn by the Agg renderer, outside pyplot: pyplot's import costs
     ~0.5 s (its GUI-backend machinery) on a run's last stage, and it would switch a notebook
     user's backend; an unmanaged figure needs no closing either.
@@ -133,7 +148,7 @@ RENDER_BOUND_S = 120.0
 _DRAWING = threading.Lock()
 
 
-def render_plots(jobs: Sequence[tuple[Any, ...]]) -> list[bytes | None]:
+def render_plots(jobs: Sequence[PlotArgs]) -> list[bytes | None]:
     """:func:`_plot_estimates` of each job's arguments, in order: drawn side by side on the
     machine's cores (each extra core draws its share in a forked child, which sends the PNG
     bytes back), else one after another. Same bytes either way (the same code draws them);
@@ -149,7 +164,7 @@ def render_plots(jobs: Sequence[tuple[Any, ...]]) -> list[bytes | None]:
         return _render_plots(jobs)
 
 
-def _render_plots(jobs: Sequence[tuple[Any, ...]]) -> list[bytes | None]:
+def _render_plots(jobs: Sequence[PlotArgs]) -> list[bytes | None]:
     out: list[bytes | None] = [None] * len(jobs)
     todo = [i for i, args in enumerate(jobs)
             if any(e["value"] is not None for e in args[1])]
@@ -167,7 +182,7 @@ def _render_plots(jobs: Sequence[tuple[Any, ...]]) -> list[bytes | None]:
     return out
 
 
-def _render_child(jobs: list[tuple[Any, ...]]) -> tuple[int, int] | None:
+def _render_child(jobs: list[PlotArgs]) -> tuple[int, int] | None:
     """Fork a child drawing ``jobs``; (pid, read end of its pipe), or None if it could not."""
     import pickle
 
@@ -231,7 +246,7 @@ def _render_wait(child: tuple[int, int] | None, n: int) -> list[bytes | None] | 
     return got if isinstance(got, list) and len(got) == n else None
 
 
-def _plot_estimates(title: str, ests: Sequence[dict[str, Any]], xlabel: str,
+def _plot_estimates(title: str, ests: Sequence[Mapping[str, Any]], xlabel: str,
                     baseline: Sequence[float | None] | None = None) -> bytes | None:
     ests = [e for e in ests if e["value"] is not None]
     if not ests:
@@ -264,7 +279,7 @@ def _plot_estimates(title: str, ests: Sequence[dict[str, Any]], xlabel: str,
 _REWARD_ROWS_SHOWN = ("pass@1", "best-of-n", "pass@", "ranking accuracy", "length concordance")
 
 
-def _reward_rows_plot(measures: Sequence[Mapping[str, Any]]) -> tuple[Any, ...]:
+def _reward_rows_plot(measures: Sequence[Mapping[str, Any]]) -> PlotArgs:
     """:func:`_plot_estimates`' arguments for best-of-n between pass@1 (random pick) and the
     oracle pick, ranking accuracy and length concordance, per scored source and reward model,
     each with its interval over tasks."""
@@ -312,7 +327,7 @@ def guard_counts(rows: RowsLike) -> dict[str, int]:
     return dict(sorted(counts.items()))
 
 
-def _first(ests: Sequence[dict[str, Any]], pred: Any) -> dict[str, Any] | None:
+def _first(ests: Iterable[_T], pred: Callable[..., object]) -> _T | None:
     return next((e for e in ests if pred(e)), None)
 
 
@@ -328,7 +343,7 @@ def build_report(spec_doc: Mapping[str, Any], sources: Sequence[Mapping[str, Any
     verifier. The others: documents made by :func:`result_doc`.
     """
     # (file name, caption, _plot_estimates' arguments), rendered together below
-    jobs: list[tuple[str, str, tuple[Any, ...]]] = []
+    jobs: list[tuple[str, str, PlotArgs]] = []
 
     pass_ests = []
     for m in measures:
@@ -488,7 +503,7 @@ def _markdown(spec_doc: Mapping[str, Any], sources: Sequence[Mapping[str, Any]],
 
 
 def write_run_dir(out: str | os.PathLike[str], files: Mapping[str, bytes],
-                  rows: Mapping[str, Any], run_info: Mapping[str, Any]) -> Path:
+                  rows: Mapping[str, pa.Table | Rows], run_info: Mapping[str, object]) -> Path:
     """Write report files, ``rows/<source>.parquet`` and ``run.json`` (each atomically)."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -517,7 +532,7 @@ def read_report(run_dir: str | os.PathLike[str]) -> str:
 
 
 
-def generation_notes(name: str, g: Mapping[str, Any]) -> list[str]:
+def generation_notes(name: str, g: Mapping[str, object]) -> list[str]:
     """The report's notes on what a source's server did: samples that differ at temperature 0,
     completions whose stop string assay cut.
 

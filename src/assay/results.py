@@ -20,7 +20,7 @@ import dataclasses
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -51,7 +51,7 @@ class Interval:
     def contains(self, x: float) -> bool:
         return self.low <= x <= self.high
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return dataclasses.asdict(self)
 
 
@@ -76,12 +76,28 @@ class Estimate:
         note = f"; {self.note}" if self.note else ""
         return f"{self.name} {_fmt(self.value)}{ci} ({self.n} {self.unit}{rows}{note})"
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         d = dataclasses.asdict(self)
         return d
 
 
-def collect_estimates(obj: Any, path: str = "") -> list[dict[str, Any]]:
+class EstimateRecord(TypedDict):
+    """One :class:`Estimate` as :func:`collect_estimates` lists it (JSON-ready: NaN is None)."""
+
+    path: str
+    name: str
+    value: float | None
+    low: float | None
+    high: float | None
+    level: float | None
+    method: str | None
+    n: int
+    unit: str
+    n_rows: int | None
+    note: str | None
+
+
+def collect_estimates(obj: object, path: str = "") -> list[EstimateRecord]:
     """Every :class:`Estimate` inside a result (dataclasses, mappings, sequences), flattened to
     ``{path, name, value, low, high, level, method, n, unit, n_rows, note}`` in field order.
 
@@ -91,7 +107,7 @@ def collect_estimates(obj: Any, path: str = "") -> list[dict[str, Any]]:
         >>> est[0]["name"], est[0]["low"], est[0]["n"]
         ('pass@1', 0.3, 10)
     """
-    out: list[dict[str, Any]] = []
+    out: list[EstimateRecord] = []
     if isinstance(obj, Estimate):
         iv = obj.interval
         out.append({"path": path, "name": obj.name, "value": finite_or_none(obj.value),
@@ -120,7 +136,7 @@ def finite_or_none(x: Any) -> float | None:
     return v if math.isfinite(v) else None
 
 
-def to_plain(obj: Any) -> Any:
+def to_plain(obj: object) -> Any:
     """Recursively turn dataclasses / numpy values into JSON-ready Python (NaN -> None)."""
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
         if hasattr(obj, "to_dict") and type(obj).to_dict is not Result.to_dict:
@@ -166,7 +182,7 @@ class Result:
     #: name of the field holding the headline :class:`Estimate` (None: ``_headline`` builds it)
     _headline_field: str | None = None
 
-    def __init_subclass__(cls, **kwargs: Any) -> None:
+    def __init_subclass__(cls, **kwargs: object) -> None:
         super().__init_subclass__(**kwargs)
         own = cls.__dict__.get("__str__")
         if own is not None and not getattr(own, "_with_warnings", False):
@@ -200,7 +216,7 @@ class Result:
         """The headline number, ``estimate.value``."""
         return self.estimate.value
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return {f.name: to_plain(getattr(self, f.name))
                 for f in dataclasses.fields(self)}  # type: ignore[arg-type]  # on a dataclass
 

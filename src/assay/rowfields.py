@@ -23,12 +23,13 @@ from typing import Any
 import pyarrow as pa
 
 from assay.errors import RowsError
+from assay.jsontypes import JSONValue
 
 #: Columns whose values are dicts: a field inside them is named ``column.key``.
 NESTED = ("markers", "privileged", "meta", "judge_meta")
 
 
-def _dig(value: Any, path: list[str]) -> Any:
+def _dig(value: object, path: list[str]) -> object:
     for part in path:
         if isinstance(value, Mapping):
             value = value.get(part)
@@ -41,7 +42,7 @@ def _dig(value: Any, path: list[str]) -> Any:
     return value
 
 
-def _nested(table: pa.Table, column: str) -> list[Any]:
+def _nested(table: pa.Table, column: str) -> list[JSONValue]:
     vals = table.column(column).to_pylist()
     if column == "markers":
         return [dict(m) if m is not None else {} for m in vals]

@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from functools import cached_property
 from itertools import chain
 from operator import itemgetter
-from typing import TYPE_CHECKING, Any, Literal, TypeAlias, cast, overload
+from typing import TYPE_CHECKING, Any, Literal, NoReturn, TypeAlias, cast, overload
 
 import numpy as np
 import pyarrow as pa
@@ -36,13 +36,14 @@ import pyarrow.parquet as pq
 
 from assay.errors import RowsError, RowsTypeError
 from assay.hashing import content_hash, digest_parts
+from assay.jsontypes import JSONValue
 
 if TYPE_CHECKING:
     import pandas as pd
 
 #: Rows as the public functions take them (read by :func:`as_table`): :class:`Rows`, an Arrow
 #: table of the row contract, a list of dict rows, or a pandas DataFrame.
-RowsLike: TypeAlias = "Rows | pa.Table | Sequence[Mapping[str, Any]] | pd.DataFrame"
+RowsLike: TypeAlias = "Rows | pa.Table | Sequence[Mapping[str, object]] | pd.DataFrame"
 
 ROWS_SCHEMA_VERSION = 1
 
@@ -84,7 +85,7 @@ _DICT_COLUMNS = ("privileged", "meta")
 # helpers
 
 
-def _json_default(o: Any) -> Any:
+def _json_default(o: object) -> object:
     if isinstance(o, np.ndarray):
         return o.tolist()
     if isinstance(o, np.generic):
@@ -94,7 +95,7 @@ def _json_default(o: Any) -> Any:
     raise TypeError(type(o).__name__)
 
 
-def _c_encoder() -> Any:
+def _c_encoder() -> Callable[[object], str]:
     """json's C encoder, built once: ``JSONEncoder.encode`` builds a new one on every call,
     half the cost of encoding a small dict (2.7 vs 5.2 us; one call per row at the API edge).
     Same output as ``JSONEncoder(ensure_ascii=False, sort_keys=True, allow_nan=False)``. No
@@ -112,7 +113,7 @@ def _c_encoder() -> Any:
 _encode = _c_encoder()
 
 
-def to_json(value: Any, where: str) -> str | None:
+def to_json(value: object, where: str) -> str | None:
     """``value`` as canonical JSON text (sorted keys, no NaN), or a RowsError naming ``where``."""
     if value is None:
         return None
@@ -126,7 +127,7 @@ def to_json(value: Any, where: str) -> str | None:
                         "values") from None
 
 
-def _from_json(text: str | None) -> Any:
+def _from_json(text: str | None) -> JSONValue:
     return None if text is None else json.loads(text)
 
 
@@ -143,7 +144,7 @@ def task_id_for(messages: Sequence[Mapping[str, str]]) -> str:
     return content_hash([[m["role"], m["content"]] for m in messages], "task")
 
 
-def messages_of(prompt: Any, i: int) -> tuple[list[dict[str, str]], str]:
+def messages_of(prompt: object, i: int) -> tuple[list[dict[str, str]], str]:
     """(messages, last user turn) for prompt i, or an error naming it."""
     if isinstance(prompt, str):
         return [{"role": "user", "content": prompt}], prompt
@@ -172,7 +173,7 @@ def messages_of(prompt: Any, i: int) -> tuple[list[dict[str, str]], str]:
                         f"{type(prompt).__name__}")
 
 
-def is_sequence(x: Any) -> bool:
+def is_sequence(x: object) -> bool:
     """A list-like of values (list, tuple, ndarray, Sequence), never a string or a mapping."""
     return isinstance(x, (list, tuple, np.ndarray)) or (
         isinstance(x, Sequence) and not isinstance(x, (str, bytes, bytearray, Mapping))
@@ -180,12 +181,12 @@ def is_sequence(x: Any) -> bool:
 
 
 @overload
-def check_number(x: Any, where: str, *, lo: float | None = 0.0, hi: float | None = 1.0,
+def check_number(x: object, where: str, *, lo: float | None = 0.0, hi: float | None = 1.0,
                  what: str = "reward", allow_none: Literal[False]) -> float: ...
 @overload
-def check_number(x: Any, where: str, *, lo: float | None = 0.0, hi: float | None = 1.0,
+def check_number(x: object, where: str, *, lo: float | None = 0.0, hi: float | None = 1.0,
                  what: str = "reward", allow_none: bool = True) -> float | None: ...
-def check_number(x: Any, where: str, *, lo: float | None = 0.0, hi: float | None = 1.0,
+def check_number(x: object, where: str, *, lo: float | None = 0.0, hi: float | None = 1.0,
                  what: str = "reward", allow_none: bool = True) -> float | None:
     """``x`` as a float in [lo, hi] (bools as 0/1); None, NaN, strings and out-of-range values
     raise an error naming ``where``."""
@@ -207,7 +208,7 @@ def check_number(x: Any, where: str, *, lo: float | None = 0.0, hi: float | None
     return v
 
 
-def check_markers(m: Any, where: str) -> dict[str, float]:
+def check_markers(m: object, where: str) -> dict[str, float]:
     """A markers dict ``{name: finite number}`` checked value by value; None reads as no markers."""
     if m is None:
         return {}
@@ -334,7 +335,7 @@ class Rows(Sequence):
         return cls(as_table(df, require=("prompt", "final_text")))
 
     @classmethod
-    def from_records(cls, records: Iterable[Mapping[str, Any]]) -> Rows:
+    def from_records(cls, records: Iterable[Mapping[str, object]]) -> Rows:
         """Rows from a list of dict rows."""
         return cls(as_table(list(records), require=("prompt", "final_text")))
 
@@ -471,7 +472,7 @@ class ParquetRows:
 
 
 #: JSON's own string encoder (what ``json.dumps(..., ensure_ascii=False)`` calls per string).
-_enc: Any = json.encoder.encode_basestring  # type: ignore[attr-defined]  # not in the stubs
+_enc: Callable[[str], str] = json.encoder.encode_basestring  # type: ignore[attr-defined]  # not in the stubs
 
 
 #: Rows from which strings are encoded through Arrow's dictionary, each distinct value once;
@@ -521,7 +522,7 @@ def _pieces(typ: pa.DataType, big: bool, has_nulls: bool, nulls_inside: bool,
     yield "]"
 
 
-def _values(col: pa.ChunkedArray, numbers: bool = True) -> list[Any]:
+def _values(col: pa.ChunkedArray, numbers: bool = True) -> list[object]:
     """A column's values as the canonical JSON takes them: strings NFC, maps as sorted pairs.
     ``numbers``: a null-free integer/float column may go through numpy."""
     typ = col.type
@@ -645,7 +646,7 @@ def _column_values(data: RowsLike, name: str) -> list[Any] | None:
         return [r.get(name) for r in data]
 
 
-def _unjudged_nan_as_none(rewards: list[Any], status: list[Any]) -> list[Any]:
+def _unjudged_nan_as_none(rewards: Sequence[object], status: Sequence[object]) -> list[object]:
     """A DataFrame's float column cannot hold None: pandas reads assay's unjudged reward as NaN.
     A NaN reward is read as None exactly where the row's own ``judge_status`` says it has no
     score (anything but ``ok``/``given``, which every row assay writes carries); a NaN beside
@@ -655,7 +656,7 @@ def _unjudged_nan_as_none(rewards: list[Any], status: list[Any]) -> list[Any]:
             for r, st in zip(rewards, status)]
 
 
-def _pairs_as_dict(v: Any) -> Any:
+def _pairs_as_dict(v: object) -> object:
     """Markers as pandas reads them from assay's Parquet (a map column: a list or array of
     ``(name, value)`` pairs) become the dict they were; anything else is left for the check."""
     if v is None or isinstance(v, Mapping) or isinstance(v, (str, bytes)):
@@ -673,7 +674,7 @@ def _pairs_as_dict(v: Any) -> Any:
 MEASURED_COLUMNS = ("task_id", "reward", "markers")
 
 
-def _rank_within(task_ids: Any) -> np.ndarray:
+def _rank_within(task_ids: pa.Array | pa.ChunkedArray) -> np.ndarray:
     """Each row's number among the rows of its task, in row order (0, 1, ... per task id).
     Arrow and numpy only: pandas' groupby would be the one pandas import of a run that builds
     rows before its first request (a tenth of a second of start-up).
@@ -968,7 +969,8 @@ def as_table(data: RowsLike, *, require: Iterable[str] = ("prompt", "final_text"
     return table
 
 
-def _json_column(data: Any, c: str, vals: list[Any], where: Any) -> pa.Array:
+def _json_column(data: RowsLike, c: str, vals: list[Any],
+                 where: Callable[[int], str]) -> pa.Array:
     """One JSON column as JSON text: dicts (lists, numbers) are encoded, text from a table is
     checked to parse."""
     if isinstance(data, pa.Table) and pa.types.is_string(data.column(c).type):
@@ -985,7 +987,7 @@ def _json_column(data: Any, c: str, vals: list[Any], where: Any) -> pa.Array:
             return pa.array(list(map(_encode, vals)), type=pa.string())
         except (RecursionError, TypeError, ValueError):
             pass  # the loop below words the error
-    col: list[Any] = []
+    col: list[str | None] = []
     # the row's location is only formatted for an error (formatting it for every row was a
     # third of this loop)
     for i, v in enumerate(vals):
@@ -1040,7 +1042,7 @@ def _fast_markers(values: list[Any]) -> pa.Array | None:
     return arr
 
 
-def _try_array(values: list[Any], typ: pa.DataType) -> pa.Array | None:
+def _try_array(values: Sequence[object], typ: pa.DataType) -> pa.Array | None:
     """Strict Arrow conversion (no str->number, no number->str); None if any value is off."""
     try:
         # Arrow refuses str->float and number->str; bools become 1.0/0.0 as check_number does.
@@ -1062,7 +1064,8 @@ def _single_turn_messages(prompts: pa.Array) -> pa.Array:
     return pa.ListArray.from_arrays(pa.array(offsets), structs, type=pa.list_(MESSAGE_TYPE))
 
 
-def _missing(col: str, argument: str) -> list[Any]:
+def _missing(col: str, argument: str) -> NoReturn:
+
     raise RowsError(f"{argument}: required key '{col}' is missing from the rows")
 
 

@@ -28,7 +28,7 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -44,6 +44,7 @@ from pydantic import (
 from assay import registry
 from assay.errors import SpecError
 from assay.hashing import content_hash, file_checksum
+from assay.jsontypes import JSONObject
 from assay.nightly.spec import NightlySpec
 from assay.paths import SpecPaths
 from assay.reward.prefdata import BuiltinPreferences
@@ -214,7 +215,7 @@ class ExecutionSpec(SpecModel):
 
     @field_validator("deadline", "stall_after", mode="before")
     @classmethod
-    def _duration(cls, v: Any) -> Any:
+    def _duration(cls, v: Any) -> object:
         from assay.watchdog import parse_duration
 
         if v is None:
@@ -383,7 +384,7 @@ class StudySpec(SpecModel):
         return out
 
     # -- checksum ---------------------------------------------------------------------------
-    def results_content(self) -> dict[str, Any]:
+    def results_content(self) -> JSONObject:
         """The part of the spec that changes results, with file paths replaced by the files'
         content hashes (moving a file changes nothing; editing it changes the checksum)."""
         doc = self.model_dump(mode="json", exclude=set(NON_RESULT_FIELDS))
@@ -426,7 +427,7 @@ class StudySpec(SpecModel):
         """
         return content_hash(self.definition_content(), "specdef")
 
-    def definition_content(self) -> dict[str, Any]:
+    def definition_content(self) -> JSONObject:
         """The spec's study definition: the results fields less the model under test."""
         doc = self.model_dump(mode="json", exclude=set(NON_RESULT_FIELDS))
         for s, src in zip(self.sources, doc["sources"], strict=True):
@@ -440,7 +441,7 @@ class StudySpec(SpecModel):
                     ver.get("params", {}).pop(f, None)
         return doc
 
-    def model_under_test(self) -> dict[str, dict[str, Any]]:
+    def model_under_test(self) -> dict[str, JSONObject]:
         """Per source, what is under test rather than what the study is: the ``generate.model``
         entry, the sampling parameters, the reuse rule, and a judge verifier's model. A source
         without a model (scored completions from a file) has none. Keys are source names.
@@ -449,9 +450,9 @@ class StudySpec(SpecModel):
             >>> parse_spec("name: x\\nsources: [{name: a, kind: humaneval}]").model_under_test()
             {}
         """
-        out: dict[str, dict[str, Any]] = {}
+        out: dict[str, JSONObject] = {}
         for s in self.sources:
-            entry: dict[str, Any] = {}
+            entry: JSONObject = {}
             gen = getattr(s, "generate", None)
             if gen is not None:
                 g = gen.model_dump(mode="json")
@@ -473,7 +474,7 @@ class StudySpec(SpecModel):
 # ------------------------------------------------------------------------------- YAML I/O
 
 
-def _yaml_path(loc: Sequence[Any]) -> str:
+def _yaml_path(loc: Sequence[str | int]) -> str:
     out = ""
     for part in loc:
         if isinstance(part, int):
@@ -483,7 +484,7 @@ def _yaml_path(loc: Sequence[Any]) -> str:
     return out or "(top level)"
 
 
-def _node_line(root: yaml.Node | None, loc: Sequence[Any]) -> int | None:
+def _node_line(root: yaml.Node | None, loc: Sequence[str | int]) -> int | None:
     """1-based line of the YAML node at ``loc`` (the deepest one that exists)."""
     node, line = root, None
     if node is not None:
@@ -502,11 +503,11 @@ def _node_line(root: yaml.Node | None, loc: Sequence[Any]) -> int | None:
     return line
 
 
-def _clean_loc(loc: Sequence[Any]) -> list[Any]:
+def _clean_loc(loc: Sequence[str | int]) -> list[str | int]:
     """Drop pydantic's union-tag parts (a kind name after a list index, ``function-after[...]``)
     from a loc, so it reads as the YAML path."""
     tags = {":plugin", *SOURCES.names(), *REWARD_MODELS.names(), *PREFERENCE_DATA.names()}
-    out: list[Any] = []
+    out: list[str | int] = []
     for part in loc:
         if isinstance(part, str) and (
                 (out and (isinstance(out[-1], int) or out[-1] == "data") and part in tags)
@@ -560,7 +561,7 @@ def refresh_models() -> None:
     _BUILT_AT[0] = registry.generation()
 
 
-def _import_plugins(doc: dict[str, Any], root: yaml.Node | None, source: str,
+def _import_plugins(doc: Mapping[str, object], root: yaml.Node | None, source: str,
                     base_dir: str | None) -> None:
     plugins = doc.get("plugins") or []
     if not isinstance(plugins, list) or not all(isinstance(p, str) for p in plugins):
@@ -804,7 +805,7 @@ def steps_before_grading(source: SourceSpec, i: int) -> list[str]:
     return out
 
 
-def json_schema(plugins: Sequence[str] = ()) -> dict[str, Any]:
+def json_schema(plugins: Sequence[str] = ()) -> JSONObject:
     """The JSON Schema of a spec file (what ``configs/schema.json`` holds), derived from the
     kind registries; ``plugins`` are imported first so their kinds appear too."""
     from assay.verify.registry import VERIFIERS
@@ -840,6 +841,7 @@ def locate(problem: str, root: yaml.Node | None, source: str) -> str:
     m = re.match(r"([A-Za-z_]\w*(?:\[\d+\]|\.[A-Za-z_]\w*)*): ", problem)
     if root is None or m is None:
         return f"{source}: {problem}"
-    loc: list[Any] = [int(p[1:-1]) if p.startswith("[") else p
+    loc: list[str | int] = [int(p[1:-1])
+ if p.startswith("[") else p
                       for p in re.findall(r"\[\d+\]|[A-Za-z_]\w*", m.group(1))]
     return f"{source}:{_node_line(root, loc)}: {problem}"

@@ -18,21 +18,23 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Annotated, Any, ClassVar, Literal, Union
+from collections.abc import Iterator, Mapping
+from typing import Annotated, Any, ClassVar, Literal, Protocol, Union
 
 from pydantic import (
     BaseModel,
     ConfigDict,
     Discriminator,
     Field,
+    GetCoreSchemaHandler,
     PrivateAttr,
+    SerializerFunctionWrapHandler,
     Tag,
     model_serializer,
 )
+from pydantic_core import CoreSchema
 
 from assay.paths import SpecPaths
-from assay.registry import Registry
 
 __all__ = ["SpecModel", "QuietSpecModel", "PluginEntry", "kind_union", "version_field", "Literal"]
 
@@ -56,7 +58,7 @@ class SpecModel(BaseModel):
         _bind(self, base_dir)
 
 
-def _bind(value: Any, base_dir: str | None) -> None:
+def _bind(value: object, base_dir: str | None) -> None:
     if isinstance(value, SpecModel):
         value._spec_dir = base_dir
         for name in type(value).model_fields:
@@ -75,17 +77,17 @@ class QuietSpecModel(SpecModel):
 
     Example:
         >>> class Shots(QuietSpecModel):
-        ...     QUIET: ClassVar[dict[str, Any]] = {"order": "random"}
+        ...     QUIET: ClassVar[dict[str, object]] = {"order": "random"}
         ...     k: int = 0
         ...     order: str = "random"
         >>> Shots().model_dump(), Shots(order="first").model_dump()
         ({'k': 0}, {'k': 0, 'order': 'first'})
     """
 
-    QUIET: ClassVar[dict[str, Any]] = {}
+    QUIET: ClassVar[dict[str, object]] = {}
 
     @model_serializer(mode="wrap")
-    def _quiet(self, handler: Any) -> Any:
+    def _quiet(self, handler: SerializerFunctionWrapHandler) -> object:
         out = handler(self)
         if isinstance(out, dict):
             for key, default in self.QUIET.items():
@@ -100,31 +102,51 @@ class PluginEntry(SpecModel):
 
     kind: str = Field(pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$",
                       description="'package.module:callable' (an unregistered kind)")
-    params: dict[str, Any] = Field(default_factory=dict)
+    params: dict[str, object] = Field(default_factory=dict)
 
 
-def _kind_of(value: Any) -> str | None:
+def _kind_of(value: object) -> str | None:
     kind = value.get("kind") if isinstance(value, Mapping) else getattr(value, "kind", None)
     return kind if isinstance(kind, str) else None
+
+
+class _KindEntry(Protocol):
+    """What a kind union reads of one registered kind (a :class:`assay.registry.Kind`)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def spec(self) -> type[BaseModel] | None: ...
+
+
+class KindSource(Protocol):
+    """What a kind union reads of a registry (an :class:`assay.registry.Registry` of any kind
+    of object): what its kinds are, and the kinds with their spec models."""
+
+    @property
+    def what(self) -> str: ...
+
+    def __iter__(self) -> Iterator[_KindEntry]: ...
 
 
 class _KindUnion:
     """Pydantic hook: a tagged union over ``registry``'s spec models, built when the schema is
     (re)generated, so kinds registered later appear after :func:`refresh_models`."""
 
-    def __init__(self, registry: Registry[Any], fallback: type[SpecModel] | None,
+    def __init__(self, registry: KindSource, fallback: type[SpecModel] | None,
                  default: str | None = None) -> None:
         self.registry = registry
         self.fallback = fallback
         self.default = default
 
-    def union(self) -> Any:
+    def union(self) -> object:
         choices = [Annotated[k.spec, Tag(k.name)] for k in self.registry if k.spec is not None]
         names = {k.name for k in self.registry if k.spec is not None}
         if self.fallback is not None:
             choices.append(Annotated[self.fallback, Tag(":plugin")])
 
-        def pick(value: Any) -> str | None:
+        def pick(value: object) -> str | None:
             kind = _kind_of(value)
             if kind is None and self.default is not None and isinstance(value, Mapping) \
                     and "kind" not in value:
@@ -145,7 +167,9 @@ class _KindUnion:
                           f"known kinds: {known}"),
         ]
 
-    def __get_pydantic_core_schema__(self, source: Any, handler: Any) -> Any:
+    def __get_pydantic_core_schema__(self, source: object,
+                                     handler: GetCoreSchemaHandler) -> CoreSchema:
+
         return handler.generate_schema(self.union())
 
 
@@ -158,7 +182,7 @@ def version_field(keyed: str, *, only: str = "") -> Any:
                  "(and its helpers'); change it whenever the function's behaviour changes")
 
 
-def kind_union(registry: Registry[Any], fallback: type[SpecModel] | None = None,
+def kind_union(registry: KindSource, fallback: type[SpecModel] | None = None,
                default: str | None = None) -> Any:
     """A field type accepting any kind registered in ``registry`` (by its spec model), and
     ``module:callable`` kinds as ``fallback`` entries when given; an entry without ``kind`` is

@@ -50,11 +50,11 @@ ROW_OPS: tuple[str, ...] = ("where", "slice", "sample")
 VIEW_OPS: tuple[str, ...] = ("where", "slice", "sample", "collapse_duplicates")
 
 
-def _is_int(x: Any) -> bool:
+def _is_int(x: object) -> bool:
     return isinstance(x, int) and not isinstance(x, bool)
 
 
-def _check_op(at: str, op: Any, ops: Sequence[str], used_by: str) -> None:
+def _check_op(at: str, op: object, ops: Sequence[str], used_by: str) -> None:
     if op in ops:
         return
     if op in STEP_FIELDS:  # a real op, but not for this consumer: say where it does apply
@@ -65,7 +65,7 @@ def _check_op(at: str, op: Any, ops: Sequence[str], used_by: str) -> None:
     raise DataError(f"{at}.op is {op!r}; expected one of {list(ops)}{hint}")
 
 
-def validate_steps(steps: Any, ops: Sequence[str] = VIEW_OPS, *,
+def validate_steps(steps: object, ops: Sequence[str] = VIEW_OPS, *,
                    used_by: str = "preference views") -> list[dict[str, Any]]:
     """Check derivation steps (as stored in a spec) against the ops ``ops`` allows and return
     them as plain dicts, a ``where`` without ``cmp`` given ``cmp: '=='``.
@@ -128,7 +128,7 @@ def validate_steps(steps: Any, ops: Sequence[str] = VIEW_OPS, *,
     return out
 
 
-def check_steps(steps: Any, ops: Sequence[str] = VIEW_OPS, *,
+def check_steps(steps: object, ops: Sequence[str] = VIEW_OPS, *,
                 used_by: str = "preference views") -> list[dict[str, Any]]:
     """:func:`validate_steps` for a spec field validator: the error is a ValueError, so pydantic
     prefixes the YAML path (``sources.0.steps``) to the ``steps[i].field`` message.

@@ -35,7 +35,7 @@ import contextvars
 import itertools
 import threading
 from collections.abc import Callable, Iterator
-from typing import Any, TypeVar
+from typing import TypeVar
 
 T = TypeVar("T")
 
@@ -151,7 +151,7 @@ def check(since: int | None = None) -> None:
         raise Cancelled("stopped: the run this work belonged to is over")
 
 
-def call(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+def call(fn: Callable[..., T], *args: object, **kwargs: object) -> T:
     """``fn(*args, **kwargs)``, abandoned at a stop: it runs on a daemon thread (with this
     thread's context variables) and this thread returns its result or raises its error, or
     raises :class:`Cancelled` as soon as the run is stopped. For blocking calls with no waker
@@ -163,7 +163,8 @@ def call(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         # Ctrl-C and the watchdog's signal already reach a call in the main thread
         return fn(*args, **kwargs)
     done = threading.Event()
-    out: list[Any] = []
+    out: list[T] = []
+
     err: list[BaseException] = []
     ctx = contextvars.copy_context()
 

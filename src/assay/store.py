@@ -63,7 +63,7 @@ import threading
 import time
 import uuid
 import warnings
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -627,7 +627,7 @@ class Store:
     def __repr__(self) -> str:
         return f"Store({self.location!r})"
 
-    def __reduce__(self) -> tuple[Any, ...]:
+    def __reduce__(self) -> tuple[object, ...]:
         # a store travels to a worker as its location (no client, no credentials from the
         # environment: the worker opens it with its own); a local path goes absolute, since the
         # worker's working folder may differ. What this process still publishes behind goes up
@@ -812,7 +812,7 @@ class Store:
         """The bytes under ``key``, or None when missing or corrupt."""
         return self._verified(self._blob_rel(key), key)
 
-    def put_json(self, doc: Any) -> str:
+    def put_json(self, doc: object) -> str:
         """Store a JSON-like document in canonical form; returns ``doc:<sha256>``."""
         return self._put(canonical_json(doc), "doc")
 
@@ -859,7 +859,7 @@ class Store:
         """The file of ref ``name`` in a local store."""
         return self.root / self._ref_rel(name)
 
-    def set_ref(self, name: str, blob: str, meta: dict[str, Any] | None = None) -> None:
+    def set_ref(self, name: str, blob: str, meta: Mapping[str, object] | None = None) -> None:
         """Point ``name`` at ``blob`` (which must already be stored), atomically."""
         if not self.has(blob):
             raise StoreError(f"set_ref({name!r}): blob {blob} is not in the store; put it first")
@@ -978,7 +978,7 @@ class Store:
         finally:
             os.close(fd)  # closing the descriptor releases the lock (also when a process dies)
 
-    def live_leases(self, kind: str | None = None) -> list[dict[str, Any]]:
+    def live_leases(self, kind: str | None = None) -> list[dict[str, object]]:
         """The unexpired leases on an object store (``kind``: "study" or "gc"), each with
         ``where`` and ``left`` (seconds until it lapses unless renewed). Judged by the store's
         clock alone: a marker written now gives the store's "now" (see :meth:`_live`)."""
@@ -990,7 +990,7 @@ class Store:
             with contextlib.suppress(StoreError):
                 self._files.delete(marker)
 
-    def _live(self, kind: str | None, fresh: str) -> list[dict[str, Any]]:
+    def _live(self, kind: str | None, fresh: str) -> list[dict[str, object]]:
         # A lease's age is the store's "now" (the last-modified time the server stamped on
         # ``fresh``, an object this process has just written) minus the last-modified time the
         # server stamped on the lease when its holder last wrote it: both stamps come from the

@@ -24,11 +24,14 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import unquote, urlsplit, urlunsplit
 
 from assay.errors import StoreError, StoreFullError
 from assay.filemode import create_temp
+
+if TYPE_CHECKING:
+    from pyarrow.fs import FileSystem
 
 _URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 #: reads of one object on an object store before its failure is the store's (see read_with_mtime)
@@ -223,7 +226,7 @@ class LocalFiles:
         return self.root.is_dir()
 
 
-def _one_put(f: Any) -> Any:
+def _one_put(f: FileSystem) -> FileSystem:
     """``f`` (an S3 filesystem) opening its output streams lazily: a write that fits one part
     is then one PutObject at close, not a multipart upload's three requests (create, part,
     complete), each a round trip and a commit on the server. Rebuilt through the filesystem's
@@ -249,7 +252,7 @@ class ObjectFiles:
     def __init__(self, url: str, *, connect: bool = True) -> None:
         self.url = url
         self.location = redact(url).rstrip("/")
-        self._fs: Any = None
+        self._fs: FileSystem | None = None
         self._base = ""
         self._open_lock = threading.Lock()
         if connect:
@@ -275,7 +278,7 @@ class ObjectFiles:
             self._fs = _one_put(got)
 
     @property
-    def fs(self) -> Any:
+    def fs(self) -> FileSystem:
         """The ``pyarrow.fs`` filesystem (made on first use when built with connect=False)."""
         if self._fs is None:
             self._open()

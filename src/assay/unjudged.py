@@ -28,7 +28,7 @@ MOST = 0.5
 TOP = 3
 
 
-def _records(rows: RowsLike, unjudged: bool = False) -> list[Mapping[str, Any]]:
+def _records(rows: RowsLike, unjudged: bool = False) -> list[Mapping[str, object]]:
     """The rows as dicts of the columns read here; ``unjudged``: only those without a reward,
     found in Arrow first (a study's every row as Python dicts was hundreds of MB)."""
     if hasattr(rows, "to_arrow"):
@@ -44,12 +44,12 @@ def _records(rows: RowsLike, unjudged: bool = False) -> list[Mapping[str, Any]]:
     return list(rows)
 
 
-def _why(r: Mapping[str, Any]) -> str:
+def _why(r: Mapping[str, object]) -> str:
     reason = " ".join(str(r.get("reason") or "").split())
     return f"{r.get('judge_status')}: {reason[:160]}" if reason else str(r.get("judge_status"))
 
 
-def unjudged_summary(rows: RowsLike, top: int = TOP) -> dict[str, Any]:
+def unjudged_summary(rows: RowsLike, top: int = TOP) -> dict[str, object]:
     """``{"rows": n unjudged, "reasons": [[status: reason, count], ...]}`` (the ``top`` most
     frequent, ties by text), over rows without a reward."""
     c = Counter(_why(r) for r in _records(rows, unjudged=True) if r.get("reward") is None)
@@ -60,7 +60,7 @@ def unjudged_summary(rows: RowsLike, top: int = TOP) -> dict[str, Any]:
 _EXC = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Warning))\b")
 
 
-def _error_kind(reason: Any) -> str:
+def _error_kind(reason: object) -> str:
     """What groups failures as one error: the exception type when the reason names one (the
     messages of one bug often differ per row), else the whole reason."""
     m = _EXC.match(str(reason or ""))

@@ -36,7 +36,7 @@ import json
 import os
 import re
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -242,7 +242,7 @@ class Usage:
                          "by verify)")
         return "\n".join(lines)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return dataclasses.asdict(self)
 
 
@@ -255,7 +255,7 @@ def _h(n: int) -> str:
     return f"{n} B"
 
 
-def _owner(name: str, meta: dict[str, Any]) -> str:
+def _owner(name: str, meta: Mapping[str, object]) -> str:
     if name.startswith(STAGE_REF_PREFIX):
         return str(meta.get("stage") or "stage")
     return "cache:" + re.split(r"[/:]", name, maxsplit=1)[0]
@@ -329,7 +329,7 @@ class Verification:
                          "again)")
         return "\n".join(lines)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return dataclasses.asdict(self)
 
 
@@ -455,7 +455,7 @@ class Collection:
                 f"{self.removed_journals} journals, {self.removed_claims} lapsed claims, "
                 f"{self.removed_temp} stale temp files: {_h(self.removed_bytes)}")
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return dataclasses.asdict(self)
 
 

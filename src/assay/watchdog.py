@@ -22,7 +22,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from typing import Any
+from types import FrameType
 
 from assay import progress
 from assay.errors import EXIT_STOPPED, AssayError
@@ -201,7 +201,7 @@ class Watchdog:
 _HANDLER_OWNER: dict[str, Watchdog] = {}
 
 
-def _raise_stop(signum: int, frame: Any) -> None:
+def _raise_stop(signum: int, frame: FrameType | None) -> None:
     w = _HANDLER_OWNER.get("watchdog")
     if w is not None and w.stopped is not None and not w._done.is_set():
         raise StopRun(str(w.stopped))
@@ -261,7 +261,8 @@ def _guard(deadline: str | float | None, stall_after: str | float | None, *, gra
         return
     w = Watchdog(d, s, grace_s=grace_s, hard_exit=hard_exit)
     in_main = threading.current_thread() is threading.main_thread()
-    previous: Any = None
+    previous: Callable[[int, FrameType | None], object] | int | signal.Handlers | None = None
+
     outer = _HANDLER_OWNER.get("watchdog")
     if in_main:
         previous = signal.signal(STOP_SIGNAL, _raise_stop)

@@ -55,8 +55,8 @@ class Manifest:
 
     def __init__(self, folder: Path, doc: dict[str, Any]) -> None:
         self.folder = folder
-        self.files: dict[str, dict[str, Any]] = dict(doc.get("files") or {})
-        self.facts: dict[str, Any] = dict(doc.get("facts") or {})
+        self.files: dict[str, dict[str, object]] = dict(doc.get("files") or {})
+        self.facts: dict[str, object] = dict(doc.get("facts") or {})
         self._read = json.dumps(self._doc(), sort_keys=True)
 
     @classmethod
@@ -71,7 +71,7 @@ class Manifest:
             doc = {}
         return cls(folder, doc)
 
-    def kept(self, name: str, identity: Any) -> bool:
+    def kept(self, name: str, identity: object) -> bool:
         """Whether ``name`` is already the output of ``identity``: recorded under that identity
         and the file still has the bytes recorded."""
         entry = self.files.get(name)
@@ -79,21 +79,21 @@ class Manifest:
             return False
         return sha256_file(self.folder / name) == entry.get("sha256")
 
-    def write(self, folder: Path, name: str, data: bytes, identity: Any) -> None:
+    def write(self, folder: Path, name: str, data: bytes, identity: object) -> None:
         """Write ``name`` atomically unless it already holds ``data``; record it either way."""
         sha = hashlib.sha256(data).hexdigest()
         if sha256_file(folder / name) != sha:
             atomic_write(folder / name, data)
         self.files[name] = {"identity": _plain(identity), "sha256": sha}
 
-    def fact(self, name: str, identity: Any) -> Any | None:
+    def fact(self, name: str, identity: object) -> Any | None:
         """A stored fact derived from ``identity``, or None when it was derived from another."""
         entry = self.facts.get(name)
         if isinstance(entry, dict) and entry.get("identity") == _plain(identity):
             return entry.get("value")
         return None
 
-    def set_fact(self, name: str, identity: Any, value: Any) -> None:
+    def set_fact(self, name: str, identity: object, value: object) -> None:
         self.facts[name] = {"identity": _plain(identity), "value": value}
 
     def save(self, folder: Path) -> None:
@@ -104,11 +104,11 @@ class Manifest:
                          (json.dumps(doc, indent=1, sort_keys=True) + "\n").encode())
             self._read = json.dumps(doc, sort_keys=True)
 
-    def _doc(self) -> dict[str, Any]:
+    def _doc(self) -> dict[str, object]:
         return {"version": VERSION, "files": self.files, "facts": self.facts}
 
 
-def _plain(identity: Any) -> str:
+def _plain(identity: object) -> str:
     """The identity (any JSON value: lists of checksums, versions) as a sha256 of its JSON: a
     manifest of a 1,500-shard source stays small, and tuples compare equal to lists."""
     return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()

@@ -175,7 +175,7 @@ _MAKERS = {"off_by_one": _off_by_one, "wrong_operator": _wrong_operator,
            "syntax_error": _syntax_error, "infinite_loop": _infinite_loop}
 
 
-def broken_variant(problem: Any, kind: str, seed: int = 0) -> str | None:
+def broken_variant(problem: object, kind: str, seed: int = 0) -> str | None:
     """A broken version of ``problem``'s canonical solution, or None if ``kind`` does not apply.
 
     Whether it really fails is for CodeExec to say: e.g. a swapped operator in dead code passes.
@@ -193,7 +193,7 @@ def broken_variant(problem: Any, kind: str, seed: int = 0) -> str | None:
     return None if out == p["canonical_solution"] else out
 
 
-def _problem(p: Any, i: int) -> dict[str, str]:
+def _problem(p: object, i: int) -> dict[str, str]:
     get = (lambda k: p.get(k)) if isinstance(p, dict) else (lambda k: getattr(p, k, None))
     out: dict[str, Any] = {k: get(k) for k in ("task_id", "prompt", "canonical_solution")}
     for k, v in out.items():
@@ -203,7 +203,8 @@ def _problem(p: Any, i: int) -> dict[str, str]:
     return out
 
 
-def seeded_code_policy(problems: Iterable[Any], k: int, seed: int, skill: float) -> list[list[str]]:
+def seeded_code_policy(problems: Iterable[object], k: int, seed: int,
+                       skill: float) -> list[list[str]]:
     """k completions per problem, each the canonical solution or a broken variant of it.
 
     Each sample is correct with probability :func:`p_correct` (``skill`` shifted by the
@@ -256,7 +257,7 @@ def seeded_code_policy(problems: Iterable[Any], k: int, seed: int, skill: float)
     return out
 
 
-def sample_kinds(problems: Sequence[Any], completions: Sequence[Sequence[str]],
+def sample_kinds(problems: Sequence[object], completions: Sequence[Sequence[str]],
                  seed: int) -> list[list[str]]:
     """The kind ("canonical" or a variant kind) of each completion, by matching its text.
 

@@ -7,9 +7,17 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TypedDict
 
 from assay.errors import DataError
+
+
+class RowsInputs(TypedDict):
+    """What :meth:`CodeBenchmark.inputs` gives ``assay.rows``: one entry per problem each."""
+
+    prompts: list[str]
+    references: list[dict[str, str]]
+    task_ids: list[str]
 
 
 @dataclass(frozen=True)
@@ -63,7 +71,7 @@ class CodeBenchmark:
     def references(self) -> tuple[dict[str, str], ...]:
         return tuple(p.reference for p in self.problems)
 
-    def inputs(self) -> dict[str, Any]:
+    def inputs(self) -> RowsInputs:
         """Keyword arguments for ``assay.rows(completions=..., reward=..., **inputs())``."""
         return {"prompts": list(self.prompts), "references": list(self.references),
                 "task_ids": list(self.task_ids)}
