@@ -15,6 +15,7 @@ from typing import Any
 
 from pydantic import Field, field_validator, model_validator
 
+from assay.jsontypes import JSONObject
 from assay.specbase import SpecModel, version_field
 
 __all__ = ["VerifierSpec"]
@@ -74,8 +75,9 @@ class VerifierSpec(SpecModel):
         definition."""
         return tuple(self._declares("under_test_params", ()))
 
-    def grading_model(self) -> dict[str, object] | None:
-        """The model entry this verifier grades with (a judge's ``params.model``), or None."""
+    def grading_model(self) -> JSONObject | None:
+        """The model entry this verifier grades with (a judge's ``params.model``: spec JSON), or
+        None."""
         key = self._declares("model_param", None)
         model = self.params.get(key) if key else None
         return model if isinstance(model, dict) else None
