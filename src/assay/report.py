@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, TypeAlias, TypedDict, TypeVar, Unpack
 import pyarrow as pa
 
 from assay.errors import ReportError
+from assay.headlines import headline_estimate
 from assay.jsontypes import JSONValue
 from assay.results import collect_estimates
 from assay.store import atomic_write
@@ -347,10 +348,9 @@ def build_report(spec_doc: Mapping[str, Any], sources: Sequence[Mapping[str, Any
 
     pass_ests = []
     for m in measures:
-        if m["kind"] == "pass_at":
-            e = _first(m["estimates"], lambda e: e["name"].startswith("pass@1"))
-            if e:
-                pass_ests.append({**e, "label": m.get("source", m["label"])})
+        e = headline_estimate(m)
+        if e:
+            pass_ests.append({**e, "label": m.get("source", m["label"])})
     for c in contamination:
         e = _first(c.get("clean_estimates", []), lambda e: e["name"].startswith("pass@1"))
         if e:

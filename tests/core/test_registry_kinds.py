@@ -20,16 +20,6 @@ from assay.verify.spec import VerifierSpec
 
 SRC = Path(__file__).resolve().parents[2] / "src" / "assay"
 
-#: Files still allowed a comparison with a registered kind name, and why. Each must still hold
-#: one (the last test), so an entry is dropped as soon as its file is fixed.
-ALLOWED = {
-    # report.json's headline reads the pass@1 estimates of the pass_at measurements (documents
-    # already written); a measure declaring its headline estimate would end these two
-    "report.py": "pass_at",
-    "view/compare.py": "pass_at",
-}
-
-
 def _registered() -> set[str]:
     names: set[str] = set()
     for reg in (VERIFIERS, SOURCES, BACKENDS, REWARD_MODELS, PREFERENCE_DATA, MEASURES):
@@ -93,15 +83,11 @@ def test_the_checker_finds_what_it_looks_for() -> None:
 
 
 def test_no_kind_name_dispatch_outside_the_kinds() -> None:
-    found = {f: hits for f, hits in _scan().items() if f not in ALLOWED}
+    # none is allowed: a file that needs one asks the kind (an attribute or method read
+    # through its registry) or a declared table (assay.modes, assay.headlines)
+    found = _scan()
     assert found == {}, ("ask the kind (an attribute or method read through its registry) "
                          f"instead of testing its name: {found}")
-
-
-def test_every_allowed_file_still_needs_its_exception() -> None:
-    found = _scan()
-    stale = {f for f, lit in ALLOWED.items() if lit not in {h[1] for h in found.get(f, [])}}
-    assert not stale, f"fixed, drop from ALLOWED: {sorted(stale)}"
 
 
 # ------------------------------------------------------------ what a verifier kind declares

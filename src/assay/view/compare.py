@@ -17,6 +17,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypedDict
 
+from assay.headlines import headline_estimate
+
 if TYPE_CHECKING:
     from assay.view.data import TaskDoc
 
@@ -67,13 +69,10 @@ def headline(report: Mapping[str, Any] | None) -> dict[str, dict[str, object]]:
     """pass@1 per source as report.json states it (value, low, high, n), never recomputed."""
     out: dict[str, dict[str, object]] = {}
     for m in (report or {}).get("measurements", []):
-        if m.get("kind") != "pass_at":
-            continue
-        for e in m.get("estimates", []):
-            if str(e.get("name", "")).startswith("pass@1"):
-                out[str(m.get("source", m.get("label")))] = {
-                    k: e.get(k) for k in ("name", "value", "low", "high", "n")}
-                break
+        e = headline_estimate(m)
+        if e is not None:
+            out[str(m.get("source", m.get("label")))] = {
+                k: e.get(k) for k in ("name", "value", "low", "high", "n")}
     return out
 
 
