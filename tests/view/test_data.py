@@ -88,3 +88,19 @@ def test_escaping_round_trips_and_is_inert() -> None:
     assert json.loads(text) == nasty
     call = js_call("rows:0:0", nasty)
     assert call.startswith('assayData("rows:0:0",') and json.loads(call[21:-3]) == nasty
+
+
+def test_the_headline_is_each_sources_pass_at_1_as_report_json_states_it() -> None:
+    import assay
+    from assay.report import result_doc
+    from assay.view.compare import headline
+
+    r = assay.rows(["a", "b", "c"], [["x", "y"], ["x", "x"], ["y", "y"]], [[1, 0], [1, 1], [0, 0]])
+    got = assay.pass_at(r, k=2)
+    docs = [result_doc("pass_at", "pass_at[m]", got, source="m"),
+            result_doc("eval_variance", "eval_variance[m]", assay.eval_variance(r), source="v")]
+    one = next(e for e in docs[0]["estimates"] if e["name"].startswith("pass@1"))
+    assert headline({"measurements": docs}) == {
+        "m": {k: one[k] for k in ("name", "value", "low", "high", "n")}}
+    assert one["value"] == 0.5 and one["n"] == 3  # (1/2 + 1 + 0) / 3 tasks
+    assert headline(None) == {} and headline({"measurements": docs[1:]}) == {}
