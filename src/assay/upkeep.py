@@ -6,10 +6,10 @@ What a run references: its ``run.json`` lists the cache keys of its stages (``st
 names a ref ``assay-stage/<key>``, whose pointer document names the output blobs. Documents are
 scanned for store keys, so everything reachable from a live ref (an index manifest's shards, a
 pointer's outputs) stays. Refs record their last use in their mtime (``Store.get_ref`` touches
-them), so caches that are not stage outputs (a corpus index, reward scores) stay while the kept
-runs' window used them. ``gc`` holds the store's exclusive lock (no study runs meanwhile) and
-never removes a file younger than ``grace`` seconds (a writer without the lock, e.g. a library
-call of ``run_study`` or a worker on a host whose filesystem ignores ``flock``).
+them), so caches that are not stage outputs (a corpus index, reward scores, a shard cut) stay
+while the kept runs' window used them. ``gc`` holds the store's exclusive lock (no study runs
+meanwhile) and never removes a file younger than ``grace`` seconds (a writer without the lock,
+e.g. a library call of ``run_study`` or a worker on a host whose filesystem ignores ``flock``).
 
 The journals (``journals/``: completions, judge calls, log-likelihoods, reward-model row scores)
 count in ``du``, have their lines checked by ``verify``, and are kept by ``gc`` when a live stage

@@ -152,14 +152,17 @@ def test_assay_run_on_s3_is_cached_on_rerun_and_matches_a_local_store(
     (runs / "keep" / "run.json").write_text(json.dumps({**kept, "started": far - 60}))
     st = Store(url)
     usage = upkeep.du(st, upkeep.find_runs([runs]))
-    assert usage.n_refs == 7 and usage.by_study["own-completions"] > 0
+    # the stages' 7 and the source's shard cut (assay-cut/)
+    assert usage.n_refs == 8 and usage.by_study["own-completions"] > 0
     assert usage.unreferenced_bytes == 0
     stray = st.put_json({"stray": 1})
     st.set_ref("cache:stray", stray)
     res = upkeep.gc(st, upkeep.find_runs([runs]), keep_nights=1, grace=3600)
     assert res.removed_blobs == 0  # younger than the grace period: kept
     res = upkeep.gc(st, upkeep.find_runs([runs]), keep_nights=1, grace=3600, now=far)
-    assert (res.removed_refs, res.removed_blobs, res.kept_refs) == (1, 1, 7)
+    # the stray and the shard cut (a cache unused since the kept run started, two hours on:
+    # the next run cuts again, computing no stage)
+    assert (res.removed_refs, res.removed_blobs, res.kept_refs) == (2, 2, 7)
     assert not st.has(stray)
     capsys.readouterr()
     assert main(["store", "du", "--store", url, "--runs", str(runs)]) == 0
@@ -185,7 +188,7 @@ def test_file_url_is_the_path(tmp_path: Path) -> None:
     run = _run(spec, f"file://{tmp_path}/st", tmp_path / "cwd" / "out",
                {**os.environ, "PYTHONPATH": str(ROOT)})
     assert run.returncode == 0, run.stderr[-3000:]
-    assert len(Store(tmp_path / "st").ref_entries()) == 7
+    assert len(Store(tmp_path / "st").ref_entries()) == 8  # 7 stages and the shard cut
     assert not (tmp_path / "cwd" / "file:").exists()  # no folder named after the URL
 
 

@@ -7,15 +7,12 @@ own spec model (``@REWARD_MODELS.register("name")`` on the class).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from assay.registry import Registry
+from assay.specbase import SpecModel
 
-if TYPE_CHECKING:
-    from assay.reward.kinds import RewardModelEntry
-    from assay.reward.prefdata import PreferenceData
-
-REWARD_MODELS: Registry[type[RewardModelEntry]] = Registry("reward model", self_spec=True)
+# typed by the spec models' common base: the kinds' own modules import this one to register
+# (naming their classes here would tie each pair of modules in a cycle)
+REWARD_MODELS: Registry[type[SpecModel]] = Registry("reward model", self_spec=True)
 
 #: Kinds of ``reward.data`` (the preference data an audit reads): builtin, file, hf_dataset.
-PREFERENCE_DATA: Registry[type[PreferenceData]] = Registry("preference data", self_spec=True)
+PREFERENCE_DATA: Registry[type[SpecModel]] = Registry("preference data", self_spec=True)
