@@ -54,7 +54,7 @@ Liveness (why every call ends, and who wakes each waiter):
 from __future__ import annotations
 
 import asyncio
-import collections
+import bisect
 import contextlib
 import email.utils
 import heapq
@@ -104,11 +104,15 @@ IDENTITY_FIELDS = ("id", "object", "owned_by", "root", "parent", "max_model_len"
 
 
 class _Waiter:
-    __slots__ = ("fut", "loop", "cap", "rank")
+    __slots__ = ("fut", "loop", "cap", "rank", "seq")
 
     def __init__(self, fut: asyncio.Future[None], loop: asyncio.AbstractEventLoop,
-                 cap: int, rank: int) -> None:
-        self.fut, self.loop, self.cap, self.rank = fut, loop, cap, rank
+                 cap: int, rank: int, seq: int) -> None:
+        self.fut, self.loop, self.cap, self.rank, self.seq = fut, loop, cap, rank, seq
+
+    def order(self) -> tuple[int, int]:
+        """Served in this order: the earliest call's first, then the oldest waiter."""
+        return self.rank, self.seq
 
 
 class ServerBudget:
@@ -141,7 +145,10 @@ class ServerBudget:
         self.high = 0
         self.calls = 0
         self.cut_at = float("-inf")
-        self._waiters: collections.deque[_Waiter] = collections.deque()
+        #: parked waiters in the order slots go to them (:meth:`_Waiter.order`), kept sorted
+        #: as they park: a freed slot is handed over without sorting them again
+        self._waiters: list[_Waiter] = []
+        self._seq = itertools.count()
         self.breaker: str | None = None
         self._cause: str | None = None
         self._run: list[int] = []
@@ -177,8 +184,8 @@ class ServerBudget:
             if self.in_flight < self.allowed(cap):
                 self.in_flight += 1
                 return
-            w = _Waiter(loop.create_future(), loop, cap, rank)
-            self._waiters.append(w)
+            w = _Waiter(loop.create_future(), loop, cap, rank, next(self._seq))
+            bisect.insort(self._waiters, w, key=_Waiter.order)
         try:
             await w.fut
         except BaseException:
@@ -210,11 +217,16 @@ class ServerBudget:
         """Hand free slots to parked waiters, the earliest call's first, oldest first within a
         call (called with the lock held). A waiter whose own cap is full does not block a later
         one with room."""
-        order = sorted(range(len(self._waiters)), key=lambda i: (self._waiters[i].rank, i))
-        for w in [self._waiters[i] for i in order]:
+        # no waiter may hold more than the limit: once it is reached the rest wait (the walk
+        # stops there instead of visiting every parked waiter after every answer)
+        full = max(1, int(self.limit))
+        i = 0
+        while i < len(self._waiters) and self.in_flight < full:
+            w = self._waiters[i]
             if self.in_flight >= self.allowed(w.cap):
+                i += 1
                 continue
-            self._waiters.remove(w)
+            del self._waiters[i]
             self.in_flight += 1
             try:
                 w.loop.call_soon_threadsafe(self._deliver, w.fut)
