@@ -98,6 +98,11 @@ def max_edges() -> int:
     return max(1, get_current_settings().server.events.maximum_size_bytes // 4 // 150)
 
 
+#: Shard nodes of a stage that asks no model, computed by ``assay run``'s head start, are
+#: recorded this many to a Prefect task run (see :meth:`PrefectExecutor._recorded`).
+RECORD_SHARDS = 16
+
+
 class PrefectExecutor:
     """Runs the study graph's nodes as Prefect task runs on the flow's task runner (threads
     locally, workers on Dask): each node is submitted once its inputs exist, with
@@ -120,6 +125,10 @@ class PrefectExecutor:
         #: stage -> shard nodes served from the store without a task run
         self.hits: dict[str, int] = {}
         self._lock = threading.Lock()
+        #: (stage, source, shards, batch) -> the task run recording that batch of shard nodes
+        self._records: dict[tuple[str, str, int, int], Any] = {}
+        #: a recorded node's future -> its batch's key (a study node's edge goes to the batch)
+        self._batch_of: dict[Future[Any], tuple[str, str, int, int]] = {}
 
     def submit(self, node: Any, args: tuple[Any, ...], kwargs: dict[str, Any],
                waits: list[Any], done: Any) -> Any:
@@ -132,7 +141,77 @@ class PrefectExecutor:
                 served.set_result(res)
                 done()
                 return served
+            if not node.asks_model and not self.head.stopped.is_set():
+                o = self.head.outcome(node.id)
+                if not (o.done() and o.exception() is None and o.result() is headstart.NOT_RUN):
+                    return self._recorded(node, o, args, kwargs, done)
         return self._task(node, args, kwargs, waits, done)
+
+    def _recorded(self, node: Any, outcome: Future[headstart.Outcome], args: tuple[Any, ...],
+                  kwargs: dict[str, Any], done: Any) -> Future[Any]:
+        """A shard node of a stage that asks no model, which the head start computes: its
+        result is the head start's, and it is recorded with the next shards of its stage and
+        source, :data:`RECORD_SHARDS` to a task run (``record-shards``), not one each: a task
+        run cost ~25 ms of CPU, more than a grading shard's work (benchmarks/README.md). A node
+        the head start ended without running (it stopped or failed meanwhile) is computed
+        here, on a thread of its own (the graph runner counts it in flight until it ends)."""
+        from assay.stages.declare import Shard
+        from assay.tasks.stages import record_shards
+
+        assert self.head is not None
+        ctx, shard = args[0], args[-1]
+        assert isinstance(shard, Shard)  # a shard stage's call: fn(ctx, rows, shard)
+        b = shard.index // RECORD_SHARDS
+        lo, hi = b * RECORD_SHARDS, min(shard.count, (b + 1) * RECORD_SHARDS)
+        batch = (node.stage, ctx.source, shard.count, b)
+        with self._lock:
+            first = batch not in self._records
+            if first:
+                self._records[batch] = None
+        if first:
+            ids = [f"{node.stage}[{Shard(i, shard.count, (0, 0)).label(ctx.source)}]"
+                   for i in range(lo, hi)]
+            label = f"{node.stage}[{ctx.source} shards {lo + 1}-{hi} of {shard.count}]"
+            fut_record = record_shards.submit(label, ids)
+            with self._lock:
+                self._records[batch] = fut_record
+        out: Future[Any] = Future()
+
+        def settle(o: Future[headstart.Outcome]) -> None:
+            exc = o.exception()
+            if exc is not None:
+                out.set_exception(exc)
+            elif o.result() is headstart.NOT_RUN:
+                threading.Thread(target=compute, name=f"assay-{node.id}", daemon=True).start()
+                return
+            else:
+                out.set_result(o.result())
+            done()
+
+        def compute() -> None:
+            try:
+                out.set_result(node.fn(*args, **kwargs))
+            except BaseException as e:  # noqa: BLE001 (the graph runner raises it)
+                out.set_exception(e)
+            done()
+
+        with self._lock:
+            self._batch_of[out] = batch
+        outcome.add_done_callback(settle)
+        return out
+
+    def _edges(self, node: Any, waits: list[Any]) -> list[Any]:
+        """The task runs a node's task run waits for: its inputs' (a recorded shard's is its
+        batch's, for a study node: it reads every shard anyway; a shard node keeps no edge to
+        a batch, which would hold it until the batch's last shard), each once."""
+        out: list[Any] = []
+        for w in waits:
+            batch = (self._batch_of.get(w) if node.scope != "shard" and isinstance(w, Future)
+                     else None)
+            w = self._records.get(batch) if batch is not None else w
+            if isinstance(w, PrefectFuture) and all(w is not o for o in out):
+                out.append(w)
+        return out
 
     def _task(self, node: Any, args: tuple[Any, ...], kwargs: dict[str, Any],
               waits: list[Any], done: Any) -> Any:
@@ -143,7 +222,7 @@ class PrefectExecutor:
         join = (headstart.joining(self.head, node.id) if self.head is not None
                 else contextlib.nullcontext())
         # an input served without a task run has no future to wait for (it is done already)
-        waits = [w for w in waits if isinstance(w, PrefectFuture)]
+        waits = self._edges(node, waits)
         given: Any = tuple(inputs)
         if len(waits) > max_edges():
             # a node reading every shard (measure over 15,625 grading shards): each edge is a
@@ -170,7 +249,12 @@ class PrefectExecutor:
         return handle.result()
 
     def close(self, cancel: bool) -> None:
-        # the flow's task runner owns the workers
+        # the flow's task runner owns the workers; the batches' task runs end with their
+        # members (done by now, or resolved by the head start's end)
+        if not cancel:
+            for rec in list(self._records.values()):
+                if rec is not None:
+                    rec.wait()
         if self.hits:
             from prefect import get_run_logger
 
