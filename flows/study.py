@@ -115,7 +115,9 @@ class PrefectExecutor:
     ~25-30 ms of client and server time, more than a cached shard's lookup, so a rerun with
     small shards was mostly Prefect bookkeeping (benchmarks/shard_overhead.py). The task runs
     left are the nodes that worked (a node the head start has not finished yet gets its task
-    run, which waits for it). Without a head start every node has its task run: a stage
+    run, which waits for it), except the shards of a stage that asks no model (grading):
+    :data:`RECORD_SHARDS` of them share one (:meth:`_recorded`). Without a head start every
+    node has its task run: a stage
     function is never called just to probe the cache (a probe has side effects: grading
     ahead's verdicts are handed over once)."""
 
