@@ -34,7 +34,7 @@ from assay.flows.progress_ui import progress_artifacts
 from assay.outstreams import guard_output
 from assay.spec import load_spec
 from assay.stages import headstart
-from assay.stages.cache import StageResult
+from assay.stages.cache import StageResult, shards_label
 from assay.stages.finish import finish_run
 from assay.stages.plan import LOCAL_CAPACITY
 from assay.store import Store
@@ -171,9 +171,9 @@ class PrefectExecutor:
             if first:
                 self._records[batch] = None
         if first:
-            ids = [f"{node.stage}[{Shard(i, shard.count, (0, 0)).label(ctx.source)}]"
+            ids = [Shard(i, shard.count, (0, 0)).node_id(node.stage, ctx.source)
                    for i in range(lo, hi)]
-            label = f"{node.stage}[{ctx.source} shards {lo + 1}-{hi} of {shard.count}]"
+            label = shards_label(node.stage, ctx.source, f"{lo + 1}-{hi}", shard.count)
             fut_record = record_shards.submit(label, ids)
             with self._lock:
                 self._records[batch] = fut_record
@@ -207,11 +207,13 @@ class PrefectExecutor:
         batch's, for a study node: it reads every shard anyway; a shard node keeps no edge to
         a batch, which would hold it until the batch's last shard), each once."""
         out: list[Any] = []
+        seen: set[int] = set()
         for w in waits:
             batch = (self._batch_of.get(w) if node.scope != "shard" and isinstance(w, Future)
                      else None)
             w = self._records.get(batch) if batch is not None else w
-            if isinstance(w, PrefectFuture) and all(w is not o for o in out):
+            if isinstance(w, PrefectFuture) and id(w) not in seen:
+                seen.add(id(w))
                 out.append(w)
         return out
 

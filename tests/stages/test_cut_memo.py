@@ -18,6 +18,7 @@ from assay.rows import Rows
 from assay.spec import load_spec
 from assay.stages import cache
 from assay.stages.cache import StageResult, _store_output, cut_rows, load_slice
+from assay.stages.declare import Shard
 from assay.store import Store
 
 SPEC = """
@@ -101,6 +102,9 @@ def test_a_rerun_reads_no_shard_and_an_edit_regrades_its_own(
     first = stages.run_study(load_spec(_write(tmp_path)), store, progress=None)
     grades = [r for r in first.results if r.stage == "grade"]
     assert len(grades) == 8 and not any(r.cached for r in grades)
+    # the node ids a flow names a batch of shards by (flows/study.py) are the graph's
+    assert [f"{r.stage}[{r.label}]" for r in grades] == [
+        Shard(i, 8, (0, 0)).node_id("grade", "a") for i in range(8)]
 
     read: list[tuple[int, int]] = []
     real = cache.load_slice

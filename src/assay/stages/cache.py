@@ -496,6 +496,18 @@ def summarize(results: Sequence[StageResult]) -> str:
             f"computed ({len(results) - n_cached}): {', '.join(fresh) or '-'}")
 
 
+def shard_label(source: str, index: int, count: int) -> str:
+    """Shard ``index`` (from 0) of ``count`` of a source, as its stage results are labelled:
+    ``a shard 3/8``; a node's id is ``stage[label]``."""
+    return f"{source} shard {index + 1}/{count}"
+
+
+def shards_label(stage: str, source: str, ranges: str, count: int) -> str:
+    """Several shards of one stage and source named at once: ``grade[a shards 1-16 of 40]``."""
+    return f"{stage}[{source} shards {ranges} of {count}]"
+
+
+#: :func:`shard_label` read back: (source, number from 1, count)
 _SHARD_LABEL = re.compile(r"(.*) shard (\d+)/(\d+)")
 
 
@@ -522,7 +534,7 @@ def _named(results: Sequence[StageResult]) -> list[str]:
         stage, source, count = item
         idx = sorted(shards[item])
         if len(idx) <= 4:
-            out += [f"{stage}[{source} shard {i}/{count}]" for i in idx]
+            out += [f"{stage}[{shard_label(source, i - 1, int(count))}]" for i in idx]
             continue
         ranges: list[list[int]] = []
         for i in idx:
@@ -531,6 +543,6 @@ def _named(results: Sequence[StageResult]) -> list[str]:
             else:
                 ranges.append([i, i])
         text = ", ".join(f"{a}" if a == b else f"{a}-{b}" for a, b in ranges[:4])
-        out.append(f"{stage}[{source} shards {text}{', ...' if len(ranges) > 4 else ''}"
-                   f" of {count}]")
+        out.append(shards_label(stage, source, text + (", ..." if len(ranges) > 4 else ""),
+                                int(count)))
     return out

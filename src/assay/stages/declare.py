@@ -27,7 +27,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Literal, Protocol
 
 from assay.modes import shard_bounds  # noqa: F401  (re-exported: its home was here)
-from assay.stages.cache import StageResult, define_stage, is_cached_only
+from assay.stages.cache import StageResult, define_stage, is_cached_only, shard_label
 
 if TYPE_CHECKING:
     from assay.spec import StudySpec
@@ -133,7 +133,11 @@ class Shard:
     checksum: str | None = None
 
     def label(self, source: str) -> str:
-        return f"{source} shard {self.index + 1}/{self.count}"
+        return shard_label(source, self.index, self.count)
+
+    def node_id(self, stage: str, source: str) -> str:
+        """The graph's id of this shard's node of ``stage`` (``grade[a shard 3/8]``)."""
+        return f"{stage}[{self.label(source)}]"
 
 
 def _no_slots(spec: StudySpec, item: str) -> tuple[str, ...]:
