@@ -11,18 +11,9 @@ from pathlib import Path
 
 import pytest
 
-SPEC = """
-name: edges
-sources:
-  - name: a
-    kind: file
-    path: a.jsonl
-    fields: {prompt: q, completion: c, reference: gold, task_id: id}
-    verifier: {kind: exact_match}
-measure:
-  pass_at: {k: 1}
-execution: {shard_rows: 1, view: false}
-"""
+from tests.helpers.specs import exact_match_study
+
+SPEC = exact_match_study("edges", k=1, execution="shard_rows: 1, view: false")
 
 
 def test_a_node_with_more_inputs_than_an_event_holds_runs(prefect_server: str,

@@ -9,18 +9,9 @@ from pathlib import Path
 
 import pytest
 
-SPEC = """
-name: viewtest
-sources:
-  - name: a
-    kind: file
-    path: a.jsonl
-    fields: {prompt: q, completion: c, reference: gold, task_id: id}
-    verifier: {kind: exact_match}
-measure:
-  pass_at: {k: 2}
-execution: {shard_rows: 8VIEW}
-"""
+from tests.helpers.specs import exact_match_study
+
+SPEC = exact_match_study("viewtest", k=2, execution="shard_rows: 8VIEW")
 
 
 def write_study(tmp: Path, view: str = "") -> Path:

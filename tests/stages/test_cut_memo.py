@@ -20,19 +20,9 @@ from assay.stages import cache
 from assay.stages.cache import StageResult, _store_output, cut_rows, load_slice
 from assay.stages.declare import Shard
 from assay.store import Store
+from tests.helpers.specs import exact_match_study
 
-SPEC = """
-name: cutmemo
-sources:
-  - name: a
-    kind: file
-    path: a.jsonl
-    fields: {prompt: q, completion: c, reference: gold, task_id: id}
-    verifier: {kind: exact_match}
-measure:
-  pass_at: {k: 2}
-execution: {shard_rows: 8}
-"""
+SPEC = exact_match_study("cutmemo", k=2, execution="shard_rows: 8")
 
 
 def _write(tmp: Path, wrong: int | None = None) -> Path:
